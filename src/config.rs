@@ -1,0 +1,825 @@
+//! Settings: the layered configuration of SPEC §3 and the secrets that come only from the
+//! environment.
+//!
+//! Layers, later wins: the compiled-in `config/default.toml`, the TOML file named by
+//! `DAYLOG_CONFIG`, then `DAYLOG__SECTION__KEY` variables. The merged tree is deserialised
+//! with `deny_unknown_fields` everywhere, so a typo is an error that names the key, and
+//! then validated as a whole. API keys are read from `NAME_API_KEY` (comma list) plus
+//! `NAME_API_KEY_2`, `_3`, … and are held as [`ApiKey`], whose `Debug` never shows them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use url::Url;
+
+/// The defaults, compiled in so the binary runs from any directory.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// Environment variable naming an extra TOML file merged over the defaults.
+pub const CONFIG_FILE_VAR: &str = "DAYLOG_CONFIG";
+/// Prefix of the per-key environment overrides: `DAYLOG__RETRY__MIN_DELAY_MS=50`.
+pub const ENV_PREFIX: &str = "DAYLOG__";
+/// Default store location when `DATABASE_URL` is not set.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/daylog.db";
+
+/// A configuration problem, always naming the key or the file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the config file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the config file {origin} is not valid TOML: {message}")]
+    Syntax { origin: String, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+impl ConfigError {
+    fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// One API key. It is only ever shown through [`ApiKey::expose`], at the moment a request
+/// header is built; `Debug` prints a placeholder.
+#[derive(Clone)]
+pub struct ApiKey(SecretString);
+
+impl ApiKey {
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(SecretString::from(key.into()))
+    }
+
+    /// The key itself, for a request header and nothing else.
+    pub fn expose(&self) -> &str {
+        self.0.expose_secret()
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSettings {
+    pub busy_timeout_ms: u64,
+}
+
+impl StoreSettings {
+    pub fn busy_timeout(&self) -> Duration {
+        Duration::from_millis(self.busy_timeout_ms)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySettings {
+    pub max_attempts: u32,
+    pub min_delay_ms: u64,
+    pub max_delay_ms: u64,
+    pub request_timeout_ms: u64,
+    pub hedge_after_ms: u64,
+    pub deadline_ms: u64,
+}
+
+impl RetrySettings {
+    pub fn min_delay(&self) -> Duration {
+        Duration::from_millis(self.min_delay_ms)
+    }
+    pub fn max_delay(&self) -> Duration {
+        Duration::from_millis(self.max_delay_ms)
+    }
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+    /// `None` when hedging is off.
+    pub fn hedge_after(&self) -> Option<Duration> {
+        (self.hedge_after_ms > 0).then(|| Duration::from_millis(self.hedge_after_ms))
+    }
+    pub fn deadline(&self) -> Duration {
+        Duration::from_millis(self.deadline_ms)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CooldownSettings {
+    pub duration_ms: u64,
+    pub failures_to_trip: u32,
+}
+
+impl CooldownSettings {
+    pub fn duration(&self) -> Duration {
+        Duration::from_millis(self.duration_ms)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerSettings {
+    pub poll_interval_ms: u64,
+    pub retry_min_ms: u64,
+    pub retry_max_ms: u64,
+    pub max_age_hours: u64,
+}
+
+impl WorkerSettings {
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms)
+    }
+    pub fn retry_min(&self) -> Duration {
+        Duration::from_millis(self.retry_min_ms)
+    }
+    pub fn retry_max(&self) -> Duration {
+        Duration::from_millis(self.retry_max_ms)
+    }
+    pub fn max_age(&self) -> Duration {
+        Duration::from_secs(self.max_age_hours.saturating_mul(3600))
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramSettings {
+    pub throttle: bool,
+    pub allowed_users: Vec<i64>,
+    pub analyses_per_hour: u32,
+    pub max_text_chars: usize,
+    pub shutdown_grace_ms: u64,
+}
+
+impl TelegramSettings {
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+
+    /// Whether this Telegram user may use the bot (an empty list allows everyone).
+    pub fn is_allowed(&self, user_id: i64) -> bool {
+        self.allowed_users.is_empty() || self.allowed_users.contains(&user_id)
+    }
+}
+
+/// The wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI-compatible chat completions: Mistral, Groq, Ollama, …
+    Openai,
+    Gemini,
+    Anthropic,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_max_concurrency() -> usize {
+    8
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    pub base_url: Url,
+    /// When false the provider is used without a key (a local Ollama).
+    #[serde(default = "default_true")]
+    pub require_key: bool,
+    /// The environment variable holding the keys; default `<NAME>_API_KEY`.
+    #[serde(default)]
+    pub key_env: Option<String>,
+    #[serde(default = "default_max_concurrency")]
+    pub max_concurrency: usize,
+}
+
+impl ProviderSettings {
+    /// Name of the environment variable with this provider's keys.
+    pub fn key_env(&self, provider_name: &str) -> String {
+        self.key_env
+            .clone()
+            .unwrap_or_else(|| format!("{}_API_KEY", provider_name.to_ascii_uppercase()))
+    }
+}
+
+/// One step of a cascade: one model of one provider.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepSettings {
+    pub provider: String,
+    pub model: String,
+    /// Upper bound on generated tokens, passed to the provider when set.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSettings {
+    pub steps: Vec<StepSettings>,
+}
+
+/// Everything from the TOML layers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    pub log: LogSettings,
+    pub store: StoreSettings,
+    pub retry: RetrySettings,
+    pub cooldown: CooldownSettings,
+    pub worker: WorkerSettings,
+    pub telegram: TelegramSettings,
+    pub providers: BTreeMap<String, ProviderSettings>,
+    pub analysis: TaskSettings,
+    pub metrics: TaskSettings,
+}
+
+/// Values that only ever come from the environment.
+#[derive(Clone)]
+pub struct Secrets {
+    pub telegram_token: Option<ApiKey>,
+    /// Keys per provider name, in the order they are tried.
+    pub keys: BTreeMap<String, Vec<ApiKey>>,
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let counts: BTreeMap<&str, usize> = self
+            .keys
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.len()))
+            .collect();
+        f.debug_struct("Secrets")
+            .field(
+                "telegram_token",
+                &self.telegram_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("key_counts", &counts)
+            .finish()
+    }
+}
+
+/// The complete, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub file: FileSettings,
+    pub secrets: Secrets,
+    pub database_url: String,
+    /// `TELOXIDE_API_URL`, when a test or a self-hosted Bot API server sets it.
+    pub telegram_api_url: Option<Url>,
+}
+
+impl std::ops::Deref for Settings {
+    type Target = FileSettings;
+    fn deref(&self) -> &FileSettings {
+        &self.file
+    }
+}
+
+/// Where settings are read from: the process environment, or a map in tests.
+pub trait Env {
+    fn var(&self, name: &str) -> Option<String>;
+    fn vars(&self) -> Vec<(String, String)>;
+}
+
+/// The real process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+    fn vars(&self) -> Vec<(String, String)> {
+        std::env::vars().collect()
+    }
+}
+
+impl Env for HashMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).cloned()
+    }
+    fn vars(&self) -> Vec<(String, String)> {
+        self.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+impl Settings {
+    /// Loads every layer from the process environment (after `.env`, which `main` loads).
+    pub fn load() -> Result<Self, ConfigError> {
+        Self::load_from(&ProcessEnv)
+    }
+
+    /// Loads every layer from `env`: the defaults, the file named by `DAYLOG_CONFIG`,
+    /// `DAYLOG__…` overrides and the secrets.
+    pub fn load_from(env: &dyn Env) -> Result<Self, ConfigError> {
+        let mut tree = parse_toml(DEFAULT_TOML, "config/default.toml")?;
+        if let Some(path) = env.var(CONFIG_FILE_VAR).filter(|p| !p.trim().is_empty()) {
+            let text = read_file(Path::new(&path))?;
+            let layer = parse_toml(&text, &path)?;
+            merge(&mut tree, layer);
+        }
+        apply_env_overrides(&mut tree, env)?;
+        let file = deserialize(tree)?;
+        validate(&file)?;
+
+        let database_url = env
+            .var("DATABASE_URL")
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+        if !database_url.starts_with("sqlite:") {
+            return Err(ConfigError::invalid(
+                "DATABASE_URL",
+                "daylog stores its data in SQLite; expected a URL like sqlite://data/daylog.db",
+            ));
+        }
+        let telegram_api_url = match env.var("TELOXIDE_API_URL").filter(|v| !v.trim().is_empty()) {
+            None => None,
+            Some(raw) => Some(Url::parse(raw.trim()).map_err(|e| {
+                ConfigError::invalid("TELOXIDE_API_URL", format!("not a URL: {e}"))
+            })?),
+        };
+        let secrets = read_secrets(&file, env);
+        Ok(Self {
+            file,
+            secrets,
+            database_url,
+            telegram_api_url,
+        })
+    }
+
+    /// The keys of one provider, in order (empty when none are set).
+    pub fn keys(&self, provider: &str) -> &[ApiKey] {
+        self.secrets
+            .keys
+            .get(provider)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// Whether a provider can be called: it has a key, or needs none.
+    pub fn provider_usable(&self, provider: &str) -> bool {
+        self.providers
+            .get(provider)
+            .is_some_and(|p| !p.require_key || !self.keys(provider).is_empty())
+    }
+}
+
+fn read_file(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn parse_toml(text: &str, origin: &str) -> Result<toml::Table, ConfigError> {
+    text.parse::<toml::Table>()
+        .map_err(|e| ConfigError::Syntax {
+            origin: origin.to_owned(),
+            message: e.message().to_owned(),
+        })
+}
+
+/// Merges `layer` over `base` key by key: tables merge recursively, anything else
+/// (numbers, strings, arrays such as `analysis.steps`) is replaced whole.
+fn merge(base: &mut toml::Table, layer: toml::Table) {
+    for (key, value) in layer {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(existing)), toml::Value::Table(incoming)) => {
+                merge(existing, incoming);
+            }
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// Applies `DAYLOG__SECTION__KEY=value`. The value is read as a TOML value when it is
+/// one (`50`, `true`, `[1, 2]`), else as a plain string (`http://127.0.0.1:9000/v1`).
+fn apply_env_overrides(tree: &mut toml::Table, env: &dyn Env) -> Result<(), ConfigError> {
+    let mut overrides: Vec<(String, String)> = env
+        .vars()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with(ENV_PREFIX))
+        .collect();
+    overrides.sort();
+    for (name, raw) in overrides {
+        let path: Vec<String> = name[ENV_PREFIX.len()..]
+            .split("__")
+            .map(str::to_ascii_lowercase)
+            .collect();
+        if path.iter().any(String::is_empty) {
+            return Err(ConfigError::invalid(name, "empty section or key name"));
+        }
+        let value = parse_env_value(&raw);
+        let (last, sections) = path.split_last().unwrap_or((&path[0], &[]));
+        let mut table = &mut *tree;
+        for section in sections {
+            let entry = table
+                .entry(section.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            table = match entry {
+                toml::Value::Table(t) => t,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        name.clone(),
+                        format!("`{section}` is not a section"),
+                    ));
+                }
+            };
+        }
+        table.insert(last.clone(), value);
+    }
+    Ok(())
+}
+
+fn parse_env_value(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_owned()))
+}
+
+fn deserialize(tree: toml::Table) -> Result<FileSettings, ConfigError> {
+    serde_path_to_error::deserialize(toml::Value::Table(tree)).map_err(|e| {
+        let path = e.path().to_string();
+        let key = if path == "." {
+            "(top level)".to_owned()
+        } else {
+            path
+        };
+        ConfigError::invalid(key, e.into_inner().to_string())
+    })
+}
+
+fn validate(s: &FileSettings) -> Result<(), ConfigError> {
+    if s.retry.max_attempts == 0 {
+        return Err(ConfigError::invalid(
+            "retry.max_attempts",
+            "must be at least 1 (the first attempt counts)",
+        ));
+    }
+    if s.retry.min_delay_ms > s.retry.max_delay_ms {
+        return Err(ConfigError::invalid(
+            "retry.min_delay_ms",
+            format!(
+                "{} is greater than retry.max_delay_ms ({})",
+                s.retry.min_delay_ms, s.retry.max_delay_ms
+            ),
+        ));
+    }
+    if s.retry.request_timeout_ms == 0 {
+        return Err(ConfigError::invalid(
+            "retry.request_timeout_ms",
+            "must be above 0",
+        ));
+    }
+    if s.retry.deadline_ms == 0 {
+        return Err(ConfigError::invalid("retry.deadline_ms", "must be above 0"));
+    }
+    if s.cooldown.failures_to_trip == 0 {
+        return Err(ConfigError::invalid(
+            "cooldown.failures_to_trip",
+            "must be at least 1",
+        ));
+    }
+    if s.worker.retry_min_ms > s.worker.retry_max_ms {
+        return Err(ConfigError::invalid(
+            "worker.retry_min_ms",
+            format!(
+                "{} is greater than worker.retry_max_ms ({})",
+                s.worker.retry_min_ms, s.worker.retry_max_ms
+            ),
+        ));
+    }
+    if s.worker.poll_interval_ms == 0 {
+        return Err(ConfigError::invalid(
+            "worker.poll_interval_ms",
+            "must be above 0",
+        ));
+    }
+    for (name, provider) in &s.providers {
+        if !matches!(provider.base_url.scheme(), "http" | "https") {
+            return Err(ConfigError::invalid(
+                format!("providers.{name}.base_url"),
+                "must be an http:// or https:// URL",
+            ));
+        }
+        if provider.max_concurrency == 0 {
+            return Err(ConfigError::invalid(
+                format!("providers.{name}.max_concurrency"),
+                "must be at least 1",
+            ));
+        }
+    }
+    for (task, settings) in [("analysis", &s.analysis), ("metrics", &s.metrics)] {
+        if settings.steps.is_empty() {
+            return Err(ConfigError::invalid(
+                format!("{task}.steps"),
+                "needs at least one step",
+            ));
+        }
+        for (i, step) in settings.steps.iter().enumerate() {
+            if !s.providers.contains_key(&step.provider) {
+                let known: Vec<&str> = s.providers.keys().map(String::as_str).collect();
+                return Err(ConfigError::invalid(
+                    format!("{task}.steps[{i}].provider"),
+                    format!(
+                        "unknown provider `{}` (configured: {})",
+                        step.provider,
+                        known.join(", ")
+                    ),
+                ));
+            }
+            if step.model.trim().is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("{task}.steps[{i}].model"),
+                    "must not be empty",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Keys of each provider: `NAME_API_KEY` (one, or a comma list), then `NAME_API_KEY_2`,
+/// `_3`, … until the first missing number. Blank entries and duplicates are dropped.
+fn read_secrets(file: &FileSettings, env: &dyn Env) -> Secrets {
+    let mut keys = BTreeMap::new();
+    for (name, provider) in &file.providers {
+        let var = provider.key_env(name);
+        let mut found: Vec<String> = Vec::new();
+        let mut push_all = |raw: String| {
+            for k in raw.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+                if !found.iter().any(|f| f == k) {
+                    found.push(k.to_owned());
+                }
+            }
+        };
+        if let Some(raw) = env.var(&var) {
+            push_all(raw);
+        }
+        for n in 2.. {
+            match env.var(&format!("{var}_{n}")) {
+                Some(raw) => push_all(raw),
+                None => break,
+            }
+        }
+        keys.insert(name.clone(), found.into_iter().map(ApiKey::new).collect());
+    }
+    let telegram_token = env
+        .var("TELOXIDE_TOKEN")
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .map(ApiKey::new);
+    Secrets {
+        telegram_token,
+        keys,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn load(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        Settings::load_from(&env(pairs))
+    }
+
+    fn error_key(pairs: &[(&str, &str)]) -> String {
+        match load(pairs) {
+            Err(ConfigError::Invalid { key, .. }) => key,
+            other => panic!("expected an invalid-key error, got {other:?}"),
+        }
+    }
+
+    fn write_config(text: &str) -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(file.path(), text).expect("write config");
+        file
+    }
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let s = load(&[]).expect("defaults load");
+        assert_eq!(s.retry.max_attempts, 3);
+        assert_eq!(s.retry.min_delay(), Duration::from_secs(1));
+        assert_eq!(s.retry.hedge_after(), Some(Duration::from_secs(8)));
+        assert_eq!(s.cooldown.duration_ms, 60_000);
+        assert_eq!(s.worker.max_age(), Duration::from_secs(48 * 3600));
+        assert!(s.telegram.throttle);
+        assert_eq!(s.analysis.steps.len(), 3);
+        assert_eq!(s.analysis.steps[0].model, "mistral-small-2506");
+        assert_eq!(s.metrics.steps[0].provider, "groq");
+        assert_eq!(s.providers["gemini"].kind, ProviderKind::Gemini);
+        assert_eq!(s.database_url, DEFAULT_DATABASE_URL);
+    }
+
+    #[test]
+    fn layers_apply_in_order_file_then_env() {
+        let file = write_config("[retry]\nmin_delay_ms = 10\nmax_delay_ms = 20\n");
+        let path = file.path().to_str().expect("utf-8 path");
+        let s = load(&[
+            (CONFIG_FILE_VAR, path),
+            ("DAYLOG__RETRY__MAX_DELAY_MS", "50"),
+            (
+                "DAYLOG__PROVIDERS__MISTRAL__BASE_URL",
+                "http://127.0.0.1:9000/v1",
+            ),
+            ("DAYLOG__TELEGRAM__THROTTLE", "false"),
+        ])
+        .expect("loads");
+        assert_eq!(s.retry.min_delay_ms, 10, "file beats defaults");
+        assert_eq!(s.retry.max_delay_ms, 50, "env beats file");
+        assert_eq!(s.retry.max_attempts, 3, "untouched keys keep their default");
+        assert_eq!(
+            s.providers["mistral"].base_url.as_str(),
+            "http://127.0.0.1:9000/v1"
+        );
+        assert_eq!(s.providers["mistral"].kind, ProviderKind::Openai);
+        assert!(!s.telegram.throttle);
+    }
+
+    #[test]
+    fn a_file_replaces_step_lists_whole() {
+        let file = write_config(
+            "[[analysis.steps]]\nprovider = \"gemini\"\nmodel = \"gemini-2.5-flash\"\n",
+        );
+        let s = load(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]).expect("loads");
+        assert_eq!(s.analysis.steps.len(), 1);
+        assert_eq!(s.analysis.steps[0].model, "gemini-2.5-flash");
+    }
+
+    #[test]
+    fn keys_come_from_comma_lists_and_numbered_variables() {
+        let s = load(&[
+            ("GEMINI_API_KEY", "g1, g2,,g1"),
+            ("GEMINI_API_KEY_2", "g3"),
+            ("GEMINI_API_KEY_3", "g4"),
+            ("GEMINI_API_KEY_5", "unreachable-after-a-gap"),
+            ("MISTRAL_API_KEY", "m1"),
+        ])
+        .expect("loads");
+        let gemini: Vec<&str> = s.keys("gemini").iter().map(ApiKey::expose).collect();
+        assert_eq!(gemini, ["g1", "g2", "g3", "g4"]);
+        assert_eq!(s.keys("mistral").len(), 1);
+        assert!(s.keys("groq").is_empty());
+        assert!(s.provider_usable("mistral"));
+        assert!(!s.provider_usable("groq"));
+    }
+
+    #[test]
+    fn a_provider_without_key_requirement_is_usable() {
+        let s = load(&[
+            ("DAYLOG__PROVIDERS__OLLAMA__KIND", "openai"),
+            (
+                "DAYLOG__PROVIDERS__OLLAMA__BASE_URL",
+                "http://localhost:11434/v1",
+            ),
+            ("DAYLOG__PROVIDERS__OLLAMA__REQUIRE_KEY", "false"),
+        ])
+        .expect("loads");
+        assert!(s.provider_usable("ollama"));
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug() {
+        let s = load(&[
+            ("MISTRAL_API_KEY", "sk-very-secret-mistral"),
+            ("TELOXIDE_TOKEN", "123456:telegram-secret"),
+        ])
+        .expect("loads");
+        let debug = format!("{s:?}");
+        assert!(!debug.contains("sk-very-secret-mistral"), "{debug}");
+        assert!(!debug.contains("telegram-secret"), "{debug}");
+        assert!(debug.contains("redacted"));
+        assert_eq!(format!("{:?}", ApiKey::new("abc")), "ApiKey(<redacted>)");
+    }
+
+    #[test]
+    fn unknown_step_provider_is_named() {
+        let file = write_config("[[metrics.steps]]\nprovider = \"openrouter\"\nmodel = \"x\"\n");
+        let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);
+        assert_eq!(key, "metrics.steps[0].provider");
+    }
+
+    #[test]
+    fn bad_base_url_is_named() {
+        let key = error_key(&[("DAYLOG__PROVIDERS__GROQ__BASE_URL", "not a url")]);
+        assert_eq!(key, "providers.groq.base_url");
+    }
+
+    #[test]
+    fn zero_attempts_is_refused() {
+        assert_eq!(
+            error_key(&[("DAYLOG__RETRY__MAX_ATTEMPTS", "0")]),
+            "retry.max_attempts"
+        );
+    }
+
+    #[test]
+    fn min_delay_above_max_delay_is_refused() {
+        let key = error_key(&[
+            ("DAYLOG__RETRY__MIN_DELAY_MS", "5000"),
+            ("DAYLOG__RETRY__MAX_DELAY_MS", "100"),
+        ]);
+        assert_eq!(key, "retry.min_delay_ms");
+    }
+
+    #[test]
+    fn unknown_provider_kind_is_named() {
+        let key = error_key(&[("DAYLOG__PROVIDERS__MISTRAL__KIND", "cohere")]);
+        assert_eq!(key, "providers.mistral.kind");
+    }
+
+    #[test]
+    fn unknown_keys_in_a_file_are_refused() {
+        let file = write_config("[retry]\nmax_atempts = 5\n");
+        let err = load(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))])
+            .expect_err("typo refused");
+        let text = err.to_string();
+        assert!(text.contains("max_atempts"), "{text}");
+        assert!(text.contains("retry"), "{text}");
+    }
+
+    #[test]
+    fn unknown_env_override_is_refused() {
+        let err = load(&[("DAYLOG__RETRY__MAX_ATEMPTS", "5")]).expect_err("typo refused");
+        assert!(err.to_string().contains("max_atempts"), "{err}");
+    }
+
+    #[test]
+    fn wrong_types_are_named() {
+        assert_eq!(
+            error_key(&[("DAYLOG__RETRY__MIN_DELAY_MS", "soon")]),
+            "retry.min_delay_ms"
+        );
+    }
+
+    #[test]
+    fn malformed_toml_is_one_sentence() {
+        let file = write_config("[retry\nmax_attempts = 3\n");
+        let err = load(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))])
+            .expect_err("syntax error");
+        assert!(matches!(err, ConfigError::Syntax { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_missing_config_file_is_an_error() {
+        let err = load(&[(CONFIG_FILE_VAR, "/nonexistent/daylog.toml")]).expect_err("missing");
+        assert!(err.to_string().contains("/nonexistent/daylog.toml"));
+    }
+
+    #[test]
+    fn non_sqlite_database_url_is_refused() {
+        assert_eq!(
+            error_key(&[("DATABASE_URL", "postgres://localhost/daylog")]),
+            "DATABASE_URL"
+        );
+    }
+
+    #[test]
+    fn shipped_example_configs_load() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples");
+        for entry in std::fs::read_dir(dir).expect("examples folder") {
+            let path = entry.expect("entry").path();
+            let s = load(&[(CONFIG_FILE_VAR, path.to_str().expect("utf-8"))]);
+            assert!(s.is_ok(), "{}: {:?}", path.display(), s.err());
+        }
+    }
+}
