@@ -476,7 +476,10 @@ fn deserialize(tree: toml::Table) -> Result<FileSettings, ConfigError> {
         } else {
             path
         };
-        ConfigError::invalid(key, e.into_inner().to_string())
+        // The TOML deserialiser appends "in `section`" lines; the key already says where.
+        let message = e.into_inner().to_string();
+        let first_line = message.lines().next().unwrap_or_default().trim().to_owned();
+        ConfigError::invalid(key, first_line)
     })
 }
 

@@ -1,0 +1,691 @@
+//! The store: SQLite through sqlx, and the only place in daylog that talks SQL.
+//!
+//! Writes go through a pool of exactly one connection, so concurrent handlers queue in
+//! the pool instead of racing for SQLite's write lock (no `SQLITE_BUSY` under load);
+//! reads use a separate pool, which WAL lets run beside the writer. Every query that
+//! serves a user filters by that user's id.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{FromRow, Row};
+
+use crate::language::Language;
+use crate::llm::{Attempt, AttemptSink};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("DATABASE_URL must be a SQLite URL such as sqlite://data/daylog.db")]
+    NotSqlite,
+    #[error("cannot create the database folder {path}: {source}")]
+    CreateDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the database {path} does not exist (run `daylog migrate` first)")]
+    Missing { path: String },
+    #[error("cannot open the database {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error(
+        "the database was written by a newer daylog (schema version {found}, this build knows up to {known}); upgrade daylog"
+    )]
+    NewerSchema { found: i64, known: i64 },
+    #[error("the database schema is not up to date (run `daylog migrate`)")]
+    NotMigrated,
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database error: {0}")]
+    Sql(#[from] sqlx::Error),
+}
+
+/// Lifecycle of a day log (`day_logs.status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "TEXT", rename_all = "lowercase")]
+pub enum LogStatus {
+    Pending,
+    Analyzed,
+    Blocked,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct User {
+    pub user_id: i64,
+    pub chat_id: i64,
+    pub username: Option<String>,
+    pub language: String,
+    pub timezone: String,
+    pub created_at: String,
+}
+
+impl User {
+    pub fn language(&self) -> Language {
+        Language::from_code(Some(&self.language))
+    }
+}
+
+/// What a handler knows about the sender of a message.
+#[derive(Debug, Clone)]
+pub struct NewUser<'a> {
+    pub user_id: i64,
+    pub chat_id: i64,
+    pub username: Option<&'a str>,
+    /// Used only when the user is first seen; `/lang` changes it later.
+    pub language: Language,
+}
+
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct DayLog {
+    pub id: i64,
+    pub user_id: i64,
+    pub chat_id: i64,
+    pub message_id: i64,
+    pub text: String,
+    pub created_at: String,
+    pub status: LogStatus,
+    pub analysis: Option<String>,
+    pub metrics: Option<String>,
+    pub attempts: i64,
+    pub next_attempt_at: Option<String>,
+    pub replied_at: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewLog<'a> {
+    pub user_id: i64,
+    pub chat_id: i64,
+    pub message_id: i64,
+    pub text: &'a str,
+}
+
+/// Result of an idempotent insert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    New(i64),
+    /// The same `(chat_id, message_id)` was stored before: a re-delivered update.
+    Duplicate(i64),
+}
+
+impl Inserted {
+    pub fn id(self) -> i64 {
+        match self {
+            Self::New(id) | Self::Duplicate(id) => id,
+        }
+    }
+}
+
+/// One row of the `daily_metrics` view. Values are averages of non-defaulted metrics.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct DailyMetrics {
+    pub day: String,
+    pub mood: Option<f64>,
+    pub stress: Option<f64>,
+    pub energy: Option<f64>,
+    pub productivity: Option<f64>,
+    pub sleep_hours: Option<f64>,
+    pub logs: i64,
+}
+
+/// What the worker has to finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfinished {
+    /// Pending and due: run the analysis again.
+    Analyse,
+    /// Analysed (or blocked/failed) but the reply never went out: send it.
+    Reply,
+}
+
+const LOG_COLUMNS: &str = "id, user_id, chat_id, message_id, text, created_at, status, analysis, \
+     metrics, attempts, next_attempt_at, replied_at";
+
+/// The shared handle on the database. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    read: SqlitePool,
+    write: SqlitePool,
+}
+
+/// The file behind a `sqlite:` URL, or `None` for an in-memory database.
+pub fn database_path(url: &str) -> Result<Option<PathBuf>, StoreError> {
+    let rest = url.strip_prefix("sqlite:").ok_or(StoreError::NotSqlite)?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let path = rest.split('?').next().unwrap_or("");
+    if path.is_empty() || path == ":memory:" || url.contains("mode=memory") {
+        return Ok(None);
+    }
+    Ok(Some(PathBuf::from(path)))
+}
+
+fn connect_options(url: &str, busy_timeout: Duration) -> Result<SqliteConnectOptions, StoreError> {
+    let options = SqliteConnectOptions::from_str(url).map_err(|source| StoreError::Open {
+        path: url.to_owned(),
+        source,
+    })?;
+    Ok(options
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(busy_timeout))
+}
+
+impl Store {
+    /// Opens (creating the file and its folder when missing) without migrating.
+    pub async fn open(url: &str, busy_timeout: Duration) -> Result<Self, StoreError> {
+        let display = database_path(url)?
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| url.to_owned());
+        if let Some(path) = database_path(url)? {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                    path: dir.display().to_string(),
+                    source,
+                })?;
+            }
+        }
+        let options = connect_options(url, busy_timeout)?.create_if_missing(true);
+        let open_err = |source| StoreError::Open {
+            path: display.clone(),
+            source,
+        };
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await
+            .map_err(open_err)?;
+        // An in-memory database exists once per connection: read through the writer.
+        let read = if database_path(url)?.is_none() {
+            write.clone()
+        } else {
+            let read_options = SqliteConnectOptions::from_str(url)
+                .map_err(open_err)?
+                .foreign_keys(true)
+                .busy_timeout(busy_timeout)
+                .read_only(true);
+            SqlitePoolOptions::new()
+                .max_connections(4)
+                .connect_with(read_options)
+                .await
+                .map_err(open_err)?
+        };
+        Ok(Self { read, write })
+    }
+
+    /// Opens and brings the schema up to date. Refuses a database from a newer daylog.
+    pub async fn open_and_migrate(url: &str, busy_timeout: Duration) -> Result<Self, StoreError> {
+        let store = Self::open(url, busy_timeout).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.check_not_newer().await?;
+        MIGRATOR.run(&self.write).await?;
+        Ok(())
+    }
+
+    /// Whether every migration this build knows has been applied.
+    pub async fn is_migrated(&self) -> Result<bool, StoreError> {
+        let applied = self.applied_versions().await?;
+        Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))
+    }
+
+    async fn applied_versions(&self) -> Result<Vec<i64>, StoreError> {
+        let exists: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+        )
+        .fetch_one(&self.read)
+        .await?;
+        if exists == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = 1")
+                .fetch_all(&self.read)
+                .await?,
+        )
+    }
+
+    async fn check_not_newer(&self) -> Result<(), StoreError> {
+        let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        let found = self.applied_versions().await?.into_iter().max().unwrap_or(0);
+        if found > known {
+            return Err(StoreError::NewerSchema { found, known });
+        }
+        Ok(())
+    }
+
+    /// Fails with a clear error unless the schema is current (for commands that do not
+    /// migrate themselves).
+    pub async fn ensure_migrated(&self) -> Result<(), StoreError> {
+        self.check_not_newer().await?;
+        if self.is_migrated().await? {
+            Ok(())
+        } else {
+            Err(StoreError::NotMigrated)
+        }
+    }
+
+    pub async fn close(&self) {
+        self.write.close().await;
+        self.read.close().await;
+    }
+
+    // ---- users ----
+
+    /// Creates the user or refreshes its chat and username; keeps a chosen language.
+    pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
+        Ok(sqlx::query_as::<_, User>(
+            "INSERT INTO users (user_id, chat_id, username, language) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id,
+                 username = excluded.username
+             RETURNING user_id, chat_id, username, language, timezone, created_at",
+        )
+        .bind(user.user_id)
+        .bind(user.chat_id)
+        .bind(user.username)
+        .bind(user.language.code())
+        .fetch_one(&self.write)
+        .await?)
+    }
+
+    pub async fn user(&self, user_id: i64) -> Result<Option<User>, StoreError> {
+        Ok(sqlx::query_as::<_, User>(
+            "SELECT user_id, chat_id, username, language, timezone, created_at
+             FROM users WHERE user_id = ?1",
+        )
+        .bind(user_id)
+        .fetch_optional(&self.read)
+        .await?)
+    }
+
+    pub async fn set_language(&self, user_id: i64, language: Language) -> Result<(), StoreError> {
+        sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
+            .bind(user_id)
+            .bind(language.code())
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
+    /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
+    /// many logs went.
+    pub async fn delete_user(&self, user_id: i64) -> Result<u64, StoreError> {
+        let mut tx = self.write.begin().await?;
+        let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query("DELETE FROM users WHERE user_id = ?1")
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(logs)
+    }
+
+    // ---- day logs ----
+
+    /// Stores a log as pending, or finds the one stored for the same message before.
+    pub async fn insert_log(&self, log: &NewLog<'_>) -> Result<Inserted, StoreError> {
+        let mut tx = self.write.begin().await?;
+        let inserted: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at)
+             VALUES (?1, ?2, ?3, ?4, datetime('now'))
+             ON CONFLICT (chat_id, message_id) DO NOTHING
+             RETURNING id",
+        )
+        .bind(log.user_id)
+        .bind(log.chat_id)
+        .bind(log.message_id)
+        .bind(log.text)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let result = match inserted {
+            Some(id) => Inserted::New(id),
+            None => Inserted::Duplicate(
+                sqlx::query_scalar("SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2")
+                    .bind(log.chat_id)
+                    .bind(log.message_id)
+                    .fetch_one(&mut *tx)
+                    .await?,
+            ),
+        };
+        tx.commit().await?;
+        Ok(result)
+    }
+
+    pub async fn log(&self, id: i64) -> Result<Option<DayLog>, StoreError> {
+        Ok(
+            sqlx::query_as::<_, DayLog>(&format!("SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"))
+                .bind(id)
+                .fetch_optional(&self.read)
+                .await?,
+        )
+    }
+
+    /// An edited message: new text, and the log goes back to pending to be analysed again.
+    /// Returns the log's id, or `None` when the message was never stored.
+    pub async fn update_text(
+        &self,
+        chat_id: i64,
+        message_id: i64,
+        text: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
+                 attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL
+             WHERE chat_id = ?1 AND message_id = ?2
+             RETURNING id",
+        )
+        .bind(chat_id)
+        .bind(message_id)
+        .bind(text)
+        .fetch_optional(&self.write)
+        .await?)
+    }
+
+    /// The highest message id stored for a chat (for `daylog chat`, which numbers its own).
+    pub async fn last_message_id(&self, chat_id: i64) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT coalesce(max(message_id), 0) FROM day_logs WHERE chat_id = ?1",
+        )
+        .bind(chat_id)
+        .fetch_one(&self.read)
+        .await?)
+    }
+
+    pub async fn mark_analyzed(
+        &self,
+        id: i64,
+        analysis: &str,
+        metrics_json: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE day_logs SET status = 'analyzed', analysis = ?2, metrics = ?3,
+                 attempts = attempts + 1, next_attempt_at = NULL
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(analysis)
+        .bind(metrics_json)
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
+    /// The analysis failed for now: try again after `retry_in`.
+    pub async fn mark_retry(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE day_logs SET attempts = attempts + 1,
+                 next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
+             WHERE id = ?1 AND status = 'pending'",
+        )
+        .bind(id)
+        .bind(retry_in.as_secs_f64())
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
+    /// A content-policy refusal: never retried. Metrics may still have been extracted.
+    pub async fn mark_blocked(&self, id: i64, metrics_json: Option<&str>) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?2, metrics),
+                 attempts = attempts + 1, next_attempt_at = NULL
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(metrics_json)
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
+    /// Given up after `worker.max_age_hours`.
+    pub async fn mark_failed(&self, id: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE day_logs SET status = 'failed', next_attempt_at = NULL WHERE id = ?1")
+            .bind(id)
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
+    /// The final answer for this log reached the user.
+    pub async fn mark_replied(&self, id: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE day_logs SET replied_at = datetime('now') WHERE id = ?1")
+            .bind(id)
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
+    /// Logs the worker must finish: pending ones whose retry is due, and any that were
+    /// decided (analysed, blocked, failed) but whose answer never went out. Oldest first.
+    pub async fn unfinished(&self, limit: i64) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
+        let rows = sqlx::query_as::<_, DayLog>(&format!(
+            "SELECT {LOG_COLUMNS} FROM day_logs
+             WHERE status = 'pending' AND next_attempt_at <= datetime('now')
+             UNION ALL
+             SELECT {LOG_COLUMNS} FROM day_logs
+             WHERE status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
+             ORDER BY id LIMIT ?1"
+        ))
+        .bind(limit)
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|log| {
+                let kind = if log.status == LogStatus::Pending {
+                    Unfinished::Analyse
+                } else {
+                    Unfinished::Reply
+                };
+                (kind, log)
+            })
+            .collect())
+    }
+
+    /// How many pending logs exist at all (due or not).
+    pub async fn pending_count(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE status = 'pending'")
+                .fetch_one(&self.read)
+                .await?,
+        )
+    }
+
+    /// Seconds since the log was stored.
+    pub async fn log_age(&self, id: i64) -> Result<Option<Duration>, StoreError> {
+        let secs: Option<f64> = sqlx::query_scalar(
+            "SELECT (julianday('now') - julianday(created_at)) * 86400.0 FROM day_logs WHERE id = ?1",
+        )
+        .bind(id)
+        .fetch_optional(&self.read)
+        .await?;
+        Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
+    }
+
+    /// Analyses attempted for this user in the last hour (for the per-user limit).
+    pub async fn analyses_last_hour(&self, user_id: i64) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM day_logs
+             WHERE user_id = ?1 AND created_at >= datetime('now', '-1 hour') AND attempts > 0",
+        )
+        .bind(user_id)
+        .fetch_one(&self.read)
+        .await?)
+    }
+
+    /// The user's last `limit` logs, newest first.
+    pub async fn history(&self, user_id: i64, limit: i64) -> Result<Vec<DayLog>, StoreError> {
+        Ok(sqlx::query_as::<_, DayLog>(&format!(
+            "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1
+             ORDER BY created_at DESC, id DESC LIMIT ?2"
+        ))
+        .bind(user_id)
+        .bind(limit)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Every log of the user, oldest first (for `/export`).
+    pub async fn export(&self, user_id: i64) -> Result<Vec<DayLog>, StoreError> {
+        Ok(sqlx::query_as::<_, DayLog>(&format!(
+            "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1 ORDER BY created_at, id"
+        ))
+        .bind(user_id)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Per-day averages for the last `days` days (today included), oldest first.
+    pub async fn daily_metrics(
+        &self,
+        user_id: i64,
+        days: u32,
+    ) -> Result<Vec<DailyMetrics>, StoreError> {
+        Ok(sqlx::query_as::<_, DailyMetrics>(
+            "SELECT day, mood, stress, energy, productivity, sleep_hours, logs
+             FROM daily_metrics
+             WHERE user_id = ?1 AND day >= date('now', '-' || ?2 || ' days')
+             ORDER BY day",
+        )
+        .bind(user_id)
+        .bind(i64::from(days.saturating_sub(1)))
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Summaries (from stored metrics) of the user's last `limit` analysed logs before
+    /// `before_id`, newest first, skipping empty ones.
+    pub async fn recent_summaries(
+        &self,
+        user_id: i64,
+        before_id: i64,
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT json_extract(metrics, '$.summary') FROM day_logs
+             WHERE user_id = ?1 AND id < ?2 AND metrics IS NOT NULL
+               AND coalesce(json_extract(metrics, '$.summary'), '') <> ''
+             ORDER BY id DESC LIMIT ?3",
+        )
+        .bind(user_id)
+        .bind(before_id)
+        .bind(limit)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    // ---- LLM calls ----
+
+    pub async fn record_call(
+        &self,
+        day_log_id: Option<i64>,
+        attempt: &Attempt,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO llm_calls (day_log_id, task, provider, model, key_index, attempt,
+                 http_status, outcome, latency_ms, wait_ms, error)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .bind(day_log_id)
+        .bind(attempt.task.as_str())
+        .bind(&attempt.provider)
+        .bind(&attempt.model)
+        .bind(attempt.key_index.map(|i| i as i64))
+        .bind(i64::from(attempt.attempt))
+        .bind(attempt.http_status.map(i64::from))
+        .bind(attempt.outcome.as_str())
+        .bind(attempt.latency_ms as i64)
+        .bind(attempt.wait_ms as i64)
+        .bind(attempt.error.as_deref())
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
+    /// A sink for the cascade that records each attempt against one log. Recording runs
+    /// in the background so the cascade never waits on the database.
+    pub fn call_sink(&self, day_log_id: Option<i64>) -> CallSink {
+        CallSink {
+            store: self.clone(),
+            day_log_id,
+        }
+    }
+
+    /// The connection pool for read-only ad-hoc queries by the owner (`daylog sql` opens
+    /// its own read-only connection instead).
+    pub fn read_pool(&self) -> &SqlitePool {
+        &self.read
+    }
+}
+
+/// Records attempts of one log's cascade into `llm_calls`.
+pub struct CallSink {
+    store: Store,
+    day_log_id: Option<i64>,
+}
+
+impl AttemptSink for CallSink {
+    fn record(&self, attempt: Attempt) {
+        let store = self.store.clone();
+        let day_log_id = self.day_log_id;
+        tokio::spawn(async move {
+            if let Err(error) = store.record_call(day_log_id, &attempt).await {
+                tracing::warn!(%error, day_log_id, provider = %attempt.provider, "could not record an LLM call");
+            }
+        });
+    }
+}
+
+/// Opens a database for `daylog sql`: read-only at the file level (`mode=ro`) and at the
+/// connection level (`PRAGMA query_only`). A missing file is an error, never a new file.
+pub async fn open_read_only(url: &str, busy_timeout: Duration) -> Result<SqlitePool, StoreError> {
+    if let Some(path) = database_path(url)? {
+        if !Path::new(&path).exists() {
+            return Err(StoreError::Missing {
+                path: path.display().to_string(),
+            });
+        }
+    }
+    let options = SqliteConnectOptions::from_str(url)
+        .map_err(|source| StoreError::Open {
+            path: url.to_owned(),
+            source,
+        })?
+        .read_only(true)
+        .create_if_missing(false)
+        .busy_timeout(busy_timeout)
+        .pragma("query_only", "ON");
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .map_err(|source| StoreError::Open {
+            path: url.to_owned(),
+            source,
+        })
+}
+
+/// Names of the columns of a table or view, in order (for schema checks).
+pub async fn columns(pool: &SqlitePool, table: &str) -> Result<Vec<String>, StoreError> {
+    let rows = sqlx::query("SELECT name FROM pragma_table_info(?1) ORDER BY cid")
+        .bind(table)
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+}

@@ -1,0 +1,238 @@
+//! The `daylog` binary as a user runs it: exit codes, one-sentence errors, `daylog sql`
+//! staying read-only.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Workdir {
+    dir: tempfile::TempDir,
+}
+
+impl Workdir {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    fn db_path(&self) -> PathBuf {
+        self.dir.path().join("data/daylog.db")
+    }
+
+    /// Runs `daylog` in the temp dir with a clean environment (no real keys, no .env).
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_daylog"));
+        cmd.args(args)
+            .current_dir(self.dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "info");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("daylog runs")
+    }
+
+    fn sql(&self, query: &str) -> Output {
+        self.run(&["sql", query], &[])
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn migrate_then_sql_lists_the_public_tables() {
+    let w = Workdir::new();
+    let migrate = w.run(&["migrate"], &[]);
+    assert!(migrate.status.success(), "{}", stderr(&migrate));
+    let out = w.sql("SELECT name FROM sqlite_master WHERE type IN ('table','view') ORDER BY name");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names: Vec<String> = stdout(&out)
+        .lines()
+        .skip(2)
+        .filter(|l| !l.starts_with('('))
+        .map(|l| l.trim().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["_sqlx_migrations", "daily_metrics", "day_logs", "llm_calls", "users"]
+    );
+    assert!(w.db_path().exists());
+}
+
+#[test]
+fn sql_refuses_writes_and_changes_nothing() {
+    let w = Workdir::new();
+    assert!(w.run(&["migrate"], &[]).status.success());
+    let before = std::fs::read(w.db_path()).expect("db bytes");
+    for query in [
+        "DELETE FROM users",
+        "UPDATE users SET language = 'ru'",
+        "DROP TABLE day_logs",
+        "ATTACH DATABASE 'other.db' AS other",
+        "PRAGMA journal_mode=delete",
+        "SELECT 1; DELETE FROM users",
+        "WITH x AS (SELECT 1) DELETE FROM users",
+        "INSERT INTO users (user_id, chat_id) VALUES (1, 1)",
+    ] {
+        let out = w.sql(query);
+        assert_eq!(out.status.code(), Some(2), "{query}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "one sentence for {query}: {err}");
+        assert!(err.starts_with("daylog: "), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    assert!(!w.dir.path().join("other.db").exists());
+    let tables = w.sql("SELECT count(*) AS n FROM sqlite_master WHERE name = 'day_logs'");
+    assert_eq!(stdout(&tables).lines().nth(2), Some("1"), "{}", stdout(&tables));
+    let after = std::fs::read(w.db_path()).expect("db bytes");
+    assert_eq!(before, after, "the database file is unchanged");
+}
+
+#[test]
+fn sql_formats() {
+    let w = Workdir::new();
+    assert!(w.run(&["migrate"], &[]).status.success());
+    let csv = w.run(&["sql", "SELECT 1 AS a, NULL AS b, 'x' AS c", "--format", "csv"], &[]);
+    assert_eq!(stdout(&csv), "a,b,c\n1,,x\n");
+    let json = w.run(&["sql", "SELECT 1 AS a, NULL AS b", "--format", "json"], &[]);
+    let value: serde_json::Value = serde_json::from_str(&stdout(&json)).expect("json");
+    assert_eq!(value, serde_json::json!([{"a": 1, "b": null}]));
+    let table = w.sql("SELECT NULL AS empty_value");
+    assert!(stdout(&table).contains("NULL"));
+}
+
+#[test]
+fn sql_on_a_missing_database_does_not_create_it() {
+    let w = Workdir::new();
+    let out = w.sql("SELECT 1");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+    assert!(!w.db_path().exists());
+}
+
+#[test]
+fn bad_config_exits_2_naming_the_key() {
+    let w = Workdir::new();
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[("DAYLOG__RETRY__MAX_ATTEMPTS", "0")], "retry.max_attempts"),
+        (&[("DAYLOG__RETRY__MAX_ATEMPTS", "2")], "max_atempts"),
+        (&[("DAYLOG__PROVIDERS__GROQ__KIND", "cohere")], "providers.groq.kind"),
+        (&[("DATABASE_URL", "postgres://db/daylog")], "DATABASE_URL"),
+    ];
+    for (env, key) in cases {
+        let out = w.run(&["migrate"], env);
+        assert_eq!(out.status.code(), Some(2), "{env:?}");
+        let err = stderr(&out);
+        assert!(err.contains(key), "{key} in {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn malformed_config_file_exits_2() {
+    let w = Workdir::new();
+    let file = w.dir.path().join("bad.toml");
+    std::fs::write(&file, "[retry\nmax_attempts = ").expect("write");
+    let out = w.run(&["migrate"], &[("DAYLOG_CONFIG", file.to_str().expect("utf-8"))]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not valid TOML"), "{}", stderr(&out));
+}
+
+#[test]
+fn an_unwritable_database_path_is_one_sentence() {
+    let w = Workdir::new();
+    let blocker = w.dir.path().join("file");
+    std::fs::write(&blocker, "not a folder").expect("write");
+    let url = format!("sqlite://{}/daylog.db", blocker.display());
+    let out = w.run(&["migrate"], &[("DATABASE_URL", &url)]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("cannot create the database folder"), "{err}");
+    assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn a_database_from_a_newer_daylog_is_refused() {
+    let w = Workdir::new();
+    assert!(w.run(&["migrate"], &[]).status.success());
+    let url = format!("sqlite://{}", w.db_path().display());
+    // Pretend a future daylog applied migration 99990101000000.
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+             VALUES (99990101000000, 'future', 1, x'00', 0)",
+        )
+        .execute(&pool)
+        .await
+        .expect("insert");
+        pool.close().await;
+    });
+    let out = w.run(&["migrate"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("newer daylog"), "{}", stderr(&out));
+}
+
+#[test]
+fn keys_never_reach_output_or_logs() {
+    let w = Workdir::new();
+    let out = w.run(
+        &["doctor"],
+        &[
+            ("RUST_LOG", "trace"),
+            ("MISTRAL_API_KEY", "sk-secret-mistral-1,sk-secret-mistral-2"),
+            ("GEMINI_API_KEY_2", "secret-gemini-never-read"),
+            ("TELOXIDE_TOKEN", "123:secret-telegram"),
+        ],
+    );
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(all.contains("provider mistral: 2 keys"), "{all}");
+    for secret in ["sk-secret-mistral", "secret-telegram", "secret-gemini"] {
+        assert!(!all.contains(secret), "{secret} leaked: {all}");
+    }
+}
+
+#[test]
+fn doctor_reports_a_healthy_setup() {
+    let w = Workdir::new();
+    assert!(w.run(&["migrate"], &[]).status.success());
+    let out = w.run(
+        &["doctor"],
+        &[("MISTRAL_API_KEY", "k"), ("TELOXIDE_TOKEN", "1:t")],
+    );
+    let text = stdout(&out);
+    assert!(text.contains("ok   database reachable and migrated"), "{text}");
+    assert!(text.contains("ok   TELOXIDE_TOKEN is set"), "{text}");
+    assert!(out.status.success(), "{text}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let w = Workdir::new();
+    let out = w.run(&["frobnicate"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn compose_file_parses_and_names_the_essentials() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("docker-compose.yml")).expect("compose file");
+    let compose: serde_yaml::Value = serde_yaml::from_str(&text).expect("valid YAML");
+    let bot = &compose["services"]["daylog"];
+    assert_eq!(bot["restart"].as_str(), Some("unless-stopped"));
+    assert!(bot["env_file"].as_sequence().is_some() || bot["env_file"].as_str().is_some());
+    let health = format!("{:?}", bot["healthcheck"]["test"]);
+    assert!(health.contains("doctor"), "{health}");
+    assert!(compose["volumes"].as_mapping().is_some_and(|v| !v.is_empty()));
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).expect("Dockerfile");
+    assert!(dockerfile.contains("USER "), "runs as a non-root user");
+    assert!(dockerfile.matches("FROM ").count() >= 2, "multi-stage");
+}

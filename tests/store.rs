@@ -1,0 +1,321 @@
+//! The store against a real SQLite file: schema contract, idempotency, concurrency,
+//! isolation between users.
+
+use std::time::Duration;
+
+use daylog::language::Language;
+use daylog::llm::{Attempt, Outcome, Task};
+use daylog::store::{self, Inserted, LogStatus, NewLog, NewUser, Store, Unfinished};
+
+struct TestDb {
+    _dir: tempfile::TempDir,
+    url: String,
+    store: Store,
+}
+
+async fn fresh() -> TestDb {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/nested/daylog.db", dir.path().display());
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("store opens");
+    TestDb {
+        _dir: dir,
+        url,
+        store,
+    }
+}
+
+async fn user(store: &Store, user_id: i64) {
+    store
+        .upsert_user(&NewUser {
+            user_id,
+            chat_id: user_id,
+            username: Some("someone"),
+            language: Language::En,
+        })
+        .await
+        .expect("user");
+}
+
+async fn log(store: &Store, user_id: i64, message_id: i64, text: &str) -> Inserted {
+    store
+        .insert_log(&NewLog {
+            user_id,
+            chat_id: user_id,
+            message_id,
+            text,
+        })
+        .await
+        .expect("insert")
+}
+
+#[tokio::test]
+async fn schema_matches_the_public_contract_column_by_column() {
+    let db = fresh().await;
+    let pool = db.store.read_pool();
+    let expect = |cols: &[&str]| cols.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        store::columns(pool, "users").await.expect("users"),
+        expect(&["user_id", "chat_id", "username", "language", "timezone", "created_at"])
+    );
+    assert_eq!(
+        store::columns(pool, "day_logs").await.expect("day_logs"),
+        expect(&[
+            "id",
+            "user_id",
+            "chat_id",
+            "message_id",
+            "text",
+            "created_at",
+            "status",
+            "analysis",
+            "metrics",
+            "attempts",
+            "next_attempt_at",
+            "replied_at"
+        ])
+    );
+    assert_eq!(
+        store::columns(pool, "llm_calls").await.expect("llm_calls"),
+        expect(&[
+            "id",
+            "day_log_id",
+            "task",
+            "provider",
+            "model",
+            "key_index",
+            "attempt",
+            "http_status",
+            "outcome",
+            "latency_ms",
+            "wait_ms",
+            "error",
+            "created_at"
+        ])
+    );
+    assert_eq!(
+        store::columns(pool, "daily_metrics").await.expect("view"),
+        expect(&[
+            "user_id",
+            "day",
+            "mood",
+            "stress",
+            "energy",
+            "productivity",
+            "sleep_hours",
+            "logs"
+        ])
+    );
+}
+
+#[tokio::test]
+async fn the_file_and_its_folder_are_created_and_times_are_plain_utc_text() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let id = log(&db.store, 1, 10, "a calm day").await.id();
+    let stored = db.store.log(id).await.expect("read").expect("row");
+    assert_eq!(stored.status, LogStatus::Pending);
+    assert_eq!(stored.created_at.len(), "YYYY-MM-DD HH:MM:SS".len());
+    let path = store::database_path(&db.url).expect("url").expect("file");
+    assert!(path.exists());
+}
+
+#[tokio::test]
+async fn a_redelivered_message_is_stored_once() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let first = log(&db.store, 1, 10, "first delivery").await;
+    let again = log(&db.store, 1, 10, "second delivery").await;
+    assert!(matches!(first, Inserted::New(_)));
+    assert_eq!(again, Inserted::Duplicate(first.id()));
+    assert_eq!(db.store.history(1, 10).await.expect("history").len(), 1);
+    let stored = db.store.log(first.id()).await.expect("read").expect("row");
+    assert_eq!(stored.text, "first delivery");
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_inserts_all_succeed() {
+    let db = fresh().await;
+    for u in 1..=10 {
+        user(&db.store, u).await;
+    }
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let store = db.store.clone();
+            tokio::spawn(async move {
+                let text = format!("entry {i}");
+                store
+                    .insert_log(&NewLog {
+                        user_id: 1 + i % 10,
+                        chat_id: 1 + i % 10,
+                        message_id: i,
+                        text: &text,
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        let result = task.await.expect("task ran");
+        assert!(result.is_ok(), "insert failed: {result:?}");
+    }
+    let total: i64 = sqlx::query_scalar("SELECT count(*) FROM day_logs")
+        .fetch_one(db.store.read_pool())
+        .await
+        .expect("count");
+    assert_eq!(total, 200);
+}
+
+#[tokio::test]
+async fn one_user_never_sees_another_users_rows() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    user(&db.store, 2).await;
+    let mine = log(&db.store, 1, 1, "mine").await.id();
+    let theirs = log(&db.store, 2, 1, "theirs").await.id();
+    db.store
+        .mark_analyzed(mine, "ok", r#"{"mood":4,"summary":"mine","defaulted":[]}"#)
+        .await
+        .expect("mark");
+    db.store
+        .mark_analyzed(theirs, "ok", r#"{"mood":1,"summary":"theirs","defaulted":[]}"#)
+        .await
+        .expect("mark");
+
+    let history = db.store.history(1, 10).await.expect("history");
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].text, "mine");
+    let export = db.store.export(2).await.expect("export");
+    assert!(export.iter().all(|l| l.user_id == 2));
+    let days = db.store.daily_metrics(1, 7).await.expect("days");
+    assert_eq!(days.len(), 1);
+    assert_eq!(days[0].mood, Some(4.0));
+    let summaries = db.store.recent_summaries(1, i64::MAX, 3).await.expect("summaries");
+    assert_eq!(summaries, ["mine"]);
+}
+
+#[tokio::test]
+async fn daily_metrics_ignore_defaulted_values() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let a = log(&db.store, 1, 1, "a").await.id();
+    let b = log(&db.store, 1, 2, "b").await.id();
+    db.store
+        .mark_analyzed(a, "x", r#"{"mood":5,"stress":2,"sleep_hours":7.0,"defaulted":[]}"#)
+        .await
+        .expect("a");
+    db.store
+        .mark_analyzed(
+            b,
+            "x",
+            r#"{"mood":3,"stress":4,"sleep_hours":null,"defaulted":["mood","sleep_hours"]}"#,
+        )
+        .await
+        .expect("b");
+    let days = db.store.daily_metrics(1, 1).await.expect("days");
+    assert_eq!(days.len(), 1);
+    assert_eq!(days[0].mood, Some(5.0), "the defaulted 3 is not averaged in");
+    assert_eq!(days[0].stress, Some(3.0));
+    assert_eq!(days[0].sleep_hours, Some(7.0));
+    assert_eq!(days[0].logs, 2);
+}
+
+#[tokio::test]
+async fn delete_removes_every_row_of_that_user_only() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    user(&db.store, 2).await;
+    let mine = log(&db.store, 1, 1, "mine").await.id();
+    log(&db.store, 2, 1, "theirs").await;
+    let attempt = Attempt {
+        task: Task::Analysis,
+        provider: "mistral".into(),
+        model: "m".into(),
+        key_index: Some(0),
+        attempt: 1,
+        http_status: Some(200),
+        outcome: Outcome::Ok,
+        latency_ms: 5,
+        wait_ms: 0,
+        error: None,
+    };
+    db.store.record_call(Some(mine), &attempt).await.expect("call");
+
+    assert_eq!(db.store.delete_user(1).await.expect("delete"), 1);
+
+    assert!(db.store.user(1).await.expect("user").is_none());
+    assert!(db.store.history(1, 10).await.expect("history").is_empty());
+    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM llm_calls")
+        .fetch_one(db.store.read_pool())
+        .await
+        .expect("count");
+    assert_eq!(calls, 0, "the user's LLM calls go with the logs");
+    assert_eq!(db.store.history(2, 10).await.expect("other").len(), 1);
+}
+
+#[tokio::test]
+async fn unfinished_finds_due_pending_and_unreplied_logs() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let pending = log(&db.store, 1, 1, "pending").await.id();
+    let later = log(&db.store, 1, 2, "later").await.id();
+    let analysed = log(&db.store, 1, 3, "analysed, not replied").await.id();
+    let done = log(&db.store, 1, 4, "done").await.id();
+    db.store.mark_retry(later, Duration::from_secs(3600)).await.expect("retry");
+    db.store.mark_analyzed(analysed, "x", "{}").await.expect("analysed");
+    db.store.mark_analyzed(done, "x", "{}").await.expect("done");
+    db.store.mark_replied(done).await.expect("replied");
+
+    let work = db.store.unfinished(100).await.expect("unfinished");
+    let ids: Vec<(Unfinished, i64)> = work.iter().map(|(k, l)| (*k, l.id)).collect();
+    assert_eq!(
+        ids,
+        [(Unfinished::Analyse, pending), (Unfinished::Reply, analysed)]
+    );
+}
+
+#[tokio::test]
+async fn an_edit_sends_the_log_back_to_pending() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let id = log(&db.store, 1, 7, "typo").await.id();
+    db.store.mark_analyzed(id, "x", "{}").await.expect("analysed");
+    db.store.mark_replied(id).await.expect("replied");
+
+    let edited = db.store.update_text(1, 7, "fixed").await.expect("update");
+    assert_eq!(edited, Some(id));
+    let stored = db.store.log(id).await.expect("read").expect("row");
+    assert_eq!(stored.text, "fixed");
+    assert_eq!(stored.status, LogStatus::Pending);
+    assert_eq!(stored.replied_at, None);
+    assert_eq!(db.store.update_text(1, 999, "never stored").await.expect("ok"), None);
+}
+
+#[tokio::test]
+async fn the_hot_queries_use_their_indexes() {
+    let db = fresh().await;
+    let plan = |sql: &'static str| {
+        let pool = db.store.read_pool().clone();
+        async move {
+            let rows: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {sql}"))
+                    .fetch_all(&pool)
+                    .await
+                    .expect("plan");
+            rows.into_iter().map(|r| r.3).collect::<Vec<_>>().join("\n")
+        }
+    };
+    let history = plan(
+        "SELECT * FROM day_logs WHERE user_id = 1 ORDER BY created_at DESC, id DESC LIMIT 10",
+    )
+    .await;
+    assert!(history.contains("day_logs_user_created"), "{history}");
+    let stats = plan("SELECT * FROM daily_metrics WHERE user_id = 1 AND day >= '2026-01-01'").await;
+    assert!(stats.contains("day_logs_user_created"), "{stats}");
+    let due = plan(
+        "SELECT id FROM day_logs WHERE status = 'pending' AND next_attempt_at <= datetime('now')",
+    )
+    .await;
+    assert!(due.contains("day_logs_status_next"), "{due}");
+}
