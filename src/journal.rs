@@ -1,0 +1,446 @@
+//! The journal: the life of a day log (SPEC §4), independent of the front end.
+//!
+//! Telegram (`bot`) and the terminal (`chat`) both hand incoming text to [`Journal`] and
+//! give it a [`Messenger`] to answer through; the background worker uses the same type to
+//! finish what an outage or a crash left undone. The order is always: store first, then
+//! analyse, then store the result, then answer, then record that the answer went out.
+//! A log being worked on is *claimed* in memory so the worker never races a handler; at
+//! start-up nothing is claimed, so everything unfinished is picked up.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::analysis::{self, DayPoint, Metrics, UserContext};
+use crate::config::Settings;
+use crate::language::Language;
+use crate::llm::{Llm, Task};
+use crate::render::Reply;
+use crate::store::{DayLog, Inserted, LogStatus, NewLog, NewUser, Store, StoreError, Unfinished};
+use crate::texts::Texts;
+
+/// Where an answer goes: a chat, as a reply to one message when there is one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub chat_id: i64,
+    pub reply_to: Option<i64>,
+}
+
+/// One thing to show the user. Front ends decide how (HTML message, photo, file, …).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    Text(Reply),
+    Photo {
+        png: Vec<u8>,
+        caption: String,
+    },
+    Document {
+        bytes: Vec<u8>,
+        file_name: String,
+        caption: String,
+    },
+    /// Ask to confirm `/delete` (Telegram: an inline keyboard).
+    ConfirmDelete {
+        language: Language,
+    },
+}
+
+/// Why an answer did not go out.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SendError {
+    /// Worth trying again later (network, Telegram down).
+    #[error("temporary delivery failure: {0}")]
+    Transient(String),
+    /// Never deliverable (the user blocked the bot, the chat is gone).
+    #[error("undeliverable: {0}")]
+    Gone(String),
+}
+
+/// A front end's way to answer.
+pub trait Messenger: Send + Sync + 'static {
+    fn send(
+        &self,
+        target: Target,
+        responses: Vec<Response>,
+    ) -> impl Future<Output = Result<(), SendError>> + Send;
+
+    /// Shows that the bot is working (Telegram's "typing…"); may do nothing. It must
+    /// return quickly (fire and forget): the analysis waits while it runs.
+    fn typing(&self, chat_id: i64) -> impl Future<Output = ()> + Send;
+}
+
+/// A text message from a user.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    pub user_id: i64,
+    pub chat_id: i64,
+    pub message_id: i64,
+    pub username: Option<String>,
+    pub language_code: Option<String>,
+    pub text: String,
+}
+
+/// What became of one analysis round.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decided {
+    Analyzed { analysis: String, metrics: Metrics },
+    /// No provider answered; the log stays pending and the worker tries again.
+    Pending,
+    Blocked,
+}
+
+/// An in-memory claim on a log, released on drop.
+pub struct Claim {
+    id: i64,
+    set: Arc<Mutex<HashSet<i64>>>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+pub struct Journal {
+    pub settings: Arc<Settings>,
+    pub store: Store,
+    pub llm: Arc<Llm>,
+    claims: Arc<Mutex<HashSet<i64>>>,
+}
+
+impl Journal {
+    pub fn new(settings: Arc<Settings>, store: Store, llm: Arc<Llm>) -> Self {
+        Self {
+            settings,
+            store,
+            llm,
+            claims: Arc::default(),
+        }
+    }
+
+    /// Claims a log for this process; `None` when someone is already on it.
+    pub fn claim(&self, id: i64) -> Option<Claim> {
+        let mut set = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        set.insert(id).then(|| Claim {
+            id,
+            set: Arc::clone(&self.claims),
+        })
+    }
+
+    /// The user's language, as stored (English when unknown).
+    pub async fn language_of(&self, user_id: i64) -> Language {
+        match self.store.user(user_id).await {
+            Ok(Some(user)) => user.language(),
+            Ok(None) => Language::default(),
+            Err(error) => {
+                tracing::warn!(%error, user_id, "could not read the user's language");
+                Language::default()
+            }
+        }
+    }
+
+    /// A new text message: store, analyse, answer (SPEC §4).
+    pub async fn on_text<M: Messenger>(&self, messenger: &M, msg: Incoming) -> Result<(), StoreError> {
+        let user = self
+            .store
+            .upsert_user(&NewUser {
+                user_id: msg.user_id,
+                chat_id: msg.chat_id,
+                username: msg.username.as_deref(),
+                language: Language::from_code(msg.language_code.as_deref()),
+            })
+            .await?;
+        let inserted = self
+            .store
+            .insert_log(&NewLog {
+                user_id: msg.user_id,
+                chat_id: msg.chat_id,
+                message_id: msg.message_id,
+                text: &msg.text,
+            })
+            .await?;
+        let id = match inserted {
+            Inserted::New(id) => id,
+            Inserted::Duplicate(id) => {
+                // A re-delivered update: the first delivery (or the worker) answers.
+                tracing::debug!(log_id = id, "duplicate update ignored");
+                return Ok(());
+            }
+        };
+        tracing::info!(log_id = id, user_id = msg.user_id, chars = msg.text.chars().count(), "day log stored");
+        let Some(claim) = self.claim(id) else {
+            return Ok(());
+        };
+        self.analyse_and_answer(messenger, id, user.language(), false, claim)
+            .await
+    }
+
+    /// An edited message: new text, analysed again. A message never stored is a new log.
+    pub async fn on_edit<M: Messenger>(&self, messenger: &M, msg: Incoming) -> Result<(), StoreError> {
+        let Some(id) = self
+            .store
+            .update_text(msg.chat_id, msg.message_id, &msg.text)
+            .await?
+        else {
+            return self.on_text(messenger, msg).await;
+        };
+        tracing::info!(log_id = id, "day log edited");
+        let Some(claim) = self.claim(id) else {
+            return Ok(());
+        };
+        let language = self.language_of(msg.user_id).await;
+        self.analyse_and_answer(messenger, id, language, false, claim)
+            .await
+    }
+
+    async fn analyse_and_answer<M: Messenger>(
+        &self,
+        messenger: &M,
+        id: i64,
+        language: Language,
+        late: bool,
+        _claim: Claim,
+    ) -> Result<(), StoreError> {
+        let Some(log) = self.store.log(id).await? else {
+            return Ok(());
+        };
+        let target = Target {
+            chat_id: log.chat_id,
+            reply_to: Some(log.message_id),
+        };
+        let texts = Texts(language);
+        if !late && self.over_hourly_limit(log.user_id).await? {
+            self.store.mark_retry(id, Duration::from_secs(3600)).await?;
+            let reply = Reply::new().text(texts.saved_rate_limited());
+            let _ = self.deliver(messenger, &log, vec![Response::Text(reply)]).await;
+            return Ok(());
+        }
+        let decided = with_typing(messenger, log.chat_id, self.analyse(&log, language)).await?;
+        match decided {
+            Decided::Analyzed { analysis, metrics } => {
+                let reply = analysis_reply(language, &analysis, &metrics, self.was_truncated(&log), late);
+                if self.deliver(messenger, &log, vec![Response::Text(reply)]).await {
+                    self.store.mark_replied(id).await?;
+                }
+            }
+            Decided::Blocked => {
+                let reply = Reply::new().text(texts.blocked());
+                if self.deliver(messenger, &log, vec![Response::Text(reply)]).await {
+                    self.store.mark_replied(id).await?;
+                }
+            }
+            Decided::Pending if !late => {
+                let reply = Reply::new().text(texts.saved_pending());
+                let _ = messenger.send(target, vec![Response::Text(reply)]).await;
+            }
+            Decided::Pending => {}
+        }
+        Ok(())
+    }
+
+    /// Sends responses about a log; `true` when they went out or never can (so the
+    /// log counts as answered), `false` when it is worth trying again later.
+    async fn deliver<M: Messenger>(&self, messenger: &M, log: &DayLog, responses: Vec<Response>) -> bool {
+        let target = Target {
+            chat_id: log.chat_id,
+            reply_to: Some(log.message_id),
+        };
+        match messenger.send(target, responses).await {
+            Ok(()) => true,
+            Err(SendError::Gone(reason)) => {
+                tracing::warn!(log_id = log.id, chat_id = log.chat_id, %reason, "answer undeliverable; not retried");
+                true
+            }
+            Err(SendError::Transient(reason)) => {
+                tracing::warn!(log_id = log.id, chat_id = log.chat_id, %reason, "answer not delivered; the worker retries");
+                false
+            }
+        }
+    }
+
+    async fn over_hourly_limit(&self, user_id: i64) -> Result<bool, StoreError> {
+        let limit = self.settings.telegram.analyses_per_hour;
+        if limit == 0 {
+            return Ok(false);
+        }
+        Ok(self.store.analyses_last_hour(user_id).await? >= i64::from(limit))
+    }
+
+    fn was_truncated(&self, log: &DayLog) -> bool {
+        log.text.chars().count() > self.settings.telegram.max_text_chars
+    }
+
+    /// One analysis round: analysis and metrics concurrently, the result stored.
+    pub async fn analyse(&self, log: &DayLog, language: Language) -> Result<Decided, StoreError> {
+        let text = truncate_chars(&log.text, self.settings.telegram.max_text_chars);
+        let context = self.context(log, language).await?;
+        let analysis_request = analysis::analysis_request(&context, text);
+        let metrics_request = analysis::metrics_request(text);
+        let sink = self.store.call_sink(Some(log.id));
+        let (analysis, metrics) = tokio::join!(
+            self.llm.run(Task::Analysis, &analysis_request, &sink),
+            self.llm.run(Task::Metrics, &metrics_request, &sink),
+        );
+        let metrics = match metrics {
+            Ok(completion) => Metrics::from_llm_text(&completion.text),
+            Err(error) => {
+                tracing::warn!(log_id = log.id, %error, "metrics cascade failed; defaults stored");
+                Metrics::defaults()
+            }
+        };
+        match analysis {
+            Ok(completion) => {
+                let text = completion.text.trim().to_owned();
+                self.store
+                    .mark_analyzed(log.id, &text, &metrics.to_json())
+                    .await?;
+                tracing::info!(log_id = log.id, provider = %completion.provider, model = %completion.model, "day log analysed");
+                Ok(Decided::Analyzed {
+                    analysis: text,
+                    metrics,
+                })
+            }
+            Err(error) if error.is_blocked() => {
+                tracing::info!(log_id = log.id, "analysis refused by the content filter");
+                self.store
+                    .mark_blocked(log.id, Some(&metrics.to_json()))
+                    .await?;
+                Ok(Decided::Blocked)
+            }
+            Err(error) => {
+                let retry_in = self.retry_delay(log.attempts);
+                tracing::warn!(log_id = log.id, %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
+                self.store.mark_retry(log.id, retry_in).await?;
+                Ok(Decided::Pending)
+            }
+        }
+    }
+
+    /// The background retry interval after `attempts` failed rounds: doubling from
+    /// `worker.retry_min_ms`, capped at `worker.retry_max_ms`.
+    pub fn retry_delay(&self, attempts: i64) -> Duration {
+        let worker = &self.settings.worker;
+        let factor = 2u64.saturating_pow(u32::try_from(attempts.max(0)).unwrap_or(u32::MAX).min(40));
+        Duration::from_millis(worker.retry_min_ms.saturating_mul(factor).min(worker.retry_max_ms))
+    }
+
+    async fn context(&self, log: &DayLog, language: Language) -> Result<UserContext, StoreError> {
+        let days = self.store.daily_metrics(log.user_id, 7).await?;
+        let mut summaries = self.store.recent_summaries(log.user_id, log.id, 3).await?;
+        summaries.reverse();
+        Ok(UserContext {
+            language,
+            recent_days: days
+                .into_iter()
+                .map(|d| DayPoint {
+                    day: d.day,
+                    mood: d.mood,
+                    stress: d.stress,
+                    energy: d.energy,
+                    productivity: d.productivity,
+                    sleep_hours: d.sleep_hours,
+                })
+                .collect(),
+            recent_summaries: summaries,
+        })
+    }
+
+    /// Finishes one log the worker found (SPEC §4.6): analyse a due pending log again, or
+    /// send an answer that was decided but never delivered.
+    pub async fn finish<M: Messenger>(
+        &self,
+        messenger: &M,
+        kind: Unfinished,
+        log: DayLog,
+        claim: Claim,
+    ) -> Result<(), StoreError> {
+        let language = self.language_of(log.user_id).await;
+        match kind {
+            Unfinished::Analyse => {
+                let age = self.store.log_age(log.id).await?.unwrap_or_default();
+                if age > self.settings.worker.max_age() {
+                    tracing::warn!(log_id = log.id, age_h = age.as_secs() / 3600, "giving up on a pending log");
+                    self.store.mark_failed(log.id).await?;
+                    let reply = Reply::new().text(Texts(language).failed());
+                    if self.deliver(messenger, &log, vec![Response::Text(reply)]).await {
+                        self.store.mark_replied(log.id).await?;
+                    }
+                    return Ok(());
+                }
+                self.analyse_and_answer(messenger, log.id, language, true, claim)
+                    .await
+            }
+            Unfinished::Reply => {
+                let texts = Texts(language);
+                let reply = match log.status {
+                    LogStatus::Analyzed => {
+                        let metrics = log
+                            .metrics
+                            .as_deref()
+                            .and_then(Metrics::from_stored_json)
+                            .unwrap_or_else(Metrics::defaults);
+                        let analysis = log.analysis.as_deref().unwrap_or_default();
+                        analysis_reply(language, analysis, &metrics, self.was_truncated(&log), true)
+                    }
+                    LogStatus::Blocked => Reply::new().text(texts.blocked()),
+                    LogStatus::Failed => Reply::new().text(texts.failed()),
+                    LogStatus::Pending => return Ok(()),
+                };
+                if self.deliver(messenger, &log, vec![Response::Text(reply)]).await {
+                    self.store.mark_replied(log.id).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The answer to an analysed log: the one place that lays it out.
+pub fn analysis_reply(
+    language: Language,
+    analysis: &str,
+    metrics: &Metrics,
+    truncated: bool,
+    late: bool,
+) -> Reply {
+    let texts = Texts(language);
+    let title = if late {
+        texts.late_analysis_title()
+    } else {
+        texts.analysis_title()
+    };
+    let mut reply = Reply::new().bold(title).paragraph().text(analysis);
+    let line = metrics.compact_line(language);
+    if !line.is_empty() {
+        reply = reply.paragraph().italic(line);
+    }
+    if truncated {
+        reply = reply.paragraph().italic(texts.truncated_note());
+    }
+    reply
+}
+
+/// The first `max` characters of `text` (never cutting a character).
+pub fn truncate_chars(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
+/// Runs `work` while showing "typing…": Telegram shows it for 5 s, so it is renewed
+/// every 4 s until the work is done.
+async fn with_typing<M: Messenger, T>(messenger: &M, chat_id: i64, work: impl Future<Output = T>) -> T {
+    tokio::pin!(work);
+    let mut renew = tokio::time::interval(Duration::from_secs(4));
+    loop {
+        tokio::select! {
+            result = &mut work => return result,
+            _ = renew.tick() => messenger.typing(chat_id).await,
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! The background worker: finishes every log that an outage or a crash left unfinished
+//! (SPEC §4.6). It looks at once at start-up, then every `worker.poll_interval_ms`;
+//! pending logs come back on their own growing schedule (`next_attempt_at`), and logs
+//! that were decided but never answered are answered.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::journal::{Journal, Messenger};
+
+/// Logs finished at the same time, at most.
+const CONCURRENCY: usize = 16;
+/// Logs fetched per look.
+const BATCH: i64 = 200;
+
+/// Runs until `shutdown` is cancelled, then lets the logs in hand finish.
+pub async fn run<M: Messenger>(journal: Arc<Journal>, messenger: Arc<M>, shutdown: CancellationToken) {
+    let permits = Arc::new(Semaphore::new(CONCURRENCY));
+    let mut tasks = JoinSet::new();
+    let poll = journal.settings.worker.poll_interval();
+    loop {
+        match journal.store.unfinished(BATCH).await {
+            Ok(batch) => {
+                if !batch.is_empty() {
+                    tracing::debug!(count = batch.len(), "worker found unfinished logs");
+                }
+                for (kind, log) in batch {
+                    let Some(claim) = journal.claim(log.id) else {
+                        continue; // a handler is on it right now
+                    };
+                    let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+                        break;
+                    };
+                    let journal = Arc::clone(&journal);
+                    let messenger = Arc::clone(&messenger);
+                    tasks.spawn(async move {
+                        let id = log.id;
+                        if let Err(error) = journal.finish(messenger.as_ref(), kind, log, claim).await {
+                            tracing::error!(log_id = id, %error, "worker could not finish a log");
+                        }
+                        drop(permit);
+                    });
+                }
+            }
+            Err(error) => tracing::error!(%error, "worker could not read unfinished logs"),
+        }
+        while tasks.try_join_next().is_some() {}
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(poll) => {}
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    tracing::info!("worker stopped");
+}
