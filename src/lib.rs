@@ -8,3 +8,4 @@
 pub mod config;
 pub mod language;
 pub mod llm;
+pub mod render;
