@@ -70,6 +70,17 @@ pub trait Messenger: Send + Sync + 'static {
     fn typing(&self, chat_id: i64) -> impl Future<Output = ()> + Send;
 }
 
+/// A failure while handling an entry, sorted by what the user must be told.
+#[derive(Debug, thiserror::Error)]
+pub enum EntryError {
+    /// The entry could not be stored: the user has to send it again.
+    #[error("entry not stored: {0}")]
+    NotSaved(#[source] StoreError),
+    /// The entry is stored; something after that failed and the worker will finish it.
+    #[error("entry stored, handling failed: {0}")]
+    Later(#[from] StoreError),
+}
+
 /// A text message from a user.
 #[derive(Debug, Clone)]
 pub struct Incoming {
@@ -144,7 +155,7 @@ impl Journal {
     }
 
     /// A new text message: store, analyse, answer (SPEC §4).
-    pub async fn on_text<M: Messenger>(&self, messenger: &M, msg: Incoming) -> Result<(), StoreError> {
+    pub async fn on_text<M: Messenger>(&self, messenger: &M, msg: Incoming) -> Result<(), EntryError> {
         let user = self
             .store
             .upsert_user(&NewUser {
@@ -153,7 +164,8 @@ impl Journal {
                 username: msg.username.as_deref(),
                 language: Language::from_code(msg.language_code.as_deref()),
             })
-            .await?;
+            .await
+            .map_err(EntryError::NotSaved)?;
         let inserted = self
             .store
             .insert_log(&NewLog {
@@ -162,7 +174,8 @@ impl Journal {
                 message_id: msg.message_id,
                 text: &msg.text,
             })
-            .await?;
+            .await
+            .map_err(EntryError::NotSaved)?;
         let id = match inserted {
             Inserted::New(id) => id,
             Inserted::Duplicate(id) => {
@@ -175,16 +188,18 @@ impl Journal {
         let Some(claim) = self.claim(id) else {
             return Ok(());
         };
-        self.analyse_and_answer(messenger, id, user.language(), false, claim)
-            .await
+        Ok(self
+            .analyse_and_answer(messenger, id, user.language(), false, claim)
+            .await?)
     }
 
     /// An edited message: new text, analysed again. A message never stored is a new log.
-    pub async fn on_edit<M: Messenger>(&self, messenger: &M, msg: Incoming) -> Result<(), StoreError> {
+    pub async fn on_edit<M: Messenger>(&self, messenger: &M, msg: Incoming) -> Result<(), EntryError> {
         let Some(id) = self
             .store
             .update_text(msg.chat_id, msg.message_id, &msg.text)
-            .await?
+            .await
+            .map_err(EntryError::NotSaved)?
         else {
             return self.on_text(messenger, msg).await;
         };
@@ -193,8 +208,9 @@ impl Journal {
             return Ok(());
         };
         let language = self.language_of(msg.user_id).await;
-        self.analyse_and_answer(messenger, id, language, false, claim)
-            .await
+        Ok(self
+            .analyse_and_answer(messenger, id, language, false, claim)
+            .await?)
     }
 
     async fn analyse_and_answer<M: Messenger>(

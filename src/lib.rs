@@ -7,14 +7,25 @@
 //! (unfinished logs), `bot` (Telegram), `chat` (the terminal), `render` (reply HTML and
 //! splitting), `charts`, `texts` (English and Russian), `cli`, `telemetry`.
 
+pub mod analysis;
 pub mod bot;
 pub mod charts;
 pub mod chat;
 pub mod cli;
+pub mod commands;
 pub mod config;
+pub mod journal;
 pub mod language;
 pub mod llm;
 pub mod render;
 pub mod sqlcmd;
 pub mod store;
 pub mod telemetry;
+pub mod texts;
+pub mod worker;
+
+/// The one HTTP client of the process, shared by the Telegram bot and every LLM provider.
+/// Its 17 s total timeout suits Bot API calls; LLM attempts set their own per request.
+pub fn http_client() -> reqwest::Result<reqwest::Client> {
+    teloxide::net::default_reqwest_settings().build()
+}

@@ -221,6 +221,20 @@ impl Texts {
         }
     }
 
+    pub fn not_saved(self) -> &'static str {
+        self.pick(
+            "I could not save this entry (a problem with my storage). Please send it again in a minute.",
+            "Не удалось сохранить запись (проблема с хранилищем). Пожалуйста, отправь её ещё раз через минуту.",
+        )
+    }
+
+    pub fn unknown_command(self) -> &'static str {
+        self.pick(
+            "I do not know that command; /help lists the ones I have.",
+            "Такой команды нет; /help покажет список.",
+        )
+    }
+
     pub fn internal_error(self) -> &'static str {
         self.pick(
             "Something went wrong on my side. If you sent an entry, it is safe; please try the command again later.",

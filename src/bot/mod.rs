@@ -1,8 +1,448 @@
-//! The Telegram bot.
+//! The Telegram front end: long polling with teloxide, the handler tree in one function,
+//! and a [`Messenger`] that sends [`Response`]s as Telegram messages.
+//!
+//! Updates of one chat are handled in order (teloxide's default distribution by chat),
+//! different chats concurrently. SIGINT and SIGTERM stop polling, let in-flight work
+//! finish within `telegram.shutdown_grace_ms`, and return.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use teloxide::adaptors::throttle::Limits;
+use teloxide::dispatching::{UpdateHandler, dialogue::GetChatId};
+use teloxide::prelude::*;
+use teloxide::types::{
+    BotCommand, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, MessageId,
+    ParseMode, ReplyParameters,
+};
+use teloxide::utils::command::BotCommands;
+use teloxide::{ApiError, RequestError};
+use tokio_util::sync::CancellationToken;
+
+use crate::commands::{self, Command};
 use crate::config::Settings;
+use crate::journal::{EntryError, Incoming, Journal, Messenger, Response, SendError, Target};
+use crate::language::Language;
+use crate::llm::Llm;
+use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
 use crate::store::Store;
+use crate::texts::Texts;
+use crate::worker;
 
-pub async fn run(_settings: Settings, _store: Store) -> anyhow::Result<()> {
-    anyhow::bail!("the Telegram daemon is not built yet")
+/// The bot as the handlers see it: throttled or not, one type.
+pub type TgBot = teloxide::adaptors::ErasedRequester<'static, RequestError>;
+
+type HandlerResult = Result<(), anyhow::Error>;
+
+/// Callback data of the `/delete` buttons.
+const DELETE_YES: &str = "delete:yes";
+const DELETE_NO: &str = "delete:no";
+/// Telegram's `RetryAfter` is honoured this many times per request.
+const MAX_TELEGRAM_RETRIES: u32 = 5;
+
+/// Sends [`Response`]s through the Bot API.
+#[derive(Clone)]
+pub struct Telegram {
+    bot: TgBot,
+}
+
+impl Telegram {
+    pub fn new(bot: TgBot) -> Self {
+        Self { bot }
+    }
+
+    async fn send_one(&self, target: Target, response: Response) -> Result<(), RequestError> {
+        let chat = ChatId(target.chat_id);
+        let reply_to = target.reply_to.and_then(|id| i32::try_from(id).ok()).map(|id| {
+            ReplyParameters::new(MessageId(id)).allow_sending_without_reply()
+        });
+        match response {
+            Response::Text(reply) => {
+                let parts = render::split_message(reply.pieces(), TELEGRAM_MESSAGE_LIMIT);
+                for (i, part) in parts.into_iter().enumerate() {
+                    let reply_to = if i == 0 { reply_to.clone() } else { None };
+                    with_retry_after(|| {
+                        let mut request = self
+                            .bot
+                            .send_message(chat, part.clone())
+                            .parse_mode(ParseMode::Html);
+                        if let Some(r) = reply_to.clone() {
+                            request = request.reply_parameters(r);
+                        }
+                        request.into_future()
+                    })
+                    .await?;
+                }
+            }
+            Response::Photo { png, caption } => {
+                with_retry_after(|| {
+                    self.bot
+                        .send_photo(chat, InputFile::memory(png.clone()).file_name("stats.png"))
+                        .caption(caption.clone())
+                        .into_future()
+                })
+                .await?;
+            }
+            Response::Document {
+                bytes,
+                file_name,
+                caption,
+            } => {
+                with_retry_after(|| {
+                    self.bot
+                        .send_document(chat, InputFile::memory(bytes.clone()).file_name(file_name.clone()))
+                        .caption(caption.clone())
+                        .into_future()
+                })
+                .await?;
+            }
+            Response::ConfirmDelete { language } => {
+                let texts = Texts(language);
+                let keyboard = InlineKeyboardMarkup::new([[
+                    InlineKeyboardButton::callback(texts.delete_yes(), DELETE_YES),
+                    InlineKeyboardButton::callback(texts.delete_no(), DELETE_NO),
+                ]]);
+                with_retry_after(|| {
+                    self.bot
+                        .send_message(chat, texts.delete_confirm())
+                        .reply_markup(keyboard.clone())
+                        .into_future()
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Messenger for Telegram {
+    async fn send(&self, target: Target, responses: Vec<Response>) -> Result<(), SendError> {
+        for response in responses {
+            self.send_one(target, response).await.map_err(classify)?;
+        }
+        Ok(())
+    }
+
+    async fn typing(&self, chat_id: i64) {
+        let bot = self.bot.clone();
+        tokio::spawn(async move {
+            if let Err(error) = bot.send_chat_action(ChatId(chat_id), ChatAction::Typing).await {
+                tracing::debug!(%error, chat_id, "typing action failed");
+            }
+        });
+    }
+}
+
+/// Runs a Bot API request, waiting out Telegram's `RetryAfter` a few times.
+async fn with_retry_after<T, F, Fut>(mut request: F) -> Result<T, RequestError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    let mut retries = 0;
+    loop {
+        match request().await {
+            Err(RequestError::RetryAfter(wait)) if retries < MAX_TELEGRAM_RETRIES => {
+                retries += 1;
+                tracing::warn!(wait_s = wait.seconds(), "Telegram asked to retry later");
+                tokio::time::sleep(wait.duration()).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Sorts a Bot API failure: API refusals are final, transport trouble is worth a retry.
+fn classify(error: RequestError) -> SendError {
+    match error {
+        RequestError::Api(
+            api @ (ApiError::BotBlocked
+            | ApiError::UserDeactivated
+            | ApiError::ChatNotFound
+            | ApiError::BotKicked
+            | ApiError::BotKickedFromSupergroup
+            | ApiError::CantInitiateConversation
+            | ApiError::CantTalkWithBots),
+        ) => SendError::Gone(api.to_string()),
+        RequestError::Api(api) => {
+            // Any other refusal will not change on a retry; it is our bug or the chat's
+            // state, and the log says which.
+            tracing::error!(error = %api, "Telegram refused a message");
+            SendError::Gone(api.to_string())
+        }
+        RequestError::MigrateToChatId(_) => SendError::Gone("the chat moved".to_owned()),
+        other => SendError::Transient(other.to_string()),
+    }
+}
+
+fn incoming(msg: &Message, text: String) -> Option<Incoming> {
+    let from = msg.from.as_ref()?;
+    Some(Incoming {
+        user_id: i64::try_from(from.id.0).ok()?,
+        chat_id: msg.chat.id.0,
+        message_id: i64::from(msg.id.0),
+        username: from.username.clone(),
+        language_code: from.language_code.clone(),
+        text,
+    })
+}
+
+fn sender_id(msg: &Message) -> Option<i64> {
+    msg.from.as_ref().and_then(|u| i64::try_from(u.id.0).ok())
+}
+
+/// The handler tree: every update kind the bot answers, in one place.
+pub fn schema() -> UpdateHandler<anyhow::Error> {
+    let messages = Update::filter_message()
+        .branch(dptree::filter(|msg: Message, journal: Arc<Journal>| !allowed(&msg, &journal)).endpoint(refuse))
+        .branch(dptree::entry().filter_command::<Command>().endpoint(on_command))
+        .branch(dptree::filter_map(|msg: Message| msg.text().map(str::to_owned)).endpoint(on_text))
+        .branch(dptree::endpoint(on_other));
+    let edits = Update::filter_edited_message()
+        .filter(|msg: Message, journal: Arc<Journal>| allowed(&msg, &journal))
+        .filter_map(|msg: Message| msg.text().map(str::to_owned))
+        .endpoint(on_edit);
+    let callbacks = Update::filter_callback_query().endpoint(on_callback);
+    dptree::entry().branch(messages).branch(edits).branch(callbacks)
+}
+
+fn allowed(msg: &Message, journal: &Journal) -> bool {
+    sender_id(msg).is_some_and(|id| journal.settings.telegram.is_allowed(id))
+}
+
+async fn refuse(msg: Message, messenger: Arc<Telegram>) -> HandlerResult {
+    let language = Language::from_code(msg.from.as_ref().and_then(|u| u.language_code.as_deref()));
+    tracing::info!(chat_id = msg.chat.id.0, "message from a user not on the allowed list");
+    let reply = Reply::new().text(Texts(language).not_allowed());
+    send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
+    Ok(())
+}
+
+async fn on_text(msg: Message, text: String, journal: Arc<Journal>, messenger: Arc<Telegram>) -> HandlerResult {
+    let Some(incoming) = incoming(&msg, text) else {
+        return Ok(()); // channel posts and the like have no sender to journal for
+    };
+    let language = Language::from_code(incoming.language_code.as_deref());
+    if let Err(error) = journal.on_text(messenger.as_ref(), incoming).await {
+        report_entry_error(&messenger, &msg, language, &error).await;
+    }
+    Ok(())
+}
+
+async fn on_edit(msg: Message, text: String, journal: Arc<Journal>, messenger: Arc<Telegram>) -> HandlerResult {
+    let Some(incoming) = incoming(&msg, text) else {
+        return Ok(());
+    };
+    let language = Language::from_code(incoming.language_code.as_deref());
+    if let Err(error) = journal.on_edit(messenger.as_ref(), incoming).await {
+        report_entry_error(&messenger, &msg, language, &error).await;
+    }
+    Ok(())
+}
+
+async fn report_entry_error(messenger: &Telegram, msg: &Message, language: Language, error: &EntryError) {
+    tracing::error!(%error, chat_id = msg.chat.id.0, "day log handling failed");
+    let texts = Texts(language);
+    let text = match error {
+        EntryError::NotSaved(_) => texts.not_saved(),
+        EntryError::Later(_) => texts.internal_error(),
+    };
+    send_logged(messenger, msg, vec![Response::Text(Reply::new().text(text))]).await;
+}
+
+async fn on_other(msg: Message, journal: Arc<Journal>, messenger: Arc<Telegram>) -> HandlerResult {
+    let language = match sender_id(&msg) {
+        Some(id) => journal.language_of(id).await,
+        None => return Ok(()),
+    };
+    let reply = Reply::new().text(Texts(language).only_text());
+    send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
+    Ok(())
+}
+
+async fn on_command(msg: Message, command: Command, journal: Arc<Journal>, messenger: Arc<Telegram>) -> HandlerResult {
+    let Some(user_id) = sender_id(&msg) else {
+        return Ok(());
+    };
+    if let Some(from) = msg.from.as_ref() {
+        // Commands may come before any entry: make sure the user exists with a language.
+        let _ = journal
+            .store
+            .upsert_user(&crate::store::NewUser {
+                user_id,
+                chat_id: msg.chat.id.0,
+                username: from.username.as_deref(),
+                language: Language::from_code(from.language_code.as_deref()),
+            })
+            .await;
+    }
+    let responses = match commands::respond(&journal, user_id, command).await {
+        Ok(responses) => responses,
+        Err(error) => {
+            tracing::error!(%error, user_id, "command failed");
+            let language = journal.language_of(user_id).await;
+            vec![Response::Text(Reply::new().text(Texts(language).internal_error()))]
+        }
+    };
+    send_logged(&messenger, &msg, responses).await;
+    Ok(())
+}
+
+async fn on_callback(bot: TgBot, query: CallbackQuery, journal: Arc<Journal>, messenger: Arc<Telegram>) -> HandlerResult {
+    let user_id = i64::try_from(query.from.id.0).unwrap_or_default();
+    let language = journal.language_of(user_id).await;
+    let _ = bot.answer_callback_query(query.id.clone()).await;
+    let reply = match query.data.as_deref() {
+        Some(DELETE_YES) if journal.settings.telegram.is_allowed(user_id) => {
+            match commands::delete_confirmed(&journal, user_id, language).await {
+                Ok(reply) => reply,
+                Err(error) => {
+                    tracing::error!(%error, user_id, "delete failed");
+                    Reply::new().text(Texts(language).internal_error())
+                }
+            }
+        }
+        Some(DELETE_NO) => Reply::new().text(Texts(language).delete_cancelled()),
+        _ => return Ok(()),
+    };
+    if let Some(message) = query.regular_message() {
+        // The buttons go away so the question cannot be answered twice.
+        let _ = bot
+            .edit_message_reply_markup(message.chat.id, message.id)
+            .await;
+    }
+    if let Some(chat_id) = query.chat_id() {
+        let target = Target {
+            chat_id: chat_id.0,
+            reply_to: None,
+        };
+        if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
+            tracing::warn!(%error, user_id, "could not confirm a delete");
+        }
+    }
+    Ok(())
+}
+
+async fn send_logged(messenger: &Telegram, msg: &Message, responses: Vec<Response>) {
+    let target = Target {
+        chat_id: msg.chat.id.0,
+        reply_to: Some(i64::from(msg.id.0)),
+    };
+    if let Err(error) = messenger.send(target, responses).await {
+        tracing::warn!(%error, chat_id = msg.chat.id.0, "reply not delivered");
+    }
+}
+
+/// Builds the bot from settings: token, API URL (`TELOXIDE_API_URL`), throttling.
+pub fn build_bot(settings: &Settings, client: reqwest::Client) -> anyhow::Result<TgBot> {
+    let token = settings
+        .secrets
+        .telegram_token
+        .as_ref()
+        .context("TELOXIDE_TOKEN is not set; `daylog chat` works without it")?;
+    let mut bot = Bot::with_client(token.expose(), client);
+    if let Some(url) = &settings.telegram_api_url {
+        bot = bot.set_api_url(url.clone());
+    }
+    Ok(if settings.telegram.throttle {
+        bot.throttle(Limits::default()).erase()
+    } else {
+        bot.erase()
+    })
+}
+
+/// Registers the command menu in English (the default) and Russian.
+async fn register_commands(bot: &TgBot) {
+    for language in [Language::En, Language::Ru] {
+        let commands: Vec<BotCommand> = Command::menu(language)
+            .into_iter()
+            .map(|(name, description)| BotCommand::new(name, description))
+            .collect();
+        let mut request = bot.set_my_commands(commands);
+        if language != Language::En {
+            request = request.language_code(language.code());
+        }
+        if let Err(error) = request.await {
+            tracing::warn!(%error, language = %language, "could not register the command menu");
+        }
+    }
+}
+
+/// `daylog run`: the daemon, until SIGINT or SIGTERM.
+pub async fn run(settings: Settings, store: Store) -> anyhow::Result<()> {
+    let settings = Arc::new(settings);
+    let client = crate::http_client().context("cannot build the HTTP client")?;
+    let bot = build_bot(&settings, client.clone())?;
+    let llm = Arc::new(Llm::with_client(&settings, client).context("cannot set up the LLM providers")?);
+    let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
+    let messenger = Arc::new(Telegram::new(bot.clone()));
+    register_commands(&bot).await;
+
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(worker::run(Arc::clone(&journal), Arc::clone(&messenger), stop.clone()));
+    let mut dispatcher = Dispatcher::builder(bot, schema())
+        .dependencies(dptree::deps![Arc::clone(&journal), Arc::clone(&messenger)])
+        .default_handler(|_| async {})
+        .build();
+    let shutdown = dispatcher.shutdown_token();
+    let grace = settings.telegram.shutdown_grace();
+    let signals = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            wait_for_signal().await;
+            tracing::info!("stopping: no new updates, finishing work in hand");
+            stop.cancel();
+            // The dispatcher may still be starting; ask until it listens.
+            for _ in 0..100 {
+                match shutdown.shutdown() {
+                    Ok(done) => {
+                        done.await;
+                        return;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        }
+    });
+    tracing::info!("daylog is running");
+    tokio::select! {
+        () = dispatcher.dispatch() => {}
+        () = async { stop.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_ms = grace.as_millis() as u64, "in-flight work did not finish in time; stored logs resume at the next start");
+        }
+    }
+    stop.cancel();
+    if tokio::time::timeout(grace, worker).await.is_err() {
+        tracing::warn!("the worker did not stop in time");
+    }
+    signals.abort();
+    store.close().await;
+    tracing::info!("daylog stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM (teloxide's own handler knows only SIGINT).
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the bot");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -1,0 +1,342 @@
+//! The bot's commands (SPEC §8) and what each answers, independent of the front end:
+//! Telegram and `daylog chat` parse the same [`Command`] and show the same
+//! [`Response`]s.
+
+use teloxide::utils::command::BotCommands;
+
+use crate::analysis::Metrics;
+use crate::charts::{self, ChartDay};
+use crate::journal::{Journal, Response};
+use crate::language::Language;
+use crate::render::Reply;
+use crate::store::{DailyMetrics, DayLog, StoreError};
+use crate::texts::Texts;
+
+/// Default and largest `/history` length.
+const HISTORY_DEFAULT: u32 = 5;
+const HISTORY_MAX: u32 = 50;
+/// Default and largest `/stats` period in days.
+const STATS_DEFAULT: u32 = 30;
+const STATS_MAX: u32 = 365;
+/// How much of an entry `/history` shows.
+const HISTORY_EXCERPT_CHARS: usize = 300;
+
+#[derive(BotCommands, Clone, Debug, PartialEq, Eq)]
+#[command(rename_rule = "lowercase")]
+pub enum Command {
+    /// What this bot does, and how your data is kept.
+    Start,
+    /// This list of commands.
+    Help,
+    /// Your last entries with their metrics: /history [n]
+    History(String),
+    /// Averages, trend and a chart: /stats [days]
+    Stats(String),
+    /// All your entries and metrics as a CSV file.
+    Export,
+    /// Delete all your data (asks first).
+    Delete,
+    /// Answer language: /lang en or /lang ru
+    Lang(String),
+}
+
+impl Command {
+    /// Descriptions for `setMyCommands` in one language (English from the doc comments).
+    pub fn menu(language: Language) -> Vec<(String, String)> {
+        let english = Self::bot_commands();
+        english
+            .into_iter()
+            .map(|c| {
+                let name = c.command.trim_start_matches('/').to_owned();
+                let description = match language {
+                    Language::En => c.description,
+                    Language::Ru => russian_description(&name).to_owned(),
+                };
+                (name, description)
+            })
+            .collect()
+    }
+}
+
+fn russian_description(command: &str) -> &'static str {
+    match command {
+        "start" => "Что умеет бот и как хранятся данные.",
+        "help" => "Этот список команд.",
+        "history" => "Последние записи с метриками: /history [n]",
+        "stats" => "Средние, тренд и график: /stats [дни]",
+        "export" => "Все записи и метрики в CSV-файле.",
+        "delete" => "Удалить все твои данные (с подтверждением).",
+        "lang" => "Язык ответов: /lang ru или /lang en",
+        _ => "",
+    }
+}
+
+/// Parses an optional count argument: empty → `default`, else 1..=`max`.
+fn count_arg(arg: &str, default: u32, max: u32) -> Option<u32> {
+    let arg = arg.trim();
+    if arg.is_empty() {
+        return Some(default);
+    }
+    arg.parse::<u32>().ok().filter(|n| (1..=max).contains(n))
+}
+
+/// Answers one command of `user_id`.
+pub async fn respond(journal: &Journal, user_id: i64, command: Command) -> Result<Vec<Response>, StoreError> {
+    let language = journal.language_of(user_id).await;
+    let texts = Texts(language);
+    let text = |reply: Reply| Ok(vec![Response::Text(reply)]);
+    match command {
+        Command::Start => text(
+            Reply::new()
+                .bold(texts.start_title())
+                .paragraph()
+                .text(texts.start_body())
+                .paragraph()
+                .italic(texts.privacy()),
+        ),
+        Command::Help => {
+            let mut reply = Reply::new().bold(texts.help_title()).newline();
+            for (name, description) in Command::menu(language) {
+                reply = reply.newline().code(format!("/{name}")).text(format!(" — {description}"));
+            }
+            text(reply.paragraph().text(texts.help_footer()))
+        }
+        Command::History(arg) => {
+            let Some(n) = count_arg(&arg, HISTORY_DEFAULT, HISTORY_MAX) else {
+                return text(Reply::new().text(texts.bad_number("history", HISTORY_MAX)));
+            };
+            let logs = journal.store.history(user_id, i64::from(n)).await?;
+            text(history_reply(language, &logs))
+        }
+        Command::Stats(arg) => {
+            let Some(days) = count_arg(&arg, STATS_DEFAULT, STATS_MAX) else {
+                return text(Reply::new().text(texts.bad_number("stats", STATS_MAX)));
+            };
+            let rows = journal.store.daily_metrics(user_id, days).await?;
+            Ok(stats_responses(language, days, &rows))
+        }
+        Command::Export => {
+            let logs = journal.store.export(user_id).await?;
+            if logs.is_empty() {
+                return text(Reply::new().text(texts.no_entries()));
+            }
+            Ok(vec![Response::Document {
+                bytes: export_csv(&logs),
+                file_name: "daylog-export.csv".to_owned(),
+                caption: texts.export_caption(logs.len()),
+            }])
+        }
+        Command::Delete => Ok(vec![Response::ConfirmDelete { language }]),
+        Command::Lang(arg) => match arg.trim().parse::<Language>() {
+            Ok(chosen) => {
+                journal.store.set_language(user_id, chosen).await?;
+                text(Reply::new().text(Texts(chosen).lang_set()))
+            }
+            Err(()) => text(Reply::new().text(texts.lang_usage())),
+        },
+    }
+}
+
+/// `/delete` confirmed: every row of the user goes.
+pub async fn delete_confirmed(journal: &Journal, user_id: i64, language: Language) -> Result<Reply, StoreError> {
+    let entries = journal.store.delete_user(user_id).await?;
+    tracing::info!(user_id, entries, "user data deleted on request");
+    Ok(Reply::new().text(Texts(language).deleted(entries)))
+}
+
+fn history_reply(language: Language, logs: &[DayLog]) -> Reply {
+    let texts = Texts(language);
+    if logs.is_empty() {
+        return Reply::new().text(texts.no_entries());
+    }
+    let mut reply = Reply::new().bold(texts.history_title());
+    for log in logs.iter().rev() {
+        let excerpt = crate::journal::truncate_chars(&log.text, HISTORY_EXCERPT_CHARS);
+        let more = if excerpt.len() < log.text.len() { "…" } else { "" };
+        reply = reply
+            .paragraph()
+            .bold(log.created_at.get(..16).unwrap_or(&log.created_at).to_owned())
+            .newline()
+            .text(format!("{excerpt}{more}"));
+        let line = log
+            .metrics
+            .as_deref()
+            .and_then(Metrics::from_stored_json)
+            .map(|m| m.compact_line(language))
+            .unwrap_or_default();
+        if !line.is_empty() {
+            reply = reply.newline().italic(line);
+        }
+    }
+    reply
+}
+
+/// The average of the present values, if any.
+fn mean(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let present: Vec<f64> = values.flatten().filter(|v| v.is_finite()).collect();
+    (!present.is_empty()).then(|| present.iter().sum::<f64>() / present.len() as f64)
+}
+
+/// Trend over the period: the mean of the later half minus the mean of the earlier half.
+fn trend(values: &[Option<f64>]) -> Option<f64> {
+    let present: Vec<f64> = values.iter().flatten().copied().collect();
+    if present.len() < 2 {
+        return None;
+    }
+    let half = present.len() / 2;
+    let early = present[..half].iter().sum::<f64>() / half as f64;
+    let late = present[half..].iter().sum::<f64>() / (present.len() - half) as f64;
+    Some(late - early)
+}
+
+fn stats_responses(language: Language, days: u32, rows: &[DailyMetrics]) -> Vec<Response> {
+    let texts = Texts(language);
+    let entries: i64 = rows.iter().map(|r| r.logs).sum();
+    type Field = fn(&DailyMetrics) -> Option<f64>;
+    let fields: [(&str, Field); 4] = [
+        ("mood", |r| r.mood),
+        ("stress", |r| r.stress),
+        ("energy", |r| r.energy),
+        ("sleep_hours", |r| r.sleep_hours),
+    ];
+    let mut lines = Vec::new();
+    for (name, get) in fields {
+        let values: Vec<Option<f64>> = rows.iter().map(get).collect();
+        let Some(avg) = mean(values.iter().copied()) else {
+            continue;
+        };
+        let value = if name == "sleep_hours" {
+            format!("{avg:.1} {}", texts.hours_unit())
+        } else {
+            format!("{avg:.1}/5")
+        };
+        let direction = match trend(&values) {
+            Some(t) if t > 0.25 => format!(" · {} ↑", texts.trend_up()),
+            Some(t) if t < -0.25 => format!(" · {} ↓", texts.trend_down()),
+            Some(_) => format!(" · {}", texts.trend_flat()),
+            None => String::new(),
+        };
+        lines.push(format!("{}: {value}{direction}", texts.metric_name(name)));
+    }
+    let mut reply = Reply::new()
+        .bold(texts.stats_title())
+        .newline()
+        .italic(texts.stats_period(days, entries));
+    if lines.is_empty() {
+        return vec![Response::Text(reply.paragraph().text(texts.stats_no_data(days)))];
+    }
+    for line in lines {
+        reply = reply.newline().text(line);
+    }
+    let mut responses = vec![Response::Text(reply)];
+    let chart_days: Vec<ChartDay> = rows
+        .iter()
+        .map(|r| ChartDay {
+            day: r.day.clone(),
+            mood: r.mood,
+            stress: r.stress,
+            energy: r.energy,
+        })
+        .collect();
+    match charts::stats_chart(&chart_days, language) {
+        Ok(png) => responses.push(Response::Photo {
+            png,
+            caption: texts.chart_caption().to_owned(),
+        }),
+        Err(error) => tracing::error!(%error, "stats chart failed; sending the text alone"),
+    }
+    responses
+}
+
+/// All of a user's entries with their metrics, one row each.
+pub fn export_csv(logs: &[DayLog]) -> Vec<u8> {
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    let _ = writer.write_record([
+        "id",
+        "created_at",
+        "status",
+        "text",
+        "analysis",
+        "mood",
+        "stress",
+        "energy",
+        "productivity",
+        "sleep_hours",
+        "activities",
+        "emotions",
+        "summary",
+        "defaulted",
+    ]);
+    for log in logs {
+        let metrics = log.metrics.as_deref().and_then(Metrics::from_stored_json);
+        let score = |f: fn(&Metrics) -> u8, name: &str| {
+            metrics
+                .as_ref()
+                .filter(|m| !m.is_defaulted(name))
+                .map(|m| f(m).to_string())
+                .unwrap_or_default()
+        };
+        let status = match log.status {
+            crate::store::LogStatus::Pending => "pending",
+            crate::store::LogStatus::Analyzed => "analyzed",
+            crate::store::LogStatus::Blocked => "blocked",
+            crate::store::LogStatus::Failed => "failed",
+        };
+        let _ = writer.write_record([
+            log.id.to_string(),
+            log.created_at.clone(),
+            status.to_owned(),
+            log.text.clone(),
+            log.analysis.clone().unwrap_or_default(),
+            score(Metrics::mood, "mood"),
+            score(Metrics::stress, "stress"),
+            score(Metrics::energy, "energy"),
+            score(Metrics::productivity, "productivity"),
+            metrics
+                .as_ref()
+                .and_then(Metrics::sleep_hours)
+                .map(|h| h.to_string())
+                .unwrap_or_default(),
+            metrics.as_ref().map(|m| m.activities().join("; ")).unwrap_or_default(),
+            metrics.as_ref().map(|m| m.emotions().join("; ")).unwrap_or_default(),
+            metrics.as_ref().map(|m| m.summary().to_owned()).unwrap_or_default(),
+            metrics.as_ref().map(|m| m.defaulted().join("; ")).unwrap_or_default(),
+        ]);
+    }
+    writer.into_inner().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_arguments() {
+        assert_eq!(count_arg("", 5, 50), Some(5));
+        assert_eq!(count_arg(" 7 ", 5, 50), Some(7));
+        assert_eq!(count_arg("0", 5, 50), None);
+        assert_eq!(count_arg("51", 5, 50), None);
+        assert_eq!(count_arg("many", 5, 50), None);
+    }
+
+    #[test]
+    fn trend_compares_halves() {
+        assert_eq!(trend(&[Some(1.0), None, Some(3.0)]), Some(2.0));
+        assert_eq!(trend(&[Some(1.0)]), None);
+    }
+
+    #[test]
+    fn commands_parse_with_and_without_arguments() {
+        assert_eq!(Command::parse("/stats 7", ""), Ok(Command::Stats("7".into())));
+        assert_eq!(Command::parse("/history", ""), Ok(Command::History(String::new())));
+        assert_eq!(Command::parse("/lang ru", ""), Ok(Command::Lang("ru".into())));
+        assert!(Command::parse("/nope", "").is_err());
+    }
+
+    #[test]
+    fn every_command_has_a_russian_description() {
+        for (name, description) in Command::menu(Language::Ru) {
+            assert!(!description.is_empty(), "{name}");
+        }
+    }
+}
