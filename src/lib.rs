@@ -5,6 +5,7 @@
 //! repair and validation), `bot` (Telegram handlers and reply rendering), `worker`
 //! (pending logs), `charts`, `cli` (the subcommands), `telemetry`.
 
+pub mod analysis;
 pub mod config;
 pub mod language;
 pub mod llm;
