@@ -4,5 +4,7 @@
 
 pub mod json_repair;
 pub mod metrics;
+pub mod prompt;
 
 pub use metrics::{Metrics, Score};
+pub use prompt::{DayPoint, UserContext, analysis_request, metrics_request};
