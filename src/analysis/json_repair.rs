@@ -1,0 +1,734 @@
+//! Repair of the JSON object an LLM was asked for (SPEC §6).
+//!
+//! Free and cheap models wrap their JSON in Markdown fences, put prose or `<think>`
+//! reasoning around it, stop mid-object when they hit a token limit, and leave trailing
+//! commas. [`repair`] finds the outermost object and rewrites it, in one pass over the
+//! bytes, into compact JSON that `serde_json` accepts; it never panics.
+//!
+//! Choices where the spec is silent:
+//! - An unclosed `<think>` block means the model ran out of tokens while reasoning: what
+//!   follows it is reasoning, not an answer, and is ignored.
+//! - A truncated string that is an object *value* is closed (a cut summary is still a
+//!   summary); a truncated *key* or *array item* is dropped (`"yo` is not the activity
+//!   `yoga`, it is noise).
+//! - A number cut at the end keeps its valid prefix (`6.` → `6`); a cut literal (`tru`)
+//!   is dropped.
+//! - A bare word that is not JSON (`NaN`, `None`, `Infinity`, `four`) becomes `null`, so
+//!   one odd field is defaulted instead of losing the whole object; `True`/`False` are
+//!   read as booleans, `+4`/`.5` as numbers, bare keys (`{mood: 4}`) are quoted.
+//! - Raw control characters inside strings are escaped, unknown escapes (`\'`) lose
+//!   their backslash.
+
+use serde_json::Value;
+
+/// How many `{` in surrounding prose are tried before giving up, so that prose full of
+/// braces stays linear.
+const MAX_CANDIDATES: usize = 8;
+
+/// The outermost JSON object in an LLM's answer, repaired; `None` if there is none.
+pub fn repair(raw: &str) -> Option<Value> {
+    let text = answer_part(raw);
+    let region = fenced_part(text).unwrap_or(text);
+    let mut tried = 0;
+    let mut from = 0;
+    while tried < MAX_CANDIDATES {
+        let start = from + region.get(from..)?.find('{')?;
+        tried += 1;
+        if let Some(fixed) = Scanner::new(&region[start..]).run()
+            && let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(&fixed)
+        {
+            return Some(value);
+        }
+        from = start + 1;
+    }
+    None
+}
+
+/// The text outside `<think>…</think>` reasoning: after the last closing tag, or before
+/// an unclosed opening one.
+fn answer_part(raw: &str) -> &str {
+    const OPEN: &str = "<think>";
+    const CLOSE: &str = "</think>";
+    if let Some(pos) = raw.rfind(CLOSE) {
+        return &raw[pos + CLOSE.len()..];
+    }
+    match raw.find(OPEN) {
+        Some(pos) => &raw[..pos],
+        None => raw,
+    }
+}
+
+/// The body of the first Markdown code fence that holds a `{`, up to its closing fence
+/// or the end of the text (a truncated answer has none).
+fn fenced_part(text: &str) -> Option<&str> {
+    const FENCE: &str = "```";
+    let mut rest = text;
+    while let Some(open) = rest.find(FENCE) {
+        let after = &rest[open + FENCE.len()..];
+        // Skip the info string (`json`) up to the end of the line.
+        let body = match after.find('\n') {
+            Some(nl) => &after[nl + 1..],
+            None => after.trim_start_matches(|c: char| c.is_ascii_alphanumeric()),
+        };
+        let (inner, next) = match body.find(FENCE) {
+            Some(close) => (&body[..close], &body[close + FENCE.len()..]),
+            None => (body, ""),
+        };
+        if inner.contains('{') {
+            return Some(inner);
+        }
+        rest = next;
+    }
+    None
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Object,
+    Array,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// Object: a key or `}`.
+    Key,
+    /// Object: `:` after a key.
+    Colon,
+    /// A value (object after `:`, array after `[` or `,`).
+    Value,
+    /// `,` or the closing bracket.
+    Comma,
+}
+
+struct Frame {
+    kind: Kind,
+    expect: Expect,
+    /// Length of the output at which this container can be cut and closed: after its
+    /// opening bracket or its last complete member.
+    safe: usize,
+}
+
+/// The single-pass rewriter. It copies the object into `out` token by token, dropping
+/// whitespace and commas that are not followed by a member, and on running out of input
+/// it cuts back to the innermost safe point and closes every open container.
+struct Scanner<'a> {
+    src: &'a str,
+    pos: usize,
+    out: String,
+    stack: Vec<Frame>,
+    pending_comma: bool,
+}
+
+/// What ended a string token.
+enum StrEnd {
+    Closed,
+    Truncated,
+}
+
+impl<'a> Scanner<'a> {
+    fn new(src: &'a str) -> Self {
+        Self {
+            src,
+            pos: 0,
+            out: String::with_capacity(src.len() + 8),
+            stack: Vec::with_capacity(4),
+            pending_comma: false,
+        }
+    }
+
+    /// The repaired text of the object that starts at `src[0] == '{'`, or `None` when the
+    /// structure is not recoverable (the caller then tries the next `{`).
+    fn run(mut self) -> Option<String> {
+        let bytes = self.src.as_bytes();
+        while self.pos < bytes.len() {
+            let b = bytes[self.pos];
+            match b {
+                b' ' | b'\t' | b'\n' | b'\r' => self.pos += 1,
+                b'{' | b'[' => {
+                    if !self.stack.is_empty() && self.expect()? != Expect::Value {
+                        return None;
+                    }
+                    self.emit_separator();
+                    self.out.push(b as char);
+                    let kind = if b == b'{' { Kind::Object } else { Kind::Array };
+                    let expect = if kind == Kind::Object {
+                        Expect::Key
+                    } else {
+                        Expect::Value
+                    };
+                    self.stack.push(Frame {
+                        kind,
+                        expect,
+                        safe: self.out.len(),
+                    });
+                    self.pos += 1;
+                }
+                b'}' | b']' => {
+                    let kind = if b == b'}' { Kind::Object } else { Kind::Array };
+                    let frame = self.stack.last()?;
+                    if frame.kind != kind {
+                        return None;
+                    }
+                    // `{"a":1,"b":}` or `{"a":1,"b"}`: drop the member that has no value.
+                    if kind == Kind::Object && matches!(frame.expect, Expect::Colon | Expect::Value)
+                    {
+                        let safe = frame.safe;
+                        self.out.truncate(safe);
+                    }
+                    self.pending_comma = false;
+                    self.out.push(b as char);
+                    self.stack.pop();
+                    self.pos += 1;
+                    if self.value_done() {
+                        return Some(self.out);
+                    }
+                }
+                b',' => {
+                    // A comma after a member is held back until the next member starts,
+                    // which removes trailing and doubled commas.
+                    if self.expect()? == Expect::Comma {
+                        self.pending_comma = true;
+                        self.set_expect(match self.top_kind() {
+                            Kind::Object => Expect::Key,
+                            Kind::Array => Expect::Value,
+                        });
+                    }
+                    self.pos += 1;
+                }
+                b':' => {
+                    if self.expect()? != Expect::Colon {
+                        return None;
+                    }
+                    self.out.push(':');
+                    self.set_expect(Expect::Value);
+                    self.pos += 1;
+                }
+                b'"' => {
+                    let mut expect = self.expect()?;
+                    if expect == Expect::Comma {
+                        // `{"a":1 "b":2}`: a forgotten comma between members.
+                        self.pending_comma = true;
+                        expect = match self.top_kind() {
+                            Kind::Object => Expect::Key,
+                            Kind::Array => Expect::Value,
+                        };
+                        self.set_expect(expect);
+                    }
+                    if !matches!(expect, Expect::Key | Expect::Value) {
+                        return None;
+                    }
+                    let mark = self.out.len();
+                    self.emit_separator();
+                    match self.string() {
+                        StrEnd::Closed => {
+                            if expect == Expect::Key {
+                                self.set_expect(Expect::Colon);
+                            } else if self.value_done() {
+                                return Some(self.out);
+                            }
+                        }
+                        StrEnd::Truncated => {
+                            let keep = expect == Expect::Value && self.top_kind() == Kind::Object;
+                            if keep {
+                                self.out.push('"');
+                                self.value_done();
+                            } else {
+                                self.out.truncate(mark);
+                            }
+                            return Some(self.close_all());
+                        }
+                    }
+                }
+                _ => {
+                    let expect = self.expect()?;
+                    let start = self.pos;
+                    while self.pos < bytes.len() && is_word_byte(bytes[self.pos]) {
+                        self.pos += 1;
+                    }
+                    if self.pos == start {
+                        // Something that cannot start a token: not JSON we can mend.
+                        return None;
+                    }
+                    let word = &self.src[start..self.pos];
+                    let at_end = self.pos >= bytes.len();
+                    match expect {
+                        Expect::Key if !at_end && is_bare_key(word) => {
+                            self.emit_separator();
+                            self.out.push('"');
+                            self.out.push_str(word);
+                            self.out.push('"');
+                            self.set_expect(Expect::Colon);
+                        }
+                        Expect::Value => {
+                            let literal = if at_end {
+                                truncated_literal(word)
+                            } else {
+                                Some(literal(word))
+                            };
+                            match literal {
+                                Some(text) => {
+                                    self.emit_separator();
+                                    self.out.push_str(&text);
+                                    if self.value_done() {
+                                        return Some(self.out);
+                                    }
+                                }
+                                None => return Some(self.close_all()),
+                            }
+                        }
+                        _ => {
+                            if at_end {
+                                return Some(self.close_all());
+                            }
+                            return None;
+                        }
+                    }
+                }
+            }
+        }
+        Some(self.close_all())
+    }
+
+    fn expect(&self) -> Option<Expect> {
+        self.stack.last().map(|f| f.expect)
+    }
+
+    fn top_kind(&self) -> Kind {
+        self.stack.last().map_or(Kind::Object, |f| f.kind)
+    }
+
+    fn set_expect(&mut self, expect: Expect) {
+        if let Some(frame) = self.stack.last_mut() {
+            frame.expect = expect;
+        }
+    }
+
+    fn emit_separator(&mut self) {
+        if self.pending_comma {
+            self.out.push(',');
+            self.pending_comma = false;
+        }
+    }
+
+    /// A value just ended; returns true when it was the outermost object.
+    fn value_done(&mut self) -> bool {
+        match self.stack.last_mut() {
+            Some(frame) => {
+                frame.expect = Expect::Comma;
+                frame.safe = self.out.len();
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Input ended inside the object: cut the innermost container back to its last
+    /// complete member and close everything that is open.
+    fn close_all(mut self) -> String {
+        if let Some(frame) = self.stack.last()
+            && frame.expect != Expect::Comma
+        {
+            let safe = frame.safe;
+            self.out.truncate(safe);
+        }
+        while let Some(frame) = self.stack.pop() {
+            self.out.push(match frame.kind {
+                Kind::Object => '}',
+                Kind::Array => ']',
+            });
+        }
+        self.out
+    }
+
+    /// Copies a string token starting at the opening quote, escaping raw control
+    /// characters and mending escapes. On truncation the output ends without the closing
+    /// quote and without a partial escape.
+    fn string(&mut self) -> StrEnd {
+        let bytes = self.src.as_bytes();
+        self.out.push('"');
+        self.pos += 1;
+        let mut run_start = self.pos;
+        while self.pos < bytes.len() {
+            let b = bytes[self.pos];
+            match b {
+                b'"' => {
+                    self.out.push_str(&self.src[run_start..self.pos]);
+                    self.out.push('"');
+                    self.pos += 1;
+                    return StrEnd::Closed;
+                }
+                b'\\' => {
+                    self.out.push_str(&self.src[run_start..self.pos]);
+                    let Some(&esc) = bytes.get(self.pos + 1) else {
+                        self.pos = bytes.len();
+                        return StrEnd::Truncated;
+                    };
+                    match esc {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
+                            self.out.push('\\');
+                            self.out.push(esc as char);
+                            self.pos += 2;
+                        }
+                        b'u' => {
+                            let hex = bytes.get(self.pos + 2..self.pos + 6);
+                            match hex {
+                                Some(h) if h.iter().all(u8::is_ascii_hexdigit) => {
+                                    self.out.push_str(&self.src[self.pos..self.pos + 6]);
+                                    self.pos += 6;
+                                }
+                                _ if self.pos + 6 > bytes.len()
+                                    && bytes[self.pos + 2..].iter().all(u8::is_ascii_hexdigit) =>
+                                {
+                                    // A `\u12` cut by the end of the input.
+                                    self.pos = bytes.len();
+                                    return StrEnd::Truncated;
+                                }
+                                // Not an escape after all: keep the `u` literally.
+                                _ => self.pos += 1,
+                            }
+                        }
+                        // `\'` and friends: drop the backslash, keep the character.
+                        _ => self.pos += 1,
+                    }
+                    run_start = self.pos;
+                }
+                0x00..=0x1f => {
+                    self.out.push_str(&self.src[run_start..self.pos]);
+                    match b {
+                        b'\n' => self.out.push_str("\\n"),
+                        b'\r' => self.out.push_str("\\r"),
+                        b'\t' => self.out.push_str("\\t"),
+                        _ => {
+                            const HEX: &[u8; 16] = b"0123456789abcdef";
+                            self.out.push_str("\\u00");
+                            self.out.push(HEX[usize::from(b >> 4)] as char);
+                            self.out.push(HEX[usize::from(b & 0xf)] as char);
+                        }
+                    }
+                    self.pos += 1;
+                    run_start = self.pos;
+                }
+                _ => self.pos += 1,
+            }
+        }
+        self.out.push_str(&self.src[run_start..]);
+        StrEnd::Truncated
+    }
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.' | b'_')
+}
+
+fn is_bare_key(word: &str) -> bool {
+    word.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && word.bytes().next().is_some_and(|b| !b.is_ascii_digit())
+}
+
+/// The JSON text for a complete bare word in value position.
+fn literal(word: &str) -> String {
+    match word {
+        "true" | "false" | "null" => word.to_owned(),
+        "True" | "TRUE" => "true".to_owned(),
+        "False" | "FALSE" => "false".to_owned(),
+        _ if is_finite_json_number(word) => word.to_owned(),
+        _ => match word.parse::<f64>() {
+            // `+4`, `.5`, `4.`, `007`: numbers a lenient reader accepts.
+            Ok(n) if n.is_finite() && word.bytes().any(|b| b.is_ascii_digit()) => {
+                serde_json::Number::from_f64(n).map_or_else(|| "null".to_owned(), |n| n.to_string())
+            }
+            _ => "null".to_owned(),
+        },
+    }
+}
+
+/// A bare word cut by the end of the input: a number keeps its valid prefix, a complete
+/// literal stays, anything else is dropped.
+fn truncated_literal(word: &str) -> Option<String> {
+    if matches!(word, "true" | "false" | "null") {
+        return Some(word.to_owned());
+    }
+    let trimmed = word.trim_end_matches(['.', 'e', 'E', '+', '-']);
+    is_finite_json_number(trimmed).then(|| trimmed.to_owned())
+}
+
+/// A JSON number that `serde_json` reads without overflowing (`1e400` is not one).
+fn is_finite_json_number(s: &str) -> bool {
+    is_json_number(s) && s.parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+/// The JSON number grammar: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+fn is_json_number(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match b.get(i) {
+        Some(b'0') => i += 1,
+        Some(c) if c.is_ascii_digit() => {
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+        }
+        _ => return false,
+    }
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let digits = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == digits {
+            return false;
+        }
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let digits = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == digits {
+            return false;
+        }
+    }
+    i == b.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn repaired(raw: &str) -> Option<Value> {
+        repair(raw)
+    }
+
+    #[test]
+    fn repair_cases() {
+        let cases: &[(&str, &str, Option<Value>)] = &[
+            ("plain object", r#"{"mood": 4}"#, Some(json!({"mood": 4}))),
+            (
+                "markdown fence",
+                "```json\n{\"mood\": 4, \"stress\": 2}\n```",
+                Some(json!({"mood": 4, "stress": 2})),
+            ),
+            (
+                "fence without language",
+                "```\n{\"mood\": 4}\n```",
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "prose around",
+                "Sure! Here is the JSON:\n{\"mood\": 4}\nHope it helps.",
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "think block with braces",
+                "<think>The user seems {tired}, mood maybe {\"mood\": 1}</think>\n{\"mood\": 2}",
+                Some(json!({"mood": 2})),
+            ),
+            (
+                "unclosed think is reasoning",
+                "<think>I guess {\"mood\": 1}",
+                None,
+            ),
+            (
+                "truncated after comma in key",
+                r#"{"mood": 4, "stre"#,
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "truncated after colon",
+                r#"{"mood": 4, "stress":"#,
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "truncated after key",
+                r#"{"mood": 4, "stress""#,
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "truncated after comma",
+                r#"{"mood": 4,"#,
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "truncated number kept",
+                r#"{"mood": 4"#,
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "truncated decimal point",
+                r#"{"sleep_hours": 6."#,
+                Some(json!({"sleep_hours": 6})),
+            ),
+            (
+                "truncated literal dropped",
+                r#"{"mood": 4, "x": tru"#,
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "open string value closed",
+                r#"{"mood": 4, "summary": "Ran 5 km and"#,
+                Some(json!({"mood": 4, "summary": "Ran 5 km and"})),
+            ),
+            (
+                "open array closed, partial item dropped",
+                r#"{"activities": ["run", "yo"#,
+                Some(json!({"activities": ["run"]})),
+            ),
+            (
+                "open array after comma",
+                r#"{"activities": ["run", "#,
+                Some(json!({"activities": ["run"]})),
+            ),
+            (
+                "nested truncation",
+                r#"{"a": {"b": 1, "c": [1, 2"#,
+                Some(json!({"a": {"b": 1, "c": [1, 2]}})),
+            ),
+            (
+                "dangling escape dropped",
+                r#"{"summary": "a \"quote\" and \"#,
+                Some(json!({"summary": "a \"quote\" and "})),
+            ),
+            (
+                "partial unicode escape dropped",
+                r#"{"summary": "caf\u00"#,
+                Some(json!({"summary": "caf"})),
+            ),
+            (
+                "braces inside strings are text",
+                r#"{"summary": "a } and { b", "mood": 2}"#,
+                Some(json!({"summary": "a } and { b", "mood": 2})),
+            ),
+            (
+                "trailing comma in array",
+                r#"{"a": [1,2,]}"#,
+                Some(json!({"a": [1, 2]})),
+            ),
+            (
+                "trailing comma in object",
+                r#"{"a":1,}"#,
+                Some(json!({"a": 1})),
+            ),
+            (
+                "missing comma",
+                r#"{"a":1 "b":2}"#,
+                Some(json!({"a": 1, "b": 2})),
+            ),
+            (
+                "overflowing number",
+                r#"{"a": 1e400, "b": 2}"#,
+                Some(json!({"a": null, "b": 2})),
+            ),
+            (
+                "doubled comma",
+                r#"{"a":1,,"b":2}"#,
+                Some(json!({"a": 1, "b": 2})),
+            ),
+            (
+                "member without value",
+                r#"{"a":1,"b":}"#,
+                Some(json!({"a": 1})),
+            ),
+            (
+                "NaN becomes null",
+                r#"{"mood": NaN, "stress": 2}"#,
+                Some(json!({"mood": null, "stress": 2})),
+            ),
+            (
+                "python literals",
+                r#"{"a": True, "b": None}"#,
+                Some(json!({"a": true, "b": null})),
+            ),
+            (
+                "lenient numbers",
+                r#"{"a": +4, "b": .5}"#,
+                Some(json!({"a": 4.0, "b": 0.5})),
+            ),
+            ("bare keys", r#"{mood: 4}"#, Some(json!({"mood": 4}))),
+            (
+                "raw newline in string",
+                "{\"summary\": \"line one\nline two\"}",
+                Some(json!({"summary": "line one\nline two"})),
+            ),
+            (
+                "unknown escape",
+                r#"{"s": "it\'s"}"#,
+                Some(json!({"s": "it's"})),
+            ),
+            (
+                "multi-byte text",
+                r#"{"summary": "Пробежка 5 км — отлично"#,
+                Some(json!({"summary": "Пробежка 5 км — отлично"})),
+            ),
+            (
+                "first object wins",
+                r#"{"a":1} {"b":2}"#,
+                Some(json!({"a": 1})),
+            ),
+            (
+                "prose braces then object",
+                r#"Use {this format}: {"a": 1}"#,
+                Some(json!({"a": 1})),
+            ),
+            ("no object", "I cannot help with that.", None),
+            ("empty", "", None),
+            ("only open brace", "{", Some(json!({}))),
+            ("array only", "[1, 2]", None),
+        ];
+        for (name, raw, want) in cases {
+            assert_eq!(&repaired(raw), want, "case `{name}`: {raw:?}");
+        }
+    }
+
+    #[test]
+    fn fence_cut_inside_the_object() {
+        // The closing fence must not be read as the rest of an open string.
+        let raw = "```json\n{\"mood\": 4, \"summary\": \"ok\n```\nAnything else?";
+        assert_eq!(repaired(raw), Some(json!({"mood": 4, "summary": "ok\n"})));
+    }
+
+    const VALID: &str = r#"{"mood": 4, "stress": 5, "energy": 3, "productivity": 2, "sleep_hours": 6.5, "activities": ["run", "work"], "emotions": ["anxious", "тревога"], "summary": "Пробежка \"утром\", потом работа."}"#;
+
+    #[test]
+    fn every_prefix_of_valid_json_repairs_to_an_object_or_nothing() {
+        for (i, _) in VALID.char_indices() {
+            let prefix = &VALID[..i];
+            let got = repair(prefix);
+            if i > 0 {
+                assert!(got.is_some(), "prefix {prefix:?} did not repair");
+            }
+        }
+        assert_eq!(repair(VALID), serde_json::from_str(VALID).ok());
+    }
+
+    proptest! {
+        #[test]
+        fn repair_never_panics(s in "\\PC*") {
+            let _ = repair(&s);
+        }
+
+        #[test]
+        fn repair_never_panics_on_json_like_noise(s in r#"[{}\[\]",:\\a-z0-9 .\-<>/`\n]{0,80}"#) {
+            if let Some(v) = repair(&s) {
+                prop_assert!(v.is_object());
+            }
+        }
+
+        #[test]
+        fn truncations_of_valid_json_repair(cut in 0usize..VALID.len(), prose in "[a-zA-Z .!]{0,20}") {
+            let cut = (0..=cut).rev().find(|&i| VALID.is_char_boundary(i)).unwrap_or(0);
+            let raw = format!("{prose}{}", &VALID[..cut]);
+            let got = repair(&raw);
+            prop_assert!(cut == 0 || got.as_ref().is_some_and(Value::is_object));
+        }
+    }
+}
