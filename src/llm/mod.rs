@@ -1,7 +1,268 @@
 //! The LLM layer: provider clients (one file per wire format), error classification and
 //! the resilient cascade of SPEC §5. It does not know about the store: attempts are
 //! reported through an [`AttemptSink`].
+//!
+//! [`Llm`] is built once per process from [`Settings`] and shared (`Arc<Llm>`): it owns
+//! the one HTTP client, the providers with their keys and concurrency limits, the steps
+//! of each task and the cooldown registry every request consults.
 
+mod anthropic;
+mod cascade;
+mod cooldown;
+pub mod error;
+mod gemini;
+mod openai;
+mod provider;
+mod retry;
+pub mod retry_after;
 pub mod types;
 
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+pub use cascade::AttemptError;
+pub use error::LlmError;
 pub use types::{Attempt, AttemptSink, ChatRequest, Completion, NullSink, Outcome, Task};
+
+use crate::config::{Settings, StepSettings};
+use cascade::{Engine, Step};
+use cooldown::{Cooldowns, StepId};
+use provider::{Call, Provider};
+use retry::RetryPolicy;
+
+/// Why a task got no answer. `Display` is one sentence without keys or user text.
+#[derive(Debug, thiserror::Error)]
+pub enum CascadeError {
+    /// A content-policy refusal and no other step answered: not worth retrying later.
+    #[error("{provider}/{model} refused this entry on content-policy grounds ({reason})")]
+    Blocked {
+        provider: String,
+        model: String,
+        reason: String,
+        errors: Vec<AttemptError>,
+    },
+    /// Every step failed (or was cooling down); retry the task later.
+    #[error("every provider failed ({} failed attempts){}", errors.len(), last_error(errors))]
+    Exhausted { errors: Vec<AttemptError> },
+    /// `deadline_ms` passed before any step answered.
+    #[error("no answer within the task deadline of {deadline_ms}ms ({} failed attempts){}", errors.len(), last_error(errors))]
+    DeadlineExceeded {
+        deadline_ms: u64,
+        errors: Vec<AttemptError>,
+    },
+    /// No step of this task has a provider with a key (or one that needs none).
+    #[error("no provider in this cascade has an API key; set one (see `daylog doctor`)")]
+    NoUsableProvider,
+}
+
+fn last_error(errors: &[AttemptError]) -> String {
+    errors
+        .last()
+        .map(|e| format!("; last: {e}"))
+        .unwrap_or_default()
+}
+
+impl CascadeError {
+    /// A content-policy block: the entry should be marked blocked, not retried.
+    pub fn is_blocked(&self) -> bool {
+        matches!(self, Self::Blocked { .. })
+    }
+
+    /// Every failed attempt, in the order they ended.
+    pub fn errors(&self) -> &[AttemptError] {
+        match self {
+            Self::Blocked { errors, .. }
+            | Self::Exhausted { errors }
+            | Self::DeadlineExceeded { errors, .. } => errors,
+            Self::NoUsableProvider => &[],
+        }
+    }
+}
+
+/// The LLM layer of one process. `Send + Sync`; share it as `Arc<Llm>`.
+pub struct Llm {
+    client: reqwest::Client,
+    providers: BTreeMap<String, Arc<Provider>>,
+    analysis: Vec<Step>,
+    metrics: Vec<Step>,
+    /// The first configured model of each provider, for `ping`.
+    ping_models: BTreeMap<String, String>,
+    policy: RetryPolicy,
+    cooldowns: Cooldowns,
+}
+
+impl fmt::Debug for Llm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let steps = |steps: &[Step]| -> Vec<String> {
+            steps
+                .iter()
+                .map(|s| format!("{}/{}", s.id.provider, s.id.model))
+                .collect()
+        };
+        f.debug_struct("Llm")
+            .field("providers", &self.providers.values().collect::<Vec<_>>())
+            .field("analysis", &steps(&self.analysis))
+            .field("metrics", &steps(&self.metrics))
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Llm {
+    /// Builds the layer with its own HTTP client (rustls). Logs once, as a warning, each
+    /// provider a cascade step needs that has no key and will therefore be skipped.
+    pub fn new(settings: &Settings) -> Result<Self, LlmError> {
+        let client = reqwest::Client::builder()
+            .use_rustls_tls()
+            .connect_timeout(settings.retry.request_timeout())
+            .build()
+            .map_err(|e| LlmError::Client(e.without_url().to_string()))?;
+        Self::with_client(settings, client)
+    }
+
+    /// Builds the layer around an existing client (the process's one client, or a test's).
+    pub fn with_client(settings: &Settings, client: reqwest::Client) -> Result<Self, LlmError> {
+        let providers: BTreeMap<String, Arc<Provider>> = settings
+            .providers
+            .iter()
+            .map(|(name, p)| {
+                let provider = Provider::new(name, p, settings.keys(name));
+                (name.clone(), Arc::new(provider))
+            })
+            .collect();
+        let mut ping_models = BTreeMap::new();
+        for step in settings
+            .analysis
+            .steps
+            .iter()
+            .chain(&settings.metrics.steps)
+        {
+            ping_models
+                .entry(step.provider.clone())
+                .or_insert_with(|| step.model.clone());
+        }
+        for (name, provider) in &providers {
+            if !provider.usable() && ping_models.contains_key(name) {
+                tracing::warn!(
+                    provider = %name,
+                    key_env = %provider.key_env,
+                    "no API key for this provider: its cascade steps are skipped"
+                );
+            }
+        }
+        let steps = |configured: &[StepSettings]| -> Vec<Step> {
+            configured
+                .iter()
+                .filter_map(|s| {
+                    let provider = providers.get(&s.provider)?;
+                    provider.usable().then(|| Step {
+                        id: StepId {
+                            provider: s.provider.clone(),
+                            model: s.model.clone(),
+                        },
+                        provider: Arc::clone(provider),
+                        max_tokens: s.max_tokens,
+                        temperature: s.temperature,
+                    })
+                })
+                .collect()
+        };
+        let analysis = steps(&settings.analysis.steps);
+        let metrics = steps(&settings.metrics.steps);
+        Ok(Self {
+            client,
+            providers,
+            analysis,
+            metrics,
+            ping_models,
+            policy: RetryPolicy::new(&settings.retry),
+            cooldowns: Cooldowns::new(
+                settings.cooldown.duration(),
+                settings.cooldown.failures_to_trip,
+            ),
+        })
+    }
+
+    /// Runs one task through its cascade. Every attempt is reported to `sink`.
+    pub async fn run(
+        &self,
+        task: Task,
+        request: &ChatRequest,
+        sink: &dyn AttemptSink,
+    ) -> Result<Completion, CascadeError> {
+        let steps = match task {
+            Task::Analysis => &self.analysis,
+            Task::Metrics => &self.metrics,
+        };
+        let engine = Engine {
+            client: &self.client,
+            policy: &self.policy,
+            cooldowns: &self.cooldowns,
+        };
+        cascade::run(engine, steps, task, request, sink).await
+    }
+
+    /// One tiny request with the provider's first key to its first configured model, for
+    /// `daylog doctor --ping`. Reaching the model and being accepted is success, even if
+    /// the tiny answer is empty or filtered.
+    pub async fn ping(&self, provider: &str) -> Result<(), LlmError> {
+        let p = self
+            .providers
+            .get(provider)
+            .ok_or_else(|| LlmError::UnknownProvider(provider.to_owned()))?;
+        let Some(&slot) = p.key_slots().first() else {
+            return Err(LlmError::MissingKey {
+                provider: provider.to_owned(),
+                key_env: p.key_env.clone(),
+            });
+        };
+        let model = self
+            .ping_models
+            .get(provider)
+            .ok_or_else(|| LlmError::NoModel(provider.to_owned()))?;
+        let request = ChatRequest {
+            system: String::new(),
+            user: "ping".to_owned(),
+            json: false,
+        };
+        let call = Call {
+            model,
+            max_tokens: Some(16),
+            temperature: None,
+            request: &request,
+        };
+        match p
+            .complete(
+                &self.client,
+                p.key(slot),
+                &call,
+                self.policy.request_timeout,
+            )
+            .await
+        {
+            Ok(_) | Err(LlmError::Unusable { .. } | LlmError::Blocked { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Names of the configured providers and whether each can be called.
+    pub fn providers(&self) -> impl Iterator<Item = (&str, bool)> {
+        self.providers
+            .iter()
+            .map(|(name, p)| (name.as_str(), p.usable()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn llm_is_shareable() {
+        assert_send_sync::<Llm>();
+        assert_send_sync::<CascadeError>();
+    }
+}

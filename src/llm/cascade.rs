@@ -1,0 +1,503 @@
+//! The cascade executor of SPEC §5: one task walks its configured steps in order, each
+//! step its provider's keys in order, each key up to `max_attempts` times with backoff.
+//!
+//! What an attempt's error means is decided in [`LlmError`]; what the cascade does with
+//! it is decided here, in one place ([`TaskRun::run_step`]). State shared between
+//! requests lives in the [`Cooldowns`] registry, read again before every retry so that
+//! concurrent requests pay for one dead provider once. A task is one future: its steps
+//! (a hedged one included) are polled together, so dropping the task — on the deadline,
+//! or when a hedged step wins — drops every attempt still in flight, and each one records
+//! itself as `cancelled` on the way out.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use reqwest::Client;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::llm::CascadeError;
+use crate::llm::cooldown::{Cooldowns, StepId};
+use crate::llm::error::LlmError;
+use crate::llm::provider::{Call, Provider};
+use crate::llm::retry::RetryPolicy;
+use crate::llm::types::{Attempt, AttemptSink, ChatRequest, Completion, Outcome, Task};
+
+/// One step of a cascade: one model of one provider.
+#[derive(Debug)]
+pub(crate) struct Step {
+    pub id: StepId,
+    pub provider: Arc<Provider>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+}
+
+/// One failed attempt, kept whole so a caller can see every reason the cascade gave up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptError {
+    pub provider: String,
+    pub model: String,
+    pub key_index: Option<usize>,
+    pub attempt: u32,
+    pub error: LlmError,
+}
+
+impl fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)?;
+        if let Some(i) = self.key_index {
+            write!(f, " key #{i}")?;
+        }
+        write!(f, " attempt {}: {}", self.attempt, self.error)
+    }
+}
+
+/// The parts of [`crate::llm::Llm`] a task needs.
+pub(crate) struct Engine<'a> {
+    pub client: &'a Client,
+    pub policy: &'a RetryPolicy,
+    pub cooldowns: &'a Cooldowns,
+}
+
+/// Runs one task through `steps` (already limited to usable providers).
+pub(crate) async fn run(
+    engine: Engine<'_>,
+    steps: &[Step],
+    task: Task,
+    request: &ChatRequest,
+    sink: &dyn AttemptSink,
+) -> Result<Completion, CascadeError> {
+    if steps.is_empty() {
+        return Err(CascadeError::NoUsableProvider);
+    }
+    let deadline = Instant::now() + engine.policy.deadline;
+    let (hedge_tx, mut hedge_rx) = mpsc::unbounded_channel();
+    let run = TaskRun {
+        client: engine.client,
+        policy: engine.policy,
+        cooldowns: engine.cooldowns,
+        task,
+        request,
+        sink,
+        deadline,
+        hedge: hedge_tx,
+        errors: Mutex::new(Vec::new()),
+        real_attempts: AtomicU32::new(0),
+    };
+    let result = tokio::time::timeout_at(deadline, run.drive(steps, &mut hedge_rx)).await;
+    match result {
+        Ok(done) => done,
+        Err(_) => {
+            tracing::warn!(task = task.as_str(), "task deadline reached");
+            Err(CascadeError::DeadlineExceeded {
+                deadline_ms: duration_ms(engine.policy.deadline),
+                errors: run.take_errors(),
+            })
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Every free key, each with the full retry budget.
+    Normal,
+    /// Everything is cooling down: one real attempt with the soonest-free key.
+    Forced(Option<usize>),
+}
+
+enum StepEnd<'a> {
+    Answer(Completion),
+    Blocked { step: &'a Step, reason: String },
+    Failed,
+}
+
+struct TaskRun<'a> {
+    client: &'a Client,
+    policy: &'a RetryPolicy,
+    cooldowns: &'a Cooldowns,
+    task: Task,
+    request: &'a ChatRequest,
+    sink: &'a dyn AttemptSink,
+    deadline: Instant,
+    /// An attempt slower than `hedge_after` asks for the next step to start.
+    hedge: mpsc::UnboundedSender<()>,
+    errors: Mutex<Vec<AttemptError>>,
+    real_attempts: AtomicU32,
+}
+
+impl<'a> TaskRun<'a> {
+    async fn drive(
+        &self,
+        steps: &'a [Step],
+        hedges: &mut mpsc::UnboundedReceiver<()>,
+    ) -> Result<Completion, CascadeError> {
+        let mut running = FuturesUnordered::new();
+        let mut next = 0;
+        let mut forced_done = false;
+        let mut blocked: Option<(&'a str, &'a str, String)> = None;
+        loop {
+            if running.is_empty() {
+                if let Some(i) = self.next_available(steps, &mut next) {
+                    running.push(self.run_step(&steps[i], Mode::Normal));
+                } else if !forced_done && self.real_attempts.load(Ordering::Relaxed) == 0 {
+                    // The user is never told "no provider" without one real attempt.
+                    forced_done = true;
+                    if let Some((i, key)) = self.soonest_free(steps) {
+                        running.push(self.run_step(&steps[i], Mode::Forced(key)));
+                    }
+                }
+                if running.is_empty() {
+                    break;
+                }
+            }
+            tokio::select! {
+                end = running.next() => match end {
+                    Some(StepEnd::Answer(completion)) => return Ok(completion),
+                    Some(StepEnd::Blocked { step, reason }) => {
+                        blocked.get_or_insert((&step.id.provider, &step.id.model, reason));
+                    }
+                    Some(StepEnd::Failed) | None => {}
+                },
+                Some(()) = hedges.recv(), if next < steps.len() => {
+                    if let Some(i) = self.next_available(steps, &mut next) {
+                        tracing::info!(
+                            task = self.task.as_str(),
+                            provider = %steps[i].id.provider,
+                            model = %steps[i].id.model,
+                            "slow attempt: hedging with the next step"
+                        );
+                        running.push(self.run_step(&steps[i], Mode::Normal));
+                    }
+                }
+            }
+        }
+        let errors = self.take_errors();
+        Err(match blocked {
+            Some((provider, model, reason)) => CascadeError::Blocked {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+                reason,
+                errors,
+            },
+            None => CascadeError::Exhausted { errors },
+        })
+    }
+
+    /// The next step from `*next` on that is not cooling down; cooling ones are recorded
+    /// as skipped on the way.
+    fn next_available(&self, steps: &[Step], next: &mut usize) -> Option<usize> {
+        while *next < steps.len() {
+            let i = *next;
+            *next += 1;
+            let step = &steps[i];
+            match self
+                .cooldowns
+                .step_blocked_until(&step.id, &step.provider.key_slots())
+            {
+                None => return Some(i),
+                Some((until, _)) => self.record_skip(step, None, until),
+            }
+        }
+        None
+    }
+
+    /// The step (and key) that leaves cooldown first.
+    fn soonest_free(&self, steps: &[Step]) -> Option<(usize, Option<usize>)> {
+        steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let (until, key) = self
+                    .cooldowns
+                    .step_blocked_until(&s.id, &s.provider.key_slots())?;
+                Some((until, i, key))
+            })
+            .min_by_key(|(until, i, _)| (*until, *i))
+            .map(|(_, i, key)| (i, key))
+    }
+
+    /// One step: its keys in order, each with backoff, per SPEC §5's table.
+    async fn run_step(&self, step: &'a Step, mode: Mode) -> StepEnd<'a> {
+        let (slots, max_attempts, forced) = match mode {
+            Mode::Normal => (step.provider.key_slots(), self.policy.max_attempts, false),
+            Mode::Forced(key) => (vec![key], 1, true),
+        };
+        let cooling = |key| {
+            if forced {
+                None
+            } else {
+                self.cooldowns.key_blocked_until(&step.id, key)
+            }
+        };
+        let mut unusable_seen = false;
+        'keys: for key in slots {
+            if let Some(until) = cooling(key) {
+                self.record_skip(step, key, until);
+                continue;
+            }
+            let mut backoff = self.policy.backoff();
+            let mut wait = Duration::ZERO;
+            for attempt in 1..=max_attempts {
+                let Ok(permit) = step.provider.permits.acquire().await else {
+                    return StepEnd::Failed;
+                };
+                // Waiting for a permit can take a while: others may have given up on
+                // this key meanwhile.
+                if let Some(until) = cooling(key) {
+                    self.record_skip(step, key, until);
+                    continue 'keys;
+                }
+                let result = self.attempt(step, key, attempt, wait).await;
+                drop(permit);
+                let error = match result {
+                    Ok(text) => {
+                        self.cooldowns.record_success(&step.id, key);
+                        return StepEnd::Answer(Completion {
+                            text,
+                            provider: step.id.provider.clone(),
+                            model: step.id.model.clone(),
+                        });
+                    }
+                    Err(error) => error,
+                };
+                self.keep(step, key, attempt, error.clone());
+                if let LlmError::Blocked { reason } = error {
+                    return StepEnd::Blocked { step, reason };
+                }
+                if error.is_stall() {
+                    self.cooldowns
+                        .trip_step(&step.id, self.cooldowns.default_until());
+                    return StepEnd::Failed;
+                }
+                if error.is_bad_key() {
+                    self.cooldowns
+                        .trip_key(&step.id, key, self.cooldowns.default_until());
+                    continue 'keys;
+                }
+                if !error.is_retryable() {
+                    return StepEnd::Failed;
+                }
+                let tripped = self.cooldowns.record_failure(&step.id, key);
+                if matches!(error, LlmError::Unusable { .. }) {
+                    if unusable_seen {
+                        return StepEnd::Failed;
+                    }
+                    unusable_seen = true;
+                }
+                let retry_after = error.retry_after();
+                if let Some(long) = retry_after.filter(|ra| self.policy.too_long_to_wait(*ra)) {
+                    self.cooldowns
+                        .trip_key(&step.id, key, Instant::now() + long);
+                    continue 'keys;
+                }
+                let Some(delay) = backoff.next_wait(retry_after) else {
+                    self.cooldowns
+                        .trip_key(&step.id, key, self.cooldowns.default_until());
+                    continue 'keys;
+                };
+                if tripped || cooling(key).is_some() || Instant::now() + delay >= self.deadline {
+                    // Someone (maybe we) tripped it, or the wait would outlast the task:
+                    // the next key or step is the better bet.
+                    continue 'keys;
+                }
+                tokio::time::sleep(delay).await;
+                wait = delay;
+            }
+        }
+        StepEnd::Failed
+    }
+
+    /// One HTTP attempt, recorded on every path (including being dropped).
+    async fn attempt(
+        &self,
+        step: &Step,
+        key: Option<usize>,
+        attempt: u32,
+        wait: Duration,
+    ) -> Result<String, LlmError> {
+        self.real_attempts.fetch_add(1, Ordering::Relaxed);
+        let mut in_flight = InFlight {
+            run: self,
+            step,
+            key,
+            attempt,
+            wait,
+            started: Instant::now(),
+            finished: false,
+        };
+        let call = Call {
+            model: &step.id.model,
+            max_tokens: step.max_tokens,
+            temperature: step.temperature,
+            request: self.request,
+        };
+        let response = step.provider.complete(
+            self.client,
+            step.provider.key(key),
+            &call,
+            self.policy.request_timeout,
+        );
+        let result = match self.policy.hedge_after {
+            None => response.await,
+            Some(after) => {
+                tokio::pin!(response);
+                tokio::select! {
+                    result = &mut response => result,
+                    () = tokio::time::sleep(after) => {
+                        // Nobody listening means the task is over; nothing to do then.
+                        let _ = self.hedge.send(());
+                        response.await
+                    }
+                }
+            }
+        };
+        in_flight.finish(&result);
+        result
+    }
+
+    fn keep(&self, step: &Step, key: Option<usize>, attempt: u32, error: LlmError) {
+        self.lock_errors().push(AttemptError {
+            provider: step.id.provider.clone(),
+            model: step.id.model.clone(),
+            key_index: key,
+            attempt,
+            error,
+        });
+    }
+
+    fn lock_errors(&self) -> std::sync::MutexGuard<'_, Vec<AttemptError>> {
+        self.errors.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take_errors(&self) -> Vec<AttemptError> {
+        std::mem::take(&mut *self.lock_errors())
+    }
+
+    fn record_skip(&self, step: &Step, key: Option<usize>, until: Instant) {
+        let left = until.saturating_duration_since(Instant::now());
+        self.record(
+            step,
+            key,
+            0,
+            Outcome::SkippedCooldown,
+            None,
+            Duration::ZERO,
+            Duration::ZERO,
+            Some(format!("cooling down for {}ms more", duration_ms(left))),
+        );
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one row of llm_calls, field by field"
+    )]
+    fn record(
+        &self,
+        step: &Step,
+        key: Option<usize>,
+        attempt: u32,
+        outcome: Outcome,
+        http_status: Option<u16>,
+        latency: Duration,
+        wait: Duration,
+        error: Option<String>,
+    ) {
+        let (provider, model) = (&step.id.provider, &step.id.model);
+        let task = self.task.as_str();
+        let latency_ms = duration_ms(latency);
+        let wait_ms = duration_ms(wait);
+        match outcome {
+            Outcome::Ok => tracing::debug!(
+                task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
+                %outcome, latency_ms, wait_ms, "llm attempt"
+            ),
+            Outcome::BadKey => tracing::warn!(
+                task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
+                %outcome, latency_ms, error = ?error, "llm key refused; check this key"
+            ),
+            Outcome::SkippedCooldown | Outcome::Cancelled => tracing::debug!(
+                task, %provider, %model, key_index = ?key, %outcome, error = ?error,
+                "llm attempt"
+            ),
+            _ => tracing::info!(
+                task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
+                %outcome, latency_ms, wait_ms, error = ?error, "llm attempt failed"
+            ),
+        }
+        self.sink.record(Attempt {
+            task: self.task,
+            provider: provider.clone(),
+            model: model.clone(),
+            key_index: key,
+            attempt,
+            http_status,
+            outcome,
+            latency_ms,
+            wait_ms,
+            error,
+        });
+    }
+}
+
+/// An attempt in flight. If it is dropped before [`InFlight::finish`] — the task hit its
+/// deadline, or a hedged step won — it records itself as `cancelled`.
+struct InFlight<'r, 'a> {
+    run: &'r TaskRun<'a>,
+    step: &'r Step,
+    key: Option<usize>,
+    attempt: u32,
+    wait: Duration,
+    started: Instant,
+    finished: bool,
+}
+
+impl InFlight<'_, '_> {
+    fn finish(&mut self, result: &Result<String, LlmError>) {
+        self.finished = true;
+        let (outcome, status, error) = match result {
+            Ok(_) => (Outcome::Ok, Some(200), None),
+            Err(e) => (e.outcome(), e.http_status(), Some(e.to_string())),
+        };
+        self.run.record(
+            self.step,
+            self.key,
+            self.attempt,
+            outcome,
+            status,
+            self.started.elapsed(),
+            self.wait,
+            error,
+        );
+    }
+}
+
+impl Drop for InFlight<'_, '_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let why = if Instant::now() >= self.run.deadline {
+            "cancelled: the task deadline passed"
+        } else {
+            "cancelled: another step answered first"
+        };
+        self.run.record(
+            self.step,
+            self.key,
+            self.attempt,
+            Outcome::Cancelled,
+            None,
+            self.started.elapsed(),
+            self.wait,
+            Some(why.to_owned()),
+        );
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

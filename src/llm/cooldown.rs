@@ -1,0 +1,182 @@
+//! The shared cooldown registry: which keys and steps every request should skip for now.
+//!
+//! A slot is either one key of one step (provider, model, key index) or a whole step. A
+//! key cools down when it exhausts its retries, asks for a wait longer than
+//! `max_delay_ms`, is refused (401/403), or sees `failures_to_trip` failed attempts in a
+//! row across all requests; a step cools down when its model stalls (timeout, connect
+//! error). A step whose every key is cooling is cooling. The lock is a plain mutex held
+//! for a map lookup, never across an await.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A cascade step's identity in the registry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct StepId {
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Slot {
+    Step(StepId),
+    Key(StepId, Option<usize>),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    until: Option<Instant>,
+    failures: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Cooldowns {
+    slots: Mutex<HashMap<Slot, State>>,
+    duration: Duration,
+    failures_to_trip: u32,
+}
+
+impl Cooldowns {
+    pub fn new(duration: Duration, failures_to_trip: u32) -> Self {
+        Self {
+            slots: Mutex::new(HashMap::new()),
+            duration,
+            failures_to_trip: failures_to_trip.max(1),
+        }
+    }
+
+    /// The standard cooldown, from now.
+    pub fn default_until(&self) -> Instant {
+        Instant::now() + self.duration
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Slot, State>> {
+        // A panic elsewhere cannot leave the map inconsistent (every write is one field).
+        self.slots
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Until when this key of this step is skipped, if it is (step or key cooling).
+    pub fn key_blocked_until(&self, step: &StepId, key: Option<usize>) -> Option<Instant> {
+        let now = Instant::now();
+        let slots = self.lock();
+        let step_until = slots.get(&Slot::Step(step.clone())).and_then(|s| s.until);
+        let key_until = slots
+            .get(&Slot::Key(step.clone(), key))
+            .and_then(|s| s.until);
+        step_until.max(key_until).filter(|until| *until > now)
+    }
+
+    /// Until when the whole step is skipped: `None` if any key is free now, else the
+    /// soonest moment one becomes free, and which key that is.
+    pub fn step_blocked_until(
+        &self,
+        step: &StepId,
+        keys: &[Option<usize>],
+    ) -> Option<(Instant, Option<usize>)> {
+        let mut soonest: Option<(Instant, Option<usize>)> = None;
+        for key in keys {
+            let until = self.key_blocked_until(step, *key)?;
+            if soonest.is_none_or(|(s, _)| until < s) {
+                soonest = Some((until, *key));
+            }
+        }
+        soonest
+    }
+
+    /// One failed attempt; trips the key when it makes `failures_to_trip` in a row.
+    /// Returns whether it tripped.
+    pub fn record_failure(&self, step: &StepId, key: Option<usize>) -> bool {
+        let mut slots = self.lock();
+        let state = slots.entry(Slot::Key(step.clone(), key)).or_default();
+        state.failures += 1;
+        if state.failures >= self.failures_to_trip {
+            state.failures = 0;
+            let until = Instant::now() + self.duration;
+            state.until = Some(state.until.map_or(until, |u| u.max(until)));
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A usable answer: the key and its step are healthy again.
+    pub fn record_success(&self, step: &StepId, key: Option<usize>) {
+        let mut slots = self.lock();
+        slots.remove(&Slot::Key(step.clone(), key));
+        slots.remove(&Slot::Step(step.clone()));
+    }
+
+    pub fn trip_key(&self, step: &StepId, key: Option<usize>, until: Instant) {
+        Self::extend(
+            self.lock().entry(Slot::Key(step.clone(), key)).or_default(),
+            until,
+        );
+    }
+
+    pub fn trip_step(&self, step: &StepId, until: Instant) {
+        Self::extend(
+            self.lock().entry(Slot::Step(step.clone())).or_default(),
+            until,
+        );
+    }
+
+    fn extend(state: &mut State, until: Instant) {
+        state.failures = 0;
+        state.until = Some(state.until.map_or(until, |u| u.max(until)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step() -> StepId {
+        StepId {
+            provider: "p".into(),
+            model: "m".into(),
+        }
+    }
+
+    #[test]
+    fn failures_in_a_row_trip_and_expire() {
+        let c = Cooldowns::new(Duration::from_millis(30), 3);
+        assert!(!c.record_failure(&step(), Some(0)));
+        assert!(!c.record_failure(&step(), Some(0)));
+        assert!(c.record_failure(&step(), Some(0)));
+        assert!(c.key_blocked_until(&step(), Some(0)).is_some());
+        assert!(c.key_blocked_until(&step(), Some(1)).is_none());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(c.key_blocked_until(&step(), Some(0)).is_none());
+    }
+
+    #[test]
+    fn success_resets_the_count() {
+        let c = Cooldowns::new(Duration::from_secs(60), 2);
+        c.record_failure(&step(), None);
+        c.record_success(&step(), None);
+        assert!(!c.record_failure(&step(), None));
+    }
+
+    #[test]
+    fn a_step_cools_when_all_keys_do_or_it_stalls() {
+        let c = Cooldowns::new(Duration::from_secs(60), 3);
+        let keys = [Some(0), Some(1)];
+        let now = Instant::now();
+        c.trip_key(&step(), Some(0), now + Duration::from_secs(5));
+        assert!(c.step_blocked_until(&step(), &keys).is_none());
+        c.trip_key(&step(), Some(1), now + Duration::from_secs(2));
+        assert_eq!(
+            c.step_blocked_until(&step(), &keys),
+            Some((now + Duration::from_secs(2), Some(1)))
+        );
+        let c = Cooldowns::new(Duration::from_secs(60), 3);
+        c.trip_step(&step(), now + Duration::from_secs(9));
+        assert!(c.key_blocked_until(&step(), Some(1)).is_some());
+        assert!(c.step_blocked_until(&step(), &keys).is_some());
+    }
+}

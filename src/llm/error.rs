@@ -1,0 +1,266 @@
+//! [`LlmError`]: what one attempt against one provider can end in, classified once, here,
+//! exactly as SPEC §5's table says. The cascade decides what to do from the variant alone.
+//!
+//! Error texts are short and key-free: provider bodies are cut to [`MAX_ERROR_CHARS`] and
+//! any occurrence of the key that was sent is redacted before they get here.
+
+use std::time::Duration;
+
+use crate::llm::types::Outcome;
+
+/// Longest provider error text kept (for `llm_calls.error` and logs).
+pub const MAX_ERROR_CHARS: usize = 300;
+
+/// The outcome of one failed attempt, or a problem setting the layer up.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    /// 429: retry this key after a backoff of at least `retry_after`.
+    #[error("rate limited (HTTP 429): {message}")]
+    RateLimited {
+        retry_after: Option<Duration>,
+        message: String,
+    },
+    /// 408, 5xx, 529: the provider is overloaded or broken right now; retry.
+    #[error("provider unavailable (HTTP {status}): {message}")]
+    Unavailable {
+        status: u16,
+        retry_after: Option<Duration>,
+        message: String,
+    },
+    /// 401, 403: this key is bad; try the next one.
+    #[error("the API key was refused (HTTP {status}): {message}")]
+    BadKey { status: u16, message: String },
+    /// 400, 404, 422 (and other 4xx): this model or request is wrong; next step.
+    #[error("the provider rejected the request (HTTP {status}): {message}")]
+    BadRequest { status: u16, message: String },
+    /// The key cannot even be put in a header (stray characters in the environment).
+    #[error("the API key contains characters not allowed in an HTTP header")]
+    MalformedKey,
+    /// A content-policy refusal; never retried on the same model.
+    #[error("blocked by the provider's content policy: {reason}")]
+    Blocked { reason: String },
+    /// 2xx without usable text (no text, invalid envelope); retried once.
+    #[error("unusable answer (HTTP {status}): {reason}")]
+    Unusable { status: u16, reason: String },
+    /// No full answer within `request_timeout_ms`: the model is stalled for everyone.
+    #[error("no answer within {}ms", .0.as_millis())]
+    Timeout(Duration),
+    /// The provider cannot be reached at all.
+    #[error("cannot connect to the provider: {message}")]
+    Connect { message: String },
+    /// The connection broke mid-answer; retried like a 5xx.
+    #[error("the connection failed: {message}")]
+    Transport { message: String },
+    /// `ping` on a provider that needs a key and has none.
+    #[error("provider `{provider}` has no API key (set {key_env})")]
+    MissingKey { provider: String, key_env: String },
+    #[error("no provider named `{0}` is configured")]
+    UnknownProvider(String),
+    #[error("`{0}` has no model configured in any cascade step")]
+    NoModel(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+}
+
+impl LlmError {
+    /// Classifies a non-2xx answer. `message` is already truncated and key-free.
+    pub fn from_status(status: u16, retry_after: Option<Duration>, message: String) -> Self {
+        match status {
+            429 => Self::RateLimited {
+                retry_after,
+                message,
+            },
+            401 | 403 => Self::BadKey { status, message },
+            // 408 and every 5xx (529 is Anthropic's "overloaded") are transient. A 5xx the
+            // table does not name (501, 505, …) is treated the same: the server failed,
+            // not our request.
+            408 | 500..=599 => Self::Unavailable {
+                status,
+                retry_after,
+                message,
+            },
+            // 400, 404, 422 per the table; any other 4xx (405, 409, 413, …) is also
+            // something a retry of the same request will not fix.
+            _ => Self::BadRequest { status, message },
+        }
+    }
+
+    /// Whether the same key and step may be tried again after a backoff.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::RateLimited { .. }
+                | Self::Unavailable { .. }
+                | Self::Transport { .. }
+                | Self::Unusable { .. }
+        )
+    }
+
+    /// The row this error becomes in `llm_calls.outcome`.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::RateLimited { .. } | Self::Unavailable { .. } | Self::Transport { .. } => {
+                Outcome::Retryable
+            }
+            Self::BadKey { .. } | Self::MalformedKey => Outcome::BadKey,
+            Self::BadRequest { .. } => Outcome::BadRequest,
+            Self::Blocked { .. } => Outcome::Blocked,
+            Self::Unusable { .. } => Outcome::Unusable,
+            Self::Timeout(_) | Self::Connect { .. } => Outcome::Timeout,
+            Self::MissingKey { .. }
+            | Self::UnknownProvider(_)
+            | Self::NoModel(_)
+            | Self::Client(_) => Outcome::BadRequest,
+        }
+    }
+
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            Self::RateLimited { .. } => Some(429),
+            Self::Unavailable { status, .. }
+            | Self::BadKey { status, .. }
+            | Self::BadRequest { status, .. }
+            | Self::Unusable { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The provider's requested wait, for 429 and 5xx answers that carry one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::RateLimited { retry_after, .. } | Self::Unavailable { retry_after, .. } => {
+                *retry_after
+            }
+            _ => None,
+        }
+    }
+
+    /// This key will not work for anyone: skip it and try the next one.
+    pub fn is_bad_key(&self) -> bool {
+        matches!(self, Self::BadKey { .. } | Self::MalformedKey)
+    }
+
+    /// The model is stalled or unreachable for every key: the whole step cools down.
+    pub fn is_stall(&self) -> bool {
+        matches!(self, Self::Timeout(_) | Self::Connect { .. })
+    }
+
+    /// Turns a transport failure into the right variant, without the URL.
+    pub(crate) fn from_reqwest(err: reqwest::Error, timeout: Duration) -> Self {
+        if err.is_timeout() {
+            return Self::Timeout(timeout);
+        }
+        let connect = err.is_connect();
+        let err = err.without_url();
+        // reqwest's own text is generic ("error sending request"); the cause is below it.
+        let mut message = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        let message = truncate(&message);
+        if connect {
+            Self::Connect { message }
+        } else {
+            Self::Transport { message }
+        }
+    }
+}
+
+/// Cuts `text` to [`MAX_ERROR_CHARS`] characters on a character boundary.
+pub fn truncate(text: &str) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(MAX_ERROR_CHARS) {
+        None => text.to_owned(),
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+    }
+}
+
+/// The text kept from a provider's error body: its own message when the JSON has one,
+/// else the raw body; truncated either way.
+pub(crate) fn body_message(
+    body: &str,
+    extract: impl Fn(&serde_json::Value) -> Option<String>,
+) -> String {
+    let from_json = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| extract(&v))
+        .filter(|m| !m.trim().is_empty());
+    truncate(from_json.as_deref().unwrap_or(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spec_table() {
+        let cases: [(u16, Outcome, bool); 12] = [
+            (429, Outcome::Retryable, true),
+            (408, Outcome::Retryable, true),
+            (500, Outcome::Retryable, true),
+            (502, Outcome::Retryable, true),
+            (503, Outcome::Retryable, true),
+            (504, Outcome::Retryable, true),
+            (529, Outcome::Retryable, true),
+            (401, Outcome::BadKey, false),
+            (403, Outcome::BadKey, false),
+            (400, Outcome::BadRequest, false),
+            (404, Outcome::BadRequest, false),
+            (422, Outcome::BadRequest, false),
+        ];
+        for (status, outcome, retryable) in cases {
+            let err = LlmError::from_status(status, None, String::new());
+            assert_eq!(err.outcome(), outcome, "{status}");
+            assert_eq!(err.is_retryable(), retryable, "{status}");
+            assert_eq!(err.http_status(), Some(status));
+        }
+    }
+
+    #[test]
+    fn stalls_are_not_retried_but_cool_the_step() {
+        let t = LlmError::Timeout(Duration::from_secs(1));
+        assert!(!t.is_retryable());
+        assert!(t.is_stall());
+        assert_eq!(t.outcome(), Outcome::Timeout);
+        assert_eq!(t.to_string(), "no answer within 1000ms");
+    }
+
+    #[test]
+    fn unusable_and_blocked() {
+        let u = LlmError::Unusable {
+            status: 200,
+            reason: "no text".into(),
+        };
+        assert!(u.is_retryable());
+        let b = LlmError::Blocked {
+            reason: "SAFETY".into(),
+        };
+        assert!(!b.is_retryable());
+        assert_eq!(b.outcome(), Outcome::Blocked);
+    }
+
+    #[test]
+    fn truncation_respects_characters() {
+        let long = "й".repeat(MAX_ERROR_CHARS + 10);
+        let cut = truncate(&long);
+        assert_eq!(cut.chars().count(), MAX_ERROR_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(truncate("short"), "short");
+    }
+
+    #[test]
+    fn body_message_prefers_the_json_message() {
+        let body = r#"{"error":{"message":"model not found"}}"#;
+        let m = body_message(body, |v| {
+            v.pointer("/error/message")?.as_str().map(str::to_owned)
+        });
+        assert_eq!(m, "model not found");
+        assert_eq!(
+            body_message("<html>oops</html>", |_| None),
+            "<html>oops</html>"
+        );
+    }
+}

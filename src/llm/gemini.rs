@@ -1,0 +1,266 @@
+//! The Gemini `generateContent` wire format: `POST {base_url}/models/{model}:generateContent`
+//! with the key only in the `x-goog-api-key` header (never `?key=`, which would put it in
+//! URLs and access logs). Content-policy blocks are detected here, from
+//! `promptFeedback.blockReason` and from candidates that stopped for safety with no text.
+
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+use reqwest::{Client, RequestBuilder, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use crate::config::ApiKey;
+use crate::llm::error::{LlmError, body_message};
+use crate::llm::provider::{Call, retry_after, secret_header};
+
+/// `finishReason`s that mean the answer was withheld on policy grounds.
+const BLOCKING_FINISH_REASONS: [&str; 6] = [
+    "SAFETY",
+    "PROHIBITED_CONTENT",
+    "BLOCKLIST",
+    "RECITATION",
+    "SPII",
+    "IMAGE_SAFETY",
+];
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerateContentRequest<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_instruction: Option<SystemInstruction<'a>>,
+    contents: [Content<'a>; 1],
+    generation_config: GenerationConfig,
+}
+
+#[derive(Serialize)]
+struct SystemInstruction<'a> {
+    parts: [Part<'a>; 1],
+}
+
+#[derive(Serialize)]
+struct Content<'a> {
+    role: &'static str,
+    parts: [Part<'a>; 1],
+}
+
+#[derive(Serialize)]
+struct Part<'a> {
+    text: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerationConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_mime_type: Option<&'static str>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerateContentResponse {
+    #[serde(default)]
+    candidates: Vec<Candidate>,
+    #[serde(default)]
+    prompt_feedback: Option<PromptFeedback>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PromptFeedback {
+    #[serde(default)]
+    block_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Candidate {
+    #[serde(default)]
+    content: Option<CandidateContent>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CandidateContent {
+    #[serde(default)]
+    parts: Vec<CandidatePart>,
+}
+
+#[derive(Deserialize)]
+struct CandidatePart {
+    #[serde(default)]
+    text: Option<String>,
+    /// Thought summaries are not the answer.
+    #[serde(default)]
+    thought: bool,
+}
+
+pub(crate) fn request(
+    client: &Client,
+    base_url: &str,
+    key: Option<&ApiKey>,
+    call: &Call<'_>,
+) -> Result<RequestBuilder, LlmError> {
+    let system = &call.request.system;
+    let body = GenerateContentRequest {
+        system_instruction: (!system.is_empty()).then_some(SystemInstruction {
+            parts: [Part { text: system }],
+        }),
+        contents: [Content {
+            role: "user",
+            parts: [Part {
+                text: &call.request.user,
+            }],
+        }],
+        generation_config: GenerationConfig {
+            max_output_tokens: call.max_tokens,
+            temperature: call.temperature,
+            response_mime_type: call.request.json.then_some("application/json"),
+        },
+    };
+    let mut builder = client
+        .post(format!("{base_url}/models/{}:generateContent", call.model))
+        .json(&body);
+    if let Some(key) = key {
+        builder = builder.header("x-goog-api-key", secret_header(key.expose())?);
+    }
+    Ok(builder)
+}
+
+pub(crate) fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
+    let unusable = |reason: String| LlmError::Unusable {
+        status: status.as_u16(),
+        reason,
+    };
+    let response: GenerateContentResponse = serde_json::from_slice(body)
+        .map_err(|e| unusable(format!("not a generateContent answer: {e}")))?;
+    let block_reason = response.prompt_feedback.and_then(|f| f.block_reason);
+    let Some(candidate) = response.candidates.into_iter().next() else {
+        return Err(match block_reason {
+            Some(reason) => LlmError::Blocked {
+                reason: format!("prompt blocked: {reason}"),
+            },
+            None => unusable("no candidates".to_owned()),
+        });
+    };
+    let text: String = candidate
+        .content
+        .map(|c| c.parts)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| !p.thought)
+        .filter_map(|p| p.text)
+        .collect();
+    if !text.trim().is_empty() {
+        return Ok(text);
+    }
+    match candidate.finish_reason {
+        Some(reason) if BLOCKING_FINISH_REASONS.contains(&reason.as_str()) => {
+            Err(LlmError::Blocked {
+                reason: format!("answer blocked: {reason}"),
+            })
+        }
+        other => Err(unusable(format!(
+            "no text (finishReason {})",
+            other.as_deref().unwrap_or("none")
+        ))),
+    }
+}
+
+/// Google errors: `{"error": {"code", "message", "status", "details": [...]}}`. Two
+/// Gemini quirks: a bad key is a 400 with reason `API_KEY_INVALID`, and a 429 carries its
+/// wait as a `RetryInfo.retryDelay` detail ("37s") rather than a header.
+pub(crate) fn handle_gemini_error(status: StatusCode, headers: &HeaderMap, body: &str) -> LlmError {
+    let json: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let details = json
+        .as_ref()
+        .and_then(|v| v.pointer("/error/details"))
+        .and_then(|d| d.as_array())
+        .cloned()
+        .unwrap_or_default();
+    let message = body_message(body, |v| {
+        let message = v.pointer("/error/message")?.as_str()?;
+        Some(match v.pointer("/error/status").and_then(|s| s.as_str()) {
+            Some(code) => format!("{code}: {message}"),
+            None => message.to_owned(),
+        })
+    });
+    let key_invalid = details
+        .iter()
+        .any(|d| d.get("reason").and_then(|r| r.as_str()) == Some("API_KEY_INVALID"));
+    if status == StatusCode::BAD_REQUEST && key_invalid {
+        return LlmError::BadKey {
+            status: status.as_u16(),
+            message,
+        };
+    }
+    let retry_info = details.iter().find_map(|d| {
+        let is_retry_info = d
+            .get("@type")
+            .and_then(|t| t.as_str())
+            .is_some_and(|t| t.ends_with("RetryInfo"));
+        is_retry_info
+            .then(|| d.get("retryDelay")?.as_str().and_then(parse_proto_duration))
+            .flatten()
+    });
+    LlmError::from_status(
+        status.as_u16(),
+        retry_after(headers).or(retry_info),
+        message,
+    )
+}
+
+/// A protobuf JSON duration: `"37s"`, `"0.5s"`.
+fn parse_proto_duration(raw: &str) -> Option<Duration> {
+    let secs: f64 = raw.trim().strip_suffix('s')?.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thought_parts_are_not_the_answer() {
+        let body = br#"{"candidates":[{"content":{"parts":[{"text":"hmm","thought":true},{"text":"answer"}],"role":"model"},"finishReason":"STOP"}]}"#;
+        assert_eq!(parse_success(StatusCode::OK, body).unwrap(), "answer");
+    }
+
+    #[test]
+    fn blocks_and_unusable_answers() {
+        let prompt = br#"{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"}}"#;
+        assert!(matches!(
+            parse_success(StatusCode::OK, prompt),
+            Err(LlmError::Blocked { .. })
+        ));
+        let answer = br#"{"candidates":[{"finishReason":"RECITATION","index":0}]}"#;
+        assert!(matches!(
+            parse_success(StatusCode::OK, answer),
+            Err(LlmError::Blocked { .. })
+        ));
+        let empty = br#"{"candidates":[{"content":{"parts":[]},"finishReason":"MAX_TOKENS"}]}"#;
+        assert!(matches!(
+            parse_success(StatusCode::OK, empty),
+            Err(LlmError::Unusable { .. })
+        ));
+    }
+
+    #[test]
+    fn invalid_key_400_is_a_bad_key() {
+        let body = r#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}"#;
+        let err = handle_gemini_error(StatusCode::BAD_REQUEST, &HeaderMap::new(), body);
+        assert!(err.is_bad_key(), "{err:?}");
+    }
+
+    #[test]
+    fn retry_info_gives_the_wait() {
+        let body = r#"{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"37s"}]}}"#;
+        let err = handle_gemini_error(StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new(), body);
+        assert_eq!(err.retry_after(), Some(Duration::from_secs(37)));
+        assert!(err.to_string().contains("RESOURCE_EXHAUSTED"));
+    }
+}

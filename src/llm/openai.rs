@@ -1,0 +1,204 @@
+//! The OpenAI-compatible chat-completions wire format, spoken by Mistral, Groq and a local
+//! Ollama: `POST {base_url}/chat/completions` with `Authorization: Bearer <key>` (no
+//! header at all for a keyless provider), JSON mode through `response_format`.
+
+use reqwest::header::{AUTHORIZATION, HeaderMap};
+use reqwest::{Client, RequestBuilder, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use crate::config::ApiKey;
+use crate::llm::error::{LlmError, body_message};
+use crate::llm::provider::{Call, retry_after, secret_header};
+
+#[derive(Serialize)]
+struct ChatCompletionRequest<'a> {
+    model: &'a str,
+    messages: Vec<Message<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<ResponseFormat>,
+}
+
+#[derive(Serialize)]
+struct Message<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+struct ResponseFormat {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Deserialize)]
+struct ChatCompletionResponse {
+    choices: Vec<Choice>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: ChoiceMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceMessage {
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+/// Mistral may answer with a list of typed chunks instead of a plain string.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Chunks(Vec<Chunk>),
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+pub(crate) fn request(
+    client: &Client,
+    base_url: &str,
+    key: Option<&ApiKey>,
+    call: &Call<'_>,
+) -> Result<RequestBuilder, LlmError> {
+    let mut messages = Vec::with_capacity(2);
+    if !call.request.system.is_empty() {
+        messages.push(Message {
+            role: "system",
+            content: &call.request.system,
+        });
+    }
+    messages.push(Message {
+        role: "user",
+        content: &call.request.user,
+    });
+    let body = ChatCompletionRequest {
+        model: call.model,
+        messages,
+        max_tokens: call.max_tokens,
+        temperature: call.temperature,
+        response_format: call.request.json.then_some(ResponseFormat {
+            kind: "json_object",
+        }),
+    };
+    let mut builder = client
+        .post(format!("{base_url}/chat/completions"))
+        .json(&body);
+    if let Some(key) = key {
+        let bearer = secret_header(&format!("Bearer {}", key.expose()))?;
+        builder = builder.header(AUTHORIZATION, bearer);
+    }
+    Ok(builder)
+}
+
+pub(crate) fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
+    let unusable = |reason: String| LlmError::Unusable {
+        status: status.as_u16(),
+        reason,
+    };
+    let response: ChatCompletionResponse = serde_json::from_slice(body)
+        .map_err(|e| unusable(format!("not a chat completion: {e}")))?;
+    let choice = response
+        .choices
+        .into_iter()
+        .next()
+        .ok_or_else(|| unusable("no choices".to_owned()))?;
+    let text = match choice.message.content {
+        Some(Content::Text(t)) => t,
+        Some(Content::Chunks(chunks)) => chunks
+            .into_iter()
+            .filter(|c| c.kind == "text")
+            .filter_map(|c| c.text)
+            .collect(),
+        None => String::new(),
+    };
+    if !text.trim().is_empty() {
+        return Ok(text);
+    }
+    match choice.finish_reason.as_deref() {
+        // Mistral and Azure-style moderation stop the answer with this reason.
+        Some("content_filter") => Err(LlmError::Blocked {
+            reason: "content_filter".to_owned(),
+        }),
+        other => Err(unusable(format!(
+            "empty answer (finish_reason {})",
+            other.unwrap_or("none")
+        ))),
+    }
+}
+
+/// OpenAI-style errors: `{"error": {"message": …}}`; Mistral also uses `{"message": …}`
+/// and `{"detail": …}`.
+pub(crate) fn handle_openai_error(status: StatusCode, headers: &HeaderMap, body: &str) -> LlmError {
+    let message = body_message(body, |v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("detail"))
+            .or_else(|| v.get("error"))
+            .map(|m| match m.as_str() {
+                Some(s) => s.to_owned(),
+                None => m.to_string(),
+            })
+    });
+    LlmError::from_status(status.as_u16(), retry_after(headers), message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_and_chunk_answers() {
+        let plain = br#"{"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}"#;
+        assert_eq!(parse_success(StatusCode::OK, plain).unwrap(), "hi");
+        let chunks = br#"{"choices":[{"message":{"content":[{"type":"thinking","thinking":[]},{"type":"text","text":"a"},{"type":"text","text":"b"}]}}]}"#;
+        assert_eq!(parse_success(StatusCode::OK, chunks).unwrap(), "ab");
+    }
+
+    #[test]
+    fn empty_or_malformed_is_unusable_and_filtered_is_blocked() {
+        for body in [
+            &br#"{"choices":[]}"#[..],
+            br#"{"choices":[{"message":{"content":null},"finish_reason":"length"}]}"#,
+            b"<html>",
+        ] {
+            let err = parse_success(StatusCode::OK, body).unwrap_err();
+            assert!(matches!(err, LlmError::Unusable { .. }), "{err:?}");
+        }
+        let filtered =
+            br#"{"choices":[{"message":{"content":""},"finish_reason":"content_filter"}]}"#;
+        assert!(matches!(
+            parse_success(StatusCode::OK, filtered),
+            Err(LlmError::Blocked { .. })
+        ));
+    }
+
+    #[test]
+    fn error_message_is_extracted() {
+        let err = handle_openai_error(
+            StatusCode::UNAUTHORIZED,
+            &HeaderMap::new(),
+            r#"{"message":"Unauthorized","request_id":"x"}"#,
+        );
+        assert_eq!(
+            err,
+            LlmError::BadKey {
+                status: 401,
+                message: "Unauthorized".into()
+            }
+        );
+    }
+}

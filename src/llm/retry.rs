@@ -1,0 +1,132 @@
+//! The retry policy of one cascade step: how many attempts a key gets and how long to
+//! wait between them. Waits come from `backon`'s exponential backoff (from `min_delay_ms`,
+//! doubling, with jitter so concurrent requests do not wake together), clamped to
+//! `max_delay_ms`. A provider's `Retry-After` raises a wait but never adds an attempt.
+
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+
+use crate::config::RetrySettings;
+
+/// The retry settings, as the cascade uses them.
+#[derive(Debug, Clone)]
+pub(crate) struct RetryPolicy {
+    pub max_attempts: u32,
+    pub min_delay: Duration,
+    pub max_delay: Duration,
+    pub request_timeout: Duration,
+    pub hedge_after: Option<Duration>,
+    pub deadline: Duration,
+}
+
+impl RetryPolicy {
+    pub fn new(settings: &RetrySettings) -> Self {
+        Self {
+            max_attempts: settings.max_attempts.max(1),
+            min_delay: settings.min_delay(),
+            max_delay: settings.max_delay(),
+            request_timeout: settings.request_timeout(),
+            hedge_after: settings.hedge_after(),
+            deadline: settings.deadline(),
+        }
+    }
+
+    /// The waits for one key on one step: `max_attempts - 1` of them.
+    pub fn backoff(&self) -> Backoff {
+        let retries = usize::try_from(self.max_attempts.saturating_sub(1)).unwrap_or(usize::MAX);
+        let inner = ExponentialBuilder::default()
+            .with_min_delay(self.min_delay)
+            .with_max_delay(self.max_delay)
+            .with_factor(2.0)
+            .with_max_times(retries)
+            .with_jitter()
+            .build();
+        Backoff {
+            inner,
+            max_delay: self.max_delay,
+        }
+    }
+
+    /// A provider wait this long is not worth sleeping through: cool the key instead.
+    pub fn too_long_to_wait(&self, retry_after: Duration) -> bool {
+        retry_after > self.max_delay
+    }
+}
+
+/// The remaining waits of one key on one step.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    inner: ExponentialBackoff,
+    max_delay: Duration,
+}
+
+impl Backoff {
+    /// The wait before the next attempt, at least `retry_after`; `None` once the attempt
+    /// budget is spent (a `Retry-After` never buys an extra attempt).
+    pub fn next_wait(&mut self, retry_after: Option<Duration>) -> Option<Duration> {
+        // backon's jitter adds up to one more delay on top; the cap still holds.
+        let wait = self.inner.next()?.min(self.max_delay);
+        Some(retry_after.map_or(wait, |ra| wait.max(ra)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(max_attempts: u32, min_ms: u64, max_ms: u64) -> RetryPolicy {
+        RetryPolicy::new(&RetrySettings {
+            max_attempts,
+            min_delay_ms: min_ms,
+            max_delay_ms: max_ms,
+            request_timeout_ms: 1000,
+            hedge_after_ms: 0,
+            deadline_ms: 10_000,
+        })
+    }
+
+    #[test]
+    fn budget_is_attempts_minus_one() {
+        let mut b = policy(3, 10, 100).backoff();
+        assert!(b.next_wait(None).is_some());
+        assert!(b.next_wait(Some(Duration::from_secs(5))).is_some());
+        assert_eq!(b.next_wait(None), None);
+        assert_eq!(policy(1, 10, 100).backoff().next_wait(None), None);
+    }
+
+    #[test]
+    fn waits_double_with_jitter_within_the_cap() {
+        for _ in 0..200 {
+            let mut b = policy(6, 100, 1000).backoff();
+            let waits: Vec<Duration> = std::iter::from_fn(|| b.next_wait(None)).collect();
+            assert_eq!(waits.len(), 5);
+            let floors = [100, 200, 400, 800, 1000];
+            for (w, floor) in waits.iter().zip(floors) {
+                assert!(*w >= Duration::from_millis(floor), "{waits:?}");
+                assert!(*w <= Duration::from_millis(1000), "{waits:?}");
+            }
+            assert!(waits[0] < Duration::from_millis(200), "{waits:?}");
+        }
+    }
+
+    #[test]
+    fn jitter_spreads_waits() {
+        let firsts: std::collections::HashSet<Duration> = (0..20)
+            .filter_map(|_| policy(2, 100, 1000).backoff().next_wait(None))
+            .collect();
+        assert!(firsts.len() > 1, "no jitter: {firsts:?}");
+    }
+
+    #[test]
+    fn retry_after_is_a_lower_bound() {
+        let p = policy(3, 10, 2000);
+        let mut b = p.backoff();
+        assert_eq!(
+            b.next_wait(Some(Duration::from_secs(1))),
+            Some(Duration::from_secs(1))
+        );
+        assert!(p.too_long_to_wait(Duration::from_secs(3)));
+        assert!(!p.too_long_to_wait(Duration::from_secs(2)));
+    }
+}
