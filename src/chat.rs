@@ -53,10 +53,13 @@ impl Messenger for Terminal {
         let fail = |e: std::io::Error| SendError::Transient(e.to_string());
         for response in responses {
             match response {
-                Response::Text(reply) => self.print(&render::to_plain(reply.pieces())).map_err(fail)?,
+                Response::Text(reply) => self
+                    .print(&render::to_plain(reply.pieces()))
+                    .map_err(fail)?,
                 Response::Photo { png, caption } => {
                     let path = self.save("daylog-stats.png", &png).map_err(fail)?;
-                    self.print(&format!("[{caption}: {}]", path.display())).map_err(fail)?;
+                    self.print(&format!("[{caption}: {}]", path.display()))
+                        .map_err(fail)?;
                 }
                 Response::Document {
                     bytes,
@@ -64,7 +67,8 @@ impl Messenger for Terminal {
                     caption,
                 } => {
                     let path = self.save(&file_name, &bytes).map_err(fail)?;
-                    self.print(&format!("[{caption} {}]", path.display())).map_err(fail)?;
+                    self.print(&format!("[{caption} {}]", path.display()))
+                        .map_err(fail)?;
                 }
                 Response::ConfirmDelete { language } => {
                     let texts = Texts(language);
@@ -83,7 +87,8 @@ impl Messenger for Terminal {
 pub async fn run(settings: Settings, store: Store, user: i64) -> anyhow::Result<()> {
     let settings = Arc::new(settings);
     let client = crate::http_client().context("cannot build the HTTP client")?;
-    let llm = Arc::new(Llm::with_client(&settings, client).context("cannot set up the LLM providers")?);
+    let llm =
+        Arc::new(Llm::with_client(&settings, client).context("cannot set up the LLM providers")?);
     let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
     let terminal = Arc::new(Terminal::new(
         Box::new(std::io::stdout()),
@@ -101,12 +106,21 @@ pub async fn run(settings: Settings, store: Store, user: i64) -> anyhow::Result<
 }
 
 /// The conversation loop, over any line source (tests drive it with a byte slice).
-pub async fn converse<R>(journal: Arc<Journal>, terminal: Arc<Terminal>, input: R, user: i64) -> anyhow::Result<()>
+pub async fn converse<R>(
+    journal: Arc<Journal>,
+    terminal: Arc<Terminal>,
+    input: R,
+    user: i64,
+) -> anyhow::Result<()>
 where
     R: tokio::io::AsyncBufRead + Unpin,
 {
     let stop = CancellationToken::new();
-    let worker = tokio::spawn(worker::run(Arc::clone(&journal), Arc::clone(&terminal), stop.clone()));
+    let worker = tokio::spawn(worker::run(
+        Arc::clone(&journal),
+        Arc::clone(&terminal),
+        stop.clone(),
+    ));
     if std::io::stdin().is_terminal() {
         let _ = writeln!(
             std::io::stderr(),
@@ -139,9 +153,9 @@ where
         if line.starts_with('/') {
             let responses = match Command::parse(line, "") {
                 Ok(command) => commands::respond(&journal, user, command).await?,
-                Err(_) => vec![Response::Text(crate::render::Reply::new().text(
-                    Texts(language).unknown_command(),
-                ))],
+                Err(_) => vec![Response::Text(
+                    crate::render::Reply::new().text(Texts(language).unknown_command()),
+                )],
             };
             confirming_delete = responses
                 .iter()

@@ -8,11 +8,16 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::config::{ConfigError, Settings};
+use crate::llm::Llm;
 use crate::sqlcmd::{self, Format, QueryError};
 use crate::store::{self, Store, StoreError};
 
 #[derive(Debug, Parser)]
-#[command(name = "daylog", version, about = "A Telegram journaling bot that never loses an entry")]
+#[command(
+    name = "daylog",
+    version,
+    about = "A Telegram journaling bot that never loses an entry"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -75,7 +80,10 @@ pub fn main(cli: Cli) -> ExitCode {
         Err(error) => return fail(&CliError::Config(error)),
     };
     crate::telemetry::init(settings.log.format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => return fail(&CliError::Other(error.into())),
     };
@@ -89,7 +97,11 @@ fn fail(error: &CliError) -> ExitCode {
     let mut text = error.to_string();
     if let CliError::Other(e) = error {
         // anyhow's chain, on one line.
-        text = e.chain().map(ToString::to_string).collect::<Vec<_>>().join(": ");
+        text = e
+            .chain()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(": ");
     }
     let _ = writeln!(std::io::stderr(), "daylog: {text}");
     ExitCode::from(error.exit_code())
@@ -106,6 +118,12 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
         Command::Sql { query, format } => sql(&settings, &query, format).await,
         Command::Doctor { ping } => Ok(doctor(&settings, ping).await),
         Command::Run => {
+            if settings.secrets.telegram_token.is_none() {
+                return Err(CliError::Config(ConfigError::Invalid {
+                    key: "TELOXIDE_TOKEN".to_owned(),
+                    message: "is not set; put the token from @BotFather in .env, or try `daylog chat`, which needs none".to_owned(),
+                }));
+            }
             let store = open_store(&settings).await?;
             crate::bot::run(settings, store).await?;
             Ok(ExitCode::SUCCESS)
@@ -188,7 +206,11 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     }
     lines.push(match settings.secrets.telegram_token {
         Some(_) => (true, "TELOXIDE_TOKEN is set".to_owned()),
-        None => (false, "TELOXIDE_TOKEN is not set (needed by `daylog run`; `daylog chat` works without it)".to_owned()),
+        None => (
+            false,
+            "TELOXIDE_TOKEN is not set (needed by `daylog run`; `daylog chat` works without it)"
+                .to_owned(),
+        ),
     });
     if ping {
         lines.extend(ping_providers(settings, &used).await);
@@ -199,9 +221,10 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     }
     // Only the essentials fail the health check: a provider without a key is skipped by
     // design, so it is reported, not fatal, while another analysis step can work.
-    let essential_failed = lines.iter().enumerate().any(|(i, (ok, text))| {
-        !ok && (i == 0 || !text.starts_with("provider "))
-    });
+    let essential_failed = lines
+        .iter()
+        .enumerate()
+        .any(|(i, (ok, text))| !ok && (i == 0 || !text.starts_with("provider ")));
     if essential_failed {
         ExitCode::from(1)
     } else {
@@ -209,10 +232,24 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     }
 }
 
-/// One tiny request per provider that has a key (`doctor --ping`).
+/// One tiny request per provider that can be called (`doctor --ping`).
 async fn ping_providers(
-    _settings: &Settings,
-    _used: &std::collections::BTreeSet<&str>,
+    settings: &Settings,
+    used: &std::collections::BTreeSet<&str>,
 ) -> Vec<(bool, String)> {
-    vec![(false, "ping: not available in this build yet".to_owned())]
+    let llm = match crate::http_client()
+        .map_err(|e| e.to_string())
+        .and_then(|client| Llm::with_client(settings, client).map_err(|e| e.to_string()))
+    {
+        Ok(llm) => llm,
+        Err(error) => return vec![(false, format!("ping: cannot set up the providers: {error}"))],
+    };
+    let mut lines = Vec::new();
+    for name in used.iter().filter(|name| settings.provider_usable(name)) {
+        lines.push(match llm.ping(name).await {
+            Ok(()) => (true, format!("ping {name}: answered")),
+            Err(error) => (false, format!("ping {name}: {error}")),
+        });
+    }
+    lines
 }

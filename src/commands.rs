@@ -81,7 +81,11 @@ fn count_arg(arg: &str, default: u32, max: u32) -> Option<u32> {
 }
 
 /// Answers one command of `user_id`.
-pub async fn respond(journal: &Journal, user_id: i64, command: Command) -> Result<Vec<Response>, StoreError> {
+pub async fn respond(
+    journal: &Journal,
+    user_id: i64,
+    command: Command,
+) -> Result<Vec<Response>, StoreError> {
     let language = journal.language_of(user_id).await;
     let texts = Texts(language);
     let text = |reply: Reply| Ok(vec![Response::Text(reply)]);
@@ -97,7 +101,10 @@ pub async fn respond(journal: &Journal, user_id: i64, command: Command) -> Resul
         Command::Help => {
             let mut reply = Reply::new().bold(texts.help_title()).newline();
             for (name, description) in Command::menu(language) {
-                reply = reply.newline().code(format!("/{name}")).text(format!(" — {description}"));
+                reply = reply
+                    .newline()
+                    .code(format!("/{name}"))
+                    .text(format!(" — {description}"));
             }
             text(reply.paragraph().text(texts.help_footer()))
         }
@@ -138,7 +145,11 @@ pub async fn respond(journal: &Journal, user_id: i64, command: Command) -> Resul
 }
 
 /// `/delete` confirmed: every row of the user goes.
-pub async fn delete_confirmed(journal: &Journal, user_id: i64, language: Language) -> Result<Reply, StoreError> {
+pub async fn delete_confirmed(
+    journal: &Journal,
+    user_id: i64,
+    language: Language,
+) -> Result<Reply, StoreError> {
     let entries = journal.store.delete_user(user_id).await?;
     tracing::info!(user_id, entries, "user data deleted on request");
     Ok(Reply::new().text(Texts(language).deleted(entries)))
@@ -152,10 +163,19 @@ fn history_reply(language: Language, logs: &[DayLog]) -> Reply {
     let mut reply = Reply::new().bold(texts.history_title());
     for log in logs.iter().rev() {
         let excerpt = crate::journal::truncate_chars(&log.text, HISTORY_EXCERPT_CHARS);
-        let more = if excerpt.len() < log.text.len() { "…" } else { "" };
+        let more = if excerpt.len() < log.text.len() {
+            "…"
+        } else {
+            ""
+        };
         reply = reply
             .paragraph()
-            .bold(log.created_at.get(..16).unwrap_or(&log.created_at).to_owned())
+            .bold(
+                log.created_at
+                    .get(..16)
+                    .unwrap_or(&log.created_at)
+                    .to_owned(),
+            )
             .newline()
             .text(format!("{excerpt}{more}"));
         let line = log
@@ -223,7 +243,9 @@ fn stats_responses(language: Language, days: u32, rows: &[DailyMetrics]) -> Vec<
         .newline()
         .italic(texts.stats_period(days, entries));
     if lines.is_empty() {
-        return vec![Response::Text(reply.paragraph().text(texts.stats_no_data(days)))];
+        return vec![Response::Text(
+            reply.paragraph().text(texts.stats_no_data(days)),
+        )];
     }
     for line in lines {
         reply = reply.newline().text(line);
@@ -297,10 +319,22 @@ pub fn export_csv(logs: &[DayLog]) -> Vec<u8> {
                 .and_then(Metrics::sleep_hours)
                 .map(|h| h.to_string())
                 .unwrap_or_default(),
-            metrics.as_ref().map(|m| m.activities().join("; ")).unwrap_or_default(),
-            metrics.as_ref().map(|m| m.emotions().join("; ")).unwrap_or_default(),
-            metrics.as_ref().map(|m| m.summary().to_owned()).unwrap_or_default(),
-            metrics.as_ref().map(|m| m.defaulted().join("; ")).unwrap_or_default(),
+            metrics
+                .as_ref()
+                .map(|m| m.activities().join("; "))
+                .unwrap_or_default(),
+            metrics
+                .as_ref()
+                .map(|m| m.emotions().join("; "))
+                .unwrap_or_default(),
+            metrics
+                .as_ref()
+                .map(|m| m.summary().to_owned())
+                .unwrap_or_default(),
+            metrics
+                .as_ref()
+                .map(|m| m.defaulted().join("; "))
+                .unwrap_or_default(),
         ]);
     }
     writer.into_inner().unwrap_or_default()
@@ -327,9 +361,18 @@ mod tests {
 
     #[test]
     fn commands_parse_with_and_without_arguments() {
-        assert_eq!(Command::parse("/stats 7", ""), Ok(Command::Stats("7".into())));
-        assert_eq!(Command::parse("/history", ""), Ok(Command::History(String::new())));
-        assert_eq!(Command::parse("/lang ru", ""), Ok(Command::Lang("ru".into())));
+        assert_eq!(
+            Command::parse("/stats 7", ""),
+            Ok(Command::Stats("7".into()))
+        );
+        assert_eq!(
+            Command::parse("/history", ""),
+            Ok(Command::History(String::new()))
+        );
+        assert_eq!(
+            Command::parse("/lang ru", ""),
+            Ok(Command::Lang("ru".into()))
+        );
         assert!(Command::parse("/nope", "").is_err());
     }
 

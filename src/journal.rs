@@ -95,7 +95,10 @@ pub struct Incoming {
 /// What became of one analysis round.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decided {
-    Analyzed { analysis: String, metrics: Metrics },
+    Analyzed {
+        analysis: String,
+        metrics: Metrics,
+    },
     /// No provider answered; the log stays pending and the worker tries again.
     Pending,
     Blocked,
@@ -155,7 +158,11 @@ impl Journal {
     }
 
     /// A new text message: store, analyse, answer (SPEC §4).
-    pub async fn on_text<M: Messenger>(&self, messenger: &M, msg: Incoming) -> Result<(), EntryError> {
+    pub async fn on_text<M: Messenger>(
+        &self,
+        messenger: &M,
+        msg: Incoming,
+    ) -> Result<(), EntryError> {
         let user = self
             .store
             .upsert_user(&NewUser {
@@ -184,7 +191,12 @@ impl Journal {
                 return Ok(());
             }
         };
-        tracing::info!(log_id = id, user_id = msg.user_id, chars = msg.text.chars().count(), "day log stored");
+        tracing::info!(
+            log_id = id,
+            user_id = msg.user_id,
+            chars = msg.text.chars().count(),
+            "day log stored"
+        );
         let Some(claim) = self.claim(id) else {
             return Ok(());
         };
@@ -194,7 +206,11 @@ impl Journal {
     }
 
     /// An edited message: new text, analysed again. A message never stored is a new log.
-    pub async fn on_edit<M: Messenger>(&self, messenger: &M, msg: Incoming) -> Result<(), EntryError> {
+    pub async fn on_edit<M: Messenger>(
+        &self,
+        messenger: &M,
+        msg: Incoming,
+    ) -> Result<(), EntryError> {
         let Some(id) = self
             .store
             .update_text(msg.chat_id, msg.message_id, &msg.text)
@@ -232,20 +248,34 @@ impl Journal {
         if !late && self.over_hourly_limit(log.user_id).await? {
             self.store.mark_retry(id, Duration::from_secs(3600)).await?;
             let reply = Reply::new().text(texts.saved_rate_limited());
-            let _ = self.deliver(messenger, &log, vec![Response::Text(reply)]).await;
+            let _ = self
+                .deliver(messenger, &log, vec![Response::Text(reply)])
+                .await;
             return Ok(());
         }
         let decided = with_typing(messenger, log.chat_id, self.analyse(&log, language)).await?;
         match decided {
             Decided::Analyzed { analysis, metrics } => {
-                let reply = analysis_reply(language, &analysis, &metrics, self.was_truncated(&log), late);
-                if self.deliver(messenger, &log, vec![Response::Text(reply)]).await {
+                let reply = analysis_reply(
+                    language,
+                    &analysis,
+                    &metrics,
+                    self.was_truncated(&log),
+                    late,
+                );
+                if self
+                    .deliver(messenger, &log, vec![Response::Text(reply)])
+                    .await
+                {
                     self.store.mark_replied(id).await?;
                 }
             }
             Decided::Blocked => {
                 let reply = Reply::new().text(texts.blocked());
-                if self.deliver(messenger, &log, vec![Response::Text(reply)]).await {
+                if self
+                    .deliver(messenger, &log, vec![Response::Text(reply)])
+                    .await
+                {
                     self.store.mark_replied(id).await?;
                 }
             }
@@ -260,7 +290,12 @@ impl Journal {
 
     /// Sends responses about a log; `true` when they went out or never can (so the
     /// log counts as answered), `false` when it is worth trying again later.
-    async fn deliver<M: Messenger>(&self, messenger: &M, log: &DayLog, responses: Vec<Response>) -> bool {
+    async fn deliver<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        responses: Vec<Response>,
+    ) -> bool {
         let target = Target {
             chat_id: log.chat_id,
             reply_to: Some(log.message_id),
@@ -340,8 +375,14 @@ impl Journal {
     /// `worker.retry_min_ms`, capped at `worker.retry_max_ms`.
     pub fn retry_delay(&self, attempts: i64) -> Duration {
         let worker = &self.settings.worker;
-        let factor = 2u64.saturating_pow(u32::try_from(attempts.max(0)).unwrap_or(u32::MAX).min(40));
-        Duration::from_millis(worker.retry_min_ms.saturating_mul(factor).min(worker.retry_max_ms))
+        let factor =
+            2u64.saturating_pow(u32::try_from(attempts.max(0)).unwrap_or(u32::MAX).min(40));
+        Duration::from_millis(
+            worker
+                .retry_min_ms
+                .saturating_mul(factor)
+                .min(worker.retry_max_ms),
+        )
     }
 
     async fn context(&self, log: &DayLog, language: Language) -> Result<UserContext, StoreError> {
@@ -379,10 +420,17 @@ impl Journal {
             Unfinished::Analyse => {
                 let age = self.store.log_age(log.id).await?.unwrap_or_default();
                 if age > self.settings.worker.max_age() {
-                    tracing::warn!(log_id = log.id, age_h = age.as_secs() / 3600, "giving up on a pending log");
+                    tracing::warn!(
+                        log_id = log.id,
+                        age_h = age.as_secs() / 3600,
+                        "giving up on a pending log"
+                    );
                     self.store.mark_failed(log.id).await?;
                     let reply = Reply::new().text(Texts(language).failed());
-                    if self.deliver(messenger, &log, vec![Response::Text(reply)]).await {
+                    if self
+                        .deliver(messenger, &log, vec![Response::Text(reply)])
+                        .await
+                    {
                         self.store.mark_replied(log.id).await?;
                     }
                     return Ok(());
@@ -406,7 +454,10 @@ impl Journal {
                     LogStatus::Failed => Reply::new().text(texts.failed()),
                     LogStatus::Pending => return Ok(()),
                 };
-                if self.deliver(messenger, &log, vec![Response::Text(reply)]).await {
+                if self
+                    .deliver(messenger, &log, vec![Response::Text(reply)])
+                    .await
+                {
                     self.store.mark_replied(log.id).await?;
                 }
                 Ok(())
@@ -450,7 +501,11 @@ pub fn truncate_chars(text: &str, max: usize) -> &str {
 
 /// Runs `work` while showing "typing…": Telegram shows it for 5 s, so it is renewed
 /// every 4 s until the work is done.
-async fn with_typing<M: Messenger, T>(messenger: &M, chat_id: i64, work: impl Future<Output = T>) -> T {
+async fn with_typing<M: Messenger, T>(
+    messenger: &M,
+    chat_id: i64,
+    work: impl Future<Output = T>,
+) -> T {
     tokio::pin!(work);
     let mut renew = tokio::time::interval(Duration::from_secs(4));
     loop {

@@ -64,7 +64,11 @@ impl Cell {
                 .map(serde_json::Value::Number)
                 .unwrap_or(serde_json::Value::Null),
             Cell::Text(s) => s.clone().into(),
-            Cell::Blob(b) => b.iter().map(|x| format!("{x:02x}")).collect::<String>().into(),
+            Cell::Blob(b) => b
+                .iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<String>()
+                .into(),
         }
     }
 }
@@ -176,7 +180,11 @@ pub async fn query(pool: &SqlitePool, sql: &str) -> Result<ResultSet, QueryError
     let rows = sqlx::query(sql).fetch_all(pool).await.map_err(|e| {
         let message = e.as_database_error().map(|d| d.message().to_owned());
         match message {
-            Some(m) if m.contains("readonly") || m.contains("read-only") || m.contains("query_only") => {
+            Some(m)
+                if m.contains("readonly")
+                    || m.contains("read-only")
+                    || m.contains("query_only") =>
+            {
                 QueryError::Refused(Refusal::WriteRefused(m))
             }
             Some(m) => QueryError::Sql(m),
@@ -228,7 +236,11 @@ fn render_table(result: &ResultSet) -> String {
     let cells: Vec<Vec<String>> = result
         .rows
         .iter()
-        .map(|r| r.iter().map(|c| c.display().replace(['\n', '\r'], " ")).collect())
+        .map(|r| {
+            r.iter()
+                .map(|c| c.display().replace(['\n', '\r'], " "))
+                .collect()
+        })
         .collect();
     let mut widths: Vec<usize> = result.columns.iter().map(|c| c.width()).collect();
     for row in &cells {
@@ -328,12 +340,24 @@ mod tests {
     #[test]
     fn writes_and_tricks_are_refused() {
         assert!(matches!(check("DELETE FROM users"), Err(Refusal::NotARead(w)) if w == "DELETE"));
-        assert!(matches!(check("update users set x=1"), Err(Refusal::NotARead(_))));
-        assert!(matches!(check("DROP TABLE users"), Err(Refusal::NotARead(_))));
-        assert!(matches!(check("PRAGMA journal_mode=delete"), Err(Refusal::NotARead(_))));
+        assert!(matches!(
+            check("update users set x=1"),
+            Err(Refusal::NotARead(_))
+        ));
+        assert!(matches!(
+            check("DROP TABLE users"),
+            Err(Refusal::NotARead(_))
+        ));
+        assert!(matches!(
+            check("PRAGMA journal_mode=delete"),
+            Err(Refusal::NotARead(_))
+        ));
         assert_eq!(check("ATTACH 'x.db' AS x"), Err(Refusal::Attach));
         assert_eq!(check("SELECT 1; SELECT 2"), Err(Refusal::SeveralStatements));
-        assert_eq!(check("SELECT 1;DELETE FROM users"), Err(Refusal::SeveralStatements));
+        assert_eq!(
+            check("SELECT 1;DELETE FROM users"),
+            Err(Refusal::SeveralStatements)
+        );
         assert_eq!(check("  -- nothing\n"), Err(Refusal::Empty));
         assert_eq!(check(""), Err(Refusal::Empty));
     }

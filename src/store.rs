@@ -258,7 +258,12 @@ impl Store {
 
     async fn check_not_newer(&self) -> Result<(), StoreError> {
         let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        let found = self.applied_versions().await?.into_iter().max().unwrap_or(0);
+        let found = self
+            .applied_versions()
+            .await?
+            .into_iter()
+            .max()
+            .unwrap_or(0);
         if found > known {
             return Err(StoreError::NewerSchema { found, known });
         }
@@ -355,11 +360,13 @@ impl Store {
         let result = match inserted {
             Some(id) => Inserted::New(id),
             None => Inserted::Duplicate(
-                sqlx::query_scalar("SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2")
-                    .bind(log.chat_id)
-                    .bind(log.message_id)
-                    .fetch_one(&mut *tx)
-                    .await?,
+                sqlx::query_scalar(
+                    "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
+                )
+                .bind(log.chat_id)
+                .bind(log.message_id)
+                .fetch_one(&mut *tx)
+                .await?,
             ),
         };
         tx.commit().await?;
@@ -367,12 +374,12 @@ impl Store {
     }
 
     pub async fn log(&self, id: i64) -> Result<Option<DayLog>, StoreError> {
-        Ok(
-            sqlx::query_as::<_, DayLog>(&format!("SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"))
-                .bind(id)
-                .fetch_optional(&self.read)
-                .await?,
-        )
+        Ok(sqlx::query_as::<_, DayLog>(&format!(
+            "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.read)
+        .await?)
     }
 
     /// An edited message: new text, and the log goes back to pending to be analysed again.
@@ -440,7 +447,11 @@ impl Store {
     }
 
     /// A content-policy refusal: never retried. Metrics may still have been extracted.
-    pub async fn mark_blocked(&self, id: i64, metrics_json: Option<&str>) -> Result<(), StoreError> {
+    pub async fn mark_blocked(
+        &self,
+        id: i64,
+        metrics_json: Option<&str>,
+    ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?2, metrics),
                  attempts = attempts + 1, next_attempt_at = NULL

@@ -167,7 +167,10 @@ impl Texts {
     }
 
     pub fn chart_caption(self) -> &'static str {
-        self.pick("Mood, stress and energy per day", "Настроение, стресс и энергия по дням")
+        self.pick(
+            "Mood, stress and energy per day",
+            "Настроение, стресс и энергия по дням",
+        )
     }
 
     pub fn export_caption(self, entries: usize) -> String {
@@ -211,7 +214,10 @@ impl Texts {
     }
 
     pub fn lang_usage(self) -> &'static str {
-        self.pick("Usage: /lang en or /lang ru", "Использование: /lang ru или /lang en")
+        self.pick(
+            "Usage: /lang en or /lang ru",
+            "Использование: /lang ru или /lang en",
+        )
     }
 
     pub fn bad_number(self, command: &str, max: u32) -> String {

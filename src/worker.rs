@@ -17,7 +17,11 @@ const CONCURRENCY: usize = 16;
 const BATCH: i64 = 200;
 
 /// Runs until `shutdown` is cancelled, then lets the logs in hand finish.
-pub async fn run<M: Messenger>(journal: Arc<Journal>, messenger: Arc<M>, shutdown: CancellationToken) {
+pub async fn run<M: Messenger>(
+    journal: Arc<Journal>,
+    messenger: Arc<M>,
+    shutdown: CancellationToken,
+) {
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = JoinSet::new();
     let poll = journal.settings.worker.poll_interval();
@@ -38,7 +42,9 @@ pub async fn run<M: Messenger>(journal: Arc<Journal>, messenger: Arc<M>, shutdow
                     let messenger = Arc::clone(&messenger);
                     tasks.spawn(async move {
                         let id = log.id;
-                        if let Err(error) = journal.finish(messenger.as_ref(), kind, log, claim).await {
+                        if let Err(error) =
+                            journal.finish(messenger.as_ref(), kind, log, claim).await
+                        {
                             tracing::error!(log_id = id, %error, "worker could not finish a log");
                         }
                         drop(permit);

@@ -61,7 +61,13 @@ fn migrate_then_sql_lists_the_public_tables() {
         .collect();
     assert_eq!(
         names,
-        ["_sqlx_migrations", "daily_metrics", "day_logs", "llm_calls", "users"]
+        [
+            "_sqlx_migrations",
+            "daily_metrics",
+            "day_logs",
+            "llm_calls",
+            "users"
+        ]
     );
     assert!(w.db_path().exists());
 }
@@ -90,7 +96,12 @@ fn sql_refuses_writes_and_changes_nothing() {
     }
     assert!(!w.dir.path().join("other.db").exists());
     let tables = w.sql("SELECT count(*) AS n FROM sqlite_master WHERE name = 'day_logs'");
-    assert_eq!(stdout(&tables).lines().nth(2), Some("1"), "{}", stdout(&tables));
+    assert_eq!(
+        stdout(&tables).lines().nth(2),
+        Some("1"),
+        "{}",
+        stdout(&tables)
+    );
     let after = std::fs::read(w.db_path()).expect("db bytes");
     assert_eq!(before, after, "the database file is unchanged");
 }
@@ -99,9 +110,20 @@ fn sql_refuses_writes_and_changes_nothing() {
 fn sql_formats() {
     let w = Workdir::new();
     assert!(w.run(&["migrate"], &[]).status.success());
-    let csv = w.run(&["sql", "SELECT 1 AS a, NULL AS b, 'x' AS c", "--format", "csv"], &[]);
+    let csv = w.run(
+        &[
+            "sql",
+            "SELECT 1 AS a, NULL AS b, 'x' AS c",
+            "--format",
+            "csv",
+        ],
+        &[],
+    );
     assert_eq!(stdout(&csv), "a,b,c\n1,,x\n");
-    let json = w.run(&["sql", "SELECT 1 AS a, NULL AS b", "--format", "json"], &[]);
+    let json = w.run(
+        &["sql", "SELECT 1 AS a, NULL AS b", "--format", "json"],
+        &[],
+    );
     let value: serde_json::Value = serde_json::from_str(&stdout(&json)).expect("json");
     assert_eq!(value, serde_json::json!([{"a": 1, "b": null}]));
     let table = w.sql("SELECT NULL AS empty_value");
@@ -121,9 +143,15 @@ fn sql_on_a_missing_database_does_not_create_it() {
 fn bad_config_exits_2_naming_the_key() {
     let w = Workdir::new();
     let cases: &[(&[(&str, &str)], &str)] = &[
-        (&[("DAYLOG__RETRY__MAX_ATTEMPTS", "0")], "retry.max_attempts"),
+        (
+            &[("DAYLOG__RETRY__MAX_ATTEMPTS", "0")],
+            "retry.max_attempts",
+        ),
         (&[("DAYLOG__RETRY__MAX_ATEMPTS", "2")], "max_atempts"),
-        (&[("DAYLOG__PROVIDERS__GROQ__KIND", "cohere")], "providers.groq.kind"),
+        (
+            &[("DAYLOG__PROVIDERS__GROQ__KIND", "cohere")],
+            "providers.groq.kind",
+        ),
         (&[("DATABASE_URL", "postgres://db/daylog")], "DATABASE_URL"),
     ];
     for (env, key) in cases {
@@ -140,7 +168,10 @@ fn malformed_config_file_exits_2() {
     let w = Workdir::new();
     let file = w.dir.path().join("bad.toml");
     std::fs::write(&file, "[retry\nmax_attempts = ").expect("write");
-    let out = w.run(&["migrate"], &[("DAYLOG_CONFIG", file.to_str().expect("utf-8"))]);
+    let out = w.run(
+        &["migrate"],
+        &[("DAYLOG_CONFIG", file.to_str().expect("utf-8"))],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("not valid TOML"), "{}", stderr(&out));
 }
@@ -209,7 +240,10 @@ fn doctor_reports_a_healthy_setup() {
         &[("MISTRAL_API_KEY", "k"), ("TELOXIDE_TOKEN", "1:t")],
     );
     let text = stdout(&out);
-    assert!(text.contains("ok   database reachable and migrated"), "{text}");
+    assert!(
+        text.contains("ok   database reachable and migrated"),
+        "{text}"
+    );
     assert!(text.contains("ok   TELOXIDE_TOKEN is set"), "{text}");
     assert!(out.status.success(), "{text}");
 }
@@ -231,7 +265,11 @@ fn compose_file_parses_and_names_the_essentials() {
     assert!(bot["env_file"].as_sequence().is_some() || bot["env_file"].as_str().is_some());
     let health = format!("{:?}", bot["healthcheck"]["test"]);
     assert!(health.contains("doctor"), "{health}");
-    assert!(compose["volumes"].as_mapping().is_some_and(|v| !v.is_empty()));
+    assert!(
+        compose["volumes"]
+            .as_mapping()
+            .is_some_and(|v| !v.is_empty())
+    );
     let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).expect("Dockerfile");
     assert!(dockerfile.contains("USER "), "runs as a non-root user");
     assert!(dockerfile.matches("FROM ").count() >= 2, "multi-stage");

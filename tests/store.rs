@@ -57,7 +57,14 @@ async fn schema_matches_the_public_contract_column_by_column() {
     let expect = |cols: &[&str]| cols.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>();
     assert_eq!(
         store::columns(pool, "users").await.expect("users"),
-        expect(&["user_id", "chat_id", "username", "language", "timezone", "created_at"])
+        expect(&[
+            "user_id",
+            "chat_id",
+            "username",
+            "language",
+            "timezone",
+            "created_at"
+        ])
     );
     assert_eq!(
         store::columns(pool, "day_logs").await.expect("day_logs"),
@@ -179,7 +186,11 @@ async fn one_user_never_sees_another_users_rows() {
         .await
         .expect("mark");
     db.store
-        .mark_analyzed(theirs, "ok", r#"{"mood":1,"summary":"theirs","defaulted":[]}"#)
+        .mark_analyzed(
+            theirs,
+            "ok",
+            r#"{"mood":1,"summary":"theirs","defaulted":[]}"#,
+        )
         .await
         .expect("mark");
 
@@ -191,7 +202,11 @@ async fn one_user_never_sees_another_users_rows() {
     let days = db.store.daily_metrics(1, 7).await.expect("days");
     assert_eq!(days.len(), 1);
     assert_eq!(days[0].mood, Some(4.0));
-    let summaries = db.store.recent_summaries(1, i64::MAX, 3).await.expect("summaries");
+    let summaries = db
+        .store
+        .recent_summaries(1, i64::MAX, 3)
+        .await
+        .expect("summaries");
     assert_eq!(summaries, ["mine"]);
 }
 
@@ -202,7 +217,11 @@ async fn daily_metrics_ignore_defaulted_values() {
     let a = log(&db.store, 1, 1, "a").await.id();
     let b = log(&db.store, 1, 2, "b").await.id();
     db.store
-        .mark_analyzed(a, "x", r#"{"mood":5,"stress":2,"sleep_hours":7.0,"defaulted":[]}"#)
+        .mark_analyzed(
+            a,
+            "x",
+            r#"{"mood":5,"stress":2,"sleep_hours":7.0,"defaulted":[]}"#,
+        )
         .await
         .expect("a");
     db.store
@@ -215,7 +234,11 @@ async fn daily_metrics_ignore_defaulted_values() {
         .expect("b");
     let days = db.store.daily_metrics(1, 1).await.expect("days");
     assert_eq!(days.len(), 1);
-    assert_eq!(days[0].mood, Some(5.0), "the defaulted 3 is not averaged in");
+    assert_eq!(
+        days[0].mood,
+        Some(5.0),
+        "the defaulted 3 is not averaged in"
+    );
     assert_eq!(days[0].stress, Some(3.0));
     assert_eq!(days[0].sleep_hours, Some(7.0));
     assert_eq!(days[0].logs, 2);
@@ -240,7 +263,10 @@ async fn delete_removes_every_row_of_that_user_only() {
         wait_ms: 0,
         error: None,
     };
-    db.store.record_call(Some(mine), &attempt).await.expect("call");
+    db.store
+        .record_call(Some(mine), &attempt)
+        .await
+        .expect("call");
 
     assert_eq!(db.store.delete_user(1).await.expect("delete"), 1);
 
@@ -262,8 +288,14 @@ async fn unfinished_finds_due_pending_and_unreplied_logs() {
     let later = log(&db.store, 1, 2, "later").await.id();
     let analysed = log(&db.store, 1, 3, "analysed, not replied").await.id();
     let done = log(&db.store, 1, 4, "done").await.id();
-    db.store.mark_retry(later, Duration::from_secs(3600)).await.expect("retry");
-    db.store.mark_analyzed(analysed, "x", "{}").await.expect("analysed");
+    db.store
+        .mark_retry(later, Duration::from_secs(3600))
+        .await
+        .expect("retry");
+    db.store
+        .mark_analyzed(analysed, "x", "{}")
+        .await
+        .expect("analysed");
     db.store.mark_analyzed(done, "x", "{}").await.expect("done");
     db.store.mark_replied(done).await.expect("replied");
 
@@ -271,7 +303,10 @@ async fn unfinished_finds_due_pending_and_unreplied_logs() {
     let ids: Vec<(Unfinished, i64)> = work.iter().map(|(k, l)| (*k, l.id)).collect();
     assert_eq!(
         ids,
-        [(Unfinished::Analyse, pending), (Unfinished::Reply, analysed)]
+        [
+            (Unfinished::Analyse, pending),
+            (Unfinished::Reply, analysed)
+        ]
     );
 }
 
@@ -280,7 +315,10 @@ async fn an_edit_sends_the_log_back_to_pending() {
     let db = fresh().await;
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "typo").await.id();
-    db.store.mark_analyzed(id, "x", "{}").await.expect("analysed");
+    db.store
+        .mark_analyzed(id, "x", "{}")
+        .await
+        .expect("analysed");
     db.store.mark_replied(id).await.expect("replied");
 
     let edited = db.store.update_text(1, 7, "fixed").await.expect("update");
@@ -289,7 +327,13 @@ async fn an_edit_sends_the_log_back_to_pending() {
     assert_eq!(stored.text, "fixed");
     assert_eq!(stored.status, LogStatus::Pending);
     assert_eq!(stored.replied_at, None);
-    assert_eq!(db.store.update_text(1, 999, "never stored").await.expect("ok"), None);
+    assert_eq!(
+        db.store
+            .update_text(1, 999, "never stored")
+            .await
+            .expect("ok"),
+        None
+    );
 }
 
 #[tokio::test]
@@ -306,10 +350,9 @@ async fn the_hot_queries_use_their_indexes() {
             rows.into_iter().map(|r| r.3).collect::<Vec<_>>().join("\n")
         }
     };
-    let history = plan(
-        "SELECT * FROM day_logs WHERE user_id = 1 ORDER BY created_at DESC, id DESC LIMIT 10",
-    )
-    .await;
+    let history =
+        plan("SELECT * FROM day_logs WHERE user_id = 1 ORDER BY created_at DESC, id DESC LIMIT 10")
+            .await;
     assert!(history.contains("day_logs_user_created"), "{history}");
     let stats = plan("SELECT * FROM daily_metrics WHERE user_id = 1 AND day >= '2026-01-01'").await;
     assert!(stats.contains("day_logs_user_created"), "{stats}");

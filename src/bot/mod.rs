@@ -12,12 +12,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use teloxide::adaptors::throttle::Limits;
 use teloxide::dispatching::{UpdateHandler, dialogue::GetChatId};
+use teloxide::error_handlers::LoggingErrorHandler;
 use teloxide::prelude::*;
 use teloxide::types::{
     BotCommand, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, MessageId,
     ParseMode, ReplyParameters,
 };
-use teloxide::utils::command::BotCommands;
+use teloxide::update_listeners::Polling;
 use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
 
@@ -31,11 +32,21 @@ use crate::store::Store;
 use crate::texts::Texts;
 use crate::worker;
 
-/// The bot as the handlers see it: throttled or not, one type.
-pub type TgBot = teloxide::adaptors::ErasedRequester<'static, RequestError>;
+/// What the bot needs of a Bot API client: `Bot`, or `Throttle<Bot>` when
+/// `telegram.throttle` is on.
+pub trait TgBot:
+    Requester<Err = RequestError, GetUpdates: Send> + Clone + Send + Sync + 'static
+{
+}
+impl<T> TgBot for T where
+    T: Requester<Err = RequestError, GetUpdates: Send> + Clone + Send + Sync + 'static
+{
+}
 
 type HandlerResult = Result<(), anyhow::Error>;
 
+/// Long-polling timeout of `getUpdates` (below the HTTP client's 17 s).
+const POLL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Callback data of the `/delete` buttons.
 const DELETE_YES: &str = "delete:yes";
 const DELETE_NO: &str = "delete:no";
@@ -44,20 +55,21 @@ const MAX_TELEGRAM_RETRIES: u32 = 5;
 
 /// Sends [`Response`]s through the Bot API.
 #[derive(Clone)]
-pub struct Telegram {
-    bot: TgBot,
+pub struct Telegram<B> {
+    bot: B,
 }
 
-impl Telegram {
-    pub fn new(bot: TgBot) -> Self {
+impl<B: TgBot> Telegram<B> {
+    pub fn new(bot: B) -> Self {
         Self { bot }
     }
 
     async fn send_one(&self, target: Target, response: Response) -> Result<(), RequestError> {
         let chat = ChatId(target.chat_id);
-        let reply_to = target.reply_to.and_then(|id| i32::try_from(id).ok()).map(|id| {
-            ReplyParameters::new(MessageId(id)).allow_sending_without_reply()
-        });
+        let reply_to = target
+            .reply_to
+            .and_then(|id| i32::try_from(id).ok())
+            .map(|id| ReplyParameters::new(MessageId(id)).allow_sending_without_reply());
         match response {
             Response::Text(reply) => {
                 let parts = render::split_message(reply.pieces(), TELEGRAM_MESSAGE_LIMIT);
@@ -92,7 +104,10 @@ impl Telegram {
             } => {
                 with_retry_after(|| {
                     self.bot
-                        .send_document(chat, InputFile::memory(bytes.clone()).file_name(file_name.clone()))
+                        .send_document(
+                            chat,
+                            InputFile::memory(bytes.clone()).file_name(file_name.clone()),
+                        )
                         .caption(caption.clone())
                         .into_future()
                 })
@@ -117,7 +132,7 @@ impl Telegram {
     }
 }
 
-impl Messenger for Telegram {
+impl<B: TgBot> Messenger for Telegram<B> {
     async fn send(&self, target: Target, responses: Vec<Response>) -> Result<(), SendError> {
         for response in responses {
             self.send_one(target, response).await.map_err(classify)?;
@@ -128,7 +143,10 @@ impl Messenger for Telegram {
     async fn typing(&self, chat_id: i64) {
         let bot = self.bot.clone();
         tokio::spawn(async move {
-            if let Err(error) = bot.send_chat_action(ChatId(chat_id), ChatAction::Typing).await {
+            if let Err(error) = bot
+                .send_chat_action(ChatId(chat_id), ChatAction::Typing)
+                .await
+            {
                 tracing::debug!(%error, chat_id, "typing action failed");
             }
         });
@@ -194,33 +212,53 @@ fn sender_id(msg: &Message) -> Option<i64> {
 }
 
 /// The handler tree: every update kind the bot answers, in one place.
-pub fn schema() -> UpdateHandler<anyhow::Error> {
+pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
     let messages = Update::filter_message()
-        .branch(dptree::filter(|msg: Message, journal: Arc<Journal>| !allowed(&msg, &journal)).endpoint(refuse))
-        .branch(dptree::entry().filter_command::<Command>().endpoint(on_command))
-        .branch(dptree::filter_map(|msg: Message| msg.text().map(str::to_owned)).endpoint(on_text))
-        .branch(dptree::endpoint(on_other));
+        .branch(
+            dptree::filter(|msg: Message, journal: Arc<Journal>| !allowed(&msg, &journal))
+                .endpoint(refuse::<B>),
+        )
+        .branch(
+            dptree::entry()
+                .filter_command::<Command>()
+                .endpoint(on_command::<B>),
+        )
+        .branch(
+            dptree::filter_map(|msg: Message| msg.text().map(str::to_owned)).endpoint(on_text::<B>),
+        )
+        .branch(dptree::endpoint(on_other::<B>));
     let edits = Update::filter_edited_message()
         .filter(|msg: Message, journal: Arc<Journal>| allowed(&msg, &journal))
         .filter_map(|msg: Message| msg.text().map(str::to_owned))
-        .endpoint(on_edit);
-    let callbacks = Update::filter_callback_query().endpoint(on_callback);
-    dptree::entry().branch(messages).branch(edits).branch(callbacks)
+        .endpoint(on_edit::<B>);
+    let callbacks = Update::filter_callback_query().endpoint(on_callback::<B>);
+    dptree::entry()
+        .branch(messages)
+        .branch(edits)
+        .branch(callbacks)
 }
 
 fn allowed(msg: &Message, journal: &Journal) -> bool {
     sender_id(msg).is_some_and(|id| journal.settings.telegram.is_allowed(id))
 }
 
-async fn refuse(msg: Message, messenger: Arc<Telegram>) -> HandlerResult {
+async fn refuse<B: TgBot>(msg: Message, messenger: Arc<Telegram<B>>) -> HandlerResult {
     let language = Language::from_code(msg.from.as_ref().and_then(|u| u.language_code.as_deref()));
-    tracing::info!(chat_id = msg.chat.id.0, "message from a user not on the allowed list");
+    tracing::info!(
+        chat_id = msg.chat.id.0,
+        "message from a user not on the allowed list"
+    );
     let reply = Reply::new().text(Texts(language).not_allowed());
     send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
     Ok(())
 }
 
-async fn on_text(msg: Message, text: String, journal: Arc<Journal>, messenger: Arc<Telegram>) -> HandlerResult {
+async fn on_text<B: TgBot>(
+    msg: Message,
+    text: String,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
     let Some(incoming) = incoming(&msg, text) else {
         return Ok(()); // channel posts and the like have no sender to journal for
     };
@@ -231,7 +269,12 @@ async fn on_text(msg: Message, text: String, journal: Arc<Journal>, messenger: A
     Ok(())
 }
 
-async fn on_edit(msg: Message, text: String, journal: Arc<Journal>, messenger: Arc<Telegram>) -> HandlerResult {
+async fn on_edit<B: TgBot>(
+    msg: Message,
+    text: String,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
     let Some(incoming) = incoming(&msg, text) else {
         return Ok(());
     };
@@ -242,17 +285,31 @@ async fn on_edit(msg: Message, text: String, journal: Arc<Journal>, messenger: A
     Ok(())
 }
 
-async fn report_entry_error(messenger: &Telegram, msg: &Message, language: Language, error: &EntryError) {
+async fn report_entry_error<B: TgBot>(
+    messenger: &Telegram<B>,
+    msg: &Message,
+    language: Language,
+    error: &EntryError,
+) {
     tracing::error!(%error, chat_id = msg.chat.id.0, "day log handling failed");
     let texts = Texts(language);
     let text = match error {
         EntryError::NotSaved(_) => texts.not_saved(),
         EntryError::Later(_) => texts.internal_error(),
     };
-    send_logged(messenger, msg, vec![Response::Text(Reply::new().text(text))]).await;
+    send_logged(
+        messenger,
+        msg,
+        vec![Response::Text(Reply::new().text(text))],
+    )
+    .await;
 }
 
-async fn on_other(msg: Message, journal: Arc<Journal>, messenger: Arc<Telegram>) -> HandlerResult {
+async fn on_other<B: TgBot>(
+    msg: Message,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
     let language = match sender_id(&msg) {
         Some(id) => journal.language_of(id).await,
         None => return Ok(()),
@@ -262,7 +319,12 @@ async fn on_other(msg: Message, journal: Arc<Journal>, messenger: Arc<Telegram>)
     Ok(())
 }
 
-async fn on_command(msg: Message, command: Command, journal: Arc<Journal>, messenger: Arc<Telegram>) -> HandlerResult {
+async fn on_command<B: TgBot>(
+    msg: Message,
+    command: Command,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
     };
@@ -283,14 +345,21 @@ async fn on_command(msg: Message, command: Command, journal: Arc<Journal>, messe
         Err(error) => {
             tracing::error!(%error, user_id, "command failed");
             let language = journal.language_of(user_id).await;
-            vec![Response::Text(Reply::new().text(Texts(language).internal_error()))]
+            vec![Response::Text(
+                Reply::new().text(Texts(language).internal_error()),
+            )]
         }
     };
     send_logged(&messenger, &msg, responses).await;
     Ok(())
 }
 
-async fn on_callback(bot: TgBot, query: CallbackQuery, journal: Arc<Journal>, messenger: Arc<Telegram>) -> HandlerResult {
+async fn on_callback<B: TgBot>(
+    bot: B,
+    query: CallbackQuery,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
     let user_id = i64::try_from(query.from.id.0).unwrap_or_default();
     let language = journal.language_of(user_id).await;
     let _ = bot.answer_callback_query(query.id.clone()).await;
@@ -325,7 +394,7 @@ async fn on_callback(bot: TgBot, query: CallbackQuery, journal: Arc<Journal>, me
     Ok(())
 }
 
-async fn send_logged(messenger: &Telegram, msg: &Message, responses: Vec<Response>) {
+async fn send_logged<B: TgBot>(messenger: &Telegram<B>, msg: &Message, responses: Vec<Response>) {
     let target = Target {
         chat_id: msg.chat.id.0,
         reply_to: Some(i64::from(msg.id.0)),
@@ -335,8 +404,8 @@ async fn send_logged(messenger: &Telegram, msg: &Message, responses: Vec<Respons
     }
 }
 
-/// Builds the bot from settings: token, API URL (`TELOXIDE_API_URL`), throttling.
-pub fn build_bot(settings: &Settings, client: reqwest::Client) -> anyhow::Result<TgBot> {
+/// Builds the bot from settings: token and API URL (`TELOXIDE_API_URL`).
+pub fn build_bot(settings: &Settings, client: reqwest::Client) -> anyhow::Result<Bot> {
     let token = settings
         .secrets
         .telegram_token
@@ -346,15 +415,11 @@ pub fn build_bot(settings: &Settings, client: reqwest::Client) -> anyhow::Result
     if let Some(url) = &settings.telegram_api_url {
         bot = bot.set_api_url(url.clone());
     }
-    Ok(if settings.telegram.throttle {
-        bot.throttle(Limits::default()).erase()
-    } else {
-        bot.erase()
-    })
+    Ok(bot)
 }
 
 /// Registers the command menu in English (the default) and Russian.
-async fn register_commands(bot: &TgBot) {
+async fn register_commands<B: TgBot>(bot: &B) {
     for language in [Language::En, Language::Ru] {
         let commands: Vec<BotCommand> = Command::menu(language)
             .into_iter()
@@ -375,40 +440,81 @@ pub async fn run(settings: Settings, store: Store) -> anyhow::Result<()> {
     let settings = Arc::new(settings);
     let client = crate::http_client().context("cannot build the HTTP client")?;
     let bot = build_bot(&settings, client.clone())?;
-    let llm = Arc::new(Llm::with_client(&settings, client).context("cannot set up the LLM providers")?);
+    let llm =
+        Arc::new(Llm::with_client(&settings, client).context("cannot set up the LLM providers")?);
     let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
-    let messenger = Arc::new(Telegram::new(bot.clone()));
-    register_commands(&bot).await;
-
     let stop = CancellationToken::new();
-    let worker = tokio::spawn(worker::run(Arc::clone(&journal), Arc::clone(&messenger), stop.clone()));
-    let mut dispatcher = Dispatcher::builder(bot, schema())
-        .dependencies(dptree::deps![Arc::clone(&journal), Arc::clone(&messenger)])
-        .default_handler(|_| async {})
-        .build();
-    let shutdown = dispatcher.shutdown_token();
-    let grace = settings.telegram.shutdown_grace();
     let signals = tokio::spawn({
         let stop = stop.clone();
         async move {
             wait_for_signal().await;
             tracing::info!("stopping: no new updates, finishing work in hand");
             stop.cancel();
+        }
+    });
+    let served = if settings.telegram.throttle {
+        serve(bot.throttle(Limits::default()), journal, stop).await
+    } else {
+        serve(bot, journal, stop).await
+    };
+    signals.abort();
+    store.close().await;
+    tracing::info!("daylog stopped");
+    served
+}
+
+/// Polls and handles updates until `stop` is cancelled, then stops polling and lets
+/// in-flight work finish within `telegram.shutdown_grace_ms`. The worker runs beside it.
+pub async fn serve<B: TgBot>(
+    bot: B,
+    journal: Arc<Journal>,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let grace = journal.settings.telegram.shutdown_grace();
+    if !wait_for_telegram(&bot, &stop).await? {
+        return Ok(()); // stopped before Telegram ever answered
+    }
+    let messenger = Arc::new(Telegram::new(bot.clone()));
+    register_commands(&bot).await;
+    let worker = tokio::spawn(worker::run(
+        Arc::clone(&journal),
+        Arc::clone(&messenger),
+        stop.clone(),
+    ));
+    let mut dispatcher = Dispatcher::builder(bot.clone(), schema::<B>())
+        .dependencies(dptree::deps![Arc::clone(&journal), Arc::clone(&messenger)])
+        .default_handler(|_| async {})
+        .build();
+    let shutdown = dispatcher.shutdown_token();
+    let stopper = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            stop.cancelled().await;
             // The dispatcher may still be starting; ask until it listens.
-            for _ in 0..100 {
+            for _ in 0..200 {
                 match shutdown.shutdown() {
                     Ok(done) => {
                         done.await;
                         return;
                     }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
                 }
             }
         }
     });
+    let listener = Polling::builder(bot.clone())
+        .timeout(POLL_TIMEOUT)
+        .delete_webhook()
+        .await
+        .build();
+    let listener_errors =
+        LoggingErrorHandler::with_custom_text("polling Telegram failed; retrying");
     tracing::info!("daylog is running");
+    let mut dispatched = Ok(());
     tokio::select! {
-        () = dispatcher.dispatch() => {}
+        result = dispatcher.try_dispatch_with_listener(listener, listener_errors) => {
+            dispatched = result.map_err(|e| anyhow::anyhow!("Telegram refused the bot: {e}"));
+        }
         () = async { stop.cancelled().await; tokio::time::sleep(grace).await } => {
             tracing::warn!(grace_ms = grace.as_millis() as u64, "in-flight work did not finish in time; stored logs resume at the next start");
         }
@@ -417,10 +523,33 @@ pub async fn run(settings: Settings, store: Store) -> anyhow::Result<()> {
     if tokio::time::timeout(grace, worker).await.is_err() {
         tracing::warn!("the worker did not stop in time");
     }
-    signals.abort();
-    store.close().await;
-    tracing::info!("daylog stopped");
-    Ok(())
+    stopper.abort();
+    dispatched
+}
+
+/// Waits until Telegram answers `getMe`: `Ok(true)` then, `Ok(false)` when stopped
+/// first, an error when the token is refused (retrying would not help).
+async fn wait_for_telegram<B: TgBot>(bot: &B, stop: &CancellationToken) -> anyhow::Result<bool> {
+    let mut wait = Duration::from_millis(500);
+    loop {
+        match bot.get_me().await {
+            Ok(me) => {
+                tracing::info!(username = %me.username(), "connected to Telegram");
+                return Ok(true);
+            }
+            Err(RequestError::Api(error)) => {
+                anyhow::bail!("Telegram refused the bot token ({error}); check TELOXIDE_TOKEN")
+            }
+            Err(error) => {
+                tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "cannot reach Telegram yet");
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return Ok(false),
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(30));
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM (teloxide's own handler knows only SIGINT).

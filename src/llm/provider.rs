@@ -108,7 +108,10 @@ async fn send(
     builder: RequestBuilder,
     timeout: Duration,
 ) -> Result<(StatusCode, HeaderMap, Vec<u8>), LlmError> {
+    // Per request, so a shared client's own total timeout (17 s for the Bot API) never
+    // cuts an attempt short.
     let response = builder
+        .timeout(timeout)
         .send()
         .await
         .map_err(|e| LlmError::from_reqwest(e, timeout))?;
