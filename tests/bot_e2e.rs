@@ -1,0 +1,534 @@
+//! The real dispatcher against a fake Telegram Bot API and fake providers on 127.0.0.1
+//! (SPEC §4, §8, §9). Waits are on conditions, never on fixed sleeps.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::telegram::{
+    callback_update, edited_update, photo_update, sticker_update, text_update, text_update_lang,
+};
+use support::{ANALYSIS_TEXT, App};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, ResponseTemplate};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Telegram HTML as a person sees it: tags dropped, entities decoded.
+fn visible(html: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+#[tokio::test]
+async fn a_day_log_is_stored_analysed_and_answered_as_a_reply() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+
+    app.telegram.push_update(text_update(
+        7,
+        10,
+        "Ran 5 km, slept 6.5 hours, big deadline at work.",
+    ));
+    let sent = app.telegram.wait_sent(7, 1).await;
+
+    let reply = &sent[0];
+    assert_eq!(reply.reply_to(), Some(10), "answers the user's message");
+    assert_eq!(reply.body["parse_mode"], "HTML");
+    let text = visible(reply.text());
+    assert!(text.contains(ANALYSIS_TEXT), "{text}");
+    assert!(text.contains("mood 4/5"), "metrics line: {text}");
+    assert!(text.contains("sleep 6.5 h"), "{text}");
+    let typing = app
+        .telegram
+        .calls()
+        .iter()
+        .filter(|c| c.method == "SendChatAction")
+        .count();
+    assert!(typing >= 1, "typing… shown while working");
+
+    let row: (String, Option<String>, Option<String>, Option<String>) = sqlx::query_as(
+        "SELECT status, analysis, metrics, replied_at FROM day_logs WHERE chat_id = 7 AND message_id = 10",
+    )
+    .fetch_one(app.store.read_pool())
+    .await
+    .expect("row");
+    assert_eq!(row.0, "analyzed");
+    assert_eq!(row.1.as_deref(), Some(ANALYSIS_TEXT));
+    let metrics: serde_json::Value = serde_json::from_str(&row.2.expect("metrics")).expect("json");
+    assert_eq!(metrics["mood"], 4);
+    assert_eq!(metrics["activities"], json!(["run", "work"]));
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE replied_at IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+    let ok_calls = app
+        .count("SELECT count(*) FROM llm_calls WHERE outcome = 'ok'")
+        .await;
+    assert_eq!(ok_calls, 2, "one analysis and one metrics call recorded");
+    app.stop().await;
+}
+
+/// Polls an async condition until it holds (or panics after 20 s).
+async fn wait_until<F, Fut>(cond: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not reached in time"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn with_every_provider_down_the_user_is_told_saved_and_gets_the_analysis_later() {
+    let app = App::spawn().await;
+    app.providers.all_down().await;
+
+    app.telegram.push_update(text_update(8, 1, "A rough day."));
+    let sent = app.telegram.wait_sent(8, 1).await;
+    assert!(
+        visible(sent[0].text()).contains("Saved"),
+        "{}",
+        sent[0].text()
+    );
+    assert!(visible(sent[0].text()).contains("will follow"));
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE status = 'pending'")
+            .await,
+        1
+    );
+
+    // The providers come back; the worker finishes the log on its own.
+    app.providers.reset().await;
+    app.providers.healthy().await;
+    let sent = app.telegram.wait_sent(8, 2).await;
+    let late = visible(sent[1].text());
+    assert!(late.contains(ANALYSIS_TEXT), "{late}");
+    assert_eq!(sent[1].reply_to(), Some(1));
+    wait_until(|| async {
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE status = 'analyzed' AND replied_at IS NOT NULL",
+        )
+        .await
+            == 1
+    })
+    .await;
+    // No third message: answered once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.telegram.sent_to(8).len(), 2);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_same_update_delivered_twice_gives_one_row_and_one_reply() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(9, 5, "Same message."));
+    app.telegram.wait_sent(9, 1).await;
+    // Telegram re-delivers the same message in a new update.
+    app.telegram.push_update(text_update(9, 5, "Same message."));
+    app.telegram
+        .push_update(text_update(9, 6, "A different one."));
+    app.telegram.wait_sent(9, 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.telegram.sent_to(9).len(), 2);
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 9")
+            .await,
+        2
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_edited_message_updates_the_text_and_is_analysed_again() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(10, 3, "Slept badly."));
+    app.telegram.wait_sent(10, 1).await;
+    app.telegram
+        .push_update(edited_update(10, 3, "Slept badly, but the run helped."));
+    app.telegram.wait_sent(10, 2).await;
+    let text: String =
+        sqlx::query_scalar("SELECT text FROM day_logs WHERE chat_id = 10 AND message_id = 3")
+            .fetch_one(app.store.read_pool())
+            .await
+            .expect("row");
+    assert_eq!(text, "Slept badly, but the run helped.");
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 10")
+            .await,
+        1
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn photos_and_stickers_get_a_short_answer_and_create_no_log() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(photo_update(11, 1));
+    app.telegram.push_update(sticker_update(11, 2));
+    let sent = app.telegram.wait_sent(11, 2).await;
+    for call in &sent {
+        assert!(call.text().contains("only keep text"), "{}", call.text());
+    }
+    assert_eq!(app.count("SELECT count(*) FROM day_logs").await, 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_9000_character_analysis_is_split_into_valid_parts() {
+    let app = App::spawn().await;
+    let paragraph = "This sentence is part of a very long analysis & it has <markup> to escape. ";
+    let long: String = paragraph.repeat(9000 / paragraph.len() + 1);
+    app.providers.answer_analysis(&long).await;
+    app.providers.answer_metrics(support::METRICS_JSON).await;
+
+    app.telegram
+        .push_update(text_update(12, 1, "Tell me a lot."));
+    let sent = app
+        .telegram
+        .wait_for("three parts", WAIT, |calls| {
+            calls
+                .iter()
+                .filter(|c| c.method == "SendMessage" && c.chat_id() == Some(12))
+                .count()
+                >= 3
+        })
+        .await;
+    let parts: Vec<_> = sent
+        .iter()
+        .filter(|c| c.chat_id() == Some(12) && c.method == "SendMessage")
+        .collect();
+    assert_eq!(parts.len(), 3);
+    let mut joined = String::new();
+    for part in &parts {
+        let seen = visible(part.text());
+        assert!(
+            seen.encode_utf16().count() <= 4096,
+            "part too long: {}",
+            seen.len()
+        );
+        assert!(!part.text().contains("<markup>"), "escaped");
+        joined.push_str(&seen);
+        joined.push(' ');
+    }
+    let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(squash(&joined).contains(&squash(&long)), "no text lost");
+    assert_eq!(parts[0].reply_to(), Some(1));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn hostile_html_from_the_model_is_escaped() {
+    let app = App::spawn().await;
+    app.providers
+        .answer_analysis("<b>bold</b> <script>alert(1)</script> & <a href=\"x\">link</a>")
+        .await;
+    app.providers.answer_metrics(support::METRICS_JSON).await;
+    app.telegram
+        .push_update(text_update(13, 1, "<i>my</i> day & night"));
+    let sent = app.telegram.wait_sent(13, 1).await;
+    let html = sent[0].text();
+    assert!(html.contains("&lt;script&gt;"), "{html}");
+    assert!(html.contains("&lt;a href=\"x\"&gt;"), "{html}");
+    assert!(!html.contains("<script>"));
+    assert!(visible(html).contains("<b>bold</b>"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn telegram_429_is_waited_out_and_the_reply_still_arrives_once() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.fail_next(
+        "SendMessage",
+        Some(14),
+        429,
+        json!({"ok": false, "error_code": 429, "description": "Too Many Requests: retry after 1",
+               "parameters": {"retry_after": 1}}),
+    );
+    let started = std::time::Instant::now();
+    app.telegram.push_update(text_update(14, 1, "Busy day."));
+    let sent = app.telegram.wait_sent(14, 1).await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited as Telegram asked"
+    );
+    assert!(visible(sent[0].text()).contains(ANALYSIS_TEXT));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.telegram.sent_to(14).len(), 1);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_user_who_blocked_the_bot_does_not_stop_others_being_served() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.block_chat(15);
+    app.telegram
+        .push_update(text_update(15, 1, "I blocked you."));
+    app.telegram.push_update(text_update(16, 1, "I did not."));
+    let sent = app.telegram.wait_sent(16, 1).await;
+    assert!(visible(sent[0].text()).contains(ANALYSIS_TEXT));
+    // The blocked user's log is kept, analysed, and not retried forever.
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 15 AND status = 'analyzed' AND replied_at IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn stats_sends_a_png_chart() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(17, 1, "Good day."));
+    app.telegram.wait_sent(17, 1).await;
+    app.telegram.push_update(text_update(17, 2, "/stats 7"));
+    let sent = app
+        .telegram
+        .wait_for("a photo", WAIT, |calls| {
+            calls.iter().any(|c| c.method == "SendPhoto")
+        })
+        .await;
+    let photo = sent
+        .iter()
+        .find(|c| c.method == "SendPhoto")
+        .expect("photo");
+    let png = photo.file.as_ref().expect("file part");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "PNG signature");
+    assert!(png.len() > 2_000, "a real chart, {} bytes", png.len());
+    let text = app.telegram.sent_to(17);
+    let summary = text
+        .iter()
+        .find(|c| c.text().contains("statistics"))
+        .expect("stats text");
+    assert!(
+        visible(summary.text()).contains("mood: 4.0/5"),
+        "{}",
+        summary.text()
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn export_sends_a_csv_that_parses() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram
+        .push_update(text_update(18, 1, "Entry, with \"quotes\" and a comma."));
+    app.telegram.wait_sent(18, 1).await;
+    app.telegram.push_update(text_update(18, 2, "/export"));
+    let sent = app
+        .telegram
+        .wait_for("a document", WAIT, |calls| {
+            calls.iter().any(|c| c.method == "SendDocument")
+        })
+        .await;
+    let doc = sent
+        .iter()
+        .find(|c| c.method == "SendDocument")
+        .expect("document");
+    let bytes = doc.file.clone().expect("file part");
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
+    let headers = reader.headers().expect("headers").clone();
+    assert_eq!(&headers[3], "text");
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("row")).collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(&rows[0][3], "Entry, with \"quotes\" and a comma.");
+    assert_eq!(&rows[0][5], "4", "mood column");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn delete_after_confirmation_removes_every_row_of_that_user_and_no_other() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(19, 1, "Mine."));
+    app.telegram
+        .push_update(text_update(20, 1, "Someone else's."));
+    app.telegram.wait_sent(19, 1).await;
+    app.telegram.wait_sent(20, 1).await;
+
+    app.telegram.push_update(text_update(19, 2, "/delete"));
+    let sent = app
+        .telegram
+        .wait_for("the confirmation", WAIT, |calls| {
+            calls
+                .iter()
+                .any(|c| c.body["reply_markup"]["inline_keyboard"].is_array())
+        })
+        .await;
+    let confirm = sent
+        .iter()
+        .find(|c| c.body["reply_markup"]["inline_keyboard"].is_array())
+        .expect("keyboard");
+    assert_eq!(
+        confirm.body["reply_markup"]["inline_keyboard"][0][0]["callback_data"],
+        "delete:yes"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE user_id = 19")
+            .await,
+        1,
+        "nothing before confirming"
+    );
+
+    app.telegram
+        .push_update(callback_update(19, "delete:yes", 555));
+    app.telegram
+        .wait_for("deleted", WAIT, |calls| {
+            calls.iter().any(|c| c.text().contains("deleted"))
+        })
+        .await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE user_id = 19")
+            .await,
+        0
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM users WHERE user_id = 19")
+            .await,
+        0
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM llm_calls WHERE day_log_id NOT IN (SELECT id FROM day_logs)"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE user_id = 20")
+            .await,
+        1
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn russian_users_are_answered_in_russian() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram
+        .push_update(text_update_lang(21, 1, "/start", "ru"));
+    let sent = app.telegram.wait_sent(21, 1).await;
+    assert!(sent[0].text().contains("Привет"), "{}", sent[0].text());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn users_outside_the_allowed_list_get_one_polite_refusal() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__ALLOWED_USERS".into(), "[22]".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(23, 1, "Let me in."));
+    app.telegram
+        .push_update(text_update(22, 1, "I am allowed."));
+    let refused = app.telegram.wait_sent(23, 1).await;
+    assert!(
+        refused[0].text().contains("private"),
+        "{}",
+        refused[0].text()
+    );
+    app.telegram.wait_sent(22, 1).await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE user_id = 23")
+            .await,
+        0
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_content_policy_block_is_saved_answered_plainly_and_not_retried() {
+    let app = App::spawn().await;
+    // Mistral steps reject the request; Gemini blocks the prompt.
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(400).set_body_string("bad request"))
+        .mount(&app.providers.mistral)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "promptFeedback": {"blockReason": "SAFETY"}
+        })))
+        .mount(&app.providers.gemini)
+        .await;
+    app.providers.answer_metrics(support::METRICS_JSON).await;
+    app.telegram
+        .push_update(text_update(24, 1, "I'd kill for a coffee."));
+    let sent = app.telegram.wait_sent(24, 1).await;
+    assert!(
+        visible(sent[0].text()).contains("refused"),
+        "{}",
+        sent[0].text()
+    );
+    wait_until(|| async {
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE status = 'blocked' AND replied_at IS NOT NULL",
+        )
+        .await
+            == 1
+    })
+    .await;
+    let gemini_calls = app
+        .providers
+        .gemini
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .len();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        app.providers
+            .gemini
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .len(),
+        gemini_calls,
+        "never retried"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn throttled_bot_still_answers() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__THROTTLE".into(), "true".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    app.telegram
+        .push_update(text_update(25, 1, "Throttled but fine."));
+    let sent = app.telegram.wait_sent(25, 1).await;
+    assert!(visible(sent[0].text()).contains(ANALYSIS_TEXT));
+    app.stop().await;
+}

@@ -1,0 +1,284 @@
+//! Test harness: a fresh database per test, fake providers (wiremock) and a fake
+//! Telegram (axum) on 127.0.0.1, and the real bot running against them — in process
+//! ([`App`]) or as the real binary ([`BotProcess`]).
+
+#![allow(dead_code)]
+
+pub mod telegram;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use daylog::config::Settings;
+use daylog::journal::Journal;
+use daylog::llm::Llm;
+use daylog::store::Store;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+pub use telegram::FakeTelegram;
+
+pub const ANALYSIS_TEXT: &str =
+    "You sound tired but proud. Suggestion: go to bed at 23:00 tonight.";
+pub const METRICS_JSON: &str = r#"{"mood":4,"stress":2,"energy":3,"productivity":4,"sleep_hours":6.5,"activities":["Run","work"],"emotions":["proud"],"summary":"A long run and a busy day."}"#;
+
+/// An OpenAI-style chat completion body.
+pub fn completion(text: &str) -> Value {
+    json!({
+        "id": "cmpl-1",
+        "object": "chat.completion",
+        "created": 1_764_460_800,
+        "model": "test",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
+    })
+}
+
+/// A Gemini generateContent body.
+pub fn gemini_completion(text: &str) -> Value {
+    json!({
+        "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 10}
+    })
+}
+
+/// The three providers of the default cascades, each its own server.
+pub struct Providers {
+    /// Analysis steps 1–2 (and the metrics fallback).
+    pub mistral: MockServer,
+    /// Analysis step 3.
+    pub gemini: MockServer,
+    /// Metrics step 1.
+    pub groq: MockServer,
+}
+
+impl Providers {
+    pub async fn start() -> Self {
+        Self {
+            mistral: MockServer::start().await,
+            gemini: MockServer::start().await,
+            groq: MockServer::start().await,
+        }
+    }
+
+    /// Every provider answers at once.
+    pub async fn healthy(&self) {
+        self.answer_analysis(ANALYSIS_TEXT).await;
+        self.answer_metrics(METRICS_JSON).await;
+    }
+
+    pub async fn answer_analysis(&self, text: &str) {
+        Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(completion(text)))
+            .mount(&self.mistral)
+            .await;
+        Mock::given(method("POST"))
+            .and(path_regex("^/v1beta/models/.*:generateContent$"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(gemini_completion(text)))
+            .mount(&self.gemini)
+            .await;
+    }
+
+    pub async fn answer_metrics(&self, json_text: &str) {
+        Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(completion(json_text)))
+            .mount(&self.groq)
+            .await;
+    }
+
+    /// Every provider answers 503.
+    pub async fn all_down(&self) {
+        for server in [&self.mistral, &self.gemini, &self.groq] {
+            Mock::given(method("POST"))
+                .respond_with(ResponseTemplate::new(503).set_body_string("overloaded"))
+                .mount(server)
+                .await;
+        }
+    }
+
+    /// Every provider takes `delay` to answer (successfully).
+    pub async fn slow(&self, delay: Duration) {
+        Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(completion(ANALYSIS_TEXT))
+                    .set_delay(delay),
+            )
+            .mount(&self.mistral)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(gemini_completion(ANALYSIS_TEXT))
+                    .set_delay(delay),
+            )
+            .mount(&self.gemini)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(completion(METRICS_JSON))
+                    .set_delay(delay),
+            )
+            .mount(&self.groq)
+            .await;
+    }
+
+    pub async fn reset(&self) {
+        self.mistral.reset().await;
+        self.gemini.reset().await;
+        self.groq.reset().await;
+    }
+
+    /// Requests the analysis providers received.
+    pub async fn analysis_requests(&self) -> usize {
+        let m = self
+            .mistral
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .len();
+        let g = self
+            .gemini
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .len();
+        m + g
+    }
+}
+
+/// The environment a test bot runs with: short delays, everything on loopback.
+pub fn test_env(
+    db_url: &str,
+    telegram: &FakeTelegram,
+    providers: &Providers,
+) -> HashMap<String, String> {
+    let mut env: HashMap<String, String> = [
+        ("DATABASE_URL", db_url.to_owned()),
+        ("TELOXIDE_TOKEN", telegram::TOKEN.to_owned()),
+        ("TELOXIDE_API_URL", telegram.url()),
+        ("MISTRAL_API_KEY", "test-mistral-key".to_owned()),
+        ("GEMINI_API_KEY", "test-gemini-key".to_owned()),
+        ("GROQ_API_KEY", "test-groq-key".to_owned()),
+        (
+            "DAYLOG__PROVIDERS__MISTRAL__BASE_URL",
+            format!("{}/v1", providers.mistral.uri()),
+        ),
+        (
+            "DAYLOG__PROVIDERS__GEMINI__BASE_URL",
+            format!("{}/v1beta", providers.gemini.uri()),
+        ),
+        (
+            "DAYLOG__PROVIDERS__GROQ__BASE_URL",
+            format!("{}/v1", providers.groq.uri()),
+        ),
+        ("DAYLOG__RETRY__MIN_DELAY_MS", "10".to_owned()),
+        ("DAYLOG__RETRY__MAX_DELAY_MS", "40".to_owned()),
+        ("DAYLOG__RETRY__REQUEST_TIMEOUT_MS", "3000".to_owned()),
+        ("DAYLOG__RETRY__HEDGE_AFTER_MS", "0".to_owned()),
+        ("DAYLOG__RETRY__DEADLINE_MS", "8000".to_owned()),
+        ("DAYLOG__COOLDOWN__DURATION_MS", "100".to_owned()),
+        ("DAYLOG__WORKER__POLL_INTERVAL_MS", "100".to_owned()),
+        ("DAYLOG__WORKER__RETRY_MIN_MS", "100".to_owned()),
+        ("DAYLOG__WORKER__RETRY_MAX_MS", "1000".to_owned()),
+        ("DAYLOG__TELEGRAM__THROTTLE", "false".to_owned()),
+        ("DAYLOG__TELEGRAM__SHUTDOWN_GRACE_MS", "3000".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    env.insert("RUST_LOG".to_owned(), "info".to_owned());
+    env
+}
+
+/// The bot running in this process against fakes.
+pub struct App {
+    pub telegram: FakeTelegram,
+    pub providers: Providers,
+    pub store: Store,
+    pub env: HashMap<String, String>,
+    pub dir: tempfile::TempDir,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+pub fn init_test_tracing() {
+    if std::env::var("TEST_LOG").is_ok() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+impl App {
+    /// Starts fakes and the bot; `configure` may change the environment first.
+    pub async fn spawn_with(configure: impl FnOnce(&mut HashMap<String, String>)) -> Self {
+        Self::spawn_on(
+            tempfile::tempdir().expect("temp dir"),
+            Providers::start().await,
+            configure,
+        )
+        .await
+    }
+
+    pub async fn spawn_on(
+        dir: tempfile::TempDir,
+        providers: Providers,
+        configure: impl FnOnce(&mut HashMap<String, String>),
+    ) -> Self {
+        init_test_tracing();
+        let telegram = FakeTelegram::start().await;
+        let db_url = format!("sqlite://{}/daylog.db", dir.path().display());
+        let mut env = test_env(&db_url, &telegram, &providers);
+        configure(&mut env);
+        let settings = Arc::new(Settings::load_from(&env).expect("test settings"));
+        let store = Store::open_and_migrate(&settings.database_url, settings.store.busy_timeout())
+            .await
+            .expect("store");
+        let client = daylog::http_client().expect("client");
+        let bot = daylog::bot::build_bot(&settings, client.clone()).expect("bot");
+        let llm = Arc::new(Llm::with_client(&settings, client).expect("llm"));
+        let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(daylog::bot::serve(bot, journal, stop.clone()));
+        Self {
+            telegram,
+            providers,
+            store,
+            env,
+            dir,
+            stop,
+            task,
+        }
+    }
+
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    /// Stops the bot the way SIGTERM does and waits for it.
+    pub async fn stop(self) -> (tempfile::TempDir, Providers) {
+        self.stop.cancel();
+        let result = tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("bot stops in time")
+            .expect("bot task");
+        result.expect("bot ran without error");
+        (self.dir, self.providers)
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(self.store.read_pool())
+            .await
+            .expect("count query")
+    }
+}

@@ -1,0 +1,450 @@
+//! A fake Telegram Bot API on 127.0.0.1: enough of `getMe`, `getUpdates` (long polling
+//! with `offset`), `sendMessage`, `sendPhoto`/`sendDocument` (multipart), chat actions,
+//! commands and callbacks for the real teloxide dispatcher to run against it. Tests
+//! queue updates, script failures, and wait on what the bot sent.
+
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+pub const TOKEN: &str = "123456:TEST-token";
+
+/// One request the bot made, as the fake saw it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    /// JSON body, or the text fields of a multipart body.
+    pub body: Value,
+    /// Raw bytes of a multipart file part (photo, document).
+    pub file: Option<Vec<u8>>,
+}
+
+impl Call {
+    pub fn chat_id(&self) -> Option<i64> {
+        match &self.body["chat_id"] {
+            Value::Number(n) => n.as_i64(),
+            Value::String(s) => s.parse().ok(),
+            _ => None,
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        self.body["text"].as_str().unwrap_or_default()
+    }
+
+    pub fn reply_to(&self) -> Option<i64> {
+        self.body["reply_parameters"]["message_id"].as_i64()
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    updates: Vec<Value>,
+    calls: Vec<Call>,
+    /// Scripted answers: (method, chat filter) → status and body, used once each.
+    failures: VecDeque<(String, Option<i64>, u16, Value)>,
+    /// Chats whose every send fails with 403 (the user blocked the bot).
+    blocked_chats: Vec<i64>,
+    next_message_id: i64,
+}
+
+#[derive(Clone)]
+pub struct FakeTelegram {
+    inner: Arc<Mutex<Inner>>,
+    changed: Arc<Notify>,
+    pub addr: SocketAddr,
+}
+
+impl FakeTelegram {
+    pub async fn start() -> Self {
+        let inner = Arc::new(Mutex::new(Inner {
+            next_message_id: 100_000,
+            ..Inner::default()
+        }));
+        let changed = Arc::new(Notify::new());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let fake = Self {
+            inner,
+            changed,
+            addr,
+        };
+        let app = Router::new()
+            .route("/{bot}/{method}", post(handle))
+            .with_state(fake.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        fake
+    }
+
+    /// The `TELOXIDE_API_URL` pointing here.
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    pub fn push_update(&self, mut update: Value) -> i64 {
+        let mut inner = self.inner.lock().expect("lock");
+        let id = inner.updates.len() as i64 + 1;
+        update["update_id"] = json!(id);
+        inner.updates.push(update);
+        drop(inner);
+        self.changed.notify_waiters();
+        id
+    }
+
+    /// The next call of `method` (to `chat`, if given) answers `status` with `body`.
+    pub fn fail_next(&self, method: &str, chat: Option<i64>, status: u16, body: Value) {
+        self.inner.lock().expect("lock").failures.push_back((
+            method.to_owned(),
+            chat,
+            status,
+            body,
+        ));
+    }
+
+    pub fn block_chat(&self, chat: i64) {
+        self.inner.lock().expect("lock").blocked_chats.push(chat);
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.inner.lock().expect("lock").calls.clone()
+    }
+
+    /// Sent messages (text, photo, document) to one chat, in order.
+    pub fn sent_to(&self, chat: i64) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|c| {
+                matches!(
+                    c.method.as_str(),
+                    "SendMessage" | "SendPhoto" | "SendDocument"
+                ) && c.chat_id() == Some(chat)
+            })
+            .collect()
+    }
+
+    /// Waits until `cond` holds over the calls, or panics after `timeout`.
+    pub async fn wait_for<F>(&self, what: &str, timeout: Duration, cond: F) -> Vec<Call>
+    where
+        F: Fn(&[Call]) -> bool,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            let calls = self.calls();
+            if cond(&calls) {
+                return calls;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let summary: Vec<String> = calls
+                    .iter()
+                    .map(|c| format!("{} {:?} {:.60}", c.method, c.chat_id(), c.text()))
+                    .collect();
+                panic!(
+                    "timed out waiting for {what}; calls so far:\n{}",
+                    summary.join("\n")
+                );
+            }
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(200)), notified).await;
+        }
+    }
+
+    /// Waits until `n` messages were sent to `chat`.
+    pub async fn wait_sent(&self, chat: i64, n: usize) -> Vec<Call> {
+        self.wait_for(
+            &format!("{n} messages to chat {chat}"),
+            Duration::from_secs(20),
+            |calls| {
+                calls
+                    .iter()
+                    .filter(|c| {
+                        matches!(
+                            c.method.as_str(),
+                            "SendMessage" | "SendPhoto" | "SendDocument"
+                        ) && c.chat_id() == Some(chat)
+                    })
+                    .count()
+                    >= n
+            },
+        )
+        .await;
+        self.sent_to(chat)
+    }
+}
+
+fn ok(result: Value) -> Response {
+    (
+        StatusCode::OK,
+        axum::Json(json!({"ok": true, "result": result})),
+    )
+        .into_response()
+}
+
+fn message_json(id: i64, chat: i64, text: &str) -> Value {
+    json!({
+        "message_id": id,
+        "date": 1_764_460_800,
+        "chat": {"id": chat, "type": "private", "first_name": "Test"},
+        "from": {"id": 42, "is_bot": true, "first_name": "daylog", "username": "daylog_bot"},
+        "text": text,
+    })
+}
+
+/// Text fields and the file of a multipart body (enough for sendPhoto/sendDocument).
+fn parse_multipart(headers: &HeaderMap, body: &[u8]) -> (Value, Option<Vec<u8>>) {
+    let boundary = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split("boundary=").nth(1))
+        .map(|b| b.trim_matches('"').to_owned())
+        .unwrap_or_default();
+    let delimiter = format!("--{boundary}").into_bytes();
+    let mut fields = serde_json::Map::new();
+    let mut file = None;
+    let mut rest = body;
+    while let Some(start) = find(rest, &delimiter) {
+        rest = &rest[start + delimiter.len()..];
+        let Some(end) = find(rest, &delimiter) else {
+            break;
+        };
+        let part = &rest[..end];
+        if let Some(split) = find(part, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&part[..split]).to_string();
+            let mut content = &part[split + 4..];
+            if content.ends_with(b"\r\n") {
+                content = &content[..content.len() - 2];
+            }
+            let name = head
+                .split("name=\"")
+                .nth(1)
+                .and_then(|s| s.split('"').next())
+                .unwrap_or_default()
+                .to_owned();
+            if head.contains("filename=") {
+                file = Some(content.to_vec());
+                fields.insert(name, json!("<file>"));
+            } else {
+                fields.insert(name, json!(String::from_utf8_lossy(content)));
+            }
+        }
+    }
+    (Value::Object(fields), file)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+async fn handle(
+    State(fake): State<FakeTelegram>,
+    Path((bot, method)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if bot != format!("bot{TOKEN}") {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"ok": false, "error_code": 401, "description": "Unauthorized"})),
+        )
+            .into_response();
+    }
+    let is_multipart = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/"));
+    let (body, file) = if is_multipart {
+        parse_multipart(&headers, &body)
+    } else {
+        (serde_json::from_slice(&body).unwrap_or(Value::Null), None)
+    };
+
+    if method == "GetUpdates" {
+        return get_updates(&fake, &body).await;
+    }
+
+    let call = Call {
+        method: method.clone(),
+        body: body.clone(),
+        file,
+    };
+    let chat = call.chat_id();
+    let scripted = {
+        let mut inner = fake.inner.lock().expect("lock");
+        let sending = matches!(
+            method.as_str(),
+            "SendMessage" | "SendPhoto" | "SendDocument"
+        );
+        if sending && chat.is_some_and(|c| inner.blocked_chats.contains(&c)) {
+            Some((
+                403,
+                json!({"ok": false, "error_code": 403, "description": "Forbidden: bot was blocked by the user"}),
+            ))
+        } else if let Some(pos) = inner
+            .failures
+            .iter()
+            .position(|(m, c, _, _)| *m == method && (c.is_none() || *c == chat))
+        {
+            inner
+                .failures
+                .remove(pos)
+                .map(|(_, _, status, body)| (status, body))
+        } else {
+            None
+        }
+    };
+    if let Some((status, body)) = scripted {
+        // Failed calls are not recorded as delivered messages.
+        return (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            axum::Json(body),
+        )
+            .into_response();
+    }
+    let message_id = {
+        let mut inner = fake.inner.lock().expect("lock");
+        inner.calls.push(call);
+        inner.next_message_id += 1;
+        inner.next_message_id
+    };
+    fake.changed.notify_waiters();
+    match method.as_str() {
+        "GetMe" => ok(json!({
+            "id": 42, "is_bot": true, "first_name": "daylog", "username": "daylog_bot",
+            "can_join_groups": false, "can_read_all_group_messages": false,
+            "supports_inline_queries": false, "can_connect_to_business": false,
+            "has_main_web_app": false,
+        })),
+        "GetWebhookInfo" => {
+            ok(json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0}))
+        }
+        "SendMessage"
+        | "SendPhoto"
+        | "SendDocument"
+        | "EditMessageReplyMarkup"
+        | "EditMessageText" => {
+            let text = body["text"].as_str().unwrap_or_default();
+            ok(message_json(message_id, chat.unwrap_or_default(), text))
+        }
+        _ => ok(json!(true)),
+    }
+}
+
+async fn get_updates(fake: &FakeTelegram, body: &Value) -> Response {
+    let offset = body["offset"].as_i64().unwrap_or(0);
+    // Long polling, but short: the fake answers within half a second so that shutdown
+    // in tests is quick.
+    let deadline = Instant::now() + Duration::from_millis(500);
+    loop {
+        let notified = fake.changed.notified();
+        let pending: Vec<Value> = {
+            let inner = fake.inner.lock().expect("lock");
+            inner
+                .updates
+                .iter()
+                .filter(|u| u["update_id"].as_i64().unwrap_or(0) >= offset)
+                .cloned()
+                .collect()
+        };
+        if !pending.is_empty() {
+            return ok(Value::Array(pending));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return ok(json!([]));
+        }
+        let _ = tokio::time::timeout(left, notified).await;
+    }
+}
+
+// ---- updates ----
+
+fn user(user_id: i64, language: &str) -> Value {
+    json!({"id": user_id, "is_bot": false, "first_name": "User", "username": format!("user{user_id}"), "language_code": language})
+}
+
+fn chat(chat_id: i64) -> Value {
+    json!({"id": chat_id, "type": "private", "first_name": "User"})
+}
+
+/// A text message from user `user` in their private chat (chat id = user id).
+pub fn text_update(user_id: i64, message_id: i64, text: &str) -> Value {
+    text_update_lang(user_id, message_id, text, "en")
+}
+
+pub fn text_update_lang(user_id: i64, message_id: i64, text: &str, language: &str) -> Value {
+    let mut message = json!({
+        "message_id": message_id,
+        "date": 1_764_460_800,
+        "chat": chat(user_id),
+        "from": user(user_id, language),
+        "text": text,
+    });
+    if text.starts_with('/') {
+        let len = text
+            .split_whitespace()
+            .next()
+            .unwrap_or(text)
+            .encode_utf16()
+            .count();
+        message["entities"] = json!([{"type": "bot_command", "offset": 0, "length": len}]);
+    }
+    json!({"message": message})
+}
+
+pub fn edited_update(user_id: i64, message_id: i64, text: &str) -> Value {
+    json!({"edited_message": {
+        "message_id": message_id,
+        "date": 1_764_460_800,
+        "edit_date": 1_764_460_900,
+        "chat": chat(user_id),
+        "from": user(user_id, "en"),
+        "text": text,
+    }})
+}
+
+pub fn photo_update(user_id: i64, message_id: i64) -> Value {
+    json!({"message": {
+        "message_id": message_id,
+        "date": 1_764_460_800,
+        "chat": chat(user_id),
+        "from": user(user_id, "en"),
+        "photo": [{"file_id": "p1", "file_unique_id": "u1", "width": 90, "height": 90, "file_size": 1000}],
+    }})
+}
+
+pub fn sticker_update(user_id: i64, message_id: i64) -> Value {
+    json!({"message": {
+        "message_id": message_id,
+        "date": 1_764_460_800,
+        "chat": chat(user_id),
+        "from": user(user_id, "en"),
+        "sticker": {"file_id": "s1", "file_unique_id": "su1", "type": "regular", "width": 512,
+                    "height": 512, "is_animated": false, "is_video": false, "emoji": "😀"},
+    }})
+}
+
+pub fn callback_update(user_id: i64, data: &str, message_id: i64) -> Value {
+    json!({"callback_query": {
+        "id": format!("cb-{user_id}-{message_id}"),
+        "from": user(user_id, "en"),
+        "chat_instance": "ci",
+        "data": data,
+        "message": message_json(message_id, user_id, "confirm?"),
+    }})
+}
