@@ -19,8 +19,9 @@ use crate::store::{self, Store, StoreError};
     about = "A Telegram journaling bot that never loses an entry"
 )]
 pub struct Cli {
+    /// Without a subcommand: `run` when TELOXIDE_TOKEN is set, else `chat`.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -87,7 +88,14 @@ pub fn main(cli: Cli) -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => return fail(&CliError::Other(error.into())),
     };
-    match runtime.block_on(execute(cli.command, settings)) {
+    let command = cli
+        .command
+        .unwrap_or(if settings.secrets.telegram_token.is_some() {
+            Command::Run
+        } else {
+            Command::Chat { user: 1 }
+        });
+    match runtime.block_on(execute(command, settings)) {
         Ok(code) => code,
         Err(error) => fail(&error),
     }

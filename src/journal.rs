@@ -411,10 +411,14 @@ impl Journal {
     pub async fn finish<M: Messenger>(
         &self,
         messenger: &M,
-        kind: Unfinished,
-        log: DayLog,
+        id: i64,
         claim: Claim,
     ) -> Result<(), StoreError> {
+        // Read again under the claim: a handler may have finished it since the worker
+        // listed it, and answering twice is what the claim is there to prevent.
+        let Some((kind, log)) = self.store.unfinished_one(id).await? else {
+            return Ok(());
+        };
         let language = self.language_of(log.user_id).await;
         match kind {
             Unfinished::Analyse => {

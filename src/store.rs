@@ -509,6 +509,30 @@ impl Store {
             .collect())
     }
 
+    /// The same test as [`Store::unfinished`] for one log, read fresh: what is left to do
+    /// on it now, if anything (another task may have finished it meanwhile).
+    pub async fn unfinished_one(
+        &self,
+        id: i64,
+    ) -> Result<Option<(Unfinished, DayLog)>, StoreError> {
+        let log = sqlx::query_as::<_, DayLog>(&format!(
+            "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1 AND (
+                 (status = 'pending' AND next_attempt_at <= datetime('now'))
+                 OR (status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL))"
+        ))
+        .bind(id)
+        .fetch_optional(&self.write)
+        .await?;
+        Ok(log.map(|log| {
+            let kind = if log.status == LogStatus::Pending {
+                Unfinished::Analyse
+            } else {
+                Unfinished::Reply
+            };
+            (kind, log)
+        }))
+    }
+
     /// How many pending logs exist at all (due or not).
     pub async fn pending_count(&self) -> Result<i64, StoreError> {
         Ok(

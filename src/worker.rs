@@ -31,7 +31,7 @@ pub async fn run<M: Messenger>(
                 if !batch.is_empty() {
                     tracing::debug!(count = batch.len(), "worker found unfinished logs");
                 }
-                for (kind, log) in batch {
+                for (_, log) in batch {
                     let Some(claim) = journal.claim(log.id) else {
                         continue; // a handler is on it right now
                     };
@@ -42,9 +42,7 @@ pub async fn run<M: Messenger>(
                     let messenger = Arc::clone(&messenger);
                     tasks.spawn(async move {
                         let id = log.id;
-                        if let Err(error) =
-                            journal.finish(messenger.as_ref(), kind, log, claim).await
-                        {
+                        if let Err(error) = journal.finish(messenger.as_ref(), id, claim).await {
                             tracing::error!(log_id = id, %error, "worker could not finish a log");
                         }
                         drop(permit);

@@ -1,0 +1,169 @@
+//! The real `daylog run` binary as a process: signals, and a crash in the middle of an
+//! analysis.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::telegram::text_update;
+use support::{ANALYSIS_TEXT, FakeTelegram, Providers, test_env};
+
+fn spawn_bot(env: &std::collections::HashMap<String, String>) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_daylog"))
+        .arg("run")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("daylog starts")
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("daylog did not exit within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn wait_polling(telegram: &FakeTelegram) {
+    telegram
+        .wait_for("the bot to start", Duration::from_secs(30), |calls| {
+            calls.iter().any(|c| c.method == "SetMyCommands")
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn sigterm_and_sigint_stop_the_bot_with_exit_0() {
+    for sig in ["TERM", "INT"] {
+        let dir = tempfile::tempdir().expect("dir");
+        let telegram = FakeTelegram::start().await;
+        let providers = Providers::start().await;
+        providers.healthy().await;
+        let db = format!("sqlite://{}/daylog.db", dir.path().display());
+        let mut bot = spawn_bot(&test_env(&db, &telegram, &providers));
+        wait_polling(&telegram).await;
+
+        signal(&bot, sig);
+        let status = wait_exit(&mut bot, Duration::from_secs(15)).await;
+        assert_eq!(status.code(), Some(0), "SIG{sig}");
+    }
+}
+
+#[tokio::test]
+async fn a_crash_in_the_middle_of_an_analysis_is_answered_once_after_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let telegram = FakeTelegram::start().await;
+
+    // First life: the providers are slow, so the analysis is in flight when we kill it.
+    let slow = Providers::start().await;
+    slow.slow(Duration::from_secs(30)).await;
+    let mut env = test_env(&db, &telegram, &slow);
+    env.insert("DAYLOG__RETRY__REQUEST_TIMEOUT_MS".into(), "60000".into());
+    env.insert("DAYLOG__RETRY__DEADLINE_MS".into(), "60000".into());
+    let mut first = spawn_bot(&env);
+    wait_polling(&telegram).await;
+    telegram.push_update(text_update(31, 1, "Crash-test day."));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while slow.analysis_requests().await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "analysis never started"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    first.kill().expect("kill -9");
+    let _ = first.wait();
+    assert!(
+        telegram.sent_to(31).is_empty(),
+        "nothing was answered before the crash"
+    );
+
+    // Second life: healthy providers; the worker picks the log up at start-up.
+    let healthy = Providers::start().await;
+    healthy.healthy().await;
+    let mut second = spawn_bot(&test_env(&db, &telegram, &healthy));
+    let sent = telegram.wait_sent(31, 1).await;
+    assert!(
+        sent[0].text().contains("Your analysis"),
+        "{}",
+        sent[0].text()
+    );
+    assert!(sent[0].text().contains(ANALYSIS_TEXT));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(telegram.sent_to(31).len(), 1, "answered once");
+
+    signal(&second, "TERM");
+    assert_eq!(
+        wait_exit(&mut second, Duration::from_secs(15)).await.code(),
+        Some(0)
+    );
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
+    let (status, replied): (String, Option<String>) =
+        sqlx::query_as("SELECT status, replied_at FROM day_logs WHERE chat_id = 31")
+            .fetch_one(&pool)
+            .await
+            .expect("row");
+    assert_eq!(status, "analyzed");
+    assert!(replied.is_some());
+}
+
+#[tokio::test]
+async fn daylog_chat_runs_the_pipeline_in_a_terminal_without_a_token() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let mut env = test_env(&db, &telegram, &providers);
+    env.remove("TELOXIDE_TOKEN");
+    let mut chat = Command::new(env!("CARGO_BIN_EXE_daylog"))
+        .args(["chat", "--user", "5"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(&env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chat starts");
+    let mut stdin = chat.stdin.take().expect("stdin");
+    stdin
+        .write_all(b"Long walk, slept 8 hours.\n/history\n/export\n/nonsense\n")
+        .expect("write");
+    drop(stdin); // EOF ends the chat
+    let output = tokio::task::spawn_blocking(move || chat.wait_with_output())
+        .await
+        .expect("join")
+        .expect("output");
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{out}");
+    assert!(out.contains(ANALYSIS_TEXT), "{out}");
+    assert!(out.contains("Long walk, slept 8 hours."), "history: {out}");
+    assert!(out.contains("daylog-export.csv"), "{out}");
+    assert!(out.contains("/help"), "unknown command answered: {out}");
+    assert!(dir.path().join("daylog-export.csv").exists());
+    assert!(!out.contains("<b>"), "plain text in a terminal");
+}
