@@ -1,0 +1,59 @@
+//! Throughput of metric extraction from raw LLM answers: `json_repair` plus `Metrics`
+//! validation, on one core. Goal: ≥ 200k documents/s for typical answers.
+//!
+//! `cargo bench --bench metrics`; criterion reports `thrpt` in elements (documents)/s.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use daylog::analysis::{Metrics, json_repair};
+
+const TYPICAL: &str = r#"{"mood": 4, "stress": 2, "energy": 4, "productivity": 3, "sleep_hours": 7.5, "activities": ["running", "work", "cooking"], "emotions": ["calm", "focused"], "summary": "Morning run, a focused work day and a quiet dinner."}"#;
+const FENCED: &str = include_str!("../tests/fixtures/metrics/fenced.txt");
+const PROSE: &str = include_str!("../tests/fixtures/metrics/prose.txt");
+const THINK: &str = include_str!("../tests/fixtures/metrics/think.txt");
+const TRUNCATED: &str = include_str!("../tests/fixtures/metrics/truncated.txt");
+const SLOPPY: &str = include_str!("../tests/fixtures/metrics/sloppy.txt");
+
+fn bench(c: &mut Criterion) {
+    let cases = [
+        ("typical", TYPICAL),
+        ("fenced", FENCED),
+        ("prose", PROSE),
+        ("think", THINK),
+        ("truncated", TRUNCATED),
+        ("sloppy", SLOPPY),
+    ];
+
+    let mut group = c.benchmark_group("from_llm_text");
+    group.throughput(Throughput::Elements(1));
+    for (name, raw) in cases {
+        group.bench_function(name, |b| b.iter(|| Metrics::from_llm_text(black_box(raw))));
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("repair_only");
+    group.throughput(Throughput::Elements(1));
+    for (name, raw) in [("typical", TYPICAL), ("truncated", TRUNCATED)] {
+        group.bench_function(name, |b| b.iter(|| json_repair::repair(black_box(raw))));
+    }
+    group.finish();
+
+    // A realistic mix: most answers are clean, some fenced or wrapped, a few cut.
+    let mix = [
+        TYPICAL, TYPICAL, TYPICAL, TYPICAL, FENCED, PROSE, THINK, TRUNCATED, SLOPPY, TYPICAL,
+    ];
+    let mut group = c.benchmark_group("mix");
+    group.throughput(Throughput::Elements(mix.len() as u64));
+    group.bench_function("10_docs", |b| {
+        b.iter(|| {
+            for raw in mix {
+                black_box(Metrics::from_llm_text(black_box(raw)));
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
