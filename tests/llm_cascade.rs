@@ -126,6 +126,7 @@ async fn two_503s_then_200_is_three_calls_and_success() {
     let attempts = sink.attempts();
     assert_eq!(attempts[2].attempt, 3);
     assert_eq!(attempts[0].http_status, Some(503));
+    assert_eq!(attempts[2].http_status, Some(200));
     assert!(attempts[1].wait_ms >= 10, "{attempts:?}");
 }
 
