@@ -114,7 +114,12 @@ async fn send(
         .await
         .map_err(|e| LlmError::from_reqwest(e, timeout))?;
     let status = response.status();
-    let headers = response.headers().clone();
+    // Only error answers need their headers (Retry-After); don't copy them otherwise.
+    let headers = if status.is_success() {
+        HeaderMap::new()
+    } else {
+        response.headers().clone()
+    };
     let body = response
         .bytes()
         .await
