@@ -254,7 +254,7 @@ impl<'a> TaskRun<'a> {
                 let result = self.attempt(step, key, attempt, wait).await;
                 drop(permit);
                 let error = match result {
-                    Ok(text) => {
+                    Ok((_, text)) => {
                         self.cooldowns.record_success(&step.id, key);
                         return StepEnd::Answer(Completion {
                             text,
@@ -318,7 +318,7 @@ impl<'a> TaskRun<'a> {
         key: Option<usize>,
         attempt: u32,
         wait: Duration,
-    ) -> Result<String, LlmError> {
+    ) -> Result<(u16, String), LlmError> {
         self.real_attempts.fetch_add(1, Ordering::Relaxed);
         let mut in_flight = InFlight {
             run: self,
@@ -456,10 +456,10 @@ struct InFlight<'r, 'a> {
 }
 
 impl InFlight<'_, '_> {
-    fn finish(&mut self, result: &Result<String, LlmError>) {
+    fn finish(&mut self, result: &Result<(u16, String), LlmError>) {
         self.finished = true;
         let (outcome, status, error) = match result {
-            Ok(_) => (Outcome::Ok, Some(200), None),
+            Ok((status, _)) => (Outcome::Ok, Some(*status), None),
             Err(e) => (e.outcome(), e.http_status(), Some(e.to_string())),
         };
         self.run.record(

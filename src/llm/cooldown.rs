@@ -13,17 +13,20 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// A cascade step's identity in the registry.
+/// A cascade step's identity: one model of one provider. `no` is the same for equal
+/// (provider, model) pairs in any task, so the analysis and metrics cascades share the
+/// health of a model; the registry keys on it alone, so a lookup allocates nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct StepId {
+    pub no: usize,
     pub provider: String,
     pub model: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Slot {
-    Step(StepId),
-    Key(StepId, Option<usize>),
+    Step(usize),
+    Key(usize, Option<usize>),
 }
 
 #[derive(Debug, Default)]
@@ -64,10 +67,8 @@ impl Cooldowns {
     pub fn key_blocked_until(&self, step: &StepId, key: Option<usize>) -> Option<Instant> {
         let now = Instant::now();
         let slots = self.lock();
-        let step_until = slots.get(&Slot::Step(step.clone())).and_then(|s| s.until);
-        let key_until = slots
-            .get(&Slot::Key(step.clone(), key))
-            .and_then(|s| s.until);
+        let step_until = slots.get(&Slot::Step(step.no)).and_then(|s| s.until);
+        let key_until = slots.get(&Slot::Key(step.no, key)).and_then(|s| s.until);
         step_until.max(key_until).filter(|until| *until > now)
     }
 
@@ -92,7 +93,7 @@ impl Cooldowns {
     /// Returns whether it tripped.
     pub fn record_failure(&self, step: &StepId, key: Option<usize>) -> bool {
         let mut slots = self.lock();
-        let state = slots.entry(Slot::Key(step.clone(), key)).or_default();
+        let state = slots.entry(Slot::Key(step.no, key)).or_default();
         state.failures += 1;
         if state.failures >= self.failures_to_trip {
             state.failures = 0;
@@ -107,22 +108,19 @@ impl Cooldowns {
     /// A usable answer: the key and its step are healthy again.
     pub fn record_success(&self, step: &StepId, key: Option<usize>) {
         let mut slots = self.lock();
-        slots.remove(&Slot::Key(step.clone(), key));
-        slots.remove(&Slot::Step(step.clone()));
+        slots.remove(&Slot::Key(step.no, key));
+        slots.remove(&Slot::Step(step.no));
     }
 
     pub fn trip_key(&self, step: &StepId, key: Option<usize>, until: Instant) {
         Self::extend(
-            self.lock().entry(Slot::Key(step.clone(), key)).or_default(),
+            self.lock().entry(Slot::Key(step.no, key)).or_default(),
             until,
         );
     }
 
     pub fn trip_step(&self, step: &StepId, until: Instant) {
-        Self::extend(
-            self.lock().entry(Slot::Step(step.clone())).or_default(),
-            until,
-        );
+        Self::extend(self.lock().entry(Slot::Step(step.no)).or_default(), until);
     }
 
     fn extend(state: &mut State, until: Instant) {
@@ -137,6 +135,7 @@ mod tests {
 
     fn step() -> StepId {
         StepId {
+            no: 0,
             provider: "p".into(),
             model: "m".into(),
         }

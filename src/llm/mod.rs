@@ -151,13 +151,19 @@ impl Llm {
                 );
             }
         }
-        let steps = |configured: &[StepSettings]| -> Vec<Step> {
+        let mut numbers: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let mut steps = |configured: &[StepSettings]| -> Vec<Step> {
             configured
                 .iter()
                 .filter_map(|s| {
                     let provider = providers.get(&s.provider)?;
+                    let next = numbers.len();
+                    let no = *numbers
+                        .entry((s.provider.clone(), s.model.clone()))
+                        .or_insert(next);
                     provider.usable().then(|| Step {
                         id: StepId {
+                            no,
                             provider: s.provider.clone(),
                             model: s.model.clone(),
                         },

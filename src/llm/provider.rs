@@ -67,14 +67,14 @@ impl Provider {
         slot.and_then(|i| self.keys.get(i))
     }
 
-    /// One HTTP attempt: the answer's text, or what went wrong, classified.
+    /// One HTTP attempt: the answer's text and status, or what went wrong, classified.
     pub async fn complete(
         &self,
         client: &Client,
         key: Option<&ApiKey>,
         call: &Call<'_>,
         timeout: Duration,
-    ) -> Result<String, LlmError> {
+    ) -> Result<(u16, String), LlmError> {
         let builder = match self.kind {
             ProviderKind::Openai => openai::request(client, &self.base_url, key, call)?,
             ProviderKind::Gemini => gemini::request(client, &self.base_url, key, call)?,
@@ -84,13 +84,14 @@ impl Provider {
             .await
             .map_err(|_| LlmError::Timeout(timeout))??;
         if status.is_success() {
-            match self.kind {
+            let text = match self.kind {
                 ProviderKind::Openai => openai::parse_success(status, &body),
                 ProviderKind::Gemini => gemini::parse_success(status, &body),
                 ProviderKind::Anthropic => {
                     anthropic::parse_success(status, &body, call.request.json)
                 }
-            }
+            }?;
+            Ok((status.as_u16(), text))
         } else {
             let text = redact(&String::from_utf8_lossy(&body), key);
             Err(match self.kind {
@@ -116,7 +117,12 @@ async fn send(
         .await
         .map_err(|e| LlmError::from_reqwest(e, timeout))?;
     let status = response.status();
-    let headers = response.headers().clone();
+    // Only error answers need their headers (Retry-After); don't copy them otherwise.
+    let headers = if status.is_success() {
+        HeaderMap::new()
+    } else {
+        response.headers().clone()
+    };
     let body = response
         .bytes()
         .await

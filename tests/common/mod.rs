@@ -1,0 +1,145 @@
+//! Shared test helpers: settings pointing at fake providers on 127.0.0.1, fixture
+//! loading, a recording attempt sink and a log capture.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure here is a test failure"
+)]
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use daylog::config::{CONFIG_FILE_VAR, Settings};
+use daylog::llm::{Attempt, AttemptSink, Outcome};
+use wiremock::ResponseTemplate;
+
+/// Fast retry settings so tests never sleep long.
+pub const FAST_RETRY: &str = "[retry]
+max_attempts = 3
+min_delay_ms = 10
+max_delay_ms = 50
+request_timeout_ms = 5000
+hedge_after_ms = 0
+deadline_ms = 20000
+
+[cooldown]
+duration_ms = 60000
+failures_to_trip = 3
+";
+
+/// A recorded provider reply from `tests/fixtures/`.
+pub fn fixture(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn json_reply(status: u16, fixture_name: &str) -> ResponseTemplate {
+    ResponseTemplate::new(status).set_body_raw(fixture(fixture_name), "application/json")
+}
+
+/// A `[providers.NAME]` table.
+pub fn provider(name: &str, kind: &str, base_url: &str) -> String {
+    format!("[providers.{name}]\nkind = \"{kind}\"\nbase_url = \"{base_url}\"\n")
+}
+
+/// `[[analysis.steps]]` entries, one per (provider, model).
+pub fn analysis_steps(steps: &[(&str, &str)]) -> String {
+    steps
+        .iter()
+        .map(|(p, m)| format!("[[analysis.steps]]\nprovider = \"{p}\"\nmodel = \"{m}\"\n"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Settings from the defaults, one TOML layer and `env` (keys, overrides).
+pub fn settings(toml: &str, env: &[(&str, &str)]) -> Settings {
+    let mut file = tempfile::NamedTempFile::new().expect("temp file");
+    file.write_all(toml.as_bytes()).expect("write config");
+    settings_from_file(file.path(), env)
+}
+
+pub fn settings_from_file(path: &Path, env: &[(&str, &str)]) -> Settings {
+    let mut vars: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    vars.insert(
+        CONFIG_FILE_VAR.to_owned(),
+        path.to_str().expect("utf-8 path").to_owned(),
+    );
+    Settings::load_from(&vars).unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+/// Keeps every attempt, for assertions.
+#[derive(Default)]
+pub struct RecordingSink(Mutex<Vec<Attempt>>);
+
+impl AttemptSink for RecordingSink {
+    fn record(&self, attempt: Attempt) {
+        self.0.lock().unwrap().push(attempt);
+    }
+}
+
+impl RecordingSink {
+    pub fn attempts(&self) -> Vec<Attempt> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// (model, outcome) per attempt, in order.
+    pub fn outcomes(&self) -> Vec<(String, Outcome)> {
+        self.attempts()
+            .into_iter()
+            .map(|a| (a.model, a.outcome))
+            .collect()
+    }
+
+    pub fn count(&self, model: &str, outcome: Outcome) -> usize {
+        self.attempts()
+            .iter()
+            .filter(|a| a.model == model && a.outcome == outcome)
+            .count()
+    }
+}
+
+/// Captures formatted tracing output at every level.
+#[derive(Clone, Default)]
+pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// Installs the capture for this thread (a `#[tokio::test]` runs on one thread).
+    pub fn install(&self) -> tracing::subscriber::DefaultGuard {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(self.clone())
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+}
+
+impl Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = LogCapture;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}

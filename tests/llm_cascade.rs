@@ -1,0 +1,653 @@
+//! The cascade of SPEC §5 against fake providers on 127.0.0.1 (wiremock): retries,
+//! key and step fallback, Retry-After, cooldowns shared across tasks, deadlines,
+//! content-policy blocks, hedging and the shipped gemini-claude example.
+
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] fns: a failure is a test failure"
+)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use daylog::llm::{CascadeError, ChatRequest, Llm, Outcome, Task};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+fn request() -> ChatRequest {
+    ChatRequest {
+        system: "You are a kind journaling assistant.".into(),
+        user: "Slept badly, long day at work, went for a run.".into(),
+        json: false,
+    }
+}
+
+/// One openai-kind provider per server, named a, b, c…; each step is (provider, model).
+fn config(servers: &[&MockServer], steps: &[(&str, &str)], retry: &str) -> String {
+    let mut toml = retry.to_owned();
+    for (i, server) in servers.iter().enumerate() {
+        let name = ["a", "b", "c", "d"][i];
+        toml.push_str(&provider(name, "openai", &format!("{}/v1", server.uri())));
+    }
+    toml.push_str(&analysis_steps(steps));
+    toml
+}
+
+const KEYS: [(&str, &str); 4] = [
+    ("A_API_KEY", "key-a"),
+    ("B_API_KEY", "key-b"),
+    ("C_API_KEY", "key-c"),
+    ("D_API_KEY", "key-d"),
+];
+
+fn llm(toml: &str) -> Llm {
+    Llm::new(&settings(toml, &KEYS)).expect("llm")
+}
+
+async fn ok_server() -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn status_server(status: u16) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(status).set_body_string("{\"message\":\"nope\"}"))
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn calls(server: &MockServer) -> usize {
+    server
+        .received_requests()
+        .await
+        .expect("recording on")
+        .len()
+}
+
+fn retry_with(overrides: &[(&str, &str)]) -> String {
+    let mut text = FAST_RETRY.to_owned();
+    for (key, value) in overrides {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{key} =")))
+            .unwrap_or_else(|| panic!("no {key}"))
+            .to_owned();
+        text = text.replace(&line, &format!("{key} = {value}"));
+    }
+    text
+}
+
+#[tokio::test]
+async fn two_503s_then_200_is_three_calls_and_success() {
+    // Arrange
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(2)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    let llm = llm(&config(&[&server], &[("a", "m1")], FAST_RETRY));
+    let sink = RecordingSink::default();
+
+    // Act
+    let answer = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    // Assert
+    assert_eq!(calls(&server).await, 3);
+    assert!(answer.text.starts_with("A steady day"));
+    assert_eq!(
+        (answer.provider.as_str(), answer.model.as_str()),
+        ("a", "m1")
+    );
+    let outcomes: Vec<Outcome> = sink.attempts().iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [Outcome::Retryable, Outcome::Retryable, Outcome::Ok]
+    );
+    let attempts = sink.attempts();
+    assert_eq!(attempts[2].attempt, 3);
+    assert_eq!(attempts[0].http_status, Some(503));
+    assert_eq!(attempts[2].http_status, Some(200));
+    assert!(attempts[1].wait_ms >= 10, "{attempts:?}");
+}
+
+#[tokio::test]
+async fn a_400_is_one_call_then_the_next_step() {
+    let bad = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(400, "openai/bad_request.json"))
+        .mount(&bad)
+        .await;
+    let good = ok_server().await;
+    let llm = llm(&config(
+        &[&bad, &good],
+        &[("a", "m1"), ("b", "m2")],
+        FAST_RETRY,
+    ));
+    let sink = RecordingSink::default();
+
+    let answer = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    assert_eq!(calls(&bad).await, 1);
+    assert_eq!(answer.model, "m2");
+    let first = &sink.attempts()[0];
+    assert_eq!(first.outcome, Outcome::BadRequest);
+    assert!(
+        first
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("does not exist")
+    );
+}
+
+#[tokio::test]
+async fn a_401_moves_to_the_next_key_without_retry() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer bad-key"))
+        .respond_with(json_reply(401, "openai/unauthorized.json"))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer good-key"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    let toml = config(&[&server], &[("a", "m1")], FAST_RETRY);
+    let llm = Llm::new(&settings(&toml, &[("A_API_KEY", "bad-key,good-key")])).unwrap();
+    let sink = RecordingSink::default();
+
+    llm.run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    assert_eq!(calls(&server).await, 2, "one call per key");
+    let attempts = sink.attempts();
+    assert_eq!(
+        (attempts[0].key_index, attempts[0].outcome),
+        (Some(0), Outcome::BadKey)
+    );
+    assert_eq!(
+        (attempts[1].key_index, attempts[1].outcome),
+        (Some(1), Outcome::Ok)
+    );
+}
+
+#[tokio::test]
+async fn retry_after_is_a_lower_bound_on_the_wait() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(429, "openai/rate_limited.json").insert_header("retry-after", "1"))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    let retry = retry_with(&[("max_delay_ms", "2000")]);
+    let llm = llm(&config(&[&server], &[("a", "m1")], &retry));
+    let sink = RecordingSink::default();
+
+    let started = Instant::now();
+    llm.run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    let attempts = sink.attempts();
+    assert_eq!(attempts.len(), 2);
+    assert!(attempts[1].wait_ms >= 1000, "{attempts:?}");
+    assert_eq!(attempts[0].http_status, Some(429));
+}
+
+#[tokio::test]
+async fn a_long_retry_after_cools_the_key_and_moves_on_at_once() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer k1"))
+        .respond_with(
+            json_reply(429, "openai/rate_limited.json").insert_header("retry-after", "30"),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer k2"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    let toml = config(&[&server], &[("a", "m1")], FAST_RETRY);
+    let llm = Llm::new(&settings(&toml, &[("A_API_KEY", "k1,k2")])).unwrap();
+    let sink = RecordingSink::default();
+
+    llm.run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("first");
+    llm.run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("second");
+
+    let attempts = sink.attempts();
+    let k1_calls = attempts
+        .iter()
+        .filter(|a| a.key_index == Some(0) && a.outcome != Outcome::SkippedCooldown)
+        .count();
+    assert_eq!(
+        k1_calls, 1,
+        "k1 is cooling after its 30 s Retry-After: {attempts:?}"
+    );
+    assert_eq!(attempts[1].key_index, Some(1));
+    assert_eq!(attempts[1].wait_ms, 0, "no wait before the next key");
+    assert_eq!(attempts[2].outcome, Outcome::SkippedCooldown);
+    assert_eq!(attempts[2].key_index, Some(0));
+}
+
+#[tokio::test]
+async fn a_failed_step_is_skipped_by_the_next_task() {
+    let dead = status_server(503).await;
+    let good = ok_server().await;
+    let llm = llm(&config(
+        &[&dead, &good],
+        &[("a", "m1"), ("b", "m2")],
+        FAST_RETRY,
+    ));
+    let sink = RecordingSink::default();
+
+    llm.run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("first");
+    let after_first = calls(&dead).await;
+    llm.run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("second");
+
+    assert_eq!(after_first, 3, "max_attempts on the dead step");
+    assert_eq!(calls(&dead).await, 3, "zero calls from the second task");
+    assert_eq!(sink.count("m1", Outcome::SkippedCooldown), 1);
+    assert_eq!(sink.count("m2", Outcome::Ok), 2);
+}
+
+#[tokio::test]
+async fn when_everything_cools_the_soonest_free_step_is_tried_once() {
+    let first = status_server(503).await;
+    let second = status_server(503).await;
+    let retry = retry_with(&[("max_attempts", "2")]);
+    let llm = llm(&config(
+        &[&first, &second],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ));
+    let sink = RecordingSink::default();
+
+    let err = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CascadeError::Exhausted { ref errors } if errors.len() == 4));
+    let err = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .unwrap_err();
+
+    assert!(matches!(err, CascadeError::Exhausted { ref errors } if errors.len() == 1));
+    assert_eq!(
+        calls(&first).await,
+        3,
+        "m1 cooled first, so it is tried once more"
+    );
+    assert_eq!(calls(&second).await, 2);
+}
+
+#[tokio::test]
+async fn the_deadline_bounds_a_task_with_slow_servers() {
+    let slow = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_secs(3)),
+        )
+        .mount(&slow)
+        .await;
+    let retry = retry_with(&[("deadline_ms", "300")]);
+    let llm = llm(&config(&[&slow], &[("a", "m1")], &retry));
+    let sink = RecordingSink::default();
+
+    let err = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(
+            err,
+            CascadeError::DeadlineExceeded {
+                deadline_ms: 300,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(sink.outcomes(), [("m1".to_owned(), Outcome::Cancelled)]);
+    assert!(err.to_string().contains("300ms"));
+}
+
+#[tokio::test]
+async fn a_malformed_200_is_unusable_retried_once_then_next_step() {
+    let broken = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("{\"choices\": \"oops\""))
+        .mount(&broken)
+        .await;
+    let good = ok_server().await;
+    let llm = llm(&config(
+        &[&broken, &good],
+        &[("a", "m1"), ("b", "m2")],
+        FAST_RETRY,
+    ));
+    let sink = RecordingSink::default();
+
+    let answer = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    assert_eq!(answer.model, "m2");
+    assert_eq!(calls(&broken).await, 2);
+    assert_eq!(sink.count("m1", Outcome::Unusable), 2);
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_gets_one_attempt_then_the_next_step() {
+    let stalled = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(30)))
+        .mount(&stalled)
+        .await;
+    let good = ok_server().await;
+    let retry = retry_with(&[("request_timeout_ms", "200")]);
+    let llm = llm(&config(
+        &[&stalled, &good],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ));
+    let sink = RecordingSink::default();
+
+    let answer = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+    llm.run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("second");
+
+    assert_eq!(answer.model, "m2");
+    assert_eq!(
+        calls(&stalled).await,
+        1,
+        "no retry, and the step cools for everyone"
+    );
+    let attempts = sink.attempts();
+    assert_eq!(attempts[0].outcome, Outcome::Timeout);
+    assert_eq!(attempts[1].wait_ms, 0);
+    assert_eq!(sink.count("m1", Outcome::SkippedCooldown), 1);
+}
+
+#[tokio::test]
+async fn a_refused_connection_cools_the_step() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let good = ok_server().await;
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider(
+        "a",
+        "openai",
+        &format!("http://127.0.0.1:{port}/v1"),
+    ));
+    toml.push_str(&provider("b", "openai", &format!("{}/v1", good.uri())));
+    toml.push_str(&analysis_steps(&[("a", "m1"), ("b", "m2")]));
+    let llm = llm(&toml);
+    let sink = RecordingSink::default();
+
+    let answer = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    assert_eq!(answer.model, "m2");
+    assert_eq!(sink.count("m1", Outcome::Timeout), 1);
+}
+
+#[tokio::test]
+async fn hedging_answers_from_the_next_step_and_cancels_the_slow_one() {
+    let slow = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_secs(3)),
+        )
+        .mount(&slow)
+        .await;
+    let fast = ok_server().await;
+    let retry = retry_with(&[("hedge_after_ms", "300")]);
+    let llm = llm(&config(
+        &[&slow, &fast],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ));
+    let sink = RecordingSink::default();
+
+    let started = Instant::now();
+    let answer = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+    let took = started.elapsed();
+
+    assert_eq!(answer.model, "m2");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(took >= Duration::from_millis(300), "took {took:?}");
+    assert_eq!(
+        sink.count("m1", Outcome::Cancelled),
+        1,
+        "{:?}",
+        sink.attempts()
+    );
+    assert_eq!(sink.count("m2", Outcome::Ok), 1);
+}
+
+#[tokio::test]
+async fn twenty_concurrent_tasks_pay_for_a_dead_primary_once() {
+    let dead = status_server(503).await;
+    let good = ok_server().await;
+    // Every task may reach the dead primary at once: the worst case for the bound.
+    let toml = config(&[&dead, &good], &[("a", "m1"), ("b", "m2")], FAST_RETRY)
+        .replace("[providers.a]\n", "[providers.a]\nmax_concurrency = 32\n");
+    let llm = Arc::new(llm(&toml));
+    let sink = Arc::new(RecordingSink::default());
+
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let (llm, sink) = (Arc::clone(&llm), Arc::clone(&sink));
+            tokio::spawn(async move { llm.run(Task::Analysis, &request(), &*sink).await })
+        })
+        .collect();
+    for task in futures::future::join_all(tasks).await {
+        assert_eq!(task.unwrap().expect("answer").model, "m2");
+    }
+
+    let dead_calls = calls(&dead).await;
+    assert!(
+        dead_calls <= 20 + 3,
+        "{dead_calls} calls to the dead primary"
+    );
+}
+
+#[tokio::test]
+async fn a_gemini_prompt_block_ends_the_task_as_blocked_without_retry() {
+    let gemini = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "gemini/blocked_prompt.json"))
+        .mount(&gemini)
+        .await;
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("gemini", "gemini", &gemini.uri()));
+    toml.push_str(&analysis_steps(&[("gemini", "gemini-2.5-flash")]));
+    let llm = Llm::new(&settings(&toml, &[("GEMINI_API_KEY", "g1,g2")])).unwrap();
+    let sink = RecordingSink::default();
+
+    let err = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .unwrap_err();
+
+    assert!(err.is_blocked(), "{err}");
+    assert!(err.to_string().contains("SAFETY"), "{err}");
+    assert_eq!(
+        calls(&gemini).await,
+        1,
+        "no retry, not even with the second key"
+    );
+    assert_eq!(
+        sink.outcomes(),
+        [("gemini-2.5-flash".to_owned(), Outcome::Blocked)]
+    );
+}
+
+#[tokio::test]
+async fn a_gemini_blocked_candidate_falls_through_to_the_next_step() {
+    let gemini = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "gemini/blocked_candidate.json"))
+        .mount(&gemini)
+        .await;
+    let good = ok_server().await;
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("gemini", "gemini", &gemini.uri()));
+    toml.push_str(&provider("a", "openai", &format!("{}/v1", good.uri())));
+    toml.push_str(&analysis_steps(&[
+        ("gemini", "gemini-2.5-flash"),
+        ("a", "m2"),
+    ]));
+    let llm = Llm::new(&settings(
+        &toml,
+        &[("GEMINI_API_KEY", "g1"), ("A_API_KEY", "k")],
+    ))
+    .unwrap();
+    let sink = RecordingSink::default();
+
+    let answer = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    assert_eq!(answer.model, "m2");
+    assert_eq!(calls(&gemini).await, 1);
+    assert_eq!(sink.count("gemini-2.5-flash", Outcome::Blocked), 1);
+}
+
+#[tokio::test]
+async fn missing_keys_mean_no_usable_provider() {
+    let server = ok_server().await;
+    let toml = config(&[&server], &[("a", "m1")], FAST_RETRY);
+    let llm = Llm::new(&settings(&toml, &[])).unwrap();
+
+    let err = llm
+        .run(Task::Analysis, &request(), &daylog::llm::NullSink)
+        .await
+        .unwrap_err();
+
+    assert!(matches!(err, CascadeError::NoUsableProvider));
+    assert_eq!(calls(&server).await, 0);
+}
+
+#[tokio::test]
+async fn the_gemini_claude_example_falls_back_to_claude() {
+    // Arrange: the shipped example, pointed at fakes, with its 2 s pause shortened.
+    let gemini = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/models/gemini-2.5-flash:generateContent"))
+        .respond_with(json_reply(503, "gemini/unavailable.json"))
+        .mount(&gemini)
+        .await;
+    let claude = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(json_reply(200, "anthropic/message.json"))
+        .mount(&claude)
+        .await;
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/gemini-claude.toml");
+    let claude_url = format!("{}/v1", claude.uri());
+    let settings = settings_from_file(
+        &example,
+        &[
+            ("DAYLOG__PROVIDERS__GEMINI__BASE_URL", gemini.uri().as_str()),
+            (
+                "DAYLOG__PROVIDERS__ANTHROPIC__BASE_URL",
+                claude_url.as_str(),
+            ),
+            ("DAYLOG__RETRY__MIN_DELAY_MS", "20"),
+            ("DAYLOG__RETRY__MAX_DELAY_MS", "20"),
+            ("GEMINI_API_KEY", "g1"),
+            ("GEMINI_API_KEY_2", "g2"),
+            ("GEMINI_API_KEY_3", "g3"),
+            ("ANTHROPIC_API_KEY", "a1"),
+        ],
+    );
+    let llm = Llm::new(&settings).unwrap();
+    let sink = RecordingSink::default();
+
+    // Act
+    let answer = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    // Assert: each Gemini key failed twice, then Claude answered.
+    assert_eq!(answer.provider, "anthropic");
+    assert!(answer.text.starts_with("Sounds like a full day"));
+    assert_eq!(calls(&gemini).await, 6);
+    let per_key: Vec<(Option<usize>, u32)> = sink
+        .attempts()
+        .iter()
+        .filter(|a| a.provider == "gemini")
+        .map(|a| (a.key_index, a.attempt))
+        .collect();
+    assert_eq!(
+        per_key,
+        [
+            (Some(0), 1),
+            (Some(0), 2),
+            (Some(1), 1),
+            (Some(1), 2),
+            (Some(2), 1),
+            (Some(2), 2)
+        ]
+    );
+    assert_eq!(calls(&claude).await, 1);
+}

@@ -1,0 +1,329 @@
+//! Each wire format against a fake on 127.0.0.1: what is sent (path, headers, body) and
+//! that keys travel only in headers — never in a URL, a log line or a `Debug` dump.
+
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] fns: a failure is a test failure"
+)]
+
+mod common;
+
+use common::*;
+use daylog::llm::{ChatRequest, Llm, Outcome, Task};
+use serde_json::{Value, json};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+const SECRET: &str = "sk-live-SECRET-0123456789";
+
+fn request(json: bool) -> ChatRequest {
+    ChatRequest {
+        system: "System prompt.".into(),
+        user: "My day was fine.".into(),
+        json,
+    }
+}
+
+fn one_step(kind: &str, base_url: &str, model: &str) -> String {
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("p", kind, base_url));
+    toml.push_str(&analysis_steps(&[("p", model)]));
+    toml
+}
+
+async fn only_request(server: &MockServer) -> Request {
+    let mut received = server.received_requests().await.expect("recording on");
+    assert_eq!(received.len(), 1);
+    received.remove(0)
+}
+
+fn assert_key_not_in_url(req: &Request) {
+    assert!(!req.url.as_str().contains(SECRET), "{}", req.url);
+    assert!(
+        req.url.query().is_none(),
+        "no query string at all: {}",
+        req.url
+    );
+}
+
+#[tokio::test]
+async fn openai_wire_format() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("authorization", format!("Bearer {SECRET}").as_str()))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    let toml = one_step(
+        "openai",
+        &format!("{}/v1/", server.uri()),
+        "mistral-small-2506",
+    )
+    .replace(
+        "model = \"mistral-small-2506\"\n",
+        "model = \"mistral-small-2506\"\nmax_tokens = 300\ntemperature = 0.2\n",
+    );
+    let llm = Llm::new(&settings(&toml, &[("P_API_KEY", SECRET)])).unwrap();
+
+    let answer = llm
+        .run(Task::Analysis, &request(true), &daylog::llm::NullSink)
+        .await
+        .expect("answer");
+    assert!(answer.text.starts_with("A steady day"));
+    let req = only_request(&server).await;
+    assert_key_not_in_url(&req);
+    let body: Value = req.body_json().unwrap();
+    assert_eq!(
+        body,
+        json!({
+            "model": "mistral-small-2506",
+            "messages": [
+                {"role": "system", "content": "System prompt."},
+                {"role": "user", "content": "My day was fine."}
+            ],
+            "max_tokens": 300,
+            "temperature": 0.2,
+            "response_format": {"type": "json_object"}
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_keyless_local_provider_sends_no_authorization() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    let toml = one_step("openai", &format!("{}/v1", server.uri()), "llama3.2")
+        .replace("[providers.p]\n", "[providers.p]\nrequire_key = false\n");
+    let llm = Llm::new(&settings(&toml, &[])).unwrap();
+    let sink = RecordingSink::default();
+
+    llm.run(Task::Analysis, &request(false), &sink)
+        .await
+        .expect("answer");
+
+    let req = only_request(&server).await;
+    assert!(req.headers.get("authorization").is_none());
+    let body: Value = req.body_json().unwrap();
+    assert!(body.get("response_format").is_none());
+    assert_eq!(sink.attempts()[0].key_index, None);
+}
+
+#[tokio::test]
+async fn gemini_wire_format_keeps_the_key_in_a_header() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1beta/models/gemini-2.5-flash:generateContent"))
+        .and(header("x-goog-api-key", SECRET))
+        .respond_with(json_reply(200, "gemini/generate_content.json"))
+        .mount(&server)
+        .await;
+    let toml = one_step(
+        "gemini",
+        &format!("{}/v1beta", server.uri()),
+        "gemini-2.5-flash",
+    );
+    let llm = Llm::new(&settings(&toml, &[("P_API_KEY", SECRET)])).unwrap();
+
+    let answer = llm
+        .run(Task::Analysis, &request(true), &daylog::llm::NullSink)
+        .await
+        .expect("answer");
+
+    assert!(answer.text.starts_with("You seem tired"));
+    let req = only_request(&server).await;
+    assert_key_not_in_url(&req);
+    let body: Value = req.body_json().unwrap();
+    assert_eq!(
+        body,
+        json!({
+            "systemInstruction": {"parts": [{"text": "System prompt."}]},
+            "contents": [{"role": "user", "parts": [{"text": "My day was fine."}]}],
+            "generationConfig": {"responseMimeType": "application/json"}
+        })
+    );
+}
+
+#[tokio::test]
+async fn gemini_retry_info_over_max_delay_cools_the_key() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(429, "gemini/resource_exhausted.json"))
+        .mount(&server)
+        .await;
+    let toml = one_step("gemini", &server.uri(), "gemini-2.5-flash");
+    let llm = Llm::new(&settings(&toml, &[("P_API_KEY", SECRET)])).unwrap();
+    let sink = RecordingSink::default();
+
+    let err = llm
+        .run(Task::Analysis, &request(false), &sink)
+        .await
+        .unwrap_err();
+
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        1,
+        "37 s > max_delay: no retry"
+    );
+    assert!(err.to_string().contains("RESOURCE_EXHAUSTED"), "{err}");
+}
+
+#[tokio::test]
+async fn anthropic_wire_format() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .and(header("x-api-key", SECRET))
+        .and(header("anthropic-version", "2023-06-01"))
+        .respond_with(json_reply(200, "anthropic/message.json"))
+        .mount(&server)
+        .await;
+    let toml = one_step(
+        "anthropic",
+        &format!("{}/v1", server.uri()),
+        "claude-haiku-4-5",
+    );
+    let llm = Llm::new(&settings(&toml, &[("P_API_KEY", SECRET)])).unwrap();
+
+    let answer = llm
+        .run(Task::Analysis, &request(false), &daylog::llm::NullSink)
+        .await
+        .expect("answer");
+
+    assert!(answer.text.starts_with("Sounds like a full day"));
+    let req = only_request(&server).await;
+    assert_key_not_in_url(&req);
+    let body: Value = req.body_json().unwrap();
+    assert_eq!(
+        body,
+        json!({
+            "model": "claude-haiku-4-5",
+            "max_tokens": 1024,
+            "system": "System prompt.",
+            "messages": [{"role": "user", "content": "My day was fine."}]
+        })
+    );
+}
+
+#[tokio::test]
+async fn anthropic_overloaded_529_is_retried() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(529, "anthropic/overloaded.json"))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "anthropic/message.json"))
+        .mount(&server)
+        .await;
+    let toml = one_step("anthropic", &server.uri(), "claude-haiku-4-5");
+    let llm = Llm::new(&settings(&toml, &[("P_API_KEY", SECRET)])).unwrap();
+    let sink = RecordingSink::default();
+
+    llm.run(Task::Analysis, &request(false), &sink)
+        .await
+        .expect("answer");
+
+    let outcomes: Vec<Outcome> = sink.attempts().iter().map(|a| a.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Retryable, Outcome::Ok]);
+    assert!(
+        sink.attempts()[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("overloaded_error")
+    );
+}
+
+#[tokio::test]
+async fn keys_never_reach_logs_errors_or_debug_output() {
+    // Arrange: a provider that echoes the key back in its error body, then fails hard.
+    let logs = LogCapture::default();
+    let _guard = logs.install();
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(401)
+                .set_body_string(format!("{{\"message\":\"invalid api key {SECRET}\"}}")),
+        )
+        .mount(&server)
+        .await;
+    let toml = one_step("openai", &server.uri(), "m1");
+    let settings = settings(&toml, &[("P_API_KEY", SECRET)]);
+    let llm = Llm::new(&settings).unwrap();
+    let sink = RecordingSink::default();
+
+    // Act
+    let err = llm
+        .run(Task::Analysis, &request(false), &sink)
+        .await
+        .unwrap_err();
+    let ping = llm.ping("p").await.unwrap_err();
+
+    // Assert
+    let texts = [
+        logs.text(),
+        err.to_string(),
+        format!("{err:?}"),
+        format!("{llm:?}"),
+        format!("{settings:?}"),
+        ping.to_string(),
+        format!("{ping:?}"),
+        format!("{:?}", sink.attempts()),
+    ];
+    for text in &texts {
+        assert!(!text.contains(SECRET), "key leaked: {text}");
+    }
+    assert!(logs.text().contains("key_index"), "{}", logs.text());
+    assert!(
+        logs.text().contains("<redacted>"),
+        "the echoed key was replaced"
+    );
+    assert!(
+        !logs.text().contains("My day was fine"),
+        "no user text in logs"
+    );
+    assert!(ping.is_bad_key());
+}
+
+#[tokio::test]
+async fn ping_uses_the_first_key_and_model() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(header("x-goog-api-key", "first"))
+        .respond_with(json_reply(200, "gemini/generate_content.json"))
+        .mount(&server)
+        .await;
+    let toml = one_step("gemini", &server.uri(), "gemini-2.5-flash");
+    let llm = Llm::new(&settings(&toml, &[("P_API_KEY", "first,second")])).unwrap();
+
+    llm.ping("p").await.expect("ping");
+
+    assert!(llm.ping("nope").await.is_err());
+    let no_key = Llm::new(&settings(&toml, &[])).unwrap();
+    let err = no_key.ping("p").await.unwrap_err();
+    assert!(err.to_string().contains("P_API_KEY"), "{err}");
+}
+
+#[tokio::test]
+async fn a_provider_without_keys_is_warned_about_once_at_start_up() {
+    let logs = LogCapture::default();
+    let _guard = logs.install();
+    let toml = one_step("openai", "http://127.0.0.1:9/v1", "m1");
+
+    let _llm = Llm::new(&settings(&toml, &[])).unwrap();
+
+    let text = logs.text();
+    assert_eq!(
+        text.matches("no API key").count(),
+        3,
+        "p, groq and mistral: {text}"
+    );
+    assert!(text.contains("P_API_KEY"));
+}
