@@ -1,6 +1,8 @@
 //! The real dispatcher against a fake Telegram Bot API and fake providers on 127.0.0.1
 //! (SPEC §4, §8, §9). Waits are on conditions, never on fixed sleeps.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
 mod support;
 
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! The real `daylog run` binary as a process: signals, and a crash in the middle of an
 //! analysis.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
 mod support;
 
 use std::process::{Child, Command, Stdio};

@@ -1,6 +1,8 @@
 //! The store against a real SQLite file: schema contract, idempotency, concurrency,
 //! isolation between users.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
 use std::time::Duration;
 
 use daylog::language::Language;
