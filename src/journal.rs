@@ -245,7 +245,7 @@ impl Journal {
             reply_to: Some(log.message_id),
         };
         let texts = Texts(language);
-        if !late && self.over_hourly_limit(log.user_id).await? {
+        if !late && self.over_hourly_limit(&log).await? {
             self.store.mark_retry(id, Duration::from_secs(3600)).await?;
             let reply = Reply::new().text(texts.saved_rate_limited());
             let _ = self
@@ -313,12 +313,12 @@ impl Journal {
         }
     }
 
-    async fn over_hourly_limit(&self, user_id: i64) -> Result<bool, StoreError> {
+    async fn over_hourly_limit(&self, log: &DayLog) -> Result<bool, StoreError> {
         let limit = self.settings.telegram.analyses_per_hour;
         if limit == 0 {
             return Ok(false);
         }
-        Ok(self.store.analyses_last_hour(user_id).await? >= i64::from(limit))
+        Ok(self.store.entries_last_hour(log.user_id, log.id).await? >= i64::from(limit))
     }
 
     fn was_truncated(&self, log: &DayLog) -> bool {

@@ -553,13 +553,15 @@ impl Store {
         Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 
-    /// Analyses attempted for this user in the last hour (for the per-user limit).
-    pub async fn analyses_last_hour(&self, user_id: i64) -> Result<i64, StoreError> {
+    /// Entries the user stored in the hour before log `id` (for the per-user limit on
+    /// analyses: entries beyond it are saved and analysed later).
+    pub async fn entries_last_hour(&self, user_id: i64, id: i64) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM day_logs
-             WHERE user_id = ?1 AND created_at >= datetime('now', '-1 hour') AND attempts > 0",
+             WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')",
         )
         .bind(user_id)
+        .bind(id)
         .fetch_one(&self.read)
         .await?)
     }

@@ -534,3 +534,102 @@ async fn throttled_bot_still_answers() {
     assert!(visible(sent[0].text()).contains(ANALYSIS_TEXT));
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_log_pending_past_max_age_is_marked_failed_and_the_user_told() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__WORKER__MAX_AGE_HOURS".into(), "0".into());
+    })
+    .await;
+    app.providers.all_down().await;
+    app.telegram
+        .push_update(text_update(26, 1, "Nobody will analyse this."));
+    let sent = app.telegram.wait_sent(26, 2).await;
+    assert!(
+        visible(sent[0].text()).contains("will follow"),
+        "{}",
+        sent[0].text()
+    );
+    assert!(
+        visible(sent[1].text()).contains("gave up"),
+        "{}",
+        sent[1].text()
+    );
+    wait_until(|| async {
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE status = 'failed' AND replied_at IS NOT NULL",
+        )
+        .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE length(text) > 0")
+            .await,
+        1,
+        "the text is kept"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn beyond_the_hourly_limit_entries_are_saved_and_deferred() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "1".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(27, 1, "First entry."));
+    app.telegram
+        .push_update(text_update(27, 2, "Second entry."));
+    let sent = app.telegram.wait_sent(27, 2).await;
+    assert!(visible(sent[0].text()).contains(ANALYSIS_TEXT));
+    assert!(
+        visible(sent[1].text()).contains("hourly"),
+        "{}",
+        sent[1].text()
+    );
+    let deferred: (String, Option<String>) = sqlx::query_as(
+        "SELECT status, next_attempt_at FROM day_logs WHERE chat_id = 27 AND message_id = 2",
+    )
+    .fetch_one(app.store.read_pool())
+    .await
+    .expect("row");
+    assert_eq!(deferred.0, "pending");
+    assert!(deferred.1.is_some(), "scheduled for later");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_overlong_entry_is_saved_whole_and_analysed_truncated_with_a_note() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__MAX_TEXT_CHARS".into(), "100".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    let long = "word ".repeat(200);
+    app.telegram.push_update(text_update(28, 1, &long));
+    let sent = app.telegram.wait_sent(28, 1).await;
+    assert!(
+        visible(sent[0].text()).contains("only its beginning was analysed"),
+        "{}",
+        sent[0].text()
+    );
+    let stored: String = sqlx::query_scalar("SELECT text FROM day_logs WHERE chat_id = 28")
+        .fetch_one(app.store.read_pool())
+        .await
+        .expect("row");
+    assert_eq!(stored, long, "saved whole");
+    let requests = app
+        .providers
+        .mistral
+        .received_requests()
+        .await
+        .unwrap_or_default();
+    let body = String::from_utf8_lossy(&requests[0].body).to_string();
+    assert!(
+        !body.contains(&long.trim_end()[..400]),
+        "the model got the truncated text"
+    );
+    app.stop().await;
+}

@@ -276,3 +276,51 @@ fn compose_file_parses_and_names_the_essentials() {
     assert!(dockerfile.contains("USER "), "runs as a non-root user");
     assert!(dockerfile.matches("FROM ").count() >= 2, "multi-stage");
 }
+
+#[tokio::test]
+async fn doctor_ping_sends_one_tiny_request_per_provider() {
+    use wiremock::matchers::{header, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let mistral = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("authorization", "Bearer ping-key"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "pong"}, "finish_reason": "stop"}]
+        })))
+        .expect(1)
+        .mount(&mistral)
+        .await;
+    let groq = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401).set_body_string("invalid key"))
+        .mount(&groq)
+        .await;
+    let w = Workdir::new();
+    let mistral_url = format!("{}/v1", mistral.uri());
+    let groq_url = format!("{}/v1", groq.uri());
+    let out = tokio::task::spawn_blocking(move || {
+        let out = w.run(
+            &["doctor", "--ping"],
+            &[
+                ("MISTRAL_API_KEY", "ping-key"),
+                ("GROQ_API_KEY", "revoked-key"),
+                ("TELOXIDE_TOKEN", "1:t"),
+                ("DAYLOG__PROVIDERS__MISTRAL__BASE_URL", &mistral_url),
+                ("DAYLOG__PROVIDERS__GROQ__BASE_URL", &groq_url),
+            ],
+        );
+        drop(w);
+        out
+    })
+    .await
+    .expect("join");
+    let text = stdout(&out);
+    assert!(text.contains("ok   ping mistral: answered"), "{text}");
+    assert!(text.contains("FAIL ping groq"), "{text}");
+    assert!(
+        !text.contains("revoked-key") && !text.contains("ping-key"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1), "a failed ping fails the check");
+}
