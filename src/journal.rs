@@ -307,7 +307,11 @@ impl Journal {
                 true
             }
             Err(SendError::Transient(reason)) => {
-                tracing::warn!(log_id = log.id, chat_id = log.chat_id, %reason, "answer not delivered; the worker retries");
+                let retry_in = self.settings.worker.retry_min();
+                tracing::warn!(log_id = log.id, chat_id = log.chat_id, %reason, retry_in_ms = retry_in.as_millis() as u64, "answer not delivered; the worker retries");
+                if let Err(error) = self.store.delay_reply(log.id, retry_in).await {
+                    tracing::error!(log_id = log.id, %error, "could not schedule the reply retry");
+                }
                 false
             }
         }

@@ -473,6 +473,20 @@ impl Store {
         Ok(())
     }
 
+    /// The answer could not be delivered for now (Telegram unreachable): the worker
+    /// tries again after `retry_in` instead of on every poll.
+    pub async fn delay_reply(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
+             WHERE id = ?1 AND status <> 'pending' AND replied_at IS NULL",
+        )
+        .bind(id)
+        .bind(retry_in.as_secs_f64())
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
     /// The final answer for this log reached the user.
     pub async fn mark_replied(&self, id: i64) -> Result<(), StoreError> {
         sqlx::query("UPDATE day_logs SET replied_at = datetime('now') WHERE id = ?1")
@@ -491,6 +505,7 @@ impl Store {
              UNION ALL
              SELECT {LOG_COLUMNS} FROM day_logs
              WHERE status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
+               AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))
              ORDER BY id LIMIT ?1"
         ))
         .bind(limit)
@@ -518,7 +533,8 @@ impl Store {
         let log = sqlx::query_as::<_, DayLog>(&format!(
             "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1 AND (
                  (status = 'pending' AND next_attempt_at <= datetime('now'))
-                 OR (status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL))"
+                 OR (status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
+                     AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))))"
         ))
         .bind(id)
         .fetch_optional(&self.write)

@@ -633,3 +633,32 @@ async fn an_overlong_entry_is_saved_whole_and_analysed_truncated_with_a_note() {
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_reply_lost_to_a_telegram_outage_is_delivered_later() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.fail_next(
+        "SendMessage",
+        Some(29),
+        502,
+        json!({"ok": false, "error_code": 502, "description": "Bad Gateway"}),
+    );
+    app.telegram
+        .push_update(text_update(29, 1, "Telegram hiccups."));
+    let sent = app.telegram.wait_sent(29, 1).await;
+    assert!(
+        visible(sent[0].text()).contains(ANALYSIS_TEXT),
+        "{}",
+        sent[0].text()
+    );
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE replied_at IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.telegram.sent_to(29).len(), 1, "delivered once");
+    app.stop().await;
+}

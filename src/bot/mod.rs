@@ -184,6 +184,9 @@ fn classify(error: RequestError) -> SendError {
             | ApiError::CantInitiateConversation
             | ApiError::CantTalkWithBots),
         ) => SendError::Gone(api.to_string()),
+        RequestError::Api(ApiError::Unknown(description)) if is_server_trouble(&description) => {
+            SendError::Transient(description)
+        }
         RequestError::Api(api) => {
             // Any other refusal will not change on a retry; it is our bug or the chat's
             // state, and the log says which.
@@ -193,6 +196,18 @@ fn classify(error: RequestError) -> SendError {
         RequestError::MigrateToChatId(_) => SendError::Gone("the chat moved".to_owned()),
         other => SendError::Transient(other.to_string()),
     }
+}
+
+/// Telegram's own 5xx answers reach teloxide as unknown API errors; they are worth a
+/// retry, unlike a refusal.
+fn is_server_trouble(description: &str) -> bool {
+    const TRANSIENT: [&str; 4] = [
+        "Internal Server Error",
+        "Bad Gateway",
+        "Service Unavailable",
+        "Gateway Timeout",
+    ];
+    TRANSIENT.iter().any(|t| description.contains(t))
 }
 
 fn incoming(msg: &Message, text: String) -> Option<Incoming> {
