@@ -11,8 +11,8 @@
 //! - A truncated string that is an object *value* is closed (a cut summary is still a
 //!   summary); a truncated *key* or *array item* is dropped (`"yo` is not the activity
 //!   `yoga`, it is noise).
-//! - A number cut at the end keeps its valid prefix (`6.` → `6`); a cut literal (`tru`)
-//!   is dropped.
+//! - A number at the very end is dropped: nothing shows it is complete (`6` may be the
+//!   start of `6.5`). A comma, bracket or brace after it does (`{"mood": 4, "stre`).
 //! - A bare word that is not JSON (`NaN`, `None`, `Infinity`, `four`) becomes `null`, so
 //!   one odd field is defaulted instead of losing the whole object; `True`/`False` are
 //!   read as booleans, `+4`/`.5` as numbers, bare keys (`{mood: 4}`) are quoted.
@@ -451,14 +451,11 @@ fn literal(word: &str) -> String {
     }
 }
 
-/// A bare word cut by the end of the input: a number keeps its valid prefix, a complete
-/// literal stays, anything else is dropped.
+/// A bare word cut by the end of the input. Only a literal that cannot grow is kept: a
+/// number with nothing after it may be the `6` of `6.5` or the `1` of `15`, and storing
+/// a wrong value is worse than a default.
 fn truncated_literal(word: &str) -> Option<String> {
-    if matches!(word, "true" | "false" | "null") {
-        return Some(word.to_owned());
-    }
-    let trimmed = word.trim_end_matches(['.', 'e', 'E', '+', '-']);
-    is_finite_json_number(trimmed).then(|| trimmed.to_owned())
+    matches!(word, "true" | "false" | "null").then(|| word.to_owned())
 }
 
 /// A JSON number that `serde_json` reads without overflowing (`1e400` is not one).
@@ -568,14 +565,24 @@ mod tests {
                 Some(json!({"mood": 4})),
             ),
             (
-                "truncated number kept",
-                r#"{"mood": 4"#,
+                "number at the end may be partial",
+                r#"{"mood": 4, "sleep_hours": 6"#,
                 Some(json!({"mood": 4})),
             ),
             (
                 "truncated decimal point",
                 r#"{"sleep_hours": 6."#,
-                Some(json!({"sleep_hours": 6})),
+                Some(json!({})),
+            ),
+            (
+                "number ended by whitespace",
+                "{\"mood\": 4\n",
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "complete literal at the end",
+                r#"{"a": null"#,
+                Some(json!({"a": null})),
             ),
             (
                 "truncated literal dropped",
@@ -600,7 +607,7 @@ mod tests {
             (
                 "nested truncation",
                 r#"{"a": {"b": 1, "c": [1, 2"#,
-                Some(json!({"a": {"b": 1, "c": [1, 2]}})),
+                Some(json!({"a": {"b": 1, "c": [1]}})),
             ),
             (
                 "dangling escape dropped",
