@@ -74,11 +74,8 @@ fn fenced_part(text: &str) -> Option<&str> {
     let mut rest = text;
     while let Some(open) = rest.find(FENCE) {
         let after = &rest[open + FENCE.len()..];
-        // Skip the info string (`json`) up to the end of the line.
-        let body = match after.find('\n') {
-            Some(nl) => &after[nl + 1..],
-            None => after.trim_start_matches(|c: char| c.is_ascii_alphanumeric()),
-        };
+        // Skip the info string (`json`); the object may follow on the same line.
+        let body = after.trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_');
         let (inner, next) = match body.find(FENCE) {
             Some(close) => (&body[..close], &body[close + FENCE.len()..]),
             None => (body, ""),
@@ -703,6 +700,12 @@ mod tests {
         for (name, raw, want) in cases {
             assert_eq!(&repaired(raw), want, "case `{name}`: {raw:?}");
         }
+    }
+
+    #[test]
+    fn fence_on_one_line_with_braces_in_the_prose_before() {
+        let raw = "Format: {mood}. ```json {\"mood\": 4, \"a\": [1,]}``` done";
+        assert_eq!(repaired(raw), Some(json!({"mood": 4, "a": [1]})));
     }
 
     #[test]
