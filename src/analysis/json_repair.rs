@@ -19,6 +19,8 @@
 //! - Raw control characters inside strings are escaped, unknown escapes (`\'`) lose
 //!   their backslash.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 /// How many `{` in surrounding prose are tried before giving up, so that prose full of
@@ -432,18 +434,19 @@ fn is_bare_key(word: &str) -> bool {
 }
 
 /// The JSON text for a complete bare word in value position.
-fn literal(word: &str) -> String {
+fn literal(word: &str) -> Cow<'_, str> {
     match word {
-        "true" | "false" | "null" => word.to_owned(),
-        "True" | "TRUE" => "true".to_owned(),
-        "False" | "FALSE" => "false".to_owned(),
-        _ if is_finite_json_number(word) => word.to_owned(),
+        "true" | "false" | "null" => Cow::Borrowed(word),
+        "True" | "TRUE" => Cow::Borrowed("true"),
+        "False" | "FALSE" => Cow::Borrowed("false"),
+        _ if is_finite_json_number(word) => Cow::Borrowed(word),
         _ => match word.parse::<f64>() {
             // `+4`, `.5`, `4.`, `007`: numbers a lenient reader accepts.
             Ok(n) if n.is_finite() && word.bytes().any(|b| b.is_ascii_digit()) => {
-                serde_json::Number::from_f64(n).map_or_else(|| "null".to_owned(), |n| n.to_string())
+                serde_json::Number::from_f64(n)
+                    .map_or(Cow::Borrowed("null"), |n| Cow::Owned(n.to_string()))
             }
-            _ => "null".to_owned(),
+            _ => Cow::Borrowed("null"),
         },
     }
 }
@@ -451,8 +454,8 @@ fn literal(word: &str) -> String {
 /// A bare word cut by the end of the input. Only a literal that cannot grow is kept: a
 /// number with nothing after it may be the `6` of `6.5` or the `1` of `15`, and storing
 /// a wrong value is worse than a default.
-fn truncated_literal(word: &str) -> Option<String> {
-    matches!(word, "true" | "false" | "null").then(|| word.to_owned())
+fn truncated_literal(word: &str) -> Option<Cow<'_, str>> {
+    matches!(word, "true" | "false" | "null").then_some(Cow::Borrowed(word))
 }
 
 /// A JSON number that `serde_json` reads without overflowing (`1e400` is not one).
