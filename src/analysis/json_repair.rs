@@ -11,13 +11,15 @@
 //! - A truncated string that is an object *value* is closed (a cut summary is still a
 //!   summary); a truncated *key* or *array item* is dropped (`"yo` is not the activity
 //!   `yoga`, it is noise).
-//! - A number cut at the end keeps its valid prefix (`6.` → `6`); a cut literal (`tru`)
-//!   is dropped.
+//! - A number at the very end is dropped: nothing shows it is complete (`6` may be the
+//!   start of `6.5`). A comma, bracket or brace after it does (`{"mood": 4, "stre`).
 //! - A bare word that is not JSON (`NaN`, `None`, `Infinity`, `four`) becomes `null`, so
 //!   one odd field is defaulted instead of losing the whole object; `True`/`False` are
 //!   read as booleans, `+4`/`.5` as numbers, bare keys (`{mood: 4}`) are quoted.
 //! - Raw control characters inside strings are escaped, unknown escapes (`\'`) lose
 //!   their backslash.
+
+use std::borrow::Cow;
 
 use serde_json::Value;
 
@@ -74,11 +76,8 @@ fn fenced_part(text: &str) -> Option<&str> {
     let mut rest = text;
     while let Some(open) = rest.find(FENCE) {
         let after = &rest[open + FENCE.len()..];
-        // Skip the info string (`json`) up to the end of the line.
-        let body = match after.find('\n') {
-            Some(nl) => &after[nl + 1..],
-            None => after.trim_start_matches(|c: char| c.is_ascii_alphanumeric()),
-        };
+        // Skip the info string (`json`); the object may follow on the same line.
+        let body = after.trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_');
         let (inner, next) = match body.find(FENCE) {
             Some(close) => (&body[..close], &body[close + FENCE.len()..]),
             None => (body, ""),
@@ -435,30 +434,28 @@ fn is_bare_key(word: &str) -> bool {
 }
 
 /// The JSON text for a complete bare word in value position.
-fn literal(word: &str) -> String {
+fn literal(word: &str) -> Cow<'_, str> {
     match word {
-        "true" | "false" | "null" => word.to_owned(),
-        "True" | "TRUE" => "true".to_owned(),
-        "False" | "FALSE" => "false".to_owned(),
-        _ if is_finite_json_number(word) => word.to_owned(),
+        "true" | "false" | "null" => Cow::Borrowed(word),
+        "True" | "TRUE" => Cow::Borrowed("true"),
+        "False" | "FALSE" => Cow::Borrowed("false"),
+        _ if is_finite_json_number(word) => Cow::Borrowed(word),
         _ => match word.parse::<f64>() {
             // `+4`, `.5`, `4.`, `007`: numbers a lenient reader accepts.
             Ok(n) if n.is_finite() && word.bytes().any(|b| b.is_ascii_digit()) => {
-                serde_json::Number::from_f64(n).map_or_else(|| "null".to_owned(), |n| n.to_string())
+                serde_json::Number::from_f64(n)
+                    .map_or(Cow::Borrowed("null"), |n| Cow::Owned(n.to_string()))
             }
-            _ => "null".to_owned(),
+            _ => Cow::Borrowed("null"),
         },
     }
 }
 
-/// A bare word cut by the end of the input: a number keeps its valid prefix, a complete
-/// literal stays, anything else is dropped.
-fn truncated_literal(word: &str) -> Option<String> {
-    if matches!(word, "true" | "false" | "null") {
-        return Some(word.to_owned());
-    }
-    let trimmed = word.trim_end_matches(['.', 'e', 'E', '+', '-']);
-    is_finite_json_number(trimmed).then(|| trimmed.to_owned())
+/// A bare word cut by the end of the input. Only a literal that cannot grow is kept: a
+/// number with nothing after it may be the `6` of `6.5` or the `1` of `15`, and storing
+/// a wrong value is worse than a default.
+fn truncated_literal(word: &str) -> Option<Cow<'_, str>> {
+    matches!(word, "true" | "false" | "null").then_some(Cow::Borrowed(word))
 }
 
 /// A JSON number that `serde_json` reads without overflowing (`1e400` is not one).
@@ -568,14 +565,24 @@ mod tests {
                 Some(json!({"mood": 4})),
             ),
             (
-                "truncated number kept",
-                r#"{"mood": 4"#,
+                "number at the end may be partial",
+                r#"{"mood": 4, "sleep_hours": 6"#,
                 Some(json!({"mood": 4})),
             ),
             (
                 "truncated decimal point",
                 r#"{"sleep_hours": 6."#,
-                Some(json!({"sleep_hours": 6})),
+                Some(json!({})),
+            ),
+            (
+                "number ended by whitespace",
+                "{\"mood\": 4\n",
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "complete literal at the end",
+                r#"{"a": null"#,
+                Some(json!({"a": null})),
             ),
             (
                 "truncated literal dropped",
@@ -600,7 +607,7 @@ mod tests {
             (
                 "nested truncation",
                 r#"{"a": {"b": 1, "c": [1, 2"#,
-                Some(json!({"a": {"b": 1, "c": [1, 2]}})),
+                Some(json!({"a": {"b": 1, "c": [1]}})),
             ),
             (
                 "dangling escape dropped",
@@ -696,6 +703,12 @@ mod tests {
         for (name, raw, want) in cases {
             assert_eq!(&repaired(raw), want, "case `{name}`: {raw:?}");
         }
+    }
+
+    #[test]
+    fn fence_on_one_line_with_braces_in_the_prose_before() {
+        let raw = "Format: {mood}. ```json {\"mood\": 4, \"a\": [1,]}``` done";
+        assert_eq!(repaired(raw), Some(json!({"mood": 4, "a": [1]})));
     }
 
     #[test]

@@ -678,6 +678,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn every_truncation_agrees_with_the_full_answer() {
+        // Whatever a cut answer yields must be what the full answer says: scores and
+        // sleep equal or defaulted, lists a prefix, the summary a prefix.
+        let raw = include_str!("../../tests/fixtures/metrics/fenced.txt");
+        let full = Metrics::from_llm_text(raw);
+        assert!(full.defaulted().is_empty());
+        for (cut, _) in raw.char_indices() {
+            let m = Metrics::from_llm_text(&raw[..cut]);
+            let at = format!("cut at {cut}: {:?}", &raw[..cut]);
+            for (field, got, want) in [
+                ("mood", m.mood(), full.mood()),
+                ("stress", m.stress(), full.stress()),
+                ("energy", m.energy(), full.energy()),
+                ("productivity", m.productivity(), full.productivity()),
+            ] {
+                assert!(m.is_defaulted(field) || got == want, "{field} {at}");
+            }
+            assert!(
+                m.sleep_hours().is_none() || m.sleep_hours() == full.sleep_hours(),
+                "{at}"
+            );
+            assert!(full.activities().starts_with(m.activities()), "{at}");
+            assert!(full.emotions().starts_with(m.emotions()), "{at}");
+            assert!(full.summary().starts_with(m.summary()), "{at}");
+        }
+    }
+
     fn assert_in_range(m: &Metrics) -> Result<(), TestCaseError> {
         for s in [m.mood(), m.stress(), m.energy(), m.productivity()] {
             prop_assert!((1..=5).contains(&s));
