@@ -146,6 +146,23 @@ pub enum Unfinished {
     Reply,
 }
 
+impl Unfinished {
+    fn classify(log: DayLog) -> (Self, DayLog) {
+        let kind = if log.status == LogStatus::Pending {
+            Self::Analyse
+        } else {
+            Self::Reply
+        };
+        (kind, log)
+    }
+}
+
+/// A pending log whose next try is due.
+const UNFINISHED_PENDING: &str = "status = 'pending' AND next_attempt_at <= datetime('now')";
+/// A decided log whose answer has not gone out and is not waiting for a delivery retry.
+const UNFINISHED_REPLY: &str = "status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
+     AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))";
+
 const LOG_COLUMNS: &str = "id, user_id, chat_id, message_id, text, created_at, status, analysis, \
      metrics, attempts, next_attempt_at, replied_at";
 
@@ -497,56 +514,35 @@ impl Store {
     }
 
     /// Logs the worker must finish: pending ones whose retry is due, and any that were
-    /// decided (analysed, blocked, failed) but whose answer never went out. Oldest first.
+    /// decided (analysed, blocked, failed) but whose answer never went out (and is not
+    /// waiting for a delivery retry). Oldest first.
     pub async fn unfinished(&self, limit: i64) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
         let rows = sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs
-             WHERE status = 'pending' AND next_attempt_at <= datetime('now')
+            "SELECT {LOG_COLUMNS} FROM day_logs WHERE {UNFINISHED_PENDING}
              UNION ALL
-             SELECT {LOG_COLUMNS} FROM day_logs
-             WHERE status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
-               AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))
+             SELECT {LOG_COLUMNS} FROM day_logs WHERE {UNFINISHED_REPLY}
              ORDER BY id LIMIT ?1"
         ))
         .bind(limit)
         .fetch_all(&self.read)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|log| {
-                let kind = if log.status == LogStatus::Pending {
-                    Unfinished::Analyse
-                } else {
-                    Unfinished::Reply
-                };
-                (kind, log)
-            })
-            .collect())
+        Ok(rows.into_iter().map(Unfinished::classify).collect())
     }
 
-    /// The same test as [`Store::unfinished`] for one log, read fresh: what is left to do
-    /// on it now, if anything (another task may have finished it meanwhile).
+    /// The same test as [`Store::unfinished`] for one log, read fresh through the writer:
+    /// what is left to do on it now, if anything (another task may have finished it).
     pub async fn unfinished_one(
         &self,
         id: i64,
     ) -> Result<Option<(Unfinished, DayLog)>, StoreError> {
         let log = sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1 AND (
-                 (status = 'pending' AND next_attempt_at <= datetime('now'))
-                 OR (status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
-                     AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))))"
+            "SELECT {LOG_COLUMNS} FROM day_logs
+             WHERE id = ?1 AND (({UNFINISHED_PENDING}) OR ({UNFINISHED_REPLY}))"
         ))
         .bind(id)
         .fetch_optional(&self.write)
         .await?;
-        Ok(log.map(|log| {
-            let kind = if log.status == LogStatus::Pending {
-                Unfinished::Analyse
-            } else {
-                Unfinished::Reply
-            };
-            (kind, log)
-        }))
+        Ok(log.map(Unfinished::classify))
     }
 
     /// How many pending logs exist at all (due or not).

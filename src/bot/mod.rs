@@ -274,13 +274,7 @@ async fn on_text<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
 ) -> HandlerResult {
-    let Some(incoming) = incoming(&msg, text) else {
-        return Ok(()); // channel posts and the like have no sender to journal for
-    };
-    let language = Language::from_code(incoming.language_code.as_deref());
-    if let Err(error) = journal.on_text(messenger.as_ref(), incoming).await {
-        report_entry_error(&messenger, &msg, language, &error).await;
-    }
+    handle_entry(&msg, text, &journal, &messenger, false).await;
     Ok(())
 }
 
@@ -290,14 +284,30 @@ async fn on_edit<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
 ) -> HandlerResult {
-    let Some(incoming) = incoming(&msg, text) else {
-        return Ok(());
+    handle_entry(&msg, text, &journal, &messenger, true).await;
+    Ok(())
+}
+
+/// A new or edited day log, with a sentence for the user when it goes wrong.
+async fn handle_entry<B: TgBot>(
+    msg: &Message,
+    text: String,
+    journal: &Journal,
+    messenger: &Telegram<B>,
+    edited: bool,
+) {
+    let Some(incoming) = incoming(msg, text) else {
+        return; // channel posts and the like have no sender to journal for
     };
     let language = Language::from_code(incoming.language_code.as_deref());
-    if let Err(error) = journal.on_edit(messenger.as_ref(), incoming).await {
-        report_entry_error(&messenger, &msg, language, &error).await;
+    let result = if edited {
+        journal.on_edit(messenger, incoming).await
+    } else {
+        journal.on_text(messenger, incoming).await
+    };
+    if let Err(error) = result {
+        report_entry_error(messenger, msg, language, &error).await;
     }
-    Ok(())
 }
 
 async fn report_entry_error<B: TgBot>(
