@@ -7,13 +7,13 @@
     reason = "test helpers outside #[test] fns: a failure is a test failure"
 )]
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::llm::*;
 use daylog::llm::{CascadeError, ChatRequest, Llm, Outcome, Task};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};

@@ -6,9 +6,9 @@
     reason = "test helpers outside #[test] fns: a failure is a test failure"
 )]
 
-mod common;
+mod support;
 
-use common::*;
+use support::llm::*;
 use daylog::llm::{ChatRequest, Llm, Outcome, Task};
 use serde_json::{Value, json};
 use wiremock::matchers::{header, method, path};

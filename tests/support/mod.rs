@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod llm;
 pub mod telegram;
 
 use std::collections::HashMap;

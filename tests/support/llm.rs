@@ -1,4 +1,4 @@
-//! Shared test helpers: settings pointing at fake providers on 127.0.0.1, fixture
+//! Helpers for the LLM-layer tests: settings pointing at fake providers on 127.0.0.1, fixture
 //! loading, a recording attempt sink and a log capture.
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
