@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use daylog::llm::{CascadeError, ChatRequest, Llm, NullSink, Outcome, Task};
 use support::llm::*;
-use daylog::llm::{CascadeError, ChatRequest, Llm, Outcome, Task};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -650,4 +650,111 @@ async fn the_gemini_claude_example_falls_back_to_claude() {
         ]
     );
     assert_eq!(calls(&claude).await, 1);
+}
+
+#[tokio::test]
+async fn a_stalled_primary_that_hedging_always_outruns_still_cools_down() {
+    // Arrange: the primary never answers in time; the hedge always wins.
+    let stalled = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_secs(10)),
+        )
+        .mount(&stalled)
+        .await;
+    let fast = ok_server().await;
+    let retry = retry_with(&[("hedge_after_ms", "100")]);
+    let llm = llm(&config(
+        &[&stalled, &fast],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ));
+
+    // Act: more requests than `failures_to_trip`, one after another.
+    for _ in 0..5 {
+        let answer = llm
+            .run(Task::Analysis, &request(), &NullSink)
+            .await
+            .expect("answer");
+        assert_eq!(answer.model, "m2");
+    }
+
+    // Assert: after three slow, out-raced attempts the primary is skipped.
+    assert_eq!(calls(&stalled).await, 3, "tripped after failures_to_trip");
+}
+
+#[tokio::test]
+async fn when_the_hedge_fails_fast_the_third_step_does_not_wait_for_the_stalled_first() {
+    let stalled = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_secs(10)),
+        )
+        .mount(&stalled)
+        .await;
+    let broken = status_server(400).await;
+    let good = ok_server().await;
+    let retry = retry_with(&[("hedge_after_ms", "200")]);
+    let llm = llm(&config(
+        &[&stalled, &broken, &good],
+        &[("a", "m1"), ("b", "m2"), ("c", "m3")],
+        &retry,
+    ));
+
+    let sink = RecordingSink::default();
+    let answer = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    assert_eq!(answer.model, "m3");
+    // Had m3 waited for m1, m1 would have run into its request timeout first.
+    assert_eq!(
+        sink.count("m1", Outcome::Cancelled),
+        1,
+        "{:?}",
+        sink.attempts()
+    );
+    assert_eq!(
+        sink.count("m1", Outcome::Timeout),
+        0,
+        "{:?}",
+        sink.attempts()
+    );
+}
+
+#[tokio::test]
+async fn a_block_is_not_final_while_another_step_failed_only_for_now() {
+    let gemini = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "gemini/blocked_prompt.json"))
+        .mount(&gemini)
+        .await;
+    let overloaded = status_server(503).await;
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("gemini", "gemini", &gemini.uri()));
+    toml.push_str(&provider(
+        "a",
+        "openai",
+        &format!("{}/v1", overloaded.uri()),
+    ));
+    toml.push_str(&analysis_steps(&[
+        ("gemini", "gemini-2.5-flash"),
+        ("a", "m2"),
+    ]));
+    let llm = Llm::new(&settings(
+        &toml,
+        &[("GEMINI_API_KEY", "g1"), ("A_API_KEY", "k")],
+    ))
+    .unwrap();
+
+    let err = llm
+        .run(Task::Analysis, &request(), &NullSink)
+        .await
+        .unwrap_err();
+
+    assert!(
+        !err.is_blocked(),
+        "the 503 step may answer on a later round, so the log must stay pending: {err}"
+    );
 }

@@ -8,9 +8,9 @@
 
 mod support;
 
-use support::llm::*;
 use daylog::llm::{ChatRequest, Llm, Outcome, Task};
 use serde_json::{Value, json};
+use support::llm::*;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 

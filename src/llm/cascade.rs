@@ -10,7 +10,7 @@
 //! itself as `cancelled` on the way out.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,6 +87,7 @@ pub(crate) async fn run(
         hedge: hedge_tx,
         errors: Mutex::new(Vec::new()),
         real_attempts: AtomicU32::new(0),
+        transient: AtomicBool::new(false),
     };
     let result = tokio::time::timeout_at(deadline, run.drive(steps, &mut hedge_rx)).await;
     match result {
@@ -127,6 +128,10 @@ struct TaskRun<'a> {
     hedge: mpsc::UnboundedSender<()>,
     errors: Mutex<Vec<AttemptError>>,
     real_attempts: AtomicU32,
+    /// Some step could not answer for a passing reason (cooling down, retries used up,
+    /// stalled). A content block elsewhere is then not the final word: the log stays
+    /// pending and another round may find a model that answers.
+    transient: AtomicBool,
 }
 
 impl<'a> TaskRun<'a> {
@@ -139,6 +144,8 @@ impl<'a> TaskRun<'a> {
         let mut next = 0;
         let mut forced_done = false;
         let mut blocked: Option<(&'a str, &'a str, String)> = None;
+        // A running attempt has been slower than `hedge_after`.
+        let mut slow_running = false;
         loop {
             if running.is_empty() {
                 if let Some(i) = self.next_available(steps, &mut next) {
@@ -154,15 +161,19 @@ impl<'a> TaskRun<'a> {
                     break;
                 }
             }
+            let mut step_ended = false;
             tokio::select! {
                 end = running.next() => match end {
                     Some(StepEnd::Answer(completion)) => return Ok(completion),
                     Some(StepEnd::Blocked { step, reason }) => {
                         blocked.get_or_insert((&step.id.provider, &step.id.model, reason));
+                        step_ended = true;
                     }
-                    Some(StepEnd::Failed) | None => {}
+                    Some(StepEnd::Failed) => step_ended = true,
+                    None => {}
                 },
                 Some(()) = hedges.recv(), if next < steps.len() => {
+                    slow_running = true;
                     if let Some(i) = self.next_available(steps, &mut next) {
                         tracing::info!(
                             task = self.task.as_str(),
@@ -174,8 +185,18 @@ impl<'a> TaskRun<'a> {
                     }
                 }
             }
+            // A step ended while a slow one still runs: the hedge it was is gone, so the
+            // next step starts now rather than after the slow one's timeout.
+            if step_ended
+                && slow_running
+                && !running.is_empty()
+                && let Some(i) = self.next_available(steps, &mut next)
+            {
+                running.push(self.run_step(&steps[i], Mode::Normal));
+            }
         }
         let errors = self.take_errors();
+        let blocked = blocked.filter(|_| !self.transient.load(Ordering::Relaxed));
         Err(match blocked {
             Some((provider, model, reason)) => CascadeError::Blocked {
                 provider: provider.to_owned(),
@@ -243,6 +264,7 @@ impl<'a> TaskRun<'a> {
             let mut wait = Duration::ZERO;
             for attempt in 1..=max_attempts {
                 let Ok(permit) = step.provider.permits.acquire().await else {
+                    self.transient.store(true, Ordering::Relaxed);
                     return StepEnd::Failed;
                 };
                 // Waiting for a permit can take a while: others may have given up on
@@ -267,6 +289,9 @@ impl<'a> TaskRun<'a> {
                 self.keep(step, key, attempt, error.clone());
                 if let LlmError::Blocked { reason } = error {
                     return StepEnd::Blocked { step, reason };
+                }
+                if error.is_stall() || error.is_retryable() {
+                    self.transient.store(true, Ordering::Relaxed);
                 }
                 if error.is_stall() {
                     self.cooldowns
@@ -378,6 +403,7 @@ impl<'a> TaskRun<'a> {
     }
 
     fn record_skip(&self, step: &Step, key: Option<usize>, until: Instant) {
+        self.transient.store(true, Ordering::Relaxed);
         let left = until.saturating_duration_since(Instant::now());
         self.record(
             step,
@@ -485,6 +511,19 @@ impl Drop for InFlight<'_, '_> {
         } else {
             "cancelled: another step answered first"
         };
+        // An attempt that was already slow enough to hedge, or ran into the deadline,
+        // counts as a failure of its key: otherwise a model that stalls but is always
+        // out-raced by the hedge would never cool down, and every request would keep
+        // paying `hedge_after` for it.
+        let slow = self
+            .run
+            .policy
+            .hedge_after
+            .is_some_and(|after| self.started.elapsed() >= after);
+        if slow || Instant::now() >= self.run.deadline {
+            self.run.transient.store(true, Ordering::Relaxed);
+            self.run.cooldowns.record_failure(&self.step.id, self.key);
+        }
         self.run.record(
             self.step,
             self.key,

@@ -217,7 +217,7 @@ pub(crate) fn handle_gemini_error(status: StatusCode, headers: &HeaderMap, body:
 /// A protobuf JSON duration: `"37s"`, `"0.5s"`.
 fn parse_proto_duration(raw: &str) -> Option<Duration> {
     let secs: f64 = raw.trim().strip_suffix('s')?.parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    crate::llm::retry_after::from_secs(secs)
 }
 
 #[cfg(test)]

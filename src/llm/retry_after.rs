@@ -9,15 +9,28 @@ use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 
+/// The longest wait a provider can ask for. Anything longer (`Retry-After: 1e19`, a date
+/// in the year 9999) is read as this: a day is "cool down and move on" either way, and
+/// an unbounded value would overflow the clock arithmetic that schedules the wait.
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Seconds as a bounded wait; `None` for negative or non-finite values.
+pub fn from_secs(secs: f64) -> Option<Duration> {
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(secs).map_or(MAX_WAIT, |d| d.min(MAX_WAIT)))
+}
+
 /// The wait a response asks for, if it asks for one. `now` is injected for tests.
 pub fn parse(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     if let Some(ms) = headers
         .get("retry-after-ms")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        .and_then(|ms| from_secs(ms / 1000.0))
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(ms);
     }
     let raw = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     parse_value(raw, now)
@@ -26,15 +39,43 @@ pub fn parse(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 /// One `Retry-After` value: delta seconds or an HTTP date (past dates mean "now").
 pub fn parse_value(raw: &str, now: SystemTime) -> Option<Duration> {
     if let Ok(secs) = raw.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return from_secs(secs);
     }
     let when = httpdate::parse_http_date(raw).ok()?;
-    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
+    Some(
+        when.duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .min(MAX_WAIT),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_waits_are_bounded_not_a_panic() {
+        let now = SystemTime::now();
+        for raw in [
+            "1e20",
+            "1e19",
+            "18446744073709551616",
+            "1.7976931348623157e308",
+        ] {
+            assert_eq!(parse_value(raw, now), Some(MAX_WAIT), "{raw}");
+        }
+        assert_eq!(
+            parse(&headers(&[("retry-after-ms", "1e30")]), now),
+            Some(MAX_WAIT)
+        );
+        assert_eq!(
+            parse_value("Fri, 31 Dec 9999 23:59:59 GMT", now),
+            Some(MAX_WAIT)
+        );
+        assert_eq!(parse_value("-5", now), None);
+        assert_eq!(parse_value("NaN", now), None);
+        assert_eq!(parse_value("inf", now), None);
+    }
     use reqwest::header::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
