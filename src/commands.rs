@@ -298,16 +298,10 @@ pub fn export_csv(logs: &[DayLog]) -> Vec<u8> {
                 .map(|m| f(m).to_string())
                 .unwrap_or_default()
         };
-        let status = match log.status {
-            crate::store::LogStatus::Pending => "pending",
-            crate::store::LogStatus::Analyzed => "analyzed",
-            crate::store::LogStatus::Blocked => "blocked",
-            crate::store::LogStatus::Failed => "failed",
-        };
         let _ = writer.write_record([
             log.id.to_string(),
             log.created_at.clone(),
-            status.to_owned(),
+            log.status.as_str().to_owned(),
             log.text.clone(),
             log.analysis.clone().unwrap_or_default(),
             score(Metrics::mood, "mood"),

@@ -4,8 +4,11 @@
 //! give it a [`Messenger`] to answer through; the background worker uses the same type to
 //! finish what an outage or a crash left undone. The order is always: store first, then
 //! analyse, then store the result, then answer, then record that the answer went out.
-//! A log being worked on is *claimed* in memory so the worker never races a handler; at
-//! start-up nothing is claimed, so everything unfinished is picked up.
+//! A message being worked on is *claimed* in memory — by `(chat_id, message_id)`, so a
+//! handler holds it from before the insert — and the worker never races a handler; at
+//! start-up nothing is claimed, so everything unfinished is picked up. Results are
+//! stored only if the text they were made from is still the log's text, so an edit
+//! that lands mid-analysis is analysed again rather than overwritten.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -102,12 +105,18 @@ pub enum Decided {
     /// No provider answered; the log stays pending and the worker tries again.
     Pending,
     Blocked,
+    /// The log was edited while this round ran: nothing was stored, and the worker
+    /// analyses the new text.
+    Superseded,
 }
 
-/// An in-memory claim on a log, released on drop.
+/// A message is claimed by its chat and message id.
+type ClaimKey = (i64, i64);
+
+/// An in-memory claim on a message's log, released on drop.
 pub struct Claim {
-    id: i64,
-    set: Arc<Mutex<HashSet<i64>>>,
+    key: ClaimKey,
+    set: Arc<Mutex<HashSet<ClaimKey>>>,
 }
 
 impl Drop for Claim {
@@ -115,7 +124,7 @@ impl Drop for Claim {
         self.set
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.id);
+            .remove(&self.key);
     }
 }
 
@@ -123,7 +132,7 @@ pub struct Journal {
     pub settings: Arc<Settings>,
     pub store: Store,
     pub llm: Arc<Llm>,
-    claims: Arc<Mutex<HashSet<i64>>>,
+    claims: Arc<Mutex<HashSet<ClaimKey>>>,
 }
 
 impl Journal {
@@ -136,11 +145,12 @@ impl Journal {
         }
     }
 
-    /// Claims a log for this process; `None` when someone is already on it.
-    pub fn claim(&self, id: i64) -> Option<Claim> {
+    /// Claims a message's log for this process; `None` when someone is already on it.
+    pub fn claim(&self, chat_id: i64, message_id: i64) -> Option<Claim> {
+        let key = (chat_id, message_id);
         let mut set = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        set.insert(id).then(|| Claim {
-            id,
+        set.insert(key).then(|| Claim {
+            key,
             set: Arc::clone(&self.claims),
         })
     }
@@ -163,6 +173,10 @@ impl Journal {
         messenger: &M,
         msg: Incoming,
     ) -> Result<(), EntryError> {
+        // Claimed before the insert, so the worker cannot take a log that is seconds old.
+        let Some(claim) = self.claim(msg.chat_id, msg.message_id) else {
+            return Ok(()); // the same message is being handled right now
+        };
         let user = self
             .store
             .upsert_user(&NewUser {
@@ -197,9 +211,6 @@ impl Journal {
             chars = msg.text.chars().count(),
             "day log stored"
         );
-        let Some(claim) = self.claim(id) else {
-            return Ok(());
-        };
         Ok(self
             .analyse_and_answer(messenger, id, user.language(), false, claim)
             .await?)
@@ -220,7 +231,9 @@ impl Journal {
             return self.on_text(messenger, msg).await;
         };
         tracing::info!(log_id = id, "day log edited");
-        let Some(claim) = self.claim(id) else {
+        let Some(claim) = self.claim(msg.chat_id, msg.message_id) else {
+            // An analysis of the old text is running: its result will not be stored
+            // (the text changed), and the worker analyses the new text after it.
             return Ok(());
         };
         let language = self.language_of(msg.user_id).await;
@@ -246,7 +259,7 @@ impl Journal {
         };
         let texts = Texts(language);
         if !late && self.over_hourly_limit(&log).await? {
-            self.store.mark_retry(id, Duration::from_secs(3600)).await?;
+            self.store.defer(id, Duration::from_secs(3600)).await?;
             let reply = Reply::new().text(texts.saved_rate_limited());
             let _ = self
                 .deliver(messenger, &log, vec![Response::Text(reply)])
@@ -283,7 +296,7 @@ impl Journal {
                 let reply = Reply::new().text(texts.saved_pending());
                 let _ = messenger.send(target, vec![Response::Text(reply)]).await;
             }
-            Decided::Pending => {}
+            Decided::Pending | Decided::Superseded => {}
         }
         Ok(())
     }
@@ -350,9 +363,13 @@ impl Journal {
         match analysis {
             Ok(completion) => {
                 let text = completion.text.trim().to_owned();
-                self.store
-                    .mark_analyzed(log.id, &text, &metrics.to_json())
-                    .await?;
+                if !self
+                    .store
+                    .mark_analyzed(log.id, &log.text, &text, &metrics.to_json())
+                    .await?
+                {
+                    return Ok(superseded(log.id));
+                }
                 tracing::info!(log_id = log.id, provider = %completion.provider, model = %completion.model, "day log analysed");
                 Ok(Decided::Analyzed {
                     analysis: text,
@@ -360,16 +377,22 @@ impl Journal {
                 })
             }
             Err(error) if error.is_blocked() => {
+                if !self
+                    .store
+                    .mark_blocked(log.id, &log.text, Some(&metrics.to_json()))
+                    .await?
+                {
+                    return Ok(superseded(log.id));
+                }
                 tracing::info!(log_id = log.id, "analysis refused by the content filter");
-                self.store
-                    .mark_blocked(log.id, Some(&metrics.to_json()))
-                    .await?;
                 Ok(Decided::Blocked)
             }
             Err(error) => {
                 let retry_in = self.retry_delay(log.attempts);
+                if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
+                    return Ok(superseded(log.id));
+                }
                 tracing::warn!(log_id = log.id, %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
-                self.store.mark_retry(log.id, retry_in).await?;
                 Ok(Decided::Pending)
             }
         }
@@ -472,6 +495,14 @@ impl Journal {
             }
         }
     }
+}
+
+fn superseded(log_id: i64) -> Decided {
+    tracing::info!(
+        log_id,
+        "log edited during its analysis; the new text is analysed next"
+    );
+    Decided::Superseded
 }
 
 /// The answer to an analysed log: the one place that lays it out.

@@ -59,6 +59,18 @@ pub enum LogStatus {
     Failed,
 }
 
+impl LogStatus {
+    /// The stored value, as in the schema's CHECK constraint.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Analyzed => "analyzed",
+            Self::Blocked => "blocked",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct User {
     pub user_id: i64,
@@ -158,7 +170,8 @@ impl Unfinished {
 }
 
 /// A pending log whose next try is due.
-const UNFINISHED_PENDING: &str = "status = 'pending' AND next_attempt_at <= datetime('now')";
+const UNFINISHED_PENDING: &str =
+    "status = 'pending' AND coalesce(next_attempt_at, '') <= datetime('now')";
 /// A decided log whose answer has not gone out and is not waiting for a delivery retry.
 const UNFINISHED_REPLY: &str = "status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
      AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))";
@@ -430,30 +443,54 @@ impl Store {
         .await?)
     }
 
+    /// Stores the analysis of `analysed_text`. Returns `false`, changing nothing, when the
+    /// log's text is no longer that text (edited meanwhile) or it is no longer pending.
     pub async fn mark_analyzed(
         &self,
         id: i64,
+        analysed_text: &str,
         analysis: &str,
         metrics_json: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE day_logs SET status = 'analyzed', analysis = ?2, metrics = ?3,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE day_logs SET status = 'analyzed', analysis = ?3, metrics = ?4,
                  attempts = attempts + 1, next_attempt_at = NULL
-             WHERE id = ?1",
+             WHERE id = ?1 AND text = ?2 AND status = 'pending'",
         )
         .bind(id)
+        .bind(analysed_text)
         .bind(analysis)
         .bind(metrics_json)
         .execute(&self.write)
         .await?;
-        Ok(())
+        Ok(done.rows_affected() == 1)
     }
 
-    /// The analysis failed for now: try again after `retry_in`.
-    pub async fn mark_retry(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
-        sqlx::query(
+    /// The analysis of `analysed_text` failed for now: try again after `retry_in`.
+    /// `false` when the log changed meanwhile (see [`Store::mark_analyzed`]).
+    pub async fn mark_retry(
+        &self,
+        id: i64,
+        analysed_text: &str,
+        retry_in: Duration,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
             "UPDATE day_logs SET attempts = attempts + 1,
-                 next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
+                 next_attempt_at = datetime('now', '+' || ?3 || ' seconds')
+             WHERE id = ?1 AND text = ?2 AND status = 'pending'",
+        )
+        .bind(id)
+        .bind(analysed_text)
+        .bind(retry_in.as_secs_f64())
+        .execute(&self.write)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Postpones a pending log without counting an attempt (the per-user hourly limit).
+    pub async fn defer(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
              WHERE id = ?1 AND status = 'pending'",
         )
         .bind(id)
@@ -463,22 +500,25 @@ impl Store {
         Ok(())
     }
 
-    /// A content-policy refusal: never retried. Metrics may still have been extracted.
+    /// A content-policy refusal of `analysed_text`: never retried. Metrics may still have
+    /// been extracted. `false` when the log changed meanwhile.
     pub async fn mark_blocked(
         &self,
         id: i64,
+        analysed_text: &str,
         metrics_json: Option<&str>,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?2, metrics),
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?3, metrics),
                  attempts = attempts + 1, next_attempt_at = NULL
-             WHERE id = ?1",
+             WHERE id = ?1 AND text = ?2 AND status = 'pending'",
         )
         .bind(id)
+        .bind(analysed_text)
         .bind(metrics_json)
         .execute(&self.write)
         .await?;
-        Ok(())
+        Ok(done.rows_affected() == 1)
     }
 
     /// Given up after `worker.max_age_hours`.
@@ -543,15 +583,6 @@ impl Store {
         .fetch_optional(&self.write)
         .await?;
         Ok(log.map(Unfinished::classify))
-    }
-
-    /// How many pending logs exist at all (due or not).
-    pub async fn pending_count(&self) -> Result<i64, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE status = 'pending'")
-                .fetch_one(&self.read)
-                .await?,
-        )
     }
 
     /// Seconds since the log was stored.

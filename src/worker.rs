@@ -32,7 +32,7 @@ pub async fn run<M: Messenger>(
                     tracing::debug!(count = batch.len(), "worker found unfinished logs");
                 }
                 for (_, log) in batch {
-                    let Some(claim) = journal.claim(log.id) else {
+                    let Some(claim) = journal.claim(log.chat_id, log.message_id) else {
                         continue; // a handler is on it right now
                     };
                     let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {

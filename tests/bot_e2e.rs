@@ -662,3 +662,34 @@ async fn a_reply_lost_to_a_telegram_outage_is_delivered_later() {
     assert_eq!(app.telegram.sent_to(29).len(), 1, "delivered once");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn an_edit_during_a_background_analysis_is_analysed_and_the_old_text_never_answered() {
+    let app = App::spawn().await;
+    app.providers.all_down().await;
+    app.telegram.push_update(text_update(40, 1, "old text"));
+    app.telegram.wait_sent(40, 1).await; // "saved, will follow"
+
+    // Providers come back, slowly: the worker's analysis of the old text is in flight…
+    app.providers.reset().await;
+    app.providers.slow(Duration::from_millis(800)).await;
+    wait_until(|| async { app.providers.analysis_requests().await > 0 }).await;
+    // …when the user edits the entry.
+    app.telegram.push_update(edited_update(40, 1, "new text"));
+
+    let sent = app.telegram.wait_sent(40, 2).await;
+    assert!(visible(sent[1].text()).contains(ANALYSIS_TEXT));
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE text = 'new text' AND status = 'analyzed' AND replied_at IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+    let requests = app.providers.mistral.received_requests().await.unwrap_or_default();
+    let last = String::from_utf8_lossy(&requests.last().expect("a request").body).to_string();
+    assert!(last.contains("new text"), "the stored analysis is of the new text");
+    // The old text's analysis finished before the new one started (same claim).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.telegram.sent_to(40).len(), 2, "no answer to the old text");
+    app.stop().await;
+}

@@ -52,6 +52,17 @@ async fn log(store: &Store, user_id: i64, message_id: i64, text: &str) -> Insert
         .expect("insert")
 }
 
+/// Stores an analysis of the log's current text.
+async fn store_analysis(
+    store: &Store,
+    id: i64,
+    analysis: &str,
+    metrics: &str,
+) -> Result<bool, store::StoreError> {
+    let text = store.log(id).await?.expect("log").text;
+    store.mark_analyzed(id, &text, analysis, metrics).await
+}
+
 #[tokio::test]
 async fn schema_matches_the_public_contract_column_by_column() {
     let db = fresh().await;
@@ -183,18 +194,22 @@ async fn one_user_never_sees_another_users_rows() {
     user(&db.store, 2).await;
     let mine = log(&db.store, 1, 1, "mine").await.id();
     let theirs = log(&db.store, 2, 1, "theirs").await.id();
-    db.store
-        .mark_analyzed(mine, "ok", r#"{"mood":4,"summary":"mine","defaulted":[]}"#)
-        .await
-        .expect("mark");
-    db.store
-        .mark_analyzed(
-            theirs,
-            "ok",
-            r#"{"mood":1,"summary":"theirs","defaulted":[]}"#,
-        )
-        .await
-        .expect("mark");
+    store_analysis(
+        &db.store,
+        mine,
+        "ok",
+        r#"{"mood":4,"summary":"mine","defaulted":[]}"#,
+    )
+    .await
+    .expect("mark");
+    store_analysis(
+        &db.store,
+        theirs,
+        "ok",
+        r#"{"mood":1,"summary":"theirs","defaulted":[]}"#,
+    )
+    .await
+    .expect("mark");
 
     let history = db.store.history(1, 10).await.expect("history");
     assert_eq!(history.len(), 1);
@@ -218,22 +233,22 @@ async fn daily_metrics_ignore_defaulted_values() {
     user(&db.store, 1).await;
     let a = log(&db.store, 1, 1, "a").await.id();
     let b = log(&db.store, 1, 2, "b").await.id();
-    db.store
-        .mark_analyzed(
-            a,
-            "x",
-            r#"{"mood":5,"stress":2,"sleep_hours":7.0,"defaulted":[]}"#,
-        )
-        .await
-        .expect("a");
-    db.store
-        .mark_analyzed(
-            b,
-            "x",
-            r#"{"mood":3,"stress":4,"sleep_hours":null,"defaulted":["mood","sleep_hours"]}"#,
-        )
-        .await
-        .expect("b");
+    store_analysis(
+        &db.store,
+        a,
+        "x",
+        r#"{"mood":5,"stress":2,"sleep_hours":7.0,"defaulted":[]}"#,
+    )
+    .await
+    .expect("a");
+    store_analysis(
+        &db.store,
+        b,
+        "x",
+        r#"{"mood":3,"stress":4,"sleep_hours":null,"defaulted":["mood","sleep_hours"]}"#,
+    )
+    .await
+    .expect("b");
     let days = db.store.daily_metrics(1, 1).await.expect("days");
     assert_eq!(days.len(), 1);
     assert_eq!(
@@ -291,14 +306,15 @@ async fn unfinished_finds_due_pending_and_unreplied_logs() {
     let analysed = log(&db.store, 1, 3, "analysed, not replied").await.id();
     let done = log(&db.store, 1, 4, "done").await.id();
     db.store
-        .mark_retry(later, Duration::from_secs(3600))
+        .mark_retry(later, "later", Duration::from_secs(3600))
         .await
         .expect("retry");
-    db.store
-        .mark_analyzed(analysed, "x", "{}")
+    store_analysis(&db.store, analysed, "x", "{}")
         .await
         .expect("analysed");
-    db.store.mark_analyzed(done, "x", "{}").await.expect("done");
+    store_analysis(&db.store, done, "x", "{}")
+        .await
+        .expect("done");
     db.store.mark_replied(done).await.expect("replied");
 
     let work = db.store.unfinished(100).await.expect("unfinished");
@@ -317,8 +333,7 @@ async fn an_edit_sends_the_log_back_to_pending() {
     let db = fresh().await;
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "typo").await.id();
-    db.store
-        .mark_analyzed(id, "x", "{}")
+    store_analysis(&db.store, id, "x", "{}")
         .await
         .expect("analysed");
     db.store.mark_replied(id).await.expect("replied");
@@ -363,4 +378,44 @@ async fn the_hot_queries_use_their_indexes() {
     )
     .await;
     assert!(due.contains("day_logs_status_next"), "{due}");
+}
+
+#[tokio::test]
+async fn results_of_an_old_text_are_not_stored_over_an_edit() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let id = log(&db.store, 1, 7, "first text").await.id();
+    db.store
+        .update_text(1, 7, "edited text")
+        .await
+        .expect("edit");
+
+    let stored = db
+        .store
+        .mark_analyzed(id, "first text", "analysis of the old text", "{}")
+        .await
+        .expect("query");
+
+    assert!(!stored, "the analysis of the old text is refused");
+    let row = db.store.log(id).await.expect("read").expect("row");
+    assert_eq!(row.status, LogStatus::Pending);
+    assert_eq!(row.analysis, None);
+    assert!(
+        !db.store
+            .mark_retry(id, "first text", Duration::from_secs(1))
+            .await
+            .expect("q")
+    );
+    assert!(
+        !db.store
+            .mark_blocked(id, "first text", None)
+            .await
+            .expect("q")
+    );
+    assert!(
+        db.store
+            .mark_analyzed(id, "edited text", "ok", "{}")
+            .await
+            .expect("q")
+    );
 }
