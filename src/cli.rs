@@ -81,6 +81,9 @@ pub fn main(cli: Cli) -> ExitCode {
         Err(error) => return fail(&CliError::Config(error)),
     };
     crate::telemetry::init(settings.log.format);
+    for warning in &settings.warnings {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -201,16 +204,31 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
             "no analysis step has a key: entries are saved but never analysed".to_owned()
         },
     ));
-    match Store::open(&settings.database_url, settings.store.busy_timeout()).await {
-        Ok(store) => {
-            let migrated = store.ensure_migrated().await;
-            lines.push(match migrated {
-                Ok(()) => (true, "database reachable and migrated".to_owned()),
-                Err(e) => (false, format!("database: {e}")),
-            });
-            store.close().await;
+    let missing = store::database_path(&settings.database_url)
+        .ok()
+        .flatten()
+        .filter(|path| !path.exists());
+    if let Some(path) = missing {
+        // Checking must not create the file as a side effect.
+        lines.push((
+            false,
+            format!(
+                "database {} does not exist yet (`daylog migrate` or `daylog run` creates it)",
+                path.display()
+            ),
+        ));
+    } else {
+        match Store::open(&settings.database_url, settings.store.busy_timeout()).await {
+            Ok(store) => {
+                let migrated = store.ensure_migrated().await;
+                lines.push(match migrated {
+                    Ok(()) => (true, "database reachable and migrated".to_owned()),
+                    Err(e) => (false, format!("database: {e}")),
+                });
+                store.close().await;
+            }
+            Err(e) => lines.push((false, format!("database: {e}"))),
         }
-        Err(e) => lines.push((false, format!("database: {e}"))),
     }
     lines.push(match settings.secrets.telegram_token {
         Some(_) => (true, "TELOXIDE_TOKEN is set".to_owned()),

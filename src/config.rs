@@ -294,6 +294,8 @@ pub struct Settings {
     pub database_url: String,
     /// `TELOXIDE_API_URL`, when a test or a self-hosted Bot API server sets it.
     pub telegram_api_url: Option<Url>,
+    /// Things that are allowed but probably a mistake, logged once at start-up.
+    pub warnings: Vec<String>,
 }
 
 impl std::ops::Deref for Settings {
@@ -365,12 +367,13 @@ impl Settings {
                 ConfigError::invalid("TELOXIDE_API_URL", format!("not a URL: {e}"))
             })?),
         };
-        let secrets = read_secrets(&file, env);
+        let (secrets, warnings) = read_secrets(&file, env);
         Ok(Self {
             file,
             secrets,
             database_url,
             telegram_api_url,
+            warnings,
         })
     }
 
@@ -574,9 +577,11 @@ fn validate(s: &FileSettings) -> Result<(), ConfigError> {
 }
 
 /// Keys of each provider: `NAME_API_KEY` (one, or a comma list), then `NAME_API_KEY_2`,
-/// `_3`, … until the first missing number. Blank entries and duplicates are dropped.
-fn read_secrets(file: &FileSettings, env: &dyn Env) -> Secrets {
+/// `_3`, … until the first missing number. Blank entries and duplicates are dropped. A
+/// numbered variable after a gap is never read, and says so in the warnings.
+fn read_secrets(file: &FileSettings, env: &dyn Env) -> (Secrets, Vec<String>) {
     let mut keys = BTreeMap::new();
+    let mut warnings = Vec::new();
     for (name, provider) in &file.providers {
         let var = provider.key_env(name);
         let mut found: Vec<String> = Vec::new();
@@ -590,11 +595,15 @@ fn read_secrets(file: &FileSettings, env: &dyn Env) -> Secrets {
         if let Some(raw) = env.var(&var) {
             push_all(raw);
         }
-        for n in 2.. {
-            match env.var(&format!("{var}_{n}")) {
-                Some(raw) => push_all(raw),
-                None => break,
-            }
+        let mut n = 2;
+        while let Some(raw) = env.var(&format!("{var}_{n}")) {
+            push_all(raw);
+            n += 1;
+        }
+        if let Some(skipped) = (n + 1..n + 10).find(|m| env.var(&format!("{var}_{m}")).is_some()) {
+            warnings.push(format!(
+                "{var}_{skipped} is set but {var}_{n} is not: keys after the gap are not used"
+            ));
         }
         keys.insert(name.clone(), found.into_iter().map(ApiKey::new).collect());
     }
@@ -603,10 +612,13 @@ fn read_secrets(file: &FileSettings, env: &dyn Env) -> Secrets {
         .map(|t| t.trim().to_owned())
         .filter(|t| !t.is_empty())
         .map(ApiKey::new);
-    Secrets {
-        telegram_token,
-        keys,
-    }
+    (
+        Secrets {
+            telegram_token,
+            keys,
+        },
+        warnings,
+    )
 }
 
 #[cfg(test)]
@@ -702,6 +714,12 @@ mod tests {
         assert_eq!(gemini, ["g1", "g2", "g3", "g4"]);
         assert_eq!(s.keys("mistral").len(), 1);
         assert!(s.keys("groq").is_empty());
+        assert_eq!(
+            s.warnings,
+            [
+                "GEMINI_API_KEY_5 is set but GEMINI_API_KEY_4 is not: keys after the gap are not used"
+            ]
+        );
         assert!(s.provider_usable("mistral"));
         assert!(!s.provider_usable("groq"));
     }

@@ -280,7 +280,7 @@ impl Journal {
                     .deliver(messenger, &log, vec![Response::Text(reply)])
                     .await
                 {
-                    self.store.mark_replied(id).await?;
+                    self.answered(id).await;
                 }
             }
             Decided::Blocked => {
@@ -289,7 +289,7 @@ impl Journal {
                     .deliver(messenger, &log, vec![Response::Text(reply)])
                     .await
                 {
-                    self.store.mark_replied(id).await?;
+                    self.answered(id).await;
                 }
             }
             Decided::Pending if !late => {
@@ -327,6 +327,15 @@ impl Journal {
                 }
                 false
             }
+        }
+    }
+
+    /// Records that the answer went out. A failure here is logged, not reported to the
+    /// user, who already has the answer (the worker may send it once more: the window
+    /// SPEC §9 allows).
+    async fn answered(&self, id: i64) {
+        if let Err(error) = self.store.mark_replied(id).await {
+            tracing::error!(log_id = id, %error, "answer sent but not recorded");
         }
     }
 
@@ -462,7 +471,7 @@ impl Journal {
                         .deliver(messenger, &log, vec![Response::Text(reply)])
                         .await
                     {
-                        self.store.mark_replied(log.id).await?;
+                        self.answered(log.id).await;
                     }
                     return Ok(());
                 }
@@ -489,7 +498,7 @@ impl Journal {
                     .deliver(messenger, &log, vec![Response::Text(reply)])
                     .await
                 {
-                    self.store.mark_replied(log.id).await?;
+                    self.answered(log.id).await;
                 }
                 Ok(())
             }

@@ -128,6 +128,25 @@ pub fn escape_html(text: &str) -> String {
     out
 }
 
+/// The visible text of one rendered part (tags dropped, entities decoded): the fallback
+/// when Telegram refuses a part's HTML.
+pub fn html_to_plain(html: &str) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&")
+}
+
 /// The visible text of a reply, for the terminal (`daylog chat`) and for logs.
 pub fn to_plain(pieces: &[Piece]) -> String {
     styled_chars(pieces).into_iter().map(|(c, _)| c).collect()

@@ -32,6 +32,9 @@ pub async fn run<M: Messenger>(
                     tracing::debug!(count = batch.len(), "worker found unfinished logs");
                 }
                 for (_, log) in batch {
+                    if shutdown.is_cancelled() {
+                        break; // what is not started now is finished at the next start
+                    }
                     let Some(claim) = journal.claim(log.chat_id, log.message_id) else {
                         continue; // a handler is on it right now
                     };

@@ -685,11 +685,74 @@ async fn an_edit_during_a_background_analysis_is_analysed_and_the_old_text_never
             == 1
     })
     .await;
-    let requests = app.providers.mistral.received_requests().await.unwrap_or_default();
+    let requests = app
+        .providers
+        .mistral
+        .received_requests()
+        .await
+        .unwrap_or_default();
     let last = String::from_utf8_lossy(&requests.last().expect("a request").body).to_string();
-    assert!(last.contains("new text"), "the stored analysis is of the new text");
+    assert!(
+        last.contains("new text"),
+        "the stored analysis is of the new text"
+    );
     // The old text's analysis finished before the new one started (same claim).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(app.telegram.sent_to(40).len(), 2, "no answer to the old text");
+    assert_eq!(
+        app.telegram.sent_to(40).len(),
+        2,
+        "no answer to the old text"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_and_edited_commands_are_never_journal_entries() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(41, 1, "/histroy"));
+    let sent = app.telegram.wait_sent(41, 1).await;
+    assert!(sent[0].text().contains("/help"), "{}", sent[0].text());
+    app.telegram.push_update(text_update(41, 2, "/stats 7"));
+    app.telegram.wait_sent(41, 2).await;
+    app.telegram.push_update(edited_update(41, 2, "/stats 30"));
+    app.telegram
+        .push_update(text_update(41, 3, "A real entry."));
+    app.telegram.wait_sent(41, 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 41")
+            .await,
+        1
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 41 AND text LIKE '/%'")
+            .await,
+        0
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_reply_telegram_cannot_parse_is_sent_again_as_plain_text() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.fail_next(
+        "SendMessage",
+        Some(42),
+        400,
+        json!({"ok": false, "error_code": 400,
+               "description": "Bad Request: can't parse entities: Unsupported start tag \"x\" at byte offset 3"}),
+    );
+    app.telegram
+        .push_update(text_update(42, 1, "Format trouble."));
+    let sent = app.telegram.wait_sent(42, 1).await;
+    assert!(
+        sent[0].body.get("parse_mode").is_none(),
+        "{:?}",
+        sent[0].body
+    );
+    assert!(sent[0].text().contains(ANALYSIS_TEXT), "{}", sent[0].text());
+    assert!(!sent[0].text().contains("<b>"), "{}", sent[0].text());
     app.stop().await;
 }

@@ -75,17 +75,28 @@ impl<B: TgBot> Telegram<B> {
                 let parts = render::split_message(reply.pieces(), TELEGRAM_MESSAGE_LIMIT);
                 for (i, part) in parts.into_iter().enumerate() {
                     let reply_to = if i == 0 { reply_to.clone() } else { None };
-                    with_retry_after(|| {
-                        let mut request = self
-                            .bot
-                            .send_message(chat, part.clone())
-                            .parse_mode(ParseMode::Html);
+                    let send = |text: String, html: bool| {
+                        let mut request = self.bot.send_message(chat, text);
+                        if html {
+                            request = request.parse_mode(ParseMode::Html);
+                        }
                         if let Some(r) = reply_to.clone() {
                             request = request.reply_parameters(r);
                         }
                         request.into_future()
-                    })
-                    .await?;
+                    };
+                    match with_retry_after(|| send(part.clone(), true)).await {
+                        Err(RequestError::Api(ApiError::CantParseEntities(reason))) => {
+                            // Our escaping should make this impossible; if Telegram still
+                            // disagrees, the user gets the words without the formatting.
+                            tracing::error!(%reason, "Telegram could not parse a reply's HTML; sending it as plain text");
+                            let plain = render::html_to_plain(&part);
+                            with_retry_after(|| send(plain.clone(), false)).await?;
+                        }
+                        other => {
+                            other?;
+                        }
+                    }
                 }
             }
             Response::Photo { png, caption } => {
@@ -239,11 +250,15 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
                 .endpoint(on_command::<B>),
         )
         .branch(
+            dptree::filter(|msg: Message| is_command_like(&msg)).endpoint(on_unknown_command::<B>),
+        )
+        .branch(
             dptree::filter_map(|msg: Message| msg.text().map(str::to_owned)).endpoint(on_text::<B>),
         )
         .branch(dptree::endpoint(on_other::<B>));
     let edits = Update::filter_edited_message()
         .filter(|msg: Message, journal: Arc<Journal>| allowed(&msg, &journal))
+        .filter(|msg: Message| !is_command_like(&msg))
         .filter_map(|msg: Message| msg.text().map(str::to_owned))
         .endpoint(on_edit::<B>);
     let callbacks = Update::filter_callback_query().endpoint(on_callback::<B>);
@@ -251,6 +266,29 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
         .branch(messages)
         .branch(edits)
         .branch(callbacks)
+}
+
+/// `/something`: a command, even one this bot does not know — never a journal entry.
+fn is_command_like(msg: &Message) -> bool {
+    msg.text().is_some_and(|t| {
+        t.strip_prefix('/')
+            .and_then(|rest| rest.chars().next())
+            .is_some_and(|c| c.is_ascii_alphabetic())
+    })
+}
+
+async fn on_unknown_command<B: TgBot>(
+    msg: Message,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
+    let language = match sender_id(&msg) {
+        Some(id) => journal.language_of(id).await,
+        None => return Ok(()),
+    };
+    let reply = Reply::new().text(Texts(language).unknown_command());
+    send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
+    Ok(())
 }
 
 fn allowed(msg: &Message, journal: &Journal) -> bool {
@@ -535,21 +573,36 @@ pub async fn serve<B: TgBot>(
     let listener_errors =
         LoggingErrorHandler::with_custom_text("polling Telegram failed; retrying");
     tracing::info!("daylog is running");
-    let mut dispatched = Ok(());
-    tokio::select! {
-        result = dispatcher.try_dispatch_with_listener(listener, listener_errors) => {
-            dispatched = result.map_err(|e| anyhow::anyhow!("Telegram refused the bot: {e}"));
-        }
-        () = async { stop.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(grace_ms = grace.as_millis() as u64, "in-flight work did not finish in time; stored logs resume at the next start");
-        }
-    }
+    let dispatch = dispatcher.try_dispatch_with_listener(listener, listener_errors);
+    tokio::pin!(dispatch);
+    // One grace period for everything in flight, counted from the stop.
+    let dispatched = tokio::select! {
+        result = &mut dispatch => Some(result),
+        () = stop.cancelled() => None,
+    };
+    let stopped_at = tokio::time::Instant::now();
+    let dispatched = match dispatched {
+        Some(result) => result,
+        None => match tokio::time::timeout_at(stopped_at + grace, &mut dispatch).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!(
+                    grace_ms = grace.as_millis() as u64,
+                    "in-flight work did not finish in time; stored logs resume at the next start"
+                );
+                Ok(())
+            }
+        },
+    };
     stop.cancel();
-    if tokio::time::timeout(grace, worker).await.is_err() {
+    if tokio::time::timeout_at(stopped_at + grace, worker)
+        .await
+        .is_err()
+    {
         tracing::warn!("the worker did not stop in time");
     }
     stopper.abort();
-    dispatched
+    dispatched.map_err(|e| anyhow::anyhow!("Telegram refused the bot: {e}"))
 }
 
 /// Waits until Telegram answers `getMe`: `Ok(true)` then, `Ok(false)` when stopped
