@@ -1,6 +1,9 @@
 //! The real `daylog run` binary as a process: signals, and a crash in the middle of an
 //! analysis.
 
+// Helpers here panic on a broken fixture by design (see tests/support).
+#![expect(clippy::expect_used)]
+
 mod support;
 
 use std::process::{Child, Command, Stdio};
