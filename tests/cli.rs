@@ -1,6 +1,10 @@
 //! The `daylog` binary as a user runs it: exit codes, one-sentence errors, `daylog sql`
 //! staying read-only.
 
+// Helpers here panic on a broken fixture by design; allow-expect-in-tests covers
+// only #[test] functions.
+#![expect(clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

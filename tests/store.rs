@@ -1,6 +1,10 @@
 //! The store against a real SQLite file: schema contract, idempotency, concurrency,
 //! isolation between users.
 
+// Helpers here panic on a broken fixture by design; allow-expect-in-tests covers
+// only #[test] functions.
+#![expect(clippy::expect_used)]
+
 use std::time::Duration;
 
 use daylog::language::Language;
