@@ -49,6 +49,52 @@ pub enum StoreError {
     Sql(#[from] sqlx::Error),
 }
 
+impl StoreError {
+    /// Another connection held the write lock for longer than `store.busy_timeout_ms`
+    /// (a `sqlite3` shell left in a transaction, a backup), or the pool queue timed out:
+    /// the same write can succeed a moment later.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Self::Sql(sqlx::Error::Database(error)) => error
+                .code()
+                .and_then(|code| code.parse::<i32>().ok())
+                // SQLITE_BUSY and SQLITE_LOCKED, with any extended code.
+                .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
+            Self::Sql(sqlx::Error::PoolTimedOut) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Pauses before the extra tries of a write that found the database busy. SQLite
+/// already waited `busy_timeout` inside each try; these give a lock held longer than
+/// that a few more chances, so an entry is not refused ("send it again") or answered
+/// twice (a reply not recorded as sent) because of someone else's transaction.
+const BUSY_RETRIES: [Duration; 4] = [
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+];
+
+/// Runs an idempotent write, trying again while the database is busy.
+async fn retry_busy<T, F, Fut>(what: &'static str, mut write: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    for wait in BUSY_RETRIES {
+        match write().await {
+            Err(error) if error.is_busy() => {
+                tracing::warn!(%error, what, retry_in_ms = wait.as_millis() as u64, "database busy; trying again");
+                tokio::time::sleep(wait).await;
+            }
+            done => return done,
+        }
+    }
+    write().await
+}
+
 /// Lifecycle of a day log (`day_logs.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "TEXT", rename_all = "lowercase")]
@@ -185,13 +231,13 @@ impl Store {
         let display = database_path(url)?
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| url.to_owned());
-        if let Some(path) = database_path(url)? {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
-                    path: dir.display().to_string(),
-                    source,
-                })?;
-            }
+        if let Some(path) = database_path(url)?
+            && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                path: dir.display().to_string(),
+                source,
+            })?;
         }
         let options = connect_options(url, busy_timeout)?.create_if_missing(true);
         let open_err = |source| StoreError::Open {
@@ -290,18 +336,21 @@ impl Store {
 
     /// Creates the user or refreshes its chat and username; keeps a chosen language.
     pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
-        Ok(sqlx::query_as::<_, User>(
-            "INSERT INTO users (user_id, chat_id, username, language) VALUES (?1, ?2, ?3, ?4)
+        retry_busy("upsert_user", || async {
+            Ok(sqlx::query_as::<_, User>(
+                "INSERT INTO users (user_id, chat_id, username, language) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id,
                  username = excluded.username
              RETURNING user_id, chat_id, username, language, timezone, created_at",
-        )
-        .bind(user.user_id)
-        .bind(user.chat_id)
-        .bind(user.username)
-        .bind(user.language.code())
-        .fetch_one(&self.write)
-        .await?)
+            )
+            .bind(user.user_id)
+            .bind(user.chat_id)
+            .bind(user.username)
+            .bind(user.language.code())
+            .fetch_one(&self.write)
+            .await?)
+        })
+        .await
     }
 
     pub async fn user(&self, user_id: i64) -> Result<Option<User>, StoreError> {
@@ -344,33 +393,36 @@ impl Store {
 
     /// Stores a log as pending, or finds the one stored for the same message before.
     pub async fn insert_log(&self, log: &NewLog<'_>) -> Result<Inserted, StoreError> {
-        let mut tx = self.write.begin().await?;
-        let inserted: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at)
+        retry_busy("insert_log", || async {
+            let mut tx = self.write.begin().await?;
+            let inserted: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at)
              VALUES (?1, ?2, ?3, ?4, datetime('now'))
              ON CONFLICT (chat_id, message_id) DO NOTHING
              RETURNING id",
-        )
-        .bind(log.user_id)
-        .bind(log.chat_id)
-        .bind(log.message_id)
-        .bind(log.text)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let result = match inserted {
-            Some(id) => Inserted::New(id),
-            None => Inserted::Duplicate(
-                sqlx::query_scalar(
-                    "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
-                )
-                .bind(log.chat_id)
-                .bind(log.message_id)
-                .fetch_one(&mut *tx)
-                .await?,
-            ),
-        };
-        tx.commit().await?;
-        Ok(result)
+            )
+            .bind(log.user_id)
+            .bind(log.chat_id)
+            .bind(log.message_id)
+            .bind(log.text)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let result = match inserted {
+                Some(id) => Inserted::New(id),
+                None => Inserted::Duplicate(
+                    sqlx::query_scalar(
+                        "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
+                    )
+                    .bind(log.chat_id)
+                    .bind(log.message_id)
+                    .fetch_one(&mut *tx)
+                    .await?,
+                ),
+            };
+            tx.commit().await?;
+            Ok(result)
+        })
+        .await
     }
 
     pub async fn log(&self, id: i64) -> Result<Option<DayLog>, StoreError> {
@@ -390,7 +442,8 @@ impl Store {
         message_id: i64,
         text: &str,
     ) -> Result<Option<i64>, StoreError> {
-        Ok(sqlx::query_scalar(
+        retry_busy("update_text", || async {
+            Ok(sqlx::query_scalar(
             "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
                  attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL
              WHERE chat_id = ?1 AND message_id = ?2
@@ -401,6 +454,8 @@ impl Store {
         .bind(text)
         .fetch_optional(&self.write)
         .await?)
+        })
+        .await
     }
 
     /// The highest message id stored for a chat (for `daylog chat`, which numbers its own).
@@ -419,31 +474,37 @@ impl Store {
         analysis: &str,
         metrics_json: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE day_logs SET status = 'analyzed', analysis = ?2, metrics = ?3,
+        retry_busy("mark_analyzed", || async {
+            sqlx::query(
+                "UPDATE day_logs SET status = 'analyzed', analysis = ?2, metrics = ?3,
                  attempts = attempts + 1, next_attempt_at = NULL
              WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(analysis)
-        .bind(metrics_json)
-        .execute(&self.write)
-        .await?;
-        Ok(())
+            )
+            .bind(id)
+            .bind(analysis)
+            .bind(metrics_json)
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// The analysis failed for now: try again after `retry_in`.
     pub async fn mark_retry(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE day_logs SET attempts = attempts + 1,
+        retry_busy("mark_retry", || async {
+            sqlx::query(
+                "UPDATE day_logs SET attempts = attempts + 1,
                  next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
              WHERE id = ?1 AND status = 'pending'",
-        )
-        .bind(id)
-        .bind(retry_in.as_secs_f64())
-        .execute(&self.write)
-        .await?;
-        Ok(())
+            )
+            .bind(id)
+            .bind(retry_in.as_secs_f64())
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// A content-policy refusal: never retried. Metrics may still have been extracted.
@@ -452,34 +513,45 @@ impl Store {
         id: i64,
         metrics_json: Option<&str>,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?2, metrics),
+        retry_busy("mark_blocked", || async {
+            sqlx::query(
+                "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?2, metrics),
                  attempts = attempts + 1, next_attempt_at = NULL
              WHERE id = ?1",
-        )
-        .bind(id)
-        .bind(metrics_json)
-        .execute(&self.write)
-        .await?;
-        Ok(())
+            )
+            .bind(id)
+            .bind(metrics_json)
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Given up after `worker.max_age_hours`.
     pub async fn mark_failed(&self, id: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE day_logs SET status = 'failed', next_attempt_at = NULL WHERE id = ?1")
+        retry_busy("mark_failed", || async {
+            sqlx::query(
+                "UPDATE day_logs SET status = 'failed', next_attempt_at = NULL WHERE id = ?1",
+            )
             .bind(id)
             .execute(&self.write)
             .await?;
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 
     /// The final answer for this log reached the user.
     pub async fn mark_replied(&self, id: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE day_logs SET replied_at = datetime('now') WHERE id = ?1")
-            .bind(id)
-            .execute(&self.write)
-            .await?;
-        Ok(())
+        retry_busy("mark_replied", || async {
+            sqlx::query("UPDATE day_logs SET replied_at = datetime('now') WHERE id = ?1")
+                .bind(id)
+                .execute(&self.write)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Logs the worker must finish: pending ones whose retry is due, and any that were
@@ -690,12 +762,12 @@ impl AttemptSink for CallSink {
 /// Opens a database for `daylog sql`: read-only at the file level (`mode=ro`) and at the
 /// connection level (`PRAGMA query_only`). A missing file is an error, never a new file.
 pub async fn open_read_only(url: &str, busy_timeout: Duration) -> Result<SqlitePool, StoreError> {
-    if let Some(path) = database_path(url)? {
-        if !Path::new(&path).exists() {
-            return Err(StoreError::Missing {
-                path: path.display().to_string(),
-            });
-        }
+    if let Some(path) = database_path(url)?
+        && !Path::new(&path).exists()
+    {
+        return Err(StoreError::Missing {
+            path: path.display().to_string(),
+        });
     }
     let options = SqliteConnectOptions::from_str(url)
         .map_err(|source| StoreError::Open {

@@ -372,3 +372,62 @@ async fn a_database_locked_by_another_connection_for_3_s_loses_no_message() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_longer_than_busy_timeout_still_loses_no_message_and_answers_once() {
+    // Arrange: `busy_timeout` (1 s) is shorter than the 3 s lock this time. Before the
+    // store retried busy writes, the entries were refused ("send it again") and a reply
+    // that could not be recorded as sent was sent a second time by the worker.
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
+        env.insert("DAYLOG__STORE__BUSY_TIMEOUT_MS".into(), "1000".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    app.telegram
+        .push_update(text_update(3100, 1, "Before the lock."));
+    app.telegram.wait_sent(3100, 1).await;
+    let pool = app.store.read_pool().clone();
+    support::wait_until("the first answer recorded", HANG_GUARD, || async {
+        all_answered(&pool, 1).await
+    })
+    .await;
+
+    let mut locker = sqlx::SqliteConnection::connect(&app.env["DATABASE_URL"])
+        .await
+        .expect("second connection");
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (1, 1)")
+        .execute(&mut locker)
+        .await
+        .expect("write under the lock");
+    let mut logs = vec![(3100, 1)];
+    for chat in 3101..3106 {
+        app.telegram
+            .push_update(text_update(chat, 1, "Locked out for longer."));
+        logs.push((chat, 1));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    sqlx::query("COMMIT")
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+
+    // Act + Assert: every message stored and answered, once, and nobody asked to resend.
+    let expected = logs.len() as i64;
+    support::wait_until("every message stored and answered", HANG_GUARD, || async {
+        all_answered(&pool, expected).await
+    })
+    .await;
+    let calls = app.telegram.calls();
+    let replies = analysis_replies(&calls);
+    for key in &logs {
+        assert_eq!(replies.get(key).copied().unwrap_or(0), 1, "log {key:?}");
+    }
+    assert_eq!(sent_containing(&calls, "could not save"), 0);
+    assert_eq!(sent_containing(&calls, "went wrong"), 0);
+    app.stop().await;
+}
