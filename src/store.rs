@@ -195,6 +195,17 @@ pub enum Unfinished {
 const LOG_COLUMNS: &str = "id, user_id, chat_id, message_id, text, created_at, status, analysis, \
      metrics, attempts, next_attempt_at, replied_at";
 
+/// `/history`: a user's last `?2` logs, newest first. Public so that tests can check
+/// its query plan (it must search the `day_logs_user_created` index).
+pub const HISTORY_SQL: &str = "SELECT id, user_id, chat_id, message_id, text, created_at, status, \
+     analysis, metrics, attempts, next_attempt_at, replied_at FROM day_logs WHERE user_id = ?1 \
+     ORDER BY created_at DESC, id DESC LIMIT ?2";
+
+/// `/stats` and the analysis context: per-day averages of a user from `?2` days ago on.
+/// Public so that tests can check its query plan.
+pub const DAILY_METRICS_SQL: &str = "SELECT day, mood, stress, energy, productivity, sleep_hours, logs FROM daily_metrics \
+     WHERE user_id = ?1 AND day >= date('now', '-' || ?2 || ' days') ORDER BY day";
+
 /// The shared handle on the database. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -638,14 +649,11 @@ impl Store {
 
     /// The user's last `limit` logs, newest first.
     pub async fn history(&self, user_id: i64, limit: i64) -> Result<Vec<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1
-             ORDER BY created_at DESC, id DESC LIMIT ?2"
-        ))
-        .bind(user_id)
-        .bind(limit)
-        .fetch_all(&self.read)
-        .await?)
+        Ok(sqlx::query_as::<_, DayLog>(HISTORY_SQL)
+            .bind(user_id)
+            .bind(limit)
+            .fetch_all(&self.read)
+            .await?)
     }
 
     /// Every log of the user, oldest first (for `/export`).
@@ -664,16 +672,11 @@ impl Store {
         user_id: i64,
         days: u32,
     ) -> Result<Vec<DailyMetrics>, StoreError> {
-        Ok(sqlx::query_as::<_, DailyMetrics>(
-            "SELECT day, mood, stress, energy, productivity, sleep_hours, logs
-             FROM daily_metrics
-             WHERE user_id = ?1 AND day >= date('now', '-' || ?2 || ' days')
-             ORDER BY day",
-        )
-        .bind(user_id)
-        .bind(i64::from(days.saturating_sub(1)))
-        .fetch_all(&self.read)
-        .await?)
+        Ok(sqlx::query_as::<_, DailyMetrics>(DAILY_METRICS_SQL)
+            .bind(user_id)
+            .bind(i64::from(days.saturating_sub(1)))
+            .fetch_all(&self.read)
+            .await?)
     }
 
     /// Summaries (from stored metrics) of the user's last `limit` analysed logs before

@@ -9,6 +9,7 @@
 mod support;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::{Connection as _, SqlitePool};
@@ -430,4 +431,150 @@ async fn a_lock_held_longer_than_busy_timeout_still_loses_no_message_and_answers
     assert_eq!(sent_containing(&calls, "could not save"), 0);
     assert_eq!(sent_containing(&calls, "went wrong"), 0);
     app.stop().await;
+}
+
+/// Fills user 77 with `n` analysed logs, one every 7 minutes back from now (100 000
+/// logs span about 16 months), in one statement; user 78 gets a few hundred so that
+/// filtering by user is part of what the queries do.
+async fn fill_logs(db_url: &str, n: i64) {
+    let pool = SqlitePool::connect(db_url).await.expect("writer");
+    let mut tx = pool.begin().await.expect("tx");
+    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (77, 77), (78, 78)")
+        .execute(&mut *tx)
+        .await
+        .expect("users");
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+         INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
+                               analysis, metrics, attempts, replied_at)
+         SELECT CASE WHEN i % 250 = 0 THEN 78 ELSE 77 END,
+                CASE WHEN i % 250 = 0 THEN 78 ELSE 77 END,
+                i,
+                'Day log number ' || i || ': worked, ran, slept.',
+                datetime('now', '-' || (i * 7) || ' minutes'),
+                'analyzed',
+                'An analysis of log ' || i || '.',
+                json_object('mood', 1 + i % 5, 'stress', 1 + (i * 3) % 5,
+                            'energy', 1 + (i * 7) % 5, 'productivity', 1 + (i * 11) % 5,
+                            'sleep_hours', 4.0 + (i % 50) / 10.0,
+                            'activities', json_array('run', 'work'),
+                            'emotions', json_array('calm'),
+                            'summary', 'Summary of day ' || i,
+                            'defaulted', CASE WHEN i % 10 = 0 THEN json_array('sleep_hours')
+                                              ELSE json_array() END),
+                1,
+                datetime('now')
+         FROM n",
+    )
+    .bind(n)
+    .execute(&mut *tx)
+    .await
+    .expect("fill");
+    tx.commit().await.expect("commit");
+    pool.close().await;
+}
+
+/// The `EXPLAIN QUERY PLAN` details of one query, one line per step.
+async fn query_plan(pool: &SqlitePool, sql: &str, user: i64, n: i64) -> Vec<String> {
+    sqlx::query_as::<_, (i64, i64, i64, String)>(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .bind(user)
+        .bind(n)
+        .fetch_all(pool)
+        .await
+        .expect("plan")
+        .into_iter()
+        .map(|(_, _, _, detail)| detail)
+        .collect()
+}
+
+fn assert_searches_the_user_index(what: &str, plan: &[String]) {
+    let text = plan.join("\n");
+    assert!(
+        plan.iter()
+            .any(|s| s.starts_with("SEARCH day_logs USING")
+                && s.contains("INDEX day_logs_user_created")),
+        "{what} does not search day_logs_user_created:\n{text}"
+    );
+    assert!(
+        !plan.iter().any(|s| s.starts_with("SCAN day_logs")),
+        "{what} scans day_logs:\n{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_with_100_000_logs_is_served_through_the_index() {
+    use daylog::commands::{self, Command};
+    use daylog::journal::{Journal, Response};
+    use daylog::store::{DAILY_METRICS_SQL, HISTORY_SQL, Store};
+
+    // Arrange
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), db.clone())].into();
+    let settings = Arc::new(daylog::config::Settings::load_from(&env).expect("settings"));
+    let store = Store::open_and_migrate(&db, settings.store.busy_timeout())
+        .await
+        .expect("store");
+    fill_logs(&db, 100_000).await;
+    let pool = store.read_pool().clone();
+    assert_eq!(count(&pool, "SELECT count(*) FROM day_logs").await, 100_000);
+
+    // Assert: the plans search the (user_id, created_at) index.
+    for days in [30, 365] {
+        let plan = query_plan(&pool, DAILY_METRICS_SQL, 77, days).await;
+        assert_searches_the_user_index(&format!("/stats {days}"), &plan);
+    }
+    let plan = query_plan(&pool, HISTORY_SQL, 77, 10).await;
+    assert_searches_the_user_index("/history", &plan);
+    assert!(
+        !plan.iter().any(|s| s.contains("TEMP B-TREE")),
+        "/history sorts instead of reading the index in order: {plan:?}"
+    );
+
+    // Act + Assert: the commands answer on this data.
+    let client = daylog::http_client().expect("client");
+    let llm = Arc::new(daylog::llm::Llm::with_client(&settings, client).expect("llm"));
+    let journal = Journal::new(Arc::clone(&settings), store.clone(), llm);
+    for days in ["30", "365"] {
+        let responses = commands::respond(&journal, 77, Command::Stats(days.into()))
+            .await
+            .expect("/stats");
+        assert!(
+            responses
+                .iter()
+                .any(|r| matches!(r, Response::Photo { png, .. } if png.starts_with(b"\x89PNG"))),
+            "/stats {days} sends a chart"
+        );
+        let rows = store
+            .daily_metrics(77, days.parse().expect("days"))
+            .await
+            .expect("rows");
+        let want = days.parse::<usize>().expect("days");
+        assert!(
+            rows.len() == want || rows.len() == want + 1,
+            "{} days for /stats {days}",
+            rows.len()
+        );
+        // Every full day holds about 205 logs; today only those since midnight.
+        let (today, full_days) = rows.split_last().expect("today");
+        assert!(today.logs >= 1);
+        assert!(full_days.iter().all(|r| r.logs > 150), "{full_days:?}");
+        assert!(
+            rows.iter()
+                .all(|r| r.mood.is_some_and(|m| (1.0..=5.0).contains(&m)))
+        );
+    }
+    let history = store.history(77, 10).await.expect("history");
+    assert_eq!(history.len(), 10);
+    assert!(history.iter().all(|l| l.user_id == 77));
+    assert!(
+        history
+            .windows(2)
+            .all(|w| w[0].created_at >= w[1].created_at)
+    );
+    let responses = commands::respond(&journal, 77, Command::History("10".into()))
+        .await
+        .expect("/history");
+    assert!(matches!(responses.as_slice(), [Response::Text(_)]));
+    store.close().await;
 }
