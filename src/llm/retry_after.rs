@@ -15,9 +15,9 @@ pub fn parse(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
         .get("retry-after-ms")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        .and_then(|ms| seconds(ms / 1000.0))
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(ms);
     }
     let raw = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     parse_value(raw, now)
@@ -26,10 +26,27 @@ pub fn parse(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 /// One `Retry-After` value: delta seconds or an HTTP date (past dates mean "now").
 pub fn parse_value(raw: &str, now: SystemTime) -> Option<Duration> {
     if let Ok(secs) = raw.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return seconds(secs);
     }
     let when = httpdate::parse_http_date(raw).ok()?;
-    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
+    Some(
+        when.duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .min(MAX_WAIT),
+    )
+}
+
+/// The longest wait a provider can ask for. Longer asks are capped: the key is put in
+/// cooldown either way, and `Instant::now() + wait` must not overflow (it panics).
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// A non-negative number of seconds as a wait, capped at [`MAX_WAIT`]. Beyond what a
+/// `Duration` holds (`1e20`) it is `None` like any other garbage, where
+/// `Duration::from_secs_f64` would panic.
+fn seconds(secs: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .map(|wait| wait.min(MAX_WAIT))
 }
 
 #[cfg(test)]
@@ -99,5 +116,92 @@ mod tests {
             ),
             Some(Duration::from_secs(2))
         );
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn any_header_value_never_panics(raw in "\\PC{0,40}", ms in "\\PC{0,40}") {
+                let now = SystemTime::now();
+                let _ = parse_value(&raw, now);
+                let mut map = HeaderMap::new();
+                if let Ok(v) = HeaderValue::from_str(&raw) {
+                    map.insert(RETRY_AFTER, v);
+                }
+                if let Ok(v) = HeaderValue::from_str(&ms) {
+                    map.insert("retry-after-ms", v);
+                }
+                let _ = parse(&map, now);
+            }
+
+            #[test]
+            fn numbers_of_any_size_never_panic(
+                x in prop_oneof![any::<f64>(), (0u32..400).prop_map(|e| 10f64.powi(e as i32))],
+            ) {
+                let now = SystemTime::now();
+                for raw in [x.to_string(), format!("{x:e}")] {
+                    for got in [
+                        parse_value(&raw, now),
+                        parse(&headers(&[("retry-after-ms", &raw)]), now),
+                    ] {
+                        // Bounded, so `Instant::now() + wait` in the cascade cannot overflow.
+                        prop_assert!(got.is_none_or(|d| d <= MAX_WAIT
+                            && std::time::Instant::now().checked_add(d).is_some()));
+                    }
+                }
+            }
+
+            #[test]
+            fn delta_seconds_round_trip(secs in 0u32..86_400) {
+                prop_assert_eq!(
+                    parse_value(&secs.to_string(), SystemTime::now()),
+                    Some(Duration::from_secs(u64::from(secs)))
+                );
+            }
+
+            #[test]
+            fn http_dates_in_the_past_mean_now(ago in 0u64..1_700_000_000) {
+                let now = SystemTime::now();
+                let when = now - Duration::from_secs(ago);
+                let got = parse_value(&httpdate::fmt_http_date(when), now);
+                prop_assert!(got.is_none_or(|d| d.is_zero()), "{got:?}");
+            }
+
+            #[test]
+            fn http_dates_in_the_future_round_trip_to_the_second(ahead in 1u64..86_400) {
+                let now = SystemTime::now();
+                let got = parse_value(&httpdate::fmt_http_date(now + Duration::from_secs(ahead)), now)
+                    .expect("a future date parses");
+                prop_assert!(got.as_secs().abs_diff(ahead) <= 1, "{got:?} for {ahead}");
+            }
+        }
+
+        /// Found by `numbers_of_any_size_never_panic`: `Duration::from_secs_f64`
+        /// panics above u64::MAX seconds, and a wait of `1e19` s made the cascade's
+        /// `Instant::now() + wait` overflow, so one header from a broken or hostile
+        /// provider could crash the analysis task.
+        #[test]
+        fn regression_huge_delays_do_not_panic() {
+            let now = SystemTime::now();
+            for raw in [
+                "1e19",
+                "1e20",
+                "1e300",
+                "18446744073709551616",
+                "1.8446744073709552e19",
+            ] {
+                let _ = parse_value(raw, now);
+                let _ = parse(&headers(&[("retry-after-ms", raw)]), now);
+                let _ = parse(&headers(&[("retry-after", raw)]), now);
+            }
+            assert_eq!(parse_value("1e19", now), Some(MAX_WAIT));
+            assert_eq!(
+                parse_value("Fri, 31 Dec 9999 23:59:59 GMT", now),
+                Some(MAX_WAIT)
+            );
+        }
     }
 }
