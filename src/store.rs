@@ -49,6 +49,52 @@ pub enum StoreError {
     Sql(#[from] sqlx::Error),
 }
 
+impl StoreError {
+    /// Another connection held the write lock for longer than `store.busy_timeout_ms`
+    /// (a `sqlite3` shell left in a transaction, a backup), or the pool queue timed out:
+    /// the same write can succeed a moment later.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Self::Sql(sqlx::Error::Database(error)) => error
+                .code()
+                .and_then(|code| code.parse::<i32>().ok())
+                // SQLITE_BUSY and SQLITE_LOCKED, with any extended code.
+                .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
+            Self::Sql(sqlx::Error::PoolTimedOut) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Pauses before the extra tries of a write that found the database busy. SQLite
+/// already waited `busy_timeout` inside each try; these give a lock held longer than
+/// that a few more chances, so an entry is not refused ("send it again") or answered
+/// twice (a reply not recorded as sent) because of someone else's transaction.
+const BUSY_RETRIES: [Duration; 4] = [
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+];
+
+/// Runs an idempotent write, trying again while the database is busy.
+async fn retry_busy<T, F, Fut>(what: &'static str, mut write: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    for wait in BUSY_RETRIES {
+        match write().await {
+            Err(error) if error.is_busy() => {
+                tracing::warn!(%error, what, retry_in_ms = wait.as_millis() as u64, "database busy; trying again");
+                tokio::time::sleep(wait).await;
+            }
+            done => return done,
+        }
+    }
+    write().await
+}
+
 /// Lifecycle of a day log (`day_logs.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "TEXT", rename_all = "lowercase")]
@@ -178,6 +224,17 @@ const UNFINISHED_REPLY: &str = "status IN ('analyzed', 'blocked', 'failed') AND 
 
 const LOG_COLUMNS: &str = "id, user_id, chat_id, message_id, text, created_at, status, analysis, \
      metrics, attempts, next_attempt_at, replied_at";
+
+/// `/history`: a user's last `?2` logs, newest first. Public so that tests can check
+/// its query plan (it must search the `day_logs_user_created` index).
+pub const HISTORY_SQL: &str = "SELECT id, user_id, chat_id, message_id, text, created_at, status, \
+     analysis, metrics, attempts, next_attempt_at, replied_at FROM day_logs WHERE user_id = ?1 \
+     ORDER BY created_at DESC, id DESC LIMIT ?2";
+
+/// `/stats` and the analysis context: per-day averages of a user from `?2` days ago on.
+/// Public so that tests can check its query plan.
+pub const DAILY_METRICS_SQL: &str = "SELECT day, mood, stress, energy, productivity, sleep_hours, logs FROM daily_metrics \
+     WHERE user_id = ?1 AND day >= date('now', '-' || ?2 || ' days') ORDER BY day";
 
 /// The shared handle on the database. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -320,18 +377,21 @@ impl Store {
 
     /// Creates the user or refreshes its chat and username; keeps a chosen language.
     pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
-        Ok(sqlx::query_as::<_, User>(
-            "INSERT INTO users (user_id, chat_id, username, language) VALUES (?1, ?2, ?3, ?4)
+        retry_busy("upsert_user", || async {
+            Ok(sqlx::query_as::<_, User>(
+                "INSERT INTO users (user_id, chat_id, username, language) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id,
                  username = excluded.username
              RETURNING user_id, chat_id, username, language, timezone, created_at",
-        )
-        .bind(user.user_id)
-        .bind(user.chat_id)
-        .bind(user.username)
-        .bind(user.language.code())
-        .fetch_one(&self.write)
-        .await?)
+            )
+            .bind(user.user_id)
+            .bind(user.chat_id)
+            .bind(user.username)
+            .bind(user.language.code())
+            .fetch_one(&self.write)
+            .await?)
+        })
+        .await
     }
 
     pub async fn user(&self, user_id: i64) -> Result<Option<User>, StoreError> {
@@ -374,33 +434,36 @@ impl Store {
 
     /// Stores a log as pending, or finds the one stored for the same message before.
     pub async fn insert_log(&self, log: &NewLog<'_>) -> Result<Inserted, StoreError> {
-        let mut tx = self.write.begin().await?;
-        let inserted: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at)
+        retry_busy("insert_log", || async {
+            let mut tx = self.write.begin().await?;
+            let inserted: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at)
              VALUES (?1, ?2, ?3, ?4, datetime('now'))
              ON CONFLICT (chat_id, message_id) DO NOTHING
              RETURNING id",
-        )
-        .bind(log.user_id)
-        .bind(log.chat_id)
-        .bind(log.message_id)
-        .bind(log.text)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let result = match inserted {
-            Some(id) => Inserted::New(id),
-            None => Inserted::Duplicate(
-                sqlx::query_scalar(
-                    "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
-                )
-                .bind(log.chat_id)
-                .bind(log.message_id)
-                .fetch_one(&mut *tx)
-                .await?,
-            ),
-        };
-        tx.commit().await?;
-        Ok(result)
+            )
+            .bind(log.user_id)
+            .bind(log.chat_id)
+            .bind(log.message_id)
+            .bind(log.text)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let result = match inserted {
+                Some(id) => Inserted::New(id),
+                None => Inserted::Duplicate(
+                    sqlx::query_scalar(
+                        "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
+                    )
+                    .bind(log.chat_id)
+                    .bind(log.message_id)
+                    .fetch_one(&mut *tx)
+                    .await?,
+                ),
+            };
+            tx.commit().await?;
+            Ok(result)
+        })
+        .await
     }
 
     pub async fn log(&self, id: i64) -> Result<Option<DayLog>, StoreError> {
@@ -420,7 +483,8 @@ impl Store {
         message_id: i64,
         text: &str,
     ) -> Result<Option<i64>, StoreError> {
-        Ok(sqlx::query_scalar(
+        retry_busy("update_text", || async {
+            Ok(sqlx::query_scalar(
             "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
                  attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL
              WHERE chat_id = ?1 AND message_id = ?2
@@ -431,6 +495,8 @@ impl Store {
         .bind(text)
         .fetch_optional(&self.write)
         .await?)
+        })
+        .await
     }
 
     /// The highest message id stored for a chat (for `daylog chat`, which numbers its own).
@@ -452,18 +518,21 @@ impl Store {
         analysis: &str,
         metrics_json: &str,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE day_logs SET status = 'analyzed', analysis = ?3, metrics = ?4,
-                 attempts = attempts + 1, next_attempt_at = NULL
-             WHERE id = ?1 AND text = ?2 AND status = 'pending'",
-        )
-        .bind(id)
-        .bind(analysed_text)
-        .bind(analysis)
-        .bind(metrics_json)
-        .execute(&self.write)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        retry_busy("mark_analyzed", || async {
+            let done = sqlx::query(
+                "UPDATE day_logs SET status = 'analyzed', analysis = ?3, metrics = ?4,
+                     attempts = attempts + 1, next_attempt_at = NULL
+                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
+            )
+            .bind(id)
+            .bind(analysed_text)
+            .bind(analysis)
+            .bind(metrics_json)
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
     }
 
     /// The analysis of `analysed_text` failed for now: try again after `retry_in`.
@@ -474,30 +543,64 @@ impl Store {
         analysed_text: &str,
         retry_in: Duration,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE day_logs SET attempts = attempts + 1,
-                 next_attempt_at = datetime('now', '+' || ?3 || ' seconds')
-             WHERE id = ?1 AND text = ?2 AND status = 'pending'",
-        )
-        .bind(id)
-        .bind(analysed_text)
-        .bind(retry_in.as_secs_f64())
-        .execute(&self.write)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        retry_busy("mark_retry", || async {
+            let done = sqlx::query(
+                "UPDATE day_logs SET attempts = attempts + 1,
+                     next_attempt_at = datetime('now', '+' || ?3 || ' seconds')
+                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
+            )
+            .bind(id)
+            .bind(analysed_text)
+            .bind(retry_in.as_secs_f64())
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
     }
 
     /// Postpones a pending log without counting an attempt (the per-user hourly limit).
     pub async fn defer(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
-        sqlx::query(
+        self.schedule(
+            "defer",
             "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
              WHERE id = ?1 AND status = 'pending'",
+            id,
+            retry_in,
         )
-        .bind(id)
-        .bind(retry_in.as_secs_f64())
-        .execute(&self.write)
-        .await?;
-        Ok(())
+        .await
+    }
+
+    /// The answer could not be delivered for now (Telegram unreachable): the worker
+    /// tries again after `retry_in` instead of on every poll.
+    pub async fn delay_reply(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
+        self.schedule(
+            "delay_reply",
+            "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
+             WHERE id = ?1 AND status <> 'pending' AND replied_at IS NULL",
+            id,
+            retry_in,
+        )
+        .await
+    }
+
+    /// Runs one of the `next_attempt_at` updates above (`?1` the id, `?2` seconds).
+    async fn schedule(
+        &self,
+        what: &'static str,
+        sql: &'static str,
+        id: i64,
+        retry_in: Duration,
+    ) -> Result<(), StoreError> {
+        retry_busy(what, || async {
+            sqlx::query(sql)
+                .bind(id)
+                .bind(retry_in.as_secs_f64())
+                .execute(&self.write)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// A content-policy refusal of `analysed_text`: never retried. Metrics may still have
@@ -508,49 +611,46 @@ impl Store {
         analysed_text: &str,
         metrics_json: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?3, metrics),
-                 attempts = attempts + 1, next_attempt_at = NULL
-             WHERE id = ?1 AND text = ?2 AND status = 'pending'",
-        )
-        .bind(id)
-        .bind(analysed_text)
-        .bind(metrics_json)
-        .execute(&self.write)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        retry_busy("mark_blocked", || async {
+            let done = sqlx::query(
+                "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?3, metrics),
+                     attempts = attempts + 1, next_attempt_at = NULL
+                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
+            )
+            .bind(id)
+            .bind(analysed_text)
+            .bind(metrics_json)
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
     }
 
     /// Given up after `worker.max_age_hours`.
     pub async fn mark_failed(&self, id: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE day_logs SET status = 'failed', next_attempt_at = NULL WHERE id = ?1")
+        retry_busy("mark_failed", || async {
+            sqlx::query(
+                "UPDATE day_logs SET status = 'failed', next_attempt_at = NULL WHERE id = ?1",
+            )
             .bind(id)
             .execute(&self.write)
             .await?;
-        Ok(())
-    }
-
-    /// The answer could not be delivered for now (Telegram unreachable): the worker
-    /// tries again after `retry_in` instead of on every poll.
-    pub async fn delay_reply(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
-             WHERE id = ?1 AND status <> 'pending' AND replied_at IS NULL",
-        )
-        .bind(id)
-        .bind(retry_in.as_secs_f64())
-        .execute(&self.write)
-        .await?;
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 
     /// The final answer for this log reached the user.
     pub async fn mark_replied(&self, id: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE day_logs SET replied_at = datetime('now') WHERE id = ?1")
-            .bind(id)
-            .execute(&self.write)
-            .await?;
-        Ok(())
+        retry_busy("mark_replied", || async {
+            sqlx::query("UPDATE day_logs SET replied_at = datetime('now') WHERE id = ?1")
+                .bind(id)
+                .execute(&self.write)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Logs the worker must finish: pending ones whose retry is due, and any that were
@@ -611,14 +711,11 @@ impl Store {
 
     /// The user's last `limit` logs, newest first.
     pub async fn history(&self, user_id: i64, limit: i64) -> Result<Vec<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1
-             ORDER BY created_at DESC, id DESC LIMIT ?2"
-        ))
-        .bind(user_id)
-        .bind(limit)
-        .fetch_all(&self.read)
-        .await?)
+        Ok(sqlx::query_as::<_, DayLog>(HISTORY_SQL)
+            .bind(user_id)
+            .bind(limit)
+            .fetch_all(&self.read)
+            .await?)
     }
 
     /// Every log of the user, oldest first (for `/export`).
@@ -637,16 +734,11 @@ impl Store {
         user_id: i64,
         days: u32,
     ) -> Result<Vec<DailyMetrics>, StoreError> {
-        Ok(sqlx::query_as::<_, DailyMetrics>(
-            "SELECT day, mood, stress, energy, productivity, sleep_hours, logs
-             FROM daily_metrics
-             WHERE user_id = ?1 AND day >= date('now', '-' || ?2 || ' days')
-             ORDER BY day",
-        )
-        .bind(user_id)
-        .bind(i64::from(days.saturating_sub(1)))
-        .fetch_all(&self.read)
-        .await?)
+        Ok(sqlx::query_as::<_, DailyMetrics>(DAILY_METRICS_SQL)
+            .bind(user_id)
+            .bind(i64::from(days.saturating_sub(1)))
+            .fetch_all(&self.read)
+            .await?)
     }
 
     /// Summaries (from stored metrics) of the user's last `limit` analysed logs before

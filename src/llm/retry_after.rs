@@ -141,4 +141,91 @@ mod tests {
             Some(Duration::from_secs(2))
         );
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn any_header_value_never_panics(raw in "\\PC{0,40}", ms in "\\PC{0,40}") {
+                let now = SystemTime::now();
+                let _ = parse_value(&raw, now);
+                let mut map = HeaderMap::new();
+                if let Ok(v) = HeaderValue::from_str(&raw) {
+                    map.insert(RETRY_AFTER, v);
+                }
+                if let Ok(v) = HeaderValue::from_str(&ms) {
+                    map.insert("retry-after-ms", v);
+                }
+                let _ = parse(&map, now);
+            }
+
+            #[test]
+            fn numbers_of_any_size_never_panic(
+                x in prop_oneof![any::<f64>(), (0u32..400).prop_map(|e| 10f64.powi(e as i32))],
+            ) {
+                let now = SystemTime::now();
+                for raw in [x.to_string(), format!("{x:e}")] {
+                    for got in [
+                        parse_value(&raw, now),
+                        parse(&headers(&[("retry-after-ms", &raw)]), now),
+                    ] {
+                        // Bounded, so `Instant::now() + wait` in the cascade cannot overflow.
+                        prop_assert!(got.is_none_or(|d| d <= MAX_WAIT
+                            && std::time::Instant::now().checked_add(d).is_some()));
+                    }
+                }
+            }
+
+            #[test]
+            fn delta_seconds_round_trip(secs in 0u32..86_400) {
+                prop_assert_eq!(
+                    parse_value(&secs.to_string(), SystemTime::now()),
+                    Some(Duration::from_secs(u64::from(secs)))
+                );
+            }
+
+            #[test]
+            fn http_dates_in_the_past_mean_now(ago in 0u64..1_700_000_000) {
+                let now = SystemTime::now();
+                let when = now - Duration::from_secs(ago);
+                let got = parse_value(&httpdate::fmt_http_date(when), now);
+                prop_assert!(got.is_none_or(|d| d.is_zero()), "{got:?}");
+            }
+
+            #[test]
+            fn http_dates_in_the_future_round_trip_to_the_second(ahead in 1u64..86_400) {
+                let now = SystemTime::now();
+                let got = parse_value(&httpdate::fmt_http_date(now + Duration::from_secs(ahead)), now)
+                    .expect("a future date parses");
+                prop_assert!(got.as_secs().abs_diff(ahead) <= 1, "{got:?} for {ahead}");
+            }
+        }
+
+        /// Found by `numbers_of_any_size_never_panic`: `Duration::from_secs_f64`
+        /// panics above u64::MAX seconds, and a wait of `1e19` s made the cascade's
+        /// `Instant::now() + wait` overflow, so one header from a broken or hostile
+        /// provider could crash the analysis task.
+        #[test]
+        fn regression_huge_delays_do_not_panic() {
+            let now = SystemTime::now();
+            for raw in [
+                "1e19",
+                "1e20",
+                "1e300",
+                "18446744073709551616",
+                "1.8446744073709552e19",
+            ] {
+                let _ = parse_value(raw, now);
+                let _ = parse(&headers(&[("retry-after-ms", raw)]), now);
+                let _ = parse(&headers(&[("retry-after", raw)]), now);
+            }
+            assert_eq!(parse_value("1e19", now), Some(MAX_WAIT));
+            assert_eq!(
+                parse_value("Fri, 31 Dec 9999 23:59:59 GMT", now),
+                Some(MAX_WAIT)
+            );
+        }
+    }
 }

@@ -3,6 +3,9 @@
 //! ([`App`]) or as the real binary ([`BotProcess`]).
 
 #![allow(dead_code)]
+// Harness code panics on broken fixtures by design; clippy's `allow-expect-in-tests`
+// covers only `#[test]` functions, not the helpers they share.
+#![expect(clippy::expect_used)]
 
 pub mod llm;
 pub mod telegram;
@@ -281,5 +284,167 @@ impl App {
             .fetch_one(self.store.read_pool())
             .await
             .expect("count query")
+    }
+}
+
+/// A small seeded xorshift64* generator: reproducible fault schedules without a new
+/// dependency. Print the seed in a test so a failure can be replayed (`FAULT_SEED`).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    /// The seed from `FAULT_SEED` when set, else `default`.
+    pub fn seed_from_env(default: u64) -> u64 {
+        std::env::var("FAULT_SEED")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(default)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// A provider reply that takes a seeded random time in `min..=max` (and fails with 503
+/// in `fail_percent` of the requests), so a crash lands at varied points of an analysis.
+struct Jittery {
+    ok: ResponseTemplate,
+    rng: std::sync::Mutex<Rng>,
+    min_ms: u64,
+    max_ms: u64,
+    fail_percent: u64,
+}
+
+impl wiremock::Respond for Jittery {
+    fn respond(&self, _request: &wiremock::Request) -> ResponseTemplate {
+        let mut rng = self.rng.lock().expect("rng");
+        let delay = Duration::from_millis(rng.between(self.min_ms, self.max_ms));
+        if rng.chance(self.fail_percent) {
+            ResponseTemplate::new(503)
+                .set_body_string("overloaded")
+                .set_delay(delay)
+        } else {
+            self.ok.clone().set_delay(delay)
+        }
+    }
+}
+
+impl Providers {
+    /// Every provider answers after a seeded random delay in `min..=max`, failing with
+    /// 503 in `fail_percent` of the requests.
+    pub async fn jittery(&self, seed: u64, min: Duration, max: Duration, fail_percent: u64) {
+        let jitter = |ok: ResponseTemplate, salt: u64| Jittery {
+            ok,
+            rng: std::sync::Mutex::new(Rng::new(seed ^ salt)),
+            min_ms: min.as_millis() as u64,
+            max_ms: max.as_millis() as u64,
+            fail_percent,
+        };
+        Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .respond_with(jitter(
+                ResponseTemplate::new(200).set_body_json(completion(ANALYSIS_TEXT)),
+                1,
+            ))
+            .mount(&self.mistral)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(jitter(
+                ResponseTemplate::new(200).set_body_json(gemini_completion(ANALYSIS_TEXT)),
+                2,
+            ))
+            .mount(&self.gemini)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(jitter(
+                ResponseTemplate::new(200).set_body_json(completion(METRICS_JSON)),
+                3,
+            ))
+            .mount(&self.groq)
+            .await;
+    }
+
+    /// Every provider answers 429 with `Retry-After: 1` (longer than the test
+    /// `max_delay_ms`, so keys go into cooldown).
+    pub async fn all_rate_limited(&self) {
+        for server in [&self.mistral, &self.gemini, &self.groq] {
+            Mock::given(method("POST"))
+                .respond_with(
+                    ResponseTemplate::new(429)
+                        .insert_header("retry-after", "1")
+                        .set_body_string("slow down"),
+                )
+                .mount(server)
+                .await;
+        }
+    }
+}
+
+/// Starts the real `daylog run` binary with exactly `env` (plus `PATH`); its stderr is
+/// appended to `log` so a failing test can show what the bot said.
+pub fn spawn_daylog(env: &HashMap<String, String>, log: &std::path::Path) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("bot log file");
+    Command::new(env!("CARGO_BIN_EXE_daylog"))
+        .arg("run")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("daylog starts")
+}
+
+/// The last `lines` lines of a file (for failure messages).
+pub fn tail(path: &std::path::Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Polls an async condition every 50 ms until it holds; panics with `what` after
+/// `limit` (a hang guard, not a performance bound: keep it generous).
+pub async fn wait_until<F, Fut>(what: &str, limit: Duration, cond: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
