@@ -222,14 +222,22 @@ const UNFINISHED_PENDING: &str =
 const UNFINISHED_REPLY: &str = "status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
      AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))";
 
-const LOG_COLUMNS: &str = "id, user_id, chat_id, message_id, text, created_at, status, analysis, \
-     metrics, attempts, next_attempt_at, replied_at";
+/// The columns of [`DayLog`], for queries that read whole logs.
+macro_rules! log_columns {
+    () => {
+        "id, user_id, chat_id, message_id, text, created_at, status, analysis, metrics, \
+         attempts, next_attempt_at, replied_at"
+    };
+}
+const LOG_COLUMNS: &str = log_columns!();
 
 /// `/history`: a user's last `?2` logs, newest first. Public so that tests can check
 /// its query plan (it must search the `day_logs_user_created` index).
-pub const HISTORY_SQL: &str = "SELECT id, user_id, chat_id, message_id, text, created_at, status, \
-     analysis, metrics, attempts, next_attempt_at, replied_at FROM day_logs WHERE user_id = ?1 \
-     ORDER BY created_at DESC, id DESC LIMIT ?2";
+pub const HISTORY_SQL: &str = concat!(
+    "SELECT ",
+    log_columns!(),
+    " FROM day_logs WHERE user_id = ?1 ORDER BY created_at DESC, id DESC LIMIT ?2"
+);
 
 /// `/stats` and the analysis context: per-day averages of a user from `?2` days ago on.
 /// Public so that tests can check its query plan.

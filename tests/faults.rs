@@ -487,13 +487,12 @@ async fn query_plan(pool: &SqlitePool, sql: &str, user: i64, n: i64) -> Vec<Stri
         .collect()
 }
 
-fn assert_searches_the_user_index(what: &str, plan: &[String]) {
+fn assert_searches_the_user_index(what: &str, index: &str, plan: &[String]) {
     let text = plan.join("\n");
     assert!(
         plan.iter()
-            .any(|s| s.starts_with("SEARCH day_logs USING")
-                && s.contains("INDEX day_logs_user_created")),
-        "{what} does not search day_logs_user_created:\n{text}"
+            .any(|s| s.starts_with("SEARCH day_logs USING") && s.contains(index)),
+        "{what} does not search {index}:\n{text}"
     );
     assert!(
         !plan.iter().any(|s| s.starts_with("SCAN day_logs")),
@@ -522,10 +521,15 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
     // Assert: the plans search the (user_id, created_at) index.
     for days in [30, 365] {
         let plan = query_plan(&pool, DAILY_METRICS_SQL, 77, days).await;
-        assert_searches_the_user_index(&format!("/stats {days}"), &plan);
+        // The covering (user_id, day, metrics…) index: no row, no JSON is read.
+        assert_searches_the_user_index(
+            &format!("/stats {days}"),
+            "COVERING INDEX day_logs_user_day",
+            &plan,
+        );
     }
     let plan = query_plan(&pool, HISTORY_SQL, 77, 10).await;
-    assert_searches_the_user_index("/history", &plan);
+    assert_searches_the_user_index("/history", "INDEX day_logs_user_created", &plan);
     assert!(
         !plan.iter().any(|s| s.contains("TEMP B-TREE")),
         "/history sorts instead of reading the index in order: {plan:?}"

@@ -93,7 +93,13 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "metrics",
             "attempts",
             "next_attempt_at",
-            "replied_at"
+            "replied_at",
+            // Added by the second migration: the non-defaulted metrics as columns.
+            "mood",
+            "stress",
+            "energy",
+            "productivity",
+            "sleep_hours"
         ])
     );
     assert_eq!(
@@ -372,7 +378,7 @@ async fn the_hot_queries_use_their_indexes() {
             .await;
     assert!(history.contains("day_logs_user_created"), "{history}");
     let stats = plan("SELECT * FROM daily_metrics WHERE user_id = 1 AND day >= '2026-01-01'").await;
-    assert!(stats.contains("day_logs_user_created"), "{stats}");
+    assert!(stats.contains("day_logs_user_day"), "{stats}");
     let due = plan(
         "SELECT id FROM day_logs WHERE status = 'pending' AND next_attempt_at <= datetime('now')",
     )
@@ -418,4 +424,33 @@ async fn results_of_an_old_text_are_not_stored_over_an_edit() {
             .await
             .expect("q")
     );
+}
+
+#[tokio::test]
+async fn metric_columns_follow_the_metrics_json() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let id = log(&db.store, 1, 1, "a").await.id();
+    store_analysis(
+        &db.store,
+        id,
+        "x",
+        r#"{"mood":4,"stress":2,"energy":3,"productivity":5,"sleep_hours":null,"defaulted":["energy","sleep_hours"]}"#,
+    )
+    .await
+    .expect("analysed");
+    let row: (
+        Option<f64>,
+        Option<f64>,
+        Option<f64>,
+        Option<f64>,
+        Option<f64>,
+    ) = sqlx::query_as(
+        "SELECT mood, stress, energy, productivity, sleep_hours FROM day_logs WHERE id = ?1",
+    )
+    .bind(id)
+    .fetch_one(db.store.read_pool())
+    .await
+    .expect("row");
+    assert_eq!(row, (Some(4.0), Some(2.0), None, Some(5.0), None));
 }
