@@ -135,8 +135,7 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
                     message: "is not set; put the token from @BotFather in .env, or try `daylog chat`, which needs none".to_owned(),
                 }));
             }
-            let store = open_store(&settings).await?;
-            crate::bot::run(settings, store).await?;
+            crate::bot::run(settings).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Chat { user } => {

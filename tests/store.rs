@@ -439,13 +439,14 @@ async fn metric_columns_follow_the_metrics_json() {
     )
     .await
     .expect("analysed");
-    let row: (
+    type Columns = (
         Option<f64>,
         Option<f64>,
         Option<f64>,
         Option<f64>,
         Option<f64>,
-    ) = sqlx::query_as(
+    );
+    let row: Columns = sqlx::query_as(
         "SELECT mood, stress, energy, productivity, sleep_hours FROM day_logs WHERE id = ?1",
     )
     .bind(id)

@@ -28,7 +28,6 @@ use crate::journal::{EntryError, Incoming, Journal, Messenger, Response, SendErr
 use crate::language::Language;
 use crate::llm::Llm;
 use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
-use crate::store::Store;
 use crate::texts::Texts;
 use crate::worker;
 
@@ -499,22 +498,18 @@ async fn register_commands<B: TgBot>(bot: &B) {
 }
 
 /// `daylog run`: the daemon, until SIGINT or SIGTERM.
-pub async fn run(settings: Settings, store: Store) -> anyhow::Result<()> {
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    // Listen for signals before anything else, so a SIGTERM during start-up (migrations,
+    // connecting) is a clean stop too rather than the default kill.
+    let stop = CancellationToken::new();
+    let signals = listen_for_signals(stop.clone());
+    let store = crate::cli::open_store(&settings).await?;
     let settings = Arc::new(settings);
     let client = crate::http_client().context("cannot build the HTTP client")?;
     let bot = build_bot(&settings, client.clone())?;
     let llm =
         Arc::new(Llm::with_client(&settings, client).context("cannot set up the LLM providers")?);
     let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
-    let stop = CancellationToken::new();
-    let signals = tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            wait_for_signal().await;
-            tracing::info!("stopping: no new updates, finishing work in hand");
-            stop.cancel();
-        }
-    });
     let served = if settings.telegram.throttle {
         serve(bot.throttle(Limits::default()), journal, stop).await
     } else {
@@ -630,26 +625,34 @@ async fn wait_for_telegram<B: TgBot>(bot: &B, stop: &CancellationToken) -> anyho
     }
 }
 
-/// Resolves on SIGINT or SIGTERM (teloxide's own handler knows only SIGINT).
-async fn wait_for_signal() {
+/// Cancels `stop` on SIGINT or SIGTERM (teloxide's own handler knows only SIGINT). On
+/// Unix the handlers are installed before this returns.
+fn listen_for_signals(stop: CancellationToken) -> tokio::task::JoinHandle<()> {
     #[cfg(unix)]
-    {
+    let signals = {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+        (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        )
+    };
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        match signals {
+            (Ok(mut interrupt), Ok(mut term)) => {
                 tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = interrupt.recv() => {}
                     _ = term.recv() => {}
                 }
             }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the bot");
+            (_, Err(error)) | (Err(error), _) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM/SIGINT; falling back to Ctrl-C only");
                 let _ = tokio::signal::ctrl_c().await;
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
+        #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
-    }
+        tracing::info!("stopping: no new updates, finishing work in hand");
+        stop.cancel();
+    })
 }
