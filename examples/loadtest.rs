@@ -63,6 +63,9 @@ const PRIMARY_MODEL: &str = "mistral-small-2506";
 enum ScenarioName {
     /// Providers at 0 ms, 50 chats × 20 logs.
     Healthy,
+    /// As `healthy`, but each user pauses `--think-ms` (default 200) before the next
+    /// log: the overhead below saturation (~250 logs/s offered).
+    Paced,
     /// Providers at 200 ms, 500 chats × 4 logs.
     Slow,
     /// mistral-small answers 503; run with cooldown on, then with cooldown off.
@@ -88,6 +91,9 @@ struct Args {
     /// Override the scenario's provider latency (ms).
     #[arg(long)]
     latency_ms: Option<u64>,
+    /// The pause of each user between a reply and their next log in `paced`.
+    #[arg(long, default_value_t = 200)]
+    think_ms: u64,
     /// Fraction of provider requests (any provider) that answer 503, spread evenly.
     #[arg(long, default_value_t = 0.0)]
     error_rate: f64,
@@ -120,6 +126,8 @@ struct Scenario {
     chats: usize,
     logs: usize,
     latency: Duration,
+    /// Pause of each chat between a reply and its next log (0: closed loop at full speed).
+    think: Duration,
     primary_down: bool,
     /// Extra environment for the bot.
     env: Vec<(String, String)>,
@@ -144,6 +152,7 @@ struct TgInner {
     plan: HashMap<i64, (i64, usize)>,
     chats_done: usize,
     chats_total: usize,
+    think: Duration,
     first_push: Option<Instant>,
     last_reply: Option<Instant>,
 }
@@ -184,9 +193,10 @@ impl FakeTelegram {
     }
 
     /// Queues the first log of every chat and plans the rest.
-    fn start_load(&self, chats: usize, logs: usize) {
+    fn start_load(&self, chats: usize, logs: usize, think: Duration) {
         let mut inner = lock(&self.inner);
         inner.chats_total = chats;
+        inner.think = think;
         inner.first_push = Some(Instant::now());
         for c in 0..chats {
             let chat = 1_000_000 + c as i64;
@@ -197,7 +207,7 @@ impl FakeTelegram {
         self.updates.notify_waiters();
     }
 
-    fn on_reply(&self, chat: i64, message_id: i64, analysed: bool) {
+    fn on_reply(self: &Arc<Self>, chat: i64, message_id: i64, analysed: bool) {
         let now = Instant::now();
         let mut inner = lock(&self.inner);
         // A log gets one reply; only the first counts (it is what the user waited for).
@@ -220,11 +230,21 @@ impl FakeTelegram {
             None => None,
         };
         let all_done = inner.chats_total > 0 && inner.chats_done == inner.chats_total;
+        let think = inner.think;
         if let Some(message_id) = next {
-            Self::push(&mut inner, chat, message_id);
+            if think.is_zero() {
+                Self::push(&mut inner, chat, message_id);
+            } else {
+                let fake = Arc::clone(self);
+                tokio::spawn(async move {
+                    tokio::time::sleep(think).await;
+                    Self::push(&mut lock(&fake.inner), chat, message_id);
+                    fake.updates.notify_waiters();
+                });
+            }
         }
         drop(inner);
-        if next.is_some() {
+        if next.is_some() && think.is_zero() {
             self.updates.notify_waiters();
         }
         if all_done {
@@ -592,6 +612,7 @@ struct Report {
     chats: usize,
     logs_per_chat: usize,
     latency_ms: u64,
+    think_ms: u64,
     logs: usize,
     analysed: usize,
     unanswered: usize,
@@ -741,7 +762,7 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let done = telegram.done.notified();
     tokio::pin!(done);
     done.as_mut().enable();
-    telegram.start_load(scenario.chats, scenario.logs);
+    telegram.start_load(scenario.chats, scenario.logs, scenario.think);
     let finished = tokio::time::timeout(Duration::from_secs(args.timeout_s), done)
         .await
         .is_ok();
@@ -754,23 +775,25 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     p_server.abort();
 
     let total = scenario.chats * scenario.logs;
-    let inner = lock(&telegram.inner);
-    let mut ttr = Vec::with_capacity(total);
-    let mut analysed = 0;
-    for (key, (replied, ok)) in &inner.replies {
-        if let Some(handed) = inner.handed.get(key) {
-            ttr.push(replied.saturating_duration_since(*handed).as_secs_f64() * 1000.0);
+    let (ttr, analysed, replies, elapsed) = {
+        let inner = lock(&telegram.inner);
+        let mut ttr = Vec::with_capacity(total);
+        let mut analysed = 0;
+        for (key, (replied, ok)) in &inner.replies {
+            if let Some(handed) = inner.handed.get(key) {
+                ttr.push(replied.saturating_duration_since(*handed).as_secs_f64() * 1000.0);
+            }
+            if *ok {
+                analysed += 1;
+            }
         }
-        if *ok {
-            analysed += 1;
-        }
-    }
-    let replies = inner.replies.len();
-    let elapsed = match (inner.first_push, inner.last_reply) {
-        (Some(a), Some(b)) => b.saturating_duration_since(a),
-        _ => Duration::ZERO,
+        let replies = inner.replies.len();
+        let elapsed = match (inner.first_push, inner.last_reply) {
+            (Some(a), Some(b)) => b.saturating_duration_since(a),
+            _ => Duration::ZERO,
+        };
+        (ttr, analysed, replies, elapsed)
     };
-    drop(inner);
     if !finished {
         eprintln!(
             "warning: {}: only {replies} of {total} logs answered within {} s",
@@ -811,6 +834,7 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         chats: scenario.chats,
         logs_per_chat: scenario.logs,
         latency_ms: scenario.latency.as_millis() as u64,
+        think_ms: scenario.think.as_millis() as u64,
         logs: replies,
         analysed,
         unanswered: total.saturating_sub(replies),
@@ -854,8 +878,8 @@ fn print_report(r: &Report) {
         )
     };
     println!(
-        "\n== {} — {} chats × {} logs, providers at {} ms, throttle off ==",
-        r.name, r.chats, r.logs_per_chat, r.latency_ms
+        "\n== {} — {} chats × {} logs, providers at {} ms, think {} ms, throttle off ==",
+        r.name, r.chats, r.logs_per_chat, r.latency_ms, r.think_ms
     );
     println!(
         "answered         {} of {} ({} with the analysis)",
@@ -902,12 +926,18 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         chats: args.chats.unwrap_or(chats),
         logs: args.logs.unwrap_or(logs),
         latency: Duration::from_millis(args.latency_ms.unwrap_or(latency_ms)),
+        think: Duration::ZERO,
         primary_down: false,
         env: Vec::new(),
     };
     let mut out = Vec::new();
     if wants(ScenarioName::Healthy) {
         out.push(sized("healthy", 50, 20, 0));
+    }
+    if wants(ScenarioName::Paced) {
+        let mut paced = sized("healthy, paced", 50, 20, 0);
+        paced.think = Duration::from_millis(args.think_ms);
+        out.push(paced);
     }
     if wants(ScenarioName::Slow) {
         out.push(sized("slow", 500, 4, 200));
