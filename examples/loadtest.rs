@@ -192,19 +192,33 @@ impl FakeTelegram {
         inner.queue.push_back((id, chat, message_id, json));
     }
 
-    /// Queues the first log of every chat and plans the rest.
-    fn start_load(&self, chats: usize, logs: usize, think: Duration) {
+    /// Queues the first log of every chat and plans the rest. Paced chats start spread
+    /// over one think time, so they do not arrive in lock-step bursts.
+    fn start_load(self: &Arc<Self>, chats: usize, logs: usize, think: Duration) {
         let mut inner = lock(&self.inner);
         inner.chats_total = chats;
         inner.think = think;
         inner.first_push = Some(Instant::now());
         for c in 0..chats {
             let chat = 1_000_000 + c as i64;
-            Self::push(&mut inner, chat, 1);
             inner.plan.insert(chat, (2, logs.saturating_sub(1)));
+            if think.is_zero() {
+                Self::push(&mut inner, chat, 1);
+            } else {
+                self.push_later(chat, 1, think.mul_f64(c as f64 / chats as f64));
+            }
         }
         drop(inner);
         self.updates.notify_waiters();
+    }
+
+    fn push_later(self: &Arc<Self>, chat: i64, message_id: i64, after: Duration) {
+        let fake = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            Self::push(&mut lock(&fake.inner), chat, message_id);
+            fake.updates.notify_waiters();
+        });
     }
 
     fn on_reply(self: &Arc<Self>, chat: i64, message_id: i64, analysed: bool) {
@@ -235,12 +249,12 @@ impl FakeTelegram {
             if think.is_zero() {
                 Self::push(&mut inner, chat, message_id);
             } else {
-                let fake = Arc::clone(self);
-                tokio::spawn(async move {
-                    tokio::time::sleep(think).await;
-                    Self::push(&mut lock(&fake.inner), chat, message_id);
-                    fake.updates.notify_waiters();
-                });
+                // Users do not type in step: the pause varies 0.5–1.5× per log.
+                self.push_later(
+                    chat,
+                    message_id,
+                    think.mul_f64(0.5 + spread(chat, message_id)),
+                );
             }
         }
         drop(inner);
@@ -251,6 +265,15 @@ impl FakeTelegram {
             self.done.notify_waiters();
         }
     }
+}
+
+/// A repeatable pseudo-random number in [0, 1) for one log (splitmix64).
+fn spread(chat: i64, message_id: i64) -> f64 {
+    let mut z = (chat as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ message_id as u64;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 fn update_json(update_id: i64, chat: i64, message_id: i64) -> String {
@@ -961,8 +984,13 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         off.env = retry;
         off.env
             .push(("DAYLOG__COOLDOWN__DURATION_MS".to_owned(), "0".to_owned()));
-        out.push(on);
-        out.push(off);
+        let mut on_paced = on.clone();
+        on_paced.name = "failover, cooldown on, paced".to_owned();
+        on_paced.think = Duration::from_millis(args.think_ms);
+        let mut off_paced = off.clone();
+        off_paced.name = "failover, cooldown off, paced".to_owned();
+        off_paced.think = Duration::from_millis(args.think_ms);
+        out.extend([on, off, on_paced, off_paced]);
     }
     out
 }
@@ -1027,16 +1055,19 @@ async fn main() -> anyhow::Result<()> {
             r.db_bytes_per_1000
         );
     }
-    let on = reports.iter().find(|r| r.name == "failover, cooldown on");
-    let off = reports.iter().find(|r| r.name == "failover, cooldown off");
-    if let (Some(on), Some(off)) = (on, off) {
-        println!(
-            "\nfailover: p50 time to reply {:.2} ms with cooldown, {:.2} ms without: {:.0}× better (retry.min_delay_ms = {})",
-            on.ttr_ms[0],
-            off.ttr_ms[0],
-            off.ttr_ms[0] / on.ttr_ms[0].max(1e-6),
-            args.failover_min_delay_ms
-        );
+    for suffix in ["", ", paced"] {
+        let find = |name: String| reports.iter().find(|r| r.name == name);
+        let on = find(format!("failover, cooldown on{suffix}"));
+        let off = find(format!("failover, cooldown off{suffix}"));
+        if let (Some(on), Some(off)) = (on, off) {
+            println!(
+                "\nfailover{suffix}: p50 time to reply {:.2} ms with cooldown, {:.2} ms without: {:.0}× better (retry.min_delay_ms = {})",
+                on.ttr_ms[0],
+                off.ttr_ms[0],
+                off.ttr_ms[0] / on.ttr_ms[0].max(1e-6),
+                args.failover_min_delay_ms
+            );
+        }
     }
     Ok(())
 }
