@@ -185,13 +185,13 @@ impl Store {
         let display = database_path(url)?
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| url.to_owned());
-        if let Some(path) = database_path(url)? {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
-                    path: dir.display().to_string(),
-                    source,
-                })?;
-            }
+        if let Some(path) = database_path(url)?
+            && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                path: dir.display().to_string(),
+                source,
+            })?;
         }
         let options = connect_options(url, busy_timeout)?.create_if_missing(true);
         let open_err = |source| StoreError::Open {
@@ -697,12 +697,12 @@ impl AttemptSink for CallSink {
 /// Opens a database for `daylog sql`: read-only at the file level (`mode=ro`) and at the
 /// connection level (`PRAGMA query_only`). A missing file is an error, never a new file.
 pub async fn open_read_only(url: &str, busy_timeout: Duration) -> Result<SqlitePool, StoreError> {
-    if let Some(path) = database_path(url)? {
-        if !Path::new(&path).exists() {
-            return Err(StoreError::Missing {
-                path: path.display().to_string(),
-            });
-        }
+    if let Some(path) = database_path(url)?
+        && !Path::new(&path).exists()
+    {
+        return Err(StoreError::Missing {
+            path: path.display().to_string(),
+        });
     }
     let options = SqliteConnectOptions::from_str(url)
         .map_err(|source| StoreError::Open {
