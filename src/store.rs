@@ -293,8 +293,14 @@ impl Store {
             path: display.clone(),
             source,
         };
+        // `test_before_acquire` pings a connection before every query: a round trip to
+        // sqlx's per-connection thread that guards against dropped network connections,
+        // which an embedded SQLite file does not have. Off, every query saves two thread
+        // hand-offs (see BENCHMARKS.md); a broken connection still fails its query, and
+        // sqlx still checks each connection when it goes back to the pool.
         let write = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await
             .map_err(open_err)?;
@@ -309,6 +315,7 @@ impl Store {
                 .read_only(true);
             SqlitePoolOptions::new()
                 .max_connections(4)
+                .test_before_acquire(false)
                 .connect_with(read_options)
                 .await
                 .map_err(open_err)?
