@@ -197,8 +197,8 @@ impl Journal {
             })
             .await
             .map_err(EntryError::NotSaved)?;
-        let id = match inserted {
-            Inserted::New(id) => id,
+        let log = match inserted {
+            Inserted::New(log) => *log,
             Inserted::Duplicate(id) => {
                 // A re-delivered update: the first delivery (or the worker) answers.
                 tracing::debug!(log_id = id, "duplicate update ignored");
@@ -206,13 +206,13 @@ impl Journal {
             }
         };
         tracing::info!(
-            log_id = id,
+            log_id = log.id,
             user_id = msg.user_id,
             chars = msg.text.chars().count(),
             "day log stored"
         );
         Ok(self
-            .analyse_and_answer(messenger, id, user.language(), false, claim)
+            .analyse_and_answer(messenger, log, user.language(), false, claim)
             .await?)
     }
 
@@ -222,7 +222,7 @@ impl Journal {
         messenger: &M,
         msg: Incoming,
     ) -> Result<(), EntryError> {
-        let Some(id) = self
+        let Some(log) = self
             .store
             .update_text(msg.chat_id, msg.message_id, &msg.text)
             .await
@@ -230,7 +230,7 @@ impl Journal {
         else {
             return self.on_text(messenger, msg).await;
         };
-        tracing::info!(log_id = id, "day log edited");
+        tracing::info!(log_id = log.id, "day log edited");
         let Some(claim) = self.claim(msg.chat_id, msg.message_id) else {
             // An analysis of the old text is running: its result will not be stored
             // (the text changed), and the worker analyses the new text after it.
@@ -238,21 +238,19 @@ impl Journal {
         };
         let language = self.language_of(msg.user_id).await;
         Ok(self
-            .analyse_and_answer(messenger, id, language, false, claim)
+            .analyse_and_answer(messenger, log, language, false, claim)
             .await?)
     }
 
     async fn analyse_and_answer<M: Messenger>(
         &self,
         messenger: &M,
-        id: i64,
+        log: DayLog,
         language: Language,
         late: bool,
         _claim: Claim,
     ) -> Result<(), StoreError> {
-        let Some(log) = self.store.log(id).await? else {
-            return Ok(());
-        };
+        let id = log.id;
         let target = Target {
             chat_id: log.chat_id,
             reply_to: Some(log.message_id),
@@ -475,7 +473,7 @@ impl Journal {
                     }
                     return Ok(());
                 }
-                self.analyse_and_answer(messenger, log.id, language, true, claim)
+                self.analyse_and_answer(messenger, log, language, true, claim)
                     .await
             }
             Unfinished::Reply => {

@@ -168,17 +168,19 @@ pub struct NewLog<'a> {
 }
 
 /// Result of an idempotent insert.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Inserted {
-    New(i64),
+    /// The new row, as stored (so the caller does not read it back).
+    New(Box<DayLog>),
     /// The same `(chat_id, message_id)` was stored before: a re-delivered update.
     Duplicate(i64),
 }
 
 impl Inserted {
-    pub fn id(self) -> i64 {
+    pub fn id(&self) -> i64 {
         match self {
-            Self::New(id) | Self::Duplicate(id) => id,
+            Self::New(log) => log.id,
+            Self::Duplicate(id) => *id,
         }
     }
 }
@@ -450,33 +452,31 @@ impl Store {
     /// Stores a log as pending, or finds the one stored for the same message before.
     pub async fn insert_log(&self, log: &NewLog<'_>) -> Result<Inserted, StoreError> {
         retry_busy("insert_log", || async {
-            let mut tx = self.write.begin().await?;
-            let inserted: Option<i64> = sqlx::query_scalar(
+            // One statement, so no transaction: the hot path is a single round trip.
+            let inserted: Option<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at)
-             VALUES (?1, ?2, ?3, ?4, datetime('now'))
-             ON CONFLICT (chat_id, message_id) DO NOTHING
-             RETURNING id",
-            )
+                 VALUES (?1, ?2, ?3, ?4, datetime('now'))
+                 ON CONFLICT (chat_id, message_id) DO NOTHING
+                 RETURNING {LOG_COLUMNS}"
+            ))
             .bind(log.user_id)
             .bind(log.chat_id)
             .bind(log.message_id)
             .bind(log.text)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&self.write)
             .await?;
-            let result = match inserted {
-                Some(id) => Inserted::New(id),
+            Ok(match inserted {
+                Some(row) => Inserted::New(Box::new(row)),
                 None => Inserted::Duplicate(
                     sqlx::query_scalar(
                         "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
                     )
                     .bind(log.chat_id)
                     .bind(log.message_id)
-                    .fetch_one(&mut *tx)
+                    .fetch_one(&self.write)
                     .await?,
                 ),
-            };
-            tx.commit().await?;
-            Ok(result)
+            })
         })
         .await
     }
@@ -491,25 +491,25 @@ impl Store {
     }
 
     /// An edited message: new text, and the log goes back to pending to be analysed again.
-    /// Returns the log's id, or `None` when the message was never stored.
+    /// Returns the updated log, or `None` when the message was never stored.
     pub async fn update_text(
         &self,
         chat_id: i64,
         message_id: i64,
         text: &str,
-    ) -> Result<Option<i64>, StoreError> {
+    ) -> Result<Option<DayLog>, StoreError> {
         retry_busy("update_text", || async {
-            Ok(sqlx::query_scalar(
-            "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
-                 attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL
-             WHERE chat_id = ?1 AND message_id = ?2
-             RETURNING id",
-        )
-        .bind(chat_id)
-        .bind(message_id)
-        .bind(text)
-        .fetch_optional(&self.write)
-        .await?)
+            Ok(sqlx::query_as(&format!(
+                "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
+                     attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL
+                 WHERE chat_id = ?1 AND message_id = ?2
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(chat_id)
+            .bind(message_id)
+            .bind(text)
+            .fetch_optional(&self.write)
+            .await?)
         })
         .await
     }
@@ -764,11 +764,13 @@ impl Store {
         before_id: i64,
         limit: i64,
     ) -> Result<Vec<String>, StoreError> {
+        // Newest first through (user_id, created_at), so SQLite stops after `limit` hits
+        // instead of reading the user's whole history.
         Ok(sqlx::query_scalar(
             "SELECT json_extract(metrics, '$.summary') FROM day_logs
              WHERE user_id = ?1 AND id < ?2 AND metrics IS NOT NULL
                AND coalesce(json_extract(metrics, '$.summary'), '') <> ''
-             ORDER BY id DESC LIMIT ?3",
+             ORDER BY created_at DESC, id DESC LIMIT ?3",
         )
         .bind(user_id)
         .bind(before_id)

@@ -345,7 +345,7 @@ async fn an_edit_sends_the_log_back_to_pending() {
     db.store.mark_replied(id).await.expect("replied");
 
     let edited = db.store.update_text(1, 7, "fixed").await.expect("update");
-    assert_eq!(edited, Some(id));
+    assert_eq!(edited.map(|l| l.id), Some(id));
     let stored = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(stored.text, "fixed");
     assert_eq!(stored.status, LogStatus::Pending);
