@@ -251,6 +251,7 @@ pub const DAILY_METRICS_SQL: &str = "SELECT day, mood, stress, energy, productiv
 pub struct Store {
     read: SqlitePool,
     write: SqlitePool,
+    calls: CallRecorder,
 }
 
 /// The file behind a `sqlite:` URL, or `None` for an in-memory database.
@@ -322,7 +323,8 @@ impl Store {
                 .await
                 .map_err(open_err)?
         };
-        Ok(Self { read, write })
+        let calls = CallRecorder::spawn(write.clone());
+        Ok(Self { read, write, calls })
     }
 
     /// Opens and brings the schema up to date. Refuses a database from a newer daylog.
@@ -386,6 +388,7 @@ impl Store {
     }
 
     pub async fn close(&self) {
+        self.calls.flush().await;
         self.write.close().await;
         self.read.close().await;
     }
@@ -786,34 +789,21 @@ impl Store {
         day_log_id: Option<i64>,
         attempt: &Attempt,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO llm_calls (day_log_id, task, provider, model, key_index, attempt,
-                 http_status, outcome, latency_ms, wait_ms, error)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )
-        .bind(day_log_id)
-        .bind(attempt.task.as_str())
-        .bind(&attempt.provider)
-        .bind(&attempt.model)
-        .bind(attempt.key_index.map(|i| i as i64))
-        .bind(i64::from(attempt.attempt))
-        .bind(attempt.http_status.map(i64::from))
-        .bind(attempt.outcome.as_str())
-        .bind(attempt.latency_ms as i64)
-        .bind(attempt.wait_ms as i64)
-        .bind(attempt.error.as_deref())
-        .execute(&self.write)
-        .await?;
-        Ok(())
+        insert_calls(&self.write, &[(day_log_id, attempt.clone())]).await
     }
 
     /// A sink for the cascade that records each attempt against one log. Recording runs
     /// in the background so the cascade never waits on the database.
     pub fn call_sink(&self, day_log_id: Option<i64>) -> CallSink {
         CallSink {
-            store: self.clone(),
+            calls: self.calls.clone(),
             day_log_id,
         }
+    }
+
+    /// Waits until every LLM call recorded so far through a [`CallSink`] is written.
+    pub async fn flush_calls(&self) {
+        self.calls.flush().await;
     }
 
     /// The connection pool for read-only ad-hoc queries by the owner (`daylog sql` opens
@@ -825,20 +815,107 @@ impl Store {
 
 /// Records attempts of one log's cascade into `llm_calls`.
 pub struct CallSink {
-    store: Store,
+    calls: CallRecorder,
     day_log_id: Option<i64>,
 }
 
 impl AttemptSink for CallSink {
     fn record(&self, attempt: Attempt) {
-        let store = self.store.clone();
-        let day_log_id = self.day_log_id;
+        self.calls.send(Recorded::Call(self.day_log_id, attempt));
+    }
+}
+
+/// Most `llm_calls` rows written in one statement.
+const CALL_BATCH: usize = 200;
+
+enum Recorded {
+    Call(Option<i64>, Attempt),
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Writes `llm_calls` in the background, many rows per statement: two or more calls per
+/// log would otherwise be as many separate writes on the one writer connection.
+#[derive(Clone, Debug)]
+struct CallRecorder {
+    queue: tokio::sync::mpsc::UnboundedSender<Recorded>,
+}
+
+impl CallRecorder {
+    /// Starts the writer task; it ends when the last [`Store`] clone is dropped.
+    fn spawn(write: SqlitePool) -> Self {
+        let (queue, mut incoming) = tokio::sync::mpsc::unbounded_channel::<Recorded>();
         tokio::spawn(async move {
-            if let Err(error) = store.record_call(day_log_id, &attempt).await {
-                tracing::warn!(%error, day_log_id, provider = %attempt.provider, "could not record an LLM call");
+            while let Some(first) = incoming.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < CALL_BATCH {
+                    match incoming.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
+                let mut calls = Vec::with_capacity(batch.len());
+                let mut flushes = Vec::new();
+                for item in batch {
+                    match item {
+                        Recorded::Call(log, attempt) => calls.push((log, attempt)),
+                        Recorded::Flush(done) => flushes.push(done),
+                    }
+                }
+                if !calls.is_empty() && insert_calls(&write, &calls).await.is_err() {
+                    // One bad row (its log deleted meanwhile) must not lose the others.
+                    for call in &calls {
+                        if let Err(error) = insert_calls(&write, std::slice::from_ref(call)).await {
+                            tracing::warn!(%error, day_log_id = call.0, "could not record an LLM call");
+                        }
+                    }
+                }
+                for done in flushes {
+                    let _ = done.send(());
+                }
             }
         });
+        Self { queue }
     }
+
+    fn send(&self, item: Recorded) {
+        if self.queue.send(item).is_err() {
+            tracing::warn!("the LLM call recorder has stopped; a call was not recorded");
+        }
+    }
+
+    async fn flush(&self) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.send(Recorded::Flush(done));
+        let _ = wait.await;
+    }
+}
+
+async fn insert_calls(
+    write: &SqlitePool,
+    calls: &[(Option<i64>, Attempt)],
+) -> Result<(), StoreError> {
+    retry_busy("record_calls", || async {
+        let mut insert = sqlx::QueryBuilder::new(
+            "INSERT INTO llm_calls (day_log_id, task, provider, model, key_index, attempt,
+                 http_status, outcome, latency_ms, wait_ms, error) ",
+        );
+        insert.push_values(calls, |mut row, (log, attempt)| {
+            row.push_bind(*log)
+                .push_bind(attempt.task.as_str())
+                .push_bind(attempt.provider.clone())
+                .push_bind(attempt.model.clone())
+                .push_bind(attempt.key_index.map(|i| i as i64))
+                .push_bind(i64::from(attempt.attempt))
+                .push_bind(attempt.http_status.map(i64::from))
+                .push_bind(attempt.outcome.as_str())
+                .push_bind(attempt.latency_ms as i64)
+                .push_bind(attempt.wait_ms as i64)
+                .push_bind(attempt.error.clone());
+        });
+        insert.build().execute(write).await?;
+        Ok(())
+    })
+    .await
 }
 
 /// Opens a database for `daylog sql`: read-only at the file level (`mode=ro`) and at the

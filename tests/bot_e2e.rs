@@ -78,6 +78,7 @@ async fn a_day_log_is_stored_analysed_and_answered_as_a_reply() {
             == 1
     })
     .await;
+    app.store.flush_calls().await;
     let ok_calls = app
         .count("SELECT count(*) FROM llm_calls WHERE outcome = 'ok'")
         .await;
