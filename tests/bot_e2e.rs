@@ -92,14 +92,7 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cond().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not reached in time"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    support::wait_until("the condition", WAIT, cond).await;
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use daylog::llm::{ChatRequest, Llm, Outcome, Task};
 use serde_json::{Value, json};
 use support::llm::*;
 use wiremock::matchers::{header, method, path};
-use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+use wiremock::{Mock, MockServer, Request};
 
 const SECRET: &str = "sk-live-SECRET-0123456789";
 
@@ -242,57 +242,6 @@ async fn anthropic_overloaded_529_is_retried() {
 }
 
 #[tokio::test]
-async fn keys_never_reach_logs_errors_or_debug_output() {
-    // Arrange: a provider that echoes the key back in its error body, then fails hard.
-    let logs = LogCapture::default();
-    let _guard = logs.install();
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(
-            ResponseTemplate::new(401)
-                .set_body_string(format!("{{\"message\":\"invalid api key {SECRET}\"}}")),
-        )
-        .mount(&server)
-        .await;
-    let toml = one_step("openai", &server.uri(), "m1");
-    let settings = settings(&toml, &[("P_API_KEY", SECRET)]);
-    let llm = Llm::new(&settings).unwrap();
-    let sink = RecordingSink::default();
-
-    // Act
-    let err = llm
-        .run(Task::Analysis, &request(false), &sink)
-        .await
-        .unwrap_err();
-    let ping = llm.ping("p").await.unwrap_err();
-
-    // Assert
-    let texts = [
-        logs.text(),
-        err.to_string(),
-        format!("{err:?}"),
-        format!("{llm:?}"),
-        format!("{settings:?}"),
-        ping.to_string(),
-        format!("{ping:?}"),
-        format!("{:?}", sink.attempts()),
-    ];
-    for text in &texts {
-        assert!(!text.contains(SECRET), "key leaked: {text}");
-    }
-    assert!(logs.text().contains("key_index"), "{}", logs.text());
-    assert!(
-        logs.text().contains("<redacted>"),
-        "the echoed key was replaced"
-    );
-    assert!(
-        !logs.text().contains("My day was fine"),
-        "no user text in logs"
-    );
-    assert!(ping.is_bad_key());
-}
-
-#[tokio::test]
 async fn ping_uses_the_first_key_and_model() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
@@ -309,21 +258,4 @@ async fn ping_uses_the_first_key_and_model() {
     let no_key = Llm::new(&settings(&toml, &[])).unwrap();
     let err = no_key.ping("p").await.unwrap_err();
     assert!(err.to_string().contains("P_API_KEY"), "{err}");
-}
-
-#[tokio::test]
-async fn a_provider_without_keys_is_warned_about_once_at_start_up() {
-    let logs = LogCapture::default();
-    let _guard = logs.install();
-    let toml = one_step("openai", "http://127.0.0.1:9/v1", "m1");
-
-    let _llm = Llm::new(&settings(&toml, &[])).unwrap();
-
-    let text = logs.text();
-    assert_eq!(
-        text.matches("no API key").count(),
-        3,
-        "p, groq and mistral: {text}"
-    );
-    assert!(text.contains("P_API_KEY"));
 }

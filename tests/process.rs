@@ -11,17 +11,10 @@ use std::time::Duration;
 use support::telegram::text_update;
 use support::{ANALYSIS_TEXT, FakeTelegram, Providers, test_env};
 
+/// The real binary; its stderr goes to a log file in the temp folder.
 fn spawn_bot(env: &std::collections::HashMap<String, String>) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_daylog"))
-        .arg("run")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("daylog starts")
+    let log = std::env::temp_dir().join(format!("daylog-process-{}.log", std::process::id()));
+    support::spawn_daylog(env, &log)
 }
 
 fn signal(child: &Child, name: &str) {

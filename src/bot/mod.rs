@@ -281,12 +281,7 @@ async fn on_unknown_command<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
 ) -> HandlerResult {
-    let language = match sender_id(&msg) {
-        Some(id) => journal.language_of(id).await,
-        None => return Ok(()),
-    };
-    let reply = Reply::new().text(Texts(language).unknown_command());
-    send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
+    answer_in_language(&msg, &journal, &messenger, Texts::unknown_command).await;
     Ok(())
 }
 
@@ -372,13 +367,23 @@ async fn on_other<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
 ) -> HandlerResult {
-    let language = match sender_id(&msg) {
-        Some(id) => journal.language_of(id).await,
-        None => return Ok(()),
-    };
-    let reply = Reply::new().text(Texts(language).only_text());
-    send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
+    answer_in_language(&msg, &journal, &messenger, Texts::only_text).await;
     Ok(())
+}
+
+/// Answers `msg` with one sentence in the sender's stored language.
+async fn answer_in_language<B: TgBot>(
+    msg: &Message,
+    journal: &Journal,
+    messenger: &Telegram<B>,
+    sentence: fn(Texts) -> &'static str,
+) {
+    let Some(id) = sender_id(msg) else {
+        return;
+    };
+    let language = journal.language_of(id).await;
+    let reply = Reply::new().text(sentence(Texts(language)));
+    send_logged(messenger, msg, vec![Response::Text(reply)]).await;
 }
 
 async fn on_command<B: TgBot>(

@@ -116,14 +116,27 @@ impl LogCapture {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 
-    /// Installs the capture for this thread (a `#[tokio::test]` runs on one thread).
-    pub fn install(&self) -> tracing::subscriber::DefaultGuard {
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(self.clone())
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_default(subscriber)
+    pub fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+
+    /// The process-wide capture: installed as the global subscriber on first use. Use it
+    /// in a test binary of its own, with one test, so no other test writes to it.
+    pub fn install_global() -> Self {
+        static GLOBAL: std::sync::OnceLock<LogCapture> = std::sync::OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                let capture = LogCapture::default();
+                let subscriber = tracing_subscriber::fmt()
+                    .with_writer(capture.clone())
+                    .with_max_level(tracing::Level::TRACE)
+                    .with_ansi(false)
+                    .finish();
+                tracing::subscriber::set_global_default(subscriber)
+                    .expect("no other global subscriber in this test binary");
+                capture
+            })
+            .clone()
     }
 }
 

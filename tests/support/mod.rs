@@ -7,6 +7,7 @@
 // covers only `#[test]` functions, not the helpers they share.
 #![expect(clippy::expect_used)]
 
+pub mod fill;
 pub mod llm;
 pub mod telegram;
 

@@ -1,0 +1,95 @@
+//! What the LLM layer writes to the log, captured by a process-wide subscriber. This is
+//! its own test binary with a single test: a thread-local capture shares callsite
+//! interest with concurrently running tests and can miss events at random, which would
+//! let these assertions pass (or fail) by luck.
+
+mod support;
+
+use daylog::llm::{ChatRequest, Llm, Task};
+use support::llm::*;
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const SECRET: &str = "sk-live-SECRET-0123456789";
+
+fn request(json: bool) -> ChatRequest {
+    ChatRequest {
+        system: "System prompt.".into(),
+        user: "My day was fine.".into(),
+        json,
+    }
+}
+
+fn one_step(kind: &str, base_url: &str, model: &str) -> String {
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("p", kind, base_url));
+    toml.push_str(&analysis_steps(&[("p", model)]));
+    toml
+}
+
+#[tokio::test]
+async fn logs_name_missing_keys_once_and_never_show_a_key_or_user_text() {
+    let logs = LogCapture::install_global();
+
+    // A provider without keys is warned about once, at start-up.
+    logs.clear();
+    let toml = one_step("openai", "http://127.0.0.1:9/v1", "m1");
+
+    let _llm = Llm::new(&settings(&toml, &[])).unwrap();
+
+    let text = logs.text();
+    assert_eq!(
+        text.matches("no API key").count(),
+        3,
+        "p, groq and mistral: {text}"
+    );
+    assert!(text.contains("P_API_KEY"));
+
+    // Keys never reach logs, errors or Debug output.
+    logs.clear();
+    // Arrange: a provider that echoes the key back in its error body, then fails hard.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(401)
+                .set_body_string(format!("{{\"message\":\"invalid api key {SECRET}\"}}")),
+        )
+        .mount(&server)
+        .await;
+    let toml = one_step("openai", &server.uri(), "m1");
+    let settings = settings(&toml, &[("P_API_KEY", SECRET)]);
+    let llm = Llm::new(&settings).unwrap();
+    let sink = RecordingSink::default();
+
+    // Act
+    let err = llm
+        .run(Task::Analysis, &request(false), &sink)
+        .await
+        .unwrap_err();
+    let ping = llm.ping("p").await.unwrap_err();
+
+    // Assert
+    let texts = [
+        logs.text(),
+        err.to_string(),
+        format!("{err:?}"),
+        format!("{llm:?}"),
+        format!("{settings:?}"),
+        ping.to_string(),
+        format!("{ping:?}"),
+        format!("{:?}", sink.attempts()),
+    ];
+    for text in &texts {
+        assert!(!text.contains(SECRET), "key leaked: {text}");
+    }
+    assert!(logs.text().contains("key_index"), "{}", logs.text());
+    assert!(
+        logs.text().contains("<redacted>"),
+        "the echoed key was replaced"
+    );
+    assert!(
+        !logs.text().contains("My day was fine"),
+        "no user text in logs"
+    );
+    assert!(ping.is_bad_key());
+}
