@@ -443,7 +443,7 @@ impl<'a> TaskRun<'a> {
             ),
             Outcome::BadKey => tracing::warn!(
                 task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
-                %outcome, latency_ms, error = ?error, "llm key refused; check this key"
+                %outcome, latency_ms, "llm key refused; check this key"
             ),
             Outcome::SkippedCooldown | Outcome::Cancelled => tracing::debug!(
                 task, %provider, %model, key_index = ?key, %outcome, error = ?error,
@@ -451,8 +451,16 @@ impl<'a> TaskRun<'a> {
             ),
             _ => tracing::info!(
                 task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
-                %outcome, latency_ms, wait_ms, error = ?error, "llm attempt failed"
+                %outcome, latency_ms, wait_ms, "llm attempt failed"
             ),
+        }
+        // A provider's error body can quote the request back, user text included: it
+        // goes to `llm_calls.error` and, below info, to the log.
+        if !matches!(
+            outcome,
+            Outcome::Ok | Outcome::SkippedCooldown | Outcome::Cancelled
+        ) {
+            tracing::debug!(task, %provider, %model, key_index = ?key, error = ?error, "llm attempt error");
         }
         self.sink.record(Attempt {
             task: self.task,

@@ -65,8 +65,17 @@ impl Backoff {
     /// The wait before the next attempt, at least `retry_after`; `None` once the attempt
     /// budget is spent (a `Retry-After` never buys an extra attempt).
     pub fn next_wait(&mut self, retry_after: Option<Duration>) -> Option<Duration> {
-        // backon's jitter adds up to one more delay on top; the cap still holds.
-        let wait = self.inner.next()?.min(self.max_delay);
+        // backon's jitter adds up to one more delay on top. Clamping that to the cap
+        // would give every wait at the cap the same length, so many requests waiting
+        // there would wake together: past the cap, the overshoot picks a point in the
+        // top quarter below it instead.
+        let jittered = self.inner.next()?;
+        let wait = if jittered > self.max_delay && !self.max_delay.is_zero() {
+            let over = (jittered - self.max_delay).as_secs_f64() / self.max_delay.as_secs_f64();
+            self.max_delay.mul_f64(1.0 - 0.25 * over.fract())
+        } else {
+            jittered
+        };
         Some(retry_after.map_or(wait, |ra| wait.max(ra)))
     }
 }
@@ -101,12 +110,27 @@ mod tests {
             let mut b = policy(6, 100, 1000).backoff();
             let waits: Vec<Duration> = std::iter::from_fn(|| b.next_wait(None)).collect();
             assert_eq!(waits.len(), 5);
-            let floors = [100, 200, 400, 800, 1000];
+            let floors = [100, 200, 400, 750, 750];
             for (w, floor) in waits.iter().zip(floors) {
                 assert!(*w >= Duration::from_millis(floor), "{waits:?}");
                 assert!(*w <= Duration::from_millis(1000), "{waits:?}");
             }
             assert!(waits[0] < Duration::from_millis(200), "{waits:?}");
+        }
+    }
+
+    #[test]
+    fn waits_at_the_cap_are_still_spread() {
+        // min = max, as in the gemini-claude example: every wait is at the cap.
+        let waits: std::collections::HashSet<Duration> = (0..20)
+            .filter_map(|_| policy(2, 2000, 2000).backoff().next_wait(None))
+            .collect();
+        assert!(waits.len() > 1, "no jitter at the cap: {waits:?}");
+        for w in &waits {
+            assert!(
+                *w > Duration::from_millis(1500) && *w <= Duration::from_millis(2000),
+                "{w:?}"
+            );
         }
     }
 
