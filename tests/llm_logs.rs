@@ -5,27 +5,10 @@
 
 mod support;
 
-use daylog::llm::{ChatRequest, Llm, Task};
+use daylog::llm::{Llm, Task};
 use support::llm::*;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
-
-const SECRET: &str = "sk-live-SECRET-0123456789";
-
-fn request(json: bool) -> ChatRequest {
-    ChatRequest {
-        system: "System prompt.".into(),
-        user: "My day was fine.".into(),
-        json,
-    }
-}
-
-fn one_step(kind: &str, base_url: &str, model: &str) -> String {
-    let mut toml = FAST_RETRY.to_owned();
-    toml.push_str(&provider("p", kind, base_url));
-    toml.push_str(&analysis_steps(&[("p", model)]));
-    toml
-}
 
 #[tokio::test]
 async fn logs_name_missing_keys_once_and_never_show_a_key_or_user_text() {

@@ -8,28 +8,11 @@
 
 mod support;
 
-use daylog::llm::{ChatRequest, Llm, Outcome, Task};
+use daylog::llm::{Llm, Outcome, Task};
 use serde_json::{Value, json};
 use support::llm::*;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, Request};
-
-const SECRET: &str = "sk-live-SECRET-0123456789";
-
-fn request(json: bool) -> ChatRequest {
-    ChatRequest {
-        system: "System prompt.".into(),
-        user: "My day was fine.".into(),
-        json,
-    }
-}
-
-fn one_step(kind: &str, base_url: &str, model: &str) -> String {
-    let mut toml = FAST_RETRY.to_owned();
-    toml.push_str(&provider("p", kind, base_url));
-    toml.push_str(&analysis_steps(&[("p", model)]));
-    toml
-}
 
 async fn only_request(server: &MockServer) -> Request {
     let mut received = server.received_requests().await.expect("recording on");

@@ -31,6 +31,26 @@ duration_ms = 60000
 failures_to_trip = 3
 ";
 
+/// A key that must never show up anywhere but a request header.
+pub const SECRET: &str = "sk-live-SECRET-0123456789";
+
+/// A small request; `json` asks for JSON mode.
+pub fn request(json: bool) -> daylog::llm::ChatRequest {
+    daylog::llm::ChatRequest {
+        system: "System prompt.".into(),
+        user: "My day was fine.".into(),
+        json,
+    }
+}
+
+/// One provider named `p` of `kind` at `base_url`, one analysis step with `model`.
+pub fn one_step(kind: &str, base_url: &str, model: &str) -> String {
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("p", kind, base_url));
+    toml.push_str(&analysis_steps(&[("p", model)]));
+    toml
+}
+
 /// A recorded provider reply from `tests/fixtures/`.
 pub fn fixture(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
