@@ -463,7 +463,9 @@ impl Journal {
                         age_h = age.as_secs() / 3600,
                         "giving up on a pending log"
                     );
-                    self.store.mark_failed(log.id).await?;
+                    if !self.store.mark_failed(log.id, &log.text).await? {
+                        return Ok(()); // edited meanwhile: the new text gets its chance
+                    }
                     let reply = Reply::new().text(Texts(language).failed());
                     if self
                         .deliver(messenger, &log, vec![Response::Text(reply)])

@@ -388,7 +388,12 @@ impl Store {
     }
 
     pub async fn close(&self) {
-        self.calls.flush().await;
+        if tokio::time::timeout(Duration::from_secs(5), self.calls.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!("LLM calls still queued at shutdown were not recorded");
+        }
         self.write.close().await;
         self.read.close().await;
     }
@@ -494,7 +499,8 @@ impl Store {
     }
 
     /// An edited message: new text, and the log goes back to pending to be analysed again.
-    /// Returns the updated log, or `None` when the message was never stored.
+    /// Returns the updated log, or `None` when the message was never stored or its text
+    /// did not change (an edit of formatting only).
     pub async fn update_text(
         &self,
         chat_id: i64,
@@ -505,7 +511,7 @@ impl Store {
             Ok(sqlx::query_as(&format!(
                 "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
                      attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL
-                 WHERE chat_id = ?1 AND message_id = ?2
+                 WHERE chat_id = ?1 AND message_id = ?2 AND text <> ?3
                  RETURNING {LOG_COLUMNS}"
             ))
             .bind(chat_id)
@@ -539,7 +545,7 @@ impl Store {
         retry_busy("mark_analyzed", || async {
             let done = sqlx::query(
                 "UPDATE day_logs SET status = 'analyzed', analysis = ?3, metrics = ?4,
-                     attempts = attempts + 1, next_attempt_at = NULL
+                     attempts = attempts + 1, next_attempt_at = NULL, replied_at = NULL
                  WHERE id = ?1 AND text = ?2 AND status = 'pending'",
             )
             .bind(id)
@@ -632,7 +638,7 @@ impl Store {
         retry_busy("mark_blocked", || async {
             let done = sqlx::query(
                 "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?3, metrics),
-                     attempts = attempts + 1, next_attempt_at = NULL
+                     attempts = attempts + 1, next_attempt_at = NULL, replied_at = NULL
                  WHERE id = ?1 AND text = ?2 AND status = 'pending'",
             )
             .bind(id)
@@ -645,27 +651,34 @@ impl Store {
         .await
     }
 
-    /// Given up after `worker.max_age_hours`.
-    pub async fn mark_failed(&self, id: i64) -> Result<(), StoreError> {
+    /// Given up on `text` after `worker.max_age_hours`. `false` when the log changed
+    /// meanwhile (an edit: it is pending again, with a fresh text).
+    pub async fn mark_failed(&self, id: i64, text: &str) -> Result<bool, StoreError> {
         retry_busy("mark_failed", || async {
-            sqlx::query(
-                "UPDATE day_logs SET status = 'failed', next_attempt_at = NULL WHERE id = ?1",
+            let done = sqlx::query(
+                "UPDATE day_logs SET status = 'failed', next_attempt_at = NULL, replied_at = NULL
+                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
             )
             .bind(id)
+            .bind(text)
             .execute(&self.write)
             .await?;
-            Ok(())
+            Ok(done.rows_affected() == 1)
         })
         .await
     }
 
-    /// The final answer for this log reached the user.
+    /// The final answer for this log reached the user. A log that went back to pending
+    /// meanwhile (edited) is left alone: its new answer is still owed.
     pub async fn mark_replied(&self, id: i64) -> Result<(), StoreError> {
         retry_busy("mark_replied", || async {
-            sqlx::query("UPDATE day_logs SET replied_at = datetime('now') WHERE id = ?1")
-                .bind(id)
-                .execute(&self.write)
-                .await?;
+            sqlx::query(
+                "UPDATE day_logs SET replied_at = datetime('now')
+                 WHERE id = ?1 AND status <> 'pending'",
+            )
+            .bind(id)
+            .execute(&self.write)
+            .await?;
             Ok(())
         })
         .await
@@ -861,11 +874,23 @@ impl CallRecorder {
                         Recorded::Flush(done) => flushes.push(done),
                     }
                 }
-                if !calls.is_empty() && insert_calls(&write, &calls).await.is_err() {
-                    // One bad row (its log deleted meanwhile) must not lose the others.
-                    for call in &calls {
-                        if let Err(error) = insert_calls(&write, std::slice::from_ref(call)).await {
-                            tracing::warn!(%error, day_log_id = call.0, "could not record an LLM call");
+                if !calls.is_empty() {
+                    match insert_calls(&write, &calls).await {
+                        Ok(()) => {}
+                        Err(error) if error.is_busy() => {
+                            // Locked for longer than every retry: these rows are lost,
+                            // the logs they describe are not.
+                            tracing::warn!(%error, rows = calls.len(), "could not record LLM calls");
+                        }
+                        // One bad row (its log deleted meanwhile) must not lose the others.
+                        Err(_) => {
+                            for call in &calls {
+                                if let Err(error) =
+                                    insert_calls(&write, std::slice::from_ref(call)).await
+                                {
+                                    tracing::warn!(%error, day_log_id = call.0, "could not record an LLM call");
+                                }
+                            }
                         }
                     }
                 }

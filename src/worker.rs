@@ -38,7 +38,11 @@ pub async fn run<M: Messenger>(
                     let Some(claim) = journal.claim(log.chat_id, log.message_id) else {
                         continue; // a handler is on it right now
                     };
-                    let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+                    let permit = tokio::select! {
+                        permit = Arc::clone(&permits).acquire_owned() => permit,
+                        () = shutdown.cancelled() => break,
+                    };
+                    let Ok(permit) = permit else {
                         break;
                     };
                     let journal = Arc::clone(&journal);

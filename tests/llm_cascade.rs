@@ -758,3 +758,41 @@ async fn a_block_is_not_final_while_another_step_failed_only_for_now() {
         "the 503 step may answer on a later round, so the log must stay pending: {err}"
     );
 }
+
+#[tokio::test]
+async fn a_block_stays_final_when_the_other_step_was_only_skipped_for_a_bad_key() {
+    // Step 1's key is refused (cooled for every later request); Gemini blocks.
+    let refused = status_server(401).await;
+    let gemini = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "gemini/blocked_prompt.json"))
+        .mount(&gemini)
+        .await;
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("a", "openai", &format!("{}/v1", refused.uri())));
+    toml.push_str(&provider("gemini", "gemini", &gemini.uri()));
+    toml.push_str(&analysis_steps(&[
+        ("a", "m1"),
+        ("gemini", "gemini-2.5-flash"),
+    ]));
+    let llm = Llm::new(&settings(
+        &toml,
+        &[("A_API_KEY", "revoked"), ("GEMINI_API_KEY", "g")],
+    ))
+    .unwrap();
+
+    let first = llm
+        .run(Task::Analysis, &request(), &NullSink)
+        .await
+        .unwrap_err();
+    let second = llm
+        .run(Task::Analysis, &request(), &NullSink)
+        .await
+        .unwrap_err();
+
+    assert!(first.is_blocked(), "{first}");
+    assert!(
+        second.is_blocked(),
+        "the bad key's cooldown is no reason to retry: {second}"
+    );
+}

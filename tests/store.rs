@@ -455,3 +455,47 @@ async fn metric_columns_follow_the_metrics_json() {
     .expect("row");
     assert_eq!(row, (Some(4.0), Some(2.0), None, Some(5.0), None));
 }
+
+#[tokio::test]
+async fn an_answer_sent_for_an_old_text_does_not_mark_the_edited_log_answered() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let id = log(&db.store, 1, 7, "text A").await.id();
+    // The worker stores the analysis of A and starts sending it…
+    assert!(
+        db.store
+            .mark_analyzed(id, "text A", "about A", "{}")
+            .await
+            .expect("q")
+    );
+    // …the user edits the message meanwhile…
+    db.store.update_text(1, 7, "text B").await.expect("edit");
+    // …and the send of A's answer completes.
+    db.store.mark_replied(id).await.expect("q");
+
+    let row = db.store.log(id).await.expect("read").expect("row");
+    assert_eq!(row.replied_at, None, "B's answer is still owed");
+    let work = db.store.unfinished(10).await.expect("unfinished");
+    assert_eq!(work.len(), 1, "the worker will analyse B");
+}
+
+#[tokio::test]
+async fn an_edit_that_keeps_the_text_changes_nothing() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let id = log(&db.store, 1, 7, "same").await.id();
+    assert!(
+        db.store
+            .mark_analyzed(id, "same", "x", "{}")
+            .await
+            .expect("q")
+    );
+    db.store.mark_replied(id).await.expect("q");
+
+    let edited = db.store.update_text(1, 7, "same").await.expect("q");
+
+    assert!(edited.is_none());
+    let row = db.store.log(id).await.expect("read").expect("row");
+    assert_eq!(row.status, LogStatus::Analyzed);
+    assert!(row.replied_at.is_some());
+}

@@ -9,8 +9,9 @@
 //! or when a hedged step wins — drops every attempt still in flight, and each one records
 //! itself as `cancelled` on the way out.
 
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,7 +88,6 @@ pub(crate) async fn run(
         hedge: hedge_tx,
         errors: Mutex::new(Vec::new()),
         real_attempts: AtomicU32::new(0),
-        transient: AtomicBool::new(false),
     };
     let result = tokio::time::timeout_at(deadline, run.drive(steps, &mut hedge_rx)).await;
     match result {
@@ -112,8 +112,16 @@ enum Mode {
 
 enum StepEnd<'a> {
     Answer(Completion),
-    Blocked { step: &'a Step, reason: String },
-    Failed,
+    Blocked {
+        step: &'a Step,
+        reason: String,
+    },
+    /// `transient`: the step could not answer for a passing reason (retries used up on
+    /// 429/5xx, stalled): a content block elsewhere is then not the final word.
+    Failed {
+        no: usize,
+        transient: bool,
+    },
 }
 
 struct TaskRun<'a> {
@@ -124,36 +132,37 @@ struct TaskRun<'a> {
     request: &'a ChatRequest,
     sink: &'a dyn AttemptSink,
     deadline: Instant,
-    /// An attempt slower than `hedge_after` asks for the next step to start.
-    hedge: mpsc::UnboundedSender<()>,
+    /// An attempt slower than `hedge_after` asks for the next step to start (with its
+    /// step's number).
+    hedge: mpsc::UnboundedSender<usize>,
     errors: Mutex<Vec<AttemptError>>,
     real_attempts: AtomicU32,
-    /// Some step could not answer for a passing reason (cooling down, retries used up,
-    /// stalled). A content block elsewhere is then not the final word: the log stays
-    /// pending and another round may find a model that answers.
-    transient: AtomicBool,
 }
 
 impl<'a> TaskRun<'a> {
     async fn drive(
         &self,
         steps: &'a [Step],
-        hedges: &mut mpsc::UnboundedReceiver<()>,
+        hedges: &mut mpsc::UnboundedReceiver<usize>,
     ) -> Result<Completion, CascadeError> {
         let mut running = FuturesUnordered::new();
         let mut next = 0;
         let mut forced_done = false;
         let mut blocked: Option<(&'a str, &'a str, String)> = None;
-        // A running attempt has been slower than `hedge_after`.
-        let mut slow_running = false;
+        let mut transient = false;
+        // Numbers of the running steps, and of those whose attempt was slow.
+        let mut running_steps: Vec<usize> = Vec::new();
+        let mut slow: HashSet<usize> = HashSet::new();
         loop {
             if running.is_empty() {
                 if let Some(i) = self.next_available(steps, &mut next) {
+                    running_steps.push(steps[i].id.no);
                     running.push(self.run_step(&steps[i], Mode::Normal));
                 } else if !forced_done && self.real_attempts.load(Ordering::Relaxed) == 0 {
                     // The user is never told "no provider" without one real attempt.
                     forced_done = true;
                     if let Some((i, key)) = self.soonest_free(steps) {
+                        running_steps.push(steps[i].id.no);
                         running.push(self.run_step(&steps[i], Mode::Forced(key)));
                     }
                 }
@@ -161,19 +170,22 @@ impl<'a> TaskRun<'a> {
                     break;
                 }
             }
-            let mut step_ended = false;
+            let mut ended = None;
             tokio::select! {
                 end = running.next() => match end {
                     Some(StepEnd::Answer(completion)) => return Ok(completion),
                     Some(StepEnd::Blocked { step, reason }) => {
                         blocked.get_or_insert((&step.id.provider, &step.id.model, reason));
-                        step_ended = true;
+                        ended = Some(step.id.no);
                     }
-                    Some(StepEnd::Failed) => step_ended = true,
+                    Some(StepEnd::Failed { no, transient: passing }) => {
+                        transient |= passing;
+                        ended = Some(no);
+                    }
                     None => {}
                 },
-                Some(()) = hedges.recv(), if next < steps.len() => {
-                    slow_running = true;
+                Some(no) = hedges.recv(), if next < steps.len() => {
+                    slow.insert(no);
                     if let Some(i) = self.next_available(steps, &mut next) {
                         tracing::info!(
                             task = self.task.as_str(),
@@ -181,22 +193,30 @@ impl<'a> TaskRun<'a> {
                             model = %steps[i].id.model,
                             "slow attempt: hedging with the next step"
                         );
+                        running_steps.push(steps[i].id.no);
                         running.push(self.run_step(&steps[i], Mode::Normal));
                     }
                 }
             }
-            // A step ended while a slow one still runs: the hedge it was is gone, so the
-            // next step starts now rather than after the slow one's timeout.
-            if step_ended
-                && slow_running
-                && !running.is_empty()
+            let Some(no) = ended else { continue };
+            if let Some(pos) = running_steps.iter().position(|n| *n == no) {
+                running_steps.swap_remove(pos);
+            }
+            if !running_steps.contains(&no) {
+                slow.remove(&no);
+            }
+            // A step ended while every step still running is slow: the hedge it was is
+            // gone, so the next step starts now rather than after a slow one's timeout.
+            if !running_steps.is_empty()
+                && running_steps.iter().all(|n| slow.contains(n))
                 && let Some(i) = self.next_available(steps, &mut next)
             {
+                running_steps.push(steps[i].id.no);
                 running.push(self.run_step(&steps[i], Mode::Normal));
             }
         }
         let errors = self.take_errors();
-        let blocked = blocked.filter(|_| !self.transient.load(Ordering::Relaxed));
+        let blocked = blocked.filter(|_| !transient);
         Err(match blocked {
             Some((provider, model, reason)) => CascadeError::Blocked {
                 provider: provider.to_owned(),
@@ -255,6 +275,9 @@ impl<'a> TaskRun<'a> {
             }
         };
         let mut unusable_seen = false;
+        let no = step.id.no;
+        // Whether some key of this step failed for a passing reason.
+        let mut transient = false;
         'keys: for key in slots {
             if let Some(until) = cooling(key) {
                 self.record_skip(step, key, until);
@@ -264,8 +287,10 @@ impl<'a> TaskRun<'a> {
             let mut wait = Duration::ZERO;
             for attempt in 1..=max_attempts {
                 let Ok(permit) = step.provider.permits.acquire().await else {
-                    self.transient.store(true, Ordering::Relaxed);
-                    return StepEnd::Failed;
+                    return StepEnd::Failed {
+                        no,
+                        transient: true,
+                    };
                 };
                 // Waiting for a permit can take a while: others may have given up on
                 // this key meanwhile.
@@ -290,13 +315,13 @@ impl<'a> TaskRun<'a> {
                 if let LlmError::Blocked { reason } = error {
                     return StepEnd::Blocked { step, reason };
                 }
-                if error.is_stall() || error.is_retryable() {
-                    self.transient.store(true, Ordering::Relaxed);
-                }
                 if error.is_stall() {
                     self.cooldowns
                         .trip_step(&step.id, self.cooldowns.default_until());
-                    return StepEnd::Failed;
+                    return StepEnd::Failed {
+                        no,
+                        transient: true,
+                    };
                 }
                 if error.is_bad_key() {
                     self.cooldowns
@@ -304,12 +329,13 @@ impl<'a> TaskRun<'a> {
                     continue 'keys;
                 }
                 if !error.is_retryable() {
-                    return StepEnd::Failed;
+                    return StepEnd::Failed { no, transient };
                 }
+                transient = true;
                 let tripped = self.cooldowns.record_failure(&step.id, key);
                 if matches!(error, LlmError::Unusable { .. }) {
                     if unusable_seen {
-                        return StepEnd::Failed;
+                        return StepEnd::Failed { no, transient };
                     }
                     unusable_seen = true;
                 }
@@ -333,7 +359,7 @@ impl<'a> TaskRun<'a> {
                 wait = delay;
             }
         }
-        StepEnd::Failed
+        StepEnd::Failed { no, transient }
     }
 
     /// One HTTP attempt, recorded on every path (including being dropped).
@@ -374,7 +400,7 @@ impl<'a> TaskRun<'a> {
                     result = &mut response => result,
                     () = tokio::time::sleep(after) => {
                         // Nobody listening means the task is over; nothing to do then.
-                        let _ = self.hedge.send(());
+                        let _ = self.hedge.send(step.id.no);
                         response.await
                     }
                 }
@@ -403,7 +429,6 @@ impl<'a> TaskRun<'a> {
     }
 
     fn record_skip(&self, step: &Step, key: Option<usize>, until: Instant) {
-        self.transient.store(true, Ordering::Relaxed);
         let left = until.saturating_duration_since(Instant::now());
         self.record(
             step,
@@ -519,17 +544,16 @@ impl Drop for InFlight<'_, '_> {
         } else {
             "cancelled: another step answered first"
         };
-        // An attempt that was already slow enough to hedge, or ran into the deadline,
-        // counts as a failure of its key: otherwise a model that stalls but is always
-        // out-raced by the hedge would never cool down, and every request would keep
-        // paying `hedge_after` for it.
+        // An attempt that was already slow enough to hedge counts as a failure of its
+        // key: otherwise a model that stalls but is always out-raced by the hedge would
+        // never cool down, and every request would keep paying `hedge_after` for it.
+        // (One merely cut short by the deadline right after it started does not.)
         let slow = self
             .run
             .policy
             .hedge_after
             .is_some_and(|after| self.started.elapsed() >= after);
-        if slow || Instant::now() >= self.run.deadline {
-            self.run.transient.store(true, Ordering::Relaxed);
+        if slow {
             self.run.cooldowns.record_failure(&self.step.id, self.key);
         }
         self.run.record(
