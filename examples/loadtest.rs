@@ -1008,6 +1008,8 @@ async fn main() -> anyhow::Result<()> {
             bin.display()
         );
     }
+    // The bot runs in a temporary folder, so a relative --bin must be made absolute.
+    let bin = std::fs::canonicalize(&bin)?;
     println!(
         "daylog load benchmark: {} ({} cores); bot {}",
         std::fs::read_to_string("/proc/cpuinfo")
