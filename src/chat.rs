@@ -145,7 +145,7 @@ where
             let reply = if matches!(line.to_lowercase().as_str(), "yes" | "y" | "да" | "д") {
                 commands::delete_confirmed(&journal, user, language).await?
             } else {
-                crate::render::Reply::new().text(Texts(language).delete_cancelled())
+                render::Reply::new().text(Texts(language).delete_cancelled())
             };
             terminal.send(target, vec![Response::Text(reply)]).await?;
             continue;
@@ -154,7 +154,7 @@ where
             let responses = match Command::parse(line, "") {
                 Ok(command) => commands::respond(&journal, user, command).await?,
                 Err(_) => vec![Response::Text(
-                    crate::render::Reply::new().text(Texts(language).unknown_command()),
+                    render::Reply::new().text(Texts(language).unknown_command()),
                 )],
             };
             confirming_delete = responses

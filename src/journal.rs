@@ -250,18 +250,15 @@ impl Journal {
         late: bool,
         _claim: Claim,
     ) -> Result<(), StoreError> {
-        let id = log.id;
-        let target = Target {
-            chat_id: log.chat_id,
-            reply_to: Some(log.message_id),
-        };
         let texts = Texts(language);
         if !late && self.over_hourly_limit(&log).await? {
-            self.store.defer(id, Duration::from_secs(3600)).await?;
-            let reply = Reply::new().text(texts.saved_rate_limited());
-            let _ = self
-                .deliver(messenger, &log, vec![Response::Text(reply)])
-                .await;
+            self.store.defer(log.id, Duration::from_secs(3600)).await?;
+            self.notify(
+                messenger,
+                &log,
+                Reply::new().text(texts.saved_rate_limited()),
+            )
+            .await;
             return Ok(());
         }
         let decided = with_typing(messenger, log.chat_id, self.analyse(&log, language)).await?;
@@ -274,25 +271,15 @@ impl Journal {
                     self.was_truncated(&log),
                     late,
                 );
-                if self
-                    .deliver(messenger, &log, vec![Response::Text(reply)])
-                    .await
-                {
-                    self.answered(id).await;
-                }
+                self.answer(messenger, &log, reply).await;
             }
             Decided::Blocked => {
-                let reply = Reply::new().text(texts.blocked());
-                if self
-                    .deliver(messenger, &log, vec![Response::Text(reply)])
-                    .await
-                {
-                    self.answered(id).await;
-                }
+                self.answer(messenger, &log, Reply::new().text(texts.blocked()))
+                    .await;
             }
             Decided::Pending if !late => {
-                let reply = Reply::new().text(texts.saved_pending());
-                let _ = messenger.send(target, vec![Response::Text(reply)]).await;
+                self.notify(messenger, &log, Reply::new().text(texts.saved_pending()))
+                    .await;
             }
             Decided::Pending | Decided::Superseded => {}
         }
@@ -328,13 +315,25 @@ impl Journal {
         }
     }
 
-    /// Records that the answer went out. A failure here is logged, not reported to the
-    /// user, who already has the answer (the worker may send it once more: the window
-    /// SPEC §9 allows).
-    async fn answered(&self, id: i64) {
-        if let Err(error) = self.store.mark_replied(id).await {
-            tracing::error!(log_id = id, %error, "answer sent but not recorded");
+    /// Sends the final answer about a log and records that it went out. A failure to
+    /// record is logged, not reported to the user, who already has the answer (the
+    /// worker may send it once more: the window SPEC §9 allows).
+    async fn answer<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) {
+        if !self
+            .deliver(messenger, log, vec![Response::Text(reply)])
+            .await
+        {
+            return;
         }
+        if let Err(error) = self.store.mark_replied(log.id).await {
+            tracing::error!(log_id = log.id, %error, "answer sent but not recorded");
+        }
+    }
+
+    /// Sends a notice about a log that is not its final answer ("saved, will follow").
+    async fn notify<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) {
+        self.deliver(messenger, log, vec![Response::Text(reply)])
+            .await;
     }
 
     async fn over_hourly_limit(&self, log: &DayLog) -> Result<bool, StoreError> {
@@ -466,13 +465,8 @@ impl Journal {
                     if !self.store.mark_failed(log.id, &log.text).await? {
                         return Ok(()); // edited meanwhile: the new text gets its chance
                     }
-                    let reply = Reply::new().text(Texts(language).failed());
-                    if self
-                        .deliver(messenger, &log, vec![Response::Text(reply)])
-                        .await
-                    {
-                        self.answered(log.id).await;
-                    }
+                    self.answer(messenger, &log, Reply::new().text(Texts(language).failed()))
+                        .await;
                     return Ok(());
                 }
                 self.analyse_and_answer(messenger, log, language, true, claim)
@@ -494,12 +488,7 @@ impl Journal {
                     LogStatus::Failed => Reply::new().text(texts.failed()),
                     LogStatus::Pending => return Ok(()),
                 };
-                if self
-                    .deliver(messenger, &log, vec![Response::Text(reply)])
-                    .await
-                {
-                    self.answered(log.id).await;
-                }
+                self.answer(messenger, &log, reply).await;
                 Ok(())
             }
         }

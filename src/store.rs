@@ -280,11 +280,15 @@ fn connect_options(url: &str, busy_timeout: Duration) -> Result<SqliteConnectOpt
 impl Store {
     /// Opens (creating the file and its folder when missing) without migrating.
     pub async fn open(url: &str, busy_timeout: Duration) -> Result<Self, StoreError> {
-        let display = database_path(url)?
+        let file = database_path(url)?;
+        let display = file
+            .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| url.to_owned());
-        if let Some(path) = database_path(url)?
-            && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        if let Some(dir) = file
+            .as_ref()
+            .and_then(|path| path.parent())
+            .filter(|d| !d.as_os_str().is_empty())
         {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
                 path: dir.display().to_string(),
@@ -308,7 +312,7 @@ impl Store {
             .await
             .map_err(open_err)?;
         // An in-memory database exists once per connection: read through the writer.
-        let read = if database_path(url)?.is_none() {
+        let read = if file.is_none() {
             write.clone()
         } else {
             let read_options = SqliteConnectOptions::from_str(url)
