@@ -947,8 +947,26 @@ async fn insert_calls(
     .await
 }
 
-/// Opens a database for `daylog sql`: read-only at the file level (`mode=ro`) and at the
-/// connection level (`PRAGMA query_only`). A missing file is an error, never a new file.
+/// The connection of `daylog sql`: read-only at the file level (`mode=ro`) and at the
+/// connection level (`PRAGMA query_only`). Each fence alone refuses every write; tests
+/// take one away at a time to prove the other still holds.
+pub fn read_only_options(
+    url: &str,
+    busy_timeout: Duration,
+) -> Result<SqliteConnectOptions, StoreError> {
+    Ok(SqliteConnectOptions::from_str(url)
+        .map_err(|source| StoreError::Open {
+            path: url.to_owned(),
+            source,
+        })?
+        .read_only(true)
+        .create_if_missing(false)
+        .busy_timeout(busy_timeout)
+        .pragma("query_only", "ON"))
+}
+
+/// Opens a database for `daylog sql` with [`read_only_options`]. A missing file is an
+/// error, never a new file.
 pub async fn open_read_only(url: &str, busy_timeout: Duration) -> Result<SqlitePool, StoreError> {
     if let Some(path) = database_path(url)?
         && !Path::new(&path).exists()
@@ -957,15 +975,7 @@ pub async fn open_read_only(url: &str, busy_timeout: Duration) -> Result<SqliteP
             path: path.display().to_string(),
         });
     }
-    let options = SqliteConnectOptions::from_str(url)
-        .map_err(|source| StoreError::Open {
-            path: url.to_owned(),
-            source,
-        })?
-        .read_only(true)
-        .create_if_missing(false)
-        .busy_timeout(busy_timeout)
-        .pragma("query_only", "ON");
+    let options = read_only_options(url, busy_timeout)?;
     SqlitePoolOptions::new()
         .max_connections(1)
         .connect_with(options)

@@ -1,0 +1,158 @@
+//! The three fences that keep `daylog sql` read-only (SPEC §2), one at a time: each test
+//! takes the other fences away and shows that the one left still refuses the write, so
+//! removing any single fence makes a test fail.
+//!
+//! - the statement check (`sqlcmd::check`, run by `sqlcmd::query`);
+//! - the file opened read-only (`mode=ro`, [`store::read_only_options`]);
+//! - the connection under `PRAGMA query_only` (the same options).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::time::Duration;
+
+use daylog::language::Language;
+use daylog::sqlcmd::{self, QueryError, Refusal};
+use daylog::store::{self, NewUser, Store};
+use sqlx::SqlitePool;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+
+const BUSY: Duration = Duration::from_secs(5);
+
+/// A write that passes the statement check (it starts with WITH): only the connection's
+/// own fences stand between it and the data.
+const WRITE_PAST_THE_CHECK: &str = "WITH doomed AS (SELECT 1) DELETE FROM users";
+
+struct Db {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+/// A migrated database with one user, closed again so only the test's pool is open.
+async fn db_with_one_user() -> Db {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/daylog.db", dir.path().display());
+    let store = Store::open_and_migrate(&url, BUSY).await.expect("store");
+    store
+        .upsert_user(&NewUser {
+            user_id: 1,
+            chat_id: 1,
+            username: Some("someone"),
+            language: Language::En,
+        })
+        .await
+        .expect("user");
+    store.close().await;
+    Db { dir, url }
+}
+
+async fn pool(options: SqliteConnectOptions) -> SqlitePool {
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .expect("connect")
+}
+
+/// Users, read through a connection of its own (not the one under test).
+async fn users(db: &Db) -> i64 {
+    let reader = pool(SqliteConnectOptions::new().filename(db.dir.path().join("daylog.db"))).await;
+    let n = sqlx::query_scalar("SELECT count(*) FROM users")
+        .fetch_one(&reader)
+        .await
+        .expect("count");
+    reader.close().await;
+    n
+}
+
+fn daylog_sql_options(db: &Db) -> SqliteConnectOptions {
+    store::read_only_options(&db.url, BUSY).expect("options")
+}
+
+#[tokio::test]
+async fn the_statement_check_refuses_writes_even_on_a_writable_connection() {
+    let db = db_with_one_user().await;
+    // No `mode=ro`, no `query_only`: a connection that would run any write.
+    let writable =
+        pool(SqliteConnectOptions::new().filename(db.dir.path().join("daylog.db"))).await;
+
+    for sql in [
+        "DELETE FROM users",
+        "UPDATE users SET language = 'ru'",
+        "INSERT INTO users (user_id, chat_id) VALUES (2, 2)",
+        "DROP TABLE day_logs",
+        "SELECT 1; DELETE FROM users",
+        "ATTACH DATABASE 'other.db' AS other",
+        "PRAGMA query_only = OFF",
+    ] {
+        let refused = sqlcmd::query(&writable, sql).await;
+        assert!(
+            matches!(
+                &refused,
+                Err(QueryError::Refused(r)) if !matches!(r, Refusal::WriteRefused(_))
+            ),
+            "the check, not SQLite, refuses {sql}: {refused:?}"
+        );
+    }
+
+    let (n, language): (i64, String) = sqlx::query_as("SELECT count(*), max(language) FROM users")
+        .fetch_one(&writable)
+        .await
+        .expect("users");
+    assert_eq!((n, language.as_str()), (1, "en"), "no user changed");
+    let tables: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE name = 'day_logs'")
+            .fetch_one(&writable)
+            .await
+            .expect("tables");
+    assert_eq!(tables, 1, "day_logs still exists");
+    assert!(!db.dir.path().join("other.db").exists(), "nothing attached");
+}
+
+#[tokio::test]
+async fn mode_ro_alone_refuses_a_write_the_check_lets_through() {
+    let db = db_with_one_user().await;
+    let only_mode_ro = pool(daylog_sql_options(&db).pragma("query_only", "OFF")).await;
+
+    let refused = sqlcmd::query(&only_mode_ro, WRITE_PAST_THE_CHECK).await;
+
+    assert!(
+        matches!(refused, Err(QueryError::Refused(Refusal::WriteRefused(_)))),
+        "{refused:?}"
+    );
+    only_mode_ro.close().await;
+    assert_eq!(users(&db).await, 1);
+}
+
+#[tokio::test]
+async fn query_only_alone_refuses_a_write_the_check_lets_through() {
+    let db = db_with_one_user().await;
+    let only_query_only = pool(daylog_sql_options(&db).read_only(false)).await;
+
+    let refused = sqlcmd::query(&only_query_only, WRITE_PAST_THE_CHECK).await;
+
+    assert!(
+        matches!(refused, Err(QueryError::Refused(Refusal::WriteRefused(_)))),
+        "{refused:?}"
+    );
+    only_query_only.close().await;
+    assert_eq!(users(&db).await, 1);
+}
+
+/// The control for the two tests above: switching both connection fences off does let
+/// the write through, so each of them really tests one fence alone.
+#[tokio::test]
+async fn with_both_connection_fences_off_the_same_write_goes_through() {
+    let db = db_with_one_user().await;
+    let unfenced = pool(
+        daylog_sql_options(&db)
+            .read_only(false)
+            .pragma("query_only", "OFF"),
+    )
+    .await;
+
+    let result = sqlcmd::query(&unfenced, WRITE_PAST_THE_CHECK).await;
+
+    assert!(result.is_ok(), "{result:?}");
+    unfenced.close().await;
+    assert_eq!(users(&db).await, 0);
+}
