@@ -135,13 +135,31 @@ async fn with_every_provider_down_the_user_is_told_saved_and_gets_the_analysis_l
     app.stop().await;
 }
 
+/// Requests every fake provider has received so far.
+async fn provider_requests(app: &App) -> usize {
+    let mut n = 0;
+    for server in [
+        &app.providers.mistral,
+        &app.providers.gemini,
+        &app.providers.groq,
+    ] {
+        n += server
+            .received_requests()
+            .await
+            .expect("recording on")
+            .len();
+    }
+    n
+}
+
 #[tokio::test]
-async fn the_same_update_delivered_twice_gives_one_row_and_one_reply() {
+async fn the_same_update_delivered_twice_gives_one_row_one_reply_and_one_analysis() {
     let app = App::spawn().await;
     app.providers.healthy().await;
     app.telegram.push_update(text_update(9, 5, "Same message."));
     app.telegram.wait_sent(9, 1).await;
-    // Telegram re-delivers the same message in a new update.
+    // Telegram re-delivers the same message in a new update. One chat's updates are
+    // handled in order, so the next message's reply marks the re-delivery as handled.
     app.telegram.push_update(text_update(9, 5, "Same message."));
     app.telegram
         .push_update(text_update(9, 6, "A different one."));
@@ -152,6 +170,77 @@ async fn the_same_update_delivered_twice_gives_one_row_and_one_reply() {
         app.count("SELECT count(*) FROM day_logs WHERE chat_id = 9")
             .await,
         2
+    );
+    // The re-delivery spent no budget: one analysis and one metrics call per message.
+    assert_eq!(
+        app.providers.analysis_requests().await,
+        2,
+        "one analysis per distinct message"
+    );
+    assert_eq!(
+        provider_requests(&app).await,
+        4,
+        "and one metrics call each"
+    );
+    app.store.flush_calls().await;
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM llm_calls WHERE day_log_id = \
+             (SELECT id FROM day_logs WHERE chat_id = 9 AND message_id = 5)"
+        )
+        .await,
+        2,
+        "the re-delivered message's log has its first delivery's calls only"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_redelivered_update_during_an_outage_costs_no_call_and_no_second_notice() {
+    // The worker's first retry is far away: every provider call here is a handler's.
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__WORKER__RETRY_MIN_MS".into(), "600000".into());
+        env.insert("DAYLOG__WORKER__RETRY_MAX_MS".into(), "600000".into());
+    })
+    .await;
+    app.providers.all_down().await;
+    app.telegram
+        .push_update(text_update(12, 5, "Same message."));
+    let sent = app.telegram.wait_sent(12, 1).await;
+    assert!(
+        visible(sent[0].text()).contains("will follow"),
+        "{}",
+        sent[0].text()
+    );
+    // One chat's updates are handled in order: the answer to a /help after an update
+    // marks that update as handled.
+    app.telegram.push_update(text_update(12, 6, "/help"));
+    app.telegram.wait_sent(12, 2).await;
+    let calls_before = provider_requests(&app).await;
+    assert!(calls_before > 0, "the first delivery tried the providers");
+
+    app.telegram
+        .push_update(text_update(12, 5, "Same message."));
+    app.telegram.push_update(text_update(12, 7, "/help"));
+    let sent = app.telegram.wait_sent(12, 3).await;
+
+    let texts: Vec<String> = sent.iter().map(|c| visible(c.text())).collect();
+    assert_eq!(sent.len(), 3, "{texts:?}");
+    assert_eq!(
+        texts.iter().filter(|t| t.contains("will follow")).count(),
+        1,
+        "one \"saved, will follow\" notice: {texts:?}"
+    );
+    assert!(texts[2].contains("What I can do"), "{texts:?}");
+    assert_eq!(
+        provider_requests(&app).await,
+        calls_before,
+        "the re-delivery called no provider"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 12 AND status = 'pending'")
+            .await,
+        1
     );
     app.stop().await;
 }
