@@ -162,3 +162,100 @@ async fn daylog_chat_runs_the_pipeline_in_a_terminal_without_a_token() {
     assert!(dir.path().join("daylog-export.csv").exists());
     assert!(!out.contains("<b>"), "plain text in a terminal");
 }
+
+/// SPEC §4 and §9: a crash after the analysis is stored and before any reply reached the
+/// user. Telegram answers `sendMessage` with 500, so nothing can reach the user; the bot
+/// is killed (-9) once the log is 'analyzed' with `replied_at` NULL and its reply has
+/// been refused, then restarted against a healthy Telegram: the stored analysis is sent,
+/// once, and nothing is analysed again.
+#[tokio::test]
+async fn a_crash_after_the_analysis_and_before_any_reply_is_answered_once_after_restart() {
+    const REFUSALS: usize = 10;
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+
+    // First life: the providers answer, Telegram refuses every message to chat 32 (more
+    // refusals than the first life lives to ask for: teloxide waits 10 s after a 5xx).
+    let broken = FakeTelegram::start().await;
+    for _ in 0..REFUSALS {
+        broken.fail_next(
+            "SendMessage",
+            Some(32),
+            500,
+            serde_json::json!({"ok": false, "error_code": 500, "description": "Internal Server Error"}),
+        );
+    }
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let mut first = spawn_bot(&test_env(&db, &broken, &providers));
+    wait_polling(&broken).await;
+    broken.push_update(text_update(32, 1, "Analysed, never answered."));
+
+    // Bounded wait for the moment: analysis stored, reply refused, nothing delivered.
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let row: Option<(String, Option<String>)> =
+            sqlx::query_as("SELECT status, replied_at FROM day_logs WHERE chat_id = 32")
+                .fetch_optional(&pool)
+                .await
+                .expect("poll");
+        let stored = matches!(&row, Some((status, None)) if status == "analyzed");
+        if stored && broken.failures_left() < REFUSALS {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never reached 'analysed, reply refused': {row:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    pool.close().await;
+    first.kill().expect("kill -9");
+    let _ = first.wait();
+    assert!(broken.sent_to(32).is_empty(), "nothing reached the user");
+
+    // Second life: a healthy Telegram; the worker finds the log at start-up.
+    let telegram = FakeTelegram::start().await;
+    let fresh = Providers::start().await;
+    fresh.healthy().await;
+    let mut second = spawn_bot(&test_env(&db, &telegram, &fresh));
+    let sent = telegram.wait_sent(32, 1).await;
+    assert!(sent[0].text().contains(ANALYSIS_TEXT), "{}", sent[0].text());
+    assert_eq!(sent[0].reply_to(), Some(1));
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
+    support::wait_until(
+        "the reply to be recorded",
+        Duration::from_secs(20),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM day_logs WHERE chat_id = 32 AND replied_at IS NOT NULL",
+            )
+            .fetch_one(&pool)
+            .await
+            .expect("count")
+                == 1
+        },
+    )
+    .await;
+    pool.close().await;
+    signal(&second, "TERM");
+    assert_eq!(
+        wait_exit(&mut second, Duration::from_secs(15)).await.code(),
+        Some(0)
+    );
+
+    // The bot has exited: what it sent is final.
+    assert_eq!(telegram.sent_to(32).len(), 1, "answered exactly once");
+    assert_eq!(
+        fresh.analysis_requests().await
+            + fresh
+                .groq
+                .received_requests()
+                .await
+                .expect("recording on")
+                .len(),
+        0,
+        "the stored analysis is sent, not made again"
+    );
+}

@@ -117,6 +117,11 @@ impl FakeTelegram {
         ));
     }
 
+    /// Scripted failures (`fail_next`) not used yet.
+    pub fn failures_left(&self) -> usize {
+        self.inner.lock().expect("lock").failures.len()
+    }
+
     pub fn block_chat(&self, chat: i64) {
         self.inner.lock().expect("lock").blocked_chats.push(chat);
     }
