@@ -242,3 +242,128 @@ async fn ping_uses_the_first_key_and_model() {
     let err = no_key.ping("p").await.unwrap_err();
     assert!(err.to_string().contains("P_API_KEY"), "{err}");
 }
+
+/// How one wire format names its endpoint and carries its key.
+struct Wire {
+    kind: &'static str,
+    /// Appended to the server's address to make the provider's `base_url`.
+    base: &'static str,
+    endpoint: &'static str,
+    model: &'static str,
+    key_header: &'static str,
+    key_prefix: &'static str,
+    rate_limited: &'static str,
+    ok: &'static str,
+}
+
+/// A 429 whose only word on the wait is a `Retry-After` header of 30 s, more than
+/// `max_delay_ms` (50 ms here): that key is not asked again for 30 s — the next key
+/// answers at once, and a second task skips it. If the wire format ignored the header,
+/// the 429 would say nothing and the key would be asked again after a short backoff or
+/// by the next task.
+async fn a_retry_after_header_cools_the_key(wire: Wire) {
+    let server = MockServer::start().await;
+    let key = |k: &str| format!("{}{k}", wire.key_prefix);
+    Mock::given(method("POST"))
+        .and(path(wire.endpoint))
+        .and(header(wire.key_header, key("k1").as_str()))
+        .respond_with(json_reply(429, wire.rate_limited).insert_header("retry-after", "30"))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(wire.endpoint))
+        .and(header(wire.key_header, key("k2").as_str()))
+        .respond_with(json_reply(200, wire.ok))
+        .mount(&server)
+        .await;
+    let toml = one_step(
+        wire.kind,
+        &format!("{}{}", server.uri(), wire.base),
+        wire.model,
+    );
+    let llm = Llm::new(&settings(&toml, &[("P_API_KEY", "k1,k2")])).expect("llm");
+    let sink = RecordingSink::default();
+
+    llm.run(Task::Analysis, &request(false), &sink)
+        .await
+        .expect("first task");
+    llm.run(Task::Analysis, &request(false), &sink)
+        .await
+        .expect("second task");
+
+    let received = server.received_requests().await.expect("recording on");
+    let asked = |k: &str| {
+        received
+            .iter()
+            .filter(|r| {
+                r.headers
+                    .get(wire.key_header)
+                    .is_some_and(|v| v.as_bytes() == key(k).as_bytes())
+            })
+            .count()
+    };
+    let attempts = sink.attempts();
+    assert_eq!(
+        (asked("k1"), asked("k2")),
+        (1, 2),
+        "{}: k1 is left alone for 30 s: {attempts:?}",
+        wire.kind
+    );
+    let first_answer = attempts
+        .iter()
+        .find(|a| a.outcome == Outcome::Ok)
+        .expect("an answer");
+    assert_eq!(
+        (first_answer.key_index, first_answer.wait_ms),
+        (Some(1), 0),
+        "{}: k2 at once, no backoff: {attempts:?}",
+        wire.kind
+    );
+}
+
+#[tokio::test]
+async fn openai_reads_the_retry_after_header() {
+    a_retry_after_header_cools_the_key(Wire {
+        kind: "openai",
+        base: "/v1",
+        endpoint: "/v1/chat/completions",
+        model: "mistral-small-2506",
+        key_header: "authorization",
+        key_prefix: "Bearer ",
+        rate_limited: "openai/rate_limited.json",
+        ok: "openai/chat_completion.json",
+    })
+    .await;
+}
+
+/// Gemini usually puts the wait in the body (`RetryInfo`); this 429 has none, so only
+/// the header can say it.
+#[tokio::test]
+async fn gemini_reads_the_retry_after_header() {
+    a_retry_after_header_cools_the_key(Wire {
+        kind: "gemini",
+        base: "/v1beta",
+        endpoint: "/v1beta/models/gemini-2.5-flash:generateContent",
+        model: "gemini-2.5-flash",
+        key_header: "x-goog-api-key",
+        key_prefix: "",
+        rate_limited: "gemini/rate_limited.json",
+        ok: "gemini/generate_content.json",
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn anthropic_reads_the_retry_after_header() {
+    a_retry_after_header_cools_the_key(Wire {
+        kind: "anthropic",
+        base: "/v1",
+        endpoint: "/v1/messages",
+        model: "claude-haiku-4-5",
+        key_header: "x-api-key",
+        key_prefix: "",
+        rate_limited: "anthropic/rate_limited.json",
+        ok: "anthropic/message.json",
+    })
+    .await;
+}
