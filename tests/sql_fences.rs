@@ -6,7 +6,10 @@
 //! - the file opened read-only (`mode=ro`, [`store::read_only_options`]);
 //! - the connection under `PRAGMA query_only` (the same options).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] fns: a failure is a test failure"
+)]
 
 use std::time::Duration;
 
