@@ -78,13 +78,15 @@ async fn the_statement_check_refuses_writes_even_on_a_writable_connection() {
     let writable =
         pool(SqliteConnectOptions::new().filename(db.dir.path().join("daylog.db"))).await;
 
+    let other = db.dir.path().join("other.db");
+    let attach = format!("ATTACH DATABASE '{}' AS other", other.display());
     for sql in [
         "DELETE FROM users",
         "UPDATE users SET language = 'ru'",
         "INSERT INTO users (user_id, chat_id) VALUES (2, 2)",
         "DROP TABLE day_logs",
         "SELECT 1; DELETE FROM users",
-        "ATTACH DATABASE 'other.db' AS other",
+        attach.as_str(),
         "PRAGMA query_only = OFF",
     ] {
         let refused = sqlcmd::query(&writable, sql).await;
@@ -108,7 +110,7 @@ async fn the_statement_check_refuses_writes_even_on_a_writable_connection() {
             .await
             .expect("tables");
     assert_eq!(tables, 1, "day_logs still exists");
-    assert!(!db.dir.path().join("other.db").exists(), "nothing attached");
+    assert!(!other.exists(), "nothing attached");
 }
 
 #[tokio::test]
