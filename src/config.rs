@@ -883,4 +883,11 @@ mod tests {
             assert!(s.telegram_api_url.is_some(), "{good}");
         }
     }
+
+    #[test]
+    fn the_default_grace_ends_before_dockers_stop_timeout() {
+        // Docker sends SIGKILL 10 s after SIGTERM; closing the store needs a moment too.
+        let s = load(&[]).expect("defaults load");
+        assert_eq!(s.telegram.shutdown_grace(), Duration::from_secs(8));
+    }
 }

@@ -566,7 +566,10 @@ async fn register_commands<B: TgBot>(bot: &B, stop: &CancellationToken) -> bool 
 /// network. Everything else is a refusal — 401/404 a bad token — and final.
 fn is_passing(error: &RequestError) -> bool {
     match error {
-        RequestError::Api(ApiError::Unknown(description)) => is_server_trouble(description),
+        // A 429 without `retry_after` reaches teloxide as an unknown API error.
+        RequestError::Api(ApiError::Unknown(description)) => {
+            is_server_trouble(description) || description.starts_with("Too Many Requests")
+        }
         RequestError::Api(_) | RequestError::MigrateToChatId(_) => false,
         RequestError::RetryAfter(_)
         | RequestError::Network(_)
@@ -760,4 +763,45 @@ fn listen_for_signals(
         let _ = stopped_at.set(tokio::time::Instant::now());
         stop.cancel();
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use teloxide::types::Seconds;
+    use teloxide::{ApiError, RequestError};
+
+    use super::is_passing;
+
+    #[test]
+    fn only_passing_trouble_is_retried_at_start() {
+        let not_json = serde_json::from_str::<u8>("<html>502</html>").expect_err("not JSON");
+        let unknown = |description: &str| RequestError::Api(ApiError::Unknown(description.into()));
+        let table = [
+            (unknown("Bad Gateway"), true),
+            (unknown("Internal Server Error"), true),
+            (unknown("Service Unavailable"), true),
+            (unknown("Too Many Requests: retry after 5"), true),
+            (RequestError::RetryAfter(Seconds::from_seconds(3)), true),
+            (
+                RequestError::InvalidJson {
+                    source: Arc::new(not_json),
+                    raw: "<html>502</html>".into(),
+                },
+                true,
+            ),
+            (
+                RequestError::Io(Arc::new(std::io::Error::other("reset"))),
+                true,
+            ),
+            // 401 and 404: the token (or the URL) is wrong; trying again cannot help.
+            (RequestError::Api(ApiError::InvalidToken), false),
+            (unknown("Bad Request: something else"), false),
+            (RequestError::Api(ApiError::BotBlocked), false),
+        ];
+        for (error, passing) in table {
+            assert_eq!(is_passing(&error), passing, "{error}");
+        }
+    }
 }
