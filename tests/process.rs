@@ -359,3 +359,38 @@ async fn two_terminals_on_one_database_lose_nothing() {
     .expect("count");
     assert_eq!((rows, ids), (2 * LINES as i64, 2 * LINES as i64));
 }
+
+#[tokio::test]
+async fn sigterm_while_replies_and_polling_hang_exits_0_and_the_entry_waits_for_the_next_start() {
+    // Arrange: Telegram answers start-up, then hangs every send and the next poll.
+    let dir = tempfile::tempdir().expect("dir");
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let mut bot = spawn_bot(&test_env(&db, &telegram, &providers));
+    wait_polling(&telegram).await;
+    telegram.hang("SendMessage");
+    telegram.push_update(text_update(61, 1, "An entry whose answer hangs."));
+    support::wait_until("the reply to hang", Duration::from_secs(30), || async {
+        telegram.hung().iter().any(|m| m == "SendMessage")
+    })
+    .await;
+    telegram.hang("GetUpdates");
+
+    // Act
+    signal(&bot, "TERM");
+
+    // Assert: out within the grace, the entry stored and owed its answer.
+    assert_eq!(
+        wait_exit(&mut bot, DOCKER_STOP_TIMEOUT).await.code(),
+        Some(0)
+    );
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
+    let (status, replied): (String, Option<String>) =
+        sqlx::query_as("SELECT status, replied_at FROM day_logs WHERE chat_id = 61")
+            .fetch_one(&pool)
+            .await
+            .expect("row");
+    assert_eq!((status.as_str(), replied), ("analyzed", None));
+}
