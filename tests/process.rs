@@ -1,5 +1,6 @@
-//! The real `daylog run` binary as a process: signals, and a crash in the middle of an
-//! analysis.
+//! The real `daylog` binary as a process: signals (also against a Bot API that hangs or
+//! has passing trouble at start-up), a crash in the middle of an analysis, and
+//! terminals (`daylog chat`) sharing a database.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
