@@ -2,7 +2,13 @@
 //! user (`--user`), commands work as in Telegram, replies are printed as plain text.
 //! Charts and exports are written as files in the working directory. The background
 //! worker runs too, so an analysis that had to wait still arrives while the chat is open.
+//!
+//! Nothing a line does ends the session: bytes that are not UTF-8 are replaced (and the
+//! user told), a file that cannot be written and a command that fails get a sentence,
+//! and the next line is read. Only the end of stdin, or a stdout that cannot be written
+//! any more (no one could read a reply), ends it.
 
+use std::borrow::Cow;
 use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,10 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::{self, Command};
 use crate::config::Settings;
-use crate::journal::{Incoming, Journal, Messenger, Response, SendError, Target};
+use crate::journal::{EntryError, Journal, Messenger, Response, SendError, Target};
+use crate::language::Language;
 use crate::llm::Llm;
 use crate::render;
-use crate::store::Store;
+use crate::store::{FrontEnd, Store};
 use crate::texts::Texts;
 use crate::worker;
 
@@ -41,43 +48,48 @@ impl Terminal {
         out.flush()
     }
 
-    fn save(&self, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    /// Writes a file into the folder and says where it went, or says plainly that it
+    /// could not be written. Only a failure to print is an error.
+    fn save(&self, name: &str, bytes: &[u8], label: &str, texts: Texts) -> std::io::Result<()> {
         let path = self.files.join(name);
-        std::fs::write(&path, bytes)?;
-        Ok(path)
+        match std::fs::write(&path, bytes) {
+            Ok(()) => self.print(&format!("[{label} {}]", path.display())),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "could not write a file");
+                self.print(&texts.file_not_written(&path.display().to_string(), &error.to_string()))
+            }
+        }
     }
-}
 
-impl Messenger for Terminal {
-    async fn send(&self, _target: Target, responses: Vec<Response>) -> Result<(), SendError> {
-        let fail = |e: std::io::Error| SendError::Transient(e.to_string());
+    /// Shows responses: text printed, charts and exports written as files.
+    pub fn show(&self, responses: Vec<Response>, language: Language) -> std::io::Result<()> {
+        let texts = Texts(language);
         for response in responses {
             match response {
-                Response::Text(reply) => self
-                    .print(&render::to_plain(reply.pieces()))
-                    .map_err(fail)?,
+                Response::Text(reply) => self.print(&render::to_plain(reply.pieces()))?,
                 Response::Photo { png, caption } => {
-                    let path = self.save("daylog-stats.png", &png).map_err(fail)?;
-                    self.print(&format!("[{caption}: {}]", path.display()))
-                        .map_err(fail)?;
+                    self.save("daylog-stats.png", &png, &format!("{caption}:"), texts)?;
                 }
                 Response::Document {
                     bytes,
                     file_name,
                     caption,
-                } => {
-                    let path = self.save(&file_name, &bytes).map_err(fail)?;
-                    self.print(&format!("[{caption} {}]", path.display()))
-                        .map_err(fail)?;
-                }
+                } => self.save(&file_name, &bytes, &caption, texts)?,
                 Response::ConfirmDelete { language } => {
                     let texts = Texts(language);
-                    self.print(&format!("{} (yes/no)", texts.delete_confirm()))
-                        .map_err(fail)?;
+                    self.print(&format!("{} (yes/no)", texts.delete_confirm()))?;
                 }
             }
         }
         Ok(())
+    }
+}
+
+impl Messenger for Terminal {
+    async fn send(&self, _target: Target, responses: Vec<Response>) -> Result<(), SendError> {
+        // The journal sends only text; a file in it would be named in English.
+        self.show(responses, Language::default())
+            .map_err(|e| SendError::Transient(e.to_string()))
     }
 
     async fn typing(&self, _chat_id: i64) {}
@@ -94,22 +106,22 @@ pub async fn run(settings: Settings, store: Store, user: i64) -> anyhow::Result<
         Box::new(std::io::stdout()),
         std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
     ));
-    converse(
+    let talked = converse(
         Arc::clone(&journal),
         terminal,
         tokio::io::BufReader::new(tokio::io::stdin()),
         user,
     )
-    .await?;
+    .await;
     store.close().await;
-    Ok(())
+    talked
 }
 
-/// The conversation loop, over any line source (tests drive it with a byte slice).
+/// The conversation loop, over any byte source (tests drive it with a byte slice).
 pub async fn converse<R>(
     journal: Arc<Journal>,
     terminal: Arc<Terminal>,
-    input: R,
+    mut input: R,
     user: i64,
 ) -> anyhow::Result<()>
 where
@@ -119,6 +131,7 @@ where
     let worker = tokio::spawn(worker::run(
         Arc::clone(&journal),
         Arc::clone(&terminal),
+        FrontEnd::Terminal { user_id: user },
         stop.clone(),
     ));
     if std::io::stdin().is_terminal() {
@@ -127,57 +140,129 @@ where
             "daylog chat: write how your day went, one entry per line; /help for commands, Ctrl-D to quit."
         );
     }
-    let mut next_message = journal.store.last_message_id(user).await? + 1;
-    let mut confirming_delete = false;
-    let mut lines = input.lines();
-    while let Some(line) = lines.next_line().await.context("cannot read stdin")? {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
+    let mut session = Session {
+        journal,
+        terminal,
+        user,
+        confirming_delete: false,
+    };
+    let mut raw = Vec::new();
+    let talked = loop {
+        raw.clear();
+        match input.read_until(b'\n', &mut raw).await {
+            Ok(0) => break Ok(()),
+            Ok(_) => {}
+            Err(error) => break Err(anyhow::Error::new(error).context("cannot read stdin")),
         }
-        let target = Target {
-            chat_id: user,
-            reply_to: None,
-        };
-        let language = journal.language_of(user).await;
-        if confirming_delete {
-            confirming_delete = false;
-            let reply = if matches!(line.to_lowercase().as_str(), "yes" | "y" | "да" | "д") {
-                commands::delete_confirmed(&journal, user, language).await?
-            } else {
-                render::Reply::new().text(Texts(language).delete_cancelled())
-            };
-            terminal.send(target, vec![Response::Text(reply)]).await?;
-            continue;
+        if let Err(error) = session.line(&raw).await {
+            break Err(anyhow::Error::new(error).context("cannot write to stdout"));
         }
-        if line.starts_with('/') {
-            let responses = match Command::parse(line, "") {
-                Ok(command) => commands::respond(&journal, user, command).await?,
-                Err(_) => vec![Response::Text(
-                    render::Reply::new().text(Texts(language).unknown_command()),
-                )],
-            };
-            confirming_delete = responses
-                .iter()
-                .any(|r| matches!(r, Response::ConfirmDelete { .. }));
-            terminal.send(target, responses).await?;
-            continue;
-        }
-        let incoming = Incoming {
-            user_id: user,
-            chat_id: user,
-            message_id: next_message,
-            username: None,
-            language_code: None,
-            text: line.to_owned(),
-        };
-        next_message += 1;
-        if let Err(error) = journal.on_text(terminal.as_ref(), incoming).await {
-            tracing::error!(%error, "entry failed");
-            terminal.print(&error.to_string())?;
-        }
-    }
+    };
     stop.cancel();
     let _ = worker.await;
-    Ok(())
+    talked
+}
+
+/// One terminal conversation: what the lines so far have left open.
+struct Session {
+    journal: Arc<Journal>,
+    terminal: Arc<Terminal>,
+    user: i64,
+    /// `/delete` asked for a confirmation; the next line answers it.
+    confirming_delete: bool,
+}
+
+/// An answer to "delete everything? (yes/no)".
+enum Confirmation {
+    Yes,
+    No,
+    /// Anything else: not a confirmation, and a line in its own right.
+    Other,
+}
+
+impl Confirmation {
+    fn of(line: &str) -> Self {
+        match line.to_lowercase().as_str() {
+            "yes" | "y" | "да" | "д" => Self::Yes,
+            "no" | "n" | "нет" | "н" => Self::No,
+            _ => Self::Other,
+        }
+    }
+}
+
+impl Session {
+    /// Handles one raw line of stdin. An error means stdout is gone.
+    async fn line(&mut self, raw: &[u8]) -> std::io::Result<()> {
+        let decoded = String::from_utf8_lossy(raw);
+        let language = self.journal.language_of(self.user).await;
+        let texts = Texts(language);
+        if matches!(decoded, Cow::Owned(_)) {
+            tracing::warn!(
+                user_id = self.user,
+                "stdin line with invalid UTF-8 replaced"
+            );
+            self.terminal.print(texts.invalid_bytes_replaced())?;
+        }
+        let line = decoded.trim();
+        if line.is_empty() {
+            return Ok(());
+        }
+        if std::mem::take(&mut self.confirming_delete) {
+            match Confirmation::of(line) {
+                Confirmation::Yes => {
+                    let reply = match commands::delete_confirmed(&self.journal, self.user, language)
+                        .await
+                    {
+                        Ok(reply) => reply,
+                        Err(error) => {
+                            tracing::error!(%error, user_id = self.user, "delete failed");
+                            render::Reply::new().text(texts.internal_error())
+                        }
+                    };
+                    return self.terminal.show(vec![Response::Text(reply)], language);
+                }
+                Confirmation::No => return self.terminal.print(texts.delete_cancelled()),
+                Confirmation::Other => self.terminal.print(texts.delete_not_confirmed())?,
+            }
+        }
+        if line.starts_with('/') {
+            return self.command(line, language).await;
+        }
+        match self
+            .journal
+            .on_terminal_text(self.terminal.as_ref(), self.user, line)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                tracing::error!(%error, user_id = self.user, "day log handling failed");
+                self.terminal.print(match error {
+                    EntryError::NotSaved(_) => texts.not_saved(),
+                    EntryError::Later(_) => texts.internal_error(),
+                })
+            }
+        }
+    }
+
+    async fn command(&mut self, line: &str, language: Language) -> std::io::Result<()> {
+        let texts = Texts(language);
+        let responses = match Command::parse(line, "") {
+            Ok(command) => match commands::respond(&self.journal, self.user, command).await {
+                Ok(responses) => responses,
+                Err(error) => {
+                    tracing::error!(%error, user_id = self.user, "command failed");
+                    vec![Response::Text(
+                        render::Reply::new().text(texts.internal_error()),
+                    )]
+                }
+            },
+            Err(_) => vec![Response::Text(
+                render::Reply::new().text(texts.unknown_command()),
+            )],
+        };
+        self.confirming_delete = responses
+            .iter()
+            .any(|r| matches!(r, Response::ConfirmDelete { .. }));
+        self.terminal.show(responses, language)
+    }
 }

@@ -98,7 +98,11 @@ pub fn main(cli: Cli) -> ExitCode {
         } else {
             Command::Chat { user: 1 }
         });
-    match runtime.block_on(execute(command, settings)) {
+    let result = runtime.block_on(execute(command, settings));
+    // Work still in flight after the grace period (a Bot API call that hangs) is
+    // abandoned, not waited for: it must not hold the exit past Docker's stop timeout.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    match result {
         Ok(code) => code,
         Err(error) => fail(&error),
     }

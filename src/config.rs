@@ -363,9 +363,7 @@ impl Settings {
         }
         let telegram_api_url = match env.var("TELOXIDE_API_URL").filter(|v| !v.trim().is_empty()) {
             None => None,
-            Some(raw) => Some(Url::parse(raw.trim()).map_err(|e| {
-                ConfigError::invalid("TELOXIDE_API_URL", format!("not a URL: {e}"))
-            })?),
+            Some(raw) => Some(bot_api_url(raw.trim())?),
         };
         let (secrets, warnings) = read_secrets(&file, env);
         Ok(Self {
@@ -392,6 +390,27 @@ impl Settings {
             .get(provider)
             .is_some_and(|p| !p.require_key || !self.keys(provider).is_empty())
     }
+}
+
+/// `TELOXIDE_API_URL`: teloxide appends `bot<token>/<method>` to it, so it must be an
+/// http(s) URL without a query or a fragment (either would swallow that path, and any
+/// other scheme would only fail, again and again, at the first request).
+fn bot_api_url(raw: &str) -> Result<Url, ConfigError> {
+    const KEY: &str = "TELOXIDE_API_URL";
+    let url = Url::parse(raw).map_err(|e| ConfigError::invalid(KEY, format!("not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(ConfigError::invalid(
+            KEY,
+            "must be an http:// or https:// URL with a host, e.g. https://api.telegram.org",
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(ConfigError::invalid(
+            KEY,
+            "must not have a ?query or #fragment: the Bot API path is appended to it",
+        ));
+    }
+    Ok(url)
 }
 
 fn read_file(path: &Path) -> Result<String, ConfigError> {
@@ -842,5 +861,33 @@ mod tests {
             let s = load(&[(CONFIG_FILE_VAR, path.to_str().expect("utf-8"))]);
             assert!(s.is_ok(), "{}: {:?}", path.display(), s.err());
         }
+    }
+
+    #[test]
+    fn the_bot_api_url_must_be_http_without_query_or_fragment() {
+        for bad in [
+            "ftp://api.telegram.org/",
+            "file:///tmp/bot",
+            "http://127.0.0.1:8081/?x=1",
+            "https://api.telegram.org/#top",
+            "not a url",
+        ] {
+            assert_eq!(
+                error_key(&[("TELOXIDE_API_URL", bad)]),
+                "TELOXIDE_API_URL",
+                "{bad}"
+            );
+        }
+        for good in ["http://127.0.0.1:8081/", "https://api.telegram.org"] {
+            let s = load(&[("TELOXIDE_API_URL", good)]).expect(good);
+            assert!(s.telegram_api_url.is_some(), "{good}");
+        }
+    }
+
+    #[test]
+    fn the_default_grace_ends_before_dockers_stop_timeout() {
+        // Docker sends SIGKILL 10 s after SIGTERM; closing the store needs a moment too.
+        let s = load(&[]).expect("defaults load");
+        assert_eq!(s.telegram.shutdown_grace(), Duration::from_secs(8));
     }
 }

@@ -6,7 +6,10 @@
 //! analyse, then store the result, then answer, then record that the answer went out.
 //! A message being worked on is *claimed* in memory — by `(chat_id, message_id)`, so a
 //! handler holds it from before the insert — and the worker never races a handler; at
-//! start-up nothing is claimed, so everything unfinished is picked up. Results are
+//! start-up nothing is claimed, so everything unfinished is picked up. A terminal entry's
+//! message id is chosen by the insert itself, so its claim can only follow the insert:
+//! the worker lists and claims under a gate that such an insert holds until it has
+//! claimed its log, so it never sees one unclaimed. Results are
 //! stored only if the text they were made from is still the log's text, so an edit
 //! that lands mid-analysis is analysed again rather than overwritten.
 
@@ -20,7 +23,9 @@ use crate::config::Settings;
 use crate::language::Language;
 use crate::llm::{Llm, Task};
 use crate::render::Reply;
-use crate::store::{DayLog, Inserted, LogStatus, NewLog, NewUser, Store, StoreError, Unfinished};
+use crate::store::{
+    DayLog, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store, StoreError, Unfinished,
+};
 use crate::texts::Texts;
 
 /// Where an answer goes: a chat, as a reply to one message when there is one.
@@ -133,6 +138,9 @@ pub struct Journal {
     pub store: Store,
     pub llm: Arc<Llm>,
     claims: Arc<Mutex<HashSet<ClaimKey>>>,
+    /// Held (shared) by an insert that claims its log only after it (a terminal entry),
+    /// and (exclusively) by the worker while it lists and claims unfinished logs.
+    claim_gate: tokio::sync::RwLock<()>,
 }
 
 impl Journal {
@@ -142,6 +150,7 @@ impl Journal {
             store,
             llm,
             claims: Arc::default(),
+            claim_gate: tokio::sync::RwLock::new(()),
         }
     }
 
@@ -205,15 +214,81 @@ impl Journal {
                 return Ok(());
             }
         };
+        self.stored(messenger, log, user.language(), claim).await
+    }
+
+    /// A line typed in `daylog chat` by its terminal user: store, analyse, answer. The
+    /// store numbers terminal entries itself (SPEC §7 `source = 'chat'`).
+    pub async fn on_terminal_text<M: Messenger>(
+        &self,
+        messenger: &M,
+        user_id: i64,
+        text: &str,
+    ) -> Result<(), EntryError> {
+        let user = self
+            .store
+            .upsert_user(&NewUser {
+                user_id,
+                chat_id: user_id,
+                username: None,
+                language: Language::default(),
+            })
+            .await
+            .map_err(EntryError::NotSaved)?;
+        let (log, claim) = {
+            let _storing = self.claim_gate.read().await;
+            let log = self
+                .store
+                .insert_chat_log(user_id, text)
+                .await
+                .map_err(EntryError::NotSaved)?;
+            let claim = self.claim(log.chat_id, log.message_id);
+            (log, claim)
+        };
+        let Some(claim) = claim else {
+            // A fresh id nobody else can know; should it be taken, its holder answers.
+            tracing::warn!(log_id = log.id, "a new terminal entry was already claimed");
+            return Ok(());
+        };
+        self.stored(messenger, log, user.language(), claim).await
+    }
+
+    /// A new log is stored and claimed: analyse it and answer.
+    async fn stored<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: DayLog,
+        language: Language,
+        claim: Claim,
+    ) -> Result<(), EntryError> {
         tracing::info!(
             log_id = log.id,
-            user_id = msg.user_id,
-            chars = msg.text.chars().count(),
+            user_id = log.user_id,
+            chars = log.text.chars().count(),
             "day log stored"
         );
         Ok(self
-            .analyse_and_answer(messenger, log, user.language(), false, claim)
+            .analyse_and_answer(messenger, log, language, false, claim)
             .await?)
+    }
+
+    /// What the worker of `front_end` should finish now, each log claimed for it (logs
+    /// a handler is on are left out). Listing and claiming happen under the claim gate,
+    /// so a terminal entry is never seen between its insert and its claim.
+    pub async fn claim_unfinished(
+        &self,
+        front_end: FrontEnd,
+        limit: i64,
+    ) -> Result<Vec<(DayLog, Claim)>, StoreError> {
+        let _listing = self.claim_gate.write().await;
+        let batch = self.store.unfinished(front_end, limit).await?;
+        Ok(batch
+            .into_iter()
+            .filter_map(|(_, log)| {
+                let claim = self.claim(log.chat_id, log.message_id)?;
+                Some((log, claim))
+            })
+            .collect())
     }
 
     /// An edited message: new text, analysed again. A message never stored is a new log.

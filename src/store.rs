@@ -167,6 +167,50 @@ pub struct NewLog<'a> {
     pub text: &'a str,
 }
 
+/// Where a log came from (`day_logs.source`, SPEC §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Telegram,
+    /// A line typed in `daylog chat`.
+    Chat,
+    Import,
+}
+
+impl Source {
+    /// The stored value, as in the schema's CHECK constraint.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Telegram => "telegram",
+            Self::Chat => "chat",
+            Self::Import => "import",
+        }
+    }
+}
+
+/// Whose unfinished logs a worker answers (SPEC §4.6): the daemon only Telegram's, a
+/// terminal only its own user's, so no front end answers another's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrontEnd {
+    Telegram,
+    Terminal { user_id: i64 },
+}
+
+impl FrontEnd {
+    fn source(self) -> Source {
+        match self {
+            Self::Telegram => Source::Telegram,
+            Self::Terminal { .. } => Source::Chat,
+        }
+    }
+
+    fn user_id(self) -> Option<i64> {
+        match self {
+            Self::Telegram => None,
+            Self::Terminal { user_id } => Some(user_id),
+        }
+    }
+}
+
 /// Result of an idempotent insert.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Inserted {
@@ -527,14 +571,29 @@ impl Store {
         .await
     }
 
-    /// The highest message id stored for a chat (for `daylog chat`, which numbers its own).
-    pub async fn last_message_id(&self, chat_id: i64) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT coalesce(max(message_id), 0) FROM day_logs WHERE chat_id = ?1",
-        )
-        .bind(chat_id)
-        .fetch_one(&self.read)
-        .await?)
+    /// Stores a line typed in `daylog chat` by `user_id` (its own chat) as a pending log
+    /// with `source = 'chat'`. Its message id is the chat's lowest so far minus one,
+    /// chosen inside the insert: Telegram's ids are positive, so they never meet, and the
+    /// statement runs under SQLite's write lock, so two terminals on one database never
+    /// take the same id (a number read before the insert could already be taken).
+    pub async fn insert_chat_log(&self, user_id: i64, text: &str) -> Result<DayLog, StoreError> {
+        retry_busy("insert_chat_log", || async {
+            // Every row is read (there is one), so the statement runs to its end and a
+            // failure to commit is this call's error, not lost in a reset.
+            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source)
+                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, datetime('now'), ?3
+                 FROM day_logs WHERE chat_id = ?1
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(user_id)
+            .bind(text)
+            .bind(Source::Chat.as_str())
+            .fetch_all(&self.write)
+            .await?;
+            rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
+        })
+        .await
     }
 
     /// Stores the analysis of `analysed_text`. Returns `false`, changing nothing, when the
@@ -688,17 +747,25 @@ impl Store {
         .await
     }
 
-    /// Logs the worker must finish: pending ones whose retry is due, and any that were
-    /// decided (analysed, blocked, failed) but whose answer never went out (and is not
-    /// waiting for a delivery retry). Oldest first.
-    pub async fn unfinished(&self, limit: i64) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
+    /// Logs the worker of `front_end` must finish: pending ones whose retry is due, and
+    /// any that were decided (analysed, blocked, failed) but whose answer never went out
+    /// (and is not waiting for a delivery retry). Only that front end's own logs (SPEC
+    /// §4.6). Oldest first.
+    pub async fn unfinished(
+        &self,
+        front_end: FrontEnd,
+        limit: i64,
+    ) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
+        const OWN: &str = "source = ?2 AND (?3 IS NULL OR user_id = ?3)";
         let rows = sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE {UNFINISHED_PENDING}
+            "SELECT {LOG_COLUMNS} FROM day_logs WHERE {UNFINISHED_PENDING} AND {OWN}
              UNION ALL
-             SELECT {LOG_COLUMNS} FROM day_logs WHERE {UNFINISHED_REPLY}
+             SELECT {LOG_COLUMNS} FROM day_logs WHERE {UNFINISHED_REPLY} AND {OWN}
              ORDER BY id LIMIT ?1"
         ))
         .bind(limit)
+        .bind(front_end.source().as_str())
+        .bind(front_end.user_id())
         .fetch_all(&self.read)
         .await?;
         Ok(rows.into_iter().map(Unfinished::classify).collect())

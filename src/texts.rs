@@ -247,4 +247,32 @@ impl Texts {
             "У меня что-то сломалось. Если ты прислал запись, она в сохранности; попробуй команду позже.",
         )
     }
+
+    /// `daylog chat`: a line had bytes that are not UTF-8; the rest of it is kept.
+    pub fn invalid_bytes_replaced(self) -> &'static str {
+        self.pick(
+            "This line had bytes that are not valid UTF-8 text; they were replaced with \u{FFFD} and the rest was kept.",
+            "В этой строке были байты, которые не являются текстом UTF-8; они заменены на \u{FFFD}, остальное сохранено.",
+        )
+    }
+
+    /// `daylog chat`: a chart or an export could not be written as a file.
+    pub fn file_not_written(self, path: &str, reason: &str) -> String {
+        match self.0 {
+            Language::En => format!(
+                "Could not write the file {path} ({reason}). Nothing else changed; your entries are safe."
+            ),
+            Language::Ru => format!(
+                "Не удалось записать файл {path} ({reason}). Больше ничего не изменилось; записи в сохранности."
+            ),
+        }
+    }
+
+    /// `daylog chat`: after `/delete`, a line that is not "yes" (and not "no").
+    pub fn delete_not_confirmed(self) -> &'static str {
+        self.pick(
+            "Nothing was deleted: only \"yes\" confirms a deletion. Your line is handled as usual.",
+            "Ничего не удалено: удаление подтверждает только «да». Твоя строка обработана как обычно.",
+        )
+    }
 }

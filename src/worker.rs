@@ -10,34 +10,36 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::journal::{Journal, Messenger};
+use crate::store::FrontEnd;
 
 /// Logs finished at the same time, at most.
 const CONCURRENCY: usize = 16;
 /// Logs fetched per look.
 const BATCH: i64 = 200;
 
-/// Runs until `shutdown` is cancelled, then lets the logs in hand finish.
+/// Runs until `shutdown` is cancelled, then lets the logs in hand finish. It finishes
+/// only `front_end`'s own logs.
 pub async fn run<M: Messenger>(
     journal: Arc<Journal>,
     messenger: Arc<M>,
+    front_end: FrontEnd,
     shutdown: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = JoinSet::new();
     let poll = journal.settings.worker.poll_interval();
     loop {
-        match journal.store.unfinished(BATCH).await {
+        match journal.claim_unfinished(front_end, BATCH).await {
             Ok(batch) => {
                 if !batch.is_empty() {
                     tracing::debug!(count = batch.len(), "worker found unfinished logs");
                 }
-                for (_, log) in batch {
+                // Claims not used now are dropped with the batch: what is not started
+                // now is finished at the next look or the next start.
+                for (log, claim) in batch {
                     if shutdown.is_cancelled() {
-                        break; // what is not started now is finished at the next start
+                        break;
                     }
-                    let Some(claim) = journal.claim(log.chat_id, log.message_id) else {
-                        continue; // a handler is on it right now
-                    };
                     let permit = tokio::select! {
                         permit = Arc::clone(&permits).acquire_owned() => permit,
                         () = shutdown.cancelled() => break,

@@ -1,5 +1,6 @@
-//! The real `daylog run` binary as a process: signals, and a crash in the middle of an
-//! analysis.
+//! The real `daylog` binary as a process: signals (also against a Bot API that hangs or
+//! has passing trouble at start-up), a crash in the middle of an analysis, and
+//! terminals (`daylog chat`) sharing a database.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -258,4 +259,236 @@ async fn a_crash_after_the_analysis_and_before_any_reply_is_answered_once_after_
         0,
         "the stored analysis is sent, not made again"
     );
+}
+
+/// Docker's stop timeout: a stop must be done by then, whatever the Bot API does. The
+/// test bot's grace is far below it (3 s), so this is a hang guard, not a benchmark.
+const DOCKER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn sigterm_while_the_bot_api_never_answers_exits_0() {
+    // Arrange: a "Bot API" that accepts connections and never says a word.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/", silent.local_addr().expect("addr"));
+    let (accepted, mut first_call) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+            let _ = accepted.send(());
+        }
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let mut env = test_env(&db, &telegram, &providers);
+    env.insert("TELOXIDE_API_URL".into(), url);
+    let mut bot = spawn_bot(&env);
+    tokio::time::timeout(Duration::from_secs(30), first_call.recv())
+        .await
+        .expect("the bot calls the Bot API");
+
+    // Act: stop it while getMe hangs.
+    signal(&bot, "TERM");
+
+    // Assert
+    assert_eq!(
+        wait_exit(&mut bot, DOCKER_STOP_TIMEOUT).await.code(),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn sigterm_while_the_command_menu_hangs_exits_0() {
+    let dir = tempfile::tempdir().expect("dir");
+    let telegram = FakeTelegram::start().await;
+    telegram.hang("SetMyCommands");
+    let providers = Providers::start().await;
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let mut bot = spawn_bot(&test_env(&db, &telegram, &providers));
+    support::wait_until("setMyCommands to hang", Duration::from_secs(30), || async {
+        telegram.hung().iter().any(|m| m == "SetMyCommands")
+    })
+    .await;
+
+    signal(&bot, "TERM");
+
+    assert_eq!(
+        wait_exit(&mut bot, DOCKER_STOP_TIMEOUT).await.code(),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn passing_telegram_errors_at_start_are_retried_not_blamed_on_the_token() {
+    // Arrange: getMe answers 502, 429 (retry after 1 s), 502, and then works.
+    let dir = tempfile::tempdir().expect("dir");
+    let telegram = FakeTelegram::start().await;
+    let bad_gateway =
+        serde_json::json!({"ok": false, "error_code": 502, "description": "Bad Gateway"});
+    telegram.fail_next("GetMe", None, 502, bad_gateway.clone());
+    telegram.fail_next(
+        "GetMe",
+        None,
+        429,
+        serde_json::json!({"ok": false, "error_code": 429,
+            "description": "Too Many Requests: retry after 1", "parameters": {"retry_after": 1}}),
+    );
+    telegram.fail_next("GetMe", None, 502, bad_gateway);
+    let providers = Providers::start().await;
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+
+    // Act
+    let mut bot = spawn_bot(&test_env(&db, &telegram, &providers));
+
+    // Assert: it gets through (teloxide itself waits 10 s after each 5xx) and polls.
+    telegram
+        .wait_for("the bot to start", Duration::from_secs(90), |calls| {
+            calls.iter().any(|c| c.method == "SetMyCommands")
+        })
+        .await;
+    let get_me = telegram
+        .calls()
+        .iter()
+        .filter(|c| c.method == "GetMe")
+        .count();
+    assert_eq!(
+        get_me, 1,
+        "one successful getMe after the scripted failures"
+    );
+    signal(&bot, "TERM");
+    assert_eq!(
+        wait_exit(&mut bot, DOCKER_STOP_TIMEOUT).await.code(),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn a_refused_token_ends_start_up_with_exit_1() {
+    let dir = tempfile::tempdir().expect("dir");
+    let telegram = FakeTelegram::start().await;
+    telegram.fail_next(
+        "GetMe",
+        None,
+        401,
+        serde_json::json!({"ok": false, "error_code": 401, "description": "Unauthorized"}),
+    );
+    let providers = Providers::start().await;
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let log = dir.path().join("bot.log");
+
+    let mut bot = support::spawn_daylog(&test_env(&db, &telegram, &providers), &log);
+
+    assert_eq!(
+        wait_exit(&mut bot, Duration::from_secs(30)).await.code(),
+        Some(1)
+    );
+    let said = support::tail(&log, 5);
+    assert!(said.contains("TELOXIDE_TOKEN"), "{said}");
+}
+
+#[tokio::test]
+async fn two_terminals_on_one_database_lose_nothing() {
+    use std::io::Write as _;
+    const LINES: usize = 20;
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let mut env = test_env(&db, &telegram, &providers);
+    env.remove("TELOXIDE_TOKEN");
+    let daylog = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_daylog"));
+        command
+            .args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(&env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        command
+    };
+    assert!(
+        daylog(&["migrate"])
+            .stdin(Stdio::null())
+            .status()
+            .expect("migrate")
+            .success()
+    );
+
+    // Act: two terminals of the same user, typing at the same time.
+    let mut chats: Vec<Child> = (0..2)
+        .map(|_| {
+            daylog(&["chat", "--user", "7"])
+                .spawn()
+                .expect("chat starts")
+        })
+        .collect();
+    for (n, chat) in chats.iter_mut().enumerate() {
+        let mut stdin = chat.stdin.take().expect("stdin");
+        let lines: String = (0..LINES)
+            .map(|i| format!("Terminal {n}, entry {i}.\n"))
+            .collect();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(lines.as_bytes());
+        });
+    }
+    for chat in chats {
+        let output = tokio::task::spawn_blocking(move || chat.wait_with_output())
+            .await
+            .expect("join")
+            .expect("output");
+        assert!(output.status.success());
+    }
+
+    // Assert: every line is stored, each under its own message id.
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
+    let (rows, ids): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT message_id) FROM day_logs WHERE user_id = 7",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("count");
+    assert_eq!((rows, ids), (2 * LINES as i64, 2 * LINES as i64));
+}
+
+#[tokio::test]
+async fn sigterm_while_replies_and_polling_hang_exits_0_and_the_entry_waits_for_the_next_start() {
+    // Arrange: Telegram answers start-up, then hangs every send and the next poll.
+    let dir = tempfile::tempdir().expect("dir");
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let mut bot = spawn_bot(&test_env(&db, &telegram, &providers));
+    wait_polling(&telegram).await;
+    telegram.hang("SendMessage");
+    telegram.push_update(text_update(61, 1, "An entry whose answer hangs."));
+    support::wait_until("the reply to hang", Duration::from_secs(30), || async {
+        telegram.hung().iter().any(|m| m == "SendMessage")
+    })
+    .await;
+    telegram.hang("GetUpdates");
+
+    // Act
+    signal(&bot, "TERM");
+
+    // Assert: out within the grace, the entry stored and owed its answer.
+    assert_eq!(
+        wait_exit(&mut bot, DOCKER_STOP_TIMEOUT).await.code(),
+        Some(0)
+    );
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
+    let (status, replied): (String, Option<String>) =
+        sqlx::query_as("SELECT status, replied_at FROM day_logs WHERE chat_id = 61")
+            .fetch_one(&pool)
+            .await
+            .expect("row");
+    assert_eq!((status.as_str(), replied), ("analyzed", None));
 }

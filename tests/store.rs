@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use daylog::language::Language;
 use daylog::llm::{Attempt, Outcome, Task};
-use daylog::store::{self, Inserted, LogStatus, NewLog, NewUser, Store, Unfinished};
+use daylog::store::{self, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store, Unfinished};
 
 struct TestDb {
     _dir: tempfile::TempDir,
@@ -99,7 +99,9 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "stress",
             "energy",
             "productivity",
-            "sleep_hours"
+            "sleep_hours",
+            // 20261201000003: where the log came from (SPEC §7).
+            "source",
         ])
     );
     assert_eq!(
@@ -323,7 +325,11 @@ async fn unfinished_finds_due_pending_and_unreplied_logs() {
         .expect("done");
     db.store.mark_replied(done).await.expect("replied");
 
-    let work = db.store.unfinished(100).await.expect("unfinished");
+    let work = db
+        .store
+        .unfinished(FrontEnd::Telegram, 100)
+        .await
+        .expect("unfinished");
     let ids: Vec<(Unfinished, i64)> = work.iter().map(|(k, l)| (*k, l.id)).collect();
     assert_eq!(
         ids,
@@ -475,7 +481,11 @@ async fn an_answer_sent_for_an_old_text_does_not_mark_the_edited_log_answered() 
 
     let row = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(row.replied_at, None, "B's answer is still owed");
-    let work = db.store.unfinished(10).await.expect("unfinished");
+    let work = db
+        .store
+        .unfinished(FrontEnd::Telegram, 10)
+        .await
+        .expect("unfinished");
     assert_eq!(work.len(), 1, "the worker will analyse B");
 }
 
@@ -498,4 +508,88 @@ async fn an_edit_that_keeps_the_text_changes_nothing() {
     let row = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(row.status, LogStatus::Analyzed);
     assert!(row.replied_at.is_some());
+}
+
+#[tokio::test]
+async fn terminal_entries_take_negative_ids_that_telegram_never_meets() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+
+    let first = db.store.insert_chat_log(1, "typed one").await.expect("one");
+    let second = db.store.insert_chat_log(1, "typed two").await.expect("two");
+    let telegram = log(&db.store, 1, 1, "from the phone").await;
+
+    assert_eq!((first.message_id, second.message_id), (-1, -2));
+    assert!(matches!(telegram, Inserted::New(_)), "{telegram:?}");
+    let sources: Vec<(i64, String)> =
+        sqlx::query_as("SELECT message_id, source FROM day_logs ORDER BY id")
+            .fetch_all(db.store.read_pool())
+            .await
+            .expect("rows");
+    assert_eq!(
+        sources,
+        [
+            (-1, "chat".to_owned()),
+            (-2, "chat".to_owned()),
+            (1, "telegram".to_owned())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn concurrent_terminal_inserts_on_two_handles_never_share_an_id() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let other = Store::open(&db.url, Duration::from_secs(5))
+        .await
+        .expect("second handle");
+
+    let inserts = (0..40).map(|i| {
+        let store = if i % 2 == 0 {
+            db.store.clone()
+        } else {
+            other.clone()
+        };
+        async move { store.insert_chat_log(1, &format!("line {i}")).await }
+    });
+    let logs = futures::future::join_all(inserts).await;
+
+    let mut ids: Vec<i64> = logs
+        .into_iter()
+        .map(|log| log.expect("stored").message_id)
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (-40..=-1).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn each_front_end_finds_only_its_own_unfinished_logs() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    user(&db.store, 2).await;
+    let telegram = log(&db.store, 1, 5, "from Telegram").await.id();
+    let mine = db
+        .store
+        .insert_chat_log(1, "terminal of 1")
+        .await
+        .expect("1")
+        .id;
+    let theirs = db
+        .store
+        .insert_chat_log(2, "terminal of 2")
+        .await
+        .expect("2")
+        .id;
+
+    let found = |front_end| {
+        let store = db.store.clone();
+        async move {
+            let work = store.unfinished(front_end, 100).await.expect("unfinished");
+            work.into_iter().map(|(_, log)| log.id).collect::<Vec<_>>()
+        }
+    };
+
+    assert_eq!(found(FrontEnd::Telegram).await, [telegram]);
+    assert_eq!(found(FrontEnd::Terminal { user_id: 1 }).await, [mine]);
+    assert_eq!(found(FrontEnd::Terminal { user_id: 2 }).await, [theirs]);
 }

@@ -4,12 +4,18 @@
 //! Updates of one chat are handled in order (teloxide's default distribution by chat),
 //! different chats concurrently. SIGINT and SIGTERM stop polling, let in-flight work
 //! finish within `telegram.shutdown_grace_ms`, and return.
+//!
+//! Start-up calls (`getMe`, the command menu, the webhook check) are retried with backoff
+//! while Telegram has passing trouble (5xx, 429, the network): only 401/404 mean a bad
+//! token. Every start-up and shutdown step gives way to the stop signal, so a Bot API
+//! that hangs cannot hold a stop past the grace period (Docker kills after its own).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use backon::{ExponentialBuilder, Retryable as _};
 use teloxide::adaptors::throttle::Limits;
 use teloxide::dispatching::{UpdateHandler, dialogue::GetChatId};
 use teloxide::error_handlers::LoggingErrorHandler;
@@ -28,6 +34,7 @@ use crate::journal::{EntryError, Incoming, Journal, Messenger, Response, SendErr
 use crate::language::Language;
 use crate::llm::Llm;
 use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
+use crate::store::FrontEnd;
 use crate::texts::Texts;
 use crate::worker;
 
@@ -51,6 +58,14 @@ const DELETE_YES: &str = "delete:yes";
 const DELETE_NO: &str = "delete:no";
 /// Telegram's `RetryAfter` is honoured this many times per request.
 const MAX_TELEGRAM_RETRIES: u32 = 5;
+/// Backoff of the start-up calls while Telegram has passing trouble.
+const START_MIN_DELAY: Duration = Duration::from_millis(500);
+const START_MAX_DELAY: Duration = Duration::from_secs(30);
+/// Retries of one language's command menu before start-up goes on without it.
+const MENU_RETRIES: usize = 4;
+/// What closing the store may take after the grace period is spent (its queued LLM
+/// call records; the logs themselves are committed long before).
+const CLOSE_AT_LEAST: Duration = Duration::from_millis(500);
 
 /// Sends [`Response`]s through the Bot API.
 #[derive(Clone)]
@@ -485,20 +500,120 @@ pub fn build_bot(settings: &Settings, client: reqwest::Client) -> anyhow::Result
     Ok(bot)
 }
 
-/// Registers the command menu in English (the default) and Russian.
-async fn register_commands<B: TgBot>(bot: &B) {
+/// Start-up: wait until Telegram answers `getMe`, register the command menu, and make
+/// sure no webhook stands in the way of polling. `Ok(false)` when stopped first; an
+/// error when Telegram refuses the bot (retrying would not help).
+async fn start_up<B: TgBot>(bot: &B, stop: &CancellationToken) -> anyhow::Result<bool> {
+    let me = match at_start("getMe", stop, None, || bot.get_me().send()).await {
+        Ok(Some(me)) => me,
+        Ok(None) => return Ok(false),
+        Err(RequestError::Api(ApiError::InvalidToken)) => anyhow::bail!(
+            "Telegram refused the bot token (401/404); check TELOXIDE_TOKEN and TELOXIDE_API_URL"
+        ),
+        Err(error) => anyhow::bail!("Telegram refused getMe: {error}"),
+    };
+    tracing::info!(username = %me.username(), "connected to Telegram");
+    if !register_commands(bot, stop).await {
+        return Ok(false);
+    }
+    match at_start("getWebhookInfo", stop, None, || {
+        bot.get_webhook_info().send()
+    })
+    .await
+    {
+        Ok(None) => return Ok(false),
+        Ok(Some(info)) if info.url.is_some() => {
+            match at_start("deleteWebhook", stop, None, || bot.delete_webhook().send()).await {
+                Ok(None) => return Ok(false),
+                Ok(Some(_)) => tracing::info!("removed the bot's webhook to poll instead"),
+                Err(error) => tracing::warn!(%error, "could not remove the bot's webhook"),
+            }
+        }
+        Ok(Some(_)) => {}
+        Err(error) => tracing::warn!(%error, "could not check for a webhook"),
+    }
+    Ok(true)
+}
+
+/// Registers the command menu in English (the default) and Russian. A menu that cannot
+/// be set is logged, not fatal: it only helps typing. `false` when stopped meanwhile.
+async fn register_commands<B: TgBot>(bot: &B, stop: &CancellationToken) -> bool {
     for language in [Language::En, Language::Ru] {
         let commands: Vec<BotCommand> = Command::menu(language)
             .into_iter()
             .map(|(name, description)| BotCommand::new(name, description))
             .collect();
-        let mut request = bot.set_my_commands(commands);
-        if language != Language::En {
-            request = request.language_code(language.code());
+        let set = || {
+            let mut request = bot.set_my_commands(commands.clone());
+            if language != Language::En {
+                request = request.language_code(language.code());
+            }
+            request.send()
+        };
+        match at_start("setMyCommands", stop, Some(MENU_RETRIES), set).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return false,
+            Err(error) => {
+                tracing::warn!(%error, language = %language, "could not register the command menu");
+            }
         }
-        if let Err(error) = request.await {
-            tracing::warn!(%error, language = %language, "could not register the command menu");
+    }
+    true
+}
+
+/// Whether a failed start-up call is Telegram's passing trouble: a 5xx (teloxide sees
+/// its description; a body that is not JSON is an HTML error page), a 429 or the
+/// network. Everything else is a refusal — 401/404 a bad token — and final.
+fn is_passing(error: &RequestError) -> bool {
+    match error {
+        // A 429 without `retry_after` reaches teloxide as an unknown API error.
+        RequestError::Api(ApiError::Unknown(description)) => {
+            is_server_trouble(description) || description.starts_with("Too Many Requests")
         }
+        RequestError::Api(_) | RequestError::MigrateToChatId(_) => false,
+        RequestError::RetryAfter(_)
+        | RequestError::Network(_)
+        | RequestError::InvalidJson { .. }
+        | RequestError::Io(_) => true,
+    }
+}
+
+/// Runs a start-up call until it answers, retrying passing trouble with jittered
+/// exponential backoff (a 429's `retry_after` is a lower bound of the wait), at most
+/// `max_retries` times when given. `Ok(None)` when `stop` fires first, whatever the
+/// call or the wait was doing.
+async fn at_start<T, F, Fut>(
+    what: &'static str,
+    stop: &CancellationToken,
+    max_retries: Option<usize>,
+    call: F,
+) -> Result<Option<T>, RequestError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(START_MIN_DELAY)
+        .with_max_delay(START_MAX_DELAY)
+        .with_factor(2.0)
+        .with_jitter();
+    let backoff = match max_retries {
+        Some(times) => backoff.with_max_times(times),
+        None => backoff.without_max_times(),
+    };
+    let retried = call
+        .retry(backoff)
+        .when(is_passing)
+        .adjust(|error, wait| match error {
+            RequestError::RetryAfter(after) => wait.map(|wait| wait.max(after.duration())),
+            _ => wait,
+        })
+        .notify(|error, wait| {
+            tracing::warn!(%error, what, retry_in_ms = wait.as_millis() as u64, "Telegram is not answering as it should yet; trying again");
+        });
+    tokio::select! {
+        result = retried => result.map(Some),
+        () = stop.cancelled() => Ok(None),
     }
 }
 
@@ -507,7 +622,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     // Listen for signals before anything else, so a SIGTERM during start-up (migrations,
     // connecting) is a clean stop too rather than the default kill.
     let stop = CancellationToken::new();
-    let signals = listen_for_signals(stop.clone());
+    let stopped_at = Arc::new(std::sync::OnceLock::new());
+    let signals = listen_for_signals(stop.clone(), Arc::clone(&stopped_at));
     let store = crate::cli::open_store(&settings).await?;
     let settings = Arc::new(settings);
     let client = crate::http_client().context("cannot build the HTTP client")?;
@@ -521,7 +637,19 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         serve(bot, journal, stop).await
     };
     signals.abort();
-    store.close().await;
+    // Closing counts against the same grace as the work in flight, with a little time
+    // of its own should that be spent.
+    let grace = settings.telegram.shutdown_grace();
+    let deadline = stopped_at
+        .get()
+        .map_or_else(|| tokio::time::Instant::now() + grace, |at| *at + grace)
+        .max(tokio::time::Instant::now() + CLOSE_AT_LEAST);
+    if tokio::time::timeout_at(deadline, store.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the database did not close in time; committed entries are safe");
+    }
     tracing::info!("daylog stopped");
     served
 }
@@ -534,14 +662,14 @@ pub async fn serve<B: TgBot>(
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let grace = journal.settings.telegram.shutdown_grace();
-    if !wait_for_telegram(&bot, &stop).await? {
-        return Ok(()); // stopped before Telegram ever answered
+    if !start_up(&bot, &stop).await? {
+        return Ok(()); // stopped while starting
     }
     let messenger = Arc::new(Telegram::new(bot.clone()));
-    register_commands(&bot).await;
     let worker = tokio::spawn(worker::run(
         Arc::clone(&journal),
         Arc::clone(&messenger),
+        FrontEnd::Telegram,
         stop.clone(),
     ));
     let mut dispatcher = Dispatcher::builder(bot.clone(), schema::<B>())
@@ -565,11 +693,7 @@ pub async fn serve<B: TgBot>(
             }
         }
     });
-    let listener = Polling::builder(bot.clone())
-        .timeout(POLL_TIMEOUT)
-        .delete_webhook()
-        .await
-        .build();
+    let listener = Polling::builder(bot.clone()).timeout(POLL_TIMEOUT).build();
     let listener_errors =
         LoggingErrorHandler::with_custom_text("polling Telegram failed; retrying");
     tracing::info!("daylog is running");
@@ -605,34 +729,12 @@ pub async fn serve<B: TgBot>(
     dispatched.map_err(|e| anyhow::anyhow!("Telegram refused the bot: {e}"))
 }
 
-/// Waits until Telegram answers `getMe`: `Ok(true)` then, `Ok(false)` when stopped
-/// first, an error when the token is refused (retrying would not help).
-async fn wait_for_telegram<B: TgBot>(bot: &B, stop: &CancellationToken) -> anyhow::Result<bool> {
-    let mut wait = Duration::from_millis(500);
-    loop {
-        match bot.get_me().await {
-            Ok(me) => {
-                tracing::info!(username = %me.username(), "connected to Telegram");
-                return Ok(true);
-            }
-            Err(RequestError::Api(error)) => {
-                anyhow::bail!("Telegram refused the bot token ({error}); check TELOXIDE_TOKEN")
-            }
-            Err(error) => {
-                tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "cannot reach Telegram yet");
-            }
-        }
-        tokio::select! {
-            () = stop.cancelled() => return Ok(false),
-            () = tokio::time::sleep(wait) => {}
-        }
-        wait = (wait * 2).min(Duration::from_secs(30));
-    }
-}
-
-/// Cancels `stop` on SIGINT or SIGTERM (teloxide's own handler knows only SIGINT). On
-/// Unix the handlers are installed before this returns.
-fn listen_for_signals(stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+/// Cancels `stop` on SIGINT or SIGTERM (teloxide's own handler knows only SIGINT), after
+/// noting when in `stopped_at`. On Unix the handlers are installed before this returns.
+fn listen_for_signals(
+    stop: CancellationToken,
+    stopped_at: Arc<std::sync::OnceLock<tokio::time::Instant>>,
+) -> tokio::task::JoinHandle<()> {
     #[cfg(unix)]
     let signals = {
         use tokio::signal::unix::{SignalKind, signal};
@@ -658,6 +760,48 @@ fn listen_for_signals(stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("stopping: no new updates, finishing work in hand");
+        let _ = stopped_at.set(tokio::time::Instant::now());
         stop.cancel();
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use teloxide::types::Seconds;
+    use teloxide::{ApiError, RequestError};
+
+    use super::is_passing;
+
+    #[test]
+    fn only_passing_trouble_is_retried_at_start() {
+        let not_json = serde_json::from_str::<u8>("<html>502</html>").expect_err("not JSON");
+        let unknown = |description: &str| RequestError::Api(ApiError::Unknown(description.into()));
+        let table = [
+            (unknown("Bad Gateway"), true),
+            (unknown("Internal Server Error"), true),
+            (unknown("Service Unavailable"), true),
+            (unknown("Too Many Requests: retry after 5"), true),
+            (RequestError::RetryAfter(Seconds::from_seconds(3)), true),
+            (
+                RequestError::InvalidJson {
+                    source: Arc::new(not_json),
+                    raw: "<html>502</html>".into(),
+                },
+                true,
+            ),
+            (
+                RequestError::Io(Arc::new(std::io::Error::other("reset"))),
+                true,
+            ),
+            // 401 and 404: the token (or the URL) is wrong; trying again cannot help.
+            (RequestError::Api(ApiError::InvalidToken), false),
+            (unknown("Bad Request: something else"), false),
+            (RequestError::Api(ApiError::BotBlocked), false),
+        ];
+        for (error, passing) in table {
+            assert_eq!(is_passing(&error), passing, "{error}");
+        }
+    }
 }

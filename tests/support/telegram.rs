@@ -57,6 +57,9 @@ struct Inner {
     failures: VecDeque<(String, Option<i64>, u16, Value)>,
     /// Chats whose every send fails with 403 (the user blocked the bot).
     blocked_chats: Vec<i64>,
+    /// Methods that never answer (a Bot API that hangs), and the calls of them so far.
+    hanging: Vec<String>,
+    hung: Vec<String>,
     next_message_id: i64,
 }
 
@@ -120,6 +123,20 @@ impl FakeTelegram {
     /// Scripted failures (`fail_next`) not used yet.
     pub fn failures_left(&self) -> usize {
         self.inner.lock().expect("lock").failures.len()
+    }
+
+    /// From now on every call of `method` hangs: accepted, never answered.
+    pub fn hang(&self, method: &str) {
+        self.inner
+            .lock()
+            .expect("lock")
+            .hanging
+            .push(method.to_owned());
+    }
+
+    /// Calls of hanging methods so far (they are not in [`FakeTelegram::calls`]).
+    pub fn hung(&self) -> Vec<String> {
+        self.inner.lock().expect("lock").hung.clone()
     }
 
     pub fn block_chat(&self, chat: i64) {
@@ -278,6 +295,19 @@ async fn handle(
     } else {
         (serde_json::from_slice(&body).unwrap_or(Value::Null), None)
     };
+
+    let hangs = {
+        let mut inner = fake.inner.lock().expect("lock");
+        let hangs = inner.hanging.contains(&method);
+        if hangs {
+            inner.hung.push(method.clone());
+        }
+        hangs
+    };
+    if hangs {
+        fake.changed.notify_waiters();
+        return std::future::pending().await;
+    }
 
     if method == "GetUpdates" {
         return get_updates(&fake, &body).await;

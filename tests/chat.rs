@@ -1,0 +1,256 @@
+//! `daylog chat` in process: the conversation loop over a byte slice, against a real
+//! store and fake providers. Nothing a line does may end the session or lose an entry;
+//! terminal entries never collide with Telegram's messages.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use daylog::chat::{self, Terminal};
+use daylog::config::Settings;
+use daylog::journal::Journal;
+use daylog::llm::Llm;
+use daylog::store::Store;
+use daylog::texts::Texts;
+use support::telegram::text_update;
+use support::{ANALYSIS_TEXT, App, FakeTelegram, Providers, test_env};
+
+/// What the terminal printed, shared with the test.
+#[derive(Clone, Default)]
+struct Screen(Arc<Mutex<Vec<u8>>>);
+
+impl Screen {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("screen")).into_owned()
+    }
+}
+
+impl Write for Screen {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("screen").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A terminal session's parts: the journal on a fresh database and fake providers.
+struct Chat {
+    journal: Arc<Journal>,
+    store: Store,
+    dir: tempfile::TempDir,
+    _providers: Providers,
+}
+
+impl Chat {
+    async fn start() -> Self {
+        support::init_test_tracing();
+        let dir = tempfile::tempdir().expect("dir");
+        let providers = Providers::start().await;
+        providers.healthy().await;
+        let telegram = FakeTelegram::start().await;
+        let db = format!("sqlite://{}/daylog.db", dir.path().display());
+        let settings =
+            Arc::new(Settings::load_from(&test_env(&db, &telegram, &providers)).expect("settings"));
+        let store = Store::open_and_migrate(&settings.database_url, settings.store.busy_timeout())
+            .await
+            .expect("store");
+        Self {
+            journal: journal(&settings, &store),
+            store,
+            dir,
+            _providers: providers,
+        }
+    }
+
+    /// Feeds `input` to a session of `user` whose files go to `files`; returns what
+    /// it printed, after checking that the session ended well (at the end of input).
+    async fn talk(&self, user: i64, files: std::path::PathBuf, input: &[u8]) -> String {
+        let screen = Screen::default();
+        let terminal = Arc::new(Terminal::new(Box::new(screen.clone()), files));
+        let result = chat::converse(Arc::clone(&self.journal), terminal, input, user).await;
+        let printed = screen.text();
+        assert!(
+            result.is_ok(),
+            "the session ended early: {result:?}\n{printed}"
+        );
+        printed
+    }
+
+    async fn texts_of(&self, user: i64) -> Vec<String> {
+        sqlx::query_scalar("SELECT text FROM day_logs WHERE user_id = ?1 ORDER BY id")
+            .bind(user)
+            .fetch_all(self.store.read_pool())
+            .await
+            .expect("texts")
+    }
+}
+
+fn journal(settings: &Arc<Settings>, store: &Store) -> Arc<Journal> {
+    let client = daylog::http_client().expect("client");
+    let llm = Arc::new(Llm::with_client(settings, client).expect("llm"));
+    Arc::new(Journal::new(Arc::clone(settings), store.clone(), llm))
+}
+
+fn english() -> Texts {
+    Texts(daylog::language::Language::En)
+}
+
+#[tokio::test]
+async fn invalid_utf8_is_replaced_said_once_and_the_session_goes_on() {
+    let chat = Chat::start().await;
+
+    let printed = chat
+        .talk(
+            1,
+            chat.dir.path().to_owned(),
+            b"A calm morning.\nBad \xff\xfe bytes, \xc3 twice.\nThe evening was fine.\n",
+        )
+        .await;
+
+    let notice = english().invalid_bytes_replaced();
+    assert_eq!(printed.matches(notice).count(), 1, "{printed}");
+    assert_eq!(
+        chat.texts_of(1).await,
+        [
+            "A calm morning.",
+            "Bad \u{FFFD}\u{FFFD} bytes, \u{FFFD} twice.",
+            "The evening was fine."
+        ]
+    );
+    assert_eq!(printed.matches(ANALYSIS_TEXT).count(), 3, "{printed}");
+}
+
+#[tokio::test]
+async fn a_file_that_cannot_be_written_is_said_and_the_session_goes_on() {
+    let chat = Chat::start().await;
+    // A folder that does not exist: no file can be written there, even as root.
+    let nowhere = chat.dir.path().join("missing");
+
+    let printed = chat
+        .talk(
+            1,
+            nowhere.clone(),
+            b"Ran 5 km.\n/stats\n/export\nAfter the export, still here.\n",
+        )
+        .await;
+
+    for file in ["daylog-stats.png", "daylog-export.csv"] {
+        let path = nowhere.join(file).display().to_string();
+        assert!(
+            printed.contains(&format!("Could not write the file {path}")),
+            "{file}: {printed}"
+        );
+    }
+    assert_eq!(
+        chat.texts_of(1).await,
+        ["Ran 5 km.", "After the export, still here."]
+    );
+    assert_eq!(printed.matches(ANALYSIS_TEXT).count(), 2, "{printed}");
+}
+
+#[tokio::test]
+async fn a_failing_command_gets_a_sentence_and_the_session_goes_on() {
+    let chat = Chat::start().await;
+    // Every read fails from now on (writes use their own connection).
+    chat.store.read_pool().close().await;
+
+    let printed = chat
+        .talk(1, chat.dir.path().to_owned(), b"/history\n/help\n")
+        .await;
+
+    assert!(printed.contains(english().internal_error()), "{printed}");
+    assert!(
+        printed.contains("/export"),
+        "help still answered: {printed}"
+    );
+}
+
+#[tokio::test]
+async fn after_delete_only_yes_confirms_and_another_line_is_still_an_entry() {
+    let chat = Chat::start().await;
+    let files = chat.dir.path().to_owned();
+
+    // Arrange: one entry. Act: /delete, then a real entry instead of an answer.
+    let printed = chat
+        .talk(
+            1,
+            files.clone(),
+            b"First entry.\n/delete\nI did not mean that; today was good.\n",
+        )
+        .await;
+
+    assert!(
+        printed.contains(english().delete_not_confirmed()),
+        "{printed}"
+    );
+    assert_eq!(
+        chat.texts_of(1).await,
+        ["First entry.", "I did not mean that; today was good."],
+        "nothing deleted, and the line journaled"
+    );
+    assert_eq!(printed.matches(ANALYSIS_TEXT).count(), 2, "{printed}");
+
+    // "no" cancels without becoming an entry; "/history" after /delete runs.
+    let printed = chat
+        .talk(1, files.clone(), b"/delete\nno\n/delete\n/history\n")
+        .await;
+    assert!(printed.contains(english().delete_cancelled()), "{printed}");
+    assert!(printed.contains("First entry."), "history ran: {printed}");
+    assert_eq!(chat.texts_of(1).await.len(), 2);
+
+    // "yes" deletes.
+    chat.talk(1, files, b"/delete\nyes\n").await;
+    assert!(chat.texts_of(1).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_terminal_entry_and_a_telegram_message_with_the_same_number_are_both_kept() {
+    // Arrange: the daemon on a database, and a terminal for user 555 on the same one.
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    let settings = Arc::new(Settings::load_from(&app.env).expect("settings"));
+    let terminal_journal = journal(&settings, &app.store);
+    let screen = Screen::default();
+    let terminal = Arc::new(Terminal::new(
+        Box::new(screen.clone()),
+        app.dir.path().to_owned(),
+    ));
+
+    // Act: an entry typed in the terminal, then user 555's first Telegram message.
+    chat::converse(
+        terminal_journal,
+        terminal,
+        &b"Typed in the terminal.\n"[..],
+        555,
+    )
+    .await
+    .expect("session");
+    app.telegram
+        .push_update(text_update(555, 1, "Sent from the phone."));
+
+    // Assert: both stored, each answered on its own front end.
+    let sent = app.telegram.wait_sent(555, 1).await;
+    assert!(sent[0].text().contains(ANALYSIS_TEXT), "{}", sent[0].text());
+    assert_eq!(sent[0].reply_to(), Some(1));
+    assert!(screen.text().contains(ANALYSIS_TEXT), "{}", screen.text());
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT message_id, source, text FROM day_logs WHERE chat_id = 555 ORDER BY id",
+    )
+    .fetch_all(app.store.read_pool())
+    .await
+    .expect("rows");
+    assert_eq!(
+        rows,
+        [
+            (-1, "chat".to_owned(), "Typed in the terminal.".to_owned()),
+            (1, "telegram".to_owned(), "Sent from the phone.".to_owned()),
+        ]
+    );
+    app.stop().await;
+}
