@@ -2,7 +2,8 @@
 //! step its provider's keys in order, each key up to `max_attempts` times with backoff.
 //!
 //! What an attempt's error means is decided in [`LlmError`]; what the cascade does with
-//! it is decided here, in one place ([`TaskRun::run_step`]). State shared between
+//! it is decided in one pure function, [`decision::next`], which [`TaskRun::run_step`]
+//! carries out. State shared between
 //! requests lives in the [`Cooldowns`] registry, read again before every retry so that
 //! concurrent requests pay for one dead provider once. A task is one future: its steps
 //! (a hedged one included) are polled together, so dropping the task — on the deadline,
@@ -10,7 +11,6 @@
 //! itself as `cancelled` on the way out.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,12 +21,13 @@ use reqwest::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::llm::CascadeError;
 use crate::llm::cooldown::{Cooldowns, StepId};
-use crate::llm::error::LlmError;
-use crate::llm::provider::{Call, Provider};
+use crate::llm::decision::{self, Cool, Facts, Next};
+use crate::llm::error::{AttemptError, CascadeError, LlmError};
+use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::llm::types::{Attempt, AttemptSink, ChatRequest, Completion, Outcome, Task};
+use crate::llm::wire::Call;
 
 /// One step of a cascade: one model of one provider.
 #[derive(Debug)]
@@ -35,26 +36,6 @@ pub(crate) struct Step {
     pub provider: Arc<Provider>,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
-}
-
-/// One failed attempt, kept whole so a caller can see every reason the cascade gave up.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AttemptError {
-    pub provider: String,
-    pub model: String,
-    pub key_index: Option<usize>,
-    pub attempt: u32,
-    pub error: LlmError,
-}
-
-impl fmt::Display for AttemptError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.provider, self.model)?;
-        if let Some(i) = self.key_index {
-            write!(f, " key #{i}")?;
-        }
-        write!(f, " attempt {}: {}", self.attempt, self.error)
-    }
 }
 
 /// The parts of [`crate::llm::Llm`] a task needs.
@@ -261,7 +242,8 @@ impl<'a> TaskRun<'a> {
             .map(|(_, i, key)| (i, key))
     }
 
-    /// One step: its keys in order, each with backoff, per SPEC §5's table.
+    /// One step: its keys in order, each with backoff. What follows each failed attempt
+    /// is [`decision::next`]'s call; this only gathers its facts and carries it out.
     async fn run_step(&self, step: &'a Step, mode: Mode) -> StepEnd<'a> {
         let (slots, max_attempts, forced) = match mode {
             Mode::Normal => (step.provider.key_slots(), self.policy.max_attempts, false),
@@ -311,52 +293,50 @@ impl<'a> TaskRun<'a> {
                     }
                     Err(error) => error,
                 };
+                transient |= error.is_passing();
+                // A passing failure counts towards the shared trip, whatever follows.
+                let tripped = error.is_retryable() && self.cooldowns.record_failure(&step.id, key);
+                let facts = Facts {
+                    error: &error,
+                    unusable_before: unusable_seen,
+                    tripped,
+                    key_cooling: cooling(key).is_some(),
+                    backoff: backoff.next_wait(error.retry_after()),
+                    max_delay: self.policy.max_delay,
+                    time_left: self.deadline.saturating_duration_since(Instant::now()),
+                };
+                let next = decision::next(&facts);
+                unusable_seen |= matches!(error, LlmError::Unusable { .. });
                 self.keep(step, key, attempt, error.clone());
-                if let LlmError::Blocked { reason } = error {
-                    return StepEnd::Blocked { step, reason };
-                }
-                if error.is_stall() {
-                    self.cooldowns
-                        .trip_step(&step.id, self.cooldowns.default_until());
-                    return StepEnd::Failed {
-                        no,
-                        transient: true,
-                    };
-                }
-                if error.is_bad_key() {
-                    self.cooldowns
-                        .trip_key(&step.id, key, self.cooldowns.default_until());
-                    continue 'keys;
-                }
-                if !error.is_retryable() {
-                    return StepEnd::Failed { no, transient };
-                }
-                transient = true;
-                let tripped = self.cooldowns.record_failure(&step.id, key);
-                if matches!(error, LlmError::Unusable { .. }) {
-                    if unusable_seen {
+                match next {
+                    Next::RetryAfter(delay) => {
+                        tokio::time::sleep(delay).await;
+                        wait = delay;
+                    }
+                    Next::Key { cool } => {
+                        if let Some(cool) = cool {
+                            let until = match cool {
+                                Cool::Standard => self.cooldowns.default_until(),
+                                Cool::For(asked) => Instant::now() + asked,
+                            };
+                            self.cooldowns.trip_key(&step.id, key, until);
+                        }
+                        continue 'keys;
+                    }
+                    Next::CoolStep => {
+                        self.cooldowns
+                            .trip_step(&step.id, self.cooldowns.default_until());
                         return StepEnd::Failed { no, transient };
                     }
-                    unusable_seen = true;
+                    Next::Step => return StepEnd::Failed { no, transient },
+                    Next::Blocked => {
+                        let reason = match error {
+                            LlmError::Blocked { reason } => reason,
+                            other => other.to_string(),
+                        };
+                        return StepEnd::Blocked { step, reason };
+                    }
                 }
-                let retry_after = error.retry_after();
-                if let Some(long) = retry_after.filter(|ra| self.policy.too_long_to_wait(*ra)) {
-                    self.cooldowns
-                        .trip_key(&step.id, key, Instant::now() + long);
-                    continue 'keys;
-                }
-                let Some(delay) = backoff.next_wait(retry_after) else {
-                    self.cooldowns
-                        .trip_key(&step.id, key, self.cooldowns.default_until());
-                    continue 'keys;
-                };
-                if tripped || cooling(key).is_some() || Instant::now() + delay >= self.deadline {
-                    // Someone (maybe we) tripped it, or the wait would outlast the task:
-                    // the next key or step is the better bet.
-                    continue 'keys;
-                }
-                tokio::time::sleep(delay).await;
-                wait = delay;
             }
         }
         StepEnd::Failed { no, transient }

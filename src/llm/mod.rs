@@ -9,6 +9,7 @@
 mod anthropic;
 mod cascade;
 mod cooldown;
+mod decision;
 pub mod error;
 mod gemini;
 mod openai;
@@ -16,69 +17,21 @@ mod provider;
 mod retry;
 pub mod retry_after;
 pub mod types;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-pub use cascade::AttemptError;
-pub use error::LlmError;
+pub use error::{AttemptError, CascadeError, LlmError};
 pub use types::{Attempt, AttemptSink, ChatRequest, Completion, NullSink, Outcome, Task};
 
 use crate::config::{Settings, StepSettings};
 use cascade::{Engine, Step};
 use cooldown::{Cooldowns, StepId};
-use provider::{Call, Provider};
+use provider::Provider;
 use retry::RetryPolicy;
-
-/// Why a task got no answer. `Display` is one sentence without keys or user text.
-#[derive(Debug, thiserror::Error)]
-pub enum CascadeError {
-    /// A content-policy refusal and no other step answered: not worth retrying later.
-    #[error("{provider}/{model} refused this entry on content-policy grounds ({reason})")]
-    Blocked {
-        provider: String,
-        model: String,
-        reason: String,
-        errors: Vec<AttemptError>,
-    },
-    /// Every step failed (or was cooling down); retry the task later.
-    #[error("every provider failed ({} failed attempts){}", errors.len(), last_error(errors))]
-    Exhausted { errors: Vec<AttemptError> },
-    /// `deadline_ms` passed before any step answered.
-    #[error("no answer within the task deadline of {deadline_ms}ms ({} failed attempts){}", errors.len(), last_error(errors))]
-    DeadlineExceeded {
-        deadline_ms: u64,
-        errors: Vec<AttemptError>,
-    },
-    /// No step of this task has a provider with a key (or one that needs none).
-    #[error("no provider in this cascade has an API key; set one (see `daylog doctor`)")]
-    NoUsableProvider,
-}
-
-fn last_error(errors: &[AttemptError]) -> String {
-    errors
-        .last()
-        .map(|e| format!("; last: {e}"))
-        .unwrap_or_default()
-}
-
-impl CascadeError {
-    /// A content-policy block: the entry should be marked blocked, not retried.
-    pub fn is_blocked(&self) -> bool {
-        matches!(self, Self::Blocked { .. })
-    }
-
-    /// Every failed attempt, in the order they ended.
-    pub fn errors(&self) -> &[AttemptError] {
-        match self {
-            Self::Blocked { errors, .. }
-            | Self::Exhausted { errors }
-            | Self::DeadlineExceeded { errors, .. } => errors,
-            Self::NoUsableProvider => &[],
-        }
-    }
-}
+use wire::Call;
 
 /// The LLM layer of one process. `Send + Sync`; share it as `Arc<Llm>`.
 pub struct Llm {

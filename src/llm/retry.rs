@@ -47,11 +47,6 @@ impl RetryPolicy {
             max_delay: self.max_delay,
         }
     }
-
-    /// A provider wait this long is not worth sleeping through: cool the key instead.
-    pub fn too_long_to_wait(&self, retry_after: Duration) -> bool {
-        retry_after > self.max_delay
-    }
 }
 
 /// The remaining waits of one key on one step.
@@ -150,7 +145,5 @@ mod tests {
             b.next_wait(Some(Duration::from_secs(1))),
             Some(Duration::from_secs(1))
         );
-        assert!(p.too_long_to_wait(Duration::from_secs(3)));
-        assert!(!p.too_long_to_wait(Duration::from_secs(2)));
     }
 }
