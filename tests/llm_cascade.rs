@@ -197,6 +197,50 @@ async fn a_401_moves_to_the_next_key_without_retry() {
 }
 
 #[tokio::test]
+async fn a_429_or_503_moves_to_the_next_key_at_once() {
+    // Arrange: of three keys, the first is rate limited and the second overloaded.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer k1"))
+        .respond_with(json_reply(429, "openai/rate_limited.json"))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer k2"))
+        .respond_with(ResponseTemplate::new(503))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer k3"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    let toml = config(&[&server], &[("a", "m1")], FAST_RETRY);
+    let llm = Llm::new(&settings(&toml, &[("A_API_KEY", "k1,k2,k3")])).unwrap();
+    let sink = RecordingSink::default();
+
+    // Act
+    llm.run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    // Assert: one attempt per key, in order, no pause within the round.
+    let attempts: Vec<(Option<usize>, u32, u64, Outcome)> = sink
+        .attempts()
+        .iter()
+        .map(|a| (a.key_index, a.attempt, a.wait_ms, a.outcome))
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            (Some(0), 1, 0, Outcome::Retryable),
+            (Some(1), 1, 0, Outcome::Retryable),
+            (Some(2), 1, 0, Outcome::Ok)
+        ]
+    );
+}
+
+#[tokio::test]
 async fn retry_after_is_a_lower_bound_on_the_wait() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
@@ -628,26 +672,27 @@ async fn the_gemini_claude_example_falls_back_to_claude() {
         .await
         .expect("answer");
 
-    // Assert: each Gemini key failed twice, then Claude answered.
+    // Assert: keys 1–3, one pause, keys 1–3, then Claude answered.
     assert_eq!(answer.provider, "anthropic");
     assert!(answer.text.starts_with("Sounds like a full day"));
     assert_eq!(calls(&gemini).await, 6);
-    let per_key: Vec<(Option<usize>, u32)> = sink
+    let per_key: Vec<(Option<usize>, u32, bool)> = sink
         .attempts()
         .iter()
         .filter(|a| a.provider == "gemini")
-        .map(|a| (a.key_index, a.attempt))
+        .map(|a| (a.key_index, a.attempt, a.wait_ms > 0))
         .collect();
     assert_eq!(
         per_key,
         [
-            (Some(0), 1),
-            (Some(0), 2),
-            (Some(1), 1),
-            (Some(1), 2),
-            (Some(2), 1),
-            (Some(2), 2)
-        ]
+            (Some(0), 1, false),
+            (Some(1), 1, false),
+            (Some(2), 1, false),
+            (Some(0), 2, true),
+            (Some(1), 2, false),
+            (Some(2), 2, false)
+        ],
+        "(key, round, paused before it)"
     );
     assert_eq!(calls(&claude).await, 1);
 }

@@ -1,5 +1,6 @@
 //! The cascade executor of SPEC §5: one task walks its configured steps in order, each
-//! step its provider's keys in order, each key up to `max_attempts` times with backoff.
+//! step in rounds over its provider's keys (each key once per round, a backoff between
+//! rounds, up to `max_attempts` rounds).
 //!
 //! What an attempt's error means is decided in [`LlmError`]; what the cascade does with
 //! it is decided in one pure function, [`decision::next`], which [`TaskRun::run_step`]
@@ -22,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::llm::cooldown::{Cooldowns, StepId};
-use crate::llm::decision::{self, Cool, Facts, Next};
+use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
 use crate::llm::error::{AttemptError, CascadeError, LlmError};
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
@@ -242,10 +243,10 @@ impl<'a> TaskRun<'a> {
             .map(|(_, i, key)| (i, key))
     }
 
-    /// One step: its keys in order, each with backoff. What follows each failed attempt
-    /// is [`decision::next`]'s call; this only gathers its facts and carries it out.
+    /// One step, in rounds over its keys. What follows each failed attempt and each
+    /// round is [`decision`]'s call; this only gathers the facts and carries it out.
     async fn run_step(&self, step: &'a Step, mode: Mode) -> StepEnd<'a> {
-        let (slots, max_attempts, forced) = match mode {
+        let (mut keys, rounds, forced) = match mode {
             Mode::Normal => (step.provider.key_slots(), self.policy.max_attempts, false),
             Mode::Forced(key) => (vec![key], 1, true),
         };
@@ -260,14 +261,18 @@ impl<'a> TaskRun<'a> {
         let no = step.id.no;
         // Whether some key of this step failed for a passing reason.
         let mut transient = false;
-        'keys: for key in slots {
-            if let Some(until) = cooling(key) {
-                self.record_skip(step, key, until);
-                continue;
-            }
-            let mut backoff = self.policy.backoff();
-            let mut wait = Duration::ZERO;
-            for attempt in 1..=max_attempts {
+        let mut backoff = self.policy.backoff();
+        // The pause before this round, recorded on its first attempt.
+        let mut wait = Duration::ZERO;
+        for round in 1..=rounds {
+            let mut wait_at_least: Option<Duration> = None;
+            // The keys still in play after this round.
+            let mut again = Vec::with_capacity(keys.len());
+            for key in keys {
+                if let Some(until) = cooling(key) {
+                    self.record_skip(step, key, until);
+                    continue;
+                }
                 let Ok(permit) = step.provider.permits.acquire().await else {
                     return StepEnd::Failed {
                         no,
@@ -278,9 +283,10 @@ impl<'a> TaskRun<'a> {
                 // this key meanwhile.
                 if let Some(until) = cooling(key) {
                     self.record_skip(step, key, until);
-                    continue 'keys;
+                    continue;
                 }
-                let result = self.attempt(step, key, attempt, wait).await;
+                let result = self.attempt(step, key, round, wait).await;
+                wait = Duration::ZERO;
                 drop(permit);
                 let error = match result {
                     Ok((_, text)) => {
@@ -301,19 +307,18 @@ impl<'a> TaskRun<'a> {
                     unusable_before: unusable_seen,
                     tripped,
                     key_cooling: cooling(key).is_some(),
-                    backoff: backoff.next_wait(error.retry_after()),
+                    last_round: round == rounds,
                     max_delay: self.policy.max_delay,
-                    time_left: self.deadline.saturating_duration_since(Instant::now()),
                 };
                 let next = decision::next(&facts);
                 unusable_seen |= matches!(error, LlmError::Unusable { .. });
-                self.keep(step, key, attempt, error.clone());
+                self.keep(step, key, round, error.clone());
                 match next {
-                    Next::RetryAfter(delay) => {
-                        tokio::time::sleep(delay).await;
-                        wait = delay;
+                    Next::Again { wait_at_least: ra } => {
+                        again.push(key);
+                        wait_at_least = wait_at_least.max(ra);
                     }
-                    Next::Key { cool } => {
+                    Next::Retire { cool } => {
                         if let Some(cool) = cool {
                             let until = match cool {
                                 Cool::Standard => self.cooldowns.default_until(),
@@ -321,7 +326,6 @@ impl<'a> TaskRun<'a> {
                             };
                             self.cooldowns.trip_key(&step.id, key, until);
                         }
-                        continue 'keys;
                     }
                     Next::CoolStep => {
                         self.cooldowns
@@ -337,6 +341,19 @@ impl<'a> TaskRun<'a> {
                         return StepEnd::Blocked { step, reason };
                     }
                 }
+            }
+            keys = again;
+            let facts = RoundFacts {
+                keys_left: keys.len(),
+                backoff: backoff.next_wait(wait_at_least),
+                time_left: self.deadline.saturating_duration_since(Instant::now()),
+            };
+            match decision::after_round(&facts) {
+                Round::Wait(delay) => {
+                    tokio::time::sleep(delay).await;
+                    wait = delay;
+                }
+                Round::End => break,
             }
         }
         StepEnd::Failed { no, transient }

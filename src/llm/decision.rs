@@ -1,8 +1,14 @@
-//! What the cascade does after one failed attempt, as a pure function of what it knows at
-//! that moment ([`Facts`]) — SPEC §5's table read from the step's side. The executor
-//! (`cascade.rs`) gathers the facts (the error, the shared cooldowns, the backoff, the
-//! clock), asks [`next`], and carries out the one [`Next`] it gets; the rules themselves
-//! live here and are tested as a table, row by row.
+//! What the cascade does after one failed attempt, and after one round of a step, as
+//! pure functions of what it knows at that moment — SPEC §5's table read from the step's
+//! side. The executor (`cascade.rs`) gathers the facts (the error, the shared cooldowns,
+//! the backoff, the clock), asks [`next`] or [`after_round`], and carries out the one
+//! answer it gets; the rules themselves live here and are tested as tables, row by row.
+//!
+//! A step works in rounds: a round tries each of its keys still in play once, in order;
+//! a passing failure (429, 408/5xx/529, an unusable body) moves to the next key at once
+//! and keeps the key for the next round. Between rounds the step backs off (from
+//! `min_delay_ms`, doubling, jittered, capped at `max_delay_ms`; a `Retry-After` is a
+//! lower bound); `max_attempts` bounds the rounds, so the attempts per key.
 
 use std::time::Duration;
 
@@ -21,23 +27,21 @@ pub(crate) struct Facts<'e> {
     /// The key is cooling in the shared registry right now (maybe another request put
     /// it there while this attempt ran).
     pub key_cooling: bool,
-    /// The backoff's next wait for this key, already raised to the provider's
-    /// `Retry-After`; `None` once the key's `max_attempts` are used up.
-    pub backoff: Option<Duration>,
+    /// This was the step's last round (`max_attempts`): the key has no attempt left.
+    pub last_round: bool,
     /// `max_delay_ms`: a provider wait longer than this is not waited for.
     pub max_delay: Duration,
-    /// What is left of the task's `deadline_ms`.
-    pub time_left: Duration,
 }
 
-/// The one thing to do next.
+/// The one thing to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Next {
-    /// Sleep this long, then try the same key again.
-    RetryAfter(Duration),
-    /// Move on to the step's next key at once, cooling this one for every request first
-    /// when `cool` says so.
-    Key { cool: Option<Cool> },
+    /// The next key at once; this key again in the next round, which starts no sooner
+    /// than `wait_at_least` (the provider's `Retry-After`) from the end of this one.
+    Again { wait_at_least: Option<Duration> },
+    /// The next key at once; this key is done for this task. When `cool` says so it
+    /// is cooled for every request first.
+    Retire { cool: Option<Cool> },
     /// The model is stalled or unreachable for everyone: cool the whole step down and
     /// start the next step at once.
     CoolStep,
@@ -66,7 +70,7 @@ pub(crate) fn next(facts: &Facts<'_>) -> Next {
         return Next::CoolStep;
     }
     if error.is_bad_key() {
-        return Next::Key {
+        return Next::Retire {
             cool: Some(Cool::Standard),
         };
     }
@@ -78,23 +82,57 @@ pub(crate) fn next(facts: &Facts<'_>) -> Next {
     if matches!(error, LlmError::Unusable { .. }) && facts.unusable_before {
         return Next::Step;
     }
-    if let Some(long) = error.retry_after().filter(|ra| *ra > facts.max_delay) {
-        return Next::Key {
+    let retry_after = error.retry_after();
+    if let Some(long) = retry_after.filter(|ra| *ra > facts.max_delay) {
+        return Next::Retire {
             cool: Some(Cool::For(long)),
         };
     }
-    let Some(wait) = facts.backoff else {
-        // This key's attempts are used up.
-        return Next::Key {
+    if facts.last_round {
+        // This key's attempts are used up: every request skips it for a while.
+        return Next::Retire {
             cool: Some(Cool::Standard),
         };
-    };
-    if facts.tripped || facts.key_cooling || wait >= facts.time_left {
-        // Someone (maybe we) cooled the key, or the wait would outlast the task: the next
-        // key or step is the better bet. A tripped key is already cooling.
-        return Next::Key { cool: None };
     }
-    Next::RetryAfter(wait)
+    if facts.tripped || facts.key_cooling {
+        // Someone (maybe we) cooled the key meanwhile: it is already cooling.
+        return Next::Retire { cool: None };
+    }
+    Next::Again {
+        wait_at_least: retry_after,
+    }
+}
+
+/// Everything the decision at the end of a round depends on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RoundFacts {
+    /// Keys still in play for the next round.
+    pub keys_left: usize,
+    /// The backoff's next wait, already raised to the round's longest `Retry-After`;
+    /// `None` once `max_attempts` rounds are done.
+    pub backoff: Option<Duration>,
+    /// What is left of the task's `deadline_ms`.
+    pub time_left: Duration,
+}
+
+/// What follows a round that ended without an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Round {
+    /// Sleep this long, then the next round.
+    Wait(Duration),
+    /// The step is done for this task: the next step.
+    End,
+}
+
+pub(crate) fn after_round(facts: &RoundFacts) -> Round {
+    match facts.backoff {
+        // No key left, or no round left.
+        _ if facts.keys_left == 0 => Round::End,
+        None => Round::End,
+        // The wait would outlast the task: another step is the better bet.
+        Some(wait) if wait >= facts.time_left => Round::End,
+        Some(wait) => Round::Wait(wait),
+    }
 }
 
 #[cfg(test)]
@@ -133,25 +171,22 @@ mod tests {
         }
     }
 
-    /// The facts of a fresh key with time to spare, changed by `tweak`.
+    /// The facts of a fresh key in a first round of several, changed by `tweak`.
     fn facts<'e>(error: &'e LlmError, tweak: &str) -> Facts<'e> {
         let mut facts = Facts {
             error,
             unusable_before: false,
             tripped: false,
             key_cooling: false,
-            backoff: Some(ms(100)),
+            last_round: false,
             max_delay: ms(2000),
-            time_left: ms(10_000),
         };
         for word in tweak.split_whitespace() {
             match word {
                 "unusable-before" => facts.unusable_before = true,
                 "tripped" => facts.tripped = true,
                 "cooling" => facts.key_cooling = true,
-                "no-attempts-left" => facts.backoff = None,
-                "wait=1s" => facts.backoff = Some(ms(1000)),
-                "deadline-near" => facts.time_left = ms(50),
+                "last-round" => facts.last_round = true,
                 other => panic!("no tweak named {other}"),
             }
         }
@@ -161,54 +196,46 @@ mod tests {
     #[test]
     fn the_decision_table() {
         use Next::*;
-        let standard = Key {
+        let again = Again {
+            wait_at_least: None,
+        };
+        let standard = Retire {
             cool: Some(Cool::Standard),
         };
-        let move_on = Key { cool: None };
+        let for_5s = Retire {
+            cool: Some(Cool::For(ms(5000))),
+        };
         // (error, facts, what happens)
         let rows: &[(&str, &str, Next)] = &[
-            // Passing failures: back off and retry the key while it has attempts.
-            ("429", "", RetryAfter(ms(100))),
-            ("503", "", RetryAfter(ms(100))),
-            ("408", "", RetryAfter(ms(100))),
-            ("529", "", RetryAfter(ms(100))),
-            ("transport", "", RetryAfter(ms(100))),
-            // Retry-After is a lower bound on the wait (the backoff already took it in)…
-            ("429 ra=1s", "wait=1s", RetryAfter(ms(1000))),
+            // Passing failures: the next key at once, this one again next round.
+            ("429", "", again),
+            ("503", "", again),
+            ("408", "", again),
+            ("529", "", again),
+            ("transport", "", again),
+            // A Retry-After is a lower bound on the pause before the next round…
+            (
+                "429 ra=1s",
+                "",
+                Again {
+                    wait_at_least: Some(ms(1000)),
+                },
+            ),
             // …and one longer than max_delay cools the key until then, at once.
-            (
-                "429 ra=5s",
-                "",
-                Key {
-                    cool: Some(Cool::For(ms(5000))),
-                },
-            ),
-            (
-                "503 ra=5s",
-                "",
-                Key {
-                    cool: Some(Cool::For(ms(5000))),
-                },
-            ),
-            (
-                "429 ra=5s",
-                "no-attempts-left",
-                Key {
-                    cool: Some(Cool::For(ms(5000))),
-                },
-            ),
-            // The key's attempts used up: it cools down, the next key goes.
-            ("429", "no-attempts-left", standard),
-            ("503", "no-attempts-left", standard),
-            // Someone cooled the key meanwhile, or the wait outlasts the task: next key.
-            ("503", "tripped", move_on),
-            ("429", "cooling", move_on),
-            ("503", "deadline-near", move_on),
-            ("503", "tripped no-attempts-left", standard),
+            ("429 ra=5s", "", for_5s),
+            ("503 ra=5s", "", for_5s),
+            ("429 ra=5s", "last-round", for_5s),
+            // The key's last round: it cools down for every request.
+            ("429", "last-round", standard),
+            ("503", "last-round", standard),
+            ("503", "tripped last-round", standard),
+            // Someone cooled the key meanwhile: it leaves this task's rounds.
+            ("503", "tripped", Retire { cool: None }),
+            ("429", "cooling", Retire { cool: None }),
             // An unusable body: retried once per step, then the next step.
-            ("unusable", "", RetryAfter(ms(100))),
+            ("unusable", "", again),
             ("unusable", "unusable-before", Step),
-            ("unusable", "no-attempts-left", standard),
+            ("unusable", "last-round", standard),
             // Bad keys: next key, never retried, cooled for everyone.
             ("401", "", standard),
             ("403", "", standard),
@@ -219,7 +246,7 @@ mod tests {
             ("422", "cooling", Step),
             // A stalled or unreachable model: the whole step cools, no retry.
             ("timeout", "", CoolStep),
-            ("connect", "no-attempts-left", CoolStep),
+            ("connect", "last-round", CoolStep),
             // A content-policy refusal: never retried on this model.
             ("blocked", "", Blocked),
             ("blocked", "unusable-before tripped", Blocked),
@@ -228,6 +255,31 @@ mod tests {
             let error = error(name);
             let got = next(&facts(&error, tweak));
             assert_eq!(got, *expected, "{name} [{tweak}]");
+        }
+    }
+
+    #[test]
+    fn the_round_table() {
+        let round = |keys_left, backoff: Option<u64>, time_left| RoundFacts {
+            keys_left,
+            backoff: backoff.map(ms),
+            time_left: ms(time_left),
+        };
+        // (facts, what happens)
+        let rows = [
+            // Keys left, rounds left, time left: pause, then the next round.
+            (round(3, Some(100), 10_000), Round::Wait(ms(100))),
+            (round(1, Some(2000), 10_000), Round::Wait(ms(2000))),
+            // Every key retired (bad, cooled, tripped): the next step at once.
+            (round(0, Some(100), 10_000), Round::End),
+            // `max_attempts` rounds done.
+            (round(2, None, 10_000), Round::End),
+            // The pause would outlast the task's deadline.
+            (round(2, Some(100), 100), Round::End),
+            (round(2, Some(100), 50), Round::End),
+        ];
+        for (facts, expected) in rows {
+            assert_eq!(after_round(&facts), expected, "{facts:?}");
         }
     }
 }

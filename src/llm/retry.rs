@@ -1,5 +1,5 @@
-//! The retry policy of one cascade step: how many attempts a key gets and how long to
-//! wait between them. Waits come from `backon`'s exponential backoff (from `min_delay_ms`,
+//! The retry policy of one cascade step: how many rounds over its keys it gets (so how
+//! many attempts each key gets) and how long to wait between the rounds. Waits come from `backon`'s exponential backoff (from `min_delay_ms`,
 //! doubling, with jitter so concurrent requests do not wake together), clamped to
 //! `max_delay_ms`. A provider's `Retry-After` raises a wait but never adds an attempt.
 
@@ -32,7 +32,7 @@ impl RetryPolicy {
         }
     }
 
-    /// The waits for one key on one step: `max_attempts - 1` of them.
+    /// The pauses between the rounds of one step: `max_attempts - 1` of them.
     pub fn backoff(&self) -> Backoff {
         let retries = usize::try_from(self.max_attempts.saturating_sub(1)).unwrap_or(usize::MAX);
         let inner = ExponentialBuilder::default()
@@ -49,7 +49,7 @@ impl RetryPolicy {
     }
 }
 
-/// The remaining waits of one key on one step.
+/// The remaining pauses of one step.
 #[derive(Debug)]
 pub(crate) struct Backoff {
     inner: ExponentialBackoff,
