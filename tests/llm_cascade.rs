@@ -526,6 +526,94 @@ async fn hedging_answers_from_the_next_step_and_cancels_the_slow_one() {
 }
 
 #[tokio::test]
+async fn auto_hedging_learns_a_steps_latency_and_hedges_when_it_turns_slow() {
+    // Arrange: the primary answers five times at once, then takes 1.5 s. Before it has
+    // learned, auto hedges only after 2 s, so the slow answer would still win.
+    let primary = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .up_to_n_times(5)
+        .with_priority(1)
+        .mount(&primary)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(
+            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_millis(1500)),
+        )
+        .mount(&primary)
+        .await;
+    let fast = ok_server().await;
+    let retry = retry_with(&[
+        ("hedge_after_ms", "\"auto\""),
+        ("request_timeout_ms", "10000"),
+    ]);
+    let llm = llm(&config(
+        &[&primary, &fast],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ));
+    let sink = RecordingSink::default();
+
+    // Act
+    let mut models = Vec::new();
+    for _ in 0..6 {
+        let answer = llm
+            .run(Task::Analysis, &request(), &sink)
+            .await
+            .expect("answer");
+        models.push(answer.model);
+    }
+
+    // Assert: five answers from the primary taught it; the sixth, far slower, hedged.
+    assert_eq!(models, ["m1", "m1", "m1", "m1", "m1", "m2"]);
+    assert_eq!(
+        sink.count("m1", Outcome::Cancelled),
+        1,
+        "{:?}",
+        sink.attempts()
+    );
+}
+
+#[tokio::test]
+async fn with_auto_hedging_one_request_that_finds_a_step_stalled_spares_the_next_ones() {
+    // Arrange: the primary never answers in time; auto starts at half the request
+    // timeout, before any latency is known.
+    let stalled = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_secs(10)),
+        )
+        .mount(&stalled)
+        .await;
+    let fast = ok_server().await;
+    let retry = retry_with(&[
+        ("hedge_after_ms", "\"auto\""),
+        ("request_timeout_ms", "2000"),
+    ]);
+    let llm = llm(&config(
+        &[&stalled, &fast],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ));
+    let sink = RecordingSink::default();
+
+    // Act: one request after another.
+    for _ in 0..3 {
+        let answer = llm
+            .run(Task::Analysis, &request(), &sink)
+            .await
+            .expect("answer");
+        assert_eq!(answer.model, "m2");
+    }
+
+    // Assert: only the first request started on the stalled step (with a fixed
+    // threshold it takes `failures_to_trip` of them, see the test below).
+    assert_eq!(calls(&stalled).await, 1, "{:?}", sink.attempts());
+    assert_eq!(sink.count("m1", Outcome::Cancelled), 1);
+    assert_eq!(sink.count("m1", Outcome::SkippedCooldown), 2);
+}
+
+#[tokio::test]
 async fn twenty_concurrent_tasks_pay_for_a_dead_primary_once() {
     let dead = status_server(503).await;
     let good = ok_server().await;

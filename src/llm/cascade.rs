@@ -3,13 +3,17 @@
 //! rounds, up to `max_attempts` rounds).
 //!
 //! What an attempt's error means is decided in [`LlmError`]; what the cascade does with
-//! it is decided in one pure function, [`decision::next`], which [`TaskRun::run_step`]
-//! carries out. State shared between
-//! requests lives in the [`Cooldowns`] registry, read again before every retry so that
-//! concurrent requests pay for one dead provider once. A task is one future: its steps
-//! (a hedged one included) are polled together, so dropping the task — on the deadline,
-//! or when a hedged step wins — drops every attempt still in flight, and each one records
-//! itself as `cancelled` on the way out.
+//! it is decided by the pure functions of [`decision`] (after an attempt, after a round),
+//! which [`TaskRun::run_step`] carries out. State shared between requests lives in the
+//! [`Cooldowns`] registry, read again before every attempt so that concurrent requests
+//! pay for one dead provider once. Hedging thresholds come from [`Hedging`]; with
+//! `"auto"`, an attempt that passes its step's threshold marks the step stalled in the
+//! registry until it answers (or would have timed out), so later requests start on the
+//! next step.
+//!
+//! A task is one future: its steps (a hedged one included) are polled together, so
+//! dropping the task — on the deadline, or when a hedged step wins — drops every attempt
+//! still in flight, and each one records itself as `cancelled` on the way out.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -25,6 +29,7 @@ use tokio::time::Instant;
 use crate::llm::cooldown::{Cooldowns, StepId};
 use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
 use crate::llm::error::{AttemptError, CascadeError, LlmError};
+use crate::llm::hedge::Hedging;
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::llm::types::{Attempt, AttemptSink, ChatRequest, Completion, Outcome, Task};
@@ -44,6 +49,7 @@ pub(crate) struct Engine<'a> {
     pub client: &'a Client,
     pub policy: &'a RetryPolicy,
     pub cooldowns: &'a Cooldowns,
+    pub hedging: &'a Hedging,
 }
 
 /// Runs one task through `steps` (already limited to usable providers).
@@ -63,6 +69,7 @@ pub(crate) async fn run(
         client: engine.client,
         policy: engine.policy,
         cooldowns: engine.cooldowns,
+        hedging: engine.hedging,
         task,
         request,
         sink,
@@ -110,6 +117,7 @@ struct TaskRun<'a> {
     client: &'a Client,
     policy: &'a RetryPolicy,
     cooldowns: &'a Cooldowns,
+    hedging: &'a Hedging,
     task: Task,
     request: &'a ChatRequest,
     sink: &'a dyn AttemptSink,
@@ -368,13 +376,16 @@ impl<'a> TaskRun<'a> {
         wait: Duration,
     ) -> Result<(u16, String), LlmError> {
         self.real_attempts.fetch_add(1, Ordering::Relaxed);
+        let hedge_after = self.hedging.threshold(step.id.no);
+        let started = Instant::now();
         let mut in_flight = InFlight {
             run: self,
             step,
             key,
             attempt,
             wait,
-            started: Instant::now(),
+            started,
+            hedge_after,
             finished: false,
         };
         let call = Call {
@@ -389,13 +400,20 @@ impl<'a> TaskRun<'a> {
             &call,
             self.policy.request_timeout,
         );
-        let result = match self.policy.hedge_after {
+        let result = match hedge_after {
             None => response.await,
             Some(after) => {
                 tokio::pin!(response);
                 tokio::select! {
                     result = &mut response => result,
                     () = tokio::time::sleep(after) => {
+                        if self.hedging.is_auto() {
+                            // Slower than its own recent answers: stalled, as far as
+                            // anyone can tell until this attempt times out. Later
+                            // requests start elsewhere; an answer clears it.
+                            self.cooldowns
+                                .trip_step(&step.id, started + self.policy.request_timeout);
+                        }
                         // Nobody listening means the task is over; nothing to do then.
                         let _ = self.hedge.send(step.id.no);
                         response.await
@@ -403,6 +421,9 @@ impl<'a> TaskRun<'a> {
                 }
             }
         };
+        if result.is_ok() {
+            self.hedging.record(step.id.no, started.elapsed());
+        }
         in_flight.finish(&result);
         result
     }
@@ -508,6 +529,8 @@ struct InFlight<'r, 'a> {
     attempt: u32,
     wait: Duration,
     started: Instant,
+    /// The hedging threshold this attempt ran under.
+    hedge_after: Option<Duration>,
     finished: bool,
 }
 
@@ -546,8 +569,6 @@ impl Drop for InFlight<'_, '_> {
         // never cool down, and every request would keep paying `hedge_after` for it.
         // (One merely cut short by the deadline right after it started does not.)
         let slow = self
-            .run
-            .policy
             .hedge_after
             .is_some_and(|after| self.started.elapsed() >= after);
         if slow {

@@ -12,6 +12,7 @@ mod cooldown;
 mod decision;
 pub mod error;
 mod gemini;
+mod hedge;
 mod openai;
 mod provider;
 mod retry;
@@ -29,6 +30,7 @@ pub use types::{Attempt, AttemptSink, ChatRequest, Completion, NullSink, Outcome
 use crate::config::{Settings, StepSettings};
 use cascade::{Engine, Step};
 use cooldown::{Cooldowns, StepId};
+use hedge::Hedging;
 use provider::Provider;
 use retry::RetryPolicy;
 use wire::Call;
@@ -43,6 +45,7 @@ pub struct Llm {
     ping_models: BTreeMap<String, String>,
     policy: RetryPolicy,
     cooldowns: Cooldowns,
+    hedging: Hedging,
 }
 
 impl fmt::Debug for Llm {
@@ -129,6 +132,11 @@ impl Llm {
         };
         let analysis = steps(&settings.analysis.steps);
         let metrics = steps(&settings.metrics.steps);
+        let hedging = Hedging::new(
+            settings.retry.hedge_after(),
+            settings.retry.request_timeout(),
+            numbers.len(),
+        );
         Ok(Self {
             client,
             providers,
@@ -140,6 +148,7 @@ impl Llm {
                 settings.cooldown.duration(),
                 settings.cooldown.failures_to_trip,
             ),
+            hedging,
         })
     }
 
@@ -158,6 +167,7 @@ impl Llm {
             client: &self.client,
             policy: &self.policy,
             cooldowns: &self.cooldowns,
+            hedging: &self.hedging,
         };
         cascade::run(engine, steps, task, request, sink).await
     }

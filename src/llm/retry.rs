@@ -16,7 +16,6 @@ pub(crate) struct RetryPolicy {
     pub min_delay: Duration,
     pub max_delay: Duration,
     pub request_timeout: Duration,
-    pub hedge_after: Option<Duration>,
     pub deadline: Duration,
 }
 
@@ -27,7 +26,6 @@ impl RetryPolicy {
             min_delay: settings.min_delay(),
             max_delay: settings.max_delay(),
             request_timeout: settings.request_timeout(),
-            hedge_after: settings.hedge_after(),
             deadline: settings.deadline(),
         }
     }
@@ -85,7 +83,7 @@ mod tests {
             min_delay_ms: min_ms,
             max_delay_ms: max_ms,
             request_timeout_ms: 1000,
-            hedge_after_ms: 0,
+            hedge_after_ms: crate::config::HedgeAfter::Off,
             deadline_ms: 10_000,
         })
     }
