@@ -1,10 +1,11 @@
-//! The LLM layer: provider clients (one file per wire format), error classification and
-//! the resilient cascade of SPEC §5. It does not know about the store: attempts are
-//! reported through an [`AttemptSink`].
+//! The LLM layer: provider clients (one file per wire format behind the `wire` trait),
+//! the errors, the decision table and the resilient cascade of SPEC §5. It does not know
+//! about the store: attempts are reported through an [`AttemptSink`].
 //!
 //! [`Llm`] is built once per process from [`Settings`] and shared (`Arc<Llm>`): it owns
 //! the one HTTP client, the providers with their keys and concurrency limits, the steps
-//! of each task and the cooldown registry every request consults.
+//! of each task, the cooldown registry every request consults and the latencies that
+//! set each step's hedging threshold.
 
 mod anthropic;
 mod cascade;
