@@ -104,7 +104,7 @@ pub struct RetrySettings {
     pub min_delay_ms: u64,
     pub max_delay_ms: u64,
     pub request_timeout_ms: u64,
-    pub hedge_after_ms: u64,
+    pub hedge_after_ms: HedgeAfter,
     pub deadline_ms: u64,
 }
 
@@ -118,12 +118,51 @@ impl RetrySettings {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
     }
-    /// `None` when hedging is off.
-    pub fn hedge_after(&self) -> Option<Duration> {
-        (self.hedge_after_ms > 0).then(|| Duration::from_millis(self.hedge_after_ms))
+    pub fn hedge_after(&self) -> HedgeAfter {
+        self.hedge_after_ms
     }
     pub fn deadline(&self) -> Duration {
         Duration::from_millis(self.deadline_ms)
+    }
+}
+
+/// `retry.hedge_after_ms`: when a slow attempt starts the next step in parallel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "HedgeSetting")]
+pub enum HedgeAfter {
+    /// `"auto"`: from the step's own recent latency (SPEC §5, Hedging).
+    Auto,
+    /// `0`: never.
+    Off,
+    /// A number of milliseconds.
+    After(Duration),
+}
+
+/// `hedge_after_ms` as written: a number or a word.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum HedgeSetting {
+    Ms(i64),
+    Word(String),
+}
+
+impl TryFrom<HedgeSetting> for HedgeAfter {
+    type Error = String;
+
+    fn try_from(raw: HedgeSetting) -> Result<Self, String> {
+        match raw {
+            HedgeSetting::Ms(0) => Ok(Self::Off),
+            HedgeSetting::Ms(ms) if ms > 0 => {
+                Ok(Self::After(Duration::from_millis(ms.unsigned_abs())))
+            }
+            HedgeSetting::Word(w) if w.trim() == "auto" => Ok(Self::Auto),
+            HedgeSetting::Ms(ms) => Err(format!(
+                "expected \"auto\", a number of milliseconds or 0 (off), not {ms}"
+            )),
+            HedgeSetting::Word(w) => Err(format!(
+                "expected \"auto\", a number of milliseconds or 0 (off), not {w:?}"
+            )),
+        }
     }
 }
 
@@ -669,11 +708,32 @@ mod tests {
     }
 
     #[test]
+    fn hedge_after_is_auto_a_number_or_off() {
+        let hedge = |raw: &str| {
+            load(&[("DAYLOG__RETRY__HEDGE_AFTER_MS", raw)]).map(|s| s.retry.hedge_after())
+        };
+        assert_eq!(hedge("\"auto\"").ok(), Some(HedgeAfter::Auto));
+        assert_eq!(hedge("auto").ok(), Some(HedgeAfter::Auto));
+        assert_eq!(
+            hedge("300").ok(),
+            Some(HedgeAfter::After(Duration::from_millis(300)))
+        );
+        assert_eq!(hedge("0").ok(), Some(HedgeAfter::Off));
+        for bad in ["soon", "-5", "1.5"] {
+            assert_eq!(
+                error_key(&[("DAYLOG__RETRY__HEDGE_AFTER_MS", bad)]),
+                "retry.hedge_after_ms",
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn defaults_match_the_spec() {
         let s = load(&[]).expect("defaults load");
         assert_eq!(s.retry.max_attempts, 3);
         assert_eq!(s.retry.min_delay(), Duration::from_secs(1));
-        assert_eq!(s.retry.hedge_after(), Some(Duration::from_secs(8)));
+        assert_eq!(s.retry.hedge_after(), HedgeAfter::Auto);
         assert_eq!(s.cooldown.duration_ms, 60_000);
         assert_eq!(s.worker.max_age(), Duration::from_secs(48 * 3600));
         assert!(s.telegram.throttle);

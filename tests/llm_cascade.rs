@@ -197,6 +197,50 @@ async fn a_401_moves_to_the_next_key_without_retry() {
 }
 
 #[tokio::test]
+async fn a_429_or_503_moves_to_the_next_key_at_once() {
+    // Arrange: of three keys, the first is rate limited and the second overloaded.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer k1"))
+        .respond_with(json_reply(429, "openai/rate_limited.json"))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer k2"))
+        .respond_with(ResponseTemplate::new(503))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer k3"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    let toml = config(&[&server], &[("a", "m1")], FAST_RETRY);
+    let llm = Llm::new(&settings(&toml, &[("A_API_KEY", "k1,k2,k3")])).unwrap();
+    let sink = RecordingSink::default();
+
+    // Act
+    llm.run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("answer");
+
+    // Assert: one attempt per key, in order, no pause within the round.
+    let attempts: Vec<(Option<usize>, u32, u64, Outcome)> = sink
+        .attempts()
+        .iter()
+        .map(|a| (a.key_index, a.attempt, a.wait_ms, a.outcome))
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            (Some(0), 1, 0, Outcome::Retryable),
+            (Some(1), 1, 0, Outcome::Retryable),
+            (Some(2), 1, 0, Outcome::Ok)
+        ]
+    );
+}
+
+#[tokio::test]
 async fn retry_after_is_a_lower_bound_on_the_wait() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
@@ -482,6 +526,94 @@ async fn hedging_answers_from_the_next_step_and_cancels_the_slow_one() {
 }
 
 #[tokio::test]
+async fn auto_hedging_learns_a_steps_latency_and_hedges_when_it_turns_slow() {
+    // Arrange: the primary answers five times at once, then takes 1.5 s. Before it has
+    // learned, auto hedges only after 2 s, so the slow answer would still win.
+    let primary = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .up_to_n_times(5)
+        .with_priority(1)
+        .mount(&primary)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(
+            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_millis(1500)),
+        )
+        .mount(&primary)
+        .await;
+    let fast = ok_server().await;
+    let retry = retry_with(&[
+        ("hedge_after_ms", "\"auto\""),
+        ("request_timeout_ms", "10000"),
+    ]);
+    let llm = llm(&config(
+        &[&primary, &fast],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ));
+    let sink = RecordingSink::default();
+
+    // Act
+    let mut models = Vec::new();
+    for _ in 0..6 {
+        let answer = llm
+            .run(Task::Analysis, &request(), &sink)
+            .await
+            .expect("answer");
+        models.push(answer.model);
+    }
+
+    // Assert: five answers from the primary taught it; the sixth, far slower, hedged.
+    assert_eq!(models, ["m1", "m1", "m1", "m1", "m1", "m2"]);
+    assert_eq!(
+        sink.count("m1", Outcome::Cancelled),
+        1,
+        "{:?}",
+        sink.attempts()
+    );
+}
+
+#[tokio::test]
+async fn with_auto_hedging_one_request_that_finds_a_step_stalled_spares_the_next_ones() {
+    // Arrange: the primary never answers in time; auto starts at half the request
+    // timeout, before any latency is known.
+    let stalled = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_secs(10)),
+        )
+        .mount(&stalled)
+        .await;
+    let fast = ok_server().await;
+    let retry = retry_with(&[
+        ("hedge_after_ms", "\"auto\""),
+        ("request_timeout_ms", "2000"),
+    ]);
+    let llm = llm(&config(
+        &[&stalled, &fast],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ));
+    let sink = RecordingSink::default();
+
+    // Act: one request after another.
+    for _ in 0..3 {
+        let answer = llm
+            .run(Task::Analysis, &request(), &sink)
+            .await
+            .expect("answer");
+        assert_eq!(answer.model, "m2");
+    }
+
+    // Assert: only the first request started on the stalled step (with a fixed
+    // threshold it takes `failures_to_trip` of them, see the test below).
+    assert_eq!(calls(&stalled).await, 1, "{:?}", sink.attempts());
+    assert_eq!(sink.count("m1", Outcome::Cancelled), 1);
+    assert_eq!(sink.count("m1", Outcome::SkippedCooldown), 2);
+}
+
+#[tokio::test]
 async fn twenty_concurrent_tasks_pay_for_a_dead_primary_once() {
     const TASKS: usize = 20;
     const MAX_ATTEMPTS: usize = 3;
@@ -650,26 +782,27 @@ async fn the_gemini_claude_example_falls_back_to_claude() {
         .await
         .expect("answer");
 
-    // Assert: each Gemini key failed twice, then Claude answered.
+    // Assert: keys 1–3, one pause, keys 1–3, then Claude answered.
     assert_eq!(answer.provider, "anthropic");
     assert!(answer.text.starts_with("Sounds like a full day"));
     assert_eq!(calls(&gemini).await, 6);
-    let per_key: Vec<(Option<usize>, u32)> = sink
+    let per_key: Vec<(Option<usize>, u32, bool)> = sink
         .attempts()
         .iter()
         .filter(|a| a.provider == "gemini")
-        .map(|a| (a.key_index, a.attempt))
+        .map(|a| (a.key_index, a.attempt, a.wait_ms > 0))
         .collect();
     assert_eq!(
         per_key,
         [
-            (Some(0), 1),
-            (Some(0), 2),
-            (Some(1), 1),
-            (Some(1), 2),
-            (Some(2), 1),
-            (Some(2), 2)
-        ]
+            (Some(0), 1, false),
+            (Some(1), 1, false),
+            (Some(2), 1, false),
+            (Some(0), 2, true),
+            (Some(1), 2, false),
+            (Some(2), 2, false)
+        ],
+        "(key, round, paused before it)"
     );
     assert_eq!(calls(&claude).await, 1);
 }

@@ -2,18 +2,53 @@
 //! `anthropic-version: 2023-06-01`. The API has no JSON mode, so a JSON request is
 //! pre-filled with an assistant turn starting `{` and the brace is put back on the answer.
 
-use reqwest::header::HeaderMap;
+use std::time::Duration;
+
 use reqwest::{Client, RequestBuilder, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ApiKey;
 use crate::llm::error::{LlmError, body_message};
-use crate::llm::provider::{Call, retry_after, secret_header};
+use crate::llm::wire::{Call, WireFormat, secret_header};
 
-pub(crate) const API_VERSION: &str = "2023-06-01";
+const API_VERSION: &str = "2023-06-01";
 /// The Messages API requires `max_tokens`; used when the step sets none.
-pub(crate) const DEFAULT_MAX_TOKENS: u32 = 1024;
+const DEFAULT_MAX_TOKENS: u32 = 1024;
 const JSON_PREFILL: &str = "{";
+
+/// The Anthropic Messages wire format.
+#[derive(Debug)]
+pub(crate) struct Anthropic;
+
+impl WireFormat for Anthropic {
+    fn request(
+        &self,
+        client: &Client,
+        base_url: &str,
+        key: Option<&ApiKey>,
+        call: &Call<'_>,
+    ) -> Result<RequestBuilder, LlmError> {
+        request(client, base_url, key, call)
+    }
+
+    fn parse_success(
+        &self,
+        status: StatusCode,
+        body: &[u8],
+        call: &Call<'_>,
+    ) -> Result<String, LlmError> {
+        parse_success(status, body, call.request.json)
+    }
+
+    fn classify_error(
+        &self,
+        status: StatusCode,
+        body: &str,
+        retry_after: Option<Duration>,
+    ) -> LlmError {
+        handle_anthropic_error(status, body, retry_after)
+    }
+}
 
 #[derive(Serialize)]
 struct MessagesRequest<'a> {
@@ -48,7 +83,7 @@ struct ContentBlock {
     text: Option<String>,
 }
 
-pub(crate) fn request(
+fn request(
     client: &Client,
     base_url: &str,
     key: Option<&ApiKey>,
@@ -82,11 +117,7 @@ pub(crate) fn request(
 }
 
 /// The answer's text. `json` says whether the request was pre-filled with `{`.
-pub(crate) fn parse_success(
-    status: StatusCode,
-    body: &[u8],
-    json: bool,
-) -> Result<String, LlmError> {
+fn parse_success(status: StatusCode, body: &[u8], json: bool) -> Result<String, LlmError> {
     let unusable = |reason: String| LlmError::Unusable {
         status: status.as_u16(),
         reason,
@@ -118,10 +149,10 @@ pub(crate) fn parse_success(
 }
 
 /// Anthropic errors: `{"type": "error", "error": {"type": "overloaded_error", "message": …}}`.
-pub(crate) fn handle_anthropic_error(
+fn handle_anthropic_error(
     status: StatusCode,
-    headers: &HeaderMap,
     body: &str,
+    retry_after: Option<Duration>,
 ) -> LlmError {
     let message = body_message(body, |v| {
         let message = v.pointer("/error/message")?.as_str()?;
@@ -130,7 +161,7 @@ pub(crate) fn handle_anthropic_error(
             None => message.to_owned(),
         })
     });
-    LlmError::from_status(status.as_u16(), retry_after(headers), message)
+    LlmError::from_status(status.as_u16(), retry_after, message)
 }
 
 #[cfg(test)]
@@ -170,8 +201,7 @@ mod tests {
     #[test]
     fn overloaded_529_is_retryable() {
         let body = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        let err =
-            handle_anthropic_error(StatusCode::from_u16(529).unwrap(), &HeaderMap::new(), body);
+        let err = handle_anthropic_error(StatusCode::from_u16(529).unwrap(), body, None);
         assert!(err.is_retryable());
         assert!(err.to_string().contains("overloaded_error: Overloaded"));
     }

@@ -1,16 +1,21 @@
 //! The cascade executor of SPEC §5: one task walks its configured steps in order, each
-//! step its provider's keys in order, each key up to `max_attempts` times with backoff.
+//! step in rounds over its provider's keys (each key once per round, a backoff between
+//! rounds, up to `max_attempts` rounds).
 //!
 //! What an attempt's error means is decided in [`LlmError`]; what the cascade does with
-//! it is decided here, in one place ([`TaskRun::run_step`]). State shared between
-//! requests lives in the [`Cooldowns`] registry, read again before every retry so that
-//! concurrent requests pay for one dead provider once. A task is one future: its steps
-//! (a hedged one included) are polled together, so dropping the task — on the deadline,
-//! or when a hedged step wins — drops every attempt still in flight, and each one records
-//! itself as `cancelled` on the way out.
+//! it is decided by the pure functions of [`decision`] (after an attempt, after a round),
+//! which [`TaskRun::run_step`] carries out. State shared between requests lives in the
+//! [`Cooldowns`] registry, read again before every attempt so that concurrent requests
+//! pay for one dead provider once. Hedging thresholds come from [`Hedging`]; with
+//! `"auto"`, an attempt that passes its step's threshold marks the step stalled in the
+//! registry until it answers (or would have timed out), so later requests start on the
+//! next step.
+//!
+//! A task is one future: its steps (a hedged one included) are polled together, so
+//! dropping the task — on the deadline, or when a hedged step wins — drops every attempt
+//! still in flight, and each one records itself as `cancelled` on the way out.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,12 +26,14 @@ use reqwest::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::llm::CascadeError;
 use crate::llm::cooldown::{Cooldowns, StepId};
-use crate::llm::error::LlmError;
-use crate::llm::provider::{Call, Provider};
+use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
+use crate::llm::error::{AttemptError, CascadeError, LlmError};
+use crate::llm::hedge::Hedging;
+use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::llm::types::{Attempt, AttemptSink, ChatRequest, Completion, Outcome, Task};
+use crate::llm::wire::Call;
 
 /// One step of a cascade: one model of one provider.
 #[derive(Debug)]
@@ -37,31 +44,12 @@ pub(crate) struct Step {
     pub temperature: Option<f32>,
 }
 
-/// One failed attempt, kept whole so a caller can see every reason the cascade gave up.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AttemptError {
-    pub provider: String,
-    pub model: String,
-    pub key_index: Option<usize>,
-    pub attempt: u32,
-    pub error: LlmError,
-}
-
-impl fmt::Display for AttemptError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.provider, self.model)?;
-        if let Some(i) = self.key_index {
-            write!(f, " key #{i}")?;
-        }
-        write!(f, " attempt {}: {}", self.attempt, self.error)
-    }
-}
-
 /// The parts of [`crate::llm::Llm`] a task needs.
 pub(crate) struct Engine<'a> {
     pub client: &'a Client,
     pub policy: &'a RetryPolicy,
     pub cooldowns: &'a Cooldowns,
+    pub hedging: &'a Hedging,
 }
 
 /// Runs one task through `steps` (already limited to usable providers).
@@ -81,6 +69,7 @@ pub(crate) async fn run(
         client: engine.client,
         policy: engine.policy,
         cooldowns: engine.cooldowns,
+        hedging: engine.hedging,
         task,
         request,
         sink,
@@ -128,6 +117,7 @@ struct TaskRun<'a> {
     client: &'a Client,
     policy: &'a RetryPolicy,
     cooldowns: &'a Cooldowns,
+    hedging: &'a Hedging,
     task: Task,
     request: &'a ChatRequest,
     sink: &'a dyn AttemptSink,
@@ -261,9 +251,10 @@ impl<'a> TaskRun<'a> {
             .map(|(_, i, key)| (i, key))
     }
 
-    /// One step: its keys in order, each with backoff, per SPEC §5's table.
+    /// One step, in rounds over its keys. What follows each failed attempt and each
+    /// round is [`decision`]'s call; this only gathers the facts and carries it out.
     async fn run_step(&self, step: &'a Step, mode: Mode) -> StepEnd<'a> {
-        let (slots, max_attempts, forced) = match mode {
+        let (mut keys, rounds, forced) = match mode {
             Mode::Normal => (step.provider.key_slots(), self.policy.max_attempts, false),
             Mode::Forced(key) => (vec![key], 1, true),
         };
@@ -278,14 +269,18 @@ impl<'a> TaskRun<'a> {
         let no = step.id.no;
         // Whether some key of this step failed for a passing reason.
         let mut transient = false;
-        'keys: for key in slots {
-            if let Some(until) = cooling(key) {
-                self.record_skip(step, key, until);
-                continue;
-            }
-            let mut backoff = self.policy.backoff();
-            let mut wait = Duration::ZERO;
-            for attempt in 1..=max_attempts {
+        let mut backoff = self.policy.backoff();
+        // The pause before this round, recorded on its first attempt.
+        let mut wait = Duration::ZERO;
+        for round in 1..=rounds {
+            let mut wait_at_least: Option<Duration> = None;
+            // The keys still in play after this round.
+            let mut again = Vec::with_capacity(keys.len());
+            for key in keys {
+                if let Some(until) = cooling(key) {
+                    self.record_skip(step, key, until);
+                    continue;
+                }
                 let Ok(permit) = step.provider.permits.acquire().await else {
                     return StepEnd::Failed {
                         no,
@@ -296,9 +291,10 @@ impl<'a> TaskRun<'a> {
                 // this key meanwhile.
                 if let Some(until) = cooling(key) {
                     self.record_skip(step, key, until);
-                    continue 'keys;
+                    continue;
                 }
-                let result = self.attempt(step, key, attempt, wait).await;
+                let result = self.attempt(step, key, round, wait).await;
+                wait = Duration::ZERO;
                 drop(permit);
                 let error = match result {
                     Ok((_, text)) => {
@@ -311,52 +307,61 @@ impl<'a> TaskRun<'a> {
                     }
                     Err(error) => error,
                 };
-                self.keep(step, key, attempt, error.clone());
-                if let LlmError::Blocked { reason } = error {
-                    return StepEnd::Blocked { step, reason };
-                }
-                if error.is_stall() {
-                    self.cooldowns
-                        .trip_step(&step.id, self.cooldowns.default_until());
-                    return StepEnd::Failed {
-                        no,
-                        transient: true,
-                    };
-                }
-                if error.is_bad_key() {
-                    self.cooldowns
-                        .trip_key(&step.id, key, self.cooldowns.default_until());
-                    continue 'keys;
-                }
-                if !error.is_retryable() {
-                    return StepEnd::Failed { no, transient };
-                }
-                transient = true;
-                let tripped = self.cooldowns.record_failure(&step.id, key);
-                if matches!(error, LlmError::Unusable { .. }) {
-                    if unusable_seen {
+                transient |= error.is_passing();
+                // A passing failure counts towards the shared trip, whatever follows.
+                let tripped = error.is_retryable() && self.cooldowns.record_failure(&step.id, key);
+                let facts = Facts {
+                    error: &error,
+                    unusable_before: unusable_seen,
+                    tripped,
+                    key_cooling: cooling(key).is_some(),
+                    last_round: round == rounds,
+                    max_delay: self.policy.max_delay,
+                };
+                let next = decision::next(&facts);
+                unusable_seen |= matches!(error, LlmError::Unusable { .. });
+                self.keep(step, key, round, error.clone());
+                match next {
+                    Next::Again { wait_at_least: ra } => {
+                        again.push(key);
+                        wait_at_least = wait_at_least.max(ra);
+                    }
+                    Next::Retire { cool } => {
+                        if let Some(cool) = cool {
+                            let until = match cool {
+                                Cool::Standard => self.cooldowns.default_until(),
+                                Cool::For(asked) => Instant::now() + asked,
+                            };
+                            self.cooldowns.trip_key(&step.id, key, until);
+                        }
+                    }
+                    Next::CoolStep => {
+                        self.cooldowns
+                            .trip_step(&step.id, self.cooldowns.default_until());
                         return StepEnd::Failed { no, transient };
                     }
-                    unusable_seen = true;
+                    Next::Step => return StepEnd::Failed { no, transient },
+                    Next::Blocked => {
+                        let reason = match error {
+                            LlmError::Blocked { reason } => reason,
+                            other => other.to_string(),
+                        };
+                        return StepEnd::Blocked { step, reason };
+                    }
                 }
-                let retry_after = error.retry_after();
-                if let Some(long) = retry_after.filter(|ra| self.policy.too_long_to_wait(*ra)) {
-                    self.cooldowns
-                        .trip_key(&step.id, key, Instant::now() + long);
-                    continue 'keys;
+            }
+            keys = again;
+            let facts = RoundFacts {
+                keys_left: keys.len(),
+                backoff: backoff.next_wait(wait_at_least),
+                time_left: self.deadline.saturating_duration_since(Instant::now()),
+            };
+            match decision::after_round(&facts) {
+                Round::Wait(delay) => {
+                    tokio::time::sleep(delay).await;
+                    wait = delay;
                 }
-                let Some(delay) = backoff.next_wait(retry_after) else {
-                    self.cooldowns
-                        .trip_key(&step.id, key, self.cooldowns.default_until());
-                    continue 'keys;
-                };
-                if tripped || cooling(key).is_some() || Instant::now() + delay >= self.deadline {
-                    // Someone (maybe we) tripped it, or the wait would outlast the task:
-                    // the next key or step is the better bet.
-                    continue 'keys;
-                }
-                tokio::time::sleep(delay).await;
-                wait = delay;
+                Round::End => break,
             }
         }
         StepEnd::Failed { no, transient }
@@ -371,13 +376,16 @@ impl<'a> TaskRun<'a> {
         wait: Duration,
     ) -> Result<(u16, String), LlmError> {
         self.real_attempts.fetch_add(1, Ordering::Relaxed);
+        let hedge_after = self.hedging.threshold(step.id.no);
+        let started = Instant::now();
         let mut in_flight = InFlight {
             run: self,
             step,
             key,
             attempt,
             wait,
-            started: Instant::now(),
+            started,
+            hedge_after,
             finished: false,
         };
         let call = Call {
@@ -392,13 +400,20 @@ impl<'a> TaskRun<'a> {
             &call,
             self.policy.request_timeout,
         );
-        let result = match self.policy.hedge_after {
+        let result = match hedge_after {
             None => response.await,
             Some(after) => {
                 tokio::pin!(response);
                 tokio::select! {
                     result = &mut response => result,
                     () = tokio::time::sleep(after) => {
+                        if self.hedging.is_auto() {
+                            // Slower than its own recent answers: stalled, as far as
+                            // anyone can tell until this attempt times out. Later
+                            // requests start elsewhere; an answer clears it.
+                            self.cooldowns
+                                .trip_step(&step.id, started + self.policy.request_timeout);
+                        }
                         // Nobody listening means the task is over; nothing to do then.
                         let _ = self.hedge.send(step.id.no);
                         response.await
@@ -406,6 +421,9 @@ impl<'a> TaskRun<'a> {
                 }
             }
         };
+        if result.is_ok() {
+            self.hedging.record(step.id.no, started.elapsed());
+        }
         in_flight.finish(&result);
         result
     }
@@ -511,6 +529,8 @@ struct InFlight<'r, 'a> {
     attempt: u32,
     wait: Duration,
     started: Instant,
+    /// The hedging threshold this attempt ran under.
+    hedge_after: Option<Duration>,
     finished: bool,
 }
 
@@ -549,8 +569,6 @@ impl Drop for InFlight<'_, '_> {
         // never cool down, and every request would keep paying `hedge_after` for it.
         // (One merely cut short by the deadline right after it started does not.)
         let slow = self
-            .run
-            .policy
             .hedge_after
             .is_some_and(|after| self.started.elapsed() >= after);
         if slow {

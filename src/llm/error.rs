@@ -1,9 +1,13 @@
-//! [`LlmError`]: what one attempt against one provider can end in, classified once, here,
-//! exactly as SPEC §5's table says. The cascade decides what to do from the variant alone.
+//! The LLM layer's errors, together: [`LlmError`] is what one attempt against one provider
+//! can end in, classified once, here, exactly as SPEC §5's table says; [`AttemptError`] is
+//! one failed attempt with where it happened; [`CascadeError`] is why a whole task got no
+//! answer, with every attempt's error. What the cascade does after an attempt is decided
+//! from the variant alone, in `decision.rs`.
 //!
 //! Error texts are short and key-free: provider bodies are cut to [`MAX_ERROR_CHARS`] and
 //! any occurrence of the key that was sent is redacted before they get here.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::llm::types::Outcome;
@@ -96,6 +100,12 @@ impl LlmError {
         )
     }
 
+    /// A failure that says nothing lasting about this step (a 429, 5xx, stall, unusable
+    /// body): a content block elsewhere in the task is then not the final word.
+    pub fn is_passing(&self) -> bool {
+        self.is_retryable() || self.is_stall()
+    }
+
     /// The row this error becomes in `llm_calls.outcome`.
     pub fn outcome(&self) -> Outcome {
         match self {
@@ -165,6 +175,75 @@ impl LlmError {
             Self::Connect { message }
         } else {
             Self::Transport { message }
+        }
+    }
+}
+
+/// One failed attempt, kept whole so a caller can see every reason the cascade gave up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptError {
+    pub provider: String,
+    pub model: String,
+    pub key_index: Option<usize>,
+    pub attempt: u32,
+    pub error: LlmError,
+}
+
+impl fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)?;
+        if let Some(i) = self.key_index {
+            write!(f, " key #{i}")?;
+        }
+        write!(f, " attempt {}: {}", self.attempt, self.error)
+    }
+}
+
+/// Why a task got no answer. `Display` is one sentence without keys or user text.
+#[derive(Debug, thiserror::Error)]
+pub enum CascadeError {
+    /// A content-policy refusal and no other step answered: not worth retrying later.
+    #[error("{provider}/{model} refused this entry on content-policy grounds ({reason})")]
+    Blocked {
+        provider: String,
+        model: String,
+        reason: String,
+        errors: Vec<AttemptError>,
+    },
+    /// Every step failed (or was cooling down); retry the task later.
+    #[error("every provider failed ({} failed attempts){}", errors.len(), last_error(errors))]
+    Exhausted { errors: Vec<AttemptError> },
+    /// `deadline_ms` passed before any step answered.
+    #[error("no answer within the task deadline of {deadline_ms}ms ({} failed attempts){}", errors.len(), last_error(errors))]
+    DeadlineExceeded {
+        deadline_ms: u64,
+        errors: Vec<AttemptError>,
+    },
+    /// No step of this task has a provider with a key (or one that needs none).
+    #[error("no provider in this cascade has an API key; set one (see `daylog doctor`)")]
+    NoUsableProvider,
+}
+
+fn last_error(errors: &[AttemptError]) -> String {
+    errors
+        .last()
+        .map(|e| format!("; last: {e}"))
+        .unwrap_or_default()
+}
+
+impl CascadeError {
+    /// A content-policy block: the entry should be marked blocked, not retried.
+    pub fn is_blocked(&self) -> bool {
+        matches!(self, Self::Blocked { .. })
+    }
+
+    /// Every failed attempt, in the order they ended.
+    pub fn errors(&self) -> &[AttemptError] {
+        match self {
+            Self::Blocked { errors, .. }
+            | Self::Exhausted { errors }
+            | Self::DeadlineExceeded { errors, .. } => errors,
+            Self::NoUsableProvider => &[],
         }
     }
 }

@@ -11,7 +11,47 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ApiKey;
 use crate::llm::error::{LlmError, body_message};
-use crate::llm::provider::{Call, retry_after, secret_header};
+use crate::llm::retry_after;
+use crate::llm::wire::{Call, WireFormat, header_wait, secret_header};
+
+/// The Gemini `generateContent` wire format.
+#[derive(Debug)]
+pub(crate) struct Gemini;
+
+impl WireFormat for Gemini {
+    fn request(
+        &self,
+        client: &Client,
+        base_url: &str,
+        key: Option<&ApiKey>,
+        call: &Call<'_>,
+    ) -> Result<RequestBuilder, LlmError> {
+        request(client, base_url, key, call)
+    }
+
+    fn parse_success(
+        &self,
+        status: StatusCode,
+        body: &[u8],
+        _call: &Call<'_>,
+    ) -> Result<String, LlmError> {
+        parse_success(status, body)
+    }
+
+    /// A header wins; else the body's `RetryInfo.retryDelay`, where Gemini puts it.
+    fn retry_after(&self, headers: &HeaderMap, body: &str) -> Option<Duration> {
+        header_wait(headers).or_else(|| retry_info(body))
+    }
+
+    fn classify_error(
+        &self,
+        status: StatusCode,
+        body: &str,
+        retry_after: Option<Duration>,
+    ) -> LlmError {
+        handle_gemini_error(status, body, retry_after)
+    }
+}
 
 /// `finishReason`s that mean the answer was withheld on policy grounds.
 const BLOCKING_FINISH_REASONS: [&str; 6] = [
@@ -99,7 +139,7 @@ struct CandidatePart {
     thought: bool,
 }
 
-pub(crate) fn request(
+fn request(
     client: &Client,
     base_url: &str,
     key: Option<&ApiKey>,
@@ -131,7 +171,7 @@ pub(crate) fn request(
     Ok(builder)
 }
 
-pub(crate) fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
+fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
     let unusable = |reason: String| LlmError::Unusable {
         status: status.as_u16(),
         reason,
@@ -171,17 +211,9 @@ pub(crate) fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, L
     }
 }
 
-/// Google errors: `{"error": {"code", "message", "status", "details": [...]}}`. Two
-/// Gemini quirks: a bad key is a 400 with reason `API_KEY_INVALID`, and a 429 carries its
-/// wait as a `RetryInfo.retryDelay` detail ("37s") rather than a header.
-pub(crate) fn handle_gemini_error(status: StatusCode, headers: &HeaderMap, body: &str) -> LlmError {
-    let json: Option<serde_json::Value> = serde_json::from_str(body).ok();
-    let details = json
-        .as_ref()
-        .and_then(|v| v.pointer("/error/details"))
-        .and_then(|d| d.as_array())
-        .cloned()
-        .unwrap_or_default();
+/// Google errors: `{"error": {"code", "message", "status", "details": [...]}}`. A Gemini
+/// quirk: a bad key is a 400 with reason `API_KEY_INVALID`.
+fn handle_gemini_error(status: StatusCode, body: &str, retry_after: Option<Duration>) -> LlmError {
     let message = body_message(body, |v| {
         let message = v.pointer("/error/message")?.as_str()?;
         Some(match v.pointer("/error/status").and_then(|s| s.as_str()) {
@@ -189,7 +221,7 @@ pub(crate) fn handle_gemini_error(status: StatusCode, headers: &HeaderMap, body:
             None => message.to_owned(),
         })
     });
-    let key_invalid = details
+    let key_invalid = error_details(body)
         .iter()
         .any(|d| d.get("reason").and_then(|r| r.as_str()) == Some("API_KEY_INVALID"));
     if status == StatusCode::BAD_REQUEST && key_invalid {
@@ -198,7 +230,23 @@ pub(crate) fn handle_gemini_error(status: StatusCode, headers: &HeaderMap, body:
             message,
         };
     }
-    let retry_info = details.iter().find_map(|d| {
+    LlmError::from_status(status.as_u16(), retry_after, message)
+}
+
+/// The `error.details` of a Google error body; empty when there are none.
+fn error_details(body: &str) -> Vec<serde_json::Value> {
+    let json: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    json.as_ref()
+        .and_then(|v| v.pointer("/error/details"))
+        .and_then(|d| d.as_array())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A 429 from Gemini carries its wait as a `RetryInfo.retryDelay` detail ("37s") rather
+/// than a header.
+fn retry_info(body: &str) -> Option<Duration> {
+    error_details(body).iter().find_map(|d| {
         let is_retry_info = d
             .get("@type")
             .and_then(|t| t.as_str())
@@ -206,18 +254,13 @@ pub(crate) fn handle_gemini_error(status: StatusCode, headers: &HeaderMap, body:
         is_retry_info
             .then(|| d.get("retryDelay")?.as_str().and_then(parse_proto_duration))
             .flatten()
-    });
-    LlmError::from_status(
-        status.as_u16(),
-        retry_after(headers).or(retry_info),
-        message,
-    )
+    })
 }
 
 /// A protobuf JSON duration: `"37s"`, `"0.5s"`.
 fn parse_proto_duration(raw: &str) -> Option<Duration> {
     let secs: f64 = raw.trim().strip_suffix('s')?.parse().ok()?;
-    crate::llm::retry_after::from_secs(secs)
+    retry_after::from_secs(secs)
 }
 
 #[cfg(test)]
@@ -252,14 +295,16 @@ mod tests {
     #[test]
     fn invalid_key_400_is_a_bad_key() {
         let body = r#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}"#;
-        let err = handle_gemini_error(StatusCode::BAD_REQUEST, &HeaderMap::new(), body);
+        let err = handle_gemini_error(StatusCode::BAD_REQUEST, body, None);
         assert!(err.is_bad_key(), "{err:?}");
     }
 
     #[test]
     fn retry_info_gives_the_wait() {
         let body = r#"{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"37s"}]}}"#;
-        let err = handle_gemini_error(StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new(), body);
+        let wait = Gemini.retry_after(&HeaderMap::new(), body);
+        assert_eq!(wait, Some(Duration::from_secs(37)));
+        let err = Gemini.classify_error(StatusCode::TOO_MANY_REQUESTS, body, wait);
         assert_eq!(err.retry_after(), Some(Duration::from_secs(37)));
         assert!(err.to_string().contains("RESOURCE_EXHAUSTED"));
     }

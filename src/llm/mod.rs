@@ -1,84 +1,40 @@
-//! The LLM layer: provider clients (one file per wire format), error classification and
-//! the resilient cascade of SPEC §5. It does not know about the store: attempts are
-//! reported through an [`AttemptSink`].
+//! The LLM layer: provider clients (one file per wire format behind the `wire` trait),
+//! the errors, the decision table and the resilient cascade of SPEC §5. It does not know
+//! about the store: attempts are reported through an [`AttemptSink`].
 //!
 //! [`Llm`] is built once per process from [`Settings`] and shared (`Arc<Llm>`): it owns
 //! the one HTTP client, the providers with their keys and concurrency limits, the steps
-//! of each task and the cooldown registry every request consults.
+//! of each task, the cooldown registry every request consults and the latencies that
+//! set each step's hedging threshold.
 
 mod anthropic;
 mod cascade;
 mod cooldown;
+mod decision;
 pub mod error;
 mod gemini;
+mod hedge;
 mod openai;
 mod provider;
 mod retry;
 pub mod retry_after;
 pub mod types;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-pub use cascade::AttemptError;
-pub use error::LlmError;
+pub use error::{AttemptError, CascadeError, LlmError};
 pub use types::{Attempt, AttemptSink, ChatRequest, Completion, NullSink, Outcome, Task};
 
 use crate::config::{Settings, StepSettings};
 use cascade::{Engine, Step};
 use cooldown::{Cooldowns, StepId};
-use provider::{Call, Provider};
+use hedge::Hedging;
+use provider::Provider;
 use retry::RetryPolicy;
-
-/// Why a task got no answer. `Display` is one sentence without keys or user text.
-#[derive(Debug, thiserror::Error)]
-pub enum CascadeError {
-    /// A content-policy refusal and no other step answered: not worth retrying later.
-    #[error("{provider}/{model} refused this entry on content-policy grounds ({reason})")]
-    Blocked {
-        provider: String,
-        model: String,
-        reason: String,
-        errors: Vec<AttemptError>,
-    },
-    /// Every step failed (or was cooling down); retry the task later.
-    #[error("every provider failed ({} failed attempts){}", errors.len(), last_error(errors))]
-    Exhausted { errors: Vec<AttemptError> },
-    /// `deadline_ms` passed before any step answered.
-    #[error("no answer within the task deadline of {deadline_ms}ms ({} failed attempts){}", errors.len(), last_error(errors))]
-    DeadlineExceeded {
-        deadline_ms: u64,
-        errors: Vec<AttemptError>,
-    },
-    /// No step of this task has a provider with a key (or one that needs none).
-    #[error("no provider in this cascade has an API key; set one (see `daylog doctor`)")]
-    NoUsableProvider,
-}
-
-fn last_error(errors: &[AttemptError]) -> String {
-    errors
-        .last()
-        .map(|e| format!("; last: {e}"))
-        .unwrap_or_default()
-}
-
-impl CascadeError {
-    /// A content-policy block: the entry should be marked blocked, not retried.
-    pub fn is_blocked(&self) -> bool {
-        matches!(self, Self::Blocked { .. })
-    }
-
-    /// Every failed attempt, in the order they ended.
-    pub fn errors(&self) -> &[AttemptError] {
-        match self {
-            Self::Blocked { errors, .. }
-            | Self::Exhausted { errors }
-            | Self::DeadlineExceeded { errors, .. } => errors,
-            Self::NoUsableProvider => &[],
-        }
-    }
-}
+use wire::Call;
 
 /// The LLM layer of one process. `Send + Sync`; share it as `Arc<Llm>`.
 pub struct Llm {
@@ -90,6 +46,7 @@ pub struct Llm {
     ping_models: BTreeMap<String, String>,
     policy: RetryPolicy,
     cooldowns: Cooldowns,
+    hedging: Hedging,
 }
 
 impl fmt::Debug for Llm {
@@ -176,6 +133,11 @@ impl Llm {
         };
         let analysis = steps(&settings.analysis.steps);
         let metrics = steps(&settings.metrics.steps);
+        let hedging = Hedging::new(
+            settings.retry.hedge_after(),
+            settings.retry.request_timeout(),
+            numbers.len(),
+        );
         Ok(Self {
             client,
             providers,
@@ -187,6 +149,7 @@ impl Llm {
                 settings.cooldown.duration(),
                 settings.cooldown.failures_to_trip,
             ),
+            hedging,
         })
     }
 
@@ -205,6 +168,7 @@ impl Llm {
             client: &self.client,
             policy: &self.policy,
             cooldowns: &self.cooldowns,
+            hedging: &self.hedging,
         };
         cascade::run(engine, steps, task, request, sink).await
     }

@@ -2,13 +2,49 @@
 //! Ollama: `POST {base_url}/chat/completions` with `Authorization: Bearer <key>` (no
 //! header at all for a keyless provider), JSON mode through `response_format`.
 
-use reqwest::header::{AUTHORIZATION, HeaderMap};
+use std::time::Duration;
+
+use reqwest::header::AUTHORIZATION;
 use reqwest::{Client, RequestBuilder, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ApiKey;
 use crate::llm::error::{LlmError, body_message};
-use crate::llm::provider::{Call, retry_after, secret_header};
+use crate::llm::wire::{Call, WireFormat, secret_header};
+
+/// The OpenAI-compatible wire format.
+#[derive(Debug)]
+pub(crate) struct OpenAi;
+
+impl WireFormat for OpenAi {
+    fn request(
+        &self,
+        client: &Client,
+        base_url: &str,
+        key: Option<&ApiKey>,
+        call: &Call<'_>,
+    ) -> Result<RequestBuilder, LlmError> {
+        request(client, base_url, key, call)
+    }
+
+    fn parse_success(
+        &self,
+        status: StatusCode,
+        body: &[u8],
+        _call: &Call<'_>,
+    ) -> Result<String, LlmError> {
+        parse_success(status, body)
+    }
+
+    fn classify_error(
+        &self,
+        status: StatusCode,
+        body: &str,
+        retry_after: Option<Duration>,
+    ) -> LlmError {
+        handle_openai_error(status, body, retry_after)
+    }
+}
 
 #[derive(Serialize)]
 struct ChatCompletionRequest<'a> {
@@ -68,7 +104,7 @@ struct Chunk {
     text: Option<String>,
 }
 
-pub(crate) fn request(
+fn request(
     client: &Client,
     base_url: &str,
     key: Option<&ApiKey>,
@@ -104,7 +140,7 @@ pub(crate) fn request(
     Ok(builder)
 }
 
-pub(crate) fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
+fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
     let unusable = |reason: String| LlmError::Unusable {
         status: status.as_u16(),
         reason,
@@ -142,7 +178,7 @@ pub(crate) fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, L
 
 /// OpenAI-style errors: `{"error": {"message": …}}`; Mistral also uses `{"message": …}`
 /// and `{"detail": …}`.
-pub(crate) fn handle_openai_error(status: StatusCode, headers: &HeaderMap, body: &str) -> LlmError {
+fn handle_openai_error(status: StatusCode, body: &str, retry_after: Option<Duration>) -> LlmError {
     let message = body_message(body, |v| {
         v.pointer("/error/message")
             .or_else(|| v.get("message"))
@@ -153,7 +189,7 @@ pub(crate) fn handle_openai_error(status: StatusCode, headers: &HeaderMap, body:
                 None => m.to_string(),
             })
     });
-    LlmError::from_status(status.as_u16(), retry_after(headers), message)
+    LlmError::from_status(status.as_u16(), retry_after, message)
 }
 
 #[cfg(test)]
@@ -190,8 +226,8 @@ mod tests {
     fn error_message_is_extracted() {
         let err = handle_openai_error(
             StatusCode::UNAUTHORIZED,
-            &HeaderMap::new(),
             r#"{"message":"Unauthorized","request_id":"x"}"#,
+            None,
         );
         assert_eq!(
             err,

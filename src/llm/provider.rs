@@ -1,32 +1,38 @@
 //! One configured provider (its wire format, base URL, keys and concurrency limit) and
 //! the transport every wire format shares: send, bound by `request_timeout_ms`, read the
-//! body, redact the key from it, then hand it to the wire module to parse or classify.
+//! body, redact the key from it, then hand it to the wire format to parse or classify.
+//!
+//! The wire format is chosen here, once, when the provider is built ([`wire_format`]);
+//! nothing else in the layer looks at a provider's kind.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::header::HeaderMap;
 use reqwest::{Client, RequestBuilder, StatusCode};
 use tokio::sync::Semaphore;
 
 use crate::config::{ApiKey, ProviderKind, ProviderSettings};
+use crate::llm::anthropic::Anthropic;
 use crate::llm::error::LlmError;
-use crate::llm::types::ChatRequest;
-use crate::llm::{anthropic, gemini, openai, retry_after};
+use crate::llm::gemini::Gemini;
+use crate::llm::openai::OpenAi;
+use crate::llm::wire::{Call, WireFormat};
 
-/// What one attempt asks of a model.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Call<'a> {
-    pub model: &'a str,
-    pub max_tokens: Option<u32>,
-    pub temperature: Option<f32>,
-    pub request: &'a ChatRequest,
+/// The one place a provider kind becomes behaviour: a new wire format is a file with a
+/// [`WireFormat`] implementation and one line here.
+fn wire_format(kind: ProviderKind) -> Box<dyn WireFormat> {
+    match kind {
+        ProviderKind::Openai => Box::new(OpenAi),
+        ProviderKind::Gemini => Box::new(Gemini),
+        ProviderKind::Anthropic => Box::new(Anthropic),
+    }
 }
 
 /// A configured provider. Its keys are [`ApiKey`]s, so `Debug` never shows them.
 #[derive(Debug)]
 pub(crate) struct Provider {
-    pub kind: ProviderKind,
+    wire: Box<dyn WireFormat>,
     /// Base URL without a trailing slash, so paths can be appended.
     pub base_url: String,
     pub keys: Vec<ApiKey>,
@@ -39,7 +45,7 @@ pub(crate) struct Provider {
 impl Provider {
     pub fn new(name: &str, settings: &ProviderSettings, keys: &[ApiKey]) -> Self {
         Self {
-            kind: settings.kind,
+            wire: wire_format(settings.kind),
             base_url: settings.base_url.as_str().trim_end_matches('/').to_owned(),
             keys: keys.to_vec(),
             require_key: settings.require_key,
@@ -75,32 +81,17 @@ impl Provider {
         call: &Call<'_>,
         timeout: Duration,
     ) -> Result<(u16, String), LlmError> {
-        let builder = match self.kind {
-            ProviderKind::Openai => openai::request(client, &self.base_url, key, call)?,
-            ProviderKind::Gemini => gemini::request(client, &self.base_url, key, call)?,
-            ProviderKind::Anthropic => anthropic::request(client, &self.base_url, key, call)?,
-        };
+        let builder = self.wire.request(client, &self.base_url, key, call)?;
         let (status, headers, body) = tokio::time::timeout(timeout, send(builder, timeout))
             .await
             .map_err(|_| LlmError::Timeout(timeout))??;
         if status.is_success() {
-            let text = match self.kind {
-                ProviderKind::Openai => openai::parse_success(status, &body),
-                ProviderKind::Gemini => gemini::parse_success(status, &body),
-                ProviderKind::Anthropic => {
-                    anthropic::parse_success(status, &body, call.request.json)
-                }
-            }?;
+            let text = self.wire.parse_success(status, &body, call)?;
             Ok((status.as_u16(), text))
         } else {
             let text = redact(&String::from_utf8_lossy(&body), key);
-            Err(match self.kind {
-                ProviderKind::Openai => openai::handle_openai_error(status, &headers, &text),
-                ProviderKind::Gemini => gemini::handle_gemini_error(status, &headers, &text),
-                ProviderKind::Anthropic => {
-                    anthropic::handle_anthropic_error(status, &headers, &text)
-                }
-            })
+            let retry_after = self.wire.retry_after(&headers, &text);
+            Err(self.wire.classify_error(status, &text, retry_after))
         }
     }
 }
@@ -130,25 +121,12 @@ async fn send(
     Ok((status, headers, body.to_vec()))
 }
 
-/// A header value carrying a key: marked sensitive so hyper and any debug output of the
-/// request hide it.
-pub(crate) fn secret_header(value: &str) -> Result<HeaderValue, LlmError> {
-    let mut value = HeaderValue::from_str(value).map_err(|_| LlmError::MalformedKey)?;
-    value.set_sensitive(true);
-    Ok(value)
-}
-
 /// Providers sometimes echo what they were sent; the key never goes further than here.
 fn redact(text: &str, key: Option<&ApiKey>) -> String {
     match key.map(ApiKey::expose).filter(|k| !k.is_empty()) {
         Some(k) if text.contains(k) => text.replace(k, "<redacted>"),
         _ => text.to_owned(),
     }
-}
-
-/// The wait a response asks for, from its headers.
-pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    retry_after::parse(headers, SystemTime::now())
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! The retry policy of one cascade step: how many attempts a key gets and how long to
-//! wait between them. Waits come from `backon`'s exponential backoff (from `min_delay_ms`,
+//! The retry policy of one cascade step: how many rounds over its keys it gets (so how
+//! many attempts each key gets) and how long to wait between the rounds. Waits come from `backon`'s exponential backoff (from `min_delay_ms`,
 //! doubling, with jitter so concurrent requests do not wake together), clamped to
 //! `max_delay_ms`. A provider's `Retry-After` raises a wait but never adds an attempt.
 
@@ -16,7 +16,6 @@ pub(crate) struct RetryPolicy {
     pub min_delay: Duration,
     pub max_delay: Duration,
     pub request_timeout: Duration,
-    pub hedge_after: Option<Duration>,
     pub deadline: Duration,
 }
 
@@ -27,12 +26,11 @@ impl RetryPolicy {
             min_delay: settings.min_delay(),
             max_delay: settings.max_delay(),
             request_timeout: settings.request_timeout(),
-            hedge_after: settings.hedge_after(),
             deadline: settings.deadline(),
         }
     }
 
-    /// The waits for one key on one step: `max_attempts - 1` of them.
+    /// The pauses between the rounds of one step: `max_attempts - 1` of them.
     pub fn backoff(&self) -> Backoff {
         let retries = usize::try_from(self.max_attempts.saturating_sub(1)).unwrap_or(usize::MAX);
         let inner = ExponentialBuilder::default()
@@ -47,14 +45,9 @@ impl RetryPolicy {
             max_delay: self.max_delay,
         }
     }
-
-    /// A provider wait this long is not worth sleeping through: cool the key instead.
-    pub fn too_long_to_wait(&self, retry_after: Duration) -> bool {
-        retry_after > self.max_delay
-    }
 }
 
-/// The remaining waits of one key on one step.
+/// The remaining pauses of one step.
 #[derive(Debug)]
 pub(crate) struct Backoff {
     inner: ExponentialBackoff,
@@ -90,7 +83,7 @@ mod tests {
             min_delay_ms: min_ms,
             max_delay_ms: max_ms,
             request_timeout_ms: 1000,
-            hedge_after_ms: 0,
+            hedge_after_ms: crate::config::HedgeAfter::Off,
             deadline_ms: 10_000,
         })
     }
@@ -150,7 +143,5 @@ mod tests {
             b.next_wait(Some(Duration::from_secs(1))),
             Some(Duration::from_secs(1))
         );
-        assert!(p.too_long_to_wait(Duration::from_secs(3)));
-        assert!(!p.too_long_to_wait(Duration::from_secs(2)));
     }
 }

@@ -1,0 +1,192 @@
+//! When a slow attempt starts the next step in parallel (SPEC §5, Hedging).
+//!
+//! With `hedge_after_ms = "auto"` the threshold of a step comes from its own recent
+//! latency: the p95 of its last [`WINDOW`] usable answers × 1.5, never below
+//! [`FLOOR`] (a local fake answering in 2 ms must not hedge on every scheduler hiccup)
+//! and never above half of `request_timeout_ms` (a hedge that starts when the first
+//! attempt is about to give up anyway buys nothing). Until [`MIN_SAMPLES`] answers are
+//! known it is [`START`], under the same cap.
+//!
+//! Latencies are kept per step, shared by every request and both tasks (a step's number
+//! is the same for equal provider/model pairs), behind one short mutex each, never held
+//! across an await.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::config::HedgeAfter;
+
+/// Answers remembered per step.
+pub(crate) const WINDOW: usize = 32;
+/// Answers needed before the observed latency replaces [`START`].
+pub(crate) const MIN_SAMPLES: usize = 5;
+/// The threshold before any latency is known.
+pub(crate) const START: Duration = Duration::from_secs(2);
+/// The lowest learned threshold.
+pub(crate) const FLOOR: Duration = Duration::from_millis(100);
+
+/// The auto threshold from a step's recent latencies (any order).
+pub(crate) fn auto_threshold(recent: &[Duration], request_timeout: Duration) -> Duration {
+    let cap = request_timeout / 2;
+    if recent.len() < MIN_SAMPLES {
+        return START.min(cap);
+    }
+    let mut sorted = recent.to_vec();
+    sorted.sort_unstable();
+    // Nearest-rank p95: the smallest sample with at least 95 % of them at or below it.
+    let rank = (sorted.len() * 95).div_ceil(100).max(1);
+    let p95 = sorted[rank - 1];
+    p95.mul_f64(1.5).max(FLOOR).min(cap)
+}
+
+/// The recent latencies of one step, and its threshold computed from them.
+#[derive(Debug)]
+struct Recent {
+    samples: VecDeque<Duration>,
+    threshold: Duration,
+}
+
+/// The hedging rule of one process: fixed, off, or learned per step.
+#[derive(Debug)]
+pub(crate) struct Hedging {
+    setting: HedgeAfter,
+    request_timeout: Duration,
+    /// Indexed by step number; empty unless the setting is `auto`.
+    steps: Vec<Mutex<Recent>>,
+}
+
+impl Hedging {
+    /// `steps` is the number of distinct steps (the highest step number + 1).
+    pub fn new(setting: HedgeAfter, request_timeout: Duration, steps: usize) -> Self {
+        let start = auto_threshold(&[], request_timeout);
+        let steps = match setting {
+            HedgeAfter::Auto => (0..steps)
+                .map(|_| {
+                    Mutex::new(Recent {
+                        samples: VecDeque::with_capacity(WINDOW),
+                        threshold: start,
+                    })
+                })
+                .collect(),
+            HedgeAfter::Off | HedgeAfter::After(_) => Vec::new(),
+        };
+        Self {
+            setting,
+            request_timeout,
+            steps,
+        }
+    }
+
+    /// Whether the threshold is learned: then one attempt that passes it marks its step
+    /// stalled for later requests.
+    pub fn is_auto(&self) -> bool {
+        self.setting == HedgeAfter::Auto
+    }
+
+    /// How long an attempt on step `no` may take before the next step starts.
+    pub fn threshold(&self, no: usize) -> Option<Duration> {
+        match self.setting {
+            HedgeAfter::Off => None,
+            HedgeAfter::After(after) => Some(after),
+            HedgeAfter::Auto => Some(match self.steps.get(no) {
+                Some(recent) => lock(recent).threshold,
+                None => auto_threshold(&[], self.request_timeout),
+            }),
+        }
+    }
+
+    /// A usable answer from step `no` that took `latency`.
+    pub fn record(&self, no: usize, latency: Duration) {
+        let Some(recent) = self.steps.get(no) else {
+            return;
+        };
+        let mut recent = lock(recent);
+        if recent.samples.len() == WINDOW {
+            recent.samples.pop_front();
+        }
+        recent.samples.push_back(latency);
+        let samples = recent.samples.make_contiguous();
+        recent.threshold = auto_threshold(samples, self.request_timeout);
+    }
+}
+
+fn lock(recent: &Mutex<Recent>) -> MutexGuard<'_, Recent> {
+    // A panic elsewhere cannot leave it inconsistent: the threshold is rewritten whole.
+    recent
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_threshold_table() {
+        let timeout = ms(30_000);
+        let twenty: Vec<Duration> = (1..=20).map(|i| ms(i * 100)).collect();
+        // (recent latencies, request timeout, threshold)
+        let rows: Vec<(Vec<Duration>, Duration, Duration)> = vec![
+            // Nothing known yet: the start, capped at half the request timeout.
+            (vec![], timeout, START),
+            (vec![ms(200); MIN_SAMPLES - 1], timeout, START),
+            (vec![], ms(2000), ms(1000)),
+            // Known: p95 × 1.5.
+            (vec![ms(200); MIN_SAMPLES], timeout, ms(300)),
+            // Nearest rank over 20: the 19th, 1.9 s.
+            (twenty.clone(), timeout, ms(2850)),
+            // One slow answer in forty does not move it.
+            (
+                [vec![ms(100); 39], vec![ms(9000)]].concat(),
+                timeout,
+                ms(150),
+            ),
+            // Bounded: below by the floor, above by half the request timeout.
+            (vec![ms(2); 10], timeout, FLOOR),
+            (vec![ms(25_000); 10], timeout, ms(15_000)),
+            (twenty, ms(4000), ms(2000)),
+        ];
+        for (recent, timeout, expected) in rows {
+            assert_eq!(
+                auto_threshold(&recent, timeout),
+                expected,
+                "{recent:?} / {timeout:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_step_learns_from_its_own_answers_only() {
+        let hedging = Hedging::new(HedgeAfter::Auto, ms(30_000), 2);
+        assert_eq!(hedging.threshold(0), Some(START));
+        for _ in 0..MIN_SAMPLES {
+            hedging.record(0, ms(400));
+        }
+        assert_eq!(hedging.threshold(0), Some(ms(600)));
+        assert_eq!(
+            hedging.threshold(1),
+            Some(START),
+            "the other step knows nothing"
+        );
+        // The window forgets: a step that got fast is judged by its recent answers.
+        for _ in 0..WINDOW {
+            hedging.record(0, ms(200));
+        }
+        assert_eq!(hedging.threshold(0), Some(ms(300)));
+    }
+
+    #[test]
+    fn fixed_and_off_do_not_learn() {
+        let fixed = Hedging::new(HedgeAfter::After(ms(8000)), ms(30_000), 1);
+        fixed.record(0, ms(10));
+        assert_eq!(fixed.threshold(0), Some(ms(8000)));
+        assert!(!fixed.is_auto());
+        let off = Hedging::new(HedgeAfter::Off, ms(30_000), 1);
+        assert_eq!(off.threshold(0), None);
+    }
+}

@@ -1,0 +1,79 @@
+//! [`WireFormat`]: what differs between provider APIs, behind one trait. A wire format
+//! builds the HTTP request for one attempt, reads a 2xx body into the answer's text, and
+//! turns a non-2xx answer into an [`LlmError`] together with the wait it asks for.
+//!
+//! One implementation per file (`openai.rs`, `gemini.rs`, `anthropic.rs`); each depends on
+//! this module and on [`crate::llm::error`] only. The transport they share (timeouts,
+//! reading the body, redacting the key) lives in `provider.rs`, which picks the wire
+//! format once, when the provider is built.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Client, RequestBuilder, StatusCode};
+
+use crate::config::ApiKey;
+use crate::llm::error::LlmError;
+use crate::llm::retry_after;
+use crate::llm::types::ChatRequest;
+
+/// What one attempt asks of a model.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub model: &'a str,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+    pub request: &'a ChatRequest,
+}
+
+/// One provider API. Implementations hold no per-request state: one value serves every
+/// request of its provider, from any task.
+pub(crate) trait WireFormat: fmt::Debug + Send + Sync {
+    /// The request for one attempt. `base_url` has no trailing slash; `key` is `None`
+    /// for a keyless provider (a local Ollama), which then gets no credential header.
+    fn request(
+        &self,
+        client: &Client,
+        base_url: &str,
+        key: Option<&ApiKey>,
+        call: &Call<'_>,
+    ) -> Result<RequestBuilder, LlmError>;
+
+    /// The answer's text from a 2xx body; `Unusable` or `Blocked` when there is none.
+    fn parse_success(
+        &self,
+        status: StatusCode,
+        body: &[u8],
+        call: &Call<'_>,
+    ) -> Result<String, LlmError>;
+
+    /// How long a non-2xx answer asks us to wait. By default the `Retry-After` /
+    /// `retry-after-ms` headers; a wire format that also says it in the body (Gemini's
+    /// `RetryInfo`) adds that.
+    fn retry_after(&self, headers: &HeaderMap, _body: &str) -> Option<Duration> {
+        header_wait(headers)
+    }
+
+    /// Classifies a non-2xx answer. `body` is already key-free; `retry_after` is what
+    /// [`WireFormat::retry_after`] found.
+    fn classify_error(
+        &self,
+        status: StatusCode,
+        body: &str,
+        retry_after: Option<Duration>,
+    ) -> LlmError;
+}
+
+/// The wait the `Retry-After` / `retry-after-ms` headers ask for.
+pub(crate) fn header_wait(headers: &HeaderMap) -> Option<Duration> {
+    retry_after::parse(headers, SystemTime::now())
+}
+
+/// A header value carrying a key: marked sensitive so hyper and any debug output of the
+/// request hide it.
+pub(crate) fn secret_header(value: &str) -> Result<HeaderValue, LlmError> {
+    let mut value = HeaderValue::from_str(value).map_err(|_| LlmError::MalformedKey)?;
+    value.set_sensitive(true);
+    Ok(value)
+}
