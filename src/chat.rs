@@ -174,7 +174,7 @@ where
         next_message += 1;
         if let Err(error) = journal.on_text(terminal.as_ref(), incoming).await {
             tracing::error!(%error, "entry failed");
-            terminal.print(&error.to_string())?;
+            terminal.print(error.user_text(Texts(language)))?;
         }
     }
     stop.cancel();

@@ -68,7 +68,7 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Config(_) | Self::Usage(_) => 2,
-            Self::Store(StoreError::NotSqlite) => 2,
+            Self::Store(StoreError::NotSqlite | StoreError::NoFile | StoreError::BadUrl(_)) => 2,
             Self::Store(_) | Self::Other(_) => 1,
         }
     }
@@ -148,13 +148,13 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
 
 /// Opens the store and applies migrations.
 pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
-    Store::open_and_migrate(&settings.database_url, settings.store.busy_timeout()).await
+    Store::open_and_migrate_with(&settings.database_url, (&settings.store).into()).await
 }
 
 async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCode, CliError> {
     // Refuse before touching the file, so a refused query changes nothing at all.
     sqlcmd::check(query).map_err(|r| CliError::Usage(r.to_string()))?;
-    let pool = store::open_read_only(&settings.database_url, settings.store.busy_timeout()).await?;
+    let pool = store::open_read_only(&settings.database_url, (&settings.store).into()).await?;
     let result = sqlcmd::query(&pool, query).await;
     pool.close().await;
     let result = result.map_err(|e| match e {
@@ -205,7 +205,6 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     ));
     let missing = store::database_path(&settings.database_url)
         .ok()
-        .flatten()
         .filter(|path| !path.exists());
     if let Some(path) = missing {
         // Checking must not create the file as a side effect.
@@ -217,7 +216,7 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
             ),
         ));
     } else {
-        match Store::open(&settings.database_url, settings.store.busy_timeout()).await {
+        match Store::open_with(&settings.database_url, (&settings.store).into()).await {
             Ok(store) => {
                 let migrated = store.ensure_migrated().await;
                 lines.push(match migrated {

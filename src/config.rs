@@ -89,11 +89,31 @@ pub struct LogSettings {
 #[serde(deny_unknown_fields)]
 pub struct StoreSettings {
     pub busy_timeout_ms: u64,
+    /// A quota on the database file; 0 = none.
+    pub max_size_mb: u64,
 }
 
 impl StoreSettings {
     pub fn busy_timeout(&self) -> Duration {
         Duration::from_millis(self.busy_timeout_ms)
+    }
+
+    /// The quota in bytes, `None` when there is none.
+    pub fn max_size_bytes(&self) -> Option<u64> {
+        (self.max_size_mb > 0).then(|| self.max_size_mb.saturating_mul(1024 * 1024))
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlSettings {
+    pub timeout_ms: u64,
+}
+
+impl SqlSettings {
+    /// How long one `daylog sql` query may run before it is interrupted.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
     }
 }
 
@@ -252,6 +272,7 @@ pub struct TaskSettings {
 pub struct FileSettings {
     pub log: LogSettings,
     pub store: StoreSettings,
+    pub sql: SqlSettings,
     pub retry: RetrySettings,
     pub cooldown: CooldownSettings,
     pub worker: WorkerSettings,
@@ -361,6 +382,9 @@ impl Settings {
                 "daylog stores its data in SQLite; expected a URL like sqlite://data/daylog.db",
             ));
         }
+        // An empty or in-memory path would be a database that vanishes at exit.
+        crate::store::database_path(&database_url)
+            .map_err(|e| ConfigError::invalid("DATABASE_URL", e.to_string()))?;
         let telegram_api_url = match env.var("TELOXIDE_API_URL").filter(|v| !v.trim().is_empty()) {
             None => None,
             Some(raw) => Some(Url::parse(raw.trim()).map_err(|e| {
@@ -402,11 +426,20 @@ fn read_file(path: &Path) -> Result<String, ConfigError> {
 }
 
 fn parse_toml(text: &str, origin: &str) -> Result<toml::Table, ConfigError> {
-    text.parse::<toml::Table>()
-        .map_err(|e| ConfigError::Syntax {
+    text.parse::<toml::Table>().map_err(|e| {
+        let mut message = e.message().trim().to_owned();
+        // The line names the key (a number too large for any type has no key otherwise).
+        if let Some(span) = e.span() {
+            let line_no = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            if let Some(line) = text.lines().nth(line_no - 1) {
+                message = format!("{message} (line {line_no}: `{}`)", line.trim());
+            }
+        }
+        ConfigError::Syntax {
             origin: origin.to_owned(),
-            message: e.message().to_owned(),
-        })
+            message,
+        }
+    })
 }
 
 /// Merges `layer` over `base` key by key: tables merge recursively, anything else
@@ -486,7 +519,124 @@ fn deserialize(tree: toml::Table) -> Result<FileSettings, ConfigError> {
     })
 }
 
+/// The longest wait or timeout any `*_ms` setting may ask for: a year. Far beyond any
+/// sensible value, and well inside what tokio's timers, `Duration` arithmetic and
+/// SQLite's date functions accept.
+const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
+/// SQLite takes `busy_timeout` as a C `int` of milliseconds.
+const MAX_BUSY_TIMEOUT_MS: u64 = i32::MAX as u64;
+/// 16 TiB: beyond it the byte count, and SQLite's page count, stop being meaningful.
+const MAX_STORE_SIZE_MB: u64 = 16 * 1024 * 1024;
+/// A tokio semaphore holds at most `usize::MAX >> 3` permits; far fewer make sense.
+const MAX_CONCURRENCY: u64 = 100_000;
+
+/// Every numeric setting with the range its consumer accepts: `(key, value, min, max)`.
+/// A value outside it would panic a timer or the SQLite driver, or mean nothing.
+fn numeric_settings(s: &FileSettings) -> Vec<(String, u64, u64, u64)> {
+    let ms = |key: &str, value: u64, min: u64| (key.to_owned(), value, min, MAX_DURATION_MS);
+    let mut table = vec![
+        (
+            "store.busy_timeout_ms".to_owned(),
+            s.store.busy_timeout_ms,
+            0,
+            MAX_BUSY_TIMEOUT_MS,
+        ),
+        (
+            "store.max_size_mb".to_owned(),
+            s.store.max_size_mb,
+            0,
+            MAX_STORE_SIZE_MB,
+        ),
+        ms("sql.timeout_ms", s.sql.timeout_ms, 1),
+        (
+            "retry.max_attempts".to_owned(),
+            u64::from(s.retry.max_attempts),
+            1,
+            1000,
+        ),
+        ms("retry.min_delay_ms", s.retry.min_delay_ms, 0),
+        ms("retry.max_delay_ms", s.retry.max_delay_ms, 0),
+        ms("retry.request_timeout_ms", s.retry.request_timeout_ms, 1),
+        ms("retry.hedge_after_ms", s.retry.hedge_after_ms, 0),
+        ms("retry.deadline_ms", s.retry.deadline_ms, 1),
+        ms("cooldown.duration_ms", s.cooldown.duration_ms, 0),
+        (
+            "cooldown.failures_to_trip".to_owned(),
+            u64::from(s.cooldown.failures_to_trip),
+            1,
+            u64::from(u32::MAX),
+        ),
+        ms("worker.poll_interval_ms", s.worker.poll_interval_ms, 1),
+        ms("worker.retry_min_ms", s.worker.retry_min_ms, 1),
+        ms("worker.retry_max_ms", s.worker.retry_max_ms, 1),
+        (
+            "worker.max_age_hours".to_owned(),
+            s.worker.max_age_hours,
+            0,
+            MAX_DURATION_MS / 3_600_000,
+        ),
+        (
+            "telegram.max_text_chars".to_owned(),
+            s.telegram.max_text_chars as u64,
+            1,
+            u64::MAX,
+        ),
+        ms(
+            "telegram.shutdown_grace_ms",
+            s.telegram.shutdown_grace_ms,
+            0,
+        ),
+    ];
+    for (name, provider) in &s.providers {
+        table.push((
+            format!("providers.{name}.max_concurrency"),
+            provider.max_concurrency as u64,
+            1,
+            MAX_CONCURRENCY,
+        ));
+    }
+    for (task, settings) in [("analysis", &s.analysis), ("metrics", &s.metrics)] {
+        for (i, step) in settings.steps.iter().enumerate() {
+            if let Some(max_tokens) = step.max_tokens {
+                table.push((
+                    format!("{task}.steps[{i}].max_tokens"),
+                    u64::from(max_tokens),
+                    1,
+                    u64::from(u32::MAX),
+                ));
+            }
+        }
+    }
+    table
+}
+
+fn check_ranges(s: &FileSettings) -> Result<(), ConfigError> {
+    for (key, value, min, max) in numeric_settings(s) {
+        if value < min || value > max {
+            let message = match (min, max) {
+                (1, u64::MAX) => format!("{value} is out of range: must be at least 1"),
+                _ => format!("{value} is out of range: must be from {min} to {max}"),
+            };
+            return Err(ConfigError::invalid(key, message));
+        }
+    }
+    for (task, settings) in [("analysis", &s.analysis), ("metrics", &s.metrics)] {
+        for (i, step) in settings.steps.iter().enumerate() {
+            if let Some(t) = step.temperature
+                && !(0.0..=2.0).contains(&t)
+            {
+                return Err(ConfigError::invalid(
+                    format!("{task}.steps[{i}].temperature"),
+                    format!("{t} is out of range: must be from 0 to 2"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn validate(s: &FileSettings) -> Result<(), ConfigError> {
+    check_ranges(s)?;
     if s.retry.max_attempts == 0 {
         return Err(ConfigError::invalid(
             "retry.max_attempts",

@@ -84,6 +84,17 @@ pub enum EntryError {
     Later(#[from] StoreError),
 }
 
+impl EntryError {
+    /// What every front end tells the user: send it again (not stored), or that it is
+    /// safe (stored; the worker finishes it).
+    pub fn user_text(&self, texts: Texts) -> &'static str {
+        match self {
+            Self::NotSaved(_) => texts.not_saved(),
+            Self::Later(_) => texts.internal_error(),
+        }
+    }
+}
+
 /// A text message from a user.
 #[derive(Debug, Clone)]
 pub struct Incoming {
