@@ -689,6 +689,14 @@ fn validate(s: &FileSettings) -> Result<(), ConfigError> {
                 "must be an http:// or https:// URL",
             ));
         }
+        // Endpoint paths are appended to the base URL; a query or fragment would end up
+        // in front of them and the requests would go to the wrong place.
+        if provider.base_url.query().is_some() || provider.base_url.fragment().is_some() {
+            return Err(ConfigError::invalid(
+                format!("providers.{name}.base_url"),
+                "must not have a ?query or #fragment (endpoint paths are appended to it)",
+            ));
+        }
         if provider.max_concurrency == 0 {
             return Err(ConfigError::invalid(
                 format!("providers.{name}.max_concurrency"),
@@ -982,6 +990,169 @@ mod tests {
             error_key(&[("DATABASE_URL", "postgres://localhost/daylog")]),
             "DATABASE_URL"
         );
+    }
+
+    #[test]
+    fn every_numeric_setting_is_checked_against_its_range() {
+        // (variable, value, key named): beyond what the consumer accepts, or zero where
+        // zero means nothing (or panics a timer).
+        let cases = [
+            (
+                "DAYLOG__STORE__BUSY_TIMEOUT_MS",
+                "3000000000",
+                "store.busy_timeout_ms",
+            ),
+            (
+                "DAYLOG__STORE__MAX_SIZE_MB",
+                "99999999999",
+                "store.max_size_mb",
+            ),
+            ("DAYLOG__SQL__TIMEOUT_MS", "0", "sql.timeout_ms"),
+            ("DAYLOG__RETRY__MAX_ATTEMPTS", "0", "retry.max_attempts"),
+            (
+                "DAYLOG__RETRY__MAX_ATTEMPTS",
+                "5000000000",
+                "retry.max_attempts",
+            ),
+            (
+                "DAYLOG__RETRY__MAX_DELAY_MS",
+                "18446744073709551615",
+                "retry.max_delay_ms",
+            ),
+            (
+                "DAYLOG__RETRY__REQUEST_TIMEOUT_MS",
+                "0",
+                "retry.request_timeout_ms",
+            ),
+            (
+                "DAYLOG__RETRY__HEDGE_AFTER_MS",
+                "9000000000000",
+                "retry.hedge_after_ms",
+            ),
+            ("DAYLOG__RETRY__DEADLINE_MS", "0", "retry.deadline_ms"),
+            (
+                "DAYLOG__COOLDOWN__DURATION_MS",
+                "9000000000000",
+                "cooldown.duration_ms",
+            ),
+            (
+                "DAYLOG__COOLDOWN__FAILURES_TO_TRIP",
+                "0",
+                "cooldown.failures_to_trip",
+            ),
+            (
+                "DAYLOG__WORKER__POLL_INTERVAL_MS",
+                "0",
+                "worker.poll_interval_ms",
+            ),
+            ("DAYLOG__WORKER__RETRY_MIN_MS", "0", "worker.retry_min_ms"),
+            (
+                "DAYLOG__WORKER__RETRY_MAX_MS",
+                "9000000000000",
+                "worker.retry_max_ms",
+            ),
+            (
+                "DAYLOG__WORKER__MAX_AGE_HOURS",
+                "99999999",
+                "worker.max_age_hours",
+            ),
+            (
+                "DAYLOG__TELEGRAM__MAX_TEXT_CHARS",
+                "0",
+                "telegram.max_text_chars",
+            ),
+            (
+                "DAYLOG__TELEGRAM__SHUTDOWN_GRACE_MS",
+                "9000000000000",
+                "telegram.shutdown_grace_ms",
+            ),
+            (
+                "DAYLOG__TELEGRAM__ANALYSES_PER_HOUR",
+                "-1",
+                "telegram.analyses_per_hour",
+            ),
+            (
+                "DAYLOG__PROVIDERS__GROQ__MAX_CONCURRENCY",
+                "0",
+                "providers.groq.max_concurrency",
+            ),
+            (
+                "DAYLOG__PROVIDERS__GROQ__MAX_CONCURRENCY",
+                "2305843009213693952",
+                "providers.groq.max_concurrency",
+            ),
+            // Too large for any integer type: still named by its key.
+            (
+                "DAYLOG__STORE__BUSY_TIMEOUT_MS",
+                "99999999999999999999",
+                "store.busy_timeout_ms",
+            ),
+            ("DAYLOG__RETRY__MIN_DELAY_MS", "-5", "retry.min_delay_ms"),
+        ];
+        for (var, value, key) in cases {
+            assert_eq!(error_key(&[(var, value)]), key, "{var}={value}");
+        }
+        // The edges themselves are accepted.
+        for (var, value) in [
+            ("DAYLOG__STORE__BUSY_TIMEOUT_MS", "2147483647"),
+            ("DAYLOG__STORE__BUSY_TIMEOUT_MS", "0"),
+            ("DAYLOG__STORE__MAX_SIZE_MB", "0"),
+            ("DAYLOG__RETRY__HEDGE_AFTER_MS", "0"),
+            ("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR", "0"),
+        ] {
+            assert!(load(&[(var, value)]).is_ok(), "{var}={value}");
+        }
+    }
+
+    #[test]
+    fn step_temperature_and_max_tokens_are_checked() {
+        let file = write_config(
+            "[[analysis.steps]]\nprovider = \"mistral\"\nmodel = \"m\"\ntemperature = 9.5\n",
+        );
+        let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);
+        assert_eq!(key, "analysis.steps[0].temperature");
+        let file =
+            write_config("[[metrics.steps]]\nprovider = \"groq\"\nmodel = \"m\"\nmax_tokens = 0\n");
+        let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);
+        assert_eq!(key, "metrics.steps[0].max_tokens");
+    }
+
+    #[test]
+    fn a_number_too_large_in_a_file_names_its_key() {
+        let file = write_config("[store]\nbusy_timeout_ms = 99999999999999999999\n");
+        let err =
+            load(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]).expect_err("refused");
+        assert!(err.to_string().contains("busy_timeout_ms"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_or_in_memory_database_url_is_refused() {
+        for url in [
+            "sqlite://",
+            "sqlite:",
+            "sqlite::memory:",
+            "sqlite://:memory:",
+            "sqlite://data/daylog.db?mode=memory",
+            "sqlite://?mode=rwc",
+        ] {
+            assert_eq!(error_key(&[("DATABASE_URL", url)]), "DATABASE_URL", "{url}");
+        }
+        let s = load(&[("DATABASE_URL", "sqlite://data/my%20log.db")]).expect("a file");
+        assert_eq!(s.database_url, "sqlite://data/my%20log.db");
+    }
+
+    #[test]
+    fn a_base_url_with_a_query_or_fragment_is_refused() {
+        for url in [
+            "http://127.0.0.1:9000/v1?key=x",
+            "http://127.0.0.1:9000/v1#part",
+        ] {
+            assert_eq!(
+                error_key(&[("DAYLOG__PROVIDERS__MISTRAL__BASE_URL", url)]),
+                "providers.mistral.base_url",
+                "{url}"
+            );
+        }
     }
 
     #[test]

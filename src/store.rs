@@ -49,6 +49,10 @@ pub enum StoreError {
     NewerSchema { found: i64, known: i64 },
     #[error("the database schema is not up to date (run `daylog migrate`)")]
     NotMigrated,
+    #[error(
+        "migration {version} applied to the database differs from this build's (its file was changed after it ran); `daylog run` and `daylog migrate` refuse such a database"
+    )]
+    MigrationChanged { version: i64 },
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("database error: {0}")]
@@ -421,6 +425,26 @@ impl Store {
         Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))
     }
 
+    /// The check `sqlx::migrate` makes before it runs anything: an applied migration
+    /// whose checksum is not this build's makes `daylog run` refuse to start.
+    async fn check_checksums(&self) -> Result<(), StoreError> {
+        if self.applied_versions().await?.is_empty() {
+            return Ok(());
+        }
+        let applied: Vec<(i64, Vec<u8>)> =
+            sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success = 1")
+                .fetch_all(&self.read)
+                .await?;
+        for (version, checksum) in applied {
+            if let Some(known) = MIGRATOR.iter().find(|m| m.version == version)
+                && *known.checksum != *checksum
+            {
+                return Err(StoreError::MigrationChanged { version });
+            }
+        }
+        Ok(())
+    }
+
     async fn applied_versions(&self) -> Result<Vec<i64>, StoreError> {
         let exists: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
@@ -455,6 +479,7 @@ impl Store {
     /// migrate themselves).
     pub async fn ensure_migrated(&self) -> Result<(), StoreError> {
         self.check_not_newer().await?;
+        self.check_checksums().await?;
         if self.is_migrated().await? {
             Ok(())
         } else {
