@@ -38,6 +38,8 @@ pub enum Command {
     Sql {
         /// The query, e.g. "SELECT * FROM daily_metrics".
         query: String,
+        /// table escapes control characters; csv and json are exact, with BLOBs as
+        /// lowercase hex and, in json, repeated column names suffixed (x, x_2, …).
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
@@ -225,11 +227,14 @@ async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCod
     // Refuse before touching the file, so a refused query changes nothing at all.
     sqlcmd::check(query).map_err(|r| CliError::Usage(r.to_string()))?;
     let pool = store::open_read_only(&settings.database_url, (&settings.store).into()).await?;
-    let result = sqlcmd::query(&pool, query).await;
+    let result = sqlcmd::query(&pool, query, settings.sql.timeout()).await;
     pool.close().await;
     let result = result.map_err(|e| match e {
         QueryError::Refused(r) => CliError::Usage(r.to_string()),
         QueryError::Sql(m) => CliError::Usage(format!("the query failed: {m}")),
+        failed @ (QueryError::Failed(_) | QueryError::TimedOut(_)) => {
+            CliError::Other(anyhow::anyhow!(failed.to_string()))
+        }
     })?;
     let mut stdout = std::io::stdout().lock();
     stdout

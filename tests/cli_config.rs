@@ -1,6 +1,7 @@
-//! The `daylog` binary against a careless operator's configuration: values that used to
-//! panic the store, database URLs that silently meant a temporary database, a
-//! percent-encoded path, a malformed `.env`, and a migration edited after it ran.
+//! The `daylog` binary against a careless operator: values that used to panic the store,
+//! database URLs that silently meant a temporary database, a percent-encoded path, a
+//! malformed `.env`, a migration edited after it ran, and `daylog sql` on hostile
+//! entries, a runaway query and a corrupt file.
 
 // Helpers here panic on a broken fixture by design.
 #![expect(clippy::expect_used)]
@@ -153,4 +154,58 @@ fn doctor_fails_when_an_applied_migration_was_changed_since() {
     assert_eq!(doctor.status.code(), Some(1), "{out}");
     assert!(!out.contains("migrated\n"), "{out}");
     assert!(out.contains("FAIL database: migration"), "{out}");
+}
+
+#[test]
+fn sql_shows_hostile_entries_escaped_and_stops_a_runaway_query() {
+    let dir = tempfile::tempdir().expect("dir");
+    assert!(run(dir.path(), &["migrate"], &[]).status.success());
+
+    let table = run(
+        dir.path(),
+        &[
+            "sql",
+            "SELECT 'ok' || char(27) || ']0;pwned' || char(7) || char(155) AS t",
+        ],
+        &[],
+    );
+    assert!(table.status.success(), "{}", stderr(&table));
+    let out = stdout(&table);
+    assert!(
+        !out.chars().any(|c| c != '\n' && c.is_control()),
+        "a control character reached the terminal: {out:?}"
+    );
+    assert!(out.contains("ok\\x1b]0;pwned\\x07\\u{009b}"), "{out}");
+
+    let runaway = run(
+        dir.path(),
+        &[
+            "sql",
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+        ],
+        &[("DAYLOG__SQL__TIMEOUT_MS", "200")],
+    );
+    assert_eq!(runaway.status.code(), Some(1), "{}", stderr(&runaway));
+    assert!(
+        stderr(&runaway).contains("sql.timeout_ms"),
+        "{}",
+        stderr(&runaway)
+    );
+}
+
+#[test]
+fn sql_on_a_corrupt_database_file_is_a_failure_not_bad_usage() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::create_dir(dir.path().join("data")).expect("data dir");
+    let garbage: Vec<u8> = (0..8192u32).map(|i| (i * 7919 % 251) as u8).collect();
+    std::fs::write(dir.path().join("data/daylog.db"), garbage).expect("garbage");
+    let out = run(dir.path(), &["sql", "SELECT count(*) FROM day_logs"], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not a database"), "{err}");
+    // A mistake in the query itself stays bad usage.
+    let dir = tempfile::tempdir().expect("dir");
+    assert!(run(dir.path(), &["migrate"], &[]).status.success());
+    let typo = run(dir.path(), &["sql", "SELECT * FROM day_log"], &[]);
+    assert_eq!(typo.status.code(), Some(2), "{}", stderr(&typo));
 }
