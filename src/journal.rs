@@ -144,6 +144,10 @@ pub struct Journal {
     pub store: Store,
     pub llm: Arc<Llm>,
     claims: Arc<Mutex<HashSet<ClaimKey>>>,
+    /// Logs whose answer went out but could not be recorded (a full disk): this process
+    /// does not send them again, it only retries the record. Without it the worker would
+    /// re-send the answer on every poll for as long as the disk stays full.
+    unrecorded: Mutex<HashSet<i64>>,
 }
 
 impl Journal {
@@ -153,7 +157,14 @@ impl Journal {
             store,
             llm,
             claims: Arc::default(),
+            unrecorded: Mutex::default(),
         }
+    }
+
+    fn unrecorded(&self) -> std::sync::MutexGuard<'_, HashSet<i64>> {
+        self.unrecorded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Claims a message's log for this process; `None` when someone is already on it.
@@ -336,8 +347,14 @@ impl Journal {
         {
             return;
         }
-        if let Err(error) = self.store.mark_replied(log.id).await {
-            tracing::error!(log_id = log.id, %error, "answer sent but not recorded");
+        match self.store.mark_replied(log.id).await {
+            Ok(()) => {
+                self.unrecorded().remove(&log.id);
+            }
+            Err(error) => {
+                tracing::error!(log_id = log.id, %error, "answer sent but not recorded; recording is retried, the answer is not sent again");
+                self.unrecorded().insert(log.id);
+            }
         }
     }
 
@@ -482,6 +499,19 @@ impl Journal {
                 }
                 self.analyse_and_answer(messenger, log, language, true, claim)
                     .await
+            }
+            Unfinished::Reply if self.unrecorded().contains(&log.id) => {
+                // Already delivered by this process: only the record is missing.
+                match self.store.mark_replied(log.id).await {
+                    Ok(()) => {
+                        self.unrecorded().remove(&log.id);
+                        tracing::info!(log_id = log.id, "answer recorded after all");
+                    }
+                    Err(error) => {
+                        tracing::debug!(log_id = log.id, %error, "answer still not recorded");
+                    }
+                }
+                Ok(())
             }
             Unfinished::Reply => {
                 let texts = Texts(language);

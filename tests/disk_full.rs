@@ -344,3 +344,53 @@ async fn a_full_disk_refuses_entries_plainly_and_takes_them_again_when_space_ret
         "the operator gets an error event: {stderr}"
     );
 }
+
+/// An answer that went out while the store could not record it (the disk filled up in
+/// between) is not sent again on every worker poll; it is recorded once there is room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_cannot_be_recorded_is_not_sent_again_and_again() {
+    use sqlx::Connection as _;
+    let app = support::App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    let mut other = sqlx::SqliteConnection::connect(&app.env["DATABASE_URL"])
+        .await
+        .expect("second connection");
+    // Recording a reply fails the way a full disk makes it fail: the write is refused.
+    sqlx::query(
+        "CREATE TRIGGER test_no_room BEFORE UPDATE OF replied_at ON day_logs
+         WHEN NEW.replied_at IS NOT NULL
+         BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END",
+    )
+    .execute(&mut other)
+    .await
+    .expect("trigger");
+
+    app.telegram.push_update(support::telegram::text_update(
+        5100,
+        1,
+        "A day with no room.",
+    ));
+    let sent = app.telegram.wait_sent(5100, 1).await;
+    assert!(sent[0].text().contains(support::ANALYSIS_TEXT));
+    // The worker polls every 100 ms (test settings): ten chances to send it again.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(app.telegram.sent_to(5100).len(), 1, "answered once");
+
+    // Room again: the record is written, still without a second answer.
+    sqlx::query("DROP TRIGGER test_no_room")
+        .execute(&mut other)
+        .await
+        .expect("drop trigger");
+    support::wait_until("the answer to be recorded", HANG_GUARD, || async {
+        app.count("SELECT count(*) FROM day_logs WHERE replied_at IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(app.telegram.sent_to(5100).len(), 1, "answered once");
+    other.close().await.expect("close");
+    app.stop().await;
+}
