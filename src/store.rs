@@ -425,17 +425,25 @@ impl Store {
         Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))
     }
 
-    /// The check `sqlx::migrate` makes before it runs anything: an applied migration
-    /// whose checksum is not this build's makes `daylog run` refuse to start.
+    /// The checks `sqlx::migrate` makes before it runs anything: an applied migration
+    /// whose checksum is not this build's, or one that failed part-way, makes `daylog
+    /// run` refuse to start, so `doctor` must not call such a database migrated.
     async fn check_checksums(&self) -> Result<(), StoreError> {
         if self.applied_versions().await?.is_empty() {
             return Ok(());
         }
-        let applied: Vec<(i64, Vec<u8>)> =
-            sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success = 1")
-                .fetch_all(&self.read)
-                .await?;
-        for (version, checksum) in applied {
+        let applied: Vec<(i64, bool, Vec<u8>)> = sqlx::query_as(
+            "SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        for (version, success, checksum) in applied {
+            if !success {
+                // A migration that failed part-way: `migrate` refuses to go on as well.
+                return Err(StoreError::Migrate(sqlx::migrate::MigrateError::Dirty(
+                    version,
+                )));
+            }
             if let Some(known) = MIGRATOR.iter().find(|m| m.version == version)
                 && *known.checksum != *checksum
             {

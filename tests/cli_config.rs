@@ -128,32 +128,39 @@ fn a_malformed_env_line_is_skipped_with_its_number_and_the_rest_still_loads() {
 }
 
 #[test]
-fn doctor_fails_when_an_applied_migration_was_changed_since() {
-    let dir = tempfile::tempdir().expect("dir");
-    let url = format!("sqlite://{}/daylog.db", dir.path().display());
-    let env = [("DATABASE_URL", url.as_str())];
-    assert!(run(dir.path(), &["migrate"], &env).status.success());
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
-        sqlx::query(
+fn doctor_fails_when_an_applied_migration_was_changed_since_or_failed_part_way() {
+    for (tamper, expected) in [
+        (
             "UPDATE _sqlx_migrations SET checksum = x'00'
              WHERE version = (SELECT min(version) FROM _sqlx_migrations)",
-        )
-        .execute(&pool)
-        .await
-        .expect("tamper");
-        pool.close().await;
-    });
-    // What the daemon does with such a database…
-    let migrate = run(dir.path(), &["migrate"], &env);
-    assert_eq!(migrate.status.code(), Some(1), "{}", stderr(&migrate));
-    // …and doctor must say so rather than "migrated".
-    let doctor = run(dir.path(), &["doctor"], &env);
-    let out = stdout(&doctor);
-    assert_eq!(doctor.status.code(), Some(1), "{out}");
-    assert!(!out.contains("migrated\n"), "{out}");
-    assert!(out.contains("FAIL database: migration"), "{out}");
+            "FAIL database: migration",
+        ),
+        (
+            "UPDATE _sqlx_migrations SET success = 0
+             WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+            "partially applied",
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("dir");
+        let url = format!("sqlite://{}/daylog.db", dir.path().display());
+        let env = [("DATABASE_URL", url.as_str())];
+        assert!(run(dir.path(), &["migrate"], &env).status.success());
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
+            sqlx::query(tamper).execute(&pool).await.expect("tamper");
+            pool.close().await;
+        });
+        // What the daemon does with such a database…
+        let migrate = run(dir.path(), &["migrate"], &env);
+        assert_eq!(migrate.status.code(), Some(1), "{}", stderr(&migrate));
+        // …and doctor must say so rather than "migrated".
+        let doctor = run(dir.path(), &["doctor"], &env);
+        let out = stdout(&doctor);
+        assert_eq!(doctor.status.code(), Some(1), "{out}");
+        assert!(!out.contains("migrated\n"), "{out}");
+        assert!(out.contains(expected), "{out}");
+    }
 }
 
 #[test]
