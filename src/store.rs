@@ -4,6 +4,11 @@
 //! the pool instead of racing for SQLite's write lock (no `SQLITE_BUSY` under load);
 //! reads use a separate pool, which WAL lets run beside the writer. Every query that
 //! serves a user filters by that user's id.
+//!
+//! A write succeeds only when it committed: statements are read to their end (see
+//! `returned`), so a commit that fails (a full disk) is an error the caller reports,
+//! never a row handed back for a write that was rolled back. `store.max_size_mb` caps
+//! the file on every connection the store opens.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
