@@ -227,12 +227,12 @@ async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCod
     // Refuse before touching the file, so a refused query changes nothing at all.
     sqlcmd::check(query).map_err(|r| CliError::Usage(r.to_string()))?;
     let pool = store::open_read_only(&settings.database_url, (&settings.store).into()).await?;
-    let result = sqlcmd::query(&pool, query, settings.sql.timeout()).await;
+    let result = sqlcmd::query(&pool, query, &settings.sql).await;
     pool.close().await;
     let result = result.map_err(|e| match e {
         QueryError::Refused(r) => CliError::Usage(r.to_string()),
         QueryError::Sql(m) => CliError::Usage(format!("the query failed: {m}")),
-        failed @ (QueryError::Failed(_) | QueryError::TimedOut(_)) => {
+        failed @ (QueryError::Failed(_) | QueryError::TimedOut(_) | QueryError::TooManyRows(_)) => {
             CliError::Other(anyhow::anyhow!(failed.to_string()))
         }
     })?;

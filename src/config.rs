@@ -108,6 +108,7 @@ impl StoreSettings {
 #[serde(deny_unknown_fields)]
 pub struct SqlSettings {
     pub timeout_ms: u64,
+    pub max_rows: u64,
 }
 
 impl SqlSettings {
@@ -548,6 +549,7 @@ fn numeric_settings(s: &FileSettings) -> Vec<(String, u64, u64, u64)> {
             MAX_STORE_SIZE_MB,
         ),
         ms("sql.timeout_ms", s.sql.timeout_ms, 1),
+        ("sql.max_rows".to_owned(), s.sql.max_rows, 1, u64::MAX),
         (
             "retry.max_attempts".to_owned(),
             u64::from(s.retry.max_attempts),
@@ -1008,6 +1010,7 @@ mod tests {
                 "store.max_size_mb",
             ),
             ("DAYLOG__SQL__TIMEOUT_MS", "0", "sql.timeout_ms"),
+            ("DAYLOG__SQL__MAX_ROWS", "0", "sql.max_rows"),
             ("DAYLOG__RETRY__MAX_ATTEMPTS", "0", "retry.max_attempts"),
             (
                 "DAYLOG__RETRY__MAX_ATTEMPTS",

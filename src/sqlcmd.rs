@@ -11,14 +11,19 @@
 //! `\u{202e}`) and never reach the terminal raw. CSV and JSON are exact. JSON objects
 //! keep the column order; a repeated column name gets a suffix (`x`, `x_2`, `x_3`).
 //! BLOBs are lowercase hex in CSV and JSON (`<N bytes>` in the table). A query still
-//! running after `sql.timeout_ms` is interrupted.
+//! running after `sql.timeout_ms` is interrupted, and one returning more than
+//! `sql.max_rows` rows is refused (they are held in memory to lay out the table).
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use futures::TryStreamExt as _;
+
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Column, Row, TypeInfo, ValueRef};
 use unicode_width::UnicodeWidthStr;
+
+use crate::config::SqlSettings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -286,12 +291,14 @@ fn classify(error: sqlx::Error, timeout: Duration) -> QueryError {
     }
 }
 
-/// Runs one checked statement on a read-only pool, interrupted after `timeout`.
+/// Runs one checked statement on a read-only pool, interrupted after `sql.timeout_ms`
+/// and refused beyond `sql.max_rows` rows (held in memory for the table's widths).
 pub async fn query(
     pool: &SqlitePool,
     sql: &str,
-    timeout: Duration,
+    settings: &SqlSettings,
 ) -> Result<ResultSet, QueryError> {
+    let timeout = settings.timeout();
     check(sql)?;
     let mut conn = pool.acquire().await.map_err(|e| classify(e, timeout))?;
     {
@@ -301,22 +308,30 @@ pub async fn query(
         let mut handle = conn.lock_handle().await.map_err(|e| classify(e, timeout))?;
         handle.set_progress_handler(PROGRESS_OPS, move || Instant::now() < deadline);
     }
-    let rows = sqlx::query(sql)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(|e| classify(e, timeout))?;
-    let columns = match rows.first() {
-        Some(row) => row.columns().iter().map(|c| c.name().to_owned()).collect(),
-        None => describe_columns(&mut conn, sql).await,
-    };
-    let mut out = Vec::with_capacity(rows.len());
-    for row in &rows {
+    let mut columns = None;
+    let mut out = Vec::new();
+    let mut rows = sqlx::query(sql).fetch(&mut *conn);
+    while let Some(row) = rows.try_next().await.map_err(|e| classify(e, timeout))? {
+        if out.len() as u64 >= settings.max_rows {
+            return Err(QueryError::TooManyRows(settings.max_rows));
+        }
+        columns.get_or_insert_with(|| {
+            row.columns()
+                .iter()
+                .map(|c| c.name().to_owned())
+                .collect::<Vec<_>>()
+        });
         let mut cells = Vec::with_capacity(row.len());
         for i in 0..row.len() {
-            cells.push(cell(row, i).map_err(|e| QueryError::Sql(e.to_string()))?);
+            cells.push(cell(&row, i).map_err(|e| QueryError::Sql(e.to_string()))?);
         }
         out.push(cells);
     }
+    drop(rows);
+    let columns = match columns {
+        Some(columns) => columns,
+        None => describe_columns(&mut conn, sql).await,
+    };
     Ok(ResultSet { columns, rows: out })
 }
 
@@ -344,6 +359,10 @@ pub enum QueryError {
         .0.as_millis()
     )]
     TimedOut(Duration),
+    #[error(
+        "the query returned more than {0} rows (sql.max_rows); add a LIMIT, or raise the limit"
+    )]
+    TooManyRows(u64),
 }
 
 /// Prints a result in the chosen format.
@@ -578,6 +597,33 @@ mod tests {
         assert_eq!(render(&ResultSet::default(), Format::Json), "[]\n");
     }
 
+    fn limits(timeout_ms: u64, max_rows: u64) -> SqlSettings {
+        SqlSettings {
+            timeout_ms,
+            max_rows,
+        }
+    }
+
+    #[tokio::test]
+    async fn more_rows_than_max_rows_are_refused_not_held_in_memory() {
+        let pool = memory_pool().await;
+        let endless_rows =
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c";
+        let error = query(&pool, endless_rows, &limits(30_000, 1000))
+            .await
+            .expect_err("refused");
+        assert!(matches!(error, QueryError::TooManyRows(1000)), "{error:?}");
+        let exactly = query(
+            &pool,
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 1000) SELECT x FROM c",
+            &limits(30_000, 1000),
+        )
+        .await
+        .expect("1000 rows are allowed");
+        assert_eq!(exactly.rows.len(), 1000);
+        assert_eq!(exactly.columns, ["x"]);
+    }
+
     async fn memory_pool() -> SqlitePool {
         sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(1)
@@ -590,13 +636,13 @@ mod tests {
     async fn a_runaway_query_is_stopped_after_the_timeout() {
         let pool = memory_pool().await;
         let endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c";
-        let error = query(&pool, endless, Duration::from_millis(50))
+        let error = query(&pool, endless, &limits(50, 10))
             .await
             .expect_err("interrupted");
         assert!(matches!(error, QueryError::TimedOut(_)), "{error:?}");
         assert!(error.to_string().contains("sql.timeout_ms"), "{error}");
         // The same connection still answers a query that finishes.
-        let ok = query(&pool, "SELECT 1 AS one", Duration::from_secs(30))
+        let ok = query(&pool, "SELECT 1 AS one", &limits(30_000, 10))
             .await
             .expect("a quick query");
         assert_eq!(ok.rows, vec![vec![Cell::Integer(1)]]);
@@ -605,7 +651,7 @@ mod tests {
     #[tokio::test]
     async fn a_mistake_in_the_query_is_not_a_database_failure() {
         let pool = memory_pool().await;
-        let error = query(&pool, "SELECT * FROM no_such_table", Duration::from_secs(5))
+        let error = query(&pool, "SELECT * FROM no_such_table", &limits(5000, 10))
             .await
             .expect_err("fails");
         assert!(matches!(error, QueryError::Sql(_)), "{error:?}");
