@@ -476,6 +476,17 @@ fn apply_env_overrides(tree: &mut toml::Table, env: &dyn Env) -> Result<(), Conf
             return Err(ConfigError::invalid(name, "empty section or key name"));
         }
         let value = parse_env_value(&raw);
+        let digits = raw.trim().trim_start_matches(['+', '-']);
+        if !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && !matches!(value, toml::Value::Integer(_))
+        {
+            // A whole number TOML cannot hold: say so, not "expected u64, got a string".
+            return Err(ConfigError::invalid(
+                path.join("."),
+                format!("{} is too large a number", raw.trim()),
+            ));
+        }
         let (last, sections) = path.split_last().unwrap_or((&path[0], &[]));
         let mut table = &mut *tree;
         for section in sections {
