@@ -6,7 +6,8 @@
 //! Two ways to fill it: the `store.max_size_mb` quota (always runs), and a real 300 KB
 //! tmpfs (needs root to mount; skipped with a note otherwise). The tmpfs is what exposed
 //! the lost writes: there SQLite fails at commit, after `INSERT … RETURNING` has
-//! already handed back its row.
+//! already handed back its row. Last, an answer sent while its record cannot be written
+//! is not sent again on every worker poll.
 
 // Helpers here panic on a broken fixture by design (see tests/support).
 #![expect(clippy::expect_used)]
