@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::{self, Command};
 use crate::config::Settings;
-use crate::journal::{EntryError, Journal, Messenger, Response, SendError, Target};
+use crate::journal::{Journal, Messenger, Response, SendError, Target};
 use crate::language::Language;
 use crate::llm::Llm;
 use crate::render;
@@ -236,10 +236,7 @@ impl Session {
             Ok(()) => Ok(()),
             Err(error) => {
                 tracing::error!(%error, user_id = self.user, "day log handling failed");
-                self.terminal.print(match error {
-                    EntryError::NotSaved(_) => texts.not_saved(),
-                    EntryError::Later(_) => texts.internal_error(),
-                })
+                self.terminal.print(error.user_text(texts))
             }
         }
     }

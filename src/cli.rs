@@ -38,6 +38,8 @@ pub enum Command {
     Sql {
         /// The query, e.g. "SELECT * FROM daily_metrics".
         query: String,
+        /// table escapes control characters; csv and json are exact, with BLOBs as
+        /// lowercase hex and, in json, repeated column names suffixed (x, x_2, …).
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
@@ -68,20 +70,27 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Config(_) | Self::Usage(_) => 2,
-            Self::Store(StoreError::NotSqlite) => 2,
+            Self::Store(StoreError::NotSqlite | StoreError::NoFile | StoreError::BadUrl(_)) => 2,
             Self::Store(_) | Self::Other(_) => 1,
         }
     }
 }
 
-/// Runs a parsed command line to completion.
+/// Runs a parsed command line to completion (after loading `.env` from the working
+/// directory).
 pub fn main(cli: Cli) -> ExitCode {
+    let dotenv_warnings = load_dotenv(std::path::Path::new(".env"));
     let settings = match Settings::load() {
         Ok(settings) => settings,
-        Err(error) => return fail(&CliError::Config(error)),
+        Err(error) => {
+            for warning in &dotenv_warnings {
+                let _ = writeln!(std::io::stderr(), "daylog: {warning}");
+            }
+            return fail(&CliError::Config(error));
+        }
     };
     crate::telemetry::init(settings.log.format);
-    for warning in &settings.warnings {
+    for warning in dotenv_warnings.iter().chain(&settings.warnings) {
         tracing::warn!("{warning}");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -106,6 +115,69 @@ pub fn main(cli: Cli) -> ExitCode {
         Ok(code) => code,
         Err(error) => fail(&error),
     }
+}
+
+/// Loads a `.env` file into the environment, never overriding a variable that is really
+/// set (dotenvy's rule). A malformed line is skipped instead of ending the load (dotenvy
+/// alone stops there, silently dropping every line after it); the returned warnings name
+/// its line number, never its content, which may hold a key.
+pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Vec::new(); // no .env: nothing to load
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let line_starts: Vec<usize> = std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect();
+    let mut warnings = Vec::new();
+    let mut malformed: Vec<(usize, usize)> = Vec::new();
+    let mut next_line = 0;
+    for item in dotenvy::from_read_iter(text.as_bytes()) {
+        match item {
+            Ok(_) => {}
+            Err(dotenvy::Error::LineParse(line, _)) => {
+                // dotenvy hands back the logical line (a quoted value may span several);
+                // find where it starts to name its number and cut it out.
+                let found = (next_line..line_starts.len())
+                    .find(|&i| text[line_starts[i]..].starts_with(line.as_str()));
+                match found {
+                    Some(i) => {
+                        malformed.push((line_starts[i], line_starts[i] + line.len()));
+                        next_line = i + 1;
+                        warnings.push(format!(
+                            "{}: line {} is not NAME=value and was skipped; the other lines were loaded",
+                            path.display(),
+                            i + 1
+                        ));
+                    }
+                    None => warnings.push(format!(
+                        "{}: a malformed line was skipped; the other lines were loaded",
+                        path.display()
+                    )),
+                }
+            }
+            Err(error) => {
+                warnings.push(format!("cannot read {}: {error}", path.display()));
+                return warnings;
+            }
+        }
+    }
+    let mut cleaned = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end) in malformed {
+        cleaned.push_str(&text[at..start]);
+        at = end;
+    }
+    cleaned.push_str(&text[at..]);
+    if dotenvy::from_read(cleaned.as_bytes()).is_err() {
+        // Not the error's text: it would quote the line.
+        warnings.push(format!(
+            "{}: stopped at a line it could not read",
+            path.display()
+        ));
+    }
+    warnings
 }
 
 fn fail(error: &CliError) -> ExitCode {
@@ -152,18 +224,21 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
 
 /// Opens the store and applies migrations.
 pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
-    Store::open_and_migrate(&settings.database_url, settings.store.busy_timeout()).await
+    Store::open_and_migrate_with(&settings.database_url, (&settings.store).into()).await
 }
 
 async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCode, CliError> {
     // Refuse before touching the file, so a refused query changes nothing at all.
     sqlcmd::check(query).map_err(|r| CliError::Usage(r.to_string()))?;
-    let pool = store::open_read_only(&settings.database_url, settings.store.busy_timeout()).await?;
-    let result = sqlcmd::query(&pool, query).await;
+    let pool = store::open_read_only(&settings.database_url, (&settings.store).into()).await?;
+    let result = sqlcmd::query(&pool, query, &settings.sql).await;
     pool.close().await;
     let result = result.map_err(|e| match e {
         QueryError::Refused(r) => CliError::Usage(r.to_string()),
         QueryError::Sql(m) => CliError::Usage(format!("the query failed: {m}")),
+        failed @ (QueryError::Failed(_) | QueryError::TimedOut(_) | QueryError::TooManyRows(_)) => {
+            CliError::Other(anyhow::anyhow!(failed.to_string()))
+        }
     })?;
     let mut stdout = std::io::stdout().lock();
     stdout
@@ -209,7 +284,6 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     ));
     let missing = store::database_path(&settings.database_url)
         .ok()
-        .flatten()
         .filter(|path| !path.exists());
     if let Some(path) = missing {
         // Checking must not create the file as a side effect.
@@ -221,7 +295,7 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
             ),
         ));
     } else {
-        match Store::open(&settings.database_url, settings.store.busy_timeout()).await {
+        match Store::open_with(&settings.database_url, (&settings.store).into()).await {
             Ok(store) => {
                 let migrated = store.ensure_migrated().await;
                 lines.push(match migrated {

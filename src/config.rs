@@ -89,11 +89,32 @@ pub struct LogSettings {
 #[serde(deny_unknown_fields)]
 pub struct StoreSettings {
     pub busy_timeout_ms: u64,
+    /// A quota on the database file; 0 = none.
+    pub max_size_mb: u64,
 }
 
 impl StoreSettings {
     pub fn busy_timeout(&self) -> Duration {
         Duration::from_millis(self.busy_timeout_ms)
+    }
+
+    /// The quota in bytes, `None` when there is none.
+    pub fn max_size_bytes(&self) -> Option<u64> {
+        (self.max_size_mb > 0).then(|| self.max_size_mb.saturating_mul(1024 * 1024))
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlSettings {
+    pub timeout_ms: u64,
+    pub max_rows: u64,
+}
+
+impl SqlSettings {
+    /// How long one `daylog sql` query may run before it is interrupted.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
     }
 }
 
@@ -291,6 +312,7 @@ pub struct TaskSettings {
 pub struct FileSettings {
     pub log: LogSettings,
     pub store: StoreSettings,
+    pub sql: SqlSettings,
     pub retry: RetrySettings,
     pub cooldown: CooldownSettings,
     pub worker: WorkerSettings,
@@ -400,6 +422,9 @@ impl Settings {
                 "daylog stores its data in SQLite; expected a URL like sqlite://data/daylog.db",
             ));
         }
+        // An empty or in-memory path would be a database that vanishes at exit.
+        crate::store::database_path(&database_url)
+            .map_err(|e| ConfigError::invalid("DATABASE_URL", e.to_string()))?;
         let telegram_api_url = match env.var("TELOXIDE_API_URL").filter(|v| !v.trim().is_empty()) {
             None => None,
             Some(raw) => Some(bot_api_url(raw.trim())?),
@@ -460,11 +485,20 @@ fn read_file(path: &Path) -> Result<String, ConfigError> {
 }
 
 fn parse_toml(text: &str, origin: &str) -> Result<toml::Table, ConfigError> {
-    text.parse::<toml::Table>()
-        .map_err(|e| ConfigError::Syntax {
+    text.parse::<toml::Table>().map_err(|e| {
+        let mut message = e.message().trim().to_owned();
+        // The line names the key (a number too large for any type has no key otherwise).
+        if let Some(span) = e.span() {
+            let line_no = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            if let Some(line) = text.lines().nth(line_no - 1) {
+                message = format!("{message} (line {line_no}: `{}`)", line.trim());
+            }
+        }
+        ConfigError::Syntax {
             origin: origin.to_owned(),
-            message: e.message().to_owned(),
-        })
+            message,
+        }
+    })
 }
 
 /// Merges `layer` over `base` key by key: tables merge recursively, anything else
@@ -500,6 +534,17 @@ fn apply_env_overrides(tree: &mut toml::Table, env: &dyn Env) -> Result<(), Conf
             return Err(ConfigError::invalid(name, "empty section or key name"));
         }
         let value = parse_env_value(&raw);
+        let digits = raw.trim().trim_start_matches(['+', '-']);
+        if !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && !matches!(value, toml::Value::Integer(_))
+        {
+            // A whole number TOML cannot hold: say so, not "expected u64, got a string".
+            return Err(ConfigError::invalid(
+                path.join("."),
+                format!("{} is too large a number", raw.trim()),
+            ));
+        }
         let (last, sections) = path.split_last().unwrap_or((&path[0], &[]));
         let mut table = &mut *tree;
         for section in sections {
@@ -544,7 +589,132 @@ fn deserialize(tree: toml::Table) -> Result<FileSettings, ConfigError> {
     })
 }
 
+/// The longest wait or timeout any `*_ms` setting may ask for: a year. Far beyond any
+/// sensible value, and well inside what tokio's timers, `Duration` arithmetic and
+/// SQLite's date functions accept.
+const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
+/// SQLite takes `busy_timeout` as a C `int` of milliseconds.
+const MAX_BUSY_TIMEOUT_MS: u64 = i32::MAX as u64;
+/// 16 TiB: beyond it the byte count, and SQLite's page count, stop being meaningful.
+const MAX_STORE_SIZE_MB: u64 = 16 * 1024 * 1024;
+/// A tokio semaphore holds at most `usize::MAX >> 3` permits; far fewer make sense.
+const MAX_CONCURRENCY: u64 = 100_000;
+
+/// Every numeric setting with the range its consumer accepts: `(key, value, min, max)`.
+/// A value outside it would panic a timer or the SQLite driver, or mean nothing.
+fn numeric_settings(s: &FileSettings) -> Vec<(String, u64, u64, u64)> {
+    let ms = |key: &str, value: u64, min: u64| (key.to_owned(), value, min, MAX_DURATION_MS);
+    let mut table = vec![
+        (
+            "store.busy_timeout_ms".to_owned(),
+            s.store.busy_timeout_ms,
+            0,
+            MAX_BUSY_TIMEOUT_MS,
+        ),
+        (
+            "store.max_size_mb".to_owned(),
+            s.store.max_size_mb,
+            0,
+            MAX_STORE_SIZE_MB,
+        ),
+        ms("sql.timeout_ms", s.sql.timeout_ms, 1),
+        ("sql.max_rows".to_owned(), s.sql.max_rows, 1, u64::MAX),
+        (
+            "retry.max_attempts".to_owned(),
+            u64::from(s.retry.max_attempts),
+            1,
+            1000,
+        ),
+        ms("retry.min_delay_ms", s.retry.min_delay_ms, 0),
+        ms("retry.max_delay_ms", s.retry.max_delay_ms, 0),
+        ms("retry.request_timeout_ms", s.retry.request_timeout_ms, 1),
+        ms(
+            "retry.hedge_after_ms",
+            match s.retry.hedge_after_ms {
+                HedgeAfter::After(after) => u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+                HedgeAfter::Auto | HedgeAfter::Off => 0,
+            },
+            0,
+        ),
+        ms("retry.deadline_ms", s.retry.deadline_ms, 1),
+        ms("cooldown.duration_ms", s.cooldown.duration_ms, 0),
+        (
+            "cooldown.failures_to_trip".to_owned(),
+            u64::from(s.cooldown.failures_to_trip),
+            1,
+            u64::from(u32::MAX),
+        ),
+        ms("worker.poll_interval_ms", s.worker.poll_interval_ms, 1),
+        ms("worker.retry_min_ms", s.worker.retry_min_ms, 1),
+        ms("worker.retry_max_ms", s.worker.retry_max_ms, 1),
+        (
+            "worker.max_age_hours".to_owned(),
+            s.worker.max_age_hours,
+            0,
+            MAX_DURATION_MS / 3_600_000,
+        ),
+        (
+            "telegram.max_text_chars".to_owned(),
+            s.telegram.max_text_chars as u64,
+            1,
+            u64::MAX,
+        ),
+        ms(
+            "telegram.shutdown_grace_ms",
+            s.telegram.shutdown_grace_ms,
+            0,
+        ),
+    ];
+    for (name, provider) in &s.providers {
+        table.push((
+            format!("providers.{name}.max_concurrency"),
+            provider.max_concurrency as u64,
+            1,
+            MAX_CONCURRENCY,
+        ));
+    }
+    for (task, settings) in [("analysis", &s.analysis), ("metrics", &s.metrics)] {
+        for (i, step) in settings.steps.iter().enumerate() {
+            if let Some(max_tokens) = step.max_tokens {
+                table.push((
+                    format!("{task}.steps[{i}].max_tokens"),
+                    u64::from(max_tokens),
+                    1,
+                    u64::from(u32::MAX),
+                ));
+            }
+        }
+    }
+    table
+}
+
+fn check_ranges(s: &FileSettings) -> Result<(), ConfigError> {
+    for (key, value, min, max) in numeric_settings(s) {
+        if value < min || value > max {
+            let message = match (min, max) {
+                (1, u64::MAX) => format!("{value} is out of range: must be at least 1"),
+                _ => format!("{value} is out of range: must be from {min} to {max}"),
+            };
+            return Err(ConfigError::invalid(key, message));
+        }
+    }
+    for (task, settings) in [("analysis", &s.analysis), ("metrics", &s.metrics)] {
+        for (i, step) in settings.steps.iter().enumerate() {
+            if let Some(t) = step.temperature
+                && !(0.0..=2.0).contains(&t)
+            {
+                return Err(ConfigError::invalid(
+                    format!("{task}.steps[{i}].temperature"),
+                    format!("{t} is out of range: must be from 0 to 2"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn validate(s: &FileSettings) -> Result<(), ConfigError> {
+    check_ranges(s)?;
     if s.retry.max_attempts == 0 {
         return Err(ConfigError::invalid(
             "retry.max_attempts",
@@ -595,6 +765,14 @@ fn validate(s: &FileSettings) -> Result<(), ConfigError> {
             return Err(ConfigError::invalid(
                 format!("providers.{name}.base_url"),
                 "must be an http:// or https:// URL",
+            ));
+        }
+        // Endpoint paths are appended to the base URL; a query or fragment would end up
+        // in front of them and the requests would go to the wrong place.
+        if provider.base_url.query().is_some() || provider.base_url.fragment().is_some() {
+            return Err(ConfigError::invalid(
+                format!("providers.{name}.base_url"),
+                "must not have a ?query or #fragment (endpoint paths are appended to it)",
             ));
         }
         if provider.max_concurrency == 0 {
@@ -911,6 +1089,170 @@ mod tests {
             error_key(&[("DATABASE_URL", "postgres://localhost/daylog")]),
             "DATABASE_URL"
         );
+    }
+
+    #[test]
+    fn every_numeric_setting_is_checked_against_its_range() {
+        // (variable, value, key named): beyond what the consumer accepts, or zero where
+        // zero means nothing (or panics a timer).
+        let cases = [
+            (
+                "DAYLOG__STORE__BUSY_TIMEOUT_MS",
+                "3000000000",
+                "store.busy_timeout_ms",
+            ),
+            (
+                "DAYLOG__STORE__MAX_SIZE_MB",
+                "99999999999",
+                "store.max_size_mb",
+            ),
+            ("DAYLOG__SQL__TIMEOUT_MS", "0", "sql.timeout_ms"),
+            ("DAYLOG__SQL__MAX_ROWS", "0", "sql.max_rows"),
+            ("DAYLOG__RETRY__MAX_ATTEMPTS", "0", "retry.max_attempts"),
+            (
+                "DAYLOG__RETRY__MAX_ATTEMPTS",
+                "5000000000",
+                "retry.max_attempts",
+            ),
+            (
+                "DAYLOG__RETRY__MAX_DELAY_MS",
+                "18446744073709551615",
+                "retry.max_delay_ms",
+            ),
+            (
+                "DAYLOG__RETRY__REQUEST_TIMEOUT_MS",
+                "0",
+                "retry.request_timeout_ms",
+            ),
+            (
+                "DAYLOG__RETRY__HEDGE_AFTER_MS",
+                "9000000000000",
+                "retry.hedge_after_ms",
+            ),
+            ("DAYLOG__RETRY__DEADLINE_MS", "0", "retry.deadline_ms"),
+            (
+                "DAYLOG__COOLDOWN__DURATION_MS",
+                "9000000000000",
+                "cooldown.duration_ms",
+            ),
+            (
+                "DAYLOG__COOLDOWN__FAILURES_TO_TRIP",
+                "0",
+                "cooldown.failures_to_trip",
+            ),
+            (
+                "DAYLOG__WORKER__POLL_INTERVAL_MS",
+                "0",
+                "worker.poll_interval_ms",
+            ),
+            ("DAYLOG__WORKER__RETRY_MIN_MS", "0", "worker.retry_min_ms"),
+            (
+                "DAYLOG__WORKER__RETRY_MAX_MS",
+                "9000000000000",
+                "worker.retry_max_ms",
+            ),
+            (
+                "DAYLOG__WORKER__MAX_AGE_HOURS",
+                "99999999",
+                "worker.max_age_hours",
+            ),
+            (
+                "DAYLOG__TELEGRAM__MAX_TEXT_CHARS",
+                "0",
+                "telegram.max_text_chars",
+            ),
+            (
+                "DAYLOG__TELEGRAM__SHUTDOWN_GRACE_MS",
+                "9000000000000",
+                "telegram.shutdown_grace_ms",
+            ),
+            (
+                "DAYLOG__TELEGRAM__ANALYSES_PER_HOUR",
+                "-1",
+                "telegram.analyses_per_hour",
+            ),
+            (
+                "DAYLOG__PROVIDERS__GROQ__MAX_CONCURRENCY",
+                "0",
+                "providers.groq.max_concurrency",
+            ),
+            (
+                "DAYLOG__PROVIDERS__GROQ__MAX_CONCURRENCY",
+                "2305843009213693952",
+                "providers.groq.max_concurrency",
+            ),
+            // Too large for any integer type: still named by its key.
+            (
+                "DAYLOG__STORE__BUSY_TIMEOUT_MS",
+                "99999999999999999999",
+                "store.busy_timeout_ms",
+            ),
+            ("DAYLOG__RETRY__MIN_DELAY_MS", "-5", "retry.min_delay_ms"),
+        ];
+        for (var, value, key) in cases {
+            assert_eq!(error_key(&[(var, value)]), key, "{var}={value}");
+        }
+        // The edges themselves are accepted.
+        for (var, value) in [
+            ("DAYLOG__STORE__BUSY_TIMEOUT_MS", "2147483647"),
+            ("DAYLOG__STORE__BUSY_TIMEOUT_MS", "0"),
+            ("DAYLOG__STORE__MAX_SIZE_MB", "0"),
+            ("DAYLOG__RETRY__HEDGE_AFTER_MS", "0"),
+            ("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR", "0"),
+        ] {
+            assert!(load(&[(var, value)]).is_ok(), "{var}={value}");
+        }
+    }
+
+    #[test]
+    fn step_temperature_and_max_tokens_are_checked() {
+        let file = write_config(
+            "[[analysis.steps]]\nprovider = \"mistral\"\nmodel = \"m\"\ntemperature = 9.5\n",
+        );
+        let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);
+        assert_eq!(key, "analysis.steps[0].temperature");
+        let file =
+            write_config("[[metrics.steps]]\nprovider = \"groq\"\nmodel = \"m\"\nmax_tokens = 0\n");
+        let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);
+        assert_eq!(key, "metrics.steps[0].max_tokens");
+    }
+
+    #[test]
+    fn a_number_too_large_in_a_file_names_its_key() {
+        let file = write_config("[store]\nbusy_timeout_ms = 99999999999999999999\n");
+        let err =
+            load(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]).expect_err("refused");
+        assert!(err.to_string().contains("busy_timeout_ms"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_or_in_memory_database_url_is_refused() {
+        for url in [
+            "sqlite://",
+            "sqlite:",
+            "sqlite::memory:",
+            "sqlite://:memory:",
+            "sqlite://data/daylog.db?mode=memory",
+            "sqlite://?mode=rwc",
+        ] {
+            assert_eq!(error_key(&[("DATABASE_URL", url)]), "DATABASE_URL", "{url}");
+        }
+        let s = load(&[("DATABASE_URL", "sqlite://data/my%20log.db")]).expect("a file");
+        assert_eq!(s.database_url, "sqlite://data/my%20log.db");
+    }
+
+    #[test]
+    fn a_base_url_with_a_query_or_fragment_is_refused() {
+        for url in [
+            "http://127.0.0.1:9000/v1?key=x",
+            "http://127.0.0.1:9000/v1#part",
+        ] {
+            assert_eq!(
+                error_key(&[("DAYLOG__PROVIDERS__MISTRAL__BASE_URL", url)]),
+                "providers.mistral.base_url",
+                "{url}"
+            );
+        }
     }
 
     #[test]

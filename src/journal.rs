@@ -89,6 +89,17 @@ pub enum EntryError {
     Later(#[from] StoreError),
 }
 
+impl EntryError {
+    /// What every front end tells the user: send it again (not stored), or that it is
+    /// safe (stored; the worker finishes it).
+    pub fn user_text(&self, texts: Texts) -> &'static str {
+        match self {
+            Self::NotSaved(_) => texts.not_saved(),
+            Self::Later(_) => texts.internal_error(),
+        }
+    }
+}
+
 /// A text message from a user.
 #[derive(Debug, Clone)]
 pub struct Incoming {
@@ -141,6 +152,10 @@ pub struct Journal {
     /// Held (shared) by an insert that claims its log only after it (a terminal entry),
     /// and (exclusively) by the worker while it lists and claims unfinished logs.
     claim_gate: tokio::sync::RwLock<()>,
+    /// Logs whose answer went out but could not be recorded (a full disk): this process
+    /// does not send them again, it only retries the record. Without it the worker would
+    /// re-send the answer on every poll for as long as the disk stays full.
+    unrecorded: Mutex<HashSet<i64>>,
 }
 
 impl Journal {
@@ -151,7 +166,14 @@ impl Journal {
             llm,
             claims: Arc::default(),
             claim_gate: tokio::sync::RwLock::new(()),
+            unrecorded: Mutex::default(),
         }
+    }
+
+    fn unrecorded(&self) -> std::sync::MutexGuard<'_, HashSet<i64>> {
+        self.unrecorded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Claims a message's log for this process; `None` when someone is already on it.
@@ -400,8 +422,14 @@ impl Journal {
         {
             return;
         }
-        if let Err(error) = self.store.mark_replied(log.id).await {
-            tracing::error!(log_id = log.id, %error, "answer sent but not recorded");
+        match self.store.mark_replied(log.id).await {
+            Ok(()) => {
+                self.unrecorded().remove(&log.id);
+            }
+            Err(error) => {
+                tracing::error!(log_id = log.id, %error, "answer sent but not recorded; recording is retried, the answer is not sent again");
+                self.unrecorded().insert(log.id);
+            }
         }
     }
 
@@ -546,6 +574,19 @@ impl Journal {
                 }
                 self.analyse_and_answer(messenger, log, language, true, claim)
                     .await
+            }
+            Unfinished::Reply if self.unrecorded().contains(&log.id) => {
+                // Already delivered by this process: only the record is missing.
+                match self.store.mark_replied(log.id).await {
+                    Ok(()) => {
+                        self.unrecorded().remove(&log.id);
+                        tracing::info!(log_id = log.id, "answer recorded after all");
+                    }
+                    Err(error) => {
+                        tracing::debug!(log_id = log.id, %error, "answer still not recorded");
+                    }
+                }
+                Ok(())
             }
             Unfinished::Reply => {
                 let texts = Texts(language);

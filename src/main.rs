@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    // `.env` never overrides a variable that is really set (dotenvy's rule).
-    let _ = dotenvy::dotenv();
+    // `cli::main` loads `.env` first; it never overrides a variable that is really set.
     daylog::cli::main(daylog::cli::Cli::parse())
 }

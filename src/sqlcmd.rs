@@ -5,12 +5,25 @@
 //! SELECT / WITH / VALUES / EXPLAIN, no ATTACH), the file opened with `mode=ro`, and the
 //! connection under `PRAGMA query_only`. The check gives the clear sentence; SQLite's own
 //! read-only modes are what make it hold.
+//!
+//! Output: the table is for a terminal, so control characters in what users wrote (ESC,
+//! OSC, other C0/C1 codes, DEL, bidi overrides) are shown escaped (`\x1b`, `\n`,
+//! `\u{202e}`) and never reach the terminal raw. CSV and JSON are exact. JSON objects
+//! keep the column order; a repeated column name gets a suffix (`x`, `x_2`, `x_3`).
+//! BLOBs are lowercase hex in CSV and JSON (`<N bytes>` in the table). A query still
+//! running after `sql.timeout_ms` is interrupted, and one returning more than
+//! `sql.max_rows` rows is refused (they are held in memory to lay out the table).
 
 use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt as _;
 
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{Column, Row, TypeInfo, ValueRef};
 use unicode_width::UnicodeWidthStr;
+
+use crate::config::SqlSettings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -64,13 +77,82 @@ impl Cell {
                 .map(serde_json::Value::Number)
                 .unwrap_or(serde_json::Value::Null),
             Cell::Text(s) => s.clone().into(),
-            Cell::Blob(b) => b
-                .iter()
-                .map(|x| format!("{x:02x}"))
-                .collect::<String>()
-                .into(),
+            Cell::Blob(b) => hex(b).into(),
         }
     }
+
+    /// The exact value for CSV: text as stored, BLOBs as hex, NULL as an empty field.
+    fn exact(&self) -> String {
+        match self {
+            Cell::Null => String::new(),
+            Cell::Blob(b) => hex(b),
+            other => other.display(),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// Whether a character must not reach a terminal as it is: control characters (C0,
+/// DEL, C1, which start escape sequences) and the invisible marks that reorder text.
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Text made safe to print on a terminal (the table format).
+pub fn escape_for_terminal(text: &str) -> String {
+    if !text.chars().any(needs_escape) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if needs_escape(c) && (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if needs_escape(c) => {
+                let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JSON keys for the columns: a repeated name gets `_2`, `_3`, … (never a name that
+/// another column already has), so no value overwrites another.
+fn unique_names(columns: &[String]) -> Vec<String> {
+    let mut used: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut names = Vec::with_capacity(columns.len());
+    for (i, name) in columns.iter().enumerate() {
+        let taken = |candidate: &str, used: &std::collections::HashSet<String>| {
+            used.contains(candidate) || columns[i + 1..].iter().any(|c| c == candidate)
+        };
+        let mut chosen = name.clone();
+        if used.contains(&chosen) {
+            let mut n = 2;
+            loop {
+                chosen = format!("{name}_{n}");
+                if !taken(&chosen, &used) {
+                    break;
+                }
+                n += 1;
+            }
+        }
+        used.insert(chosen.clone());
+        names.push(chosen);
+    }
+    names
 }
 
 /// Column names and rows of a result.
@@ -174,42 +256,89 @@ fn cell(row: &SqliteRow, index: usize) -> Result<Cell, sqlx::Error> {
     })
 }
 
-/// Runs one checked statement on a read-only pool.
-pub async fn query(pool: &SqlitePool, sql: &str) -> Result<ResultSet, QueryError> {
-    check(sql)?;
-    let rows = sqlx::query(sql).fetch_all(pool).await.map_err(|e| {
-        let message = e.as_database_error().map(|d| d.message().to_owned());
-        match message {
-            Some(m)
-                if m.contains("readonly")
-                    || m.contains("read-only")
-                    || m.contains("query_only") =>
-            {
-                QueryError::Refused(Refusal::WriteRefused(m))
-            }
-            Some(m) => QueryError::Sql(m),
-            None => QueryError::Sql(e.to_string()),
-        }
-    })?;
-    let columns = match rows.first() {
-        Some(row) => row.columns().iter().map(|c| c.name().to_owned()).collect(),
-        None => describe_columns(pool, sql).await,
+/// SQLite's primary result codes that say something about the query rather than the
+/// database file (`SQLITE_ERROR`: syntax, no such table, …; `SQLITE_RANGE`, `SQLITE_MISMATCH`).
+fn is_query_mistake(code: i32) -> bool {
+    matches!(code & 0xff, 1 | 20 | 25)
+}
+
+/// How often (in SQLite VM instructions) the timeout is checked: cheap, and well under a
+/// millisecond apart.
+const PROGRESS_OPS: i32 = 10_000;
+
+fn classify(error: sqlx::Error, timeout: Duration) -> QueryError {
+    let Some(db) = error.as_database_error() else {
+        return QueryError::Failed(error.to_string());
     };
-    let mut out = Vec::with_capacity(rows.len());
-    for row in &rows {
+    let message = db.message().to_owned();
+    let code = db.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or(0);
+    if code & 0xff == 9 {
+        // SQLITE_INTERRUPT: the progress handler stopped it.
+        return QueryError::TimedOut(timeout);
+    }
+    if code & 0xff == 8
+        || message.contains("readonly")
+        || message.contains("read-only")
+        || message.contains("query_only")
+    {
+        return QueryError::Refused(Refusal::WriteRefused(message));
+    }
+    if is_query_mistake(code) {
+        QueryError::Sql(message)
+    } else {
+        // A corrupt or unreadable file, an I/O error: not the user's query.
+        QueryError::Failed(message)
+    }
+}
+
+/// Runs one checked statement on a read-only pool, interrupted after `sql.timeout_ms`
+/// and refused beyond `sql.max_rows` rows (held in memory for the table's widths).
+pub async fn query(
+    pool: &SqlitePool,
+    sql: &str,
+    settings: &SqlSettings,
+) -> Result<ResultSet, QueryError> {
+    let timeout = settings.timeout();
+    check(sql)?;
+    let mut conn = pool.acquire().await.map_err(|e| classify(e, timeout))?;
+    {
+        // Checked inside SQLite's VM, so a query that computes without returning rows
+        // (an endless WITH RECURSIVE under count(*)) is stopped too.
+        let deadline = Instant::now() + timeout;
+        let mut handle = conn.lock_handle().await.map_err(|e| classify(e, timeout))?;
+        handle.set_progress_handler(PROGRESS_OPS, move || Instant::now() < deadline);
+    }
+    let mut columns = None;
+    let mut out = Vec::new();
+    let mut rows = sqlx::query(sql).fetch(&mut *conn);
+    while let Some(row) = rows.try_next().await.map_err(|e| classify(e, timeout))? {
+        if out.len() as u64 >= settings.max_rows {
+            return Err(QueryError::TooManyRows(settings.max_rows));
+        }
+        columns.get_or_insert_with(|| {
+            row.columns()
+                .iter()
+                .map(|c| c.name().to_owned())
+                .collect::<Vec<_>>()
+        });
         let mut cells = Vec::with_capacity(row.len());
         for i in 0..row.len() {
-            cells.push(cell(row, i).map_err(|e| QueryError::Sql(e.to_string()))?);
+            cells.push(cell(&row, i).map_err(|e| QueryError::Sql(e.to_string()))?);
         }
         out.push(cells);
     }
+    drop(rows);
+    let columns = match columns {
+        Some(columns) => columns,
+        None => describe_columns(&mut conn, sql).await,
+    };
     Ok(ResultSet { columns, rows: out })
 }
 
 /// Column names of a statement that returned no rows.
-async fn describe_columns(pool: &SqlitePool, sql: &str) -> Vec<String> {
+async fn describe_columns(conn: &mut sqlx::SqliteConnection, sql: &str) -> Vec<String> {
     use sqlx::Executor;
-    match pool.describe(sql).await {
+    match conn.describe(sql).await {
         Ok(d) => d.columns().iter().map(|c| c.name().to_owned()).collect(),
         Err(_) => Vec::new(),
     }
@@ -219,8 +348,21 @@ async fn describe_columns(pool: &SqlitePool, sql: &str) -> Vec<String> {
 pub enum QueryError {
     #[error(transparent)]
     Refused(#[from] Refusal),
+    /// A mistake in the query (syntax, an unknown table): bad usage.
     #[error("the query failed: {0}")]
     Sql(String),
+    /// The database could not answer (a corrupt file, an I/O error).
+    #[error("the database could not run the query: {0}")]
+    Failed(String),
+    #[error(
+        "the query was stopped after {} ms (sql.timeout_ms); add a LIMIT or a narrower WHERE, or raise the limit",
+        .0.as_millis()
+    )]
+    TimedOut(Duration),
+    #[error(
+        "the query returned more than {0} rows (sql.max_rows); add a LIMIT, or raise the limit"
+    )]
+    TooManyRows(u64),
 }
 
 /// Prints a result in the chosen format.
@@ -238,11 +380,16 @@ fn render_table(result: &ResultSet) -> String {
         .iter()
         .map(|r| {
             r.iter()
-                .map(|c| c.display().replace(['\n', '\r'], " "))
+                .map(|c| escape_for_terminal(&c.display()))
                 .collect()
         })
         .collect();
-    let mut widths: Vec<usize> = result.columns.iter().map(|c| c.width()).collect();
+    let columns: Vec<String> = result
+        .columns
+        .iter()
+        .map(|c| escape_for_terminal(c))
+        .collect();
+    let mut widths: Vec<usize> = columns.iter().map(|c| c.width()).collect();
     for row in &cells {
         for (i, value) in row.iter().enumerate() {
             if let Some(w) = widths.get_mut(i) {
@@ -259,8 +406,7 @@ fn render_table(result: &ResultSet) -> String {
         }
     };
     let mut out = String::new();
-    let header: Vec<String> = result
-        .columns
+    let header: Vec<String> = columns
         .iter()
         .zip(&widths)
         .map(|(c, w)| pad(c, *w, false))
@@ -286,36 +432,38 @@ fn render_csv(result: &ResultSet) -> String {
     let mut writer = csv::Writer::from_writer(Vec::new());
     let _ = writer.write_record(&result.columns);
     for row in &result.rows {
-        let fields: Vec<String> = row
-            .iter()
-            .map(|c| match c {
-                Cell::Null => String::new(),
-                other => other.display(),
-            })
-            .collect();
+        let fields: Vec<String> = row.iter().map(Cell::exact).collect();
         let _ = writer.write_record(&fields);
     }
     let bytes = writer.into_inner().unwrap_or_default();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// An array of objects, written by hand so that keys keep the column order (a JSON map
+/// type would sort them).
 fn render_json(result: &ResultSet) -> String {
-    let rows: Vec<serde_json::Value> = result
-        .rows
+    if result.rows.is_empty() {
+        return "[]\n".to_owned();
+    }
+    let keys: Vec<String> = unique_names(&result.columns)
         .iter()
-        .map(|row| {
-            let object: serde_json::Map<String, serde_json::Value> = result
-                .columns
-                .iter()
-                .cloned()
-                .zip(row.iter().map(Cell::to_json))
-                .collect();
-            serde_json::Value::Object(object)
-        })
+        .map(|k| serde_json::Value::from(k.as_str()).to_string())
         .collect();
-    let mut text = serde_json::to_string_pretty(&rows).unwrap_or_else(|_| "[]".to_owned());
-    text.push('\n');
-    text
+    let mut out = String::from("[\n");
+    for (r, row) in result.rows.iter().enumerate() {
+        out.push_str("  {\n");
+        for (i, (key, cell)) in keys.iter().zip(row).enumerate() {
+            let comma = if i + 1 < row.len() { "," } else { "" };
+            let _ = writeln!(out, "    {key}: {}{comma}", cell.to_json());
+        }
+        out.push_str(if r + 1 < result.rows.len() {
+            "  },\n"
+        } else {
+            "  }\n"
+        });
+    }
+    out.push_str("]\n");
+    out
 }
 
 #[cfg(test)]
@@ -377,6 +525,136 @@ mod tests {
         assert_eq!(lines[2], "день |  5");
         assert_eq!(lines[3], "NULL | 12");
         assert_eq!(lines[4], "(2 rows)");
+    }
+
+    #[test]
+    fn the_table_never_prints_control_characters_raw() {
+        let hostile = "\u{1b}[31mred\u{1b}]0;title\u{7}\u{7f}\u{9b}2J\u{202e}txt\nnext\ttab";
+        let result = ResultSet {
+            columns: vec!["\u{1b}[1mcol".into()],
+            rows: vec![vec![Cell::Text(hostile.into())]],
+        };
+        let text = render(&result, Format::Table);
+        assert!(
+            !text.chars().any(|c| c != '\n' && needs_escape(c)),
+            "raw control character in {text:?}"
+        );
+        assert_eq!(text.lines().count(), 4, "one line per row: {text}");
+        assert!(text.starts_with("\\x1b[1mcol"), "{text}");
+        assert!(
+            text.contains(
+                "\\x1b[31mred\\x1b]0;title\\x07\\x7f\\u{009b}2J\\u{202e}txt\\nnext\\ttab"
+            ),
+            "{text}"
+        );
+        // Plain text, Cyrillic included, is left alone.
+        assert_eq!(escape_for_terminal("день, ok"), "день, ok");
+    }
+
+    #[test]
+    fn csv_and_json_stay_exact_and_blobs_are_hex() {
+        let result = ResultSet {
+            columns: vec!["t".into(), "b".into()],
+            rows: vec![vec![
+                Cell::Text("\u{1b}[31m".into()),
+                Cell::Blob(vec![0x00, 0xff, 0x10]),
+            ]],
+        };
+        assert_eq!(render(&result, Format::Csv), "t,b\n\u{1b}[31m,00ff10\n");
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&result, Format::Json)).expect("valid json");
+        assert_eq!(
+            json,
+            serde_json::json!([{"t": "\u{1b}[31m", "b": "00ff10"}])
+        );
+    }
+
+    #[test]
+    fn json_keeps_column_order_and_suffixes_repeated_names() {
+        let result = ResultSet {
+            columns: vec!["z".into(), "x".into(), "x".into(), "a".into(), "x".into()],
+            rows: vec![vec![
+                Cell::Integer(1),
+                Cell::Integer(2),
+                Cell::Integer(3),
+                Cell::Integer(4),
+                Cell::Integer(5),
+            ]],
+        };
+        let text = render(&result, Format::Json);
+        let keys: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix('"')?.split('"').next())
+            .collect();
+        assert_eq!(keys, ["z", "x", "x_2", "a", "x_3"], "{text}");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("valid json");
+        assert_eq!(json[0]["x_3"], 5);
+        // A suffix never takes the name of a real column.
+        assert_eq!(
+            unique_names(&["x".into(), "x".into(), "x_2".into()]),
+            ["x", "x_3", "x_2"]
+        );
+        assert_eq!(render(&ResultSet::default(), Format::Json), "[]\n");
+    }
+
+    fn limits(timeout_ms: u64, max_rows: u64) -> SqlSettings {
+        SqlSettings {
+            timeout_ms,
+            max_rows,
+        }
+    }
+
+    #[tokio::test]
+    async fn more_rows_than_max_rows_are_refused_not_held_in_memory() {
+        let pool = memory_pool().await;
+        let endless_rows =
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c";
+        let error = query(&pool, endless_rows, &limits(30_000, 1000))
+            .await
+            .expect_err("refused");
+        assert!(matches!(error, QueryError::TooManyRows(1000)), "{error:?}");
+        let exactly = query(
+            &pool,
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 1000) SELECT x FROM c",
+            &limits(30_000, 1000),
+        )
+        .await
+        .expect("1000 rows are allowed");
+        assert_eq!(exactly.rows.len(), 1000);
+        assert_eq!(exactly.columns, ["x"]);
+    }
+
+    async fn memory_pool() -> SqlitePool {
+        sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .expect("in-memory database")
+    }
+
+    #[tokio::test]
+    async fn a_runaway_query_is_stopped_after_the_timeout() {
+        let pool = memory_pool().await;
+        let endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c";
+        let error = query(&pool, endless, &limits(50, 10))
+            .await
+            .expect_err("interrupted");
+        assert!(matches!(error, QueryError::TimedOut(_)), "{error:?}");
+        assert!(error.to_string().contains("sql.timeout_ms"), "{error}");
+        // The same connection still answers a query that finishes.
+        let ok = query(&pool, "SELECT 1 AS one", &limits(30_000, 10))
+            .await
+            .expect("a quick query");
+        assert_eq!(ok.rows, vec![vec![Cell::Integer(1)]]);
+    }
+
+    #[tokio::test]
+    async fn a_mistake_in_the_query_is_not_a_database_failure() {
+        let pool = memory_pool().await;
+        let error = query(&pool, "SELECT * FROM no_such_table", &limits(5000, 10))
+            .await
+            .expect_err("fails");
+        assert!(matches!(error, QueryError::Sql(_)), "{error:?}");
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //! the pool instead of racing for SQLite's write lock (no `SQLITE_BUSY` under load);
 //! reads use a separate pool, which WAL lets run beside the writer. Every query that
 //! serves a user filters by that user's id.
+//!
+//! A write succeeds only when it committed: statements are read to their end (see
+//! `returned`), so a commit that fails (a full disk) is an error the caller reports,
+//! never a row handed back for a write that was rolled back. `store.max_size_mb` caps
+//! the file on every connection the store opens.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -23,6 +28,12 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 pub enum StoreError {
     #[error("DATABASE_URL must be a SQLite URL such as sqlite://data/daylog.db")]
     NotSqlite,
+    #[error(
+        "DATABASE_URL names no database file (empty or in-memory: the data would vanish at exit); use a path such as sqlite://data/daylog.db"
+    )]
+    NoFile,
+    #[error("DATABASE_URL is not a valid SQLite URL: {0}")]
+    BadUrl(String),
     #[error("cannot create the database folder {path}: {source}")]
     CreateDir {
         path: String,
@@ -43,6 +54,10 @@ pub enum StoreError {
     NewerSchema { found: i64, known: i64 },
     #[error("the database schema is not up to date (run `daylog migrate`)")]
     NotMigrated,
+    #[error(
+        "migration {version} applied to the database differs from this build's (its file was changed after it ran); `daylog run` and `daylog migrate` refuse such a database"
+    )]
+    MigrationChanged { version: i64 },
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("database error: {0}")]
@@ -298,48 +313,115 @@ pub struct Store {
     calls: CallRecorder,
 }
 
-/// The file behind a `sqlite:` URL, or `None` for an in-memory database.
-pub fn database_path(url: &str) -> Result<Option<PathBuf>, StoreError> {
+/// The file behind a `sqlite:` URL, percent-decoded the way sqlx opens it (so every
+/// command finds the same file). An empty path (`sqlite://`, which SQLite turns into a
+/// temporary database) and in-memory databases are refused: entries in them would be
+/// gone at exit.
+pub fn database_path(url: &str) -> Result<PathBuf, StoreError> {
     let rest = url.strip_prefix("sqlite:").ok_or(StoreError::NotSqlite)?;
     let rest = rest.strip_prefix("//").unwrap_or(rest);
-    let path = rest.split('?').next().unwrap_or("");
-    if path.is_empty() || path == ":memory:" || url.contains("mode=memory") {
-        return Ok(None);
+    let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
+    let in_memory = url::form_urlencoded::parse(params.as_bytes())
+        .any(|(key, value)| key == "mode" && value == "memory");
+    if path.trim().is_empty() || path == ":memory:" || in_memory {
+        return Err(StoreError::NoFile);
     }
-    Ok(Some(PathBuf::from(path)))
+    let options =
+        SqliteConnectOptions::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+    Ok(options.get_filename().to_path_buf())
 }
 
-fn connect_options(url: &str, busy_timeout: Duration) -> Result<SqliteConnectOptions, StoreError> {
-    let options = SqliteConnectOptions::from_str(url).map_err(|source| StoreError::Open {
+/// How the store's connections are set up: `[store]` in the settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub busy_timeout: Duration,
+    /// `PRAGMA max_page_count` from this many bytes, on every connection.
+    pub max_size_bytes: Option<u64>,
+}
+
+impl Limits {
+    /// No quota: what tests and tools that only read use.
+    pub fn busy_timeout(busy_timeout: Duration) -> Self {
+        Self {
+            busy_timeout,
+            max_size_bytes: None,
+        }
+    }
+}
+
+impl From<&crate::config::StoreSettings> for Limits {
+    fn from(settings: &crate::config::StoreSettings) -> Self {
+        Self {
+            busy_timeout: settings.busy_timeout(),
+            max_size_bytes: settings.max_size_bytes(),
+        }
+    }
+}
+
+fn parse_options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
+    SqliteConnectOptions::from_str(url).map_err(|source| StoreError::Open {
         path: url.to_owned(),
         source,
-    })?;
-    Ok(options
+    })
+}
+
+fn connect_options(url: &str, limits: Limits) -> Result<SqliteConnectOptions, StoreError> {
+    Ok(parse_options(url)?
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .foreign_keys(true)
-        .busy_timeout(busy_timeout))
+        .busy_timeout(limits.busy_timeout))
+}
+
+/// Pool options that apply the size quota to each connection as it opens: SQLite keeps
+/// `max_page_count` per connection, and the page size is the file's own, so it is
+/// computed after connecting. A write that would grow the file past it fails with
+/// `SQLITE_FULL`, exactly like a full disk.
+fn pool_options(limits: Limits) -> SqlitePoolOptions {
+    let options = SqlitePoolOptions::new().test_before_acquire(false);
+    let Some(bytes) = limits.max_size_bytes else {
+        return options;
+    };
+    options.after_connect(move |conn, _meta| {
+        Box::pin(async move {
+            let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
+                .fetch_one(&mut *conn)
+                .await?;
+            let pages = (bytes / page_size.max(512) as u64).clamp(1, u64::from(u32::MAX - 1));
+            sqlx::query(&format!("PRAGMA max_page_count = {pages}"))
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+    })
+}
+
+/// The row of an `INSERT/UPDATE … RETURNING` statement, read to the statement's end.
+/// Never `fetch_one`/`fetch_optional` for a write: sqlx stops stepping after the first
+/// row and resets the statement, and in autocommit mode the commit happens at that
+/// reset, whose error (a full disk, an I/O error) sqlx drops. The row would come back
+/// while the write was rolled back: an entry answered "saved" and lost.
+fn returned<T>(rows: Vec<T>) -> Option<T> {
+    rows.into_iter().next()
 }
 
 impl Store {
     /// Opens (creating the file and its folder when missing) without migrating.
     pub async fn open(url: &str, busy_timeout: Duration) -> Result<Self, StoreError> {
+        Self::open_with(url, Limits::busy_timeout(busy_timeout)).await
+    }
+
+    /// Opens with the configured limits (`[store]`) applied to every connection.
+    pub async fn open_with(url: &str, limits: Limits) -> Result<Self, StoreError> {
         let file = database_path(url)?;
-        let display = file
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| url.to_owned());
-        if let Some(dir) = file
-            .as_ref()
-            .and_then(|path| path.parent())
-            .filter(|d| !d.as_os_str().is_empty())
-        {
+        let display = file.display().to_string();
+        if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
                 path: dir.display().to_string(),
                 source,
             })?;
         }
-        let options = connect_options(url, busy_timeout)?.create_if_missing(true);
+        let options = connect_options(url, limits)?.create_if_missing(true);
         let open_err = |source| StoreError::Open {
             path: display.clone(),
             source,
@@ -349,35 +431,33 @@ impl Store {
         // which an embedded SQLite file does not have. Off, every query saves two thread
         // hand-offs (see BENCHMARKS.md); a broken connection still fails its query, and
         // sqlx still checks each connection when it goes back to the pool.
-        let write = SqlitePoolOptions::new()
+        let write = pool_options(limits)
             .max_connections(1)
-            .test_before_acquire(false)
-            .connect_with(options.clone())
+            .connect_with(options)
             .await
             .map_err(open_err)?;
-        // An in-memory database exists once per connection: read through the writer.
-        let read = if file.is_none() {
-            write.clone()
-        } else {
-            let read_options = SqliteConnectOptions::from_str(url)
-                .map_err(open_err)?
-                .foreign_keys(true)
-                .busy_timeout(busy_timeout)
-                .read_only(true);
-            SqlitePoolOptions::new()
-                .max_connections(4)
-                .test_before_acquire(false)
-                .connect_with(read_options)
-                .await
-                .map_err(open_err)?
-        };
+        let read_options = SqliteConnectOptions::from_str(url)
+            .map_err(open_err)?
+            .foreign_keys(true)
+            .busy_timeout(limits.busy_timeout)
+            .read_only(true);
+        let read = pool_options(limits)
+            .max_connections(4)
+            .connect_with(read_options)
+            .await
+            .map_err(open_err)?;
         let calls = CallRecorder::spawn(write.clone());
         Ok(Self { read, write, calls })
     }
 
     /// Opens and brings the schema up to date. Refuses a database from a newer daylog.
     pub async fn open_and_migrate(url: &str, busy_timeout: Duration) -> Result<Self, StoreError> {
-        let store = Self::open(url, busy_timeout).await?;
+        Self::open_and_migrate_with(url, Limits::busy_timeout(busy_timeout)).await
+    }
+
+    /// [`Store::open_with`], then migrations.
+    pub async fn open_and_migrate_with(url: &str, limits: Limits) -> Result<Self, StoreError> {
+        let store = Self::open_with(url, limits).await?;
         store.migrate().await?;
         Ok(store)
     }
@@ -392,6 +472,34 @@ impl Store {
     pub async fn is_migrated(&self) -> Result<bool, StoreError> {
         let applied = self.applied_versions().await?;
         Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))
+    }
+
+    /// The checks `sqlx::migrate` makes before it runs anything: an applied migration
+    /// whose checksum is not this build's, or one that failed part-way, makes `daylog
+    /// run` refuse to start, so `doctor` must not call such a database migrated.
+    async fn check_checksums(&self) -> Result<(), StoreError> {
+        if self.applied_versions().await?.is_empty() {
+            return Ok(());
+        }
+        let applied: Vec<(i64, bool, Vec<u8>)> = sqlx::query_as(
+            "SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        for (version, success, checksum) in applied {
+            if !success {
+                // A migration that failed part-way: `migrate` refuses to go on as well.
+                return Err(StoreError::Migrate(sqlx::migrate::MigrateError::Dirty(
+                    version,
+                )));
+            }
+            if let Some(known) = MIGRATOR.iter().find(|m| m.version == version)
+                && *known.checksum != *checksum
+            {
+                return Err(StoreError::MigrationChanged { version });
+            }
+        }
+        Ok(())
     }
 
     async fn applied_versions(&self) -> Result<Vec<i64>, StoreError> {
@@ -428,6 +536,7 @@ impl Store {
     /// migrate themselves).
     pub async fn ensure_migrated(&self) -> Result<(), StoreError> {
         self.check_not_newer().await?;
+        self.check_checksums().await?;
         if self.is_migrated().await? {
             Ok(())
         } else {
@@ -451,7 +560,7 @@ impl Store {
     /// Creates the user or refreshes its chat and username; keeps a chosen language.
     pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
         retry_busy("upsert_user", || async {
-            Ok(sqlx::query_as::<_, User>(
+            let rows = sqlx::query_as::<_, User>(
                 "INSERT INTO users (user_id, chat_id, username, language) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id,
                  username = excluded.username
@@ -461,8 +570,9 @@ impl Store {
             .bind(user.chat_id)
             .bind(user.username)
             .bind(user.language.code())
-            .fetch_one(&self.write)
-            .await?)
+            .fetch_all(&self.write)
+            .await?;
+            returned(rows).ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
         })
         .await
     }
@@ -509,7 +619,7 @@ impl Store {
     pub async fn insert_log(&self, log: &NewLog<'_>) -> Result<Inserted, StoreError> {
         retry_busy("insert_log", || async {
             // One statement, so no transaction: the hot path is a single round trip.
-            let inserted: Option<DayLog> = sqlx::query_as(&format!(
+            let inserted: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at)
                  VALUES (?1, ?2, ?3, ?4, datetime('now'))
                  ON CONFLICT (chat_id, message_id) DO NOTHING
@@ -519,9 +629,9 @@ impl Store {
             .bind(log.chat_id)
             .bind(log.message_id)
             .bind(log.text)
-            .fetch_optional(&self.write)
+            .fetch_all(&self.write)
             .await?;
-            Ok(match inserted {
+            Ok(match returned(inserted) {
                 Some(row) => Inserted::New(Box::new(row)),
                 None => Inserted::Duplicate(
                     sqlx::query_scalar(
@@ -556,7 +666,7 @@ impl Store {
         text: &str,
     ) -> Result<Option<DayLog>, StoreError> {
         retry_busy("update_text", || async {
-            Ok(sqlx::query_as(&format!(
+            let rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
                      attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL
                  WHERE chat_id = ?1 AND message_id = ?2 AND text <> ?3
@@ -565,8 +675,9 @@ impl Store {
             .bind(chat_id)
             .bind(message_id)
             .bind(text)
-            .fetch_optional(&self.write)
-            .await?)
+            .fetch_all(&self.write)
+            .await?;
+            Ok(returned(rows))
         })
         .await
     }
@@ -1021,11 +1132,7 @@ pub fn read_only_options(
     url: &str,
     busy_timeout: Duration,
 ) -> Result<SqliteConnectOptions, StoreError> {
-    Ok(SqliteConnectOptions::from_str(url)
-        .map_err(|source| StoreError::Open {
-            path: url.to_owned(),
-            source,
-        })?
+    Ok(parse_options(url)?
         .read_only(true)
         .create_if_missing(false)
         .busy_timeout(busy_timeout)
@@ -1034,16 +1141,15 @@ pub fn read_only_options(
 
 /// Opens a database for `daylog sql` with [`read_only_options`]. A missing file is an
 /// error, never a new file.
-pub async fn open_read_only(url: &str, busy_timeout: Duration) -> Result<SqlitePool, StoreError> {
-    if let Some(path) = database_path(url)?
-        && !Path::new(&path).exists()
-    {
+pub async fn open_read_only(url: &str, limits: Limits) -> Result<SqlitePool, StoreError> {
+    let path = database_path(url)?;
+    if !Path::new(&path).exists() {
         return Err(StoreError::Missing {
             path: path.display().to_string(),
         });
     }
-    let options = read_only_options(url, busy_timeout)?;
-    SqlitePoolOptions::new()
+    let options = read_only_options(url, limits.busy_timeout)?;
+    pool_options(limits)
         .max_connections(1)
         .connect_with(options)
         .await

@@ -223,6 +223,219 @@ async fn kill_9_at_random_moments_loses_no_log_and_answers_twice_only_after_a_cr
     );
 }
 
+/// The state of the "disk" for one life of the bot in the full-disk loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// Not one more page: every entry is refused.
+    None,
+    /// A few pages: the store fills up during the life.
+    Little,
+    /// The filler removed.
+    Plenty,
+}
+
+/// The quota every life of the full-disk loop runs with (`store.max_size_mb`).
+const QUOTA_MB: u64 = 1;
+
+/// Someone else's data in the same file: fills the quota up (then frees `free_rows`
+/// rows of it again), or removes it. The bot is not running meanwhile.
+async fn set_room(db: &str, room: Room) {
+    let mut conn = sqlx::SqliteConnection::connect(db)
+        .await
+        .expect("filler connection");
+    let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
+        .fetch_one(&mut conn)
+        .await
+        .expect("page size");
+    let pages = QUOTA_MB * 1024 * 1024 / page_size as u64;
+    sqlx::query(&format!("PRAGMA max_page_count = {pages}"))
+        .execute(&mut conn)
+        .await
+        .expect("quota");
+    sqlx::query("CREATE TABLE IF NOT EXISTS test_filler (id INTEGER PRIMARY KEY, b BLOB)")
+        .execute(&mut conn)
+        .await
+        .expect("filler table");
+    sqlx::query("DELETE FROM test_filler")
+        .execute(&mut conn)
+        .await
+        .expect("empty the filler");
+    if room != Room::Plenty {
+        // Half-page rows, until SQLite says the quota is reached.
+        while sqlx::query("INSERT INTO test_filler (b) VALUES (zeroblob(?1))")
+            .bind(page_size / 2)
+            .execute(&mut conn)
+            .await
+            .is_ok()
+        {}
+    }
+    if room == Room::Little {
+        sqlx::query("DELETE FROM test_filler WHERE id IN (SELECT id FROM test_filler LIMIT 8)")
+            .execute(&mut conn)
+            .await
+            .expect("free a little");
+    }
+    conn.close().await.expect("close");
+}
+
+/// Messages (chat, replied-to message) that got a given sentence.
+fn replied_with(calls: &[Call], fragment: &str) -> std::collections::HashSet<(i64, i64)> {
+    calls
+        .iter()
+        .filter(|c| c.method == "SendMessage" && c.text().contains(fragment))
+        .filter_map(|c| Some((c.chat_id()?, c.reply_to()?)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_the_disk_fills_and_empties_answers_every_stored_entry_and_refuses_the_rest() {
+    let seed = Rng::seed_from_env(0xD15C_F011);
+    let rounds: usize = std::env::var("FAULT_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let log = dir.path().join("bot.log");
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let mut env = test_env(&db, &telegram, &providers);
+    env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
+    env.insert("DAYLOG__STORE__MAX_SIZE_MB".into(), QUOTA_MB.to_string());
+    // Two pages of text per entry: the quota fills in a few entries.
+    let filler = "a long day, written out at length. ".repeat(100);
+
+    let mut pushed: Vec<(i64, i64)> = Vec::new();
+    let mut next_message: HashMap<i64, i64> = HashMap::new();
+    let mut rooms = Vec::new();
+    let mut refusals = 0;
+    for round in 0..rounds {
+        // The first life creates the file; after that the disk is full, nearly full or
+        // empty, at random (each at least once).
+        if round > 0 {
+            let room = match (round, rng.below(3)) {
+                (1, _) => Room::None,
+                (2, _) => Room::Little,
+                (_, 0) => Room::None,
+                (_, 1) => Room::Little,
+                _ => Room::Plenty,
+            };
+            set_room(&db, room).await;
+            rooms.push(room);
+        }
+        let started = set_my_commands(&telegram);
+        let life_start = telegram.calls().len();
+        let mut bot = spawn_daylog(&env, &log);
+        telegram
+            .wait_for("the bot to start", HANG_GUARD, |calls| {
+                calls.iter().filter(|c| c.method == "SetMyCommands").count() > started
+            })
+            .await;
+        for _ in 0..rng.between(2, 6) {
+            let chat = 4000 + rng.below(4) as i64;
+            let message = next_message.entry(chat).or_insert(0);
+            *message += 1;
+            telegram.push_update(text_update(
+                chat,
+                *message,
+                &format!("Round {round}, entry {message}: {filler}"),
+            ));
+            pushed.push((chat, *message));
+        }
+        tokio::time::sleep(Duration::from_millis(rng.below(600))).await;
+        bot.kill().expect("kill -9");
+        let _ = bot.wait();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+
+        // Within this life: told "not saved" means not stored; answered means stored.
+        // (The fake re-delivers every update to each new life, as Telegram does with
+        // updates a dead bot never confirmed, so a refused entry may be stored later.)
+        let stored_now = stored_messages(&db).await;
+        let life = &telegram.calls()[life_start..];
+        for m in replied_with(life, "could not save") {
+            assert!(
+                !stored_now.contains(&m),
+                "{m:?} was told it was not saved, but it is stored (round {round}, seed {seed})"
+            );
+            refusals += 1;
+        }
+        for m in replied_with(life, ANALYSIS_TEXT) {
+            assert!(
+                stored_now.contains(&m),
+                "{m:?} was answered but is not stored (round {round}, seed {seed})"
+            );
+        }
+    }
+
+    // Last life: room again. The fake hands every update to a new life again, so each
+    // entry ends up stored, and each stored entry must be answered.
+    set_room(&db, Room::Plenty).await;
+    let started = set_my_commands(&telegram);
+    let mut bot = spawn_daylog(&env, &log);
+    telegram
+        .wait_for("the last life to start", HANG_GUARD, |calls| {
+            calls.iter().filter(|c| c.method == "SetMyCommands").count() > started
+        })
+        .await;
+    let pool = SqlitePool::connect(&db).await.expect("db");
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        if all_answered(&pool, pushed.len() as i64).await {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let _ = bot.kill();
+            panic!(
+                "stored entries left unanswered (seed {seed})\nbot log:\n{}",
+                tail(&log, 40)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &bot.id().to_string()])
+        .status();
+    let _ = tokio::task::spawn_blocking(move || bot.wait()).await;
+
+    pool.close().await;
+    let stored = stored_messages(&db).await;
+    let calls = telegram.calls();
+    let accepted = replied_with(&calls, ANALYSIS_TEXT);
+    let refused = replied_with(&calls, "could not save");
+    let lost: Vec<_> = pushed
+        .iter()
+        .filter(|m| !stored.contains(m) && !refused.contains(m))
+        .collect();
+    println!(
+        "full-disk kill loop (seed {seed}): rooms {rooms:?}; {} entries pushed, {} stored, {} \
+         answered, {refusals} refusals",
+        pushed.len(),
+        stored.len(),
+        accepted.len(),
+    );
+    assert!(
+        lost.is_empty(),
+        "entries neither stored nor refused: {lost:?} (seed {seed})"
+    );
+    assert_eq!(
+        accepted, stored,
+        "the entries answered are exactly the entries stored (seed {seed})"
+    );
+    assert!(refusals > 0, "the disk really was full (seed {seed})");
+}
+
+async fn stored_messages(db: &str) -> std::collections::HashSet<(i64, i64)> {
+    let mut conn = sqlx::SqliteConnection::connect(db).await.expect("db");
+    let rows: Vec<(i64, i64)> = sqlx::query_as("SELECT chat_id, message_id FROM day_logs")
+        .fetch_all(&mut conn)
+        .await
+        .expect("stored");
+    conn.close().await.expect("close");
+    rows.into_iter().collect()
+}
+
 /// Messages of one kind (by a fragment of their text) sent to anyone.
 fn sent_containing(calls: &[Call], fragment: &str) -> usize {
     calls

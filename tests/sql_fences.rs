@@ -13,6 +13,7 @@
 
 use std::time::Duration;
 
+use daylog::config::SqlSettings;
 use daylog::language::Language;
 use daylog::sqlcmd::{self, QueryError, Refusal};
 use daylog::store::{self, NewUser, Store};
@@ -20,6 +21,11 @@ use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
 const BUSY: Duration = Duration::from_secs(5);
+/// `daylog sql`'s own limits, as shipped.
+const SQL: SqlSettings = SqlSettings {
+    timeout_ms: 30_000,
+    max_rows: 1_000_000,
+};
 
 /// A write that passes the statement check (it starts with WITH): only the connection's
 /// own fences stand between it and the data.
@@ -89,7 +95,7 @@ async fn the_statement_check_refuses_writes_even_on_a_writable_connection() {
         attach.as_str(),
         "PRAGMA query_only = OFF",
     ] {
-        let refused = sqlcmd::query(&writable, sql).await;
+        let refused = sqlcmd::query(&writable, sql, &SQL).await;
         assert!(
             matches!(
                 &refused,
@@ -118,7 +124,7 @@ async fn mode_ro_alone_refuses_a_write_the_check_lets_through() {
     let db = db_with_one_user().await;
     let only_mode_ro = pool(daylog_sql_options(&db).pragma("query_only", "OFF")).await;
 
-    let refused = sqlcmd::query(&only_mode_ro, WRITE_PAST_THE_CHECK).await;
+    let refused = sqlcmd::query(&only_mode_ro, WRITE_PAST_THE_CHECK, &SQL).await;
 
     assert!(
         matches!(refused, Err(QueryError::Refused(Refusal::WriteRefused(_)))),
@@ -133,7 +139,7 @@ async fn query_only_alone_refuses_a_write_the_check_lets_through() {
     let db = db_with_one_user().await;
     let only_query_only = pool(daylog_sql_options(&db).read_only(false)).await;
 
-    let refused = sqlcmd::query(&only_query_only, WRITE_PAST_THE_CHECK).await;
+    let refused = sqlcmd::query(&only_query_only, WRITE_PAST_THE_CHECK, &SQL).await;
 
     assert!(
         matches!(refused, Err(QueryError::Refused(Refusal::WriteRefused(_)))),
@@ -155,7 +161,7 @@ async fn with_both_connection_fences_off_the_same_write_goes_through() {
     )
     .await;
 
-    let result = sqlcmd::query(&unfenced, WRITE_PAST_THE_CHECK).await;
+    let result = sqlcmd::query(&unfenced, WRITE_PAST_THE_CHECK, &SQL).await;
 
     assert!(result.is_ok(), "{result:?}");
     unfenced.close().await;

@@ -145,7 +145,7 @@ async fn the_file_and_its_folder_are_created_and_times_are_plain_utc_text() {
     let stored = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(stored.status, LogStatus::Pending);
     assert_eq!(stored.created_at.len(), "YYYY-MM-DD HH:MM:SS".len());
-    let path = store::database_path(&db.url).expect("url").expect("file");
+    let path = store::database_path(&db.url).expect("a file URL");
     assert!(path.exists());
 }
 

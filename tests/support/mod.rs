@@ -245,7 +245,7 @@ impl App {
         let mut env = test_env(&db_url, &telegram, &providers);
         configure(&mut env);
         let settings = Arc::new(Settings::load_from(&env).expect("test settings"));
-        let store = Store::open_and_migrate(&settings.database_url, settings.store.busy_timeout())
+        let store = Store::open_and_migrate_with(&settings.database_url, (&settings.store).into())
             .await
             .expect("store");
         let client = daylog::http_client().expect("client");

@@ -1,0 +1,218 @@
+//! The `daylog` binary against a careless operator: values that used to panic the store,
+//! database URLs that silently meant a temporary database, a percent-encoded path, a
+//! malformed `.env`, a migration edited after it ran, and `daylog sql` on hostile
+//! entries, a runaway query and a corrupt file.
+
+// Helpers here panic on a broken fixture by design.
+#![expect(clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs `daylog` in `dir` with a clean environment (no real keys, no .env unless the
+/// test writes one).
+fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_daylog"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("daylog runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+const EVERY_COMMAND: [&[&str]; 5] = [
+    &["migrate"],
+    &["sql", "SELECT 1"],
+    &["doctor"],
+    &["chat"],
+    &["run"],
+];
+
+#[test]
+fn a_busy_timeout_sqlite_cannot_take_is_a_config_error_not_a_panic() {
+    let dir = tempfile::tempdir().expect("dir");
+    for value in ["3000000000", "99999999999999999999"] {
+        let out = run(
+            dir.path(),
+            &["migrate"],
+            &[("DAYLOG__STORE__BUSY_TIMEOUT_MS", value)],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{value}: {err}");
+        assert!(err.contains("store.busy_timeout_ms"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn an_empty_or_in_memory_database_url_is_refused_by_every_command() {
+    let dir = tempfile::tempdir().expect("dir");
+    for url in [
+        "sqlite://",
+        "sqlite:",
+        "sqlite::memory:",
+        "sqlite://x.db?mode=memory",
+    ] {
+        for args in EVERY_COMMAND {
+            let out = run(
+                dir.path(),
+                args,
+                &[("DATABASE_URL", url), ("TELOXIDE_TOKEN", "123:abc")],
+            );
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{url} {args:?}: {err}");
+            assert!(err.contains("DATABASE_URL"), "{url} {args:?}: {err}");
+            assert!(!stdout(&out).contains("Saved"), "{url} {args:?}");
+        }
+    }
+}
+
+#[test]
+fn a_percent_encoded_database_path_means_the_same_file_for_every_command() {
+    let dir = tempfile::tempdir().expect("dir");
+    let env = [("DATABASE_URL", "sqlite://my%20data/day%23log.db")];
+    let migrate = run(dir.path(), &["migrate"], &env);
+    assert!(migrate.status.success(), "{}", stderr(&migrate));
+    assert!(dir.path().join("my data/day#log.db").exists());
+    assert!(!dir.path().join("my%20data").exists());
+
+    let sql = run(
+        dir.path(),
+        &["sql", "SELECT count(*) AS n FROM day_logs"],
+        &env,
+    );
+    assert!(sql.status.success(), "{}", stderr(&sql));
+    assert!(stdout(&sql).contains("(1 row)"), "{}", stdout(&sql));
+
+    let doctor = run(dir.path(), &["doctor"], &env);
+    assert!(
+        stdout(&doctor).contains("ok   database reachable and migrated"),
+        "{}",
+        stdout(&doctor)
+    );
+}
+
+#[test]
+fn a_malformed_env_line_is_skipped_with_its_number_and_the_rest_still_loads() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        dir.path().join(".env"),
+        "# settings\nMISTRAL_API_KEY=sk-first\nthis line has sk-secret-in-it\nDATABASE_URL=sqlite://after-the-bad-line/daylog.db\n",
+    )
+    .expect(".env");
+    let out = run(dir.path(), &["migrate"], &[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        dir.path().join("after-the-bad-line/daylog.db").exists(),
+        "the line after the malformed one was loaded"
+    );
+    assert!(err.contains("line 3"), "the warning names the line: {err}");
+    assert!(
+        !err.contains("sk-secret"),
+        "never the line's content: {err}"
+    );
+}
+
+#[test]
+fn doctor_fails_when_an_applied_migration_was_changed_since_or_failed_part_way() {
+    for (tamper, expected) in [
+        (
+            "UPDATE _sqlx_migrations SET checksum = x'00'
+             WHERE version = (SELECT min(version) FROM _sqlx_migrations)",
+            "FAIL database: migration",
+        ),
+        (
+            "UPDATE _sqlx_migrations SET success = 0
+             WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+            "partially applied",
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("dir");
+        let url = format!("sqlite://{}/daylog.db", dir.path().display());
+        let env = [("DATABASE_URL", url.as_str())];
+        assert!(run(dir.path(), &["migrate"], &env).status.success());
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
+            sqlx::query(tamper).execute(&pool).await.expect("tamper");
+            pool.close().await;
+        });
+        // What the daemon does with such a database…
+        let migrate = run(dir.path(), &["migrate"], &env);
+        assert_eq!(migrate.status.code(), Some(1), "{}", stderr(&migrate));
+        // …and doctor must say so rather than "migrated".
+        let doctor = run(dir.path(), &["doctor"], &env);
+        let out = stdout(&doctor);
+        assert_eq!(doctor.status.code(), Some(1), "{out}");
+        assert!(!out.contains("migrated\n"), "{out}");
+        assert!(out.contains(expected), "{out}");
+    }
+}
+
+#[test]
+fn sql_shows_hostile_entries_escaped_and_stops_a_runaway_query() {
+    let dir = tempfile::tempdir().expect("dir");
+    assert!(run(dir.path(), &["migrate"], &[]).status.success());
+
+    let table = run(
+        dir.path(),
+        &[
+            "sql",
+            "SELECT 'ok' || char(27) || ']0;pwned' || char(7) || char(155) AS t",
+        ],
+        &[],
+    );
+    assert!(table.status.success(), "{}", stderr(&table));
+    let out = stdout(&table);
+    assert!(
+        !out.chars().any(|c| c != '\n' && c.is_control()),
+        "a control character reached the terminal: {out:?}"
+    );
+    assert!(out.contains("ok\\x1b]0;pwned\\x07\\u{009b}"), "{out}");
+
+    let runaway = run(
+        dir.path(),
+        &[
+            "sql",
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+        ],
+        &[("DAYLOG__SQL__TIMEOUT_MS", "200")],
+    );
+    assert_eq!(runaway.status.code(), Some(1), "{}", stderr(&runaway));
+    assert!(
+        stderr(&runaway).contains("sql.timeout_ms"),
+        "{}",
+        stderr(&runaway)
+    );
+}
+
+#[test]
+fn sql_on_a_corrupt_database_file_is_a_failure_not_bad_usage() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::create_dir(dir.path().join("data")).expect("data dir");
+    let garbage: Vec<u8> = (0..8192u32).map(|i| (i * 7919 % 251) as u8).collect();
+    std::fs::write(dir.path().join("data/daylog.db"), garbage).expect("garbage");
+    let out = run(dir.path(), &["sql", "SELECT count(*) FROM day_logs"], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not a database"), "{err}");
+    // A mistake in the query itself stays bad usage.
+    let dir = tempfile::tempdir().expect("dir");
+    assert!(run(dir.path(), &["migrate"], &[]).status.success());
+    let typo = run(dir.path(), &["sql", "SELECT * FROM day_log"], &[]);
+    assert_eq!(typo.status.code(), Some(2), "{}", stderr(&typo));
+}

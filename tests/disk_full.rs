@@ -1,0 +1,397 @@
+//! A full store (SPEC §4.1): the real `daylog chat` binary, fed one entry at a time while
+//! its database runs out of room, then gets room back. Every line must end one of two
+//! ways — stored and answered "Saved", or told that it could not be saved — and the
+//! database must agree line by line. Zero tolerance.
+//!
+//! Two ways to fill it: the `store.max_size_mb` quota (always runs), and a real 300 KB
+//! tmpfs (needs root to mount; skipped with a note otherwise). The tmpfs is what exposed
+//! the lost writes: there SQLite fails at commit, after `INSERT … RETURNING` has
+//! already handed back its row. Last, an answer sent while its record cannot be written
+//! is not sent again on every worker poll.
+
+// Helpers here panic on a broken fixture by design (see tests/support).
+#![expect(clippy::expect_used)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{Read as _, Write as _};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use support::{FakeTelegram, Providers, test_env};
+
+/// A generous guard against hangs; reaching it is a failure, never a measurement.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+const REFUSED: &str = "could not save this entry";
+/// Every acceptance of an entry starts so (an analysis, or "saved, it will follow").
+const ACCEPTED: &str = "Saved.";
+/// Stored, but something after the insert failed: the user is told it is safe.
+const STORED_SAFE: &str = "If you sent an entry, it is safe";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Accepted,
+    Refused,
+}
+
+/// `daylog chat` with its stdout collected by a thread.
+struct Chat {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: Arc<Mutex<String>>,
+    err_log: std::path::PathBuf,
+}
+
+impl Chat {
+    fn start(env: &HashMap<String, String>, dir: &Path) -> Self {
+        let err_log = dir.join("chat.stderr");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_daylog"))
+            .args(["chat", "--user", "7"])
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&err_log).expect("stderr file"))
+            .spawn()
+            .expect("daylog chat starts");
+        let stdin = child.stdin.take();
+        let mut stdout = child.stdout.take().expect("stdout");
+        let out = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&out);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Self {
+            child,
+            stdin,
+            out,
+            err_log,
+        }
+    }
+
+    fn output(&self) -> String {
+        self.out
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn outcomes(&self) -> (usize, usize) {
+        let out = self.output();
+        (
+            out.matches(ACCEPTED).count() + out.matches(STORED_SAFE).count(),
+            out.matches(REFUSED).count(),
+        )
+    }
+
+    /// Sends one entry and waits for its one outcome. The chat handles lines in order,
+    /// so the next outcome printed is this line's.
+    fn entry(&mut self, text: &str) -> Outcome {
+        let before = self.outcomes();
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{text}").expect("write a line");
+        stdin.flush().expect("flush");
+        let deadline = Instant::now() + HANG_GUARD;
+        loop {
+            let now = self.outcomes();
+            if now != before {
+                let accepted = now.0 - before.0;
+                let refused = now.1 - before.1;
+                assert_eq!(
+                    accepted + refused,
+                    1,
+                    "one line, one outcome; output:\n{}",
+                    self.output()
+                );
+                return if accepted == 1 {
+                    Outcome::Accepted
+                } else {
+                    Outcome::Refused
+                };
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "daylog chat exited ({status}) on a line; stderr:\n{}",
+                    support::tail(&self.err_log, 30)
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no answer to a line; output:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Ends the input and waits for a clean exit.
+    fn finish(mut self) -> String {
+        drop(self.stdin.take());
+        let status = self.child.wait().expect("wait");
+        assert!(
+            status.success(),
+            "daylog chat exits 0 ({status}); stderr:\n{}",
+            support::tail(&self.err_log, 30)
+        );
+        std::fs::read_to_string(&self.err_log).unwrap_or_default()
+    }
+}
+
+fn stored_texts(db_url: &str) -> Vec<String> {
+    // Called from `spawn_blocking`, where the test's runtime may be entered.
+    tokio::runtime::Handle::current().block_on(async {
+        let pool = sqlx::SqlitePool::connect(db_url).await.expect("db");
+        let texts = sqlx::query_scalar("SELECT text FROM day_logs ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .expect("texts");
+        pool.close().await;
+        texts
+    })
+}
+
+fn delete_all_logs(db_url: &str) {
+    // Called from `spawn_blocking`, where the test's runtime may be entered.
+    tokio::runtime::Handle::current().block_on(async {
+        let pool = sqlx::SqlitePool::connect(db_url).await.expect("db");
+        sqlx::query("DELETE FROM llm_calls")
+            .execute(&pool)
+            .await
+            .expect("delete calls");
+        sqlx::query("DELETE FROM day_logs")
+            .execute(&pool)
+            .await
+            .expect("delete logs");
+        pool.close().await;
+    });
+}
+
+/// An entry long enough to fill a small store in a few dozen lines, unique by `n`.
+fn entry_text(n: usize) -> String {
+    // No trailing blank: the chat trims each line before storing it.
+    format!(
+        "Entry {n}: {}end.",
+        "a long walk by the river, ".repeat(150)
+    )
+}
+
+/// Fills the store through `chat` until it refuses a few entries in a row, then checks
+/// every line against the database: accepted lines stored, refused ones not.
+fn fill_until_refused(chat: &mut Chat, db_url: &str, max_lines: usize) -> usize {
+    let mut sent = Vec::new();
+    let mut refused_in_a_row = 0;
+    while refused_in_a_row < 3 {
+        assert!(
+            sent.len() < max_lines,
+            "the store never filled up after {max_lines} entries"
+        );
+        let text = entry_text(sent.len());
+        let outcome = chat.entry(&text);
+        refused_in_a_row = if outcome == Outcome::Refused {
+            refused_in_a_row + 1
+        } else {
+            0
+        };
+        sent.push((text, outcome));
+    }
+    let stored = stored_texts(db_url);
+    let accepted: Vec<&String> = sent
+        .iter()
+        .filter(|(_, o)| *o == Outcome::Accepted)
+        .map(|(t, _)| t)
+        .collect();
+    for (text, outcome) in &sent {
+        let in_db = stored.contains(text);
+        assert_eq!(
+            in_db,
+            *outcome == Outcome::Accepted,
+            "{:?} was answered {outcome:?} but is {}stored",
+            &text[..12],
+            if in_db { "" } else { "not " }
+        );
+    }
+    assert_eq!(stored.len(), accepted.len(), "accepted == stored, exactly");
+    assert!(
+        !accepted.is_empty(),
+        "some entries fit before the store filled"
+    );
+    accepted.len()
+}
+
+fn chat_env(
+    db_url: &str,
+    telegram: &FakeTelegram,
+    providers: &Providers,
+) -> HashMap<String, String> {
+    let mut env = test_env(db_url, telegram, providers);
+    env.remove("TELOXIDE_TOKEN");
+    env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
+    env
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_store_refuses_entries_plainly_and_takes_them_again_when_room_returns() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let mut env = chat_env(&db, &telegram, &providers);
+    env.insert("DAYLOG__STORE__MAX_SIZE_MB".into(), "1".into());
+    let workdir = dir.path().to_owned();
+
+    let db_url = db.clone();
+    let stderr = tokio::task::spawn_blocking(move || {
+        let mut chat = Chat::start(&env, &workdir);
+        let accepted = fill_until_refused(&mut chat, &db_url, 400);
+        // Room again (someone deleted old entries): the same process takes entries again.
+        delete_all_logs(&db_url);
+        for n in 0..3 {
+            let text = format!("After the clean-up {n}");
+            assert_eq!(chat.entry(&text), Outcome::Accepted, "{}", chat.output());
+        }
+        assert_eq!(stored_texts(&db_url).len(), 3);
+        println!("quota: {accepted} entries fitted before the store was full");
+        chat.finish()
+    })
+    .await
+    .expect("join");
+    assert!(
+        stderr.contains("ERROR"),
+        "the operator gets an error event: {stderr}"
+    );
+}
+
+/// Mounts a tmpfs of `size`; `None` (with a note) where mounting is not allowed.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().ok()?;
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then_some(Self { dir })
+    }
+
+    fn resize(&self, size: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(self.dir.path())
+            .status()
+            .expect("remount");
+        assert!(status.success(), "remount the tmpfs");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_entries_plainly_and_takes_them_again_when_space_returns() {
+    let Some(disk) = Tmpfs::mount("300k") else {
+        println!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let work = tempfile::tempdir().expect("work dir");
+    let db = format!("sqlite://{}/daylog.db", disk.dir.path().display());
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let env = chat_env(&db, &telegram, &providers);
+    let workdir = work.path().to_owned();
+
+    let db_url = db.clone();
+    let stderr = tokio::task::spawn_blocking(move || {
+        let mut chat = Chat::start(&env, &workdir);
+        let accepted = fill_until_refused(&mut chat, &db_url, 400);
+        disk.resize("8m");
+        for n in 0..3 {
+            let text = format!("After the disk grew {n}");
+            assert_eq!(chat.entry(&text), Outcome::Accepted, "{}", chat.output());
+        }
+        assert_eq!(stored_texts(&db_url).len(), accepted + 3);
+        println!("tmpfs: {accepted} entries fitted before the disk was full");
+        let stderr = chat.finish();
+        drop(disk);
+        stderr
+    })
+    .await
+    .expect("join");
+    assert!(
+        stderr.contains("ERROR"),
+        "the operator gets an error event: {stderr}"
+    );
+}
+
+/// An answer that went out while the store could not record it (the disk filled up in
+/// between) is not sent again on every worker poll; it is recorded once there is room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_cannot_be_recorded_is_not_sent_again_and_again() {
+    use sqlx::Connection as _;
+    let app = support::App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    let mut other = sqlx::SqliteConnection::connect(&app.env["DATABASE_URL"])
+        .await
+        .expect("second connection");
+    // Recording a reply fails the way a full disk makes it fail: the write is refused.
+    sqlx::query(
+        "CREATE TRIGGER test_no_room BEFORE UPDATE OF replied_at ON day_logs
+         WHEN NEW.replied_at IS NOT NULL
+         BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END",
+    )
+    .execute(&mut other)
+    .await
+    .expect("trigger");
+
+    app.telegram.push_update(support::telegram::text_update(
+        5100,
+        1,
+        "A day with no room.",
+    ));
+    let sent = app.telegram.wait_sent(5100, 1).await;
+    assert!(sent[0].text().contains(support::ANALYSIS_TEXT));
+    // The worker polls every 100 ms (test settings): ten chances to send it again.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(app.telegram.sent_to(5100).len(), 1, "answered once");
+
+    // Room again: the record is written, still without a second answer.
+    sqlx::query("DROP TRIGGER test_no_room")
+        .execute(&mut other)
+        .await
+        .expect("drop trigger");
+    support::wait_until("the answer to be recorded", HANG_GUARD, || async {
+        app.count("SELECT count(*) FROM day_logs WHERE replied_at IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(app.telegram.sent_to(5100).len(), 1, "answered once");
+    other.close().await.expect("close");
+    app.stop().await;
+}
