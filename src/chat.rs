@@ -24,7 +24,7 @@ use crate::journal::{Journal, Messenger, Response, SendError, Target};
 use crate::language::Language;
 use crate::llm::Llm;
 use crate::render;
-use crate::store::{FrontEnd, Store};
+use crate::store::{FrontEnd, NewUser, Store};
 use crate::texts::Texts;
 use crate::worker;
 
@@ -216,7 +216,7 @@ impl Session {
                         Ok(reply) => reply,
                         Err(error) => {
                             tracing::error!(%error, user_id = self.user, "delete failed");
-                            render::Reply::new().text(texts.internal_error())
+                            render::Reply::new().text(commands::failure_sentence(language))
                         }
                     };
                     return self.terminal.show(vec![Response::Text(reply)], language);
@@ -236,20 +236,30 @@ impl Session {
             Ok(()) => Ok(()),
             Err(error) => {
                 tracing::error!(%error, user_id = self.user, "day log handling failed");
-                self.terminal.print(error.user_text(texts))
+                self.terminal.print(error.sentence(language))
             }
         }
     }
 
     async fn command(&mut self, line: &str, language: Language) -> std::io::Result<()> {
         let texts = Texts(language);
+        // A command may come before any entry: the user must exist for `/lang` to stick.
+        let new_user = NewUser {
+            user_id: self.user,
+            chat_id: self.user,
+            username: None,
+            language,
+        };
+        if let Err(error) = self.journal.store.upsert_user(&new_user).await {
+            tracing::error!(%error, user_id = self.user, "could not store the terminal user");
+        }
         let responses = match Command::parse(line, "") {
             Ok(command) => match commands::respond(&self.journal, self.user, command).await {
                 Ok(responses) => responses,
                 Err(error) => {
                     tracing::error!(%error, user_id = self.user, "command failed");
                     vec![Response::Text(
-                        render::Reply::new().text(texts.internal_error()),
+                        render::Reply::new().text(commands::failure_sentence(language)),
                     )]
                 }
             },

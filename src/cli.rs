@@ -89,7 +89,15 @@ pub fn main(cli: Cli) -> ExitCode {
             return fail(&CliError::Config(error));
         }
     };
-    crate::telemetry::init(settings.log.format);
+    let command = cli
+        .command
+        .unwrap_or(if settings.secrets.telegram_token.is_some() {
+            Command::Run
+        } else {
+            Command::Chat { user: 1 }
+        });
+    let chat = matches!(command, Command::Chat { .. });
+    crate::telemetry::init(settings.log.format, crate::telemetry::default_filter(chat));
     for warning in dotenv_warnings.iter().chain(&settings.warnings) {
         tracing::warn!("{warning}");
     }
@@ -100,13 +108,6 @@ pub fn main(cli: Cli) -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => return fail(&CliError::Other(error.into())),
     };
-    let command = cli
-        .command
-        .unwrap_or(if settings.secrets.telegram_token.is_some() {
-            Command::Run
-        } else {
-            Command::Chat { user: 1 }
-        });
     let result = runtime.block_on(execute(command, settings));
     // Work still in flight after the grace period (a Bot API call that hangs) is
     // abandoned, not waited for: it must not hold the exit past Docker's stop timeout.

@@ -155,6 +155,12 @@ pub async fn delete_confirmed(
     Ok(Reply::new().text(Texts(language).deleted(entries)))
 }
 
+/// What the user is told when a command (or a confirmed `/delete`) fails: the store error
+/// is logged, and this is the one sentence both front ends show for it.
+pub fn failure_sentence(language: Language) -> &'static str {
+    Texts(language).internal_error()
+}
+
 fn history_reply(language: Language, logs: &[DayLog]) -> Reply {
     let texts = Texts(language);
     if logs.is_empty() {

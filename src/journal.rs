@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::analysis::{self, DayPoint, Metrics, UserContext};
 use crate::config::Settings;
 use crate::language::Language;
-use crate::llm::{Llm, Task};
+use crate::llm::{CascadeError, Llm, Task};
 use crate::render::Reply;
 use crate::store::{
     DayLog, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store, StoreError, Unfinished,
@@ -91,8 +91,9 @@ pub enum EntryError {
 
 impl EntryError {
     /// What every front end tells the user: send it again (not stored), or that it is
-    /// safe (stored; the worker finishes it).
-    pub fn user_text(&self, texts: Texts) -> &'static str {
+    /// safe (stored; the worker finishes it). The one sentence both front ends use.
+    pub fn sentence(&self, language: Language) -> &'static str {
+        let texts = Texts(language);
         match self {
             Self::NotSaved(_) => texts.not_saved(),
             Self::Later(_) => texts.internal_error(),
@@ -120,6 +121,9 @@ pub enum Decided {
     },
     /// No provider answered; the log stays pending and the worker tries again.
     Pending,
+    /// No analysis step has a provider with a key: pending like [`Decided::Pending`],
+    /// and the user is told that no AI provider is set up (SPEC §4.6).
+    NoProvider,
     Blocked,
     /// The log was edited while this round ran: nothing was stored, and the worker
     /// analyses the new text.
@@ -188,12 +192,18 @@ impl Journal {
 
     /// The user's language, as stored (English when unknown).
     pub async fn language_of(&self, user_id: i64) -> Language {
+        self.language_or(user_id, Language::default()).await
+    }
+
+    /// The user's language, as stored; `fallback` (for Telegram, the client's
+    /// `language_code`) for a user not stored yet or when the store cannot say.
+    pub async fn language_or(&self, user_id: i64, fallback: Language) -> Language {
         match self.store.user(user_id).await {
             Ok(Some(user)) => user.language(),
-            Ok(None) => Language::default(),
+            Ok(None) => fallback,
             Err(error) => {
                 tracing::warn!(%error, user_id, "could not read the user's language");
-                Language::default()
+                fallback
             }
         }
     }
@@ -378,7 +388,12 @@ impl Journal {
                 self.notify(messenger, &log, Reply::new().text(texts.saved_pending()))
                     .await;
             }
-            Decided::Pending | Decided::Superseded => {}
+            Decided::NoProvider if !late => {
+                let sentence = texts.saved_no_provider(&self.first_key_env());
+                self.notify(messenger, &log, Reply::new().text(sentence))
+                    .await;
+            }
+            Decided::Pending | Decided::NoProvider | Decided::Superseded => {}
         }
         Ok(())
     }
@@ -447,6 +462,20 @@ impl Journal {
         Ok(self.store.entries_last_hour(log.user_id, log.id).await? >= i64::from(limit))
     }
 
+    /// The key variable of the analysis cascade's first provider: the one to set first.
+    fn first_key_env(&self) -> String {
+        let settings = &self.settings;
+        settings
+            .analysis
+            .steps
+            .iter()
+            .find_map(|step| {
+                let provider = settings.providers.get(&step.provider)?;
+                Some(provider.key_env(&step.provider))
+            })
+            .unwrap_or_else(|| "MISTRAL_API_KEY".to_owned())
+    }
+
     fn was_truncated(&self, log: &DayLog) -> bool {
         log.text.chars().count() > self.settings.telegram.max_text_chars
     }
@@ -502,7 +531,10 @@ impl Journal {
                     return Ok(superseded(log.id));
                 }
                 tracing::warn!(log_id = log.id, %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
-                Ok(Decided::Pending)
+                Ok(match error {
+                    CascadeError::NoUsableProvider => Decided::NoProvider,
+                    _ => Decided::Pending,
+                })
             }
         }
     }

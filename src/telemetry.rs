@@ -1,6 +1,7 @@
-//! Telemetry: `tracing` to stderr with an `EnvFilter` from `RUST_LOG` (default `info`),
-//! pretty or JSON. teloxide's `log` records are bridged in by `try_init` (tracing-log).
-//! Stdout stays free for command output (`daylog sql`, `daylog chat`).
+//! Telemetry: `tracing` to stderr with an `EnvFilter` from `RUST_LOG` (default `info`;
+//! `error` for `daylog chat`, see [`default_filter`]), pretty or JSON. teloxide's `log`
+//! records are bridged in by `try_init` (tracing-log). Stdout stays free for command
+//! output (`daylog sql`, `daylog chat`).
 
 use tracing_subscriber::EnvFilter;
 
@@ -11,10 +12,19 @@ pub fn env_filter(default: &str) -> EnvFilter {
     EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
 }
 
-/// Installs the global subscriber. A second call (tests) is a no-op.
-pub fn init(format: LogFormat) {
+/// The log level when `RUST_LOG` does not set one. `daylog chat` shares its terminal
+/// with a conversation: what its user must know is said there in a sentence (a missing
+/// key, an entry not saved), so only errors are logged unless `RUST_LOG` asks for more.
+/// Every other command is a daemon or a one-shot tool whose stderr is its log.
+pub fn default_filter(chat: bool) -> &'static str {
+    if chat { "error" } else { "info" }
+}
+
+/// Installs the global subscriber, with `default` as the filter unless `RUST_LOG` sets
+/// one. A second call (tests) is a no-op.
+pub fn init(format: LogFormat, default: &str) {
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(env_filter("info"))
+        .with_env_filter(env_filter(default))
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Pretty => builder.try_init(),

@@ -7,6 +7,23 @@ use crate::language::Language;
 #[derive(Debug, Clone, Copy)]
 pub struct Texts(pub Language);
 
+/// `n` and the English noun that goes with it: "1 entry", "0 entries", "2 entries".
+fn count_en(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `n` and the Russian noun form that goes with it: one for 1, 21, 101 (1 запись), few for
+/// 2–4, 22–24 (2 записи), many for 0, 5–20, 25–30, 111–114 (5 записей).
+fn count_ru(n: u64, one: &str, few: &str, many: &str) -> String {
+    let form = match (n % 10, n % 100) {
+        (_, 11..=14) => many,
+        (1, _) => one,
+        (2..=4, _) => few,
+        _ => many,
+    };
+    format!("{n} {form}")
+}
+
 impl Texts {
     fn pick(self, en: &'static str, ru: &'static str) -> &'static str {
         match self.0 {
@@ -69,6 +86,19 @@ impl Texts {
         )
     }
 
+    /// SPEC §4.6: no step of the analysis cascade has a provider with a key, so nothing
+    /// can answer until the operator adds one; `key_env` names the first one to add.
+    pub fn saved_no_provider(self, key_env: &str) -> String {
+        match self.0 {
+            Language::En => format!(
+                "Saved. No AI provider has a key yet, so nothing can analyse your entry: add {key_env} or another provider's key to .env (`daylog doctor` shows what is set) and start daylog again; your entry is analysed then."
+            ),
+            Language::Ru => format!(
+                "Сохранено. Ни у одного AI-провайдера пока нет ключа, поэтому разобрать запись некому: добавь {key_env} или ключ другого провайдера в .env (`daylog doctor` покажет, что задано) и запусти daylog заново — тогда запись будет разобрана."
+            ),
+        }
+    }
+
     pub fn saved_rate_limited(self) -> &'static str {
         self.pick(
             "Saved. You have reached the hourly number of analyses; this entry will be analysed a bit later.",
@@ -120,17 +150,35 @@ impl Texts {
         self.pick("Your statistics", "Твоя статистика")
     }
 
-    pub fn stats_period(self, days: u32, entries: i64) -> String {
+    /// "3 entries", "1 entry"; "3 записи", "5 записей".
+    pub fn entries(self, n: u64) -> String {
         match self.0 {
-            Language::En => format!("Last {days} days, {entries} entries"),
-            Language::Ru => format!("Последние {days} дн., записей: {entries}"),
+            Language::En => count_en(n, "entry", "entries"),
+            Language::Ru => count_ru(n, "запись", "записи", "записей"),
+        }
+    }
+
+    /// "7 days", "1 day"; "7 дней", "1 день", "3 дня".
+    pub fn days(self, n: u64) -> String {
+        match self.0 {
+            Language::En => count_en(n, "day", "days"),
+            Language::Ru => count_ru(n, "день", "дня", "дней"),
+        }
+    }
+
+    pub fn stats_period(self, days: u32, entries: i64) -> String {
+        let (days, entries) = (self.days(days.into()), self.entries(entries.unsigned_abs()));
+        match self.0 {
+            Language::En => format!("Last {days}, {entries}"),
+            Language::Ru => format!("За {days}: {entries}"),
         }
     }
 
     pub fn stats_no_data(self, days: u32) -> String {
+        let days = self.days(days.into());
         match self.0 {
-            Language::En => format!("No metrics in the last {days} days yet."),
-            Language::Ru => format!("За последние {days} дн. метрик пока нет."),
+            Language::En => format!("No metrics in the last {days} yet."),
+            Language::Ru => format!("За {days} метрик пока нет."),
         }
     }
 
@@ -196,9 +244,10 @@ impl Texts {
     }
 
     pub fn deleted(self, entries: u64) -> String {
+        let entries = self.entries(entries);
         match self.0 {
-            Language::En => format!("Done: {entries} entries and all your data are deleted."),
-            Language::Ru => format!("Готово: удалено записей — {entries}, и все твои данные."),
+            Language::En => format!("Done: {entries} and all your data are deleted."),
+            Language::Ru => format!("Готово: {entries} и все твои данные удалены."),
         }
     }
 
@@ -274,5 +323,68 @@ impl Texts {
             "Nothing was deleted: only \"yes\" confirms a deletion. Your line is handled as usual.",
             "Ничего не удалено: удаление подтверждает только «да». Твоя строка обработана как обычно.",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn russian_counts_take_one_of_three_forms() {
+        let ru = Texts(Language::Ru);
+        for (n, form) in [
+            (0, "записей"),
+            (1, "запись"),
+            (2, "записи"),
+            (4, "записи"),
+            (5, "записей"),
+            (11, "записей"),
+            (12, "записей"),
+            (14, "записей"),
+            (20, "записей"),
+            (21, "запись"),
+            (22, "записи"),
+            (25, "записей"),
+            (101, "запись"),
+            (111, "записей"),
+            (112, "записей"),
+            (122, "записи"),
+        ] {
+            assert_eq!(ru.entries(n), format!("{n} {form}"));
+        }
+        assert_eq!(ru.days(1), "1 день");
+        assert_eq!(ru.days(3), "3 дня");
+        assert_eq!(ru.days(7), "7 дней");
+    }
+
+    #[test]
+    fn english_counts_are_singular_only_for_one() {
+        let en = Texts(Language::En);
+        assert_eq!(en.entries(0), "0 entries");
+        assert_eq!(en.entries(1), "1 entry");
+        assert_eq!(en.entries(2), "2 entries");
+        assert_eq!(en.entries(21), "21 entries");
+        assert_eq!(en.days(1), "1 day");
+        assert_eq!(en.days(30), "30 days");
+    }
+
+    #[test]
+    fn counted_sentences_agree_with_their_numbers() {
+        let (en, ru) = (Texts(Language::En), Texts(Language::Ru));
+        assert_eq!(en.stats_period(1, 1), "Last 1 day, 1 entry");
+        assert_eq!(en.stats_period(7, 5), "Last 7 days, 5 entries");
+        assert_eq!(ru.stats_period(7, 3), "За 7 дней: 3 записи");
+        assert_eq!(ru.stats_period(21, 21), "За 21 день: 21 запись");
+        assert_eq!(
+            en.deleted(1),
+            "Done: 1 entry and all your data are deleted."
+        );
+        assert_eq!(
+            ru.deleted(5),
+            "Готово: 5 записей и все твои данные удалены."
+        );
+        assert_eq!(en.stats_no_data(1), "No metrics in the last 1 day yet.");
+        assert_eq!(ru.stats_no_data(2), "За 2 дня метрик пока нет.");
     }
 }

@@ -839,3 +839,69 @@ async fn a_reply_telegram_cannot_parse_is_sent_again_as_plain_text() {
     assert!(!sent[0].text().contains("<b>"), "{}", sent[0].text());
     app.stop().await;
 }
+
+/// Issue 9 item 3: an entry's error sentence is in the user's stored language (`/lang`),
+/// not the one their Telegram client reports.
+#[tokio::test]
+async fn an_entry_error_is_told_in_the_language_set_with_lang_not_the_clients() {
+    use sqlx::Connection as _;
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram
+        .push_update(text_update_lang(41, 1, "/lang ru", "en"));
+    app.telegram.wait_sent(41, 1).await;
+    // From now on every new day log fails to insert, as on a full disk.
+    let url = format!("sqlite://{}/daylog.db", app.dir.path().display());
+    let mut conn = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("connect");
+    sqlx::query(
+        "CREATE TRIGGER refuse_logs BEFORE INSERT ON day_logs
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("trigger");
+    conn.close().await.expect("close");
+
+    app.telegram
+        .push_update(text_update_lang(41, 2, "A quiet day.", "en"));
+
+    let sent = app.telegram.wait_sent(41, 2).await;
+    let told = visible(sent[1].text());
+    let russian = daylog::texts::Texts(daylog::language::Language::Ru);
+    assert_eq!(told, russian.not_saved());
+    assert_eq!(sent[1].reply_to(), Some(2));
+    assert_eq!(app.count("SELECT count(*) FROM day_logs").await, 0);
+    app.stop().await;
+}
+
+/// Issue 9 item 8, SPEC §4.6: with no key configured the user is told that no AI provider
+/// is set up (not that the services are down); the entry is saved and stays pending.
+#[tokio::test]
+async fn with_no_key_configured_the_user_is_told_no_provider_is_set_up() {
+    let app = App::spawn_with(|env| {
+        for key in ["MISTRAL_API_KEY", "GEMINI_API_KEY", "GROQ_API_KEY"] {
+            env.remove(key);
+        }
+    })
+    .await;
+    app.telegram.push_update(text_update_lang(
+        42,
+        1,
+        "A day nobody can analyse yet.",
+        "ru",
+    ));
+
+    let sent = app.telegram.wait_sent(42, 1).await;
+    let told = visible(sent[0].text());
+    let russian = daylog::texts::Texts(daylog::language::Language::Ru);
+    assert_eq!(told, russian.saved_no_provider("MISTRAL_API_KEY"));
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE status = 'pending'")
+            .await,
+        1
+    );
+    assert_eq!(provider_requests(&app).await, 0, "nothing was called");
+    app.stop().await;
+}

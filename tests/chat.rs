@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -49,14 +50,20 @@ struct Chat {
 
 impl Chat {
     async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Like [`Chat::start`]; `configure` may change the environment first.
+    async fn start_with(configure: impl FnOnce(&mut HashMap<String, String>)) -> Self {
         support::init_test_tracing();
         let dir = tempfile::tempdir().expect("dir");
         let providers = Providers::start().await;
         providers.healthy().await;
         let telegram = FakeTelegram::start().await;
         let db = format!("sqlite://{}/daylog.db", dir.path().display());
-        let settings =
-            Arc::new(Settings::load_from(&test_env(&db, &telegram, &providers)).expect("settings"));
+        let mut env = test_env(&db, &telegram, &providers);
+        configure(&mut env);
+        let settings = Arc::new(Settings::load_from(&env).expect("settings"));
         let store = Store::open_and_migrate(&settings.database_url, settings.store.busy_timeout())
             .await
             .expect("store");
@@ -99,6 +106,70 @@ fn journal(settings: &Arc<Settings>, store: &Store) -> Arc<Journal> {
 
 fn english() -> Texts {
     Texts(daylog::language::Language::En)
+}
+
+/// From now on every insert of a day log fails, as on a full disk; users still update.
+async fn refuse_new_logs(chat: &Chat) {
+    use sqlx::Connection as _;
+    let url = format!("sqlite://{}/daylog.db", chat.dir.path().display());
+    let mut conn = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("connect");
+    sqlx::query(
+        "CREATE TRIGGER refuse_logs BEFORE INSERT ON day_logs
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("trigger");
+    conn.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn an_entry_that_cannot_be_saved_is_told_in_the_users_language() {
+    let chat = Chat::start().await;
+    let files = chat.dir.path().to_owned();
+    chat.talk(
+        1,
+        files.clone(),
+        b"/lang ru
+",
+    )
+    .await;
+    refuse_new_logs(&chat).await;
+
+    let printed = chat.talk(1, files, "Тихий день.\n".as_bytes()).await;
+
+    let russian = Texts(daylog::language::Language::Ru);
+    assert!(printed.contains(russian.not_saved()), "{printed}");
+    assert!(!printed.contains(english().not_saved()), "{printed}");
+    assert!(chat.texts_of(1).await.is_empty());
+}
+
+#[tokio::test]
+async fn with_no_key_at_all_the_entry_is_saved_and_the_terminal_says_what_to_set() {
+    let chat = Chat::start_with(|env| {
+        for key in ["MISTRAL_API_KEY", "GEMINI_API_KEY", "GROQ_API_KEY"] {
+            env.remove(key);
+        }
+    })
+    .await;
+
+    let printed = chat
+        .talk(1, chat.dir.path().to_owned(), b"A quiet day.\n")
+        .await;
+
+    assert!(
+        printed.contains(&english().saved_no_provider("MISTRAL_API_KEY")),
+        "{printed}"
+    );
+    assert!(!printed.contains(english().saved_pending()), "{printed}");
+    assert_eq!(chat.texts_of(1).await, ["A quiet day."]);
+    let status: String = sqlx::query_scalar("SELECT status FROM day_logs WHERE user_id = 1")
+        .fetch_one(chat.store.read_pool())
+        .await
+        .expect("status");
+    assert_eq!(status, "pending", "kept for when a key is set");
 }
 
 #[tokio::test]

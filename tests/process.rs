@@ -164,6 +164,63 @@ async fn daylog_chat_runs_the_pipeline_in_a_terminal_without_a_token() {
     assert!(!out.contains("<b>"), "plain text in a terminal");
 }
 
+/// Issue 9 item 8: `daylog chat` as a new user first runs it, with no key and no
+/// `RUST_LOG`: the reply says what is true (no AI provider has a key, the entry is saved,
+/// which key to add), counts agree with their numbers, and no log line reaches the
+/// terminal, on stdout or stderr.
+#[tokio::test]
+async fn daylog_chat_with_no_key_says_so_and_keeps_log_lines_off_the_terminal() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    let mut env = test_env(&db, &telegram, &providers);
+    for name in [
+        "TELOXIDE_TOKEN",
+        "RUST_LOG",
+        "MISTRAL_API_KEY",
+        "GEMINI_API_KEY",
+        "GROQ_API_KEY",
+    ] {
+        env.remove(name);
+    }
+    let mut chat = Command::new(env!("CARGO_BIN_EXE_daylog"))
+        .arg("chat")
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(&env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("chat starts");
+    let mut stdin = chat.stdin.take().expect("stdin");
+    stdin
+        .write_all(b"A first day with daylog.\n/delete\nyes\n")
+        .expect("write");
+    drop(stdin); // EOF ends the chat
+    let output = tokio::task::spawn_blocking(move || chat.wait_with_output())
+        .await
+        .expect("join")
+        .expect("output");
+    let out = String::from_utf8_lossy(&output.stdout);
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{out}\n{err}");
+    let english = daylog::texts::Texts(daylog::language::Language::En);
+    assert!(
+        out.contains(&english.saved_no_provider("MISTRAL_API_KEY")),
+        "{out}"
+    );
+    assert!(!out.contains(english.saved_pending()), "{out}");
+    assert!(out.contains("Done: 1 entry and"), "{out}");
+    for level in ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"] {
+        assert!(!out.contains(level), "a log line on stdout: {out}");
+    }
+    assert!(err.trim().is_empty(), "log lines on the terminal: {err}");
+}
+
 /// SPEC §4 and §9: a crash after the analysis is stored and before any reply reached the
 /// user. Telegram answers `sendMessage` with 500, so nothing can reach the user; the bot
 /// is killed (-9) once the log is 'analyzed' with `replied_at` NULL and its reply has

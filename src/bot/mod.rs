@@ -346,13 +346,17 @@ async fn handle_entry<B: TgBot>(
     let Some(incoming) = incoming(msg, text) else {
         return; // channel posts and the like have no sender to journal for
     };
-    let language = Language::from_code(incoming.language_code.as_deref());
+    let user_id = incoming.user_id;
+    let client_language = Language::from_code(incoming.language_code.as_deref());
     let result = if edited {
         journal.on_edit(messenger, incoming).await
     } else {
         journal.on_text(messenger, incoming).await
     };
     if let Err(error) = result {
+        // Like every other reply: the stored language (`/lang`); the client's only for a
+        // user the store does not know (yet).
+        let language = journal.language_or(user_id, client_language).await;
         report_entry_error(messenger, msg, language, &error).await;
     }
 }
@@ -364,17 +368,8 @@ async fn report_entry_error<B: TgBot>(
     error: &EntryError,
 ) {
     tracing::error!(%error, chat_id = msg.chat.id.0, "day log handling failed");
-    let texts = Texts(language);
-    let text = match error {
-        EntryError::NotSaved(_) => texts.not_saved(),
-        EntryError::Later(_) => texts.internal_error(),
-    };
-    send_logged(
-        messenger,
-        msg,
-        vec![Response::Text(Reply::new().text(text))],
-    )
-    .await;
+    let reply = Reply::new().text(error.sentence(language));
+    send_logged(messenger, msg, vec![Response::Text(reply)]).await;
 }
 
 async fn on_other<B: TgBot>(
@@ -428,7 +423,7 @@ async fn on_command<B: TgBot>(
             tracing::error!(%error, user_id, "command failed");
             let language = journal.language_of(user_id).await;
             vec![Response::Text(
-                Reply::new().text(Texts(language).internal_error()),
+                Reply::new().text(commands::failure_sentence(language)),
             )]
         }
     };
@@ -451,7 +446,7 @@ async fn on_callback<B: TgBot>(
                 Ok(reply) => reply,
                 Err(error) => {
                     tracing::error!(%error, user_id, "delete failed");
-                    Reply::new().text(Texts(language).internal_error())
+                    Reply::new().text(commands::failure_sentence(language))
                 }
             }
         }
