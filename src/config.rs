@@ -285,6 +285,14 @@ pub struct TaskSettings {
     pub steps: Vec<StepSettings>,
 }
 
+/// Voice notes (SPEC §11).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoiceSettings {
+    /// Longer notes are refused and not stored.
+    pub max_seconds: u32,
+}
+
 /// Everything from the TOML layers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -298,6 +306,8 @@ pub struct FileSettings {
     pub providers: BTreeMap<String, ProviderSettings>,
     pub analysis: TaskSettings,
     pub metrics: TaskSettings,
+    pub voice: VoiceSettings,
+    pub transcription: TaskSettings,
 }
 
 /// Values that only ever come from the environment.
@@ -604,7 +614,11 @@ fn validate(s: &FileSettings) -> Result<(), ConfigError> {
             ));
         }
     }
-    for (task, settings) in [("analysis", &s.analysis), ("metrics", &s.metrics)] {
+    for (task, settings) in [
+        ("analysis", &s.analysis),
+        ("metrics", &s.metrics),
+        ("transcription", &s.transcription),
+    ] {
         if settings.steps.is_empty() {
             return Err(ConfigError::invalid(
                 format!("{task}.steps"),
@@ -630,6 +644,24 @@ fn validate(s: &FileSettings) -> Result<(), ConfigError> {
                 ));
             }
         }
+    }
+    // Speech to text is a request shape of the `openai` wire format only (SPEC §11).
+    for (i, step) in s.transcription.steps.iter().enumerate() {
+        if s.providers
+            .get(&step.provider)
+            .is_some_and(|p| p.kind != ProviderKind::Openai)
+        {
+            return Err(ConfigError::invalid(
+                format!("transcription.steps[{i}].provider"),
+                format!(
+                    "`{}` is not kind = \"openai\": only OpenAI-compatible providers transcribe",
+                    step.provider
+                ),
+            ));
+        }
+    }
+    if s.voice.max_seconds == 0 {
+        return Err(ConfigError::invalid("voice.max_seconds", "must be above 0"));
     }
     Ok(())
 }
