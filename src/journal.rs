@@ -456,7 +456,10 @@ impl Journal {
             with_typing(messenger, log.chat_id, self.transcribe(messenger, &log, file_id)).await?;
         match transcribed {
             Transcribed::Text(log) => {
-                self.show_transcript(messenger, &log, language).await;
+                if !self.show_transcript(messenger, &log, language).await {
+                    // The analysis follows the transcript, never overtakes it.
+                    return self.postpone(&log).await;
+                }
                 self.analyse_and_answer(messenger, log, language, late, claim)
                     .await
             }
@@ -521,9 +524,26 @@ impl Journal {
         }
     }
 
+    /// The worker comes back to this log later without counting an attempt (a
+    /// transcript that could not be delivered yet).
+    async fn postpone(&self, log: &DayLog) -> Result<(), StoreError> {
+        let retry_in = self.settings.worker.retry_min();
+        if log.status == LogStatus::Pending {
+            self.store.defer(log.id, retry_in).await
+        } else {
+            self.store.delay_reply(log.id, retry_in).await
+        }
+    }
+
     /// Shows a voice note's transcript as a reply to it, once: it is recorded as shown
-    /// when it went out (or never can), and a delivery failure leaves it for the worker.
-    async fn show_transcript<M: Messenger>(&self, messenger: &M, log: &DayLog, language: Language) {
+    /// when it went out (or never can). `false` when delivery failed for now: then
+    /// nothing that follows from the transcript is sent before it.
+    async fn show_transcript<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        language: Language,
+    ) -> bool {
         let reply = Reply::new()
             .italic(Texts(language).transcript_title())
             .paragraph()
@@ -546,6 +566,7 @@ impl Journal {
         if shown && let Err(error) = self.store.mark_transcript_sent(log.id).await {
             tracing::error!(log_id = log.id, %error, "transcript sent but not recorded");
         }
+        shown
     }
 
     /// A new log is stored and claimed: analyse it and answer.
@@ -833,8 +854,9 @@ impl Journal {
             ..
         }) = &voice
             && !log.text.is_empty()
+            && !self.show_transcript(messenger, &log, language).await
         {
-            self.show_transcript(messenger, &log, language).await;
+            return self.postpone(&log).await;
         }
         match kind {
             Unfinished::Analyse => {
