@@ -96,7 +96,11 @@ pub trait Messenger: Send + Sync + 'static {
     /// the front end stored as its `file_id`. A front end without voice notes has none.
     fn fetch_audio(&self, file_id: &str) -> impl Future<Output = Result<Audio, FetchError>> + Send {
         let _ = file_id;
-        async { Err(FetchError::Gone("this front end has no recordings".to_owned())) }
+        async {
+            Err(FetchError::Gone(
+                "this front end has no recordings".to_owned(),
+            ))
+        }
     }
 }
 
@@ -419,7 +423,10 @@ impl Journal {
             (log, claim)
         };
         let Some(claim) = claim else {
-            tracing::warn!(log_id = log.id, "a new terminal voice note was already claimed");
+            tracing::warn!(
+                log_id = log.id,
+                "a new terminal voice note was already claimed"
+            );
             return Ok(());
         };
         self.voice_stored(messenger, log, &voice.file_id, user.language(), claim)
@@ -452,8 +459,12 @@ impl Journal {
         claim: Claim,
     ) -> Result<(), StoreError> {
         let texts = Texts(language);
-        let transcribed =
-            with_typing(messenger, log.chat_id, self.transcribe(messenger, &log, file_id)).await?;
+        let transcribed = with_typing(
+            messenger,
+            log.chat_id,
+            self.transcribe(messenger, &log, file_id),
+        )
+        .await?;
         match transcribed {
             Transcribed::Text(log) => {
                 if !self.show_transcript(messenger, &log, language).await {
@@ -465,15 +476,23 @@ impl Journal {
             }
             Transcribed::Pending => {
                 if !late {
-                    self.notify(messenger, &log, Reply::new().text(texts.saved_voice_pending()))
-                        .await;
+                    self.notify(
+                        messenger,
+                        &log,
+                        Reply::new().text(texts.saved_voice_pending()),
+                    )
+                    .await;
                 }
                 Ok(())
             }
             Transcribed::Gone => {
                 if self.store.mark_failed(log.id, &log.text).await? {
-                    self.answer(messenger, &log, Reply::new().text(texts.voice_unavailable()))
-                        .await;
+                    self.answer(
+                        messenger,
+                        &log,
+                        Reply::new().text(texts.voice_unavailable()),
+                    )
+                    .await;
                 }
                 Ok(())
             }
@@ -506,7 +525,11 @@ impl Journal {
         };
         let sink = self.store.call_sink(Some(log.id));
         match self.llm.transcribe(&audio, &sink).await {
-            Ok(completion) => match self.store.store_transcript(log.id, &completion.text).await? {
+            Ok(completion) => match self
+                .store
+                .store_transcript(log.id, &completion.text)
+                .await?
+            {
                 Some(log) => {
                     tracing::info!(log_id = log.id, provider = %completion.provider, model = %completion.model, chars = log.text.chars().count(), "voice note transcribed");
                     Ok(Transcribed::Text(log))
@@ -877,7 +900,14 @@ impl Journal {
                 if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
                     // Stored, never transcribed: start from the recording.
                     return self
-                        .transcribe_and_answer(messenger, log, &voice.file_id, language, true, claim)
+                        .transcribe_and_answer(
+                            messenger,
+                            log,
+                            &voice.file_id,
+                            language,
+                            true,
+                            claim,
+                        )
                         .await;
                 }
                 self.analyse_and_answer(messenger, log, language, true, claim)

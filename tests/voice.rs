@@ -65,8 +65,13 @@ async fn a_voice_note_is_stored_transcribed_shown_back_and_analysed() {
     app.telegram
         .add_file("voice-1", "voice/file_1.oga", &voice_fixture());
 
-    app.telegram
-        .push_update(voice_update(7, 20, "voice-1", 3, voice_fixture().len() as u64));
+    app.telegram.push_update(voice_update(
+        7,
+        20,
+        "voice-1",
+        3,
+        voice_fixture().len() as u64,
+    ));
     let sent = app.telegram.wait_sent(7, 2).await;
 
     // The transcript first, escaped, as a reply to the voice note.
@@ -84,7 +89,10 @@ async fn a_voice_note_is_stored_transcribed_shown_back_and_analysed() {
     assert!(analysis.contains(ANALYSIS_TEXT), "{analysis}");
     assert_eq!(sent[1].reply_to(), Some(20));
     // Downloaded through the Bot API base URL, with the file_path getFile gave.
-    assert_eq!(app.telegram.downloads(), vec!["voice/file_1.oga".to_owned()]);
+    assert_eq!(
+        app.telegram.downloads(),
+        vec!["voice/file_1.oga".to_owned()]
+    );
     // The analysis prompt knows the entry is a transcript.
     let prompts = analysis_system_prompts(&app.providers).await;
     assert!(
@@ -98,14 +106,20 @@ async fn a_voice_note_is_stored_transcribed_shown_back_and_analysed() {
             == 1
     })
     .await;
-    let row: (String, String, String, Option<String>, Option<i64>, Option<String>) =
-        sqlx::query_as(
-            "SELECT kind, text, status, file_id, duration_s, transcript_sent_at FROM day_logs
+    let row: (
+        String,
+        String,
+        String,
+        Option<String>,
+        Option<i64>,
+        Option<String>,
+    ) = sqlx::query_as(
+        "SELECT kind, text, status, file_id, duration_s, transcript_sent_at FROM day_logs
              WHERE chat_id = 7 AND message_id = 20",
-        )
-        .fetch_one(app.store.read_pool())
-        .await
-        .expect("row");
+    )
+    .fetch_one(app.store.read_pool())
+    .await
+    .expect("row");
     assert_eq!(row.0, "voice");
     assert_eq!(row.1, TRANSCRIPT, "the transcript is the entry's text");
     assert_eq!(row.2, "analyzed");
@@ -133,8 +147,13 @@ async fn an_audio_file_is_journaled_like_a_voice_note() {
     app.telegram
         .add_file("audio-1", "music/file_2.ogg", &voice_fixture());
 
-    app.telegram
-        .push_update(audio_update(9, 5, "audio-1", 3, voice_fixture().len() as u64));
+    app.telegram.push_update(audio_update(
+        9,
+        5,
+        "audio-1",
+        3,
+        voice_fixture().len() as u64,
+    ));
     let sent = app.telegram.wait_sent(9, 2).await;
 
     assert!(visible(sent[0].text()).contains(TRANSCRIPT));
@@ -151,7 +170,8 @@ async fn a_too_long_or_too_large_voice_note_is_refused_politely_and_nothing_is_s
         .add_file("long", "voice/long.oga", &voice_fixture());
 
     // Over the default voice.max_seconds (600), then over Telegram's 20 MB.
-    app.telegram.push_update(voice_update(11, 1, "long", 601, 4000));
+    app.telegram
+        .push_update(voice_update(11, 1, "long", 601, 4000));
     app.telegram
         .push_update(voice_update(11, 2, "long", 60, 21 * 1024 * 1024));
     let sent = app.telegram.wait_sent(11, 2).await;
@@ -181,8 +201,13 @@ async fn a_voice_note_survives_a_transcription_outage_and_is_answered_once_later
     app.telegram
         .add_file("voice-2", "voice/file_2.oga", &voice_fixture());
 
-    app.telegram
-        .push_update(voice_update(12, 3, "voice-2", 3, voice_fixture().len() as u64));
+    app.telegram.push_update(voice_update(
+        12,
+        3,
+        "voice-2",
+        3,
+        voice_fixture().len() as u64,
+    ));
     let sent = app.telegram.wait_sent(12, 1).await;
     let notice = visible(sent[0].text());
     assert!(notice.contains("Saved your voice note"), "{notice}");
@@ -199,9 +224,17 @@ async fn a_voice_note_survives_a_transcription_outage_and_is_answered_once_later
     app.providers.healthy().await;
     app.providers.answer_transcription(TRANSCRIPT).await;
     let sent = app.telegram.wait_sent(12, 3).await;
-    assert!(visible(sent[1].text()).contains(TRANSCRIPT), "{}", sent[1].text());
+    assert!(
+        visible(sent[1].text()).contains(TRANSCRIPT),
+        "{}",
+        sent[1].text()
+    );
     assert_eq!(sent[1].reply_to(), Some(3));
-    assert!(visible(sent[2].text()).contains(ANALYSIS_TEXT), "{}", sent[2].text());
+    assert!(
+        visible(sent[2].text()).contains(ANALYSIS_TEXT),
+        "{}",
+        sent[2].text()
+    );
     wait_until(|| async {
         app.count(
             "SELECT count(*) FROM day_logs WHERE status = 'analyzed' AND replied_at IS NOT NULL",
@@ -235,8 +268,13 @@ async fn a_failed_download_is_retried_by_the_worker_from_the_stored_file_id() {
         .add_file("voice-3", "voice/file_3.oga", &voice_fixture());
     app.telegram.fail_downloads(1);
 
-    app.telegram
-        .push_update(voice_update(13, 4, "voice-3", 3, voice_fixture().len() as u64));
+    app.telegram.push_update(voice_update(
+        13,
+        4,
+        "voice-3",
+        3,
+        voice_fixture().len() as u64,
+    ));
     let sent = app.telegram.wait_sent(13, 3).await;
 
     assert!(visible(sent[0].text()).contains("Saved your voice note"));
@@ -326,12 +364,25 @@ async fn a_transcript_lost_to_a_telegram_outage_is_shown_later_and_before_the_an
         serde_json::json!({"ok": false, "error_code": 502, "description": "Bad Gateway"}),
     );
 
-    app.telegram
-        .push_update(voice_update(14, 6, "voice-4", 3, voice_fixture().len() as u64));
+    app.telegram.push_update(voice_update(
+        14,
+        6,
+        "voice-4",
+        3,
+        voice_fixture().len() as u64,
+    ));
     let sent = app.telegram.wait_sent(14, 2).await;
 
-    assert!(visible(sent[0].text()).contains(TRANSCRIPT), "{}", sent[0].text());
-    assert!(visible(sent[1].text()).contains(ANALYSIS_TEXT), "{}", sent[1].text());
+    assert!(
+        visible(sent[0].text()).contains(TRANSCRIPT),
+        "{}",
+        sent[0].text()
+    );
+    assert!(
+        visible(sent[1].text()).contains(ANALYSIS_TEXT),
+        "{}",
+        sent[1].text()
+    );
     wait_until(|| async {
         app.count("SELECT count(*) FROM day_logs WHERE replied_at IS NOT NULL")
             .await

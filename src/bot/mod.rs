@@ -16,17 +16,17 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use backon::{ExponentialBuilder, Retryable as _};
+use futures::StreamExt as _;
 use teloxide::adaptors::throttle::Limits;
 use teloxide::dispatching::{UpdateHandler, dialogue::GetChatId};
 use teloxide::error_handlers::LoggingErrorHandler;
+use teloxide::net::Download;
 use teloxide::prelude::*;
+use teloxide::types::FileId;
 use teloxide::types::{
     BotCommand, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, MessageId,
     ParseMode, ReplyParameters,
 };
-use futures::StreamExt as _;
-use teloxide::net::Download;
-use teloxide::types::FileId;
 use teloxide::update_listeners::Polling;
 use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
@@ -34,8 +34,8 @@ use tokio_util::sync::CancellationToken;
 use crate::commands::{self, Command};
 use crate::config::Settings;
 use crate::journal::{
-    EntryError, FetchError, Incoming, IncomingVoice, Journal, MAX_VOICE_BYTES, Messenger,
-    Response, SendError, Target,
+    EntryError, FetchError, Incoming, IncomingVoice, Journal, MAX_VOICE_BYTES, Messenger, Response,
+    SendError, Target,
 };
 use crate::language::Language;
 use crate::llm::{Audio, Llm};

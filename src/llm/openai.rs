@@ -210,8 +210,8 @@ fn parse_transcription(status: StatusCode, body: &[u8]) -> Result<String, LlmErr
         status: status.as_u16(),
         reason,
     };
-    let response: TranscriptionResponse = serde_json::from_slice(body)
-        .map_err(|e| unusable(format!("not a transcription: {e}")))?;
+    let response: TranscriptionResponse =
+        serde_json::from_slice(body).map_err(|e| unusable(format!("not a transcription: {e}")))?;
     let text = response.text.trim();
     if text.is_empty() {
         return Err(unusable("empty transcript".to_owned()));

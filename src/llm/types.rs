@@ -180,7 +180,11 @@ mod tests {
         ];
         for (source, name, mime) in table {
             let audio = Audio::named(source, bytes::Bytes::new());
-            assert_eq!((audio.file_name.as_str(), audio.mime.as_str()), (name, mime), "{source}");
+            assert_eq!(
+                (audio.file_name.as_str(), audio.mime.as_str()),
+                (name, mime),
+                "{source}"
+            );
         }
     }
 }

@@ -458,7 +458,8 @@ pub const TRANSCRIPT: &str = "I went for a long run <today> & slept well.";
 
 /// A real Ogg Opus voice note (2.8 s of espeak-ng speech, 3.7 KB).
 pub fn voice_fixture() -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/audio/note.ogg");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/audio/note.ogg");
     std::fs::read(&path).expect("voice fixture")
 }
 

@@ -557,7 +557,13 @@ pub fn callback_update(user_id: i64, data: &str, message_id: i64) -> Value {
 }
 
 /// A voice note from `user_id` (file `file_id`, `duration` seconds, `size` bytes).
-pub fn voice_update(user_id: i64, message_id: i64, file_id: &str, duration: u32, size: u64) -> Value {
+pub fn voice_update(
+    user_id: i64,
+    message_id: i64,
+    file_id: &str,
+    duration: u32,
+    size: u64,
+) -> Value {
     json!({"message": {
         "message_id": message_id,
         "date": 1_764_460_800,
@@ -569,7 +575,13 @@ pub fn voice_update(user_id: i64, message_id: i64, file_id: &str, duration: u32,
 }
 
 /// An audio file (music player attachment) from `user_id`.
-pub fn audio_update(user_id: i64, message_id: i64, file_id: &str, duration: u32, size: u64) -> Value {
+pub fn audio_update(
+    user_id: i64,
+    message_id: i64,
+    file_id: &str,
+    duration: u32,
+    size: u64,
+) -> Value {
     json!({"message": {
         "message_id": message_id,
         "date": 1_764_460_800,
