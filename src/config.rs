@@ -864,6 +864,28 @@ mod tests {
     }
 
     #[test]
+    fn voice_defaults_and_transcription_only_on_openai_providers() {
+        let s = load(&[]).expect("defaults load");
+        assert_eq!(s.voice.max_seconds, 600);
+        let models: Vec<&str> = s
+            .transcription
+            .steps
+            .iter()
+            .map(|step| step.model.as_str())
+            .collect();
+        assert_eq!(models, ["whisper-large-v3-turbo", "whisper-large-v3"]);
+        assert_eq!(s.transcription.steps[0].provider, "groq");
+
+        let file = write_config("[[transcription.steps]]\nprovider = \"gemini\"\nmodel = \"x\"\n");
+        let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);
+        assert_eq!(key, "transcription.steps[0].provider");
+        assert_eq!(
+            error_key(&[("DAYLOG__VOICE__MAX_SECONDS", "0")]),
+            "voice.max_seconds"
+        );
+    }
+
+    #[test]
     fn unknown_step_provider_is_named() {
         let file = write_config("[[metrics.steps]]\nprovider = \"openrouter\"\nmodel = \"x\"\n");
         let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);

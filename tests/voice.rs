@@ -398,3 +398,96 @@ async fn a_transcript_lost_to_a_telegram_outage_is_shown_later_and_before_the_an
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn the_voice_migration_keeps_every_llm_call_and_lets_transcriptions_in() {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}/old.db?mode=rwc", dir.path().display());
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("db");
+    let all = sqlx::migrate!("./migrations");
+    let mut before = sqlx::migrate!("./migrations");
+    before.migrations = all
+        .migrations
+        .iter()
+        .filter(|m| m.version < 20261201000009)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    before.run(&pool).await.expect("older migrations");
+    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (1, 1)")
+        .execute(&pool)
+        .await
+        .expect("user");
+    sqlx::query(
+        "INSERT INTO day_logs (id, user_id, chat_id, message_id, text) VALUES (5, 1, 1, 1, 'old')",
+    )
+    .execute(&pool)
+    .await
+    .expect("log");
+    for (task, outcome) in [("analysis", "ok"), ("metrics", "retryable")] {
+        sqlx::query(
+            "INSERT INTO llm_calls (day_log_id, task, provider, model, key_index, attempt,
+                 http_status, outcome, latency_ms, wait_ms, error)
+             VALUES (5, ?1, 'groq', 'm', 0, 1, 200, ?2, 12, 3, 'e')",
+        )
+        .bind(task)
+        .bind(outcome)
+        .execute(&pool)
+        .await
+        .expect("old call");
+    }
+    let rejected = sqlx::query(
+        "INSERT INTO llm_calls (task, provider, model, attempt, outcome)
+         VALUES ('transcription', 'groq', 'w', 1, 'ok')",
+    )
+    .execute(&pool)
+    .await;
+    assert!(rejected.is_err(), "the old CHECK refuses transcriptions");
+
+    all.run(&pool).await.expect("voice migration");
+
+    let kept: Vec<(i64, String, String, i64, i64, Option<String>)> = sqlx::query_as(
+        "SELECT day_log_id, task, outcome, latency_ms, wait_ms, error FROM llm_calls ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("calls");
+    assert_eq!(
+        kept,
+        vec![
+            (5, "analysis".into(), "ok".into(), 12, 3, Some("e".into())),
+            (
+                5,
+                "metrics".into(),
+                "retryable".into(),
+                12,
+                3,
+                Some("e".into())
+            ),
+        ]
+    );
+    sqlx::query(
+        "INSERT INTO llm_calls (day_log_id, task, provider, model, attempt, outcome)
+         VALUES (5, 'transcription', 'groq', 'w', 1, 'ok')",
+    )
+    .execute(&pool)
+    .await
+    .expect("transcriptions are accepted");
+    let kind: String = sqlx::query_scalar("SELECT kind FROM day_logs WHERE id = 5")
+        .fetch_one(&pool)
+        .await
+        .expect("kind");
+    assert_eq!(kind, "text", "logs stored before are text");
+    let bad = sqlx::query("UPDATE day_logs SET kind = 'video' WHERE id = 5")
+        .execute(&pool)
+        .await;
+    assert!(bad.is_err(), "kind is text or voice");
+    // The index of the rebuilt table is back.
+    let indexed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'llm_calls_day_log'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("index");
+    assert_eq!(indexed, 1);
+}
