@@ -53,8 +53,8 @@ impl Texts {
 
     pub fn only_text(self) -> &'static str {
         self.pick(
-            "I only keep text entries. Tell me about your day in words.",
-            "Я сохраняю только текстовые записи. Расскажи о своём дне словами.",
+            "I only keep text entries and voice notes. Tell me about your day in words, or out loud.",
+            "Я сохраняю только текстовые записи и голосовые. Расскажи о своём дне словами или голосом.",
         )
     }
 

@@ -491,3 +491,28 @@ async fn the_voice_migration_keeps_every_llm_call_and_lets_transcriptions_in() {
     .expect("index");
     assert_eq!(indexed, 1);
 }
+
+#[tokio::test]
+async fn a_redelivered_voice_update_is_transcribed_and_answered_once() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.providers.answer_transcription(TRANSCRIPT).await;
+    app.telegram
+        .add_file("voice-5", "voice/file_5.oga", &voice_fixture());
+    let update = voice_update(15, 8, "voice-5", 3, voice_fixture().len() as u64);
+
+    app.telegram.push_update(update.clone());
+    app.telegram.wait_sent(15, 2).await;
+    // Telegram re-delivers it. One chat's updates are handled in order, so the answer
+    // to a text sent after it marks the re-delivery as handled.
+    app.telegram.push_update(update);
+    app.telegram
+        .push_update(support::telegram::text_update(15, 9, "And in words."));
+    app.telegram.wait_sent(15, 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    assert_eq!(app.telegram.sent_to(15).len(), 3);
+    assert_eq!(app.count("SELECT count(*) FROM day_logs").await, 2);
+    assert_eq!(app.providers.transcription_requests().await, 1);
+    app.stop().await;
+}
