@@ -152,6 +152,8 @@ enum Transcribed {
     Gone,
     /// Someone else stored a transcript meanwhile (or the log is no longer pending).
     Superseded,
+    /// The recording has no words in it (silence, noise): nothing to analyse.
+    NoWords,
 }
 
 /// What became of one analysis round.
@@ -496,6 +498,13 @@ impl Journal {
                 }
                 Ok(())
             }
+            Transcribed::NoWords => {
+                if self.store.mark_failed(log.id, &log.text).await? {
+                    self.answer(messenger, &log, Reply::new().text(texts.voice_no_words()))
+                        .await;
+                }
+                Ok(())
+            }
             Transcribed::Superseded => Ok(()),
         }
     }
@@ -525,6 +534,10 @@ impl Journal {
         };
         let sink = self.store.call_sink(Some(log.id));
         match self.llm.transcribe(&audio, &sink).await {
+            Ok(completion) if completion.text.is_empty() => {
+                tracing::info!(log_id = log.id, provider = %completion.provider, model = %completion.model, "voice note has no words");
+                Ok(Transcribed::NoWords)
+            }
             Ok(completion) => match self
                 .store
                 .store_transcript(log.id, &completion.text)

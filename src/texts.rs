@@ -335,4 +335,12 @@ impl Texts {
             Language::Ru => format!("Не могу прочитать запись {path}: ничего не сохранено."),
         }
     }
+
+    /// The transcription heard no words in a voice note (silence, noise).
+    pub fn voice_no_words(self) -> &'static str {
+        self.pick(
+            "I saved your voice note, but I could not make out any words in it. Please try again, a little closer to the microphone, or write to me.",
+            "Я сохранил голосовое, но не смог разобрать в нём ни слова. Попробуй ещё раз, чуть ближе к микрофону, или напиши текстом.",
+        )
+    }
 }

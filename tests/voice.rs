@@ -516,3 +516,39 @@ async fn a_redelivered_voice_update_is_transcribed_and_answered_once() {
     assert_eq!(app.providers.transcription_requests().await, 1);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_voice_note_with_no_words_is_answered_once_and_not_transcribed_again() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.providers.answer_transcription("  ").await;
+    app.telegram
+        .add_file("voice-6", "voice/file_6.oga", &voice_fixture());
+
+    app.telegram.push_update(voice_update(
+        16,
+        2,
+        "voice-6",
+        3,
+        voice_fixture().len() as u64,
+    ));
+    let sent = app.telegram.wait_sent(16, 1).await;
+
+    let answer = visible(sent[0].text());
+    assert!(answer.contains("could not make out any words"), "{answer}");
+    assert_eq!(sent[0].reply_to(), Some(2));
+    wait_until(|| async {
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE status = 'failed' AND replied_at IS NOT NULL",
+        )
+        .await
+            == 1
+    })
+    .await;
+    // The worker polls every 100 ms in tests: a pending log would be tried again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(app.providers.transcription_requests().await, 1);
+    assert_eq!(app.providers.analysis_requests().await, 0);
+    assert_eq!(app.telegram.sent_to(16).len(), 1);
+    app.stop().await;
+}

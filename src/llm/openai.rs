@@ -203,20 +203,15 @@ fn transcription_request(
     )
 }
 
-/// The transcript; an empty one (silence, noise) is unusable, so the next model is
-/// asked and the log keeps waiting rather than becoming an empty entry.
+/// The transcript, trimmed. An empty one is an answer, not a failure: Whisper heard no
+/// words (silence, noise), and asking again would hear none either.
 fn parse_transcription(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
-    let unusable = |reason: String| LlmError::Unusable {
-        status: status.as_u16(),
-        reason,
-    };
     let response: TranscriptionResponse =
-        serde_json::from_slice(body).map_err(|e| unusable(format!("not a transcription: {e}")))?;
-    let text = response.text.trim();
-    if text.is_empty() {
-        return Err(unusable("empty transcript".to_owned()));
-    }
-    Ok(text.to_owned())
+        serde_json::from_slice(body).map_err(|e| LlmError::Unusable {
+            status: status.as_u16(),
+            reason: format!("not a transcription: {e}"),
+        })?;
+    Ok(response.text.trim().to_owned())
 }
 
 fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
@@ -302,13 +297,18 @@ mod tests {
     }
 
     #[test]
-    fn a_transcript_is_its_text_and_an_empty_one_is_unusable() {
+    fn a_transcript_is_its_text_and_a_malformed_one_is_unusable() {
         let ok = br#"{"text":" I ran ten kilometres today. ","x_groq":{"id":"req_1"}}"#;
         assert_eq!(
             parse_transcription(StatusCode::OK, ok).unwrap(),
             "I ran ten kilometres today."
         );
-        for body in [&br#"{"text":"  "}"#[..], br#"{"error":"x"}"#, b"<html>"] {
+        assert_eq!(
+            parse_transcription(StatusCode::OK, br#"{"text":"  "}"#).unwrap(),
+            "",
+            "no words heard is an answer"
+        );
+        for body in [&br#"{"error":"x"}"#[..], br#"{"text":null}"#, b"<html>"] {
             let err = parse_transcription(StatusCode::OK, body).unwrap_err();
             assert!(matches!(err, LlmError::Unusable { .. }), "{err:?}");
         }
