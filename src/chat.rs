@@ -2,6 +2,9 @@
 //! user (`--user`), commands work as in Telegram, replies are printed as plain text.
 //! Charts and exports are written as files in the working directory. The background
 //! worker runs too, so an analysis that had to wait still arrives while the chat is open.
+//! `/voice path/to/note.ogg` journals a recording through the same transcription path as
+//! a Telegram voice note; the file is read into memory (again, should the worker resume
+//! it), and its path is what the log stores as its `file_id`.
 //!
 //! Nothing a line does ends the session: bytes that are not UTF-8 are replaced (and the
 //! user told), a file that cannot be written and a command that fails get a sentence,
@@ -20,9 +23,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::{self, Command};
 use crate::config::Settings;
-use crate::journal::{Journal, Messenger, Response, SendError, Target};
+use crate::journal::{
+    FetchError, IncomingVoice, Journal, MAX_VOICE_BYTES, Messenger, Response, SendError, Target,
+};
 use crate::language::Language;
-use crate::llm::Llm;
+use crate::llm::{Audio, Llm};
 use crate::render;
 use crate::store::{FrontEnd, NewUser, Store};
 use crate::texts::Texts;
@@ -93,6 +98,55 @@ impl Messenger for Terminal {
     }
 
     async fn typing(&self, _chat_id: i64) {}
+
+    async fn fetch_audio(&self, file_id: &str) -> Result<Audio, FetchError> {
+        let path = std::path::Path::new(file_id);
+        let bytes = read_recording(path).await?;
+        Ok(Audio::named(file_id, bytes.into()))
+    }
+}
+
+/// Reads a recording into memory, refusing one over the download limit before reading.
+async fn read_recording(path: &std::path::Path) -> Result<Vec<u8>, FetchError> {
+    let gone_or_not = |error: std::io::Error| match error.kind() {
+        std::io::ErrorKind::NotFound
+        | std::io::ErrorKind::PermissionDenied
+        | std::io::ErrorKind::IsADirectory => FetchError::Gone(error.to_string()),
+        _ => FetchError::Transient(error.to_string()),
+    };
+    let size = tokio::fs::metadata(path).await.map_err(gone_or_not)?.len();
+    if size > MAX_VOICE_BYTES {
+        return Err(FetchError::Gone(format!("{size} bytes, over 20 MB")));
+    }
+    tokio::fs::read(path).await.map_err(gone_or_not)
+}
+
+/// The length of an Ogg (Opus or Vorbis) recording in whole seconds, rounded up: the
+/// last page's granule position over the sample rate. `None` for anything else.
+pub fn ogg_duration_s(bytes: &[u8]) -> Option<u32> {
+    const CAPTURE: &[u8] = b"OggS";
+    let rate = if find(bytes, b"OpusHead").is_some() {
+        // Opus granule positions always count 48 kHz samples.
+        48_000
+    } else {
+        let at = find(bytes, b"\x01vorbis")? + 7;
+        let raw = bytes.get(at + 5..at + 9)?;
+        u64::from(u32::from_le_bytes(raw.try_into().ok()?))
+    };
+    if rate == 0 {
+        return None;
+    }
+    let last = bytes.windows(CAPTURE.len()).rposition(|w| w == CAPTURE)?;
+    let granule = bytes.get(last + 6..last + 14)?;
+    let samples = u64::from_le_bytes(granule.try_into().ok()?);
+    if samples == u64::MAX {
+        return None; // a page with no packet end: no position
+    }
+    u32::try_from(samples.div_ceil(rate)).ok()
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Runs the chat until stdin ends.
@@ -241,6 +295,50 @@ impl Session {
         }
     }
 
+    /// `/voice path`: a recording journaled like a Telegram voice note.
+    async fn voice(&mut self, path: &str, language: Language) -> std::io::Result<()> {
+        let texts = Texts(language);
+        if path.is_empty() {
+            return self.terminal.print(texts.voice_usage());
+        }
+        let path = std::path::absolute(path).unwrap_or_else(|_| PathBuf::from(path));
+        let size = match tokio::fs::metadata(&path).await {
+            Ok(meta) if meta.is_file() => meta.len(),
+            Ok(_) | Err(_) => {
+                return self
+                    .terminal
+                    .print(&texts.voice_file_unreadable(&path.display().to_string()));
+            }
+        };
+        // Read once here for its length; the journal reads it again to transcribe it, as
+        // the worker would after a restart.
+        let duration_s = match read_recording(&path).await {
+            Ok(bytes) => ogg_duration_s(&bytes),
+            Err(_) => None,
+        };
+        let voice = IncomingVoice {
+            user_id: self.user,
+            chat_id: self.user,
+            message_id: 0,
+            username: None,
+            language_code: None,
+            file_id: path.display().to_string(),
+            duration_s,
+            file_size: Some(size),
+        };
+        match self
+            .journal
+            .on_terminal_voice(self.terminal.as_ref(), voice)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                tracing::error!(%error, user_id = self.user, "voice note handling failed");
+                self.terminal.print(error.sentence(language))
+            }
+        }
+    }
+
     async fn command(&mut self, line: &str, language: Language) -> std::io::Result<()> {
         let texts = Texts(language);
         // A command may come before any entry: the user must exist for `/lang` to stick.
@@ -252,6 +350,11 @@ impl Session {
         };
         if let Err(error) = self.journal.store.upsert_user(&new_user).await {
             tracing::error!(%error, user_id = self.user, "could not store the terminal user");
+        }
+        if let Some(rest) = line.strip_prefix("/voice")
+            && (rest.is_empty() || rest.starts_with(char::is_whitespace))
+        {
+            return self.voice(rest.trim(), language).await;
         }
         let responses = match Command::parse(line, "") {
             Ok(command) => match commands::respond(&self.journal, self.user, command).await {
@@ -271,5 +374,44 @@ impl Session {
             .iter()
             .any(|r| matches!(r, Response::ConfirmDelete { .. }));
         self.terminal.show(responses, language)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ogg_duration_s;
+
+    /// An Ogg page header: capture pattern, version, flags, granule position, serial,
+    /// sequence, checksum (not checked here), one segment of `body`.
+    fn page(granule: u64, body: &[u8]) -> Vec<u8> {
+        let mut page = b"OggS\x00\x00".to_vec();
+        page.extend_from_slice(&granule.to_le_bytes());
+        page.extend_from_slice(&[0; 12]);
+        page.push(1);
+        page.push(u8::try_from(body.len()).unwrap_or(u8::MAX));
+        page.extend_from_slice(body);
+        page
+    }
+
+    #[test]
+    fn ogg_duration_is_the_last_granule_over_the_rate() {
+        let mut opus = page(0, b"OpusHead\x01\x01\x38\x01\x80\xbb\x00\x00\x00\x00\x00");
+        opus.extend(page(48_000 * 3 + 1, b"audio"));
+        assert_eq!(ogg_duration_s(&opus), Some(4));
+
+        let mut vorbis = page(0, b"\x01vorbis\x00\x00\x00\x00\x01\x44\xac\x00\x00");
+        vorbis.extend(page(44_100 * 2, b"audio"));
+        assert_eq!(ogg_duration_s(&vorbis), Some(2));
+
+        assert_eq!(ogg_duration_s(b"RIFF....WAVE"), None);
+        assert_eq!(ogg_duration_s(b""), None);
+        assert_eq!(ogg_duration_s(b"OpusHead"), None, "no page");
+    }
+
+    #[test]
+    fn the_fixture_voice_note_lasts_three_seconds() {
+        // 2.8 s of speech (espeak-ng, opusenc), rounded up.
+        let note = include_bytes!("../tests/fixtures/audio/note.ogg");
+        assert_eq!(ogg_duration_s(note), Some(3));
     }
 }

@@ -306,6 +306,14 @@ pub struct TaskSettings {
     pub steps: Vec<StepSettings>,
 }
 
+/// Voice notes (SPEC §11).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoiceSettings {
+    /// Longer notes are refused and not stored.
+    pub max_seconds: u32,
+}
+
 /// Everything from the TOML layers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -320,6 +328,8 @@ pub struct FileSettings {
     pub providers: BTreeMap<String, ProviderSettings>,
     pub analysis: TaskSettings,
     pub metrics: TaskSettings,
+    pub voice: VoiceSettings,
+    pub transcription: TaskSettings,
 }
 
 /// Values that only ever come from the environment.
@@ -782,7 +792,11 @@ fn validate(s: &FileSettings) -> Result<(), ConfigError> {
             ));
         }
     }
-    for (task, settings) in [("analysis", &s.analysis), ("metrics", &s.metrics)] {
+    for (task, settings) in [
+        ("analysis", &s.analysis),
+        ("metrics", &s.metrics),
+        ("transcription", &s.transcription),
+    ] {
         if settings.steps.is_empty() {
             return Err(ConfigError::invalid(
                 format!("{task}.steps"),
@@ -808,6 +822,24 @@ fn validate(s: &FileSettings) -> Result<(), ConfigError> {
                 ));
             }
         }
+    }
+    // Speech to text is a request shape of the `openai` wire format only (SPEC §11).
+    for (i, step) in s.transcription.steps.iter().enumerate() {
+        if s.providers
+            .get(&step.provider)
+            .is_some_and(|p| p.kind != ProviderKind::Openai)
+        {
+            return Err(ConfigError::invalid(
+                format!("transcription.steps[{i}].provider"),
+                format!(
+                    "`{}` is not kind = \"openai\": only OpenAI-compatible providers transcribe",
+                    step.provider
+                ),
+            ));
+        }
+    }
+    if s.voice.max_seconds == 0 {
+        return Err(ConfigError::invalid("voice.max_seconds", "must be above 0"));
     }
     Ok(())
 }
@@ -1007,6 +1039,28 @@ mod tests {
         assert!(!debug.contains("telegram-secret"), "{debug}");
         assert!(debug.contains("redacted"));
         assert_eq!(format!("{:?}", ApiKey::new("abc")), "ApiKey(<redacted>)");
+    }
+
+    #[test]
+    fn voice_defaults_and_transcription_only_on_openai_providers() {
+        let s = load(&[]).expect("defaults load");
+        assert_eq!(s.voice.max_seconds, 600);
+        let models: Vec<&str> = s
+            .transcription
+            .steps
+            .iter()
+            .map(|step| step.model.as_str())
+            .collect();
+        assert_eq!(models, ["whisper-large-v3-turbo", "whisper-large-v3"]);
+        assert_eq!(s.transcription.steps[0].provider, "groq");
+
+        let file = write_config("[[transcription.steps]]\nprovider = \"gemini\"\nmodel = \"x\"\n");
+        let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);
+        assert_eq!(key, "transcription.steps[0].provider");
+        assert_eq!(
+            error_key(&[("DAYLOG__VOICE__MAX_SECONDS", "0")]),
+            "voice.max_seconds"
+        );
     }
 
     #[test]

@@ -21,10 +21,11 @@ use std::time::Duration;
 use crate::analysis::{self, DayPoint, Metrics, UserContext};
 use crate::config::Settings;
 use crate::language::Language;
-use crate::llm::{CascadeError, Llm, Task};
+use crate::llm::{Audio, CascadeError, Llm, Task};
 use crate::render::Reply;
 use crate::store::{
-    DayLog, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store, StoreError, Unfinished,
+    DayLog, FrontEnd, Inserted, LogStatus, NewLog, NewUser, NewVoiceLog, Store, StoreError,
+    Unfinished, VoiceNote,
 };
 use crate::texts::Texts;
 
@@ -65,6 +66,20 @@ pub enum SendError {
     Gone(String),
 }
 
+/// Why a voice note's recording could not be fetched.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FetchError {
+    /// Worth trying again later (network, Telegram down).
+    #[error("temporary download failure: {0}")]
+    Transient(String),
+    /// Never fetchable (the file is gone, or too large to download).
+    #[error("recording unavailable: {0}")]
+    Gone(String),
+}
+
+/// Telegram's download limit for bots; larger recordings are refused (SPEC §11).
+pub const MAX_VOICE_BYTES: u64 = 20 * 1024 * 1024;
+
 /// A front end's way to answer.
 pub trait Messenger: Send + Sync + 'static {
     fn send(
@@ -76,6 +91,17 @@ pub trait Messenger: Send + Sync + 'static {
     /// Shows that the bot is working (Telegram's "typing…"); may do nothing. It must
     /// return quickly (fire and forget): the analysis waits while it runs.
     fn typing(&self, chat_id: i64) -> impl Future<Output = ()> + Send;
+
+    /// The recording of a voice note, in memory only (never written to disk), by what
+    /// the front end stored as its `file_id`. A front end without voice notes has none.
+    fn fetch_audio(&self, file_id: &str) -> impl Future<Output = Result<Audio, FetchError>> + Send {
+        let _ = file_id;
+        async {
+            Err(FetchError::Gone(
+                "this front end has no recordings".to_owned(),
+            ))
+        }
+    }
 }
 
 /// A failure while handling an entry, sorted by what the user must be told.
@@ -110,6 +136,36 @@ pub struct Incoming {
     pub username: Option<String>,
     pub language_code: Option<String>,
     pub text: String,
+}
+
+/// A voice or audio message from a user (SPEC §11).
+#[derive(Debug, Clone)]
+pub struct IncomingVoice {
+    pub user_id: i64,
+    pub chat_id: i64,
+    pub message_id: i64,
+    pub username: Option<String>,
+    pub language_code: Option<String>,
+    /// What [`Messenger::fetch_audio`] fetches it by: Telegram's `file_id`, or for
+    /// `daylog chat` the path of the file.
+    pub file_id: String,
+    /// As the sender's client reports it; `None` when unknown.
+    pub duration_s: Option<u32>,
+    pub file_size: Option<u64>,
+}
+
+/// What became of one transcription round.
+enum Transcribed {
+    /// The transcript is stored: the log, with it as its text.
+    Text(DayLog),
+    /// Not now; the log stays pending and the worker tries again.
+    Pending,
+    /// The recording cannot be fetched any more.
+    Gone,
+    /// Someone else stored a transcript meanwhile (or the log is no longer pending).
+    Superseded,
+    /// The recording has no words in it (silence, noise): nothing to analyse.
+    NoWords,
 }
 
 /// What became of one analysis round.
@@ -283,6 +339,302 @@ impl Journal {
             return Ok(());
         };
         self.stored(messenger, log, user.language(), claim).await
+    }
+
+    /// Why a voice note is refused before anything is stored, if it is: longer than
+    /// `voice.max_seconds` or larger than Telegram lets a bot download.
+    fn voice_refusal(&self, voice: &IncomingVoice, texts: Texts) -> Option<String> {
+        let max_seconds = self.settings.voice.max_seconds;
+        if voice.duration_s.is_some_and(|d| d > max_seconds) {
+            return Some(texts.voice_too_long(max_seconds));
+        }
+        if voice.file_size.is_some_and(|size| size > MAX_VOICE_BYTES) {
+            return Some(texts.voice_too_large().to_owned());
+        }
+        None
+    }
+
+    /// A voice or audio message: refuse it if too long or too large (nothing stored);
+    /// else store it first, then transcribe, show the transcript, analyse, answer.
+    pub async fn on_voice<M: Messenger>(
+        &self,
+        messenger: &M,
+        voice: IncomingVoice,
+    ) -> Result<(), EntryError> {
+        let language = match self.store.user(voice.user_id).await {
+            Ok(Some(user)) => user.language(),
+            _ => Language::from_code(voice.language_code.as_deref()),
+        };
+        if let Some(refusal) = self.voice_refusal(&voice, Texts(language)) {
+            tracing::info!(
+                chat_id = voice.chat_id,
+                duration_s = voice.duration_s,
+                file_size = voice.file_size,
+                "voice note refused: too long or too large"
+            );
+            let target = Target {
+                chat_id: voice.chat_id,
+                reply_to: Some(voice.message_id),
+            };
+            let reply = Reply::new().text(refusal);
+            if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
+                tracing::warn!(%error, chat_id = voice.chat_id, "refusal not delivered");
+            }
+            return Ok(());
+        }
+        let Some(claim) = self.claim(voice.chat_id, voice.message_id) else {
+            return Ok(());
+        };
+        let user = self
+            .store
+            .upsert_user(&NewUser {
+                user_id: voice.user_id,
+                chat_id: voice.chat_id,
+                username: voice.username.as_deref(),
+                language: Language::from_code(voice.language_code.as_deref()),
+            })
+            .await
+            .map_err(EntryError::NotSaved)?;
+        let inserted = self
+            .store
+            .insert_voice_log(&NewVoiceLog {
+                user_id: voice.user_id,
+                chat_id: voice.chat_id,
+                message_id: voice.message_id,
+                file_id: &voice.file_id,
+                duration_s: voice.duration_s,
+            })
+            .await
+            .map_err(EntryError::NotSaved)?;
+        let log = match inserted {
+            Inserted::New(log) => *log,
+            Inserted::Duplicate(id) => {
+                tracing::debug!(log_id = id, "duplicate voice update ignored");
+                return Ok(());
+            }
+        };
+        self.voice_stored(messenger, log, &voice.file_id, user.language(), claim)
+            .await
+    }
+
+    /// A voice note given to `daylog chat` (`/voice path`): the same path as Telegram's,
+    /// the file read again from `voice.file_id` (its path) whenever it is transcribed.
+    pub async fn on_terminal_voice<M: Messenger>(
+        &self,
+        messenger: &M,
+        voice: IncomingVoice,
+    ) -> Result<(), EntryError> {
+        let user = self
+            .store
+            .upsert_user(&NewUser {
+                user_id: voice.user_id,
+                chat_id: voice.user_id,
+                username: None,
+                language: Language::default(),
+            })
+            .await
+            .map_err(EntryError::NotSaved)?;
+        let texts = Texts(user.language());
+        if let Some(refusal) = self.voice_refusal(&voice, texts) {
+            let target = Target {
+                chat_id: voice.user_id,
+                reply_to: None,
+            };
+            let reply = Reply::new().text(refusal);
+            if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
+                tracing::warn!(%error, "refusal not shown");
+            }
+            return Ok(());
+        }
+        let (log, claim) = {
+            let _storing = self.claim_gate.read().await;
+            let log = self
+                .store
+                .insert_chat_voice_log(voice.user_id, &voice.file_id, voice.duration_s)
+                .await
+                .map_err(EntryError::NotSaved)?;
+            let claim = self.claim(log.chat_id, log.message_id);
+            (log, claim)
+        };
+        let Some(claim) = claim else {
+            tracing::warn!(
+                log_id = log.id,
+                "a new terminal voice note was already claimed"
+            );
+            return Ok(());
+        };
+        self.voice_stored(messenger, log, &voice.file_id, user.language(), claim)
+            .await
+    }
+
+    async fn voice_stored<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: DayLog,
+        file_id: &str,
+        language: Language,
+        claim: Claim,
+    ) -> Result<(), EntryError> {
+        tracing::info!(log_id = log.id, user_id = log.user_id, "voice note stored");
+        Ok(self
+            .transcribe_and_answer(messenger, log, file_id, language, false, claim)
+            .await?)
+    }
+
+    /// Transcribes a stored voice note, shows the transcript, then analyses it as text.
+    /// Each stage leaves what it did in the store, so the worker resumes from there.
+    async fn transcribe_and_answer<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: DayLog,
+        file_id: &str,
+        language: Language,
+        late: bool,
+        claim: Claim,
+    ) -> Result<(), StoreError> {
+        let texts = Texts(language);
+        let transcribed = with_typing(
+            messenger,
+            log.chat_id,
+            self.transcribe(messenger, &log, file_id),
+        )
+        .await?;
+        match transcribed {
+            Transcribed::Text(log) => {
+                if !self.show_transcript(messenger, &log, language).await {
+                    // The analysis follows the transcript, never overtakes it.
+                    return self.postpone(&log).await;
+                }
+                self.analyse_and_answer(messenger, log, language, late, claim)
+                    .await
+            }
+            Transcribed::Pending => {
+                if !late {
+                    self.notify(
+                        messenger,
+                        &log,
+                        Reply::new().text(texts.saved_voice_pending()),
+                    )
+                    .await;
+                }
+                Ok(())
+            }
+            Transcribed::Gone => {
+                if self.store.mark_failed(log.id, &log.text).await? {
+                    self.answer(
+                        messenger,
+                        &log,
+                        Reply::new().text(texts.voice_unavailable()),
+                    )
+                    .await;
+                }
+                Ok(())
+            }
+            Transcribed::NoWords => {
+                if self.store.mark_failed(log.id, &log.text).await? {
+                    self.answer(messenger, &log, Reply::new().text(texts.voice_no_words()))
+                        .await;
+                }
+                Ok(())
+            }
+            Transcribed::Superseded => Ok(()),
+        }
+    }
+
+    /// One transcription round: fetch the recording (in memory), run the cascade, store
+    /// the transcript only if the log has none yet.
+    async fn transcribe<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        file_id: &str,
+    ) -> Result<Transcribed, StoreError> {
+        let audio = match messenger.fetch_audio(file_id).await {
+            Ok(audio) => audio,
+            Err(FetchError::Gone(reason)) => {
+                tracing::warn!(log_id = log.id, %reason, "voice note recording unavailable");
+                return Ok(Transcribed::Gone);
+            }
+            Err(FetchError::Transient(reason)) => {
+                let retry_in = self.retry_delay(log.attempts);
+                tracing::warn!(log_id = log.id, %reason, retry_in_s = retry_in.as_secs(), "voice note download failed; log stays pending");
+                if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
+                    return Ok(Transcribed::Superseded);
+                }
+                return Ok(Transcribed::Pending);
+            }
+        };
+        let sink = self.store.call_sink(Some(log.id));
+        match self.llm.transcribe(&audio, &sink).await {
+            Ok(completion) if completion.text.is_empty() => {
+                tracing::info!(log_id = log.id, provider = %completion.provider, model = %completion.model, "voice note has no words");
+                Ok(Transcribed::NoWords)
+            }
+            Ok(completion) => match self
+                .store
+                .store_transcript(log.id, &completion.text)
+                .await?
+            {
+                Some(log) => {
+                    tracing::info!(log_id = log.id, provider = %completion.provider, model = %completion.model, chars = log.text.chars().count(), "voice note transcribed");
+                    Ok(Transcribed::Text(log))
+                }
+                None => Ok(Transcribed::Superseded),
+            },
+            Err(error) => {
+                let retry_in = self.retry_delay(log.attempts);
+                if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
+                    return Ok(Transcribed::Superseded);
+                }
+                tracing::warn!(log_id = log.id, %error, retry_in_s = retry_in.as_secs(), "transcription cascade failed; log stays pending");
+                Ok(Transcribed::Pending)
+            }
+        }
+    }
+
+    /// The worker comes back to this log later without counting an attempt (a
+    /// transcript that could not be delivered yet).
+    async fn postpone(&self, log: &DayLog) -> Result<(), StoreError> {
+        let retry_in = self.settings.worker.retry_min();
+        if log.status == LogStatus::Pending {
+            self.store.defer(log.id, retry_in).await
+        } else {
+            self.store.delay_reply(log.id, retry_in).await
+        }
+    }
+
+    /// Shows a voice note's transcript as a reply to it, once: it is recorded as shown
+    /// when it went out (or never can). `false` when delivery failed for now: then
+    /// nothing that follows from the transcript is sent before it.
+    async fn show_transcript<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        language: Language,
+    ) -> bool {
+        let reply = Reply::new()
+            .italic(Texts(language).transcript_title())
+            .paragraph()
+            .text(&log.text);
+        let target = Target {
+            chat_id: log.chat_id,
+            reply_to: Some(log.message_id),
+        };
+        let shown = match messenger.send(target, vec![Response::Text(reply)]).await {
+            Ok(()) => true,
+            Err(SendError::Gone(reason)) => {
+                tracing::warn!(log_id = log.id, %reason, "transcript undeliverable; not retried");
+                true
+            }
+            Err(SendError::Transient(reason)) => {
+                tracing::warn!(log_id = log.id, %reason, "transcript not delivered; shown later");
+                false
+            }
+        };
+        if shown && let Err(error) = self.store.mark_transcript_sent(log.id).await {
+            tracing::error!(log_id = log.id, %error, "transcript sent but not recorded");
+        }
+        shown
     }
 
     /// A new log is stored and claimed: analyse it and answer.
@@ -555,6 +907,7 @@ impl Journal {
 
     async fn context(&self, log: &DayLog, language: Language) -> Result<UserContext, StoreError> {
         let days = self.store.daily_metrics(log.user_id, 7).await?;
+        let spoken = self.store.voice_note(log.id).await?.is_some();
         let mut summaries = self.store.recent_summaries(log.user_id, log.id, 3).await?;
         summaries.reverse();
         Ok(UserContext {
@@ -571,6 +924,7 @@ impl Journal {
                 })
                 .collect(),
             recent_summaries: summaries,
+            spoken,
         })
     }
 
@@ -588,6 +942,18 @@ impl Journal {
             return Ok(());
         };
         let language = self.language_of(log.user_id).await;
+        let voice = self.store.voice_note(log.id).await?;
+        // A transcript stored before a crash (or a lost delivery) is shown before anything
+        // that follows from it.
+        if let Some(VoiceNote {
+            transcript_sent_at: None,
+            ..
+        }) = &voice
+            && !log.text.is_empty()
+            && !self.show_transcript(messenger, &log, language).await
+        {
+            return self.postpone(&log).await;
+        }
         match kind {
             Unfinished::Analyse => {
                 let age = self.store.log_age(log.id).await?.unwrap_or_default();
@@ -603,6 +969,19 @@ impl Journal {
                     self.answer(messenger, &log, Reply::new().text(Texts(language).failed()))
                         .await;
                     return Ok(());
+                }
+                if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
+                    // Stored, never transcribed: start from the recording.
+                    return self
+                        .transcribe_and_answer(
+                            messenger,
+                            log,
+                            &voice.file_id,
+                            language,
+                            true,
+                            claim,
+                        )
+                        .await;
                 }
                 self.analyse_and_answer(messenger, log, language, true, claim)
                     .await

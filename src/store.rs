@@ -182,6 +182,26 @@ pub struct NewLog<'a> {
     pub text: &'a str,
 }
 
+/// A voice note to store (SPEC §11): the log starts with an empty text.
+#[derive(Debug, Clone)]
+pub struct NewVoiceLog<'a> {
+    pub user_id: i64,
+    pub chat_id: i64,
+    pub message_id: i64,
+    /// Telegram's `file_id` (for `daylog chat`, the path of the file).
+    pub file_id: &'a str,
+    pub duration_s: Option<u32>,
+}
+
+/// What the store knows of a voice log besides [`DayLog`] (`kind = 'voice'`).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct VoiceNote {
+    pub file_id: String,
+    pub duration_s: Option<i64>,
+    /// When the transcript was shown to the user; `None` before.
+    pub transcript_sent_at: Option<String>,
+}
+
 /// Where a log came from (`day_logs.source`, SPEC §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -703,6 +723,118 @@ impl Store {
             .fetch_all(&self.write)
             .await?;
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
+        })
+        .await
+    }
+
+    /// Stores a voice note as a pending log with an empty text (`kind = 'voice'`), or
+    /// finds the one stored for the same message before.
+    pub async fn insert_voice_log(&self, log: &NewVoiceLog<'_>) -> Result<Inserted, StoreError> {
+        retry_busy("insert_voice_log", || async {
+            // Every row is read, so a failure to commit is this call's error.
+            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
+                     kind, file_id, duration_s)
+                 VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5)
+                 ON CONFLICT (chat_id, message_id) DO NOTHING
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(log.user_id)
+            .bind(log.chat_id)
+            .bind(log.message_id)
+            .bind(log.file_id)
+            .bind(log.duration_s)
+            .fetch_all(&self.write)
+            .await?;
+            Ok(match rows.pop() {
+                Some(row) => Inserted::New(Box::new(row)),
+                None => Inserted::Duplicate(
+                    sqlx::query_scalar(
+                        "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
+                    )
+                    .bind(log.chat_id)
+                    .bind(log.message_id)
+                    .fetch_one(&self.write)
+                    .await?,
+                ),
+            })
+        })
+        .await
+    }
+
+    /// Stores a voice note given to `daylog chat` (`source = 'chat'`), numbered like
+    /// [`Store::insert_chat_log`]; `file` is the path it is read again from.
+    pub async fn insert_chat_voice_log(
+        &self,
+        user_id: i64,
+        file: &str,
+        duration_s: Option<u32>,
+    ) -> Result<DayLog, StoreError> {
+        retry_busy("insert_chat_voice_log", || async {
+            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
+                     kind, file_id, duration_s)
+                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, '', datetime('now'), ?2,
+                     'voice', ?3, ?4
+                 FROM day_logs WHERE chat_id = ?1
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(user_id)
+            .bind(Source::Chat.as_str())
+            .bind(file)
+            .bind(duration_s)
+            .fetch_all(&self.write)
+            .await?;
+            rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
+        })
+        .await
+    }
+
+    /// The voice part of a log, read fresh; `None` for a text log.
+    pub async fn voice_note(&self, id: i64) -> Result<Option<VoiceNote>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT file_id, duration_s, transcript_sent_at FROM day_logs
+             WHERE id = ?1 AND kind = 'voice' AND file_id IS NOT NULL",
+        )
+        .bind(id)
+        .fetch_optional(&self.write)
+        .await?)
+    }
+
+    /// Stores a voice note's transcript as its text, only if it has none yet and is
+    /// still pending (a second transcription never overwrites the first). The log as
+    /// stored, or `None` when nothing changed.
+    pub async fn store_transcript(
+        &self,
+        id: i64,
+        transcript: &str,
+    ) -> Result<Option<DayLog>, StoreError> {
+        retry_busy("store_transcript", || async {
+            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+                "UPDATE day_logs SET text = ?2
+                 WHERE id = ?1 AND kind = 'voice' AND text = '' AND status = 'pending'
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(id)
+            .bind(transcript)
+            .fetch_all(&self.write)
+            .await?;
+            Ok(rows.pop())
+        })
+        .await
+    }
+
+    /// The transcript reached the user (or never can): it is not shown again.
+    pub async fn mark_transcript_sent(&self, id: i64) -> Result<(), StoreError> {
+        retry_busy("mark_transcript_sent", || async {
+            sqlx::query(
+                "UPDATE day_logs SET transcript_sent_at = datetime('now')
+                 WHERE id = ?1 AND transcript_sent_at IS NULL",
+            )
+            .bind(id)
+            .execute(&self.write)
+            .await?;
+            Ok(())
         })
         .await
     }

@@ -70,8 +70,8 @@ impl Texts {
 
     pub fn only_text(self) -> &'static str {
         self.pick(
-            "I only keep text entries. Tell me about your day in words.",
-            "Я сохраняю только текстовые записи. Расскажи о своём дне словами.",
+            "I only keep text entries and voice notes. Tell me about your day in words, or out loud.",
+            "Я сохраняю только текстовые записи и голосовые. Расскажи о своём дне словами или голосом.",
         )
     }
 
@@ -322,6 +322,74 @@ impl Texts {
         self.pick(
             "Nothing was deleted: only \"yes\" confirms a deletion. Your line is handled as usual.",
             "Ничего не удалено: удаление подтверждает только «да». Твоя строка обработана как обычно.",
+        )
+    }
+
+    // ---- voice notes (SPEC §11) ----
+
+    /// A voice note over `voice.max_seconds`: refused, nothing stored.
+    pub fn voice_too_long(self, max_seconds: u32) -> String {
+        let minutes = max_seconds.div_ceil(60);
+        match self.0 {
+            Language::En => format!(
+                "Sorry, this voice note is too long for me: I take notes of up to {minutes} min. Nothing was saved; please send a shorter one, or split it in two."
+            ),
+            Language::Ru => format!(
+                "Извини, это голосовое слишком длинное: я принимаю до {minutes} мин. Ничего не сохранено; пришли покороче или раздели его на два."
+            ),
+        }
+    }
+
+    /// A voice note over Telegram's 20 MB download limit: refused, nothing stored.
+    pub fn voice_too_large(self) -> &'static str {
+        self.pick(
+            "Sorry, this recording is larger than the 20 MB I can download. Nothing was saved; please send a shorter one.",
+            "Извини, эта запись больше 20 МБ, которые я могу скачать. Ничего не сохранено; пришли покороче.",
+        )
+    }
+
+    /// Above the transcript sent back to the user.
+    pub fn transcript_title(self) -> &'static str {
+        self.pick("I heard:", "Я услышал:")
+    }
+
+    /// The voice note is saved but could not be transcribed yet.
+    pub fn saved_voice_pending(self) -> &'static str {
+        self.pick(
+            "Saved your voice note. The transcription service is not answering right now; the transcript and your analysis will follow as soon as it is back.",
+            "Голосовое сохранено. Сервис расшифровки сейчас не отвечает; расшифровка и разбор придут, как только он заработает.",
+        )
+    }
+
+    /// The recording cannot be fetched any more (deleted, or the file is gone).
+    pub fn voice_unavailable(self) -> &'static str {
+        self.pick(
+            "I saved your voice note but can no longer download the recording, so there is no transcript for it. Please tell me about your day again, in words or a new voice note.",
+            "Я сохранил голосовое, но больше не могу скачать запись, поэтому расшифровки не будет. Расскажи о дне ещё раз — текстом или новым голосовым.",
+        )
+    }
+
+    /// `daylog chat`: `/voice` without a path.
+    pub fn voice_usage(self) -> &'static str {
+        self.pick(
+            "Usage: /voice path/to/note.ogg",
+            "Как пользоваться: /voice путь/к/записи.ogg",
+        )
+    }
+
+    /// `daylog chat`: `/voice` with a path that is not a readable file.
+    pub fn voice_file_unreadable(self, path: &str) -> String {
+        match self.0 {
+            Language::En => format!("Cannot read the recording {path}: nothing was saved."),
+            Language::Ru => format!("Не могу прочитать запись {path}: ничего не сохранено."),
+        }
+    }
+
+    /// The transcription heard no words in a voice note (silence, noise).
+    pub fn voice_no_words(self) -> &'static str {
+        self.pick(
+            "I saved your voice note, but I could not make out any words in it. Please try again, a little closer to the microphone, or write to me.",
+            "Я сохранил голосовое, но не смог разобрать в нём ни слова. Попробуй ещё раз, чуть ближе к микрофону, или напиши текстом.",
         )
     }
 }

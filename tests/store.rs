@@ -102,6 +102,11 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "sleep_hours",
             // 20261201000003: where the log came from (SPEC §7).
             "source",
+            // 20261201000009: voice notes (SPEC §11).
+            "kind",
+            "file_id",
+            "duration_s",
+            "transcript_sent_at",
         ])
     );
     assert_eq!(

@@ -16,10 +16,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use backon::{ExponentialBuilder, Retryable as _};
+use futures::StreamExt as _;
 use teloxide::adaptors::throttle::Limits;
 use teloxide::dispatching::{UpdateHandler, dialogue::GetChatId};
 use teloxide::error_handlers::LoggingErrorHandler;
+use teloxide::net::Download;
 use teloxide::prelude::*;
+use teloxide::types::FileId;
 use teloxide::types::{
     BotCommand, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, MessageId,
     ParseMode, ReplyParameters,
@@ -30,22 +33,36 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::{self, Command};
 use crate::config::Settings;
-use crate::journal::{EntryError, Incoming, Journal, Messenger, Response, SendError, Target};
+use crate::journal::{
+    EntryError, FetchError, Incoming, IncomingVoice, Journal, MAX_VOICE_BYTES, Messenger, Response,
+    SendError, Target,
+};
 use crate::language::Language;
-use crate::llm::Llm;
+use crate::llm::{Audio, Llm};
 use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
 use crate::store::FrontEnd;
 use crate::texts::Texts;
 use crate::worker;
 
 /// What the bot needs of a Bot API client: `Bot`, or `Throttle<Bot>` when
-/// `telegram.throttle` is on.
+/// `telegram.throttle` is on. Downloads (voice notes) go through the same client and
+/// the configured Bot API URL (`{TELOXIDE_API_URL}/file/bot<token>/<file_path>`).
 pub trait TgBot:
-    Requester<Err = RequestError, GetUpdates: Send> + Clone + Send + Sync + 'static
+    Requester<Err = RequestError, GetUpdates: Send>
+    + Download<StreamErr = reqwest::Error>
+    + Clone
+    + Send
+    + Sync
+    + 'static
 {
 }
 impl<T> TgBot for T where
-    T: Requester<Err = RequestError, GetUpdates: Send> + Clone + Send + Sync + 'static
+    T: Requester<Err = RequestError, GetUpdates: Send>
+        + Download<StreamErr = reqwest::Error>
+        + Clone
+        + Send
+        + Sync
+        + 'static
 {
 }
 
@@ -165,6 +182,42 @@ impl<B: TgBot> Messenger for Telegram<B> {
         Ok(())
     }
 
+    /// `getFile`, then the download, collected in memory and cut off past Telegram's
+    /// 20 MB limit (a server that sends more is not believed).
+    async fn fetch_audio(&self, file_id: &str) -> Result<Audio, FetchError> {
+        let file = with_retry_after(|| self.bot.get_file(FileId(file_id.to_owned())).into_future())
+            .await
+            .map_err(|e| match classify(e) {
+                SendError::Gone(reason) => FetchError::Gone(reason),
+                SendError::Transient(reason) => FetchError::Transient(reason),
+            })?;
+        if u64::from(file.meta.size) > MAX_VOICE_BYTES {
+            return Err(FetchError::Gone(format!(
+                "{} bytes, over the download limit",
+                file.meta.size
+            )));
+        }
+        let stream = self.bot.download_file_stream(&file.path);
+        tokio::pin!(stream);
+        let mut bytes = Vec::with_capacity(usize::try_from(file.meta.size).unwrap_or(0));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                let gone = e.status().is_some_and(|s| s.is_client_error());
+                let reason = e.without_url().to_string();
+                if gone {
+                    FetchError::Gone(reason)
+                } else {
+                    FetchError::Transient(reason)
+                }
+            })?;
+            bytes.extend_from_slice(&chunk);
+            if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_VOICE_BYTES {
+                return Err(FetchError::Gone("the download exceeds 20 MB".to_owned()));
+            }
+        }
+        Ok(Audio::named(&file.path, bytes.into()))
+    }
+
     async fn typing(&self, chat_id: i64) {
         let bot = self.bot.clone();
         tokio::spawn(async move {
@@ -247,6 +300,27 @@ fn incoming(msg: &Message, text: String) -> Option<Incoming> {
     })
 }
 
+/// A `voice` or `audio` message, as the journal takes it.
+fn incoming_voice(msg: &Message) -> Option<IncomingVoice> {
+    let (file, duration) = match (msg.voice(), msg.audio()) {
+        (Some(voice), _) => (&voice.file, voice.duration),
+        (None, Some(audio)) => (&audio.file, audio.duration),
+        (None, None) => return None,
+    };
+    let from = msg.from.as_ref()?;
+    Some(IncomingVoice {
+        user_id: i64::try_from(from.id.0).ok()?,
+        chat_id: msg.chat.id.0,
+        message_id: i64::from(msg.id.0),
+        username: from.username.clone(),
+        language_code: from.language_code.clone(),
+        file_id: file.id.0.clone(),
+        duration_s: Some(duration.seconds()),
+        // Telegram leaves the size out when it does not know it (0 here).
+        file_size: (file.size > 0).then_some(u64::from(file.size)),
+    })
+}
+
 fn sender_id(msg: &Message) -> Option<i64> {
     msg.from.as_ref().and_then(|u| i64::try_from(u.id.0).ok())
 }
@@ -269,6 +343,7 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
         .branch(
             dptree::filter_map(|msg: Message| msg.text().map(str::to_owned)).endpoint(on_text::<B>),
         )
+        .branch(dptree::filter_map(|msg: Message| incoming_voice(&msg)).endpoint(on_voice::<B>))
         .branch(dptree::endpoint(on_other::<B>));
     let edits = Update::filter_edited_message()
         .filter(|msg: Message, journal: Arc<Journal>| allowed(&msg, &journal))
@@ -322,6 +397,19 @@ async fn on_text<B: TgBot>(
     messenger: Arc<Telegram<B>>,
 ) -> HandlerResult {
     handle_entry(&msg, text, &journal, &messenger, false).await;
+    Ok(())
+}
+
+async fn on_voice<B: TgBot>(
+    msg: Message,
+    voice: IncomingVoice,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
+    let language = Language::from_code(voice.language_code.as_deref());
+    if let Err(error) = journal.on_voice(messenger.as_ref(), voice).await {
+        report_entry_error(&messenger, &msg, language, &error).await;
+    }
     Ok(())
 }
 

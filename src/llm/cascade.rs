@@ -32,8 +32,8 @@ use crate::llm::error::{AttemptError, CascadeError, LlmError};
 use crate::llm::hedge::Hedging;
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
-use crate::llm::types::{Attempt, AttemptSink, ChatRequest, Completion, Outcome, Task};
-use crate::llm::wire::Call;
+use crate::llm::types::{Attempt, AttemptSink, Completion, Outcome, Task};
+use crate::llm::wire::{Call, Input};
 
 /// One step of a cascade: one model of one provider.
 #[derive(Debug)]
@@ -57,7 +57,7 @@ pub(crate) async fn run(
     engine: Engine<'_>,
     steps: &[Step],
     task: Task,
-    request: &ChatRequest,
+    input: Input<'_>,
     sink: &dyn AttemptSink,
 ) -> Result<Completion, CascadeError> {
     if steps.is_empty() {
@@ -71,7 +71,7 @@ pub(crate) async fn run(
         cooldowns: engine.cooldowns,
         hedging: engine.hedging,
         task,
-        request,
+        input,
         sink,
         deadline,
         hedge: hedge_tx,
@@ -119,7 +119,7 @@ struct TaskRun<'a> {
     cooldowns: &'a Cooldowns,
     hedging: &'a Hedging,
     task: Task,
-    request: &'a ChatRequest,
+    input: Input<'a>,
     sink: &'a dyn AttemptSink,
     deadline: Instant,
     /// An attempt slower than `hedge_after` asks for the next step to start (with its
@@ -388,18 +388,28 @@ impl<'a> TaskRun<'a> {
             hedge_after,
             finished: false,
         };
-        let call = Call {
-            model: &step.id.model,
-            max_tokens: step.max_tokens,
-            temperature: step.temperature,
-            request: self.request,
+        let response = async {
+            let key = step.provider.key(key);
+            let timeout = self.policy.request_timeout;
+            match self.input {
+                Input::Chat(request) => {
+                    let call = Call {
+                        model: &step.id.model,
+                        max_tokens: step.max_tokens,
+                        temperature: step.temperature,
+                        request,
+                    };
+                    step.provider
+                        .complete(self.client, key, &call, timeout)
+                        .await
+                }
+                Input::Audio(audio) => {
+                    step.provider
+                        .transcribe(self.client, key, &step.id.model, audio, timeout)
+                        .await
+                }
+            }
         };
-        let response = step.provider.complete(
-            self.client,
-            step.provider.key(key),
-            &call,
-            self.policy.request_timeout,
-        );
         let result = match hedge_after {
             None => response.await,
             Some(after) => {

@@ -26,7 +26,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use error::{AttemptError, CascadeError, LlmError};
-pub use types::{Attempt, AttemptSink, ChatRequest, Completion, NullSink, Outcome, Task};
+pub use types::{Attempt, AttemptSink, Audio, ChatRequest, Completion, NullSink, Outcome, Task};
 
 use crate::config::{Settings, StepSettings};
 use cascade::{Engine, Step};
@@ -34,7 +34,7 @@ use cooldown::{Cooldowns, StepId};
 use hedge::Hedging;
 use provider::Provider;
 use retry::RetryPolicy;
-use wire::Call;
+use wire::{Call, Input};
 
 /// The LLM layer of one process. `Send + Sync`; share it as `Arc<Llm>`.
 pub struct Llm {
@@ -42,6 +42,7 @@ pub struct Llm {
     providers: BTreeMap<String, Arc<Provider>>,
     analysis: Vec<Step>,
     metrics: Vec<Step>,
+    transcription: Vec<Step>,
     /// The first configured model of each provider, for `ping`.
     ping_models: BTreeMap<String, String>,
     policy: RetryPolicy,
@@ -61,6 +62,7 @@ impl fmt::Debug for Llm {
             .field("providers", &self.providers.values().collect::<Vec<_>>())
             .field("analysis", &steps(&self.analysis))
             .field("metrics", &steps(&self.metrics))
+            .field("transcription", &steps(&self.transcription))
             .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
@@ -99,8 +101,15 @@ impl Llm {
                 .entry(step.provider.clone())
                 .or_insert_with(|| step.model.clone());
         }
+        let transcribes = |name: &String| {
+            settings
+                .transcription
+                .steps
+                .iter()
+                .any(|s| s.provider == *name)
+        };
         for (name, provider) in &providers {
-            if !provider.usable() && ping_models.contains_key(name) {
+            if !provider.usable() && (ping_models.contains_key(name) || transcribes(name)) {
                 tracing::warn!(
                     provider = %name,
                     key_env = %provider.key_env,
@@ -133,6 +142,7 @@ impl Llm {
         };
         let analysis = steps(&settings.analysis.steps);
         let metrics = steps(&settings.metrics.steps);
+        let transcription = steps(&settings.transcription.steps);
         let hedging = Hedging::new(
             settings.retry.hedge_after(),
             settings.retry.request_timeout(),
@@ -143,6 +153,7 @@ impl Llm {
             providers,
             analysis,
             metrics,
+            transcription,
             ping_models,
             policy: RetryPolicy::new(&settings.retry),
             cooldowns: Cooldowns::new(
@@ -163,14 +174,36 @@ impl Llm {
         let steps = match task {
             Task::Analysis => &self.analysis,
             Task::Metrics => &self.metrics,
+            // A chat request has no audio; the transcription steps never see one.
+            Task::Transcription => return Err(CascadeError::NoUsableProvider),
         };
-        let engine = Engine {
+        cascade::run(self.engine(), steps, task, Input::Chat(request), sink).await
+    }
+
+    /// Transcribes a voice note through the `[[transcription.steps]]` cascade, with the
+    /// retries, rounds, cooldowns and hedging of every other task (SPEC §11).
+    pub async fn transcribe(
+        &self,
+        audio: &Audio,
+        sink: &dyn AttemptSink,
+    ) -> Result<Completion, CascadeError> {
+        cascade::run(
+            self.engine(),
+            &self.transcription,
+            Task::Transcription,
+            Input::Audio(audio),
+            sink,
+        )
+        .await
+    }
+
+    fn engine(&self) -> Engine<'_> {
+        Engine {
             client: &self.client,
             policy: &self.policy,
             cooldowns: &self.cooldowns,
             hedging: &self.hedging,
-        };
-        cascade::run(engine, steps, task, request, sink).await
+        }
     }
 
     /// One tiny request with the provider's first key to its first configured model, for

@@ -1,15 +1,20 @@
 //! The OpenAI-compatible chat-completions wire format, spoken by Mistral, Groq and a local
 //! Ollama: `POST {base_url}/chat/completions` with `Authorization: Bearer <key>` (no
-//! header at all for a keyless provider), JSON mode through `response_format`.
+//! header at all for a keyless provider), JSON mode through `response_format`. Speech
+//! to text is one more request shape of the same format (Groq's Whisper, SPEC §11):
+//! `POST {base_url}/audio/transcriptions`, multipart with `file`, `model` and
+//! `response_format=json` (no `language`: Whisper detects it), answered `{"text": …}`.
 
 use std::time::Duration;
 
 use reqwest::header::AUTHORIZATION;
-use reqwest::{Client, RequestBuilder, StatusCode};
+use reqwest::multipart::{Form, Part};
+use reqwest::{Body, Client, RequestBuilder, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ApiKey;
 use crate::llm::error::{LlmError, body_message};
+use crate::llm::types::Audio;
 use crate::llm::wire::{Call, WireFormat, secret_header};
 
 /// The OpenAI-compatible wire format.
@@ -34,6 +39,21 @@ impl WireFormat for OpenAi {
         _call: &Call<'_>,
     ) -> Result<String, LlmError> {
         parse_success(status, body)
+    }
+
+    fn transcription_request(
+        &self,
+        client: &Client,
+        base_url: &str,
+        key: Option<&ApiKey>,
+        model: &str,
+        audio: &Audio,
+    ) -> Result<RequestBuilder, LlmError> {
+        transcription_request(client, base_url, key, model, audio)
+    }
+
+    fn parse_transcription(&self, status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
+        parse_transcription(status, body)
     }
 
     fn classify_error(
@@ -130,14 +150,68 @@ fn request(
             kind: "json_object",
         }),
     };
-    let mut builder = client
-        .post(format!("{base_url}/chat/completions"))
-        .json(&body);
-    if let Some(key) = key {
-        let bearer = secret_header(&format!("Bearer {}", key.expose()))?;
-        builder = builder.header(AUTHORIZATION, bearer);
-    }
-    Ok(builder)
+    with_bearer(
+        client
+            .post(format!("{base_url}/chat/completions"))
+            .json(&body),
+        key,
+    )
+}
+
+#[derive(Deserialize)]
+struct TranscriptionResponse {
+    text: String,
+}
+
+fn with_bearer(builder: RequestBuilder, key: Option<&ApiKey>) -> Result<RequestBuilder, LlmError> {
+    Ok(match key {
+        Some(key) => builder.header(
+            AUTHORIZATION,
+            secret_header(&format!("Bearer {}", key.expose()))?,
+        ),
+        None => builder,
+    })
+}
+
+fn transcription_request(
+    client: &Client,
+    base_url: &str,
+    key: Option<&ApiKey>,
+    model: &str,
+    audio: &Audio,
+) -> Result<RequestBuilder, LlmError> {
+    // The bytes are shared, not copied, by every attempt's body.
+    let length = u64::try_from(audio.bytes.len()).unwrap_or(u64::MAX);
+    let file = Part::stream_with_length(Body::from(audio.bytes.clone()), length)
+        .file_name(audio.file_name.clone())
+        .mime_str(&audio.mime)
+        .or_else(|_| {
+            Part::stream_with_length(Body::from(audio.bytes.clone()), length)
+                .file_name(audio.file_name.clone())
+                .mime_str("application/octet-stream")
+        })
+        .map_err(|e| LlmError::Client(e.without_url().to_string()))?;
+    let form = Form::new()
+        .part("file", file)
+        .text("model", model.to_owned())
+        .text("response_format", "json");
+    with_bearer(
+        client
+            .post(format!("{base_url}/audio/transcriptions"))
+            .multipart(form),
+        key,
+    )
+}
+
+/// The transcript, trimmed. An empty one is an answer, not a failure: Whisper heard no
+/// words (silence, noise), and asking again would hear none either.
+fn parse_transcription(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
+    let response: TranscriptionResponse =
+        serde_json::from_slice(body).map_err(|e| LlmError::Unusable {
+            status: status.as_u16(),
+            reason: format!("not a transcription: {e}"),
+        })?;
+    Ok(response.text.trim().to_owned())
 }
 
 fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
@@ -220,6 +294,24 @@ mod tests {
             parse_success(StatusCode::OK, filtered),
             Err(LlmError::Blocked { .. })
         ));
+    }
+
+    #[test]
+    fn a_transcript_is_its_text_and_a_malformed_one_is_unusable() {
+        let ok = br#"{"text":" I ran ten kilometres today. ","x_groq":{"id":"req_1"}}"#;
+        assert_eq!(
+            parse_transcription(StatusCode::OK, ok).unwrap(),
+            "I ran ten kilometres today."
+        );
+        assert_eq!(
+            parse_transcription(StatusCode::OK, br#"{"text":"  "}"#).unwrap(),
+            "",
+            "no words heard is an answer"
+        );
+        for body in [&br#"{"error":"x"}"#[..], br#"{"text":null}"#, b"<html>"] {
+            let err = parse_transcription(StatusCode::OK, body).unwrap_err();
+            assert!(matches!(err, LlmError::Unusable { .. }), "{err:?}");
+        }
     }
 
     #[test]

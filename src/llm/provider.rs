@@ -17,6 +17,7 @@ use crate::llm::anthropic::Anthropic;
 use crate::llm::error::LlmError;
 use crate::llm::gemini::Gemini;
 use crate::llm::openai::OpenAi;
+use crate::llm::types::Audio;
 use crate::llm::wire::{Call, WireFormat};
 
 /// The one place a provider kind becomes behaviour: a new wire format is a file with a
@@ -82,11 +83,45 @@ impl Provider {
         timeout: Duration,
     ) -> Result<(u16, String), LlmError> {
         let builder = self.wire.request(client, &self.base_url, key, call)?;
+        self.exchange(builder, key, timeout, |status, body| {
+            self.wire.parse_success(status, body, call)
+        })
+        .await
+    }
+
+    /// One transcription attempt (SPEC §11): the transcript and status, or what went
+    /// wrong, classified exactly as a chat attempt's.
+    pub async fn transcribe(
+        &self,
+        client: &Client,
+        key: Option<&ApiKey>,
+        model: &str,
+        audio: &Audio,
+        timeout: Duration,
+    ) -> Result<(u16, String), LlmError> {
+        let builder = self
+            .wire
+            .transcription_request(client, &self.base_url, key, model, audio)?;
+        self.exchange(builder, key, timeout, |status, body| {
+            self.wire.parse_transcription(status, body)
+        })
+        .await
+    }
+
+    /// Sends one request and reads its answer: `parse` for a 2xx body, the wire format's
+    /// classification (with the key redacted from the body) otherwise.
+    async fn exchange(
+        &self,
+        builder: RequestBuilder,
+        key: Option<&ApiKey>,
+        timeout: Duration,
+        parse: impl FnOnce(StatusCode, &[u8]) -> Result<String, LlmError>,
+    ) -> Result<(u16, String), LlmError> {
         let (status, headers, body) = tokio::time::timeout(timeout, send(builder, timeout))
             .await
             .map_err(|_| LlmError::Timeout(timeout))??;
         if status.is_success() {
-            let text = self.wire.parse_success(status, &body, call)?;
+            let text = parse(status, &body)?;
             Ok((status.as_u16(), text))
         } else {
             let text = redact(&String::from_utf8_lossy(&body), key);

@@ -16,7 +16,7 @@ use reqwest::{Client, RequestBuilder, StatusCode};
 use crate::config::ApiKey;
 use crate::llm::error::LlmError;
 use crate::llm::retry_after;
-use crate::llm::types::ChatRequest;
+use crate::llm::types::{Audio, ChatRequest};
 
 /// What one attempt asks of a model.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +25,13 @@ pub(crate) struct Call<'a> {
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
     pub request: &'a ChatRequest,
+}
+
+/// What a task sends: a chat request, or a recording to transcribe.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Input<'a> {
+    Chat(&'a ChatRequest),
+    Audio(&'a Audio),
 }
 
 /// One provider API. Implementations hold no per-request state: one value serves every
@@ -47,6 +54,31 @@ pub(crate) trait WireFormat: fmt::Debug + Send + Sync {
         body: &[u8],
         call: &Call<'_>,
     ) -> Result<String, LlmError>;
+
+    /// The request for one transcription attempt (SPEC §11). Only the `openai` wire
+    /// format has one; a step of another kind answers `BadRequest`, so the cascade moves
+    /// on to the next step.
+    fn transcription_request(
+        &self,
+        _client: &Client,
+        _base_url: &str,
+        _key: Option<&ApiKey>,
+        _model: &str,
+        _audio: &Audio,
+    ) -> Result<RequestBuilder, LlmError> {
+        Err(LlmError::BadRequest {
+            status: 0,
+            message: "this provider kind has no transcription endpoint".to_owned(),
+        })
+    }
+
+    /// The transcript from a 2xx transcription body; `Unusable` when there is none.
+    fn parse_transcription(&self, status: StatusCode, _body: &[u8]) -> Result<String, LlmError> {
+        Err(LlmError::Unusable {
+            status: status.as_u16(),
+            reason: "this provider kind has no transcription endpoint".to_owned(),
+        })
+    }
 
     /// How long a non-2xx answer asks us to wait. By default the `Retry-After` /
     /// `retry-after-ms` headers; a wire format that also says it in the body (Gemini's

@@ -449,3 +449,80 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+// ---- voice notes (SPEC §11) ----
+
+/// The transcript the fake Whisper gives; it has HTML in it, which must reach the user
+/// escaped.
+pub const TRANSCRIPT: &str = "I went for a long run <today> & slept well.";
+
+/// A real Ogg Opus voice note (2.8 s of espeak-ng speech, 3.7 KB).
+pub fn voice_fixture() -> Vec<u8> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/audio/note.ogg");
+    std::fs::read(&path).expect("voice fixture")
+}
+
+/// Matches only a Whisper upload as SPEC §11 describes it: multipart with the recording
+/// as `file`, a `model`, `response_format=json` and no `language`.
+pub struct WhisperUpload {
+    pub audio: Vec<u8>,
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+impl wiremock::Match for WhisperUpload {
+    fn matches(&self, request: &wiremock::Request) -> bool {
+        let multipart = request
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("multipart/form-data; boundary="));
+        let body = &request.body;
+        multipart
+            && contains(body, b"name=\"file\"; filename=\"")
+            && contains(body, &self.audio)
+            && contains(body, b"name=\"model\"\r\n\r\nwhisper-large-v3")
+            && contains(body, b"name=\"response_format\"\r\n\r\njson\r\n")
+            && !contains(body, b"name=\"language\"")
+    }
+}
+
+impl Providers {
+    /// Groq's Whisper answers `text` to a well-formed upload of the fixture.
+    pub async fn answer_transcription(&self, text: &str) {
+        Mock::given(method("POST"))
+            .and(path("/v1/audio/transcriptions"))
+            .and(WhisperUpload {
+                audio: voice_fixture(),
+            })
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({"text": text, "x_groq": {"id": "req_test"}})),
+            )
+            .mount(&self.groq)
+            .await;
+    }
+
+    /// Groq's Whisper answers 503 to everything.
+    pub async fn transcription_down(&self) {
+        Mock::given(method("POST"))
+            .and(path("/v1/audio/transcriptions"))
+            .respond_with(ResponseTemplate::new(503).set_body_string("overloaded"))
+            .mount(&self.groq)
+            .await;
+    }
+
+    /// Transcription requests Groq received (of any model).
+    pub async fn transcription_requests(&self) -> usize {
+        self.groq
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.url.path() == "/v1/audio/transcriptions")
+            .count()
+    }
+}

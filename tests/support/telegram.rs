@@ -1,7 +1,9 @@
 //! A fake Telegram Bot API on 127.0.0.1: enough of `getMe`, `getUpdates` (long polling
 //! with `offset`), `sendMessage`, `sendPhoto`/`sendDocument` (multipart), chat actions,
 //! commands and callbacks for the real teloxide dispatcher to run against it. Tests
-//! queue updates, script failures, and wait on what the bot sent.
+//! queue updates, script failures, and wait on what the bot sent. Files (voice notes)
+//! are served as the Bot API does: `getFile` gives a `file_path`, and
+//! `GET /file/bot<token>/<file_path>` gives the bytes.
 
 #![allow(dead_code)]
 
@@ -15,7 +17,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -61,6 +63,12 @@ struct Inner {
     hanging: Vec<String>,
     hung: Vec<String>,
     next_message_id: i64,
+    /// Files by `file_id`: their `file_path` and bytes.
+    files: std::collections::HashMap<String, (String, Vec<u8>)>,
+    /// `file_path`s downloaded so far, in order.
+    downloads: Vec<String>,
+    /// Downloads that answer 500 before one succeeds.
+    download_failures: usize,
 }
 
 #[derive(Clone)]
@@ -88,6 +96,7 @@ impl FakeTelegram {
         };
         let app = Router::new()
             .route("/{bot}/{method}", post(handle))
+            .route("/file/{bot}/{*path}", get(download))
             .with_state(fake.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -137,6 +146,25 @@ impl FakeTelegram {
     /// Calls of hanging methods so far (they are not in [`FakeTelegram::calls`]).
     pub fn hung(&self) -> Vec<String> {
         self.inner.lock().expect("lock").hung.clone()
+    }
+
+    /// Serves `bytes` as the file `file_id` at `file_path`.
+    pub fn add_file(&self, file_id: &str, file_path: &str, bytes: &[u8]) {
+        self.inner
+            .lock()
+            .expect("lock")
+            .files
+            .insert(file_id.to_owned(), (file_path.to_owned(), bytes.to_vec()));
+    }
+
+    /// The next `n` downloads answer 500.
+    pub fn fail_downloads(&self, n: usize) {
+        self.inner.lock().expect("lock").download_failures = n;
+    }
+
+    /// `file_path`s downloaded so far (failed attempts included).
+    pub fn downloads(&self) -> Vec<String> {
+        self.inner.lock().expect("lock").downloads.clone()
     }
 
     pub fn block_chat(&self, chat: i64) {
@@ -359,6 +387,21 @@ async fn handle(
     };
     fake.changed.notify_waiters();
     match method.as_str() {
+        "GetFile" => {
+            let file_id = body["file_id"].as_str().unwrap_or_default();
+            let file = fake.inner.lock().expect("lock").files.get(file_id).cloned();
+            match file {
+                Some((path, bytes)) => ok(json!({
+                    "file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+                    "file_size": bytes.len(), "file_path": path,
+                })),
+                None => (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(json!({"ok": false, "error_code": 400, "description": "Bad Request: invalid file_id"})),
+                )
+                    .into_response(),
+            }
+        }
         "GetMe" => ok(json!({
             "id": 42, "is_bot": true, "first_name": "daylog", "username": "daylog_bot",
             "can_join_groups": false, "can_read_all_group_messages": false,
@@ -377,6 +420,35 @@ async fn handle(
             ok(message_json(message_id, chat.unwrap_or_default(), text))
         }
         _ => ok(json!(true)),
+    }
+}
+
+async fn download(
+    State(fake): State<FakeTelegram>,
+    Path((bot, path)): Path<(String, String)>,
+) -> Response {
+    if bot != format!("bot{TOKEN}") {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let answer = {
+        let mut inner = fake.inner.lock().expect("lock");
+        inner.downloads.push(path.clone());
+        if inner.download_failures > 0 {
+            inner.download_failures -= 1;
+            Err(StatusCode::INTERNAL_SERVER_ERROR)
+        } else {
+            inner
+                .files
+                .values()
+                .find(|(p, _)| *p == path)
+                .map(|(_, bytes)| bytes.clone())
+                .ok_or(StatusCode::NOT_FOUND)
+        }
+    };
+    fake.changed.notify_waiters();
+    match answer {
+        Ok(bytes) => (StatusCode::OK, bytes).into_response(),
+        Err(status) => status.into_response(),
     }
 }
 
@@ -481,5 +553,42 @@ pub fn callback_update(user_id: i64, data: &str, message_id: i64) -> Value {
         "chat_instance": "ci",
         "data": data,
         "message": message_json(message_id, user_id, "confirm?"),
+    }})
+}
+
+/// A voice note from `user_id` (file `file_id`, `duration` seconds, `size` bytes).
+pub fn voice_update(
+    user_id: i64,
+    message_id: i64,
+    file_id: &str,
+    duration: u32,
+    size: u64,
+) -> Value {
+    json!({"message": {
+        "message_id": message_id,
+        "date": 1_764_460_800,
+        "chat": chat(user_id),
+        "from": user(user_id, "en"),
+        "voice": {"file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+                  "duration": duration, "mime_type": "audio/ogg", "file_size": size},
+    }})
+}
+
+/// An audio file (music player attachment) from `user_id`.
+pub fn audio_update(
+    user_id: i64,
+    message_id: i64,
+    file_id: &str,
+    duration: u32,
+    size: u64,
+) -> Value {
+    json!({"message": {
+        "message_id": message_id,
+        "date": 1_764_460_800,
+        "chat": chat(user_id),
+        "from": user(user_id, "en"),
+        "audio": {"file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+                  "duration": duration, "mime_type": "audio/mpeg", "file_size": size,
+                  "file_name": "day.mp3"},
     }})
 }
