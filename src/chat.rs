@@ -131,6 +131,7 @@ where
     let mut confirming_delete = false;
     let mut lines = input.lines();
     while let Some(line) = lines.next_line().await.context("cannot read stdin")? {
+        let read_at = journal.now();
         let line = line.trim();
         if line.is_empty() {
             continue;
@@ -170,6 +171,8 @@ where
             username: None,
             language_code: None,
             text: line.to_owned(),
+            // The moment the line was read decides its local day (SPEC §10).
+            sent_at: Some(read_at),
         };
         next_message += 1;
         if let Err(error) = journal.on_text(terminal.as_ref(), incoming).await {

@@ -17,11 +17,14 @@ pub mod config;
 pub mod journal;
 pub mod language;
 pub mod llm;
+pub mod reminders;
 pub mod render;
 pub mod sqlcmd;
 pub mod store;
+pub mod streaks;
 pub mod telemetry;
 pub mod texts;
+pub mod time;
 pub mod worker;
 
 /// The one HTTP client of the process, shared by the Telegram bot and every LLM provider.

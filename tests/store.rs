@@ -40,6 +40,19 @@ async fn user(store: &Store, user_id: i64) {
         .expect("user");
 }
 
+/// Today in UTC (the tests' users keep the default zone).
+fn today() -> jiff::civil::Date {
+    jiff::Timestamp::now()
+        .to_zoned_datetime(jiff::tz::TimeZone::UTC)
+        .date()
+}
+
+fn days_ago(days: i64) -> jiff::civil::Date {
+    today()
+        .checked_sub(jiff::Span::new().days(days))
+        .expect("date")
+}
+
 async fn log(store: &Store, user_id: i64, message_id: i64, text: &str) -> Inserted {
     store
         .insert_log(&NewLog {
@@ -47,6 +60,7 @@ async fn log(store: &Store, user_id: i64, message_id: i64, text: &str) -> Insert
             chat_id: user_id,
             message_id,
             text,
+            local_day: Some(today()),
         })
         .await
         .expect("insert")
@@ -99,7 +113,19 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "stress",
             "energy",
             "productivity",
-            "sleep_hours"
+            "sleep_hours",
+            // SPEC §10: the local day the entry belongs to.
+            "local_day"
+        ])
+    );
+    assert_eq!(
+        store::columns(pool, "reminders").await.expect("reminders"),
+        expect(&[
+            "user_id",
+            "local_time",
+            "enabled",
+            "last_sent_day",
+            "next_due_at"
         ])
     );
     assert_eq!(
@@ -177,6 +203,7 @@ async fn two_hundred_concurrent_inserts_all_succeed() {
                         chat_id: 1 + i % 10,
                         message_id: i,
                         text: &text,
+                        local_day: None,
                     })
                     .await
             })
@@ -222,7 +249,7 @@ async fn one_user_never_sees_another_users_rows() {
     assert_eq!(history[0].text, "mine");
     let export = db.store.export(2).await.expect("export");
     assert!(export.iter().all(|l| l.user_id == 2));
-    let days = db.store.daily_metrics(1, 7).await.expect("days");
+    let days = db.store.daily_metrics(1, days_ago(6)).await.expect("days");
     assert_eq!(days.len(), 1);
     assert_eq!(days[0].mood, Some(4.0));
     let summaries = db
@@ -255,7 +282,7 @@ async fn daily_metrics_ignore_defaulted_values() {
     )
     .await
     .expect("b");
-    let days = db.store.daily_metrics(1, 1).await.expect("days");
+    let days = db.store.daily_metrics(1, today()).await.expect("days");
     assert_eq!(days.len(), 1);
     assert_eq!(
         days[0].mood,
@@ -384,6 +411,67 @@ async fn the_hot_queries_use_their_indexes() {
     )
     .await;
     assert!(due.contains("day_logs_status_next"), "{due}");
+    let reminders = plan(
+        "SELECT r.user_id FROM reminders r JOIN users u ON u.user_id = r.user_id
+         WHERE r.enabled = 1 AND r.next_due_at <= '2026-12-01 21:00:00'
+         ORDER BY r.next_due_at LIMIT 1000",
+    )
+    .await;
+    assert!(reminders.contains("reminders_due"), "{reminders}");
+    assert!(!reminders.contains("SCAN r"), "{reminders}");
+}
+
+#[tokio::test]
+async fn an_entry_keeps_the_local_day_it_was_stored_with() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let day: jiff::civil::Date = "2026-11-30".parse().expect("day");
+    let id = db
+        .store
+        .insert_log(&NewLog {
+            user_id: 1,
+            chat_id: 1,
+            message_id: 1,
+            text: "late evening",
+            local_day: Some(day),
+        })
+        .await
+        .expect("insert")
+        .id();
+    let zone = daylog::time::UserZone::parse("Asia/Tokyo").expect("zone");
+    db.store.set_timezone(1, &zone).await.expect("tz");
+    db.store.update_text(1, 1, "edited").await.expect("edit");
+    let stored = db.store.log(id).await.expect("read").expect("row");
+    assert_eq!(
+        stored.local_day.as_deref(),
+        Some("2026-11-30"),
+        "neither /tz nor an edit moves it"
+    );
+    let user = db.store.user(1).await.expect("read").expect("user");
+    assert_eq!(user.timezone, "Asia/Tokyo");
+}
+
+#[tokio::test]
+async fn a_row_inserted_without_a_local_day_gets_the_utc_day_with_the_four_hour_rule() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    // A script's own connection, as `sqlite3` would be.
+    let raw = sqlx::SqlitePool::connect(&db.url)
+        .await
+        .expect("raw connection");
+    sqlx::query(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at)
+         VALUES (1, 1, 1, 'night', '2026-12-01 03:30:00'), (1, 1, 2, 'morning', '2026-12-01 04:00:00')",
+    )
+    .execute(&raw)
+    .await
+    .expect("raw insert");
+    let days: Vec<String> =
+        sqlx::query_scalar("SELECT local_day FROM day_logs ORDER BY message_id")
+            .fetch_all(&raw)
+            .await
+            .expect("days");
+    assert_eq!(days, ["2026-11-30", "2026-12-01"]);
 }
 
 #[tokio::test]

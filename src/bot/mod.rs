@@ -229,6 +229,7 @@ fn incoming(msg: &Message, text: String) -> Option<Incoming> {
         username: from.username.clone(),
         language_code: from.language_code.clone(),
         text,
+        sent_at: jiff::Timestamp::from_second(msg.date.timestamp()).ok(),
     })
 }
 
@@ -253,6 +254,9 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
         )
         .branch(
             dptree::filter_map(|msg: Message| msg.text().map(str::to_owned)).endpoint(on_text::<B>),
+        )
+        .branch(
+            dptree::filter_map(|msg: Message| msg.location().cloned()).endpoint(on_location::<B>),
         )
         .branch(dptree::endpoint(on_other::<B>));
     let edits = Update::filter_edited_message()
@@ -360,6 +364,52 @@ async fn report_entry_error<B: TgBot>(
         vec![Response::Text(Reply::new().text(text))],
     )
     .await;
+}
+
+/// A shared location sets the user's time zone (SPEC §10), confirmed in a reply.
+async fn on_location<B: TgBot>(
+    msg: Message,
+    location: teloxide::types::Location,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
+    let Some(user_id) = sender_id(&msg) else {
+        return Ok(());
+    };
+    ensure_user(&msg, &journal, user_id).await;
+    let reply = match commands::set_zone_from_location(
+        &journal,
+        user_id,
+        location.latitude,
+        location.longitude,
+    )
+    .await
+    {
+        Ok(reply) => reply,
+        Err(error) => {
+            tracing::error!(%error, user_id, "could not set the time zone from a location");
+            Reply::new().text(Texts(journal.language_of(user_id).await).internal_error())
+        }
+    };
+    send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
+    Ok(())
+}
+
+/// Commands and locations may come before any entry: the user must exist.
+async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
+    if let Some(from) = msg.from.as_ref()
+        && let Err(error) = journal
+            .store
+            .upsert_user(&crate::store::NewUser {
+                user_id,
+                chat_id: msg.chat.id.0,
+                username: from.username.as_deref(),
+                language: Language::from_code(from.language_code.as_deref()),
+            })
+            .await
+    {
+        tracing::warn!(%error, user_id, "could not record the user");
+    }
 }
 
 async fn on_other<B: TgBot>(
@@ -544,6 +594,11 @@ pub async fn serve<B: TgBot>(
         Arc::clone(&messenger),
         stop.clone(),
     ));
+    let reminders = tokio::spawn(crate::reminders::run(
+        Arc::clone(&journal),
+        Arc::clone(&messenger),
+        stop.clone(),
+    ));
     let mut dispatcher = Dispatcher::builder(bot.clone(), schema::<B>())
         .dependencies(dptree::deps![Arc::clone(&journal), Arc::clone(&messenger)])
         .default_handler(|_| async {})
@@ -600,6 +655,12 @@ pub async fn serve<B: TgBot>(
         .is_err()
     {
         tracing::warn!("the worker did not stop in time");
+    }
+    if tokio::time::timeout_at(stopped_at + grace, reminders)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the reminder scheduler did not stop in time");
     }
     stopper.abort();
     dispatched.map_err(|e| anyhow::anyhow!("Telegram refused the bot: {e}"))
