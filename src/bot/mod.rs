@@ -565,15 +565,25 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let llm =
         Arc::new(Llm::with_client(&settings, client).context("cannot set up the LLM providers")?);
     let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
-    let served = if settings.telegram.throttle {
-        serve(bot.throttle(Limits::default()), journal, stop).await
-    } else {
-        serve(bot, journal, stop).await
-    };
+    let served = serve_configured(bot, journal, stop).await;
     signals.abort();
     store.close().await;
     tracing::info!("daylog stopped");
     served
+}
+
+/// [`serve`] behind teloxide's Throttle (Telegram's own limits) when
+/// `telegram.throttle` is on, as the daemon runs.
+pub async fn serve_configured(
+    bot: Bot,
+    journal: Arc<Journal>,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    if journal.settings.telegram.throttle {
+        serve(bot.throttle(Limits::default()), journal, stop).await
+    } else {
+        serve(bot, journal, stop).await
+    }
 }
 
 /// Polls and handles updates until `stop` is cancelled, then stops polling and lets
