@@ -140,13 +140,28 @@ pub async fn respond(
                 .unwrap_or(today);
             let rows = journal.store.daily_metrics(user_id, first).await?;
             let streaks = journal.streaks(user_id).await?;
+            let goes_with = crate::good_days::goes_with_good_days(
+                &journal.store.entry_moods(user_id, first).await?,
+            );
             let mut responses = stats_responses(language, days, &rows);
-            if streaks.current > 0 || streaks.longest > 0 {
-                if let Some(Response::Text(reply)) = responses.first_mut() {
-                    *reply = std::mem::take(reply)
+            if let Some(Response::Text(reply)) = responses.first_mut() {
+                let mut more = std::mem::take(reply);
+                if streaks.longest > 0 {
+                    more = more
                         .newline()
                         .text(texts.streak_summary(streaks.current, streaks.longest));
                 }
+                if !goes_with.is_empty() {
+                    more = more.paragraph().bold(texts.goes_with_title());
+                    for found in &goes_with {
+                        more = more.newline().text(texts.goes_with_line(
+                            &found.activity,
+                            found.with,
+                            found.without,
+                        ));
+                    }
+                }
+                *reply = more;
             }
             Ok(responses)
         }
@@ -390,8 +405,6 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
     let _ = writer.write_record([
         "id",
         "created_at",
-        "local_day",
-        "local_time",
         "status",
         "text",
         "analysis",
@@ -404,6 +417,9 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
         "emotions",
         "summary",
         "defaulted",
+        // SPEC §10, added last so that existing column positions keep their meaning.
+        "local_day",
+        "local_time",
     ]);
     for log in logs {
         let metrics = log.metrics.as_deref().and_then(Metrics::from_stored_json);
@@ -417,8 +433,6 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
         let _ = writer.write_record([
             log.id.to_string(),
             log.created_at.clone(),
-            log.local_day.clone().unwrap_or_default(),
-            local_created(zone, &log.created_at),
             log.status.as_str().to_owned(),
             log.text.clone(),
             log.analysis.clone().unwrap_or_default(),
@@ -447,6 +461,8 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
                 .as_ref()
                 .map(|m| m.defaulted().join("; "))
                 .unwrap_or_default(),
+            log.local_day.clone().unwrap_or_default(),
+            local_created(zone, &log.created_at),
         ]);
     }
     writer.into_inner().unwrap_or_default()

@@ -14,6 +14,7 @@ pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod good_days;
 pub mod journal;
 pub mod language;
 pub mod llm;

@@ -857,6 +857,33 @@ impl Store {
         .await?)
     }
 
+    /// Each entry from local day `first` on with its local day, its non-defaulted mood
+    /// and its activities (what goes with good days, SPEC §10).
+    pub async fn entry_moods(
+        &self,
+        user_id: i64,
+        first: jiff::civil::Date,
+    ) -> Result<Vec<crate::good_days::EntryMood>, StoreError> {
+        let rows: Vec<(String, Option<f64>, Option<String>)> = sqlx::query_as(
+            "SELECT local_day, mood, json_extract(metrics, '$.activities') FROM day_logs
+             WHERE user_id = ?1 AND local_day >= ?2 AND metrics IS NOT NULL",
+        )
+        .bind(user_id)
+        .bind(first.to_string())
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(day, mood, activities)| crate::good_days::EntryMood {
+                day,
+                mood,
+                activities: activities
+                    .and_then(|json| serde_json::from_str(&json).ok())
+                    .unwrap_or_default(),
+            })
+            .collect())
+    }
+
     /// Whether the user has an entry for local day `day`.
     pub async fn has_entry_on(
         &self,

@@ -408,6 +408,21 @@ impl Texts {
         }
     }
 
+    pub fn goes_with_title(self) -> &'static str {
+        self.pick("What goes with your mood:", "Что связано с настроением:")
+    }
+
+    pub fn goes_with_line(self, activity: &str, with: f64, without: f64) -> String {
+        match self.0 {
+            Language::En => {
+                format!("{activity}: mood {with:.1} on those days, {without:.1} without")
+            }
+            Language::Ru => {
+                format!("{activity}: настроение {with:.1} в такие дни, {without:.1} без")
+            }
+        }
+    }
+
     pub fn streak_none(self) -> &'static str {
         self.pick(
             "No streak yet: write today, and tomorrow makes two.",

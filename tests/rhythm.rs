@@ -122,6 +122,7 @@ async fn a_user_at_20_59_50_in_los_angeles_gets_exactly_one_reminder_even_across
         Some("2026-12-03 05:00:00"),
         "next: tomorrow 21:00"
     );
+    assert_eq!(reminders_to(&app, 1), 1, "exactly one before the restart");
 
     // Act: a restart in the same minute (the sentinel is due again so a tick is visible).
     let (dir, providers) = app.stop().await;
@@ -192,6 +193,44 @@ async fn no_reminder_on_a_local_day_that_already_has_an_entry() {
         None,
         "nothing recorded as sent"
     );
+
+    // /history and /export show the entry's local day, and when it was stored on the
+    // Los Angeles clock.
+    let created: String = sqlx::query_scalar("SELECT created_at FROM day_logs WHERE user_id = 3")
+        .fetch_one(app.store.read_pool())
+        .await
+        .expect("created_at");
+    let local = daylog::time::parse_sql_timestamp(&created)
+        .expect("stored time")
+        .to_zoned_datetime(jiff::tz::TimeZone::get("America/Los_Angeles").expect("zone"))
+        .strftime("%Y-%m-%d %H:%M")
+        .to_string();
+    let history = command(&app, 3, 4, "/history").await;
+    assert!(
+        history.contains("2026-12-01") && history.contains(&local[11..]),
+        "{history}"
+    );
+    app.telegram.push_update(text_update(3, 5, "/export"));
+    let sent = app
+        .telegram
+        .wait_for("a document", WAIT, |calls| {
+            calls.iter().any(|c| c.method == "SendDocument")
+        })
+        .await;
+    let doc = sent
+        .iter()
+        .find(|c| c.method == "SendDocument")
+        .expect("document");
+    let bytes = doc.file.clone().expect("file");
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
+    let headers = reader.headers().expect("headers").clone();
+    let row = reader.records().next().expect("a row").expect("row");
+    let column = |name: &str| {
+        let i = headers.iter().position(|h| h == name).expect(name);
+        row[i].to_owned()
+    };
+    assert_eq!(column("local_day"), "2026-12-01");
+    assert_eq!(column("local_time"), local);
     app.stop().await;
 }
 
