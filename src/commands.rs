@@ -140,9 +140,12 @@ pub async fn respond(
                 .unwrap_or(today);
             let rows = journal.store.daily_metrics(user_id, first).await?;
             let streaks = journal.streaks(user_id).await?;
-            let goes_with = crate::good_days::goes_with_good_days(
-                &journal.store.entry_moods(user_id, first).await?,
-            );
+            let activities = journal.store.day_activities(user_id, first).await?;
+            let goes_with =
+                crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
+                    rows.iter().map(|r| (r.day.clone(), r.mood)),
+                    activities,
+                ));
             let mut responses = stats_responses(language, days, &rows);
             if let Some(Response::Text(reply)) = responses.first_mut() {
                 let mut more = std::mem::take(reply);

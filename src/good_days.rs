@@ -1,7 +1,7 @@
 //! What goes with good days (SPEC §10): the activities whose days differ most in mood
 //! from the days without them.
 //!
-//! A day's mood is the mean of its entries' non-defaulted moods; days without one are
+//! A day's mood is the mean of its entries' non-defaulted moods (`daily_metrics`); days without one are
 //! left out. A day "has" an activity when any of its entries lists it. An activity is
 //! named only when it was seen on at least 3 such days and missing on at least 3, and
 //! the two means differ by at least 0.3; at most 3 are named, the largest difference
@@ -21,29 +21,44 @@ pub struct GoesWith {
     pub without: f64,
 }
 
-/// One entry: its local day, its mood (`None` when defaulted) and its activities.
+/// One local day: its mood (the mean of its non-defaulted moods, `None` when there is
+/// none) and the activities any of its entries listed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct EntryMood {
+pub struct DayMood {
     pub day: String,
     pub mood: Option<f64>,
     pub activities: Vec<String>,
 }
 
-pub fn goes_with_good_days(entries: &[EntryMood]) -> Vec<GoesWith> {
-    // day -> (sum, count, activities)
-    let mut days: BTreeMap<&str, (f64, usize, BTreeSet<&str>)> = BTreeMap::new();
-    for entry in entries {
-        let day = days.entry(entry.day.as_str()).or_default();
-        if let Some(mood) = entry.mood.filter(|m| m.is_finite()) {
-            day.0 += mood;
-            day.1 += 1;
-        }
-        day.2.extend(entry.activities.iter().map(String::as_str));
+/// Joins the per-day moods (the `daily_metrics` rows) with the per-day activities.
+pub fn days_with_activities(
+    moods: impl IntoIterator<Item = (String, Option<f64>)>,
+    activities: Vec<(String, String)>,
+) -> Vec<DayMood> {
+    let mut by_day: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (day, activity) in activities {
+        by_day.entry(day).or_default().push(activity);
     }
+    moods
+        .into_iter()
+        .map(|(day, mood)| {
+            let activities = by_day.remove(&day).unwrap_or_default();
+            DayMood {
+                day,
+                mood,
+                activities,
+            }
+        })
+        .collect()
+}
+
+pub fn goes_with_good_days(days: &[DayMood]) -> Vec<GoesWith> {
     let days: Vec<(f64, BTreeSet<&str>)> = days
-        .into_values()
-        .filter(|(_, count, _)| *count > 0)
-        .map(|(sum, count, activities)| (sum / count as f64, activities))
+        .iter()
+        .filter_map(|d| {
+            let mood = d.mood.filter(|m| m.is_finite())?;
+            Some((mood, d.activities.iter().map(String::as_str).collect()))
+        })
         .collect();
     let all: BTreeSet<&str> = days.iter().flat_map(|(_, a)| a.iter().copied()).collect();
     let mut found: Vec<GoesWith> = all
@@ -87,8 +102,8 @@ pub fn goes_with_good_days(entries: &[EntryMood]) -> Vec<GoesWith> {
 mod tests {
     use super::*;
 
-    fn entry(day: &str, mood: Option<f64>, activities: &[&str]) -> EntryMood {
-        EntryMood {
+    fn entry(day: &str, mood: Option<f64>, activities: &[&str]) -> DayMood {
+        DayMood {
             day: day.to_owned(),
             mood,
             activities: activities.iter().map(|a| (*a).to_owned()).collect(),
@@ -96,7 +111,7 @@ mod tests {
     }
 
     /// Days 1–3 with `run` at mood 4.5, days 4–6 without at 3.0.
-    fn six_days() -> Vec<EntryMood> {
+    fn six_days() -> Vec<DayMood> {
         let mut entries = Vec::new();
         for d in 1..=3 {
             entries.push(entry(&format!("2026-11-0{d}"), Some(4.5), &["run", "work"]));
@@ -163,12 +178,20 @@ mod tests {
     }
 
     #[test]
-    fn several_entries_of_a_day_make_one_day() {
-        let mut entries = six_days();
-        entries.push(entry("2026-11-04", None, &["run"]));
-        entries.push(entry("2026-11-07", Some(3.0), &["work"]));
-        // Day 4 now has run (its mood stays 3.0): with = (4.5*3 + 3)/4, without = 3.0.
-        let found = goes_with_good_days(&entries);
-        assert!((found[0].with - 4.125).abs() < 1e-9, "{found:?}");
+    fn moods_and_activities_join_by_day() {
+        let days = days_with_activities(
+            [
+                ("2026-11-01".to_owned(), Some(4.0)),
+                ("2026-11-02".to_owned(), None),
+            ],
+            vec![
+                ("2026-11-01".to_owned(), "run".to_owned()),
+                ("2026-11-01".to_owned(), "work".to_owned()),
+                ("2026-11-02".to_owned(), "run".to_owned()),
+            ],
+        );
+        assert_eq!(days[0].activities, ["run", "work"]);
+        assert_eq!(days[1].mood, None);
+        assert_eq!(days[1].activities, ["run"]);
     }
 }

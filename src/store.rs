@@ -848,40 +848,38 @@ impl Store {
     /// Every local day on which the user wrote something, newest first (streaks). Reads
     /// the `day_logs_user_day` index only.
     pub async fn entry_days(&self, user_id: i64) -> Result<Vec<String>, StoreError> {
+        // One index seek per day (a loose index scan), not one step per entry: a year
+        // of a busy journal is ~365 seeks instead of tens of thousands of index rows.
         Ok(sqlx::query_scalar(
-            "SELECT DISTINCT local_day FROM day_logs
-             WHERE user_id = ?1 AND local_day IS NOT NULL ORDER BY local_day DESC",
+            "WITH RECURSIVE days(day) AS (
+                 SELECT max(local_day) FROM day_logs WHERE user_id = ?1
+                 UNION ALL
+                 SELECT (SELECT max(local_day) FROM day_logs
+                         WHERE user_id = ?1 AND local_day < days.day)
+                 FROM days WHERE days.day IS NOT NULL
+             )
+             SELECT day FROM days WHERE day IS NOT NULL",
         )
         .bind(user_id)
         .fetch_all(&self.read)
         .await?)
     }
 
-    /// Each entry from local day `first` on with its local day, its non-defaulted mood
-    /// and its activities (what goes with good days, SPEC §10).
-    pub async fn entry_moods(
+    /// The distinct activities of each local day from `first` on (what goes with good
+    /// days, SPEC §10), from `day_activities`.
+    pub async fn day_activities(
         &self,
         user_id: i64,
         first: jiff::civil::Date,
-    ) -> Result<Vec<crate::good_days::EntryMood>, StoreError> {
-        let rows: Vec<(String, Option<f64>, Option<String>)> = sqlx::query_as(
-            "SELECT local_day, mood, json_extract(metrics, '$.activities') FROM day_logs
-             WHERE user_id = ?1 AND local_day >= ?2 AND metrics IS NOT NULL",
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT local_day, activity FROM day_activities
+             WHERE user_id = ?1 AND local_day >= ?2",
         )
         .bind(user_id)
         .bind(first.to_string())
         .fetch_all(&self.read)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(day, mood, activities)| crate::good_days::EntryMood {
-                day,
-                mood,
-                activities: activities
-                    .and_then(|json| serde_json::from_str(&json).ok())
-                    .unwrap_or_default(),
-            })
-            .collect())
+        .await?)
     }
 
     /// Whether the user has an entry for local day `day`.

@@ -273,14 +273,15 @@ impl UserZone {
     }
 
     /// The moment of a wall-clock time: the first occurrence in a fold, the first valid
-    /// minute after it in a gap.
+    /// minute after it in a gap. Only a date at the very end of jiff's range cannot be
+    /// converted; such a time is never due (`Timestamp::MAX`).
     fn resolve(&self, civil: DateTime) -> Timestamp {
         let ambiguous = self.tz.to_ambiguous_timestamp(civil);
         match ambiguous.offset() {
             AmbiguousOffset::Unambiguous { offset }
-            | AmbiguousOffset::Fold { before: offset, .. } => offset
-                .to_timestamp(civil)
-                .unwrap_or_else(|_| Timestamp::now()),
+            | AmbiguousOffset::Fold { before: offset, .. } => {
+                offset.to_timestamp(civil).unwrap_or(Timestamp::MAX)
+            }
             AmbiguousOffset::Gap { .. } => {
                 let mut minute = civil;
                 // Gaps are an hour or so; a day bounds the search whatever the data says.
@@ -296,7 +297,7 @@ impl UserZone {
                         return at;
                     }
                 }
-                ambiguous.compatible().unwrap_or_else(|_| Timestamp::now())
+                ambiguous.compatible().unwrap_or(Timestamp::MAX)
             }
         }
     }

@@ -299,6 +299,13 @@ async fn tz_takes_names_cities_offsets_and_locations_and_refuses_the_rest() {
 
     let moscow = command(&app, 6, 2, "/tz moscow").await;
     assert!(moscow.contains("Europe/Moscow"), "{moscow}");
+    // A reminder follows the zone's wall clock: 21:00 in Moscow is 18:00 UTC.
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 6, 20, "/remind 21:00").await;
+    assert_eq!(
+        reminder_row(&app, 6).await.2.as_deref(),
+        Some("2026-12-01 18:00:00")
+    );
     let offset = command(&app, 6, 3, "/tz UTC+5:30").await;
     assert!(offset.contains("UTC+05:30"), "{offset}");
 
@@ -314,19 +321,25 @@ async fn tz_takes_names_cities_offsets_and_locations_and_refuses_the_rest() {
     assert_eq!(zone, "UTC+05:30", "a bad /tz changes nothing");
 
     // A shared location in Los Angeles.
+    let before = app.telegram.sent_to(6).len();
     app.telegram
         .push_update(location_update(6, 5, 34.05, -118.24));
-    let sent = app.telegram.wait_sent(6, 5).await;
+    let sent = app.telegram.wait_sent(6, before + 1).await;
     assert!(
-        sent[4].text().contains("America/Los_Angeles"),
+        sent[before].text().contains("America/Los_Angeles"),
         "{}",
-        sent[4].text()
+        sent[before].text()
     );
     let zone: String = sqlx::query_scalar("SELECT timezone FROM users WHERE user_id = 6")
         .fetch_one(app.store.read_pool())
         .await
         .expect("zone");
     assert_eq!(zone, "America/Los_Angeles");
+    assert_eq!(
+        reminder_row(&app, 6).await.2.as_deref(),
+        Some("2026-12-02 05:00:00"),
+        "21:00 in Los Angeles now"
+    );
     app.stop().await;
 }
 
@@ -394,5 +407,34 @@ async fn streaks_count_local_days_and_the_analysis_reply_notes_them() {
         streak.contains("Current streak: 2 days") && streak.contains("longest: 2 days"),
         "{streak}"
     );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_reminder_in_the_spring_dst_gap_comes_once_at_the_first_valid_minute() {
+    let app = App::spawn().await;
+    // 01:00 PST on 8 March 2026; 02:00–03:00 does not exist that night.
+    app.clock.set(at("2026-03-08T09:00:00Z"));
+    command(&app, 9, 1, "/tz America/Los_Angeles").await;
+    command(&app, 9, 2, "/remind 02:30").await;
+    assert_eq!(
+        reminder_row(&app, 9).await.2.as_deref(),
+        Some("2026-03-08 10:00:00"),
+        "03:00 PDT, the first valid minute after 02:30"
+    );
+    app.clock.set(at("2026-03-08T10:00:05Z"));
+    app.telegram
+        .wait_for("the reminder", WAIT, |calls| calls.iter().any(is_reminder))
+        .await;
+    app.clock.set(at("2026-03-08T10:30:00Z"));
+    let (_, day, next) = reminder_row(&app, 9).await;
+    // 03:00 local is before the day starts (04:00): it reminds about 7 March.
+    assert_eq!(day.as_deref(), Some("2026-03-07"));
+    assert_eq!(
+        next.as_deref(),
+        Some("2026-03-09 09:30:00"),
+        "02:30 PDT next night"
+    );
+    assert_eq!(reminders_to(&app, 9), 1);
     app.stop().await;
 }

@@ -587,3 +587,61 @@ async fn an_edit_that_keeps_the_text_changes_nothing() {
     assert_eq!(row.status, LogStatus::Analyzed);
     assert!(row.replied_at.is_some());
 }
+
+#[tokio::test]
+async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let a = log(&db.store, 1, 1, "ran").await.id();
+    let b = log(&db.store, 1, 2, "worked").await.id();
+    store_analysis(
+        &db.store,
+        a,
+        "x",
+        r#"{"activities":["run"],"defaulted":[]}"#,
+    )
+    .await
+    .expect("a");
+    store_analysis(
+        &db.store,
+        b,
+        "x",
+        r#"{"activities":["work","run"],"defaulted":[]}"#,
+    )
+    .await
+    .expect("b");
+    let day = today();
+    let names = |rows: Vec<(String, String)>| rows.into_iter().map(|r| r.1).collect::<Vec<_>>();
+    assert_eq!(
+        names(db.store.day_activities(1, day).await.expect("read")),
+        ["run", "work"]
+    );
+
+    // An edit of the second entry drops its metrics; `run` stays through the first.
+    db.store.update_text(1, 2, "rested").await.expect("edit");
+    assert_eq!(
+        names(db.store.day_activities(1, day).await.expect("read")),
+        ["run"]
+    );
+    store_analysis(
+        &db.store,
+        b,
+        "x",
+        r#"{"activities":["swim"],"defaulted":[]}"#,
+    )
+    .await
+    .expect("b again");
+    assert_eq!(
+        names(db.store.day_activities(1, day).await.expect("read")),
+        ["run", "swim"]
+    );
+
+    db.store.delete_user(1).await.expect("delete");
+    assert!(
+        db.store
+            .day_activities(1, day)
+            .await
+            .expect("read")
+            .is_empty()
+    );
+}
