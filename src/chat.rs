@@ -152,6 +152,16 @@ where
             continue;
         }
         if line.starts_with('/') {
+            // Commands may come before any entry (`/tz`, `/remind`): the user must exist.
+            journal
+                .store
+                .upsert_user(&crate::store::NewUser {
+                    user_id: user,
+                    chat_id: user,
+                    username: None,
+                    language,
+                })
+                .await?;
             let responses = match Command::parse(line, "") {
                 Ok(command) => commands::respond(&journal, user, command).await?,
                 Err(_) => vec![Response::Text(

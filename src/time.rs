@@ -195,10 +195,9 @@ impl UserZone {
     /// The zone at a point on Earth, from embedded boundary data (no network). `None`
     /// for coordinates that are not on Earth or where no zone is known.
     pub fn from_location(latitude: f64, longitude: f64) -> Option<Self> {
-        if !(latitude.is_finite() && longitude.is_finite())
-            || !(-90.0..=90.0).contains(&latitude)
-            || !(-180.0..=180.0).contains(&longitude)
-        {
+        // Ranges exclude NaN, so this also refuses non-numbers.
+        let on_earth = (-90.0..=90.0).contains(&latitude) && (-180.0..=180.0).contains(&longitude);
+        if !on_earth {
             return None;
         }
         static FINDER: OnceLock<tzf_rs::EmbeddedFinder> = OnceLock::new();
