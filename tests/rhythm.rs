@@ -251,6 +251,8 @@ async fn a_reminder_missed_by_more_than_max_late_is_skipped_not_sent_late() {
         reminder_row(&app, 4).await.2.as_deref() == Some("2026-12-02 18:00:00")
     })
     .await;
+    // Moved on and recorded in one statement: a reminder to send would carry its day.
+    assert_eq!(reminder_row(&app, 4).await.1, None, "not recorded as sent");
     assert_eq!(reminders_to(&app, 4), 0);
     app.stop().await;
 }
