@@ -440,3 +440,78 @@ async fn a_reminder_in_the_spring_dst_gap_comes_once_at_the_first_valid_minute()
     assert_eq!(reminders_to(&app, 9), 1);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn stats_names_what_goes_with_good_days() {
+    let app = App::spawn().await;
+    app.clock.set(at("2026-12-07T12:00:00Z"));
+    app.store
+        .upsert_user(&NewUser {
+            user_id: 11,
+            chat_id: 11,
+            username: None,
+            language: Language::En,
+        })
+        .await
+        .expect("user");
+    // Runs on three days at mood 5, three days without at mood 3.
+    for day in 1..=6i64 {
+        let id = app
+            .store
+            .insert_log(&daylog::store::NewLog {
+                user_id: 11,
+                chat_id: 11,
+                message_id: day,
+                text: "a day",
+                local_day: Some(format!("2026-12-0{day}").parse().expect("day")),
+            })
+            .await
+            .expect("insert")
+            .id();
+        let metrics = if day <= 3 {
+            r#"{"mood":5,"activities":["run","work"],"defaulted":[]}"#
+        } else {
+            r#"{"mood":3,"activities":["work"],"defaulted":[]}"#
+        };
+        assert!(
+            app.store
+                .mark_analyzed(id, "a day", "ok", metrics)
+                .await
+                .expect("mark")
+        );
+        app.store.mark_replied(id).await.expect("replied"); // not the worker's to answer
+    }
+    let rows = app
+        .store
+        .day_activities(11, "2026-11-01".parse().expect("day"))
+        .await
+        .expect("activities");
+    assert_eq!(rows.len(), 9, "{rows:?}");
+    // Found by its title: the worker may answer one of the logs above meanwhile.
+    app.telegram.push_update(text_update(11, 100, "/stats"));
+    let calls = app
+        .telegram
+        .wait_for("the statistics", WAIT, |calls| {
+            calls.iter().any(|c| c.text().contains("Your statistics"))
+        })
+        .await;
+    let stats = calls
+        .iter()
+        .find(|c| c.text().contains("Your statistics"))
+        .expect("stats")
+        .text()
+        .to_owned();
+    assert!(
+        stats.contains("run: mood 5.0 on those days, 3.0 without"),
+        "{stats}"
+    );
+    assert!(
+        !stats.contains("work:"),
+        "on every day: nothing to compare: {stats}"
+    );
+    assert!(
+        stats.contains("Current streak: 6 days; longest: 6 days"),
+        "{stats}"
+    );
+    app.stop().await;
+}
