@@ -722,6 +722,36 @@ mod tests {
     }
 
     #[test]
+    fn time_and_rhythm_settings_are_checked_by_name() {
+        let s = load(&[]).expect("defaults load");
+        assert_eq!(s.journal.default_zone().name(), "UTC");
+        assert_eq!(s.journal.day_starts_hour, 4);
+        assert_eq!(s.reminders.max_late(), Duration::from_secs(90 * 60));
+        let s = load(&[("DAYLOG__JOURNAL__DEFAULT_TIMEZONE", "europe/berlin")]).expect("loads");
+        assert_eq!(s.journal.default_zone().name(), "Europe/Berlin");
+        for (key, value, named) in [
+            (
+                "DAYLOG__JOURNAL__DEFAULT_TIMEZONE",
+                "Mars/Olympus",
+                "journal.default_timezone",
+            ),
+            (
+                "DAYLOG__JOURNAL__DAY_STARTS_HOUR",
+                "24",
+                "journal.day_starts_hour",
+            ),
+            (
+                "DAYLOG__REMINDERS__POLL_INTERVAL_MS",
+                "0",
+                "reminders.poll_interval_ms",
+            ),
+        ] {
+            let error = load(&[(key, value)]).expect_err(key).to_string();
+            assert!(error.contains(named), "{error}");
+        }
+    }
+
+    #[test]
     fn layers_apply_in_order_file_then_env() {
         let file = write_config("[retry]\nmin_delay_ms = 10\nmax_delay_ms = 20\n");
         let path = file.path().to_str().expect("utf-8 path");

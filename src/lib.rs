@@ -5,7 +5,8 @@
 //! `analysis` (prompts, metric repair and validation), `journal` (the life of a day log,
 //! front-end independent), `commands` (what each bot command answers), `worker`
 //! (unfinished logs), `bot` (Telegram), `chat` (the terminal), `render` (reply HTML and
-//! splitting), `charts`, `texts` (English and Russian), `cli`, `telemetry`.
+//! splitting), `charts`, `texts` (English and Russian), `cli`, `telemetry`; SPEC §10:
+//! `time` (the one clock, user zones, local days), `reminders`, `streaks`, `good_days`.
 
 pub mod analysis;
 pub mod bot;
