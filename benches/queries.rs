@@ -1,4 +1,5 @@
-//! `/stats` and `/history` on one user with 100 000 logs (goal: ≤ 50 ms each).
+//! `/stats` and `/history` on one user with 100 000 logs (goal: ≤ 50 ms each), and one
+//! tick of the reminder scheduler with 100 000 users who have reminders (goal: ≤ 10 ms).
 //!
 //! `cargo bench --bench queries`. Each query is timed twice: the store call alone, and
 //! the whole command as a user gets it (`/stats` includes drawing the PNG chart).
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use daylog::commands::{self, Command};
 use daylog::config::Settings;
-use daylog::journal::Journal;
+use daylog::journal::{Journal, Messenger, Response, SendError, Target};
 use daylog::llm::Llm;
 use daylog::store::Store;
 
@@ -47,8 +48,13 @@ fn queries(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("100k_logs");
     for days in [30u32, 365] {
+        // The fill's users keep the default zone and day start.
+        let first = daylog::time::UserZone::utc()
+            .local_day(jiff::Timestamp::now(), 4)
+            .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
+            .expect("first day");
         group.bench_function(format!("store_daily_metrics_{days}"), |b| {
-            b.iter(|| runtime.block_on(store.daily_metrics(black_box(USER), days)))
+            b.iter(|| runtime.block_on(store.daily_metrics(black_box(USER), first)))
         });
         group.bench_function(format!("command_stats_{days}"), |b| {
             b.iter(|| {
@@ -72,8 +78,69 @@ fn queries(c: &mut Criterion) {
             ))
         })
     });
+    group.bench_function("store_streaks", |b| {
+        b.iter(|| runtime.block_on(journal.streaks(black_box(USER))))
+    });
+    group.finish();
+
+    // 100 000 users with a reminder each, due times spread evenly over the next 24
+    // hours: a tick finds the few due since the last one, through the index.
+    runtime.block_on(fill_reminders(&db, 100_000));
+    let journal = Arc::new(journal);
+    let messenger = Arc::new(Discard);
+    let mut group = c.benchmark_group("100k_reminders");
+    group.bench_function("store_due_reminders", |b| {
+        b.iter(|| {
+            runtime.block_on(
+                store.due_reminders(&daylog::time::sql_timestamp(jiff::Timestamp::now()), 1000),
+            )
+        })
+    });
+    // The first iteration sends what is due; later ones are the steady state of a
+    // tick every poll interval (a handful or none due).
+    group.bench_function("scheduler_tick", |b| {
+        b.iter(|| runtime.block_on(daylog::reminders::tick(&journal, &messenger)))
+    });
     group.finish();
     runtime.block_on(store.close());
+}
+
+/// A messenger that delivers nowhere (the tick's own cost is measured).
+struct Discard;
+
+impl Messenger for Discard {
+    async fn send(&self, _target: Target, _responses: Vec<Response>) -> Result<(), SendError> {
+        Ok(())
+    }
+    async fn typing(&self, _chat_id: i64) {}
+}
+
+/// `n` users (ids from 1 000 000) with a reminder, next due every 24 h / n from now.
+async fn fill_reminders(db_url: &str, n: i64) {
+    let pool = sqlx::SqlitePool::connect(db_url).await.expect("writer");
+    let mut tx = pool.begin().await.expect("tx");
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+         INSERT INTO users (user_id, chat_id, timezone) SELECT 1000000 + i, 1000000 + i,
+             CASE i % 3 WHEN 0 THEN 'UTC' WHEN 1 THEN 'Europe/Moscow' ELSE 'America/Los_Angeles' END
+         FROM n",
+    )
+    .bind(n)
+    .execute(&mut *tx)
+    .await
+    .expect("users");
+    sqlx::query(
+        "INSERT INTO reminders (user_id, local_time, enabled, next_due_at)
+         SELECT user_id, '21:00', 1,
+                datetime('now', '+' || ((user_id - 1000000) * 86400.0 / ?1) || ' seconds')
+         FROM users WHERE user_id > 1000000",
+    )
+    .bind(n)
+    .execute(&mut *tx)
+    .await
+    .expect("reminders");
+    tx.commit().await.expect("commit");
+    pool.close().await;
 }
 
 criterion_group! {

@@ -247,6 +247,8 @@ impl Confirmation {
 impl Session {
     /// Handles one raw line of stdin. An error means stdout is gone.
     async fn line(&mut self, raw: &[u8]) -> std::io::Result<()> {
+        // The moment the line was read decides its local day (SPEC §10).
+        let read_at = self.journal.now();
         let decoded = String::from_utf8_lossy(raw);
         let language = self.journal.language_of(self.user).await;
         let texts = Texts(language);
@@ -284,7 +286,7 @@ impl Session {
         }
         match self
             .journal
-            .on_terminal_text(self.terminal.as_ref(), self.user, line)
+            .on_terminal_text(self.terminal.as_ref(), self.user, line, read_at)
             .await
         {
             Ok(()) => Ok(()),
@@ -325,6 +327,7 @@ impl Session {
             file_id: path.display().to_string(),
             duration_s,
             file_size: Some(size),
+            sent_at: Some(self.journal.now()),
         };
         match self
             .journal

@@ -11,6 +11,7 @@ use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{DailyMetrics, DayLog, StoreError};
 use crate::texts::Texts;
+use crate::time::{UserZone, ZoneError};
 
 /// Default and largest `/history` length.
 const HISTORY_DEFAULT: u32 = 5;
@@ -38,6 +39,12 @@ pub enum Command {
     Delete,
     /// Answer language: /lang en or /lang ru
     Lang(String),
+    /// Your time zone: /tz Europe/Berlin, /tz UTC+3, or share your location
+    Tz(String),
+    /// Days in a row with an entry: current and longest.
+    Streak,
+    /// A daily reminder at your local time: /remind 21:30, /remind off
+    Remind(String),
 }
 
 impl Command {
@@ -67,6 +74,9 @@ fn russian_description(command: &str) -> &'static str {
         "export" => "Все записи и метрики в CSV-файле.",
         "delete" => "Удалить все твои данные (с подтверждением).",
         "lang" => "Язык ответов: /lang ru или /lang en",
+        "tz" => "Часовой пояс: /tz Europe/Moscow, /tz UTC+3 или геопозиция",
+        "streak" => "Сколько дней подряд есть записи: сейчас и рекорд.",
+        "remind" => "Ежедневное напоминание по местному времени: /remind 21:30, /remind off",
         _ => "",
     }
 }
@@ -90,14 +100,18 @@ pub async fn respond(
     let texts = Texts(language);
     let text = |reply: Reply| Ok(vec![Response::Text(reply)]);
     match command {
-        Command::Start => text(
-            Reply::new()
+        Command::Start => {
+            let mut reply = Reply::new()
                 .bold(texts.start_title())
                 .paragraph()
-                .text(texts.start_body())
-                .paragraph()
-                .italic(texts.privacy()),
-        ),
+                .text(texts.start_body());
+            // A user still on the default zone is invited to set theirs.
+            let zone = journal.zone_of(user_id).await;
+            if zone == journal.settings.journal.default_zone() {
+                reply = reply.paragraph().text(texts.start_tz_invite(zone.name()));
+            }
+            text(reply.paragraph().italic(texts.privacy()))
+        }
         Command::Help => {
             let mut reply = Reply::new().bold(texts.help_title()).newline();
             for (name, description) in Command::menu(language) {
@@ -113,22 +127,55 @@ pub async fn respond(
                 return text(Reply::new().text(texts.bad_number("history", HISTORY_MAX)));
             };
             let logs = journal.store.history(user_id, i64::from(n)).await?;
-            text(history_reply(language, &logs))
+            let zone = journal.zone_of(user_id).await;
+            text(history_reply(language, &zone, &logs))
         }
         Command::Stats(arg) => {
             let Some(days) = count_arg(&arg, STATS_DEFAULT, STATS_MAX) else {
                 return text(Reply::new().text(texts.bad_number("stats", STATS_MAX)));
             };
-            let rows = journal.store.daily_metrics(user_id, days).await?;
-            Ok(stats_responses(language, days, &rows))
+            let (_, today) = journal.today_of(user_id).await;
+            let first = today
+                .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
+                .unwrap_or(today);
+            let rows = journal.store.daily_metrics(user_id, first).await?;
+            let streaks = journal.streaks(user_id).await?;
+            let activities = journal.store.day_activities(user_id, first).await?;
+            let goes_with =
+                crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
+                    rows.iter().map(|r| (r.day.clone(), r.mood)),
+                    activities,
+                ));
+            let mut responses = stats_responses(language, days, &rows);
+            if let Some(Response::Text(reply)) = responses.first_mut() {
+                let mut more = std::mem::take(reply);
+                if streaks.longest > 0 {
+                    more = more
+                        .newline()
+                        .text(texts.streak_summary(streaks.current, streaks.longest));
+                }
+                if !goes_with.is_empty() {
+                    more = more.paragraph().bold(texts.goes_with_title());
+                    for found in &goes_with {
+                        more = more.newline().text(texts.goes_with_line(
+                            &found.activity,
+                            found.with,
+                            found.without,
+                        ));
+                    }
+                }
+                *reply = more;
+            }
+            Ok(responses)
         }
         Command::Export => {
             let logs = journal.store.export(user_id).await?;
             if logs.is_empty() {
                 return text(Reply::new().text(texts.no_entries()));
             }
+            let zone = journal.zone_of(user_id).await;
             Ok(vec![Response::Document {
-                bytes: export_csv(&logs),
+                bytes: export_csv(&logs, &zone),
                 file_name: "daylog-export.csv".to_owned(),
                 caption: texts.export_caption(logs.len()),
             }])
@@ -141,6 +188,75 @@ pub async fn respond(
             }
             Err(()) => text(Reply::new().text(texts.lang_usage())),
         },
+        Command::Tz(arg) => {
+            if arg.trim().is_empty() {
+                let zone = journal.zone_of(user_id).await;
+                let now = local_clock(&zone, journal.now());
+                return text(
+                    Reply::new()
+                        .text(texts.tz_current(zone.name(), &now))
+                        .newline()
+                        .text(texts.tz_how_to_change()),
+                );
+            }
+            match UserZone::parse(&arg) {
+                Ok(zone) => text(set_zone(journal, user_id, &zone).await?),
+                Err(error) => text(Reply::new().text(zone_error(texts, &error))),
+            }
+        }
+        Command::Remind(arg) => text(crate::reminders::command(journal, user_id, &arg).await?),
+        Command::Streak => {
+            let streaks = journal.streaks(user_id).await?;
+            if streaks.longest == 0 {
+                return text(Reply::new().text(texts.streak_none()));
+            }
+            text(Reply::new().text(texts.streak_summary(streaks.current, streaks.longest)))
+        }
+    }
+}
+
+/// `HH:MM` on the user's wall clock.
+fn local_clock(zone: &UserZone, at: jiff::Timestamp) -> String {
+    zone.civil(at).strftime("%H:%M").to_string()
+}
+
+/// The sentence for a `/tz` argument that was not taken (nothing changes).
+fn zone_error(texts: Texts, error: &ZoneError) -> String {
+    match error {
+        ZoneError::Unknown => texts.tz_unknown().to_owned(),
+        ZoneError::OutOfRange => texts.tz_out_of_range().to_owned(),
+        ZoneError::Ambiguous(candidates) => texts.tz_ambiguous(candidates),
+    }
+}
+
+/// Sets the user's zone (`/tz …` or a shared location) and says so. Entries already
+/// stored keep their local day; a reminder moves to the new zone's wall clock.
+pub async fn set_zone(
+    journal: &Journal,
+    user_id: i64,
+    zone: &UserZone,
+) -> Result<Reply, StoreError> {
+    journal.store.set_timezone(user_id, zone).await?;
+    crate::reminders::zone_changed(journal, user_id, zone).await?;
+    tracing::info!(user_id, zone = zone.name(), "time zone set");
+    let language = journal.language_of(user_id).await;
+    let now = local_clock(zone, journal.now());
+    Ok(Reply::new().text(Texts(language).tz_set(zone.name(), &now)))
+}
+
+/// A shared location: the zone at those coordinates, or a sentence when there is none.
+pub async fn set_zone_from_location(
+    journal: &Journal,
+    user_id: i64,
+    latitude: f64,
+    longitude: f64,
+) -> Result<Reply, StoreError> {
+    match UserZone::from_location(latitude, longitude) {
+        Some(zone) => set_zone(journal, user_id, &zone).await,
+        None => {
+            let language = journal.language_of(user_id).await;
+            Ok(Reply::new().text(Texts(language).location_unknown()))
+        }
     }
 }
 
@@ -161,7 +277,16 @@ pub fn failure_sentence(language: Language) -> &'static str {
     Texts(language).internal_error()
 }
 
-fn history_reply(language: Language, logs: &[DayLog]) -> Reply {
+/// A stored UTC `created_at` on the user's wall clock (`YYYY-MM-DD HH:MM`), or as
+/// stored when it cannot be read.
+fn local_created(zone: &UserZone, created_at: &str) -> String {
+    match crate::time::parse_sql_timestamp(created_at) {
+        Some(at) => zone.civil(at).strftime("%Y-%m-%d %H:%M").to_string(),
+        None => created_at.get(..16).unwrap_or(created_at).to_owned(),
+    }
+}
+
+fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply {
     let texts = Texts(language);
     if logs.is_empty() {
         return Reply::new().text(texts.no_entries());
@@ -176,12 +301,7 @@ fn history_reply(language: Language, logs: &[DayLog]) -> Reply {
         };
         reply = reply
             .paragraph()
-            .bold(
-                log.created_at
-                    .get(..16)
-                    .unwrap_or(&log.created_at)
-                    .to_owned(),
-            )
+            .bold(history_heading(zone, log))
             .newline()
             .text(format!("{excerpt}{more}"));
         let line = log
@@ -195,6 +315,18 @@ fn history_reply(language: Language, logs: &[DayLog]) -> Reply {
         }
     }
     reply
+}
+
+/// The local day an entry belongs to, and when it was written on the user's clock
+/// (`2026-11-30 · 01:30` for an entry of the night after the 30th).
+fn history_heading(zone: &UserZone, log: &DayLog) -> String {
+    let written = local_created(zone, &log.created_at);
+    match log.local_day.as_deref() {
+        Some(day) if !written.starts_with(day) => {
+            format!("{day} · {}", written.get(11..).unwrap_or(&written))
+        }
+        _ => written,
+    }
 }
 
 /// The average of the present values, if any.
@@ -277,7 +409,7 @@ fn stats_responses(language: Language, days: u32, rows: &[DailyMetrics]) -> Vec<
 }
 
 /// All of a user's entries with their metrics, one row each.
-pub fn export_csv(logs: &[DayLog]) -> Vec<u8> {
+pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
     let mut writer = csv::Writer::from_writer(Vec::new());
     let _ = writer.write_record([
         "id",
@@ -294,6 +426,9 @@ pub fn export_csv(logs: &[DayLog]) -> Vec<u8> {
         "emotions",
         "summary",
         "defaulted",
+        // SPEC §10, added last so that existing column positions keep their meaning.
+        "local_day",
+        "local_time",
     ]);
     for log in logs {
         let metrics = log.metrics.as_deref().and_then(Metrics::from_stored_json);
@@ -335,6 +470,8 @@ pub fn export_csv(logs: &[DayLog]) -> Vec<u8> {
                 .as_ref()
                 .map(|m| m.defaulted().join("; "))
                 .unwrap_or_default(),
+            log.local_day.clone().unwrap_or_default(),
+            local_created(zone, &log.created_at),
         ]);
     }
     writer.into_inner().unwrap_or_default()

@@ -245,6 +245,42 @@ impl TelegramSettings {
     }
 }
 
+/// SPEC §10: the user's day.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalSettings {
+    /// The zone of a user who has not set one (`/tz`).
+    pub default_timezone: String,
+    /// Entries before this local hour belong to the day before.
+    pub day_starts_hour: u8,
+}
+
+impl JournalSettings {
+    /// The default zone; validated at load, so the fallback is never used in practice.
+    pub fn default_zone(&self) -> crate::time::UserZone {
+        crate::time::UserZone::parse(&self.default_timezone).unwrap_or_default()
+    }
+}
+
+/// SPEC §10: daily reminders.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReminderSettings {
+    /// How often the scheduler looks for due reminders.
+    pub poll_interval_ms: u64,
+    /// A reminder this much past its time (the bot was down) is skipped, not sent late.
+    pub max_late_minutes: u64,
+}
+
+impl ReminderSettings {
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms)
+    }
+    pub fn max_late(&self) -> Duration {
+        Duration::from_secs(self.max_late_minutes.saturating_mul(60))
+    }
+}
+
 /// The wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -325,6 +361,8 @@ pub struct FileSettings {
     pub cooldown: CooldownSettings,
     pub worker: WorkerSettings,
     pub telegram: TelegramSettings,
+    pub journal: JournalSettings,
+    pub reminders: ReminderSettings,
     pub providers: BTreeMap<String, ProviderSettings>,
     pub analysis: TaskSettings,
     pub metrics: TaskSettings,
@@ -770,6 +808,24 @@ fn validate(s: &FileSettings) -> Result<(), ConfigError> {
             "must be above 0",
         ));
     }
+    if let Err(error) = crate::time::UserZone::parse(&s.journal.default_timezone) {
+        return Err(ConfigError::invalid(
+            "journal.default_timezone",
+            format!("{error}; use an IANA name such as Europe/Berlin, or UTC+03:00"),
+        ));
+    }
+    if s.journal.day_starts_hour > 23 {
+        return Err(ConfigError::invalid(
+            "journal.day_starts_hour",
+            "must be an hour from 0 to 23",
+        ));
+    }
+    if s.reminders.poll_interval_ms == 0 {
+        return Err(ConfigError::invalid(
+            "reminders.poll_interval_ms",
+            "must be above 0",
+        ));
+    }
     for (name, provider) in &s.providers {
         if !matches!(provider.base_url.scheme(), "http" | "https") {
             return Err(ConfigError::invalid(
@@ -952,6 +1008,36 @@ mod tests {
         assert_eq!(s.metrics.steps[0].provider, "groq");
         assert_eq!(s.providers["gemini"].kind, ProviderKind::Gemini);
         assert_eq!(s.database_url, DEFAULT_DATABASE_URL);
+    }
+
+    #[test]
+    fn time_and_rhythm_settings_are_checked_by_name() {
+        let s = load(&[]).expect("defaults load");
+        assert_eq!(s.journal.default_zone().name(), "UTC");
+        assert_eq!(s.journal.day_starts_hour, 4);
+        assert_eq!(s.reminders.max_late(), Duration::from_secs(90 * 60));
+        let s = load(&[("DAYLOG__JOURNAL__DEFAULT_TIMEZONE", "europe/berlin")]).expect("loads");
+        assert_eq!(s.journal.default_zone().name(), "Europe/Berlin");
+        for (key, value, named) in [
+            (
+                "DAYLOG__JOURNAL__DEFAULT_TIMEZONE",
+                "Mars/Olympus",
+                "journal.default_timezone",
+            ),
+            (
+                "DAYLOG__JOURNAL__DAY_STARTS_HOUR",
+                "24",
+                "journal.day_starts_hour",
+            ),
+            (
+                "DAYLOG__REMINDERS__POLL_INTERVAL_MS",
+                "0",
+                "reminders.poll_interval_ms",
+            ),
+        ] {
+            let error = load(&[(key, value)]).expect_err(key).to_string();
+            assert!(error.contains(named), "{error}");
+        }
     }
 
     #[test]

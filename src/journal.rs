@@ -27,7 +27,9 @@ use crate::store::{
     DayLog, FrontEnd, Inserted, LogStatus, NewLog, NewUser, NewVoiceLog, Store, StoreError,
     Unfinished, VoiceNote,
 };
+use crate::streaks::Streaks;
 use crate::texts::Texts;
+use crate::time::{Clock, SystemClock, UserZone};
 
 /// Where an answer goes: a chat, as a reply to one message when there is one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +138,8 @@ pub struct Incoming {
     pub username: Option<String>,
     pub language_code: Option<String>,
     pub text: String,
+    /// When the user wrote it (Telegram's message `date`); `None`: now, by the clock.
+    pub sent_at: Option<jiff::Timestamp>,
 }
 
 /// A voice or audio message from a user (SPEC §11).
@@ -152,12 +156,14 @@ pub struct IncomingVoice {
     /// As the sender's client reports it; `None` when unknown.
     pub duration_s: Option<u32>,
     pub file_size: Option<u64>,
+    /// When the user sent it (Telegram's message `date`); `None`: now, by the clock.
+    pub sent_at: Option<jiff::Timestamp>,
 }
 
 /// What became of one transcription round.
 enum Transcribed {
     /// The transcript is stored: the log, with it as its text.
-    Text(DayLog),
+    Text(Box<DayLog>),
     /// Not now; the log stays pending and the worker tries again.
     Pending,
     /// The recording cannot be fetched any more.
@@ -216,10 +222,12 @@ pub struct Journal {
     /// does not send them again, it only retries the record. Without it the worker would
     /// re-send the answer on every poll for as long as the disk stays full.
     unrecorded: Mutex<HashSet<i64>>,
+    clock: Arc<dyn Clock>,
 }
 
 impl Journal {
     pub fn new(settings: Arc<Settings>, store: Store, llm: Arc<Llm>) -> Self {
+        let store = store.with_default_timezone(&settings.journal.default_zone());
         Self {
             settings,
             store,
@@ -227,6 +235,72 @@ impl Journal {
             claims: Arc::default(),
             claim_gate: tokio::sync::RwLock::new(()),
             unrecorded: Mutex::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The same journal reading "now" from `clock` (tests drive time with it).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Now, by the one clock of the process.
+    pub fn now(&self) -> jiff::Timestamp {
+        self.clock.now()
+    }
+
+    /// The zone a stored `users.timezone` names; the configured default when it names
+    /// none (a value written by hand).
+    pub fn zone_from_stored(&self, user_id: i64, stored: &str) -> UserZone {
+        UserZone::from_stored(stored).unwrap_or_else(|| {
+            tracing::warn!(
+                user_id,
+                "users.timezone is not a valid zone; using the default"
+            );
+            self.settings.journal.default_zone()
+        })
+    }
+
+    /// The user's zone (the default for a user not seen yet).
+    pub async fn zone_of(&self, user_id: i64) -> UserZone {
+        match self.store.user(user_id).await {
+            Ok(Some(user)) => self.zone_from_stored(user_id, &user.timezone),
+            Ok(None) => self.settings.journal.default_zone(),
+            Err(error) => {
+                tracing::warn!(%error, user_id, "could not read the user's zone");
+                self.settings.journal.default_zone()
+            }
+        }
+    }
+
+    /// The local day `at` belongs to in `zone` (SPEC §10).
+    pub fn local_day(&self, zone: &UserZone, at: jiff::Timestamp) -> jiff::civil::Date {
+        zone.local_day(at, self.settings.journal.day_starts_hour)
+    }
+
+    /// The user's zone and their "today".
+    pub async fn today_of(&self, user_id: i64) -> (UserZone, jiff::civil::Date) {
+        let zone = self.zone_of(user_id).await;
+        let today = self.local_day(&zone, self.now());
+        (zone, today)
+    }
+
+    /// The user's current and longest streak, in local days.
+    pub async fn streaks(&self, user_id: i64) -> Result<Streaks, StoreError> {
+        let (_, today) = self.today_of(user_id).await;
+        let days = self.store.entry_days(user_id).await?;
+        Ok(Streaks::from_days(&days, today))
+    }
+
+    /// The current streak for an analysis reply's note; 0 when it cannot be read.
+    async fn streak_for_note(&self, user_id: i64) -> u32 {
+        match self.streaks(user_id).await {
+            Ok(streaks) => streaks.current,
+            Err(error) => {
+                tracing::warn!(%error, user_id, "could not read the streak");
+                0
+            }
         }
     }
 
@@ -284,6 +358,8 @@ impl Journal {
             })
             .await
             .map_err(EntryError::NotSaved)?;
+        let zone = self.zone_from_stored(msg.user_id, &user.timezone);
+        let local_day = self.local_day(&zone, msg.sent_at.unwrap_or_else(|| self.now()));
         let inserted = self
             .store
             .insert_log(&NewLog {
@@ -291,6 +367,7 @@ impl Journal {
                 chat_id: msg.chat_id,
                 message_id: msg.message_id,
                 text: &msg.text,
+                local_day: Some(local_day),
             })
             .await
             .map_err(EntryError::NotSaved)?;
@@ -312,6 +389,7 @@ impl Journal {
         messenger: &M,
         user_id: i64,
         text: &str,
+        read_at: jiff::Timestamp,
     ) -> Result<(), EntryError> {
         let user = self
             .store
@@ -323,11 +401,12 @@ impl Journal {
             })
             .await
             .map_err(EntryError::NotSaved)?;
+        let local_day = self.local_day(&self.zone_from_stored(user_id, &user.timezone), read_at);
         let (log, claim) = {
             let _storing = self.claim_gate.read().await;
             let log = self
                 .store
-                .insert_chat_log(user_id, text)
+                .insert_chat_log(user_id, text, Some(local_day))
                 .await
                 .map_err(EntryError::NotSaved)?;
             let claim = self.claim(log.chat_id, log.message_id);
@@ -403,6 +482,10 @@ impl Journal {
                 message_id: voice.message_id,
                 file_id: &voice.file_id,
                 duration_s: voice.duration_s,
+                local_day: Some(self.local_day(
+                    &self.zone_from_stored(voice.user_id, &user.timezone),
+                    voice.sent_at.unwrap_or_else(|| self.now()),
+                )),
             })
             .await
             .map_err(EntryError::NotSaved)?;
@@ -446,11 +529,20 @@ impl Journal {
             }
             return Ok(());
         }
+        let local_day = self.local_day(
+            &self.zone_from_stored(voice.user_id, &user.timezone),
+            voice.sent_at.unwrap_or_else(|| self.now()),
+        );
         let (log, claim) = {
             let _storing = self.claim_gate.read().await;
             let log = self
                 .store
-                .insert_chat_voice_log(voice.user_id, &voice.file_id, voice.duration_s)
+                .insert_chat_voice_log(
+                    voice.user_id,
+                    &voice.file_id,
+                    voice.duration_s,
+                    Some(local_day),
+                )
                 .await
                 .map_err(EntryError::NotSaved)?;
             let claim = self.claim(log.chat_id, log.message_id);
@@ -505,7 +597,7 @@ impl Journal {
                     // The analysis follows the transcript, never overtakes it.
                     return self.postpone(&log).await;
                 }
-                self.analyse_and_answer(messenger, log, language, late, claim)
+                self.analyse_and_answer(messenger, *log, language, late, claim)
                     .await
             }
             Transcribed::Pending => {
@@ -577,7 +669,7 @@ impl Journal {
             {
                 Some(log) => {
                     tracing::info!(log_id = log.id, provider = %completion.provider, model = %completion.model, chars = log.text.chars().count(), "voice note transcribed");
-                    Ok(Transcribed::Text(log))
+                    Ok(Transcribed::Text(Box::new(log)))
                 }
                 None => Ok(Transcribed::Superseded),
             },
@@ -723,12 +815,14 @@ impl Journal {
         let decided = with_typing(messenger, log.chat_id, self.analyse(&log, language)).await?;
         match decided {
             Decided::Analyzed { analysis, metrics } => {
+                let streak = self.streak_for_note(log.user_id).await;
                 let reply = analysis_reply(
                     language,
                     &analysis,
                     &metrics,
                     self.was_truncated(&log),
                     late,
+                    streak,
                 );
                 self.answer(messenger, &log, reply).await;
             }
@@ -906,7 +1000,11 @@ impl Journal {
     }
 
     async fn context(&self, log: &DayLog, language: Language) -> Result<UserContext, StoreError> {
-        let days = self.store.daily_metrics(log.user_id, 7).await?;
+        let (_, today) = self.today_of(log.user_id).await;
+        let week_start = today
+            .checked_sub(jiff::Span::new().days(6))
+            .unwrap_or(today);
+        let days = self.store.daily_metrics(log.user_id, week_start).await?;
         let spoken = self.store.voice_note(log.id).await?.is_some();
         let mut summaries = self.store.recent_summaries(log.user_id, log.id, 3).await?;
         summaries.reverse();
@@ -1009,7 +1107,15 @@ impl Journal {
                             .and_then(Metrics::from_stored_json)
                             .unwrap_or_else(Metrics::defaults);
                         let analysis = log.analysis.as_deref().unwrap_or_default();
-                        analysis_reply(language, analysis, &metrics, self.was_truncated(&log), true)
+                        let streak = self.streak_for_note(log.user_id).await;
+                        analysis_reply(
+                            language,
+                            analysis,
+                            &metrics,
+                            self.was_truncated(&log),
+                            true,
+                            streak,
+                        )
                     }
                     LogStatus::Blocked => Reply::new().text(texts.blocked()),
                     LogStatus::Failed => Reply::new().text(texts.failed()),
@@ -1037,6 +1143,7 @@ pub fn analysis_reply(
     metrics: &Metrics,
     truncated: bool,
     late: bool,
+    streak: u32,
 ) -> Reply {
     let texts = Texts(language);
     let title = if late {
@@ -1051,6 +1158,9 @@ pub fn analysis_reply(
     }
     if truncated {
         reply = reply.paragraph().italic(texts.truncated_note());
+    }
+    if streak >= 2 {
+        reply = reply.paragraph().italic(texts.streak_note(streak));
     }
     reply
 }

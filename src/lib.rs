@@ -5,7 +5,8 @@
 //! `analysis` (prompts, metric repair and validation), `journal` (the life of a day log,
 //! front-end independent), `commands` (what each bot command answers), `worker`
 //! (unfinished logs), `bot` (Telegram), `chat` (the terminal), `render` (reply HTML and
-//! splitting), `charts`, `texts` (English and Russian), `cli`, `telemetry`.
+//! splitting), `charts`, `texts` (English and Russian), `cli`, `telemetry`; SPEC §10:
+//! `time` (the one clock, user zones, local days), `reminders`, `streaks`, `good_days`.
 
 pub mod analysis;
 pub mod bot;
@@ -14,14 +15,18 @@ pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod good_days;
 pub mod journal;
 pub mod language;
 pub mod llm;
+pub mod reminders;
 pub mod render;
 pub mod sqlcmd;
 pub mod store;
+pub mod streaks;
 pub mod telemetry;
 pub mod texts;
+pub mod time;
 pub mod worker;
 
 /// The one HTTP client of the process, shared by the Telegram bot and every LLM provider.

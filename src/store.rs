@@ -172,6 +172,8 @@ pub struct DayLog {
     pub attempts: i64,
     pub next_attempt_at: Option<String>,
     pub replied_at: Option<String>,
+    /// The user's local day the entry belongs to (SPEC §10), `YYYY-MM-DD`.
+    pub local_day: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -180,6 +182,8 @@ pub struct NewLog<'a> {
     pub chat_id: i64,
     pub message_id: i64,
     pub text: &'a str,
+    /// The local day, fixed now; `None` falls back to the UTC date with the 4-hour rule.
+    pub local_day: Option<jiff::civil::Date>,
 }
 
 /// A voice note to store (SPEC §11): the log starts with an empty text.
@@ -191,6 +195,8 @@ pub struct NewVoiceLog<'a> {
     /// Telegram's `file_id` (for `daylog chat`, the path of the file).
     pub file_id: &'a str,
     pub duration_s: Option<u32>,
+    /// The local day, fixed now (SPEC §10); `None` falls back as for [`NewLog`].
+    pub local_day: Option<jiff::civil::Date>,
 }
 
 /// What the store knows of a voice log besides [`DayLog`] (`kind = 'voice'`).
@@ -276,6 +282,37 @@ pub struct DailyMetrics {
     pub logs: i64,
 }
 
+/// A user's daily reminder (`reminders`).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct Reminder {
+    pub user_id: i64,
+    pub local_time: String,
+    pub enabled: bool,
+    pub last_sent_day: Option<String>,
+    pub next_due_at: Option<String>,
+}
+
+/// A reminder whose time has come, with what sending it needs to know of its user.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct DueReminder {
+    pub user_id: i64,
+    pub chat_id: i64,
+    pub language: String,
+    pub timezone: String,
+    pub local_time: String,
+    pub last_sent_day: Option<String>,
+    pub next_due_at: String,
+}
+
+/// The scheduler's query: due reminders, soonest first. Public so that tests and the
+/// benchmark can check that it searches the `reminders_due` index.
+pub const DUE_REMINDERS_SQL: &str =
+    "SELECT r.user_id, u.chat_id, u.language, u.timezone, r.local_time,
+            r.last_sent_day, r.next_due_at
+     FROM reminders r JOIN users u ON u.user_id = r.user_id
+     WHERE r.enabled = 1 AND r.next_due_at <= ?1
+     ORDER BY r.next_due_at LIMIT ?2";
+
 /// What the worker has to finish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unfinished {
@@ -307,7 +344,7 @@ const UNFINISHED_REPLY: &str = "status IN ('analyzed', 'blocked', 'failed') AND 
 macro_rules! log_columns {
     () => {
         "id, user_id, chat_id, message_id, text, created_at, status, analysis, metrics, \
-         attempts, next_attempt_at, replied_at"
+         attempts, next_attempt_at, replied_at, local_day"
     };
 }
 const LOG_COLUMNS: &str = log_columns!();
@@ -322,8 +359,9 @@ pub const HISTORY_SQL: &str = concat!(
 
 /// `/stats` and the analysis context: per-day averages of a user from `?2` days ago on.
 /// Public so that tests can check its query plan.
+/// `?2` is the first local day (`YYYY-MM-DD`) of the period.
 pub const DAILY_METRICS_SQL: &str = "SELECT day, mood, stress, energy, productivity, sleep_hours, logs FROM daily_metrics \
-     WHERE user_id = ?1 AND day >= date('now', '-' || ?2 || ' days') ORDER BY day";
+     WHERE user_id = ?1 AND day >= ?2 ORDER BY day";
 
 /// The shared handle on the database. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -331,6 +369,8 @@ pub struct Store {
     read: SqlitePool,
     write: SqlitePool,
     calls: CallRecorder,
+    /// `users.timezone` of a user seen for the first time (`journal.default_timezone`).
+    default_timezone: std::sync::Arc<str>,
 }
 
 /// The file behind a `sqlite:` URL, percent-decoded the way sqlx opens it (so every
@@ -467,7 +507,18 @@ impl Store {
             .await
             .map_err(open_err)?;
         let calls = CallRecorder::spawn(write.clone());
-        Ok(Self { read, write, calls })
+        Ok(Self {
+            read,
+            write,
+            calls,
+            default_timezone: std::sync::Arc::from("UTC"),
+        })
+    }
+
+    /// The same store, giving users seen for the first time this zone.
+    pub fn with_default_timezone(mut self, zone: &crate::time::UserZone) -> Self {
+        self.default_timezone = std::sync::Arc::from(zone.name());
+        self
     }
 
     /// Opens and brings the schema up to date. Refuses a database from a newer daylog.
@@ -581,7 +632,8 @@ impl Store {
     pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
         retry_busy("upsert_user", || async {
             let rows = sqlx::query_as::<_, User>(
-                "INSERT INTO users (user_id, chat_id, username, language) VALUES (?1, ?2, ?3, ?4)
+                "INSERT INTO users (user_id, chat_id, username, language, timezone)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id,
                  username = excluded.username
              RETURNING user_id, chat_id, username, language, timezone, created_at",
@@ -590,6 +642,7 @@ impl Store {
             .bind(user.chat_id)
             .bind(user.username)
             .bind(user.language.code())
+            .bind(&*self.default_timezone)
             .fetch_all(&self.write)
             .await?;
             returned(rows).ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
@@ -616,6 +669,23 @@ impl Store {
         Ok(())
     }
 
+    /// `/tz`: the user's zone from now on (entries already stored keep their day).
+    pub async fn set_timezone(
+        &self,
+        user_id: i64,
+        zone: &crate::time::UserZone,
+    ) -> Result<(), StoreError> {
+        retry_busy("set_timezone", || async {
+            sqlx::query("UPDATE users SET timezone = ?2 WHERE user_id = ?1")
+                .bind(user_id)
+                .bind(zone.name())
+                .execute(&self.write)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
     /// many logs went.
     pub async fn delete_user(&self, user_id: i64) -> Result<u64, StoreError> {
@@ -640,8 +710,8 @@ impl Store {
         retry_busy("insert_log", || async {
             // One statement, so no transaction: the hot path is a single round trip.
             let inserted: Vec<DayLog> = sqlx::query_as(&format!(
-                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at)
-                 VALUES (?1, ?2, ?3, ?4, datetime('now'))
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, local_day)
+                 VALUES (?1, ?2, ?3, ?4, datetime('now'), ?5)
                  ON CONFLICT (chat_id, message_id) DO NOTHING
                  RETURNING {LOG_COLUMNS}"
             ))
@@ -649,6 +719,7 @@ impl Store {
             .bind(log.chat_id)
             .bind(log.message_id)
             .bind(log.text)
+            .bind(log.local_day.map(|day| day.to_string()))
             .fetch_all(&self.write)
             .await?;
             Ok(match returned(inserted) {
@@ -707,19 +778,26 @@ impl Store {
     /// chosen inside the insert: Telegram's ids are positive, so they never meet, and the
     /// statement runs under SQLite's write lock, so two terminals on one database never
     /// take the same id (a number read before the insert could already be taken).
-    pub async fn insert_chat_log(&self, user_id: i64, text: &str) -> Result<DayLog, StoreError> {
+    pub async fn insert_chat_log(
+        &self,
+        user_id: i64,
+        text: &str,
+        local_day: Option<jiff::civil::Date>,
+    ) -> Result<DayLog, StoreError> {
         retry_busy("insert_chat_log", || async {
             // Every row is read (there is one), so the statement runs to its end and a
             // failure to commit is this call's error, not lost in a reset.
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
-                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source)
-                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, datetime('now'), ?3
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
+                     local_day)
+                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, datetime('now'), ?3, ?4
                  FROM day_logs WHERE chat_id = ?1
                  RETURNING {LOG_COLUMNS}"
             ))
             .bind(user_id)
             .bind(text)
             .bind(Source::Chat.as_str())
+            .bind(local_day.map(|day| day.to_string()))
             .fetch_all(&self.write)
             .await?;
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
@@ -734,8 +812,8 @@ impl Store {
             // Every row is read, so a failure to commit is this call's error.
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
-                     kind, file_id, duration_s)
-                 VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5)
+                     kind, file_id, duration_s, local_day)
+                 VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5, ?6)
                  ON CONFLICT (chat_id, message_id) DO NOTHING
                  RETURNING {LOG_COLUMNS}"
             ))
@@ -744,6 +822,7 @@ impl Store {
             .bind(log.message_id)
             .bind(log.file_id)
             .bind(log.duration_s)
+            .bind(log.local_day.map(|day| day.to_string()))
             .fetch_all(&self.write)
             .await?;
             Ok(match rows.pop() {
@@ -769,13 +848,14 @@ impl Store {
         user_id: i64,
         file: &str,
         duration_s: Option<u32>,
+        local_day: Option<jiff::civil::Date>,
     ) -> Result<DayLog, StoreError> {
         retry_busy("insert_chat_voice_log", || async {
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
-                     kind, file_id, duration_s)
+                     kind, file_id, duration_s, local_day)
                  SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, '', datetime('now'), ?2,
-                     'voice', ?3, ?4
+                     'voice', ?3, ?4, ?5
                  FROM day_logs WHERE chat_id = ?1
                  RETURNING {LOG_COLUMNS}"
             ))
@@ -783,6 +863,7 @@ impl Store {
             .bind(Source::Chat.as_str())
             .bind(file)
             .bind(duration_s)
+            .bind(local_day.map(|day| day.to_string()))
             .fetch_all(&self.write)
             .await?;
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
@@ -1073,17 +1154,69 @@ impl Store {
         .await?)
     }
 
-    /// Per-day averages for the last `days` days (today included), oldest first.
+    /// Per-local-day averages from local day `first` on, oldest first.
     pub async fn daily_metrics(
         &self,
         user_id: i64,
-        days: u32,
+        first: jiff::civil::Date,
     ) -> Result<Vec<DailyMetrics>, StoreError> {
         Ok(sqlx::query_as::<_, DailyMetrics>(DAILY_METRICS_SQL)
             .bind(user_id)
-            .bind(i64::from(days.saturating_sub(1)))
+            .bind(first.to_string())
             .fetch_all(&self.read)
             .await?)
+    }
+
+    /// Every local day on which the user wrote something, newest first (streaks). Reads
+    /// the `day_logs_user_day` index only.
+    pub async fn entry_days(&self, user_id: i64) -> Result<Vec<String>, StoreError> {
+        // One index seek per day (a loose index scan), not one step per entry: a year
+        // of a busy journal is ~365 seeks instead of tens of thousands of index rows.
+        Ok(sqlx::query_scalar(
+            "WITH RECURSIVE days(day) AS (
+                 SELECT max(local_day) FROM day_logs WHERE user_id = ?1
+                 UNION ALL
+                 SELECT (SELECT max(local_day) FROM day_logs
+                         WHERE user_id = ?1 AND local_day < days.day)
+                 FROM days WHERE days.day IS NOT NULL
+             )
+             SELECT day FROM days WHERE day IS NOT NULL",
+        )
+        .bind(user_id)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// The distinct activities of each local day from `first` on (what goes with good
+    /// days, SPEC §10), from `day_activities`.
+    pub async fn day_activities(
+        &self,
+        user_id: i64,
+        first: jiff::civil::Date,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT local_day, activity FROM day_activities
+             WHERE user_id = ?1 AND local_day >= ?2",
+        )
+        .bind(user_id)
+        .bind(first.to_string())
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Whether the user has an entry for local day `day`.
+    pub async fn has_entry_on(
+        &self,
+        user_id: i64,
+        day: jiff::civil::Date,
+    ) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM day_logs WHERE user_id = ?1 AND local_day = ?2)",
+        )
+        .bind(user_id)
+        .bind(day.to_string())
+        .fetch_one(&self.read)
+        .await?)
     }
 
     /// Summaries (from stored metrics) of the user's last `limit` analysed logs before
@@ -1107,6 +1240,137 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.read)
         .await?)
+    }
+
+    // ---- reminders ----
+
+    pub async fn reminder(&self, user_id: i64) -> Result<Option<Reminder>, StoreError> {
+        Ok(sqlx::query_as::<_, Reminder>(
+            "SELECT user_id, local_time, enabled, last_sent_day, next_due_at
+             FROM reminders WHERE user_id = ?1",
+        )
+        .bind(user_id)
+        .fetch_optional(&self.read)
+        .await?)
+    }
+
+    /// `/remind HH:MM`: on, at that time, next due at `next_due_at`. The day of the last
+    /// reminder is kept, so a new time cannot bring a second reminder the same day.
+    pub async fn set_reminder(
+        &self,
+        user_id: i64,
+        local_time: &str,
+        next_due_at: &str,
+    ) -> Result<(), StoreError> {
+        retry_busy("set_reminder", || async {
+            sqlx::query(
+                "INSERT INTO reminders (user_id, local_time, enabled, next_due_at)
+                 VALUES (?1, ?2, 1, ?3)
+                 ON CONFLICT (user_id) DO UPDATE SET local_time = excluded.local_time,
+                     enabled = 1, next_due_at = excluded.next_due_at",
+            )
+            .bind(user_id)
+            .bind(local_time)
+            .bind(next_due_at)
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// `/remind off`, or Telegram said the user blocked the bot.
+    pub async fn disable_reminder(&self, user_id: i64) -> Result<(), StoreError> {
+        retry_busy("disable_reminder", || async {
+            sqlx::query("UPDATE reminders SET enabled = 0, next_due_at = NULL WHERE user_id = ?1")
+                .bind(user_id)
+                .execute(&self.write)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// A new zone: the reminder (if on) is next due at `next_due_at`.
+    pub async fn reschedule_reminder(
+        &self,
+        user_id: i64,
+        next_due_at: &str,
+    ) -> Result<(), StoreError> {
+        retry_busy("reschedule_reminder", || async {
+            sqlx::query("UPDATE reminders SET next_due_at = ?2 WHERE user_id = ?1 AND enabled = 1")
+                .bind(user_id)
+                .bind(next_due_at)
+                .execute(&self.write)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Reminders due at `now` (UTC `YYYY-MM-DD HH:MM:SS`), soonest first.
+    pub async fn due_reminders(
+        &self,
+        now: &str,
+        limit: i64,
+    ) -> Result<Vec<DueReminder>, StoreError> {
+        Ok(sqlx::query_as::<_, DueReminder>(DUE_REMINDERS_SQL)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&self.read)
+            .await?)
+    }
+
+    /// Moves a due reminder on to `next_due_at`, recording `sent_day` as sent when
+    /// given — in one statement, before anything is sent, so that two ticks (or a
+    /// restart) can never both send it. `false` when someone else moved it first.
+    pub async fn advance_reminder(
+        &self,
+        user_id: i64,
+        due_at: &str,
+        sent_day: Option<&str>,
+        next_due_at: &str,
+    ) -> Result<bool, StoreError> {
+        retry_busy("advance_reminder", || async {
+            let done = sqlx::query(
+                "UPDATE reminders SET next_due_at = ?4, last_sent_day = coalesce(?3, last_sent_day)
+                 WHERE user_id = ?1 AND enabled = 1 AND next_due_at = ?2
+                   AND (?3 IS NULL OR coalesce(last_sent_day, '') <> ?3)",
+            )
+            .bind(user_id)
+            .bind(due_at)
+            .bind(sent_day)
+            .bind(next_due_at)
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+    }
+
+    /// Undoes [`Store::advance_reminder`] after a delivery that failed for a passing
+    /// reason, so the next tick tries again (within `reminders.max_late_minutes`).
+    pub async fn restore_reminder(
+        &self,
+        user_id: i64,
+        due_at: &str,
+        last_sent_day: Option<&str>,
+        advanced_to: &str,
+    ) -> Result<(), StoreError> {
+        retry_busy("restore_reminder", || async {
+            sqlx::query(
+                "UPDATE reminders SET next_due_at = ?2, last_sent_day = ?3
+                 WHERE user_id = ?1 AND enabled = 1 AND next_due_at = ?4",
+            )
+            .bind(user_id)
+            .bind(due_at)
+            .bind(last_sent_day)
+            .bind(advanced_to)
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
     }
 
     // ---- LLM calls ----

@@ -297,6 +297,182 @@ impl Texts {
         )
     }
 
+    // ---- SPEC §10: time zones, streaks, reminders ----
+
+    pub fn tz_current(self, zone: &str, local_time: &str) -> String {
+        match self.0 {
+            Language::En => format!("Your time zone: {zone} (local time {local_time})."),
+            Language::Ru => format!("Твой часовой пояс: {zone} (местное время {local_time})."),
+        }
+    }
+
+    pub fn tz_how_to_change(self) -> &'static str {
+        self.pick(
+            "To change it: /tz Europe/Berlin, /tz Berlin, /tz UTC+3 or /tz -5, or share your location (📎 → Location).",
+            "Чтобы сменить: /tz Europe/Moscow, /tz Moscow, /tz UTC+3 или /tz -5, либо отправь геопозицию (📎 → Геопозиция).",
+        )
+    }
+
+    pub fn tz_set(self, zone: &str, local_time: &str) -> String {
+        match self.0 {
+            Language::En => format!(
+                "Time zone set: {zone}. Your local time is {local_time}. Entries you already wrote keep their day."
+            ),
+            Language::Ru => format!(
+                "Часовой пояс установлен: {zone}. Местное время {local_time}. Уже сделанные записи остаются в своих днях."
+            ),
+        }
+    }
+
+    pub fn tz_unknown(self) -> &'static str {
+        self.pick(
+            "I do not know that time zone, so nothing changed. Examples: /tz Europe/Moscow, /tz Moscow, /tz UTC+3, /tz +05:30, /tz -5.",
+            "Не знаю такого часового пояса, ничего не изменилось. Примеры: /tz Europe/Moscow, /tz Moscow, /tz UTC+3, /tz +05:30, /tz -5.",
+        )
+    }
+
+    pub fn tz_out_of_range(self) -> &'static str {
+        self.pick(
+            "Offsets go from UTC-12:00 to UTC+14:00, so nothing changed. Examples: /tz UTC+3, /tz -5, /tz +05:30.",
+            "Смещения бывают от UTC-12:00 до UTC+14:00, ничего не изменилось. Примеры: /tz UTC+3, /tz -5, /tz +05:30.",
+        )
+    }
+
+    pub fn tz_ambiguous(self, candidates: &[String]) -> String {
+        let list = candidates.join(", ");
+        let first = candidates
+            .first()
+            .map(String::as_str)
+            .unwrap_or("Europe/Moscow");
+        match self.0 {
+            Language::En => format!(
+                "Several time zones match: {list}. Send the full name, e.g. /tz {first}. Nothing changed."
+            ),
+            Language::Ru => format!(
+                "Подходит несколько поясов: {list}. Отправь полное имя, например /tz {first}. Ничего не изменилось."
+            ),
+        }
+    }
+
+    pub fn location_unknown(self) -> &'static str {
+        self.pick(
+            "I could not find a time zone for that place, so nothing changed. Send it as text instead: /tz Europe/Berlin or /tz UTC+3.",
+            "Не удалось определить часовой пояс для этого места, ничего не изменилось. Отправь его текстом: /tz Europe/Moscow или /tz UTC+3.",
+        )
+    }
+
+    pub fn start_tz_invite(self, zone: &str) -> String {
+        match self.0 {
+            Language::En => format!(
+                "Your days follow {zone} for now. Tell me your time zone, so that a late evening counts for the right day: /tz Europe/Berlin, /tz -5, or share your location."
+            ),
+            Language::Ru => format!(
+                "Пока твои дни считаются по {zone}. Укажи свой часовой пояс, чтобы поздний вечер попадал в нужный день: /tz Europe/Moscow, /tz +3 или отправь геопозицию."
+            ),
+        }
+    }
+
+    pub fn streak_note(self, days: u32) -> String {
+        let days = self.days(days.into());
+        match self.0 {
+            Language::En => format!("{days} in a row. Keep it going!"),
+            Language::Ru => format!("{days} подряд. Так держать!"),
+        }
+    }
+
+    pub fn streak_summary(self, current: u32, longest: u32) -> String {
+        let (current, longest) = (self.days(current.into()), self.days(longest.into()));
+        match self.0 {
+            Language::En => format!("Current streak: {current}; longest: {longest}."),
+            Language::Ru => format!("Текущая серия: {current} подряд; самая длинная: {longest}."),
+        }
+    }
+
+    pub fn remind_set(self, time: &str, zone: &str) -> String {
+        match self.0 {
+            Language::En => format!(
+                "I will remind you at {time} your time ({zone}) on days you have not written yet. /remind off stops it."
+            ),
+            Language::Ru => format!(
+                "Напомню в {time} по твоему времени ({zone}) в те дни, когда записи ещё нет. /remind off — отключить."
+            ),
+        }
+    }
+
+    pub fn remind_show(self, time: &str, zone: &str) -> String {
+        match self.0 {
+            Language::En => format!(
+                "Daily reminder at {time} your time ({zone}), on days without an entry. /remind 21:30 changes it, /remind off stops it."
+            ),
+            Language::Ru => format!(
+                "Ежедневное напоминание в {time} по твоему времени ({zone}), если записи ещё нет. /remind 21:30 — изменить, /remind off — отключить."
+            ),
+        }
+    }
+
+    pub fn remind_none(self) -> &'static str {
+        self.pick(
+            "No reminder is set. /remind 21:30 sets a daily one at that time, your time.",
+            "Напоминание не задано. /remind 21:30 — ежедневное напоминание в это время по твоему часовому поясу.",
+        )
+    }
+
+    pub fn remind_off(self) -> &'static str {
+        self.pick(
+            "Reminders are off. /remind 21:30 turns them on again.",
+            "Напоминания отключены. /remind 21:30 — включить снова.",
+        )
+    }
+
+    pub fn remind_usage(self) -> &'static str {
+        self.pick(
+            "Usage: /remind 21:30 (24-hour, your time), /remind off, or /remind to see it. Nothing changed.",
+            "Использование: /remind 21:30 (24 часа, твоё время), /remind off или просто /remind. Ничего не изменилось.",
+        )
+    }
+
+    /// One of a few reminder texts (`variant` picks, modulo their number).
+    pub fn reminder(self, variant: usize) -> &'static str {
+        const EN: [&str; 4] = [
+            "How was your day? A few lines are enough.",
+            "Evening check-in: what stood out today?",
+            "Before the day ends: how did it go?",
+            "A minute for your journal? Tell me about today.",
+        ];
+        const RU: [&str; 4] = [
+            "Как прошёл день? Хватит пары строк.",
+            "Вечерняя заметка: что сегодня запомнилось?",
+            "Пока день не закончился: как он прошёл?",
+            "Найдётся минута для дневника? Расскажи про сегодня.",
+        ];
+        match self.0 {
+            Language::En => EN[variant % EN.len()],
+            Language::Ru => RU[variant % RU.len()],
+        }
+    }
+
+    pub fn goes_with_title(self) -> &'static str {
+        self.pick("What goes with your mood:", "Что связано с настроением:")
+    }
+
+    pub fn goes_with_line(self, activity: &str, with: f64, without: f64) -> String {
+        match self.0 {
+            Language::En => {
+                format!("{activity}: mood {with:.1} on those days, {without:.1} without")
+            }
+            Language::Ru => {
+                format!("{activity}: настроение {with:.1} в такие дни, {without:.1} без")
+            }
+        }
+    }
+
+    pub fn streak_none(self) -> &'static str {
+        self.pick(
+            "No streak yet: write today, and tomorrow makes two.",
+            "Серии пока нет: напиши сегодня, а завтра будет уже два дня.",
+        )
+    }
+
     /// `daylog chat`: a line had bytes that are not UTF-8; the rest of it is kept.
     pub fn invalid_bytes_replaced(self) -> &'static str {
         self.pick(

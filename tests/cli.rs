@@ -66,12 +66,47 @@ fn migrate_then_sql_lists_the_public_tables() {
         [
             "_sqlx_migrations",
             "daily_metrics",
+            "day_activities",
             "day_logs",
             "llm_calls",
+            "reminders",
             "users"
         ]
     );
     assert!(w.db_path().exists());
+}
+
+#[test]
+fn the_terminal_answers_tz_remind_and_streak() {
+    use std::io::Write as _;
+    let w = Workdir::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_daylog"))
+        .args(["chat", "--user", "5"])
+        .current_dir(w.dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("daylog chat starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"/tz moscow\n/remind 21:30\n/remind\n/tz nowhere\n/streak\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("chat ends");
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(text.contains("Time zone set: Europe/Moscow"), "{text}");
+    assert!(text.contains("I will remind you at 21:30"), "{text}");
+    assert!(
+        text.contains("Daily reminder at 21:30 your time (Europe/Moscow)"),
+        "{text}"
+    );
+    assert!(text.contains("Examples: /tz Europe/Moscow"), "{text}");
+    assert!(text.contains("No streak yet"), "{text}");
 }
 
 #[test]

@@ -722,10 +722,12 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
                 .any(|r| matches!(r, Response::Photo { png, .. } if png.starts_with(b"\x89PNG"))),
             "/stats {days} sends a chart"
         );
-        let rows = store
-            .daily_metrics(77, days.parse().expect("days"))
-            .await
-            .expect("rows");
+        // The fill's users keep the default zone (UTC) and day start (04:00).
+        let today = daylog::time::UserZone::utc().local_day(jiff::Timestamp::now(), 4);
+        let first = today
+            .checked_sub(jiff::Span::new().days(days.parse::<i64>().expect("days") - 1))
+            .expect("first day");
+        let rows = store.daily_metrics(77, first).await.expect("rows");
         let want = days.parse::<usize>().expect("days");
         assert!(
             rows.len() == want || rows.len() == want + 1,

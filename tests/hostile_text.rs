@@ -84,6 +84,7 @@ fn roundtrip(fx: &Fixture, text: &str) -> (String, Vec<(Target, Vec<Response>)>)
                     username: Some("\u{202E}evil\0name".into()),
                     language_code: Some("\u{0}xx".into()),
                     text: text.to_owned(),
+                    sent_at: None,
                 },
             )
             .await

@@ -40,6 +40,19 @@ async fn user(store: &Store, user_id: i64) {
         .expect("user");
 }
 
+/// Today in UTC (the tests' users keep the default zone).
+fn today() -> jiff::civil::Date {
+    jiff::Timestamp::now()
+        .to_zoned_datetime(jiff::tz::TimeZone::UTC)
+        .date()
+}
+
+fn days_ago(days: i64) -> jiff::civil::Date {
+    today()
+        .checked_sub(jiff::Span::new().days(days))
+        .expect("date")
+}
+
 async fn log(store: &Store, user_id: i64, message_id: i64, text: &str) -> Inserted {
     store
         .insert_log(&NewLog {
@@ -47,6 +60,7 @@ async fn log(store: &Store, user_id: i64, message_id: i64, text: &str) -> Insert
             chat_id: user_id,
             message_id,
             text,
+            local_day: Some(today()),
         })
         .await
         .expect("insert")
@@ -102,11 +116,23 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "sleep_hours",
             // 20261201000003: where the log came from (SPEC §7).
             "source",
+            // 20261201000004: the local day the entry belongs to (SPEC §10).
+            "local_day",
             // 20261201000009: voice notes (SPEC §11).
             "kind",
             "file_id",
             "duration_s",
-            "transcript_sent_at",
+            "transcript_sent_at"
+        ])
+    );
+    assert_eq!(
+        store::columns(pool, "reminders").await.expect("reminders"),
+        expect(&[
+            "user_id",
+            "local_time",
+            "enabled",
+            "last_sent_day",
+            "next_due_at"
         ])
     );
     assert_eq!(
@@ -184,6 +210,7 @@ async fn two_hundred_concurrent_inserts_all_succeed() {
                         chat_id: 1 + i % 10,
                         message_id: i,
                         text: &text,
+                        local_day: None,
                     })
                     .await
             })
@@ -229,7 +256,7 @@ async fn one_user_never_sees_another_users_rows() {
     assert_eq!(history[0].text, "mine");
     let export = db.store.export(2).await.expect("export");
     assert!(export.iter().all(|l| l.user_id == 2));
-    let days = db.store.daily_metrics(1, 7).await.expect("days");
+    let days = db.store.daily_metrics(1, days_ago(6)).await.expect("days");
     assert_eq!(days.len(), 1);
     assert_eq!(days[0].mood, Some(4.0));
     let summaries = db
@@ -262,7 +289,7 @@ async fn daily_metrics_ignore_defaulted_values() {
     )
     .await
     .expect("b");
-    let days = db.store.daily_metrics(1, 1).await.expect("days");
+    let days = db.store.daily_metrics(1, today()).await.expect("days");
     assert_eq!(days.len(), 1);
     assert_eq!(
         days[0].mood,
@@ -395,6 +422,67 @@ async fn the_hot_queries_use_their_indexes() {
     )
     .await;
     assert!(due.contains("day_logs_status_next"), "{due}");
+    let reminders = plan(
+        "SELECT r.user_id FROM reminders r JOIN users u ON u.user_id = r.user_id
+         WHERE r.enabled = 1 AND r.next_due_at <= '2026-12-01 21:00:00'
+         ORDER BY r.next_due_at LIMIT 1000",
+    )
+    .await;
+    assert!(reminders.contains("reminders_due"), "{reminders}");
+    assert!(!reminders.contains("SCAN r"), "{reminders}");
+}
+
+#[tokio::test]
+async fn an_entry_keeps_the_local_day_it_was_stored_with() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let day: jiff::civil::Date = "2026-11-30".parse().expect("day");
+    let id = db
+        .store
+        .insert_log(&NewLog {
+            user_id: 1,
+            chat_id: 1,
+            message_id: 1,
+            text: "late evening",
+            local_day: Some(day),
+        })
+        .await
+        .expect("insert")
+        .id();
+    let zone = daylog::time::UserZone::parse("Asia/Tokyo").expect("zone");
+    db.store.set_timezone(1, &zone).await.expect("tz");
+    db.store.update_text(1, 1, "edited").await.expect("edit");
+    let stored = db.store.log(id).await.expect("read").expect("row");
+    assert_eq!(
+        stored.local_day.as_deref(),
+        Some("2026-11-30"),
+        "neither /tz nor an edit moves it"
+    );
+    let user = db.store.user(1).await.expect("read").expect("user");
+    assert_eq!(user.timezone, "Asia/Tokyo");
+}
+
+#[tokio::test]
+async fn a_row_inserted_without_a_local_day_gets_the_utc_day_with_the_four_hour_rule() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    // A script's own connection, as `sqlite3` would be.
+    let raw = sqlx::SqlitePool::connect(&db.url)
+        .await
+        .expect("raw connection");
+    sqlx::query(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at)
+         VALUES (1, 1, 1, 'night', '2026-12-01 03:30:00'), (1, 1, 2, 'morning', '2026-12-01 04:00:00')",
+    )
+    .execute(&raw)
+    .await
+    .expect("raw insert");
+    let days: Vec<String> =
+        sqlx::query_scalar("SELECT local_day FROM day_logs ORDER BY message_id")
+            .fetch_all(&raw)
+            .await
+            .expect("days");
+    assert_eq!(days, ["2026-11-30", "2026-12-01"]);
 }
 
 #[tokio::test]
@@ -520,8 +608,16 @@ async fn terminal_entries_take_negative_ids_that_telegram_never_meets() {
     let db = fresh().await;
     user(&db.store, 1).await;
 
-    let first = db.store.insert_chat_log(1, "typed one").await.expect("one");
-    let second = db.store.insert_chat_log(1, "typed two").await.expect("two");
+    let first = db
+        .store
+        .insert_chat_log(1, "typed one", None)
+        .await
+        .expect("one");
+    let second = db
+        .store
+        .insert_chat_log(1, "typed two", None)
+        .await
+        .expect("two");
     let telegram = log(&db.store, 1, 1, "from the phone").await;
 
     assert_eq!((first.message_id, second.message_id), (-1, -2));
@@ -555,7 +651,7 @@ async fn concurrent_terminal_inserts_on_two_handles_never_share_an_id() {
         } else {
             other.clone()
         };
-        async move { store.insert_chat_log(1, &format!("line {i}")).await }
+        async move { store.insert_chat_log(1, &format!("line {i}"), None).await }
     });
     let logs = futures::future::join_all(inserts).await;
 
@@ -575,13 +671,13 @@ async fn each_front_end_finds_only_its_own_unfinished_logs() {
     let telegram = log(&db.store, 1, 5, "from Telegram").await.id();
     let mine = db
         .store
-        .insert_chat_log(1, "terminal of 1")
+        .insert_chat_log(1, "terminal of 1", None)
         .await
         .expect("1")
         .id;
     let theirs = db
         .store
-        .insert_chat_log(2, "terminal of 2")
+        .insert_chat_log(2, "terminal of 2", None)
         .await
         .expect("2")
         .id;
@@ -597,4 +693,62 @@ async fn each_front_end_finds_only_its_own_unfinished_logs() {
     assert_eq!(found(FrontEnd::Telegram).await, [telegram]);
     assert_eq!(found(FrontEnd::Terminal { user_id: 1 }).await, [mine]);
     assert_eq!(found(FrontEnd::Terminal { user_id: 2 }).await, [theirs]);
+}
+
+#[tokio::test]
+async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let a = log(&db.store, 1, 1, "ran").await.id();
+    let b = log(&db.store, 1, 2, "worked").await.id();
+    store_analysis(
+        &db.store,
+        a,
+        "x",
+        r#"{"activities":["run"],"defaulted":[]}"#,
+    )
+    .await
+    .expect("a");
+    store_analysis(
+        &db.store,
+        b,
+        "x",
+        r#"{"activities":["work","run"],"defaulted":[]}"#,
+    )
+    .await
+    .expect("b");
+    let day = today();
+    let names = |rows: Vec<(String, String)>| rows.into_iter().map(|r| r.1).collect::<Vec<_>>();
+    assert_eq!(
+        names(db.store.day_activities(1, day).await.expect("read")),
+        ["run", "work"]
+    );
+
+    // An edit of the second entry drops its metrics; `run` stays through the first.
+    db.store.update_text(1, 2, "rested").await.expect("edit");
+    assert_eq!(
+        names(db.store.day_activities(1, day).await.expect("read")),
+        ["run"]
+    );
+    store_analysis(
+        &db.store,
+        b,
+        "x",
+        r#"{"activities":["swim"],"defaulted":[]}"#,
+    )
+    .await
+    .expect("b again");
+    assert_eq!(
+        names(db.store.day_activities(1, day).await.expect("read")),
+        ["run", "swim"]
+    );
+
+    db.store.delete_user(1).await.expect("delete");
+    assert!(
+        db.store
+            .day_activities(1, day)
+            .await
+            .expect("read")
+            .is_empty()
+    );
 }

@@ -297,6 +297,7 @@ fn incoming(msg: &Message, text: String) -> Option<Incoming> {
         username: from.username.clone(),
         language_code: from.language_code.clone(),
         text,
+        sent_at: jiff::Timestamp::from_second(msg.date.timestamp()).ok(),
     })
 }
 
@@ -318,6 +319,7 @@ fn incoming_voice(msg: &Message) -> Option<IncomingVoice> {
         duration_s: Some(duration.seconds()),
         // Telegram leaves the size out when it does not know it (0 here).
         file_size: (file.size > 0).then_some(u64::from(file.size)),
+        sent_at: jiff::Timestamp::from_second(msg.date.timestamp()).ok(),
     })
 }
 
@@ -344,6 +346,9 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
             dptree::filter_map(|msg: Message| msg.text().map(str::to_owned)).endpoint(on_text::<B>),
         )
         .branch(dptree::filter_map(|msg: Message| incoming_voice(&msg)).endpoint(on_voice::<B>))
+        .branch(
+            dptree::filter_map(|msg: Message| msg.location().cloned()).endpoint(on_location::<B>),
+        )
         .branch(dptree::endpoint(on_other::<B>));
     let edits = Update::filter_edited_message()
         .filter(|msg: Message, journal: Arc<Journal>| allowed(&msg, &journal))
@@ -458,6 +463,52 @@ async fn report_entry_error<B: TgBot>(
     tracing::error!(%error, chat_id = msg.chat.id.0, "day log handling failed");
     let reply = Reply::new().text(error.sentence(language));
     send_logged(messenger, msg, vec![Response::Text(reply)]).await;
+}
+
+/// A shared location sets the user's time zone (SPEC §10), confirmed in a reply.
+async fn on_location<B: TgBot>(
+    msg: Message,
+    location: teloxide::types::Location,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
+    let Some(user_id) = sender_id(&msg) else {
+        return Ok(());
+    };
+    ensure_user(&msg, &journal, user_id).await;
+    let reply = match commands::set_zone_from_location(
+        &journal,
+        user_id,
+        location.latitude,
+        location.longitude,
+    )
+    .await
+    {
+        Ok(reply) => reply,
+        Err(error) => {
+            tracing::error!(%error, user_id, "could not set the time zone from a location");
+            Reply::new().text(Texts(journal.language_of(user_id).await).internal_error())
+        }
+    };
+    send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
+    Ok(())
+}
+
+/// Commands and locations may come before any entry: the user must exist.
+async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
+    if let Some(from) = msg.from.as_ref()
+        && let Err(error) = journal
+            .store
+            .upsert_user(&crate::store::NewUser {
+                user_id,
+                chat_id: msg.chat.id.0,
+                username: from.username.as_deref(),
+                language: Language::from_code(from.language_code.as_deref()),
+            })
+            .await
+    {
+        tracing::warn!(%error, user_id, "could not record the user");
+    }
 }
 
 async fn on_other<B: TgBot>(
@@ -714,11 +765,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let llm =
         Arc::new(Llm::with_client(&settings, client).context("cannot set up the LLM providers")?);
     let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
-    let served = if settings.telegram.throttle {
-        serve(bot.throttle(Limits::default()), journal, stop).await
-    } else {
-        serve(bot, journal, stop).await
-    };
+    let served = serve_configured(bot, journal, stop).await;
     signals.abort();
     // Closing counts against the same grace as the work in flight, with a little time
     // of its own should that be spent.
@@ -737,6 +784,20 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     served
 }
 
+/// [`serve`] behind teloxide's Throttle (Telegram's own limits) when
+/// `telegram.throttle` is on, as the daemon runs.
+pub async fn serve_configured(
+    bot: Bot,
+    journal: Arc<Journal>,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    if journal.settings.telegram.throttle {
+        serve(bot.throttle(Limits::default()), journal, stop).await
+    } else {
+        serve(bot, journal, stop).await
+    }
+}
+
 /// Polls and handles updates until `stop` is cancelled, then stops polling and lets
 /// in-flight work finish within `telegram.shutdown_grace_ms`. The worker runs beside it.
 pub async fn serve<B: TgBot>(
@@ -753,6 +814,11 @@ pub async fn serve<B: TgBot>(
         Arc::clone(&journal),
         Arc::clone(&messenger),
         FrontEnd::Telegram,
+        stop.clone(),
+    ));
+    let reminders = tokio::spawn(crate::reminders::run(
+        Arc::clone(&journal),
+        Arc::clone(&messenger),
         stop.clone(),
     ));
     let mut dispatcher = Dispatcher::builder(bot.clone(), schema::<B>())
@@ -807,6 +873,12 @@ pub async fn serve<B: TgBot>(
         .is_err()
     {
         tracing::warn!("the worker did not stop in time");
+    }
+    if tokio::time::timeout_at(stopped_at + grace, reminders)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the reminder scheduler did not stop in time");
     }
     stopper.abort();
     dispatched.map_err(|e| anyhow::anyhow!("Telegram refused the bot: {e}"))

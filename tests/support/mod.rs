@@ -19,6 +19,7 @@ use daylog::config::Settings;
 use daylog::journal::Journal;
 use daylog::llm::Llm;
 use daylog::store::Store;
+use daylog::time::ManualClock;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path, path_regex};
@@ -193,6 +194,7 @@ pub fn test_env(
         ("DAYLOG__WORKER__POLL_INTERVAL_MS", "100".to_owned()),
         ("DAYLOG__WORKER__RETRY_MIN_MS", "100".to_owned()),
         ("DAYLOG__WORKER__RETRY_MAX_MS", "1000".to_owned()),
+        ("DAYLOG__REMINDERS__POLL_INTERVAL_MS", "50".to_owned()),
         ("DAYLOG__TELEGRAM__THROTTLE", "false".to_owned()),
         ("DAYLOG__TELEGRAM__SHUTDOWN_GRACE_MS", "3000".to_owned()),
     ]
@@ -210,6 +212,8 @@ pub struct App {
     pub store: Store,
     pub env: HashMap<String, String>,
     pub dir: tempfile::TempDir,
+    /// The bot's clock: it stands at the real time of the start until a test moves it.
+    pub clock: Arc<ManualClock>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -251,15 +255,19 @@ impl App {
         let client = daylog::http_client().expect("client");
         let bot = daylog::bot::build_bot(&settings, client.clone()).expect("bot");
         let llm = Arc::new(Llm::with_client(&settings, client).expect("llm"));
-        let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
+        let clock = Arc::new(ManualClock::new(jiff::Timestamp::now()));
+        let journal = Arc::new(
+            Journal::new(Arc::clone(&settings), store.clone(), llm).with_clock(clock.clone()),
+        );
         let stop = CancellationToken::new();
-        let task = tokio::spawn(daylog::bot::serve(bot, journal, stop.clone()));
+        let task = tokio::spawn(daylog::bot::serve_configured(bot, journal, stop.clone()));
         Self {
             telegram,
             providers,
             store,
             env,
             dir,
+            clock,
             stop,
             task,
         }

@@ -495,9 +495,26 @@ pub fn text_update(user_id: i64, message_id: i64, text: &str) -> Value {
 }
 
 pub fn text_update_lang(user_id: i64, message_id: i64, text: &str, language: &str) -> Value {
+    text_update_full(user_id, message_id, text, language, now_unix())
+}
+
+/// A text message written at `date` (Unix seconds): its local day comes from it.
+pub fn text_update_at(user_id: i64, message_id: i64, text: &str, date: i64) -> Value {
+    text_update_full(user_id, message_id, text, "en", date)
+}
+
+/// The real time in Unix seconds (Telegram stamps each message with it).
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
+
+fn text_update_full(user_id: i64, message_id: i64, text: &str, language: &str, date: i64) -> Value {
     let mut message = json!({
         "message_id": message_id,
-        "date": 1_764_460_800,
+        "date": date,
         "chat": chat(user_id),
         "from": user(user_id, language),
         "text": text,
@@ -522,6 +539,17 @@ pub fn edited_update(user_id: i64, message_id: i64, text: &str) -> Value {
         "chat": chat(user_id),
         "from": user(user_id, "en"),
         "text": text,
+    }})
+}
+
+/// A shared location (SPEC §4: it sets the time zone).
+pub fn location_update(user_id: i64, message_id: i64, latitude: f64, longitude: f64) -> Value {
+    json!({"message": {
+        "message_id": message_id,
+        "date": now_unix(),
+        "chat": chat(user_id),
+        "from": user(user_id, "en"),
+        "location": {"latitude": latitude, "longitude": longitude},
     }})
 }
 

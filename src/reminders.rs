@@ -1,0 +1,385 @@
+//! Daily reminders (SPEC §10): `/remind HH:MM` and the scheduler that sends them.
+//!
+//! Each reminder row carries the UTC moment it is next due (`next_due_at`, computed in
+//! the user's zone, so 21:30 stays 21:30 across DST), and the scheduler reads only the
+//! rows that are due, through an index — never every user. For each due reminder it
+//! decides ([`decide`]): send, or move on without sending (the user already wrote
+//! today; the bot was down and the moment is more than `reminders.max_late_minutes`
+//! past; that local day already had its reminder). A reminder to send is first
+//! recorded as sent for its local day and moved to its next time, in one conditional
+//! update; only the tick that made that update sends. So a reminder comes at most once
+//! per user and local day, across restarts; a passing delivery failure undoes the
+//! record so the next tick tries again, a user who blocked the bot has reminders
+//! turned off.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::journal::{Journal, Messenger, Response, SendError, Target};
+use crate::language::Language;
+use crate::render::Reply;
+use crate::store::{DueReminder, StoreError};
+use crate::texts::Texts;
+use crate::time::{LocalTime, UserZone, sql_timestamp};
+
+/// Due reminders read per look; more wait for the next tick (soonest first).
+const BATCH: i64 = 1000;
+/// Reminders being sent at once. The Throttle adaptor spreads them over Telegram's
+/// limits; this only bounds the tasks waiting in it.
+const CONCURRENCY: usize = 64;
+
+/// What to do with one due reminder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Send it; it counts for local day `day`.
+    Send { day: jiff::civil::Date },
+    /// Move on to the next time without sending.
+    Skip(SkipReason),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// More than `reminders.max_late_minutes` past its moment (the bot was down).
+    TooLate,
+    /// That local day already had its reminder.
+    AlreadySent,
+    /// The user already wrote something that day.
+    HasEntry,
+}
+
+/// The rules for a reminder due at `due_at`, looked at `now`. `has_entry` says whether
+/// the user has an entry for the local day of `due_at`.
+pub fn decide(
+    due_at: Timestamp,
+    now: Timestamp,
+    max_late: Duration,
+    day: jiff::civil::Date,
+    last_sent_day: Option<&str>,
+    has_entry: bool,
+) -> Decision {
+    let late = now.duration_since(due_at);
+    if late > jiff::SignedDuration::try_from(max_late).unwrap_or(jiff::SignedDuration::MAX) {
+        return Decision::Skip(SkipReason::TooLate);
+    }
+    if last_sent_day == Some(day.to_string().as_str()) {
+        return Decision::Skip(SkipReason::AlreadySent);
+    }
+    if has_entry {
+        return Decision::Skip(SkipReason::HasEntry);
+    }
+    Decision::Send { day }
+}
+
+/// `/remind`, `/remind off`, `/remind HH:MM`.
+pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply, StoreError> {
+    let language = journal.language_of(user_id).await;
+    let texts = Texts(language);
+    let arg = arg.trim();
+    let zone = journal.zone_of(user_id).await;
+    if arg.is_empty() {
+        let reminder = journal.store.reminder(user_id).await?;
+        return Ok(Reply::new().text(match reminder {
+            Some(r) if r.enabled => texts.remind_show(&r.local_time, zone.name()),
+            _ => texts.remind_none().to_owned(),
+        }));
+    }
+    if matches!(arg.to_lowercase().as_str(), "off" | "stop" | "выкл" | "нет") {
+        journal.store.disable_reminder(user_id).await?;
+        tracing::info!(user_id, "reminder turned off");
+        return Ok(Reply::new().text(texts.remind_off()));
+    }
+    let Some(time) = LocalTime::parse(arg) else {
+        return Ok(Reply::new().text(texts.remind_usage()));
+    };
+    let next = zone.next_at(journal.now(), time);
+    journal
+        .store
+        .set_reminder(user_id, &time.to_string(), &sql_timestamp(next))
+        .await?;
+    tracing::info!(user_id, "reminder set");
+    Ok(Reply::new().text(texts.remind_set(&time.to_string(), zone.name())))
+}
+
+/// The user moved to `zone`: a reminder that is on follows the new wall clock.
+pub async fn zone_changed(
+    journal: &Journal,
+    user_id: i64,
+    zone: &UserZone,
+) -> Result<(), StoreError> {
+    let Some(reminder) = journal.store.reminder(user_id).await? else {
+        return Ok(());
+    };
+    let Some(time) = LocalTime::from_stored(&reminder.local_time) else {
+        return Ok(());
+    };
+    if reminder.enabled {
+        let next = zone.next_at(journal.now(), time);
+        journal
+            .store
+            .reschedule_reminder(user_id, &sql_timestamp(next))
+            .await?;
+    }
+    Ok(())
+}
+
+/// What one tick did (for logs and tests).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tick {
+    pub sent: usize,
+    pub skipped: usize,
+    pub failed: usize,
+}
+
+/// Runs until `shutdown`: a tick at once, then every `reminders.poll_interval_ms`.
+pub async fn run<M: Messenger>(
+    journal: Arc<Journal>,
+    messenger: Arc<M>,
+    shutdown: CancellationToken,
+) {
+    let poll = journal.settings.reminders.poll_interval();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            result = tick(&journal, &messenger) => match result {
+                Ok(done) if done != Tick::default() => {
+                    tracing::info!(sent = done.sent, skipped = done.skipped, failed = done.failed, "reminders tick");
+                }
+                Ok(_) => {}
+                Err(error) => tracing::error!(%error, "reminder scheduler could not read due reminders"),
+            },
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(poll) => {}
+        }
+    }
+    tracing::info!("reminder scheduler stopped");
+}
+
+/// One look at the due reminders: each is sent or moved on, soonest first.
+pub async fn tick<M: Messenger>(
+    journal: &Arc<Journal>,
+    messenger: &Arc<M>,
+) -> Result<Tick, StoreError> {
+    let now = journal.now();
+    let due = journal
+        .store
+        .due_reminders(&sql_timestamp(now), BATCH)
+        .await?;
+    let mut done = Tick::default();
+    let mut sending = JoinSet::new();
+    for reminder in due {
+        match prepare(journal, &reminder, now).await {
+            Ok(Some(send)) => {
+                while sending.len() >= CONCURRENCY {
+                    if let Some(result) = sending.join_next().await {
+                        count(&mut done, result.unwrap_or(false));
+                    }
+                }
+                let journal = Arc::clone(journal);
+                let messenger = Arc::clone(messenger);
+                sending.spawn(async move { deliver(&journal, messenger.as_ref(), send).await });
+            }
+            Ok(None) => done.skipped += 1,
+            Err(error) => {
+                done.failed += 1;
+                tracing::error!(%error, user_id = reminder.user_id, "could not schedule a reminder");
+            }
+        }
+    }
+    while let Some(result) = sending.join_next().await {
+        count(&mut done, result.unwrap_or(false));
+    }
+    Ok(done)
+}
+
+fn count(done: &mut Tick, sent: bool) {
+    if sent {
+        done.sent += 1;
+    } else {
+        done.failed += 1;
+    }
+}
+
+/// A reminder recorded as sent, still to be delivered.
+struct ToSend {
+    reminder: DueReminder,
+    day: jiff::civil::Date,
+    advanced_to: String,
+}
+
+/// Decides one due reminder and records the decision; `Some` when it is to be sent.
+async fn prepare(
+    journal: &Journal,
+    reminder: &DueReminder,
+    now: Timestamp,
+) -> Result<Option<ToSend>, StoreError> {
+    let zone = journal.zone_from_stored(reminder.user_id, &reminder.timezone);
+    let Some(time) = LocalTime::from_stored(&reminder.local_time) else {
+        tracing::warn!(
+            user_id = reminder.user_id,
+            "unreadable reminder time; turning it off"
+        );
+        journal.store.disable_reminder(reminder.user_id).await?;
+        return Ok(None);
+    };
+    let due_at = crate::time::parse_sql_timestamp(&reminder.next_due_at).unwrap_or(now);
+    let day = journal.local_day(&zone, due_at);
+    let has_entry = journal.store.has_entry_on(reminder.user_id, day).await?;
+    let decision = decide(
+        due_at,
+        now,
+        journal.settings.reminders.max_late(),
+        day,
+        reminder.last_sent_day.as_deref(),
+        has_entry,
+    );
+    // Never the same moment again: the next time strictly after both.
+    let next = sql_timestamp(zone.next_at(now.max(due_at), time));
+    let day_text = day.to_string();
+    let sent_day = match &decision {
+        Decision::Send { .. } => Some(day_text.as_str()),
+        Decision::Skip(reason) => {
+            tracing::debug!(user_id = reminder.user_id, ?reason, "reminder skipped");
+            None
+        }
+    };
+    let won = journal
+        .store
+        .advance_reminder(reminder.user_id, &reminder.next_due_at, sent_day, &next)
+        .await?;
+    Ok(match decision {
+        Decision::Send { day } if won => Some(ToSend {
+            reminder: reminder.clone(),
+            day,
+            advanced_to: next,
+        }),
+        _ => None,
+    })
+}
+
+/// Sends one reminder; `true` when it reached the user.
+async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -> bool {
+    let ToSend {
+        reminder,
+        day,
+        advanced_to,
+    } = send;
+    let language = Language::from_code(Some(&reminder.language));
+    let text = Texts(language).reminder(variant(reminder.user_id, day));
+    let target = Target {
+        chat_id: reminder.chat_id,
+        reply_to: None,
+    };
+    match messenger
+        .send(target, vec![Response::Text(Reply::new().text(text))])
+        .await
+    {
+        Ok(()) => true,
+        Err(SendError::Gone(reason)) => {
+            tracing::warn!(user_id = reminder.user_id, %reason, "reminder undeliverable; reminders turned off");
+            if let Err(error) = journal.store.disable_reminder(reminder.user_id).await {
+                tracing::error!(%error, user_id = reminder.user_id, "could not turn reminders off");
+            }
+            false
+        }
+        Err(SendError::Transient(reason)) => {
+            tracing::warn!(user_id = reminder.user_id, %reason, "reminder not delivered; the next tick tries again");
+            if let Err(error) = journal
+                .store
+                .restore_reminder(
+                    reminder.user_id,
+                    &reminder.next_due_at,
+                    reminder.last_sent_day.as_deref(),
+                    &advanced_to,
+                )
+                .await
+            {
+                tracing::error!(%error, user_id = reminder.user_id, "could not reschedule a reminder");
+            }
+            false
+        }
+    }
+}
+
+/// Which of the reminder texts: varies from day to day, the same for a user on a day.
+fn variant(user_id: i64, day: jiff::civil::Date) -> usize {
+    let days = i64::from(day.day_of_year()) + i64::from(day.year()) * 366;
+    usize::try_from(user_id.wrapping_add(days).rem_euclid(1 << 16)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_due_reminder_becomes() {
+        let due: Timestamp = "2026-12-02T05:00:00Z".parse().expect("due");
+        let day: jiff::civil::Date = "2026-12-01".parse().expect("day");
+        let margin = Duration::from_secs(90 * 60);
+        let at = |s: &str| -> Timestamp { s.parse().expect("now") };
+        let table = [
+            (
+                "on time",
+                at("2026-12-02T05:00:10Z"),
+                None,
+                false,
+                Decision::Send { day },
+            ),
+            (
+                "89 min late",
+                at("2026-12-02T06:29:00Z"),
+                Some("2026-11-30"),
+                false,
+                Decision::Send { day },
+            ),
+            (
+                "91 min late",
+                at("2026-12-02T06:31:00Z"),
+                None,
+                false,
+                Decision::Skip(SkipReason::TooLate),
+            ),
+            (
+                "sent already",
+                at("2026-12-02T05:00:10Z"),
+                Some("2026-12-01"),
+                false,
+                Decision::Skip(SkipReason::AlreadySent),
+            ),
+            (
+                "wrote today",
+                at("2026-12-02T05:00:10Z"),
+                None,
+                true,
+                Decision::Skip(SkipReason::HasEntry),
+            ),
+            (
+                "late and wrote",
+                at("2026-12-02T09:00:00Z"),
+                None,
+                true,
+                Decision::Skip(SkipReason::TooLate),
+            ),
+        ];
+        for (what, now, last, has_entry, want) in table {
+            assert_eq!(
+                decide(due, now, margin, day, last, has_entry),
+                want,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn texts_vary_by_day() {
+        let day = |s: &str| -> jiff::civil::Date { s.parse().expect("day") };
+        let a = variant(5, day("2026-12-01"));
+        let b = variant(5, day("2026-12-02"));
+        assert_ne!(a % 3, b % 3);
+    }
+}

@@ -1,0 +1,517 @@
+//! Time and rhythm (SPEC §10) through the real dispatcher and a fake Telegram: time
+//! zones, local days, streaks and reminders. The bot reads "now" from the harness's
+//! [`daylog::time::ManualClock`], so a test stands at 20:59:50 in Los Angeles and
+//! moves the clock instead of waiting; waits are on conditions.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::time::Duration;
+
+use daylog::language::Language;
+use daylog::store::NewUser;
+use daylog::texts::Texts;
+use daylog::time::sql_timestamp;
+use jiff::Timestamp;
+use support::telegram::{Call, location_update, text_update, text_update_at};
+use support::{App, wait_until};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn at(text: &str) -> Timestamp {
+    text.parse().expect("timestamp")
+}
+
+fn is_reminder(call: &Call) -> bool {
+    (0..4).any(|i| {
+        call.text() == Texts(Language::En).reminder(i)
+            || call.text() == Texts(Language::Ru).reminder(i)
+    })
+}
+
+fn reminders_to(app: &App, chat: i64) -> usize {
+    app.telegram
+        .sent_to(chat)
+        .iter()
+        .filter(|c| is_reminder(c))
+        .count()
+}
+
+/// Sends a command and waits for its answer; returns the answer's text.
+async fn command(app: &App, user: i64, message_id: i64, text: &str) -> String {
+    let before = app.telegram.sent_to(user).len();
+    app.telegram
+        .push_update(text_update(user, message_id, text));
+    let sent = app.telegram.wait_sent(user, before + 1).await;
+    sent[before].text().to_owned()
+}
+
+async fn reminder_row(app: &App, user: i64) -> (i64, Option<String>, Option<String>) {
+    sqlx::query_as("SELECT enabled, last_sent_day, next_due_at FROM reminders WHERE user_id = ?1")
+        .bind(user)
+        .fetch_one(app.store.read_pool())
+        .await
+        .expect("reminder row")
+}
+
+/// A user with a reminder at `time`, next due at `due`, set up directly in the store.
+async fn user_with_reminder(app: &App, user: i64, zone: &str, time: &str, due: Timestamp) {
+    app.store
+        .upsert_user(&NewUser {
+            user_id: user,
+            chat_id: user,
+            username: None,
+            language: Language::En,
+        })
+        .await
+        .expect("user");
+    let zone = daylog::time::UserZone::parse(zone).expect("zone");
+    app.store.set_timezone(user, &zone).await.expect("tz");
+    app.store
+        .set_reminder(user, time, &sql_timestamp(due))
+        .await
+        .expect("reminder");
+}
+
+#[tokio::test]
+async fn a_user_at_20_59_50_in_los_angeles_gets_exactly_one_reminder_even_across_a_restart() {
+    // Arrange: 20:59:50 on 1 December in Los Angeles (PST, UTC−8).
+    let app = App::spawn().await;
+    app.clock.set(at("2026-12-02T04:59:50Z"));
+    let tz = command(&app, 1, 1, "/tz America/Los_Angeles").await;
+    assert!(
+        tz.contains("America/Los_Angeles") && tz.contains("20:59"),
+        "{tz}"
+    );
+    let set = command(&app, 1, 2, "/remind 21:00").await;
+    assert!(set.contains("21:00"), "{set}");
+    let (_, _, due) = reminder_row(&app, 1).await;
+    assert_eq!(
+        due.as_deref(),
+        Some("2026-12-02 05:00:00"),
+        "21:00 PST in UTC"
+    );
+    // A sentinel user due a little later shows when a tick has looked past 21:00.
+    user_with_reminder(
+        &app,
+        2,
+        "America/Los_Angeles",
+        "21:00",
+        at("2026-12-02T05:00:02Z"),
+    )
+    .await;
+
+    // Act: the clock reaches 21:00:05 local.
+    app.clock.set(at("2026-12-02T05:00:05Z"));
+    app.telegram
+        .wait_for("both reminders", WAIT, |calls| {
+            calls.iter().filter(|c| is_reminder(c)).count() >= 2
+        })
+        .await;
+    // Later that evening and the next afternoon: nothing more.
+    app.clock.set(at("2026-12-02T05:30:00Z"));
+    let (_, sent_day, next) = reminder_row(&app, 1).await;
+    assert_eq!(
+        sent_day.as_deref(),
+        Some("2026-12-01"),
+        "recorded for the local day"
+    );
+    assert_eq!(
+        next.as_deref(),
+        Some("2026-12-03 05:00:00"),
+        "next: tomorrow 21:00"
+    );
+    assert_eq!(reminders_to(&app, 1), 1, "exactly one before the restart");
+
+    // Act: a restart in the same minute (the sentinel is due again so a tick is visible).
+    let (dir, providers) = app.stop().await;
+    let app = App::spawn_on(dir, providers, |_| {}).await;
+    app.clock.set(at("2026-12-02T05:00:40Z"));
+    // One statement, so that no tick sees the sentinel half reset.
+    sqlx::query(
+        "UPDATE reminders SET next_due_at = '2026-12-02 05:00:30', last_sent_day = NULL
+         WHERE user_id = 2",
+    )
+    .execute(
+        &sqlx::SqlitePool::connect(&app.env["DATABASE_URL"])
+            .await
+            .expect("raw"),
+    )
+    .await
+    .expect("sentinel due again");
+    app.telegram
+        .wait_for("the sentinel's reminder after the restart", WAIT, |calls| {
+            calls
+                .iter()
+                .any(|c| is_reminder(c) && c.chat_id() == Some(2))
+        })
+        .await;
+
+    // Assert: user 1 got exactly one reminder in all.
+    assert_eq!(
+        reminders_to(&app, 1),
+        0,
+        "no second reminder after the restart"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn no_reminder_on_a_local_day_that_already_has_an_entry() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.clock.set(at("2026-12-02T04:00:00Z")); // 20:00 in Los Angeles
+    command(&app, 3, 1, "/tz Los_Angeles").await;
+    command(&app, 3, 2, "/remind 21:00").await;
+    // Written at 18:00 local, which is already 2 December in UTC.
+    app.telegram.push_update(text_update_at(
+        3,
+        3,
+        "A calm evening walk.",
+        at("2026-12-02T02:00:00Z").as_second(),
+    ));
+    app.telegram.wait_sent(3, 3).await;
+    let day: String = sqlx::query_scalar("SELECT local_day FROM day_logs WHERE user_id = 3")
+        .fetch_one(app.store.read_pool())
+        .await
+        .expect("day");
+    assert_eq!(
+        day, "2026-12-01",
+        "the Los Angeles evening, not the UTC date"
+    );
+
+    app.clock.set(at("2026-12-02T05:00:05Z"));
+    wait_until("the reminder moved to tomorrow", WAIT, || async {
+        reminder_row(&app, 3).await.2.as_deref() == Some("2026-12-03 05:00:00")
+    })
+    .await;
+
+    assert_eq!(reminders_to(&app, 3), 0);
+    assert_eq!(
+        reminder_row(&app, 3).await.1,
+        None,
+        "nothing recorded as sent"
+    );
+
+    // /history and /export show the entry's local day, and when it was stored on the
+    // Los Angeles clock.
+    let created: String = sqlx::query_scalar("SELECT created_at FROM day_logs WHERE user_id = 3")
+        .fetch_one(app.store.read_pool())
+        .await
+        .expect("created_at");
+    let local = daylog::time::parse_sql_timestamp(&created)
+        .expect("stored time")
+        .to_zoned_datetime(jiff::tz::TimeZone::get("America/Los_Angeles").expect("zone"))
+        .strftime("%Y-%m-%d %H:%M")
+        .to_string();
+    let history = command(&app, 3, 4, "/history").await;
+    assert!(
+        history.contains("2026-12-01") && history.contains(&local[11..]),
+        "{history}"
+    );
+    app.telegram.push_update(text_update(3, 5, "/export"));
+    let sent = app
+        .telegram
+        .wait_for("a document", WAIT, |calls| {
+            calls.iter().any(|c| c.method == "SendDocument")
+        })
+        .await;
+    let doc = sent
+        .iter()
+        .find(|c| c.method == "SendDocument")
+        .expect("document");
+    let bytes = doc.file.clone().expect("file");
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
+    let headers = reader.headers().expect("headers").clone();
+    let row = reader.records().next().expect("a row").expect("row");
+    let column = |name: &str| {
+        let i = headers.iter().position(|h| h == name).expect(name);
+        row[i].to_owned()
+    };
+    assert_eq!(column("local_day"), "2026-12-01");
+    assert_eq!(column("local_time"), local);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_reminder_missed_by_more_than_max_late_is_skipped_not_sent_late() {
+    let app = App::spawn().await;
+    user_with_reminder(
+        &app,
+        4,
+        "Europe/Moscow",
+        "21:00",
+        at("2026-12-01T18:00:00Z"),
+    )
+    .await;
+    // The bot "comes back" 91 minutes after 21:00 Moscow time.
+    app.clock.set(at("2026-12-01T19:31:00Z"));
+    wait_until("the reminder moved to tomorrow", WAIT, || async {
+        reminder_row(&app, 4).await.2.as_deref() == Some("2026-12-02 18:00:00")
+    })
+    .await;
+    // Moved on and recorded in one statement: a reminder to send would carry its day.
+    assert_eq!(reminder_row(&app, 4).await.1, None, "not recorded as sent");
+    assert_eq!(reminders_to(&app, 4), 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_user_who_blocked_the_bot_has_reminders_turned_off() {
+    let app = App::spawn().await;
+    user_with_reminder(&app, 5, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    app.telegram.block_chat(5);
+    app.clock.set(at("2026-12-01T21:00:03Z"));
+    wait_until("reminders off", WAIT, || async {
+        reminder_row(&app, 5).await.0 == 0
+    })
+    .await;
+    assert_eq!(reminder_row(&app, 5).await.2, None);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn two_hundred_reminders_due_at_once_are_all_sent_under_the_throttle() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__THROTTLE".into(), "true".into());
+    })
+    .await;
+    const USERS: i64 = 200;
+    for user in 100..100 + USERS {
+        user_with_reminder(&app, user, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    }
+    app.clock.set(at("2026-12-01T21:00:01Z"));
+    app.telegram
+        .wait_for("every reminder", Duration::from_secs(60), |calls| {
+            calls.iter().filter(|c| is_reminder(c)).count() >= USERS as usize
+        })
+        .await;
+    for user in 100..100 + USERS {
+        assert_eq!(reminders_to(&app, user), 1, "user {user}");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn tz_takes_names_cities_offsets_and_locations_and_refuses_the_rest() {
+    let app = App::spawn().await;
+    let shown = command(&app, 6, 1, "/tz").await;
+    assert!(shown.contains("UTC") && shown.contains("/tz"), "{shown}");
+
+    let moscow = command(&app, 6, 2, "/tz moscow").await;
+    assert!(moscow.contains("Europe/Moscow"), "{moscow}");
+    // A reminder follows the zone's wall clock: 21:00 in Moscow is 18:00 UTC.
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 6, 20, "/remind 21:00").await;
+    assert_eq!(
+        reminder_row(&app, 6).await.2.as_deref(),
+        Some("2026-12-01 18:00:00")
+    );
+    let offset = command(&app, 6, 3, "/tz UTC+5:30").await;
+    assert!(offset.contains("UTC+05:30"), "{offset}");
+
+    let bad = command(&app, 6, 4, "/tz Atlantis").await;
+    assert!(
+        bad.contains("/tz Europe/Moscow") && bad.contains("-5"),
+        "examples: {bad}"
+    );
+    let zone: String = sqlx::query_scalar("SELECT timezone FROM users WHERE user_id = 6")
+        .fetch_one(app.store.read_pool())
+        .await
+        .expect("zone");
+    assert_eq!(zone, "UTC+05:30", "a bad /tz changes nothing");
+
+    // A shared location in Los Angeles.
+    let before = app.telegram.sent_to(6).len();
+    app.telegram
+        .push_update(location_update(6, 5, 34.05, -118.24));
+    let sent = app.telegram.wait_sent(6, before + 1).await;
+    assert!(
+        sent[before].text().contains("America/Los_Angeles"),
+        "{}",
+        sent[before].text()
+    );
+    let zone: String = sqlx::query_scalar("SELECT timezone FROM users WHERE user_id = 6")
+        .fetch_one(app.store.read_pool())
+        .await
+        .expect("zone");
+    assert_eq!(zone, "America/Los_Angeles");
+    assert_eq!(
+        reminder_row(&app, 6).await.2.as_deref(),
+        Some("2026-12-02 05:00:00"),
+        "21:00 in Los Angeles now"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn start_invites_a_new_user_to_set_a_zone_and_the_default_zone_is_configurable() {
+    let app = App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__JOURNAL__DEFAULT_TIMEZONE".into(),
+            "Europe/Berlin".into(),
+        );
+    })
+    .await;
+    let start = command(&app, 7, 1, "/start").await;
+    assert!(
+        start.contains("Europe/Berlin") && start.contains("/tz"),
+        "{start}"
+    );
+    let zone: String = sqlx::query_scalar("SELECT timezone FROM users WHERE user_id = 7")
+        .fetch_one(app.store.read_pool())
+        .await
+        .expect("zone");
+    assert_eq!(zone, "Europe/Berlin");
+    command(&app, 7, 2, "/tz Asia/Tokyo").await;
+    let again = command(&app, 7, 3, "/start").await;
+    assert!(
+        !again.contains("/tz Europe/Berlin"),
+        "no invitation once set: {again}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn streaks_count_local_days_and_the_analysis_reply_notes_them() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.clock.set(at("2026-12-03T12:00:00Z"));
+    // 1 and 2 December (UTC), then 3 December at 01:00, which is still the 2nd.
+    for (id, when) in [
+        (1, "2026-12-01T20:00:00Z"),
+        (2, "2026-12-02T20:00:00Z"),
+        (3, "2026-12-03T01:00:00Z"),
+    ] {
+        app.telegram
+            .push_update(text_update_at(8, id, "A day.", at(when).as_second()));
+        app.telegram.wait_sent(8, id as usize).await;
+    }
+    let sent = app.telegram.sent_to(8);
+    assert!(
+        !sent[0].text().contains("in a row"),
+        "one day is no streak: {}",
+        sent[0].text()
+    );
+    assert!(
+        sent[1].text().contains("2 days in a row"),
+        "{}",
+        sent[1].text()
+    );
+    assert!(
+        sent[2].text().contains("2 days in a row"),
+        "same local day: {}",
+        sent[2].text()
+    );
+    let streak = command(&app, 8, 4, "/streak").await;
+    assert!(
+        streak.contains("Current streak: 2 days") && streak.contains("longest: 2 days"),
+        "{streak}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_reminder_in_the_spring_dst_gap_comes_once_at_the_first_valid_minute() {
+    let app = App::spawn().await;
+    // 01:00 PST on 8 March 2026; 02:00–03:00 does not exist that night.
+    app.clock.set(at("2026-03-08T09:00:00Z"));
+    command(&app, 9, 1, "/tz America/Los_Angeles").await;
+    command(&app, 9, 2, "/remind 02:30").await;
+    assert_eq!(
+        reminder_row(&app, 9).await.2.as_deref(),
+        Some("2026-03-08 10:00:00"),
+        "03:00 PDT, the first valid minute after 02:30"
+    );
+    app.clock.set(at("2026-03-08T10:00:05Z"));
+    app.telegram
+        .wait_for("the reminder", WAIT, |calls| calls.iter().any(is_reminder))
+        .await;
+    app.clock.set(at("2026-03-08T10:30:00Z"));
+    let (_, day, next) = reminder_row(&app, 9).await;
+    // 03:00 local is before the day starts (04:00): it reminds about 7 March.
+    assert_eq!(day.as_deref(), Some("2026-03-07"));
+    assert_eq!(
+        next.as_deref(),
+        Some("2026-03-09 09:30:00"),
+        "02:30 PDT next night"
+    );
+    assert_eq!(reminders_to(&app, 9), 1);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn stats_names_what_goes_with_good_days() {
+    let app = App::spawn().await;
+    app.clock.set(at("2026-12-07T12:00:00Z"));
+    app.store
+        .upsert_user(&NewUser {
+            user_id: 11,
+            chat_id: 11,
+            username: None,
+            language: Language::En,
+        })
+        .await
+        .expect("user");
+    // Runs on three days at mood 5, three days without at mood 3.
+    for day in 1..=6i64 {
+        let id = app
+            .store
+            .insert_log(&daylog::store::NewLog {
+                user_id: 11,
+                chat_id: 11,
+                message_id: day,
+                text: "a day",
+                local_day: Some(format!("2026-12-0{day}").parse().expect("day")),
+            })
+            .await
+            .expect("insert")
+            .id();
+        let metrics = if day <= 3 {
+            r#"{"mood":5,"activities":["run","work"],"defaulted":[]}"#
+        } else {
+            r#"{"mood":3,"activities":["work"],"defaulted":[]}"#
+        };
+        assert!(
+            app.store
+                .mark_analyzed(id, "a day", "ok", metrics)
+                .await
+                .expect("mark")
+        );
+        app.store.mark_replied(id).await.expect("replied"); // not the worker's to answer
+    }
+    let rows = app
+        .store
+        .day_activities(11, "2026-11-01".parse().expect("day"))
+        .await
+        .expect("activities");
+    assert_eq!(rows.len(), 9, "{rows:?}");
+    // Found by its title: the worker may answer one of the logs above meanwhile.
+    app.telegram.push_update(text_update(11, 100, "/stats"));
+    let calls = app
+        .telegram
+        .wait_for("the statistics", WAIT, |calls| {
+            calls.iter().any(|c| c.text().contains("Your statistics"))
+        })
+        .await;
+    let stats = calls
+        .iter()
+        .find(|c| c.text().contains("Your statistics"))
+        .expect("stats")
+        .text()
+        .to_owned();
+    assert!(
+        stats.contains("run: mood 5.0 on those days, 3.0 without"),
+        "{stats}"
+    );
+    assert!(
+        !stats.contains("work:"),
+        "on every day: nothing to compare: {stats}"
+    );
+    assert!(
+        stats.contains("Current streak: 6 days; longest: 6 days"),
+        "{stats}"
+    );
+    app.stop().await;
+}
