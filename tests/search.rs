@@ -1,0 +1,385 @@
+//! `/search` against a real SQLite file (SPEC §12): the FTS5 index follows every write
+//! by the schema's own triggers, every word must match, Latin diacritics and Cyrillic
+//! case fold, and whatever a user types is a query of their own entries only, never
+//! FTS5 syntax and never an error.
+
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] fns: a failure is a test failure"
+)]
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use daylog::language::Language;
+use daylog::store::{self, Inserted, NewLog, NewUser, SearchHit, Store};
+use proptest::prelude::*;
+use sqlx::SqlitePool;
+
+const ME: i64 = 1;
+const OTHER: i64 = 2;
+
+struct TestDb {
+    _dir: tempfile::TempDir,
+    url: String,
+    store: Store,
+}
+
+async fn fresh() -> TestDb {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/daylog.db", dir.path().display());
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("store opens");
+    TestDb {
+        _dir: dir,
+        url,
+        store,
+    }
+}
+
+async fn user(store: &Store, user_id: i64) {
+    store
+        .upsert_user(&NewUser {
+            user_id,
+            chat_id: user_id,
+            username: None,
+            language: Language::En,
+        })
+        .await
+        .expect("user");
+}
+
+async fn entry(store: &Store, user_id: i64, message_id: i64, text: &str) -> i64 {
+    match store
+        .insert_log(&NewLog {
+            user_id,
+            chat_id: user_id,
+            message_id,
+            text,
+        })
+        .await
+        .expect("insert")
+    {
+        Inserted::New(log) => log.id,
+        Inserted::Duplicate(id) => id,
+    }
+}
+
+fn ids(hits: &[SearchHit]) -> Vec<i64> {
+    hits.iter().map(|h| h.id).collect()
+}
+
+/// FTS5's own check of an external content index against `day_logs`: fails when the
+/// index holds a token the content no longer has, or misses one it has.
+/// (It is written as an INSERT, so it needs a writable connection.)
+async fn assert_index_in_step(url: &str) {
+    let pool = writer(url).await;
+    sqlx::query("INSERT INTO day_logs_fts (day_logs_fts, rank) VALUES ('integrity-check', 1)")
+        .execute(&pool)
+        .await
+        .expect("the FTS index matches day_logs");
+    pool.close().await;
+}
+
+async fn writer(url: &str) -> SqlitePool {
+    sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(
+            url.parse::<sqlx::sqlite::SqliteConnectOptions>()
+                .expect("url")
+                .foreign_keys(true),
+        )
+        .await
+        .expect("writer")
+}
+
+#[tokio::test]
+async fn the_bundled_sqlite_has_fts5() {
+    let db = fresh().await;
+
+    let fts5: i64 = sqlx::query_scalar("SELECT sqlite_compileoption_used('ENABLE_FTS5')")
+        .fetch_one(db.store.read_pool())
+        .await
+        .expect("compile options");
+
+    assert_eq!(fts5, 1);
+}
+
+#[tokio::test]
+async fn every_word_must_match_and_matches_are_bold_in_the_snippet() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let both = entry(&db.store, ME, 1, "Ran in the park, then coffee with Anna.").await;
+    entry(&db.store, ME, 2, "Coffee alone at home.").await;
+    entry(&db.store, ME, 3, "A run in the rain.").await;
+
+    let hits = db.store.search(ME, "coffee park").await.expect("search");
+
+    assert_eq!(ids(&hits), vec![both]);
+    let runs = hits[0].snippet();
+    let bold: Vec<&str> = runs
+        .iter()
+        .filter(|r| r.matched)
+        .map(|r| r.text.as_str())
+        .collect();
+    assert_eq!(bold, ["park", "coffee"]);
+    let plain: String = runs.iter().map(|r| r.text.as_str()).collect();
+    assert_eq!(plain, "Ran in the park, then coffee with Anna.");
+    let today: String = sqlx::query_scalar("SELECT date('now')")
+        .fetch_one(db.store.read_pool())
+        .await
+        .expect("today");
+    assert_eq!(hits[0].day, today);
+}
+
+#[tokio::test]
+async fn best_matches_come_first_and_at_most_five() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    for i in 0..8 {
+        entry(
+            &db.store,
+            ME,
+            i,
+            &format!("Entry {i}: a long day of meetings, email, lunch, meetings again."),
+        )
+        .await;
+    }
+    let best = entry(&db.store, ME, 100, "Tired.").await;
+    let dense = entry(&db.store, ME, 101, "Tired, tired, tired.").await;
+    for i in 0..6 {
+        entry(
+            &db.store,
+            ME,
+            200 + i,
+            &format!("Day {i}: tired after meetings, email, lunch and a long commute home."),
+        )
+        .await;
+    }
+
+    let hits = db.store.search(ME, "tired").await.expect("search");
+
+    assert_eq!(hits.len(), 5);
+    // bm25: the word making up all of a short entry ranks above a long entry that
+    // mentions it once.
+    let first_two: HashSet<i64> = ids(&hits).into_iter().take(2).collect();
+    assert_eq!(first_two, HashSet::from([best, dense]));
+}
+
+#[tokio::test]
+async fn latin_diacritics_and_cyrillic_case_fold() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let cafe = entry(&db.store, ME, 1, "Un café crème à Zürich.").await;
+    let russian = entry(&db.store, ME, 2, "Сегодня был ХОРОШИЙ день, гуляли в парке.").await;
+
+    assert_eq!(ids(&db.store.search(ME, "cafe").await.expect("s")), [cafe]);
+    assert_eq!(ids(&db.store.search(ME, "ZURICH creme").await.expect("s")), [cafe]);
+    assert_eq!(ids(&db.store.search(ME, "Café").await.expect("s")), [cafe]);
+    assert_eq!(
+        ids(&db.store.search(ME, "хороший ДЕНЬ").await.expect("s")),
+        [russian]
+    );
+    let runs = db.store.search(ME, "парке").await.expect("s")[0].snippet();
+    assert!(runs.iter().any(|r| r.matched && r.text == "парке"), "{runs:?}");
+}
+
+#[tokio::test]
+async fn edits_and_deletes_are_reflected_by_the_schema() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    user(&db.store, OTHER).await;
+    let mine = entry(&db.store, ME, 1, "Walked the dog by the river.").await;
+    entry(&db.store, OTHER, 1, "The river was cold.").await;
+
+    db.store
+        .update_text(ME, 1, "Walked the dog in the forest.")
+        .await
+        .expect("edit")
+        .expect("changed");
+
+    assert!(db.store.search(ME, "river").await.expect("s").is_empty());
+    assert_eq!(ids(&db.store.search(ME, "forest").await.expect("s")), [mine]);
+    assert_index_in_step(&db.url).await;
+
+    db.store.delete_user(ME).await.expect("/delete");
+
+    assert!(db.store.search(ME, "forest").await.expect("s").is_empty());
+    assert!(db.store.search(ME, "dog").await.expect("s").is_empty());
+    assert_eq!(db.store.search(OTHER, "river").await.expect("s").len(), 1);
+    assert_index_in_step(&db.url).await;
+
+    // Rows that go by the users(user_id) cascade, not by a DELETE of day_logs.
+    let pool = writer(&db.url).await;
+    sqlx::query("DELETE FROM users WHERE user_id = ?1")
+        .bind(OTHER)
+        .execute(&pool)
+        .await
+        .expect("cascade");
+    assert!(db.store.search(OTHER, "river").await.expect("s").is_empty());
+    assert_index_in_step(&db.url).await;
+}
+
+#[tokio::test]
+async fn the_migration_indexes_entries_stored_before_it() {
+    // Arrange: a database at the schema before this migration, with an entry.
+    let dir = tempfile::tempdir().expect("dir");
+    let older = dir.path().join("older-migrations");
+    std::fs::create_dir(&older).expect("mkdir");
+    for file in std::fs::read_dir("migrations").expect("migrations") {
+        let path = file.expect("entry").path();
+        let name = path.file_name().expect("name").to_string_lossy().into_owned();
+        if name.as_str() < "20261201000005" {
+            std::fs::copy(&path, older.join(&name)).expect("copy");
+        }
+    }
+    let url = format!("sqlite://{}/daylog.db?mode=rwc", dir.path().display());
+    let pool = writer(&url).await;
+    sqlx::migrate::Migrator::new(older.as_path())
+        .await
+        .expect("older migrator")
+        .run(&pool)
+        .await
+        .expect("older schema");
+    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (1, 1)")
+        .execute(&pool)
+        .await
+        .expect("user");
+    sqlx::query(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text) VALUES (1, 1, 1, 'An old entry about tulips.')",
+    )
+    .execute(&pool)
+    .await
+    .expect("old entry");
+    pool.close().await;
+
+    // Act
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("migrates");
+
+    // Assert
+    assert_eq!(store.search(ME, "tulips").await.expect("s").len(), 1);
+    assert_index_in_step(&url).await;
+}
+
+#[tokio::test]
+async fn the_search_reads_the_index_not_every_row() {
+    let db = fresh().await;
+
+    let plan: Vec<String> = sqlx::query_as::<_, (i64, i64, i64, String)>(&format!(
+        "EXPLAIN QUERY PLAN {}",
+        store::SEARCH_SQL
+    ))
+    .bind(ME)
+    .bind("\"word\"")
+    .bind("[")
+    .bind("]")
+    .bind(5)
+    .fetch_all(db.store.read_pool())
+    .await
+    .expect("plan")
+    .into_iter()
+    .map(|row| row.3)
+    .collect();
+
+    assert!(
+        plan.iter().any(|step| step.contains("VIRTUAL TABLE INDEX")),
+        "{plan:?}"
+    );
+    assert!(
+        plan.iter()
+            .any(|step| step.contains("INTEGER PRIMARY KEY") || step.contains("rowid=?")),
+        "{plan:?}"
+    );
+    assert!(!plan.iter().any(|step| step == "SCAN d"), "{plan:?}");
+}
+
+#[test]
+fn user_words_become_fts5_strings() {
+    assert_eq!(store::fts_query("   \n "), None);
+    assert_eq!(store::fts_query("a NEAR b"), Some("\"a\" \"NEAR\" \"b\"".into()));
+    assert_eq!(store::fts_query("\""), Some("\"\"\"\"".into()));
+    assert_eq!(
+        store::fts_query("x\0y say:\"hi\""),
+        Some("\"x\" \"y\" \"say:\"\"hi\"\"\"".into())
+    );
+}
+
+/// Words the property test mixes: FTS5 operators and punctuation, words of both users'
+/// entries, and words of nobody's.
+const VOCABULARY: &[&str] = &[
+    "\"", "\"\"", "NEAR", "NEAR(", "AND", "OR", "NOT", "*", "-", ":", "^", "(", ")", "text:",
+    "-park", "park*", "^coffee", "{text}", "+", "'", "''", ";", "--", "%", "_", "park",
+    "coffee", "secret", "river", "день", "парк", "café", "cafe", "nothing", "x",
+];
+
+fn hostile_query() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<String>(),
+        prop::collection::vec(prop::sample::select(VOCABULARY), 0..6).prop_map(|w| w.join(" ")),
+        prop::collection::vec(prop::sample::select(VOCABULARY), 1..6).prop_map(|w| w.concat()),
+    ]
+}
+
+/// Lower-cased words as unicode61 sees them in these fixtures (letters and digits).
+fn words(text: &str) -> HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_lowercase().replace('é', "e"))
+        .collect()
+}
+
+#[test]
+fn any_string_is_a_valid_query_of_the_users_own_entries_only() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mine_texts = [
+        "Coffee in the park.",
+        "Secret coffee: NEAR the river (really) *",
+        "День в парке, café.",
+        "\"Quoted\" - park -- ^ :",
+    ];
+    let other_texts = [
+        "secret river park coffee NEAR AND OR NOT",
+        "день парк café x",
+    ];
+    let (db, mine) = runtime.block_on(async {
+        let db = fresh().await;
+        user(&db.store, ME).await;
+        user(&db.store, OTHER).await;
+        let mut mine = Vec::new();
+        for (i, text) in (1..).zip(mine_texts) {
+            mine.push((entry(&db.store, ME, i, text).await, words(text)));
+        }
+        for (i, text) in (1..).zip(other_texts) {
+            entry(&db.store, OTHER, i, text).await;
+        }
+        (db, mine)
+    });
+    let my_ids: HashSet<i64> = mine.iter().map(|(id, _)| *id).collect();
+
+    proptest!(ProptestConfig::with_cases(300), |(query in hostile_query())| {
+        let hits = runtime.block_on(db.store.search(ME, &query));
+
+        let hits = hits.map_err(|e| TestCaseError::fail(format!("{query:?}: {e}")))?;
+        for hit in &hits {
+            prop_assert!(my_ids.contains(&hit.id), "{query:?} found someone else's {}", hit.id);
+        }
+        // Plain words: exactly the entries that contain all of them.
+        let asked: Vec<String> = query.split_whitespace().map(str::to_owned).collect();
+        if !asked.is_empty() && asked.iter().all(|w| w.chars().all(char::is_alphanumeric)) {
+            let asked = words(&query);
+            let expected: HashSet<i64> = mine
+                .iter()
+                .filter(|(_, have)| asked.is_subset(have))
+                .map(|(id, _)| *id)
+                .collect();
+            let found: HashSet<i64> = hits.iter().map(|h| h.id).collect();
+            prop_assert_eq!(found, expected, "{:?}", query);
+        }
+    });
+}
