@@ -56,8 +56,12 @@ impl Messenger for Terminal {
                 Response::Text(reply) => self
                     .print(&render::to_plain(reply.pieces()))
                     .map_err(fail)?,
-                Response::Photo { png, caption } => {
-                    let path = self.save("daylog-stats.png", &png).map_err(fail)?;
+                Response::Photo {
+                    png,
+                    caption,
+                    file_name,
+                } => {
+                    let path = self.save(&file_name, &png).map_err(fail)?;
                     self.print(&format!("[{caption}: {}]", path.display()))
                         .map_err(fail)?;
                 }

@@ -5,11 +5,11 @@
 use teloxide::utils::command::BotCommands;
 
 use crate::analysis::Metrics;
-use crate::charts::{self, ChartDay};
+use crate::charts::{self, ChartDay, YearDay};
 use crate::journal::{Journal, Response};
 use crate::language::Language;
 use crate::render::Reply;
-use crate::store::{DailyMetrics, DayLog, StoreError};
+use crate::store::{DailyMetrics, DayLog, DayMood, SearchHit, StoreError};
 use crate::texts::Texts;
 
 /// Default and largest `/history` length.
@@ -38,6 +38,10 @@ pub enum Command {
     Delete,
     /// Answer language: /lang en or /lang ru
     Lang(String),
+    /// Find your entries that contain every word: /search word…
+    Search(String),
+    /// Your year in pixels, a square per day coloured by mood: /year [YYYY]
+    Year(String),
 }
 
 impl Command {
@@ -67,6 +71,8 @@ fn russian_description(command: &str) -> &'static str {
         "export" => "Все записи и метрики в CSV-файле.",
         "delete" => "Удалить все твои данные (с подтверждением).",
         "lang" => "Язык ответов: /lang ru или /lang en",
+        "search" => "Найти записи, где есть все слова: /search слово…",
+        "year" => "Год в пикселях, по квадрату на день по настроению: /year [ГГГГ]",
         _ => "",
     }
 }
@@ -141,6 +147,84 @@ pub async fn respond(
             }
             Err(()) => text(Reply::new().text(texts.lang_usage())),
         },
+        Command::Search(words) => {
+            if words.split_whitespace().next().is_none() {
+                return text(Reply::new().text(texts.search_usage()));
+            }
+            let hits = journal.store.search(user_id, &words).await?;
+            text(search_reply(language, &hits))
+        }
+        Command::Year(arg) => {
+            let year = match arg.trim() {
+                "" => journal.store.this_year().await?,
+                given => match year_arg(given) {
+                    Some(year) => year,
+                    None => return text(Reply::new().text(texts.year_usage())),
+                },
+            };
+            let moods = journal.store.year_moods(user_id, year).await?;
+            Ok(year_responses(language, year, &moods))
+        }
+    }
+}
+
+/// How much of an entry one search result shows at most.
+const SEARCH_SNIPPET_CHARS: usize = 300;
+
+fn search_reply(language: Language, hits: &[SearchHit]) -> Reply {
+    let texts = Texts(language);
+    if hits.is_empty() {
+        return Reply::new().text(texts.search_none());
+    }
+    let mut reply = Reply::new().bold(texts.search_title(hits.len()));
+    for hit in hits {
+        reply = reply.paragraph().bold(hit.day.clone()).newline();
+        let mut room = SEARCH_SNIPPET_CHARS;
+        for run in hit.snippet() {
+            let shown = crate::journal::truncate_chars(&run.text, room);
+            room -= shown.chars().count();
+            let shown = shown.to_owned();
+            reply = if run.matched {
+                reply.bold(shown)
+            } else {
+                reply.text(shown)
+            };
+            if room == 0 {
+                reply = reply.text("…");
+                break;
+            }
+        }
+    }
+    reply
+}
+
+/// A `/year` argument: a year written with four digits.
+fn year_arg(arg: &str) -> Option<i32> {
+    (arg.len() == 4 && arg.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| arg.parse().ok())
+        .flatten()
+        .filter(|year| *year >= 1000)
+}
+
+fn year_responses(language: Language, year: i32, moods: &[DayMood]) -> Vec<Response> {
+    let texts = Texts(language);
+    let days: Vec<YearDay> = moods
+        .iter()
+        .map(|d| YearDay {
+            day: d.day.clone(),
+            mood: d.mood,
+        })
+        .collect();
+    match charts::year_chart(year, &days, language) {
+        Ok(png) => vec![Response::Photo {
+            png,
+            caption: texts.year_caption(year),
+            file_name: format!("daylog-year-{year}.png"),
+        }],
+        Err(error) => {
+            tracing::error!(%error, year, "year chart failed");
+            vec![Response::Text(Reply::new().text(texts.internal_error()))]
+        }
     }
 }
 
@@ -264,6 +348,7 @@ fn stats_responses(language: Language, days: u32, rows: &[DailyMetrics]) -> Vec<
         Ok(png) => responses.push(Response::Photo {
             png,
             caption: texts.chart_caption().to_owned(),
+            file_name: "daylog-stats.png".to_owned(),
         }),
         Err(error) => tracing::error!(%error, "stats chart failed; sending the text alone"),
     }
@@ -368,6 +453,40 @@ mod tests {
             Some(Command::Lang("ru".into()))
         );
         assert!(Command::parse("/nope", "").is_err());
+    }
+
+    #[test]
+    fn search_and_year_take_the_rest_of_the_line() {
+        assert_eq!(
+            Command::parse("/search NEAR(\"a\" -b) c:*", "").ok(),
+            Some(Command::Search("NEAR(\"a\" -b) c:*".into()))
+        );
+        assert_eq!(
+            Command::parse("/search", "").ok(),
+            Some(Command::Search(String::new()))
+        );
+        assert_eq!(
+            Command::parse("/year 2025", "").ok(),
+            Some(Command::Year("2025".into()))
+        );
+    }
+
+    #[test]
+    fn year_arguments_are_four_digits() {
+        assert_eq!(year_arg("2026"), Some(2026));
+        assert_eq!(year_arg("1999"), Some(1999));
+        for bad in [
+            "26",
+            "20260",
+            "-202",
+            "+202",
+            "year",
+            "０２０２",
+            "0999",
+            "２０２６",
+        ] {
+            assert_eq!(year_arg(bad), None, "{bad}");
+        }
     }
 
     #[test]

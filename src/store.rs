@@ -897,7 +897,7 @@ impl SearchHit {
         let mut runs: Vec<SnippetRun> = Vec::new();
         let mut matched = false;
         let mut current = String::new();
-        let mut close = |text: &mut String, matched: bool, runs: &mut Vec<SnippetRun>| {
+        let close = |text: &mut String, matched: bool, runs: &mut Vec<SnippetRun>| {
             if !text.is_empty() {
                 runs.push(SnippetRun {
                     text: std::mem::take(text),

@@ -11,7 +11,15 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use daylog::charts;
+use daylog::commands::{self, Command};
+use daylog::config::Settings;
+use daylog::journal::{Journal, Response};
 use daylog::language::Language;
+use daylog::render;
 use daylog::store::{self, Inserted, NewLog, NewUser, SearchHit, Store};
 use proptest::prelude::*;
 use sqlx::SqlitePool;
@@ -172,17 +180,29 @@ async fn latin_diacritics_and_cyrillic_case_fold() {
     let db = fresh().await;
     user(&db.store, ME).await;
     let cafe = entry(&db.store, ME, 1, "Un café crème à Zürich.").await;
-    let russian = entry(&db.store, ME, 2, "Сегодня был ХОРОШИЙ день, гуляли в парке.").await;
+    let russian = entry(
+        &db.store,
+        ME,
+        2,
+        "Сегодня был ХОРОШИЙ день, гуляли в парке.",
+    )
+    .await;
 
     assert_eq!(ids(&db.store.search(ME, "cafe").await.expect("s")), [cafe]);
-    assert_eq!(ids(&db.store.search(ME, "ZURICH creme").await.expect("s")), [cafe]);
+    assert_eq!(
+        ids(&db.store.search(ME, "ZURICH creme").await.expect("s")),
+        [cafe]
+    );
     assert_eq!(ids(&db.store.search(ME, "Café").await.expect("s")), [cafe]);
     assert_eq!(
         ids(&db.store.search(ME, "хороший ДЕНЬ").await.expect("s")),
         [russian]
     );
     let runs = db.store.search(ME, "парке").await.expect("s")[0].snippet();
-    assert!(runs.iter().any(|r| r.matched && r.text == "парке"), "{runs:?}");
+    assert!(
+        runs.iter().any(|r| r.matched && r.text == "парке"),
+        "{runs:?}"
+    );
 }
 
 #[tokio::test]
@@ -200,7 +220,10 @@ async fn edits_and_deletes_are_reflected_by_the_schema() {
         .expect("changed");
 
     assert!(db.store.search(ME, "river").await.expect("s").is_empty());
-    assert_eq!(ids(&db.store.search(ME, "forest").await.expect("s")), [mine]);
+    assert_eq!(
+        ids(&db.store.search(ME, "forest").await.expect("s")),
+        [mine]
+    );
     assert_index_in_step(&db.url).await;
 
     db.store.delete_user(ME).await.expect("/delete");
@@ -229,7 +252,11 @@ async fn the_migration_indexes_entries_stored_before_it() {
     std::fs::create_dir(&older).expect("mkdir");
     for file in std::fs::read_dir("migrations").expect("migrations") {
         let path = file.expect("entry").path();
-        let name = path.file_name().expect("name").to_string_lossy().into_owned();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
         if name.as_str() < "20261201000005" {
             std::fs::copy(&path, older.join(&name)).expect("copy");
         }
@@ -299,7 +326,10 @@ async fn the_search_reads_the_index_not_every_row() {
 #[test]
 fn user_words_become_fts5_strings() {
     assert_eq!(store::fts_query("   \n "), None);
-    assert_eq!(store::fts_query("a NEAR b"), Some("\"a\" \"NEAR\" \"b\"".into()));
+    assert_eq!(
+        store::fts_query("a NEAR b"),
+        Some("\"a\" \"NEAR\" \"b\"".into())
+    );
     assert_eq!(store::fts_query("\""), Some("\"\"\"\"".into()));
     assert_eq!(
         store::fts_query("x\0y say:\"hi\""),
@@ -311,8 +341,8 @@ fn user_words_become_fts5_strings() {
 /// entries, and words of nobody's.
 const VOCABULARY: &[&str] = &[
     "\"", "\"\"", "NEAR", "NEAR(", "AND", "OR", "NOT", "*", "-", ":", "^", "(", ")", "text:",
-    "-park", "park*", "^coffee", "{text}", "+", "'", "''", ";", "--", "%", "_", "park",
-    "coffee", "secret", "river", "день", "парк", "café", "cafe", "nothing", "x",
+    "-park", "park*", "^coffee", "{text}", "+", "'", "''", ";", "--", "%", "_", "park", "coffee",
+    "secret", "river", "день", "парк", "café", "cafe", "nothing", "x",
 ];
 
 fn hostile_query() -> impl Strategy<Value = String> {
@@ -382,4 +412,141 @@ fn any_string_is_a_valid_query_of_the_users_own_entries_only() {
             prop_assert_eq!(found, expected, "{:?}", query);
         }
     });
+}
+
+fn journal(db: &TestDb) -> Journal {
+    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), db.url.clone())].into();
+    let settings = Arc::new(Settings::load_from(&env).expect("settings"));
+    let client = daylog::http_client().expect("client");
+    let llm = Arc::new(daylog::llm::Llm::with_client(&settings, client).expect("llm"));
+    Journal::new(settings, db.store.clone(), llm)
+}
+
+/// The Telegram HTML of a command's one text answer.
+async fn answer_html(journal: &Journal, command: Command) -> String {
+    let responses = commands::respond(journal, ME, command)
+        .await
+        .expect("answer");
+    match responses.as_slice() {
+        [Response::Text(reply)] => render::split_message(reply.pieces(), 4096).concat(),
+        other => panic!("not one text: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_search_answer_escapes_the_entry_and_bolds_only_the_matches() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    entry(&db.store, ME, 1, "<b>Not bold</b> & tulips <i>here</i>").await;
+    let journal = journal(&db);
+
+    let found = answer_html(&journal, Command::Search("TULIPS".into())).await;
+    let nothing = answer_html(&journal, Command::Search("roses".into())).await;
+    let no_words = answer_html(&journal, Command::Search("  ".into())).await;
+    let syntax = answer_html(&journal, Command::Search("\" NEAR( *".into())).await;
+
+    assert!(
+        found.contains("&lt;b&gt;Not bold&lt;/b&gt; &amp; <b>tulips</b> &lt;i&gt;here&lt;/i&gt;"),
+        "{found}"
+    );
+    assert!(found.starts_with("<b>Found: 1"), "{found}");
+    assert_eq!(nothing, "None of your entries contains all of these words.");
+    assert!(no_words.starts_with("Usage: /search"), "{no_words}");
+    assert_eq!(syntax, nothing);
+}
+
+/// Stores an analysed entry of `user_id` on `day` with the given metrics JSON.
+async fn analysed_on(db: &TestDb, user_id: i64, message_id: i64, day: &str, metrics: &str) {
+    let id = entry(&db.store, user_id, message_id, "An entry.").await;
+    assert!(
+        db.store
+            .mark_analyzed(id, "An entry.", "An analysis.", metrics)
+            .await
+            .expect("analysed")
+    );
+    let pool = writer(&db.url).await;
+    sqlx::query("UPDATE day_logs SET created_at = ?2 || ' 12:00:00' WHERE id = ?1")
+        .bind(id)
+        .bind(day)
+        .execute(&pool)
+        .await
+        .expect("backdate");
+    pool.close().await;
+}
+
+fn metrics(mood: u8, defaulted: &[&str]) -> String {
+    serde_json::json!({
+        "mood": mood, "stress": 3, "energy": 3, "productivity": 3, "sleep_hours": null,
+        "activities": [], "emotions": [], "summary": "", "defaulted": defaulted,
+    })
+    .to_string()
+}
+
+fn pixel(png: &[u8], month: u32, day: u32) -> [u8; 3] {
+    let img = image::load_from_memory(png).expect("png").to_rgb8();
+    let (x, y) = charts::year_cell_origin(month, day);
+    img.get_pixel((x + 8) as u32, (y + 8) as u32).0
+}
+
+fn rgb(color: plotters::style::RGBColor) -> [u8; 3] {
+    [color.0, color.1, color.2]
+}
+
+#[tokio::test]
+async fn the_year_colours_each_day_by_its_moods_that_were_not_defaulted() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    user(&db.store, OTHER).await;
+    analysed_on(&db, ME, 1, "2025-03-10", &metrics(5, &[])).await;
+    analysed_on(&db, ME, 2, "2025-03-11", &metrics(3, &["mood"])).await;
+    // A defaulted 3 beside a real 1: the day is a 1, not a 2.
+    analysed_on(&db, ME, 3, "2025-03-12", &metrics(3, &["mood"])).await;
+    analysed_on(&db, ME, 4, "2025-03-12", &metrics(1, &["sleep_hours"])).await;
+    analysed_on(&db, ME, 5, "2024-03-13", &metrics(5, &[])).await;
+    analysed_on(&db, OTHER, 1, "2025-03-13", &metrics(5, &[])).await;
+    let journal = journal(&db);
+
+    let responses = commands::respond(&journal, ME, Command::Year("2025".into()))
+        .await
+        .expect("/year");
+
+    let [Response::Photo { png, file_name, .. }] = responses.as_slice() else {
+        panic!("not one photo: {responses:?}");
+    };
+    assert_eq!(file_name, "daylog-year-2025.png");
+    assert_eq!(pixel(png, 3, 10), rgb(charts::MOOD_COLORS[4]));
+    assert_eq!(
+        pixel(png, 3, 11),
+        rgb(charts::NO_MOOD_COLOR),
+        "only a defaulted mood"
+    );
+    assert_eq!(pixel(png, 3, 12), rgb(charts::MOOD_COLORS[0]));
+    assert_eq!(
+        pixel(png, 3, 13),
+        rgb(charts::NO_MOOD_COLOR),
+        "another year, another user"
+    );
+}
+
+#[tokio::test]
+async fn the_year_defaults_to_this_one_and_a_bad_year_gets_a_sentence() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let journal = journal(&db);
+    let this_year: String = sqlx::query_scalar("SELECT strftime('%Y', 'now')")
+        .fetch_one(db.store.read_pool())
+        .await
+        .expect("year");
+
+    let responses = commands::respond(&journal, ME, Command::Year(String::new()))
+        .await
+        .expect("/year");
+    let bad = answer_html(&journal, Command::Year("25".into())).await;
+
+    assert!(
+        matches!(responses.as_slice(), [Response::Photo { file_name, .. }]
+            if *file_name == format!("daylog-year-{this_year}.png")),
+        "{responses:?}"
+    );
+    assert!(bad.starts_with("Usage: /year"), "{bad}");
 }
