@@ -1,4 +1,5 @@
-//! `/stats` and `/history` on one user with 100 000 logs (goal: ≤ 50 ms each).
+//! `/stats` and `/history` on one user with 100 000 logs (goal: ≤ 50 ms each), and
+//! `/search` on the same logs (goal: ≤ 20 ms).
 //!
 //! `cargo bench --bench queries`. Each query is timed twice: the store call alone, and
 //! the whole command as a user gets it (`/stats` includes drawing the PNG chart).
@@ -72,6 +73,23 @@ fn queries(c: &mut Criterion) {
             ))
         })
     });
+    // Every fill text is "Day log number <i>: worked, ran, slept.": "number 4242" is
+    // two words of which one is in a single entry (the usual search), "worked" is in
+    // all 100 000 (the worst case: every entry is ranked to find the best five).
+    for (name, words) in [("rare", "number 4242"), ("every_entry", "worked")] {
+        group.bench_function(format!("store_search_{name}"), |b| {
+            b.iter(|| runtime.block_on(store.search(black_box(USER), words)))
+        });
+        group.bench_function(format!("command_search_{name}"), |b| {
+            b.iter(|| {
+                runtime.block_on(commands::respond(
+                    &journal,
+                    black_box(USER),
+                    Command::Search(words.into()),
+                ))
+            })
+        });
+    }
     group.finish();
     runtime.block_on(store.close());
 }

@@ -1,11 +1,12 @@
-//! The `/stats` chart: mood, stress and energy per day as a PNG, drawn with plotters.
+//! The pictures the bot sends, drawn with plotters: the `/stats` chart (mood, stress
+//! and energy per day) and the `/year` year in pixels (a square per day, by mood).
 //!
 //! The font is compiled in (DejaVu Sans, `assets/fonts/`, Bitstream Vera licence) and
 //! registered with plotters' `ab_glyph` backend, so charts render the same on a bare
 //! server with no system fonts, Cyrillic included. The picture is drawn into an RGB
 //! buffer in memory and encoded to PNG with `image`; nothing touches the file system.
 //!
-//! Decisions the spec leaves open:
+//! Decisions the spec leaves open for `/stats`:
 //! - `days` are plotted in the order given, one slot per element: the caller sorts them
 //!   ascending and includes a day with all values `None` where it wants a visible gap in
 //!   the calendar. A `None` value breaks that metric's line; it is never drawn as zero.
@@ -13,6 +14,10 @@
 //! - Values are clamped into 1–5 and non-finite values are skipped.
 //! - With no days, or no value at all, the chart is still rendered (axes, legend, title)
 //!   with a "no data yet" note in the middle, so `/stats` can always send a picture.
+//!
+//! And for `/year`: a day's colour is its average mood rounded to the nearest score
+//! (3.5 → 4); grey is a day with no entry or only defaulted moods; a day the month does
+//! not have (30 February) gets no square, so it never reads as a missed day.
 
 use std::sync::OnceLock;
 

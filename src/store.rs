@@ -842,16 +842,35 @@ pub const SEARCH_LIMIT: i64 = 5;
 const MATCH_START: char = '\u{E000}';
 const MATCH_END: char = '\u{E001}';
 
+/// How many of the user's newest entries that contain every word `/search` ranks. A
+/// journal rarely has this many for a real query, so the ranking is exact; a word in
+/// every entry of a huge history (100 000 of them) costs this many bm25 scores, not
+/// 100 000 (see BENCHMARKS.md).
+pub const SEARCH_CANDIDATES: i64 = 1000;
+
 /// `/search`: the user's entries that contain every word of the FTS5 query `?2` (built
-/// by [`fts_query`]), best first. Public so that tests can check its query plan.
-pub const SEARCH_SQL: &str = "SELECT d.id,
+/// by [`fts_query`]): of the newest `?6` of them, the best `?5` (bm25; ties newest
+/// first), each with a snippet of about 16 words whose matches are wrapped in `?3`…`?4`.
+/// The snippet is made for those few only, by a second lookup of the index by rowid
+/// (`CROSS JOIN` keeps SQLite from scanning every match again to join them).
+/// The `day` line is the one place that says which day a found entry belongs to.
+/// Public so that tests can check its query plan.
+pub const SEARCH_SQL: &str = "WITH candidates AS (
+         SELECT d.id, d.created_at, bm25(day_logs_fts) AS score
+         FROM day_logs_fts JOIN day_logs d ON d.id = day_logs_fts.rowid
+         WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
+         ORDER BY day_logs_fts.rowid DESC LIMIT ?6),
+     best AS (
+         SELECT id, created_at, score FROM candidates
+         ORDER BY score, created_at DESC, id DESC LIMIT ?5)
+     SELECT d.id,
          date(d.created_at) AS day,
          snippet(day_logs_fts, 0, ?3, ?4, '…', 16) AS snippet
-     FROM day_logs_fts JOIN day_logs d ON d.id = day_logs_fts.rowid
+     FROM best
+     CROSS JOIN day_logs d ON d.id = best.id
+     CROSS JOIN day_logs_fts ON day_logs_fts.rowid = best.id
      WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
-     ORDER BY bm25(day_logs_fts), d.created_at DESC, d.id DESC
-     LIMIT ?5";
-// `day` above is the one place that says which day an entry belongs to in a search.
+     ORDER BY best.score, best.created_at DESC, best.id DESC";
 
 /// `/year`: the average mood of each day of the user's year `?2..=?3`, from the
 /// `daily_metrics` view (whose `mood` skips defaulted values). Public for query plans.
@@ -945,6 +964,7 @@ impl Store {
             .bind(MATCH_START.to_string())
             .bind(MATCH_END.to_string())
             .bind(SEARCH_LIMIT)
+            .bind(SEARCH_CANDIDATES)
             .fetch_all(&self.read)
             .await?)
     }

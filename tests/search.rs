@@ -23,6 +23,10 @@ use daylog::render;
 use daylog::store::{self, Inserted, NewLog, NewUser, SearchHit, Store};
 use proptest::prelude::*;
 use sqlx::SqlitePool;
+use support::App;
+use support::telegram::text_update;
+
+mod support;
 
 const ME: i64 = 1;
 const OTHER: i64 = 2;
@@ -176,6 +180,30 @@ async fn best_matches_come_first_and_at_most_five() {
 }
 
 #[tokio::test]
+async fn another_users_flood_of_newer_matches_does_not_hide_mine() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    user(&db.store, OTHER).await;
+    let mine = entry(&db.store, ME, 1, "Tired but happy.").await;
+    let pool = writer(&db.url).await;
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+         INSERT INTO day_logs (user_id, chat_id, message_id, text)
+         SELECT ?2, ?2, 100 + i, 'Tired, tired.' FROM n",
+    )
+    .bind(store::SEARCH_CANDIDATES * 2)
+    .bind(OTHER)
+    .execute(&pool)
+    .await
+    .expect("flood");
+    pool.close().await;
+
+    let hits = db.store.search(ME, "tired").await.expect("search");
+
+    assert_eq!(ids(&hits), [mine]);
+}
+
+#[tokio::test]
 async fn latin_diacritics_and_cyrillic_case_fold() {
     let db = fresh().await;
     user(&db.store, ME).await;
@@ -304,6 +332,7 @@ async fn the_search_reads_the_index_not_every_row() {
     .bind("[")
     .bind("]")
     .bind(5)
+    .bind(1000)
     .fetch_all(db.store.read_pool())
     .await
     .expect("plan")
@@ -311,16 +340,38 @@ async fn the_search_reads_the_index_not_every_row() {
     .map(|row| row.3)
     .collect();
 
+    // The candidates: matches newest first straight from the index (no sort), each
+    // joined to its row by primary key and stopped after SEARCH_CANDIDATES.
+    let step = |text: &str| plan.iter().position(|s| s == text);
+    let (start, end) = (
+        step("CO-ROUTINE candidates").expect("candidates"),
+        step("SCAN candidates").expect("candidates scanned"),
+    );
+    let candidates = &plan[start..end];
     assert!(
-        plan.iter().any(|step| step.contains("VIRTUAL TABLE INDEX")),
+        candidates
+            .iter()
+            .any(|s| s.starts_with("SCAN day_logs_fts VIRTUAL TABLE INDEX")),
         "{plan:?}"
     );
     assert!(
-        plan.iter()
-            .any(|step| step.contains("INTEGER PRIMARY KEY") || step.contains("rowid=?")),
+        candidates.contains(&"SEARCH d USING INTEGER PRIMARY KEY (rowid=?)".to_owned()),
         "{plan:?}"
     );
-    assert!(!plan.iter().any(|step| step == "SCAN d"), "{plan:?}");
+    assert!(
+        !candidates.iter().any(|s| s.contains("TEMP B-TREE")),
+        "{plan:?}"
+    );
+    // The snippets: the best few, each looked up in the index by rowid, never a second
+    // scan of every match.
+    let best = step("SCAN best").expect("best first");
+    assert!(
+        plan[best..]
+            .iter()
+            .any(|s| s.starts_with("SCAN day_logs_fts VIRTUAL TABLE INDEX") && s.contains(":=")),
+        "{plan:?}"
+    );
+    assert!(!plan.iter().any(|s| s.contains("AUTOMATIC")), "{plan:?}");
 }
 
 #[test]
@@ -549,4 +600,61 @@ async fn the_year_defaults_to_this_one_and_a_bad_year_gets_a_sentence() {
         "{responses:?}"
     );
     assert!(bad.starts_with("Usage: /year"), "{bad}");
+}
+
+#[tokio::test]
+async fn in_telegram_search_answers_in_escaped_html_and_year_sends_a_png() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram
+        .push_update(text_update(21, 1, "Coffee <with> Anna & Bob."));
+    app.telegram.wait_sent(21, 1).await;
+
+    app.telegram
+        .push_update(text_update(21, 2, "/search anna COFFEE"));
+    let found = app.telegram.wait_sent(21, 2).await;
+    app.telegram
+        .push_update(text_update(21, 3, "/search -anna \"coffee* (bob)"));
+    let hostile = app.telegram.wait_sent(21, 3).await;
+    app.telegram.push_update(text_update(21, 4, "/year"));
+    let calls = app
+        .telegram
+        .wait_for("a photo", Duration::from_secs(20), |calls| {
+            calls.iter().any(|c| c.method == "SendPhoto")
+        })
+        .await;
+
+    assert_eq!(found[1].body["parse_mode"], "HTML");
+    assert!(
+        found[1]
+            .text()
+            .contains("<b>Coffee</b> &lt;with&gt; <b>Anna</b> &amp; Bob."),
+        "{}",
+        found[1].text()
+    );
+    // Words only: FTS5 would read `-` as NOT, `*` as a prefix, `(…)` as a group.
+    assert!(
+        hostile[2].text().contains("<b>Anna</b>"),
+        "{}",
+        hostile[2].text()
+    );
+    let photo = calls
+        .iter()
+        .find(|c| c.method == "SendPhoto")
+        .expect("photo");
+    let png = photo.file.as_ref().expect("file part");
+    let image = image::load_from_memory(png).expect("a PNG");
+    assert_eq!(
+        (image.width(), image.height()),
+        (charts::YEAR_WIDTH, charts::YEAR_HEIGHT)
+    );
+    assert!(
+        photo.body["caption"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("in pixels"),
+        "{:?}",
+        photo.body
+    );
+    app.stop().await;
 }
