@@ -9,7 +9,7 @@ use crate::charts::{self, ChartDay, YearDay};
 use crate::journal::{Journal, Response};
 use crate::language::Language;
 use crate::render::Reply;
-use crate::store::{DailyMetrics, DayLog, DayMood, SearchHit, StoreError};
+use crate::store::{DailyMetrics, DayLog, DayMood, SearchHit, SnippetRun, StoreError};
 use crate::texts::Texts;
 
 /// Default and largest `/history` length.
@@ -178,21 +178,30 @@ fn search_reply(language: Language, hits: &[SearchHit]) -> Reply {
     }
     let mut reply = Reply::new().bold(texts.search_title(hits.len()));
     for hit in hits {
-        reply = reply.paragraph().bold(hit.day.clone()).newline();
-        let mut room = SEARCH_SNIPPET_CHARS;
-        for run in hit.snippet() {
-            let shown = crate::journal::truncate_chars(&run.text, room);
-            room -= shown.chars().count();
-            let shown = shown.to_owned();
-            reply = if run.matched {
-                reply.bold(shown)
-            } else {
-                reply.text(shown)
-            };
-            if room == 0 {
-                reply = reply.text("…");
-                break;
-            }
+        reply = snippet(
+            reply.paragraph().bold(hit.day.clone()).newline(),
+            hit.snippet(),
+        );
+    }
+    reply
+}
+
+/// A search snippet with its matches bold, at most [`SEARCH_SNIPPET_CHARS`] long: FTS5
+/// cuts the entry to a few words, but one "word" can be thousands of characters long.
+fn snippet(mut reply: Reply, runs: Vec<SnippetRun>) -> Reply {
+    let mut room = SEARCH_SNIPPET_CHARS;
+    for run in runs {
+        let shown = crate::journal::truncate_chars(&run.text, room);
+        let cut = shown.len() < run.text.len();
+        room -= shown.chars().count();
+        let shown = shown.to_owned();
+        reply = if run.matched {
+            reply.bold(shown)
+        } else {
+            reply.text(shown)
+        };
+        if cut {
+            return reply.text("…");
         }
     }
     reply
@@ -469,6 +478,26 @@ mod tests {
             Command::parse("/year 2025", "").ok(),
             Some(Command::Year("2025".into()))
         );
+    }
+
+    #[test]
+    fn a_search_hit_of_one_huge_word_is_cut() {
+        let run = |text: &str, matched| SnippetRun {
+            text: text.to_owned(),
+            matched,
+        };
+        let long = "a".repeat(5000);
+        let runs = vec![run("x ", false), run(&long, true), run(" y", false)];
+        let whole = vec![run("x ", false), run("aaa", true), run(" y", false)];
+
+        let cut = snippet(Reply::new(), runs);
+        let kept = snippet(Reply::new(), whole);
+
+        let shown = crate::render::to_plain(cut.pieces());
+        assert_eq!(shown.chars().count(), SEARCH_SNIPPET_CHARS + 1, "{shown}");
+        assert!(shown.ends_with("a…"), "{shown}");
+        assert_eq!(crate::render::to_plain(kept.pieces()), "x aaa y");
+        assert_eq!(kept.pieces()[1], crate::render::Piece::Bold("aaa".into()));
     }
 
     #[test]

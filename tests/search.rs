@@ -273,6 +273,28 @@ async fn edits_and_deletes_are_reflected_by_the_schema() {
 }
 
 #[tokio::test]
+async fn the_readme_query_runs_through_the_read_only_daylog_sql() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    entry(&db.store, ME, 1, "Coffee in the park.").await;
+    entry(&db.store, ME, 2, "Coffee at home.").await;
+    let pool = store::open_read_only(&db.url, Duration::from_secs(5))
+        .await
+        .expect("read-only");
+
+    let result = daylog::sqlcmd::query(
+        &pool,
+        "SELECT d.created_at, d.text FROM
+         day_logs_fts JOIN day_logs d ON d.id = day_logs_fts.rowid WHERE day_logs_fts MATCH
+         'coffee AND park' ORDER BY rank",
+    )
+    .await
+    .expect("the query of README runs");
+
+    assert_eq!(result.rows.len(), 1);
+}
+
+#[tokio::test]
 async fn the_migration_indexes_entries_stored_before_it() {
     // Arrange: a database at the schema before this migration, with an entry.
     let dir = tempfile::tempdir().expect("dir");
