@@ -257,8 +257,10 @@ impl Texts {
 
     pub fn year_caption(self, year: i32) -> String {
         match self.0 {
-            Language::En => format!("Your {year} in pixels: a square per day, coloured by mood."),
-            Language::Ru => format!("Твой {year} в пикселях: квадрат на день, цвет — настроение."),
+            Language::En => format!("Your {year} in pixels — a square per day, coloured by mood"),
+            Language::Ru => {
+                format!("Твой {year} год в пикселях — по квадрату на день, цвет по настроению")
+            }
         }
     }
 
