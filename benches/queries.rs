@@ -1,5 +1,6 @@
-//! `/stats` and `/history` on one user with 100 000 logs (goal: ≤ 50 ms each), and one
-//! tick of the reminder scheduler with 100 000 users who have reminders (goal: ≤ 10 ms).
+//! `/stats` and `/history` on one user with 100 000 logs (goal: ≤ 50 ms each), `/search`
+//! on the same logs (goal: ≤ 20 ms), and one tick of the reminder scheduler with 100 000
+//! users who have reminders (goal: ≤ 10 ms).
 //!
 //! `cargo bench --bench queries`. Each query is timed twice: the store call alone, and
 //! the whole command as a user gets it (`/stats` includes drawing the PNG chart).
@@ -81,6 +82,23 @@ fn queries(c: &mut Criterion) {
     group.bench_function("store_streaks", |b| {
         b.iter(|| runtime.block_on(journal.streaks(black_box(USER))))
     });
+    // Every fill text is "Day log number <i>: worked, ran, slept.": "number 4242" is
+    // two words of which one is in a single entry (the usual search), "worked" is in
+    // all 100 000 (the worst case: every entry is ranked to find the best five).
+    for (name, words) in [("rare", "number 4242"), ("every_entry", "worked")] {
+        group.bench_function(format!("store_search_{name}"), |b| {
+            b.iter(|| runtime.block_on(store.search(black_box(USER), words)))
+        });
+        group.bench_function(format!("command_search_{name}"), |b| {
+            b.iter(|| {
+                runtime.block_on(commands::respond(
+                    &journal,
+                    black_box(USER),
+                    Command::Search(words.into()),
+                ))
+            })
+        });
+    }
     group.finish();
 
     // 100 000 users with a reminder each, due times spread evenly over the next 24

@@ -1,11 +1,12 @@
-//! The `/stats` chart: mood, stress and energy per day as a PNG, drawn with plotters.
+//! The pictures the bot sends, drawn with plotters: the `/stats` chart (mood, stress
+//! and energy per day) and the `/year` year in pixels (a square per day, by mood).
 //!
 //! The font is compiled in (DejaVu Sans, `assets/fonts/`, Bitstream Vera licence) and
 //! registered with plotters' `ab_glyph` backend, so charts render the same on a bare
 //! server with no system fonts, Cyrillic included. The picture is drawn into an RGB
 //! buffer in memory and encoded to PNG with `image`; nothing touches the file system.
 //!
-//! Decisions the spec leaves open:
+//! Decisions the spec leaves open for `/stats`:
 //! - `days` are plotted in the order given, one slot per element: the caller sorts them
 //!   ascending and includes a day with all values `None` where it wants a visible gap in
 //!   the calendar. A `None` value breaks that metric's line; it is never drawn as zero.
@@ -13,6 +14,10 @@
 //! - Values are clamped into 1–5 and non-finite values are skipped.
 //! - With no days, or no value at all, the chart is still rendered (axes, legend, title)
 //!   with a "no data yet" note in the middle, so `/stats` can always send a picture.
+//!
+//! And for `/year`: a day's colour is its average mood rounded to the nearest score
+//! (3.5 → 4); grey is a day with no entry or only defaulted moods; a day the month does
+//! not have (30 February) gets no square, so it never reads as a missed day.
 
 use std::sync::OnceLock;
 
@@ -210,6 +215,209 @@ fn draw(
     Ok(())
 }
 
+// ---- the year in pixels (`/year`) ----
+
+/// One day of the year in pixels: `day` is `YYYY-MM-DD`, `mood` the day's average mood
+/// (`None`: no mood that was not defaulted).
+#[derive(Debug, Clone, PartialEq)]
+pub struct YearDay {
+    pub day: String,
+    pub mood: Option<f64>,
+}
+
+/// Side of one day's square and the gap between squares, in pixels.
+const CELL: i32 = 30;
+const PITCH: i32 = 34;
+/// Room for the month names on the left and for the title and day numbers on top.
+const YEAR_LEFT: i32 = 96;
+const YEAR_TOP: i32 = 112;
+const YEAR_MARGIN: i32 = 24;
+const LEGEND_HEIGHT: i32 = 116;
+pub const YEAR_WIDTH: u32 = (YEAR_LEFT + 31 * PITCH - (PITCH - CELL) + YEAR_MARGIN) as u32;
+pub const YEAR_HEIGHT: u32 = (YEAR_TOP + 12 * PITCH - (PITCH - CELL) + LEGEND_HEIGHT) as u32;
+
+/// Moods 1 to 5, red to teal: they differ in lightness as well as hue, so they stay
+/// apart for the colour-blind and in a grey-scale screenshot.
+pub const MOOD_COLORS: [RGBColor; 5] = [
+    RGBColor(204, 40, 40),
+    RGBColor(245, 140, 60),
+    RGBColor(250, 215, 80),
+    RGBColor(120, 195, 95),
+    RGBColor(20, 120, 110),
+];
+/// A day with no entry, or only defaulted moods.
+pub const NO_MOOD_COLOR: RGBColor = RGBColor(222, 222, 222);
+const INK: RGBColor = RGBColor(40, 40, 40);
+const SOFT_INK: RGBColor = RGBColor(110, 110, 110);
+
+/// The colour of a day's average mood: rounded to the nearest score, clamped to 1–5.
+pub fn mood_color(mood: Option<f64>) -> RGBColor {
+    match mood.filter(|m| m.is_finite()) {
+        Some(m) => MOOD_COLORS[(m.round().clamp(1.0, 5.0) as usize) - 1],
+        None => NO_MOOD_COLOR,
+    }
+}
+
+/// Days in `month` (1–12) of `year`, Gregorian.
+pub fn days_in_month(year: i32, month: u32) -> u32 {
+    match month {
+        4 | 6 | 9 | 11 => 30,
+        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        2 => 28,
+        _ => 31,
+    }
+}
+
+/// The top-left pixel of the square of `month` (1–12) and `day` (1–31).
+pub fn year_cell_origin(month: u32, day: u32) -> (i32, i32) {
+    (
+        YEAR_LEFT + (day as i32 - 1) * PITCH,
+        YEAR_TOP + (month as i32 - 1) * PITCH,
+    )
+}
+
+struct YearTexts {
+    title: &'static str,
+    months: [&'static str; 12],
+    moods: [&'static str; 5],
+    no_mood: &'static str,
+}
+
+fn year_texts(lang: Language) -> YearTexts {
+    match lang {
+        Language::En => YearTexts {
+            title: "mood by day",
+            months: [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+            ],
+            moods: ["1 awful", "2 bad", "3 so-so", "4 good", "5 great"],
+            no_mood: "no entry or no mood",
+        },
+        Language::Ru => YearTexts {
+            title: "настроение по дням",
+            months: [
+                "янв", "фев", "мар", "апр", "май", "июн", "июл", "авг", "сен", "окт", "ноя", "дек",
+            ],
+            moods: ["1 ужасно", "2 плохо", "3 так себе", "4 хорошо", "5 отлично"],
+            no_mood: "нет записи или настроения",
+        },
+    }
+}
+
+/// Draws the year in pixels of `year` ([`YEAR_WIDTH`]×[`YEAR_HEIGHT`] PNG): a row per
+/// month, a square per day, coloured by [`mood_color`]; days of other years, and
+/// strings that are not `YYYY-MM-DD`, are ignored. Days a month does not have (30
+/// February) get no square at all, so they never read as "no entry".
+pub fn year_chart(year: i32, days: &[YearDay], lang: Language) -> Result<Vec<u8>, ChartError> {
+    ensure_font()?;
+    let mut moods = [[None::<f64>; 31]; 12];
+    for d in days {
+        if let Some((y, m, day)) = parse_day(&d.day)
+            && y == year
+            && day <= days_in_month(year, m)
+        {
+            moods[m as usize - 1][day as usize - 1] = d.mood;
+        }
+    }
+    let (width, height) = (YEAR_WIDTH, YEAR_HEIGHT);
+    let mut rgb = vec![0u8; (width * height * 3) as usize];
+    draw_year(year, &moods, lang, &mut rgb).map_err(|e| ChartError::Draw(e.to_string()))?;
+    let mut png = Vec::new();
+    PngEncoder::new(&mut png).write_image(&rgb, width, height, image::ColorType::Rgb8)?;
+    Ok(png)
+}
+
+/// `2026-03-09` → (2026, 3, 9), with month 1–12 and day 1–31.
+fn parse_day(day: &str) -> Option<(i32, u32, u32)> {
+    let mut parts = day.splitn(3, '-');
+    let year = parts.next()?.parse().ok()?;
+    let month = parts
+        .next()?
+        .parse()
+        .ok()
+        .filter(|m| (1..=12).contains(m))?;
+    let day = parts
+        .next()?
+        .parse()
+        .ok()
+        .filter(|d| (1..=31).contains(d))?;
+    Some((year, month, day))
+}
+
+fn draw_year(
+    year: i32,
+    moods: &[[Option<f64>; 31]; 12],
+    lang: Language,
+    rgb: &mut [u8],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let t = year_texts(lang);
+    let root = BitMapBackend::with_buffer(rgb, (YEAR_WIDTH, YEAR_HEIGHT)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let text = |size: u32, color: &'static RGBColor, h: HPos| {
+        TextStyle::from((FONT, size).into_font())
+            .color(color)
+            .pos(Pos::new(h, VPos::Center))
+    };
+
+    root.draw(&Text::new(
+        format!("{year} · {}", t.title),
+        (YEAR_LEFT, 36),
+        text(36, &INK, HPos::Left),
+    ))?;
+    for day in [1u32, 5, 10, 15, 20, 25, 31] {
+        let (x, _) = year_cell_origin(1, day);
+        root.draw(&Text::new(
+            day.to_string(),
+            (x + CELL / 2, YEAR_TOP - 18),
+            text(22, &SOFT_INK, HPos::Center),
+        ))?;
+    }
+    for (month, row) in (1u32..).zip(moods) {
+        let (_, y) = year_cell_origin(month, 1);
+        root.draw(&Text::new(
+            t.months[month as usize - 1],
+            (YEAR_LEFT - 12, y + CELL / 2),
+            text(26, &INK, HPos::Right),
+        ))?;
+        for (day, mood) in (1u32..).zip(row).take(days_in_month(year, month) as usize) {
+            let (x, y) = year_cell_origin(month, day);
+            root.draw(&Rectangle::new(
+                [(x, y), (x + CELL, y + CELL)],
+                mood_color(*mood).filled(),
+            ))?;
+        }
+    }
+
+    // Legend: the five moods on one line, "no entry" under them.
+    let top = YEAR_TOP + 12 * PITCH + 18;
+    let item = (31 * PITCH) / 5;
+    for (i, (label, color)) in (0i32..).zip(t.moods.iter().zip(MOOD_COLORS)) {
+        let x = YEAR_LEFT + i * item;
+        root.draw(&Rectangle::new(
+            [(x, top), (x + CELL, top + CELL)],
+            color.filled(),
+        ))?;
+        root.draw(&Text::new(
+            *label,
+            (x + CELL + 10, top + CELL / 2),
+            text(25, &INK, HPos::Left),
+        ))?;
+    }
+    let top = top + PITCH + 12;
+    root.draw(&Rectangle::new(
+        [(YEAR_LEFT, top), (YEAR_LEFT + CELL, top + CELL)],
+        NO_MOOD_COLOR.filled(),
+    ))?;
+    root.draw(&Text::new(
+        t.no_mood,
+        (YEAR_LEFT + CELL + 10, top + CELL / 2),
+        text(25, &INK, HPos::Left),
+    ))?;
+
+    root.present()?;
+    Ok(())
+}
+
 /// `2024-11-28` → `11-28`; anything else is shown as given.
 fn short_day(day: &str) -> String {
     match day.get(5..10) {
@@ -352,6 +560,105 @@ mod tests {
 
         assert_is_chart_png(&png);
         std::fs::write(std::env::temp_dir().join("daylog-chart.png"), &png).unwrap();
+    }
+
+    /// The colour in the middle of the square of `month`/`day`.
+    fn cell_color(png: &[u8], month: u32, day: u32) -> RGBColor {
+        let img = image::load_from_memory(png).unwrap().to_rgb8();
+        let (x, y) = year_cell_origin(month, day);
+        let p = img
+            .get_pixel((x + CELL / 2) as u32, (y + CELL / 2) as u32)
+            .0;
+        RGBColor(p[0], p[1], p[2])
+    }
+
+    fn year_day(day: &str, mood: Option<f64>) -> YearDay {
+        YearDay {
+            day: day.to_owned(),
+            mood,
+        }
+    }
+
+    #[test]
+    fn each_day_is_coloured_by_its_rounded_mood_and_grey_without_one() {
+        let days = [
+            year_day("2026-01-01", Some(1.0)),
+            year_day("2026-01-02", Some(2.4)),
+            year_day("2026-01-03", Some(2.6)),
+            year_day("2026-01-04", Some(4.0)),
+            year_day("2026-12-31", Some(5.0)),
+            year_day("2026-06-15", None),
+            year_day("2025-03-03", Some(5.0)),
+            year_day("not a day", Some(5.0)),
+        ];
+
+        let png = year_chart(2026, &days, Language::En).unwrap();
+
+        let decoded = image::load_from_memory(&png).unwrap();
+        assert_eq!(
+            (decoded.width(), decoded.height()),
+            (YEAR_WIDTH, YEAR_HEIGHT)
+        );
+        assert_eq!(cell_color(&png, 1, 1), MOOD_COLORS[0]);
+        assert_eq!(cell_color(&png, 1, 2), MOOD_COLORS[1]);
+        assert_eq!(cell_color(&png, 1, 3), MOOD_COLORS[2]);
+        assert_eq!(cell_color(&png, 1, 4), MOOD_COLORS[3]);
+        assert_eq!(cell_color(&png, 12, 31), MOOD_COLORS[4]);
+        assert_eq!(cell_color(&png, 6, 15), NO_MOOD_COLOR, "a defaulted mood");
+        assert_eq!(cell_color(&png, 3, 3), NO_MOOD_COLOR, "another year's day");
+        assert_eq!(cell_color(&png, 7, 7), NO_MOOD_COLOR, "no entry");
+    }
+
+    #[test]
+    fn days_a_month_does_not_have_get_no_square() {
+        let leap = year_chart(2024, &[], Language::En).unwrap();
+        let common = year_chart(2026, &[year_day("2026-02-29", Some(5.0))], Language::Ru).unwrap();
+
+        assert_eq!(cell_color(&leap, 2, 29), NO_MOOD_COLOR);
+        assert_eq!(cell_color(&leap, 2, 30), WHITE);
+        assert_eq!(cell_color(&common, 2, 29), WHITE);
+        assert_eq!(cell_color(&common, 4, 31), WHITE);
+        assert_eq!(cell_color(&common, 5, 31), NO_MOOD_COLOR);
+    }
+
+    #[test]
+    fn mood_colors_round_and_clamp() {
+        assert_eq!(mood_color(Some(0.2)), MOOD_COLORS[0]);
+        assert_eq!(mood_color(Some(3.5)), MOOD_COLORS[3]);
+        assert_eq!(mood_color(Some(9.0)), MOOD_COLORS[4]);
+        assert_eq!(mood_color(Some(f64::NAN)), NO_MOOD_COLOR);
+        assert_eq!(mood_color(None), NO_MOOD_COLOR);
+    }
+
+    #[test]
+    fn a_year_is_written_for_a_look() {
+        // A made-up year: better in summer, a bad week in November, gaps.
+        let mut days = Vec::new();
+        for month in 1..=12u32 {
+            for day in 1..=days_in_month(2026, month) {
+                if (day * 7 + month * 3) % 9 == 0 || (month == 12 && day > 20) {
+                    continue;
+                }
+                let base = 2.5 + 1.5 * (f64::from(month) - 1.0).min(12.0 - f64::from(month)) / 5.5;
+                let wobble = f64::from((day * 13 + month * 5) % 7) / 3.0 - 1.0;
+                let bad_week = month == 11 && (10..17).contains(&day);
+                let mood = if bad_week { 1.2 } else { base + wobble };
+                let defaulted = (day + month) % 17 == 0;
+                days.push(year_day(
+                    &format!("2026-{month:02}-{day:02}"),
+                    (!defaulted).then_some(mood),
+                ));
+            }
+        }
+
+        for (lang, name) in [(Language::En, "en"), (Language::Ru, "ru")] {
+            let png = year_chart(2026, &days, lang).unwrap();
+            std::fs::write(
+                std::env::temp_dir().join(format!("daylog-year-{name}.png")),
+                &png,
+            )
+            .unwrap();
+        }
     }
 
     #[test]

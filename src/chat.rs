@@ -72,8 +72,12 @@ impl Terminal {
         for response in responses {
             match response {
                 Response::Text(reply) => self.print(&render::to_plain(reply.pieces()))?,
-                Response::Photo { png, caption } => {
-                    self.save("daylog-stats.png", &png, &format!("{caption}:"), texts)?;
+                Response::Photo {
+                    png,
+                    caption,
+                    file_name,
+                } => {
+                    self.save(&file_name, &png, &format!("{caption}:"), texts)?;
                 }
                 Response::Document {
                     bytes,

@@ -5,11 +5,11 @@
 use teloxide::utils::command::BotCommands;
 
 use crate::analysis::Metrics;
-use crate::charts::{self, ChartDay};
+use crate::charts::{self, ChartDay, YearDay};
 use crate::journal::{Journal, Response};
 use crate::language::Language;
 use crate::render::Reply;
-use crate::store::{DailyMetrics, DayLog, StoreError};
+use crate::store::{DailyMetrics, DayLog, DayMood, SearchHit, SnippetRun, StoreError};
 use crate::texts::Texts;
 use crate::time::{UserZone, ZoneError};
 
@@ -45,6 +45,10 @@ pub enum Command {
     Streak,
     /// A daily reminder at your local time: /remind 21:30, /remind off
     Remind(String),
+    /// Find your entries that contain every word: /search word…
+    Search(String),
+    /// Your year in pixels, a square per day coloured by mood: /year [YYYY]
+    Year(String),
 }
 
 impl Command {
@@ -77,6 +81,8 @@ fn russian_description(command: &str) -> &'static str {
         "tz" => "Часовой пояс: /tz Europe/Moscow, /tz UTC+3 или геопозиция",
         "streak" => "Сколько дней подряд есть записи: сейчас и рекорд.",
         "remind" => "Ежедневное напоминание по местному времени: /remind 21:30, /remind off",
+        "search" => "Найти записи, где есть все слова: /search слово…",
+        "year" => "Год в пикселях, по квадрату на день по настроению: /year [ГГГГ]",
         _ => "",
     }
 }
@@ -212,6 +218,24 @@ pub async fn respond(
             }
             text(Reply::new().text(texts.streak_summary(streaks.current, streaks.longest)))
         }
+        Command::Search(words) => {
+            if words.split_whitespace().next().is_none() {
+                return text(Reply::new().text(texts.search_usage()));
+            }
+            let hits = journal.store.search(user_id, &words).await?;
+            text(search_reply(language, &hits))
+        }
+        Command::Year(arg) => {
+            let year = match arg.trim() {
+                "" => i32::from(journal.today_of(user_id).await.1.year()),
+                given => match year_arg(given) {
+                    Some(year) => year,
+                    None => return text(Reply::new().text(texts.year_usage())),
+                },
+            };
+            let moods = journal.store.year_moods(user_id, year).await?;
+            Ok(year_responses(language, year, &moods))
+        }
     }
 }
 
@@ -256,6 +280,75 @@ pub async fn set_zone_from_location(
         None => {
             let language = journal.language_of(user_id).await;
             Ok(Reply::new().text(Texts(language).location_unknown()))
+        }
+    }
+}
+
+/// How much of an entry one search result shows at most.
+const SEARCH_SNIPPET_CHARS: usize = 300;
+
+fn search_reply(language: Language, hits: &[SearchHit]) -> Reply {
+    let texts = Texts(language);
+    if hits.is_empty() {
+        return Reply::new().text(texts.search_none());
+    }
+    let mut reply = Reply::new().bold(texts.search_title(hits.len()));
+    for hit in hits {
+        reply = snippet(
+            reply.paragraph().bold(hit.day.clone()).newline(),
+            hit.snippet(),
+        );
+    }
+    reply
+}
+
+/// A search snippet with its matches bold, at most [`SEARCH_SNIPPET_CHARS`] long: FTS5
+/// cuts the entry to a few words, but one "word" can be thousands of characters long.
+fn snippet(mut reply: Reply, runs: Vec<SnippetRun>) -> Reply {
+    let mut room = SEARCH_SNIPPET_CHARS;
+    for run in runs {
+        let shown = crate::journal::truncate_chars(&run.text, room);
+        let cut = shown.len() < run.text.len();
+        room -= shown.chars().count();
+        let shown = shown.to_owned();
+        reply = if run.matched {
+            reply.bold(shown)
+        } else {
+            reply.text(shown)
+        };
+        if cut {
+            return reply.text("…");
+        }
+    }
+    reply
+}
+
+/// A `/year` argument: a year written with four digits.
+fn year_arg(arg: &str) -> Option<i32> {
+    (arg.len() == 4 && arg.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| arg.parse().ok())
+        .flatten()
+        .filter(|year| *year >= 1000)
+}
+
+fn year_responses(language: Language, year: i32, moods: &[DayMood]) -> Vec<Response> {
+    let texts = Texts(language);
+    let days: Vec<YearDay> = moods
+        .iter()
+        .map(|d| YearDay {
+            day: d.day.clone(),
+            mood: d.mood,
+        })
+        .collect();
+    match charts::year_chart(year, &days, language) {
+        Ok(png) => vec![Response::Photo {
+            png,
+            caption: texts.year_caption(year),
+            file_name: format!("daylog-year-{year}.png"),
+        }],
+        Err(error) => {
+            tracing::error!(%error, year, "year chart failed");
+            vec![Response::Text(Reply::new().text(texts.internal_error()))]
         }
     }
 }
@@ -402,6 +495,7 @@ fn stats_responses(language: Language, days: u32, rows: &[DailyMetrics]) -> Vec<
         Ok(png) => responses.push(Response::Photo {
             png,
             caption: texts.chart_caption().to_owned(),
+            file_name: "daylog-stats.png".to_owned(),
         }),
         Err(error) => tracing::error!(%error, "stats chart failed; sending the text alone"),
     }
@@ -511,6 +605,60 @@ mod tests {
             Some(Command::Lang("ru".into()))
         );
         assert!(Command::parse("/nope", "").is_err());
+    }
+
+    #[test]
+    fn search_and_year_take_the_rest_of_the_line() {
+        assert_eq!(
+            Command::parse("/search NEAR(\"a\" -b) c:*", "").ok(),
+            Some(Command::Search("NEAR(\"a\" -b) c:*".into()))
+        );
+        assert_eq!(
+            Command::parse("/search", "").ok(),
+            Some(Command::Search(String::new()))
+        );
+        assert_eq!(
+            Command::parse("/year 2025", "").ok(),
+            Some(Command::Year("2025".into()))
+        );
+    }
+
+    #[test]
+    fn a_search_hit_of_one_huge_word_is_cut() {
+        let run = |text: &str, matched| SnippetRun {
+            text: text.to_owned(),
+            matched,
+        };
+        let long = "a".repeat(5000);
+        let runs = vec![run("x ", false), run(&long, true), run(" y", false)];
+        let whole = vec![run("x ", false), run("aaa", true), run(" y", false)];
+
+        let cut = snippet(Reply::new(), runs);
+        let kept = snippet(Reply::new(), whole);
+
+        let shown = crate::render::to_plain(cut.pieces());
+        assert_eq!(shown.chars().count(), SEARCH_SNIPPET_CHARS + 1, "{shown}");
+        assert!(shown.ends_with("a…"), "{shown}");
+        assert_eq!(crate::render::to_plain(kept.pieces()), "x aaa y");
+        assert_eq!(kept.pieces()[1], crate::render::Piece::Bold("aaa".into()));
+    }
+
+    #[test]
+    fn year_arguments_are_four_digits() {
+        assert_eq!(year_arg("2026"), Some(2026));
+        assert_eq!(year_arg("1999"), Some(1999));
+        for bad in [
+            "26",
+            "20260",
+            "-202",
+            "+202",
+            "year",
+            "０２０２",
+            "0999",
+            "２０２６",
+        ] {
+            assert_eq!(year_arg(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub enum Response {
     Photo {
         png: Vec<u8>,
         caption: String,
+        /// What a front end that writes files (`daylog chat`) calls it.
+        file_name: String,
     },
     Document {
         bytes: Vec<u8>,

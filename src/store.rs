@@ -1404,6 +1404,156 @@ impl Store {
     }
 }
 
+// ---- search (`/search`) and the year in pixels (`/year`) ----
+
+/// Most entries one `/search` answers with.
+pub const SEARCH_LIMIT: i64 = 5;
+
+/// Around matched words, FTS5's `snippet()` puts these private-use characters, which
+/// [`SearchHit::snippet`] turns into marked runs. An entry that itself contains them
+/// only gets its own words marked oddly: they are dropped from what is shown, and the
+/// text is escaped when rendered whatever it contains.
+const MATCH_START: char = '\u{E000}';
+const MATCH_END: char = '\u{E001}';
+
+/// How many of the user's newest entries that contain every word `/search` ranks. A
+/// journal rarely has this many for a real query, so the ranking is exact; a word in
+/// every entry of a huge history (100 000 of them) costs this many bm25 scores, not
+/// 100 000 (see BENCHMARKS.md).
+pub const SEARCH_CANDIDATES: i64 = 1000;
+
+/// `/search`: the user's entries that contain every word of the FTS5 query `?2` (built
+/// by [`fts_query`]): of the newest `?6` of them, the best `?5` (bm25; ties newest
+/// first), each with a snippet of about 16 words whose matches are wrapped in `?3`…`?4`.
+/// The snippet is made for those few only, by a second lookup of the index by rowid
+/// (`CROSS JOIN` keeps SQLite from scanning every match again to join them).
+/// The `day` line is the one place that says which day a found entry belongs to.
+/// Public so that tests can check its query plan.
+pub const SEARCH_SQL: &str = "WITH candidates AS (
+         SELECT d.id, d.created_at, bm25(day_logs_fts) AS score
+         FROM day_logs_fts JOIN day_logs d ON d.id = day_logs_fts.rowid
+         WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
+         ORDER BY day_logs_fts.rowid DESC LIMIT ?6),
+     best AS (
+         SELECT id, created_at, score FROM candidates
+         ORDER BY score, created_at DESC, id DESC LIMIT ?5)
+     SELECT d.id,
+         coalesce(d.local_day, date(d.created_at)) AS day,
+         snippet(day_logs_fts, 0, ?3, ?4, '…', 16) AS snippet
+     FROM best
+     CROSS JOIN day_logs d ON d.id = best.id
+     CROSS JOIN day_logs_fts ON day_logs_fts.rowid = best.id
+     WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
+     ORDER BY best.score, best.created_at DESC, best.id DESC";
+
+/// `/year`: the average mood of each day of the user's year `?2..=?3`, from the
+/// `daily_metrics` view (whose `mood` skips defaulted values). Public for query plans.
+pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
+     WHERE user_id = ?1 AND day >= ?2 AND day <= ?3 ORDER BY day";
+
+/// The FTS5 query for what a user typed: every whitespace-separated word becomes an
+/// FTS5 string (`"…"`, inner quotes doubled), and strings side by side must all match.
+/// So `NEAR`, `OR`, `*`, `-`, `:`, `^`, parentheses and quotes are only ever text to
+/// look for, never query syntax. Control characters separate words, as they do for the
+/// `unicode61` tokenizer (and a NUL would otherwise end the query early). `None` when
+/// there is no word at all.
+pub fn fts_query(words: &str) -> Option<String> {
+    let quoted: Vec<String> = words
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|word| !word.is_empty())
+        .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
+        .collect();
+    (!quoted.is_empty()).then(|| quoted.join(" "))
+}
+
+/// A run of a search snippet: matched words or the text between them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnippetRun {
+    pub text: String,
+    pub matched: bool,
+}
+
+/// One entry found by [`Store::search`].
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct SearchHit {
+    pub id: i64,
+    /// `YYYY-MM-DD`, the day the entry belongs to.
+    pub day: String,
+    /// FTS5's snippet with the private match marks; read it through [`Self::snippet`].
+    #[sqlx(rename = "snippet")]
+    raw_snippet: String,
+}
+
+impl SearchHit {
+    /// The part of the entry around the matches, as runs of matched and other text.
+    pub fn snippet(&self) -> Vec<SnippetRun> {
+        let mut runs: Vec<SnippetRun> = Vec::new();
+        let mut matched = false;
+        let mut current = String::new();
+        let close = |text: &mut String, matched: bool, runs: &mut Vec<SnippetRun>| {
+            if !text.is_empty() {
+                runs.push(SnippetRun {
+                    text: std::mem::take(text),
+                    matched,
+                });
+            }
+        };
+        for c in self.raw_snippet.chars() {
+            match c {
+                MATCH_START => {
+                    close(&mut current, matched, &mut runs);
+                    matched = true;
+                }
+                MATCH_END => {
+                    close(&mut current, matched, &mut runs);
+                    matched = false;
+                }
+                c => current.push(c),
+            }
+        }
+        close(&mut current, matched, &mut runs);
+        runs
+    }
+}
+
+/// One day of the year in pixels: `day` is `YYYY-MM-DD`, `mood` the average of the
+/// day's moods that were not defaulted (`None` when every one was, or no metrics yet).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct DayMood {
+    pub day: String,
+    pub mood: Option<f64>,
+}
+
+impl Store {
+    /// Up to [`SEARCH_LIMIT`] of the user's entries that contain every word of `words`
+    /// (what the user typed, never FTS5 syntax: see [`fts_query`]), best matches first.
+    /// No words at all finds nothing.
+    pub async fn search(&self, user_id: i64, words: &str) -> Result<Vec<SearchHit>, StoreError> {
+        let Some(query) = fts_query(words) else {
+            return Ok(Vec::new());
+        };
+        Ok(sqlx::query_as::<_, SearchHit>(SEARCH_SQL)
+            .bind(user_id)
+            .bind(query)
+            .bind(MATCH_START.to_string())
+            .bind(MATCH_END.to_string())
+            .bind(SEARCH_LIMIT)
+            .bind(SEARCH_CANDIDATES)
+            .fetch_all(&self.read)
+            .await?)
+    }
+
+    /// The average mood of every day of `year` that has entries, oldest first.
+    pub async fn year_moods(&self, user_id: i64, year: i32) -> Result<Vec<DayMood>, StoreError> {
+        Ok(sqlx::query_as::<_, DayMood>(YEAR_MOODS_SQL)
+            .bind(user_id)
+            .bind(format!("{year:04}-01-01"))
+            .bind(format!("{year:04}-12-31"))
+            .fetch_all(&self.read)
+            .await?)
+    }
+}
+
 /// Records attempts of one log's cascade into `llm_calls`.
 pub struct CallSink {
     calls: CallRecorder,

@@ -276,6 +276,43 @@ impl Texts {
         }
     }
 
+    pub fn search_usage(self) -> &'static str {
+        self.pick(
+            "Usage: /search word… — I find your entries that contain every word.",
+            "Использование: /search слово… — я найду твои записи, где есть все эти слова.",
+        )
+    }
+
+    pub fn search_none(self) -> &'static str {
+        self.pick(
+            "None of your entries contains all of these words.",
+            "Ни в одной твоей записи нет всех этих слов.",
+        )
+    }
+
+    pub fn search_title(self, found: usize) -> String {
+        match self.0 {
+            Language::En => format!("Found: {found} (best matches first)"),
+            Language::Ru => format!("Нашлось: {found} (сначала самые подходящие)"),
+        }
+    }
+
+    pub fn year_usage(self) -> &'static str {
+        self.pick(
+            "Usage: /year for this year, or /year 2026 for another one (four digits).",
+            "Использование: /year — этот год, /year 2026 — другой (четыре цифры).",
+        )
+    }
+
+    pub fn year_caption(self, year: i32) -> String {
+        match self.0 {
+            Language::En => format!("Your {year} in pixels — a square per day, coloured by mood"),
+            Language::Ru => {
+                format!("Твой {year} год в пикселях — по квадрату на день, цвет по настроению")
+            }
+        }
+    }
+
     pub fn not_saved(self) -> &'static str {
         self.pick(
             "I could not save this entry (a problem with my storage). Please send it again in a minute.",

@@ -3,7 +3,7 @@
 //! ways — stored and answered "Saved", or told that it could not be saved — and the
 //! database must agree line by line. Zero tolerance.
 //!
-//! Two ways to fill it: the `store.max_size_mb` quota (always runs), and a real 300 KB
+//! Two ways to fill it: the `store.max_size_mb` quota (always runs), and a real 1 MB
 //! tmpfs (needs root to mount; skipped with a note otherwise). The tmpfs is what exposed
 //! the lost writes: there SQLite fails at commit, after `INSERT … RETURNING` has
 //! already handed back its row. Last, an answer sent while its record cannot be written
@@ -311,7 +311,7 @@ impl Drop for Tmpfs {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_entries_plainly_and_takes_them_again_when_space_returns() {
-    let Some(disk) = Tmpfs::mount("300k") else {
+    let Some(disk) = Tmpfs::mount("1m") else {
         println!("skipped: cannot mount a tmpfs here (needs root)");
         return;
     };

@@ -130,10 +130,17 @@ impl<B: TgBot> Telegram<B> {
                     }
                 }
             }
-            Response::Photo { png, caption } => {
+            Response::Photo {
+                png,
+                caption,
+                file_name,
+            } => {
                 with_retry_after(|| {
                     self.bot
-                        .send_photo(chat, InputFile::memory(png.clone()).file_name("stats.png"))
+                        .send_photo(
+                            chat,
+                            InputFile::memory(png.clone()).file_name(file_name.clone()),
+                        )
                         .caption(caption.clone())
                         .into_future()
                 })

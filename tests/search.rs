@@ -1,0 +1,687 @@
+//! `/search` against a real SQLite file (SPEC §12): the FTS5 index follows every write
+//! by the schema's own triggers, every word must match, Latin diacritics and Cyrillic
+//! case fold, and whatever a user types is a query of their own entries only, never
+//! FTS5 syntax and never an error.
+
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] fns: a failure is a test failure"
+)]
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use daylog::charts;
+use daylog::commands::{self, Command};
+use daylog::config::Settings;
+use daylog::journal::{Journal, Response};
+use daylog::language::Language;
+use daylog::render;
+use daylog::store::{self, Inserted, NewLog, NewUser, SearchHit, Store};
+use proptest::prelude::*;
+use sqlx::SqlitePool;
+use support::App;
+use support::telegram::text_update;
+
+mod support;
+
+const ME: i64 = 1;
+const OTHER: i64 = 2;
+
+struct TestDb {
+    _dir: tempfile::TempDir,
+    url: String,
+    store: Store,
+}
+
+async fn fresh() -> TestDb {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/daylog.db", dir.path().display());
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("store opens");
+    TestDb {
+        _dir: dir,
+        url,
+        store,
+    }
+}
+
+async fn user(store: &Store, user_id: i64) {
+    store
+        .upsert_user(&NewUser {
+            user_id,
+            chat_id: user_id,
+            username: None,
+            language: Language::En,
+        })
+        .await
+        .expect("user");
+}
+
+async fn entry(store: &Store, user_id: i64, message_id: i64, text: &str) -> i64 {
+    match store
+        .insert_log(&NewLog {
+            user_id,
+            chat_id: user_id,
+            message_id,
+            text,
+            local_day: None,
+        })
+        .await
+        .expect("insert")
+    {
+        Inserted::New(log) => log.id,
+        Inserted::Duplicate(id) => id,
+    }
+}
+
+fn ids(hits: &[SearchHit]) -> Vec<i64> {
+    hits.iter().map(|h| h.id).collect()
+}
+
+/// FTS5's own check of an external content index against `day_logs`: fails when the
+/// index holds a token the content no longer has, or misses one it has.
+/// (It is written as an INSERT, so it needs a writable connection.)
+async fn assert_index_in_step(url: &str) {
+    let pool = writer(url).await;
+    sqlx::query("INSERT INTO day_logs_fts (day_logs_fts, rank) VALUES ('integrity-check', 1)")
+        .execute(&pool)
+        .await
+        .expect("the FTS index matches day_logs");
+    pool.close().await;
+}
+
+async fn writer(url: &str) -> SqlitePool {
+    sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(
+            url.parse::<sqlx::sqlite::SqliteConnectOptions>()
+                .expect("url")
+                .foreign_keys(true),
+        )
+        .await
+        .expect("writer")
+}
+
+#[tokio::test]
+async fn the_bundled_sqlite_has_fts5() {
+    let db = fresh().await;
+
+    let fts5: i64 = sqlx::query_scalar("SELECT sqlite_compileoption_used('ENABLE_FTS5')")
+        .fetch_one(db.store.read_pool())
+        .await
+        .expect("compile options");
+
+    assert_eq!(fts5, 1);
+}
+
+#[tokio::test]
+async fn every_word_must_match_and_matches_are_bold_in_the_snippet() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let both = entry(&db.store, ME, 1, "Ran in the park, then coffee with Anna.").await;
+    entry(&db.store, ME, 2, "Coffee alone at home.").await;
+    entry(&db.store, ME, 3, "A run in the rain.").await;
+
+    let hits = db.store.search(ME, "coffee park").await.expect("search");
+
+    assert_eq!(ids(&hits), vec![both]);
+    let runs = hits[0].snippet();
+    let bold: Vec<&str> = runs
+        .iter()
+        .filter(|r| r.matched)
+        .map(|r| r.text.as_str())
+        .collect();
+    assert_eq!(bold, ["park", "coffee"]);
+    let plain: String = runs.iter().map(|r| r.text.as_str()).collect();
+    assert_eq!(plain, "Ran in the park, then coffee with Anna.");
+    let today: String = sqlx::query_scalar("SELECT date('now')")
+        .fetch_one(db.store.read_pool())
+        .await
+        .expect("today");
+    assert_eq!(hits[0].day, today);
+}
+
+#[tokio::test]
+async fn best_matches_come_first_and_at_most_five() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    for i in 0..8 {
+        entry(
+            &db.store,
+            ME,
+            i,
+            &format!("Entry {i}: a long day of meetings, email, lunch, meetings again."),
+        )
+        .await;
+    }
+    let best = entry(&db.store, ME, 100, "Tired.").await;
+    let dense = entry(&db.store, ME, 101, "Tired, tired, tired.").await;
+    for i in 0..6 {
+        entry(
+            &db.store,
+            ME,
+            200 + i,
+            &format!("Day {i}: tired after meetings, email, lunch and a long commute home."),
+        )
+        .await;
+    }
+
+    let hits = db.store.search(ME, "tired").await.expect("search");
+
+    assert_eq!(hits.len(), 5);
+    // bm25: the word making up all of a short entry ranks above a long entry that
+    // mentions it once.
+    let first_two: HashSet<i64> = ids(&hits).into_iter().take(2).collect();
+    assert_eq!(first_two, HashSet::from([best, dense]));
+}
+
+#[tokio::test]
+async fn another_users_flood_of_newer_matches_does_not_hide_mine() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    user(&db.store, OTHER).await;
+    let mine = entry(&db.store, ME, 1, "Tired but happy.").await;
+    let pool = writer(&db.url).await;
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+         INSERT INTO day_logs (user_id, chat_id, message_id, text)
+         SELECT ?2, ?2, 100 + i, 'Tired, tired.' FROM n",
+    )
+    .bind(store::SEARCH_CANDIDATES * 2)
+    .bind(OTHER)
+    .execute(&pool)
+    .await
+    .expect("flood");
+    pool.close().await;
+
+    let hits = db.store.search(ME, "tired").await.expect("search");
+
+    assert_eq!(ids(&hits), [mine]);
+}
+
+#[tokio::test]
+async fn latin_diacritics_and_cyrillic_case_fold() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let cafe = entry(&db.store, ME, 1, "Un café crème à Zürich.").await;
+    let russian = entry(
+        &db.store,
+        ME,
+        2,
+        "Сегодня был ХОРОШИЙ день, гуляли в парке.",
+    )
+    .await;
+
+    assert_eq!(ids(&db.store.search(ME, "cafe").await.expect("s")), [cafe]);
+    assert_eq!(
+        ids(&db.store.search(ME, "ZURICH creme").await.expect("s")),
+        [cafe]
+    );
+    assert_eq!(ids(&db.store.search(ME, "Café").await.expect("s")), [cafe]);
+    assert_eq!(
+        ids(&db.store.search(ME, "хороший ДЕНЬ").await.expect("s")),
+        [russian]
+    );
+    let runs = db.store.search(ME, "парке").await.expect("s")[0].snippet();
+    assert!(
+        runs.iter().any(|r| r.matched && r.text == "парке"),
+        "{runs:?}"
+    );
+}
+
+#[tokio::test]
+async fn edits_and_deletes_are_reflected_by_the_schema() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    user(&db.store, OTHER).await;
+    let mine = entry(&db.store, ME, 1, "Walked the dog by the river.").await;
+    entry(&db.store, OTHER, 1, "The river was cold.").await;
+
+    db.store
+        .update_text(ME, 1, "Walked the dog in the forest.")
+        .await
+        .expect("edit")
+        .expect("changed");
+
+    assert!(db.store.search(ME, "river").await.expect("s").is_empty());
+    assert_eq!(
+        ids(&db.store.search(ME, "forest").await.expect("s")),
+        [mine]
+    );
+    assert_index_in_step(&db.url).await;
+
+    db.store.delete_user(ME).await.expect("/delete");
+
+    assert!(db.store.search(ME, "forest").await.expect("s").is_empty());
+    assert!(db.store.search(ME, "dog").await.expect("s").is_empty());
+    assert_eq!(db.store.search(OTHER, "river").await.expect("s").len(), 1);
+    assert_index_in_step(&db.url).await;
+
+    // Rows that go by the users(user_id) cascade, not by a DELETE of day_logs.
+    let pool = writer(&db.url).await;
+    sqlx::query("DELETE FROM users WHERE user_id = ?1")
+        .bind(OTHER)
+        .execute(&pool)
+        .await
+        .expect("cascade");
+    assert!(db.store.search(OTHER, "river").await.expect("s").is_empty());
+    assert_index_in_step(&db.url).await;
+}
+
+#[tokio::test]
+async fn the_readme_query_runs_through_the_read_only_daylog_sql() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    entry(&db.store, ME, 1, "Coffee in the park.").await;
+    entry(&db.store, ME, 2, "Coffee at home.").await;
+    let pool = store::open_read_only(&db.url, store::Limits::busy_timeout(Duration::from_secs(5)))
+        .await
+        .expect("read-only");
+
+    let result = daylog::sqlcmd::query(
+        &pool,
+        "SELECT d.created_at, d.text FROM
+         day_logs_fts JOIN day_logs d ON d.id = day_logs_fts.rowid WHERE day_logs_fts MATCH
+         'coffee AND park' ORDER BY rank",
+        &daylog::config::SqlSettings {
+            timeout_ms: 30_000,
+            max_rows: 1_000_000,
+        },
+    )
+    .await
+    .expect("the query of README runs");
+
+    assert_eq!(result.rows.len(), 1);
+}
+
+#[tokio::test]
+async fn the_migration_indexes_entries_stored_before_it() {
+    // Arrange: a database at the schema before this migration, with an entry.
+    let dir = tempfile::tempdir().expect("dir");
+    let older = dir.path().join("older-migrations");
+    std::fs::create_dir(&older).expect("mkdir");
+    for file in std::fs::read_dir("migrations").expect("migrations") {
+        let path = file.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        if name.as_str() < "20261201000005" {
+            std::fs::copy(&path, older.join(&name)).expect("copy");
+        }
+    }
+    let url = format!("sqlite://{}/daylog.db?mode=rwc", dir.path().display());
+    let pool = writer(&url).await;
+    sqlx::migrate::Migrator::new(older.as_path())
+        .await
+        .expect("older migrator")
+        .run(&pool)
+        .await
+        .expect("older schema");
+    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (1, 1)")
+        .execute(&pool)
+        .await
+        .expect("user");
+    sqlx::query(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text) VALUES (1, 1, 1, 'An old entry about tulips.')",
+    )
+    .execute(&pool)
+    .await
+    .expect("old entry");
+    pool.close().await;
+
+    // Act
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("migrates");
+
+    // Assert
+    assert_eq!(store.search(ME, "tulips").await.expect("s").len(), 1);
+    assert_index_in_step(&url).await;
+}
+
+#[tokio::test]
+async fn the_search_reads_the_index_not_every_row() {
+    let db = fresh().await;
+
+    let plan: Vec<String> = sqlx::query_as::<_, (i64, i64, i64, String)>(&format!(
+        "EXPLAIN QUERY PLAN {}",
+        store::SEARCH_SQL
+    ))
+    .bind(ME)
+    .bind("\"word\"")
+    .bind("[")
+    .bind("]")
+    .bind(5)
+    .bind(1000)
+    .fetch_all(db.store.read_pool())
+    .await
+    .expect("plan")
+    .into_iter()
+    .map(|row| row.3)
+    .collect();
+
+    // The candidates: matches newest first straight from the index (no sort), each
+    // joined to its row by primary key and stopped after SEARCH_CANDIDATES.
+    let step = |text: &str| plan.iter().position(|s| s == text);
+    let (start, end) = (
+        step("CO-ROUTINE candidates").expect("candidates"),
+        step("SCAN candidates").expect("candidates scanned"),
+    );
+    let candidates = &plan[start..end];
+    assert!(
+        candidates
+            .iter()
+            .any(|s| s.starts_with("SCAN day_logs_fts VIRTUAL TABLE INDEX")),
+        "{plan:?}"
+    );
+    assert!(
+        candidates.contains(&"SEARCH d USING INTEGER PRIMARY KEY (rowid=?)".to_owned()),
+        "{plan:?}"
+    );
+    assert!(
+        !candidates.iter().any(|s| s.contains("TEMP B-TREE")),
+        "{plan:?}"
+    );
+    // The snippets: the best few, each looked up in the index by rowid, never a second
+    // scan of every match.
+    let best = step("SCAN best").expect("best first");
+    assert!(
+        plan[best..]
+            .iter()
+            .any(|s| s.starts_with("SCAN day_logs_fts VIRTUAL TABLE INDEX") && s.contains(":=")),
+        "{plan:?}"
+    );
+    assert!(!plan.iter().any(|s| s.contains("AUTOMATIC")), "{plan:?}");
+}
+
+#[test]
+fn user_words_become_fts5_strings() {
+    assert_eq!(store::fts_query("   \n "), None);
+    assert_eq!(
+        store::fts_query("a NEAR b"),
+        Some("\"a\" \"NEAR\" \"b\"".into())
+    );
+    assert_eq!(store::fts_query("\""), Some("\"\"\"\"".into()));
+    assert_eq!(
+        store::fts_query("x\0y say:\"hi\""),
+        Some("\"x\" \"y\" \"say:\"\"hi\"\"\"".into())
+    );
+}
+
+/// Words the property test mixes: FTS5 operators and punctuation, words of both users'
+/// entries, and words of nobody's.
+const VOCABULARY: &[&str] = &[
+    "\"", "\"\"", "NEAR", "NEAR(", "AND", "OR", "NOT", "*", "-", ":", "^", "(", ")", "text:",
+    "-park", "park*", "^coffee", "{text}", "+", "'", "''", ";", "--", "%", "_", "park", "coffee",
+    "secret", "river", "день", "парк", "café", "cafe", "nothing", "x",
+];
+
+fn hostile_query() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<String>(),
+        prop::collection::vec(prop::sample::select(VOCABULARY), 0..6).prop_map(|w| w.join(" ")),
+        prop::collection::vec(prop::sample::select(VOCABULARY), 1..6).prop_map(|w| w.concat()),
+    ]
+}
+
+/// Lower-cased words as unicode61 sees them in these fixtures (letters and digits).
+fn words(text: &str) -> HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_lowercase().replace('é', "e"))
+        .collect()
+}
+
+#[test]
+fn any_string_is_a_valid_query_of_the_users_own_entries_only() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mine_texts = [
+        "Coffee in the park.",
+        "Secret coffee: NEAR the river (really) *",
+        "День в парке, café.",
+        "\"Quoted\" - park -- ^ :",
+    ];
+    let other_texts = [
+        "secret river park coffee NEAR AND OR NOT",
+        "день парк café x",
+    ];
+    let (db, mine) = runtime.block_on(async {
+        let db = fresh().await;
+        user(&db.store, ME).await;
+        user(&db.store, OTHER).await;
+        let mut mine = Vec::new();
+        for (i, text) in (1..).zip(mine_texts) {
+            mine.push((entry(&db.store, ME, i, text).await, words(text)));
+        }
+        for (i, text) in (1..).zip(other_texts) {
+            entry(&db.store, OTHER, i, text).await;
+        }
+        (db, mine)
+    });
+    let my_ids: HashSet<i64> = mine.iter().map(|(id, _)| *id).collect();
+
+    proptest!(ProptestConfig::with_cases(300), |(query in hostile_query())| {
+        let hits = runtime.block_on(db.store.search(ME, &query));
+
+        let hits = hits.map_err(|e| TestCaseError::fail(format!("{query:?}: {e}")))?;
+        for hit in &hits {
+            prop_assert!(my_ids.contains(&hit.id), "{query:?} found someone else's {}", hit.id);
+        }
+        // Plain words: exactly the entries that contain all of them.
+        let asked: Vec<String> = query.split_whitespace().map(str::to_owned).collect();
+        if !asked.is_empty() && asked.iter().all(|w| w.chars().all(char::is_alphanumeric)) {
+            let asked = words(&query);
+            let expected: HashSet<i64> = mine
+                .iter()
+                .filter(|(_, have)| asked.is_subset(have))
+                .map(|(id, _)| *id)
+                .collect();
+            let found: HashSet<i64> = hits.iter().map(|h| h.id).collect();
+            prop_assert_eq!(found, expected, "{:?}", query);
+        }
+    });
+}
+
+fn journal(db: &TestDb) -> Journal {
+    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), db.url.clone())].into();
+    let settings = Arc::new(Settings::load_from(&env).expect("settings"));
+    let client = daylog::http_client().expect("client");
+    let llm = Arc::new(daylog::llm::Llm::with_client(&settings, client).expect("llm"));
+    Journal::new(settings, db.store.clone(), llm)
+}
+
+/// The Telegram HTML of a command's one text answer.
+async fn answer_html(journal: &Journal, command: Command) -> String {
+    let responses = commands::respond(journal, ME, command)
+        .await
+        .expect("answer");
+    match responses.as_slice() {
+        [Response::Text(reply)] => render::split_message(reply.pieces(), 4096).concat(),
+        other => panic!("not one text: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_search_answer_escapes_the_entry_and_bolds_only_the_matches() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    entry(&db.store, ME, 1, "<b>Not bold</b> & tulips <i>here</i>").await;
+    let journal = journal(&db);
+
+    let found = answer_html(&journal, Command::Search("TULIPS".into())).await;
+    let nothing = answer_html(&journal, Command::Search("roses".into())).await;
+    let no_words = answer_html(&journal, Command::Search("  ".into())).await;
+    let syntax = answer_html(&journal, Command::Search("\" NEAR( *".into())).await;
+
+    assert!(
+        found.contains("&lt;b&gt;Not bold&lt;/b&gt; &amp; <b>tulips</b> &lt;i&gt;here&lt;/i&gt;"),
+        "{found}"
+    );
+    assert!(found.starts_with("<b>Found: 1"), "{found}");
+    assert_eq!(nothing, "None of your entries contains all of these words.");
+    assert!(no_words.starts_with("Usage: /search"), "{no_words}");
+    assert_eq!(syntax, nothing);
+}
+
+/// Stores an analysed entry of `user_id` on `day` with the given metrics JSON.
+async fn analysed_on(db: &TestDb, user_id: i64, message_id: i64, day: &str, metrics: &str) {
+    let id = entry(&db.store, user_id, message_id, "An entry.").await;
+    assert!(
+        db.store
+            .mark_analyzed(id, "An entry.", "An analysis.", metrics)
+            .await
+            .expect("analysed")
+    );
+    let pool = writer(&db.url).await;
+    sqlx::query("UPDATE day_logs SET created_at = ?2 || ' 12:00:00', local_day = ?2 WHERE id = ?1")
+        .bind(id)
+        .bind(day)
+        .execute(&pool)
+        .await
+        .expect("backdate");
+    pool.close().await;
+}
+
+fn metrics(mood: u8, defaulted: &[&str]) -> String {
+    serde_json::json!({
+        "mood": mood, "stress": 3, "energy": 3, "productivity": 3, "sleep_hours": null,
+        "activities": [], "emotions": [], "summary": "", "defaulted": defaulted,
+    })
+    .to_string()
+}
+
+fn pixel(png: &[u8], month: u32, day: u32) -> [u8; 3] {
+    let img = image::load_from_memory(png).expect("png").to_rgb8();
+    let (x, y) = charts::year_cell_origin(month, day);
+    img.get_pixel((x + 8) as u32, (y + 8) as u32).0
+}
+
+fn rgb(color: plotters::style::RGBColor) -> [u8; 3] {
+    [color.0, color.1, color.2]
+}
+
+#[tokio::test]
+async fn the_year_colours_each_day_by_its_moods_that_were_not_defaulted() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    user(&db.store, OTHER).await;
+    analysed_on(&db, ME, 1, "2025-03-10", &metrics(5, &[])).await;
+    analysed_on(&db, ME, 2, "2025-03-11", &metrics(3, &["mood"])).await;
+    // A defaulted 3 beside a real 1: the day is a 1, not a 2.
+    analysed_on(&db, ME, 3, "2025-03-12", &metrics(3, &["mood"])).await;
+    analysed_on(&db, ME, 4, "2025-03-12", &metrics(1, &["sleep_hours"])).await;
+    analysed_on(&db, ME, 5, "2024-03-13", &metrics(5, &[])).await;
+    analysed_on(&db, OTHER, 1, "2025-03-13", &metrics(5, &[])).await;
+    let journal = journal(&db);
+
+    let responses = commands::respond(&journal, ME, Command::Year("2025".into()))
+        .await
+        .expect("/year");
+
+    let [Response::Photo { png, file_name, .. }] = responses.as_slice() else {
+        panic!("not one photo: {responses:?}");
+    };
+    assert_eq!(file_name, "daylog-year-2025.png");
+    assert_eq!(pixel(png, 3, 10), rgb(charts::MOOD_COLORS[4]));
+    assert_eq!(
+        pixel(png, 3, 11),
+        rgb(charts::NO_MOOD_COLOR),
+        "only a defaulted mood"
+    );
+    assert_eq!(pixel(png, 3, 12), rgb(charts::MOOD_COLORS[0]));
+    assert_eq!(
+        pixel(png, 3, 13),
+        rgb(charts::NO_MOOD_COLOR),
+        "another year, another user"
+    );
+}
+
+#[tokio::test]
+async fn the_year_defaults_to_this_one_and_a_bad_year_gets_a_sentence() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let journal = journal(&db);
+    let this_year: String = sqlx::query_scalar("SELECT strftime('%Y', 'now')")
+        .fetch_one(db.store.read_pool())
+        .await
+        .expect("year");
+
+    let responses = commands::respond(&journal, ME, Command::Year(String::new()))
+        .await
+        .expect("/year");
+    let bad = answer_html(&journal, Command::Year("25".into())).await;
+
+    assert!(
+        matches!(responses.as_slice(), [Response::Photo { file_name, .. }]
+            if *file_name == format!("daylog-year-{this_year}.png")),
+        "{responses:?}"
+    );
+    assert!(bad.starts_with("Usage: /year"), "{bad}");
+}
+
+#[tokio::test]
+async fn in_telegram_search_answers_in_escaped_html_and_year_sends_a_png() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram
+        .push_update(text_update(21, 1, "Coffee <with> Anna & Bob."));
+    app.telegram.wait_sent(21, 1).await;
+
+    app.telegram
+        .push_update(text_update(21, 2, "/search anna COFFEE"));
+    let found = app.telegram.wait_sent(21, 2).await;
+    app.telegram
+        .push_update(text_update(21, 3, "/search -anna \"coffee* (bob)"));
+    let hostile = app.telegram.wait_sent(21, 3).await;
+    app.telegram.push_update(text_update(21, 4, "/year"));
+    let calls = app
+        .telegram
+        .wait_for("a photo", Duration::from_secs(20), |calls| {
+            calls.iter().any(|c| c.method == "SendPhoto")
+        })
+        .await;
+
+    assert_eq!(found[1].body["parse_mode"], "HTML");
+    assert!(
+        found[1]
+            .text()
+            .contains("<b>Coffee</b> &lt;with&gt; <b>Anna</b> &amp; Bob."),
+        "{}",
+        found[1].text()
+    );
+    // Words only: FTS5 would read `-` as NOT, `*` as a prefix, `(…)` as a group.
+    assert!(
+        hostile[2].text().contains("<b>Anna</b>"),
+        "{}",
+        hostile[2].text()
+    );
+    let photo = calls
+        .iter()
+        .find(|c| c.method == "SendPhoto")
+        .expect("photo");
+    let png = photo.file.as_ref().expect("file part");
+    let image = image::load_from_memory(png).expect("a PNG");
+    assert_eq!(
+        (image.width(), image.height()),
+        (charts::YEAR_WIDTH, charts::YEAR_HEIGHT)
+    );
+    assert!(
+        photo.body["caption"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("in pixels"),
+        "{:?}",
+        photo.body
+    );
+    app.stop().await;
+}
