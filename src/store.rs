@@ -321,13 +321,24 @@ pub fn database_path(url: &str) -> Result<PathBuf, StoreError> {
     let rest = url.strip_prefix("sqlite:").ok_or(StoreError::NotSqlite)?;
     let rest = rest.strip_prefix("//").unwrap_or(rest);
     let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
-    let in_memory = url::form_urlencoded::parse(params.as_bytes())
-        .any(|(key, value)| key == "mode" && value == "memory");
+    let in_memory = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
+        (key == "mode" && value == "memory") || (key == "vfs" && value == "memdb")
+    });
     if path.trim().is_empty() || path == ":memory:" || in_memory {
         return Err(StoreError::NoFile);
     }
     let options =
         SqliteConnectOptions::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+    // sqlx opens with SQLITE_OPEN_URI: a decoded name such as `file::memory:` or
+    // `file:x.db?mode=memory` is an in-memory database too.
+    let name = options.get_filename().to_string_lossy();
+    if name.starts_with("file:")
+        && [":memory:", "mode=memory", "vfs=memdb"]
+            .iter()
+            .any(|word| name.contains(word))
+    {
+        return Err(StoreError::NoFile);
+    }
     Ok(options.get_filename().to_path_buf())
 }
 

@@ -65,6 +65,10 @@ fn an_empty_or_in_memory_database_url_is_refused_by_every_command() {
         "sqlite:",
         "sqlite::memory:",
         "sqlite://x.db?mode=memory",
+        // SQLite URIs and VFSs that keep the database in memory just as well.
+        "sqlite://file::memory:?cache=shared",
+        "sqlite://file:x.db%3Fmode=memory",
+        "sqlite://x.db?vfs=memdb",
     ] {
         for args in EVERY_COMMAND {
             let out = run(
