@@ -599,11 +599,16 @@ impl Store {
     }
 
     pub async fn set_language(&self, user_id: i64, language: Language) -> Result<(), StoreError> {
-        sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
+        let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
             .bind(user_id)
             .bind(language.code())
             .execute(&self.write)
             .await?;
+        if done.rows_affected() == 0 {
+            // No such user (its insert failed, e.g. on a full disk): nothing was saved,
+            // so the caller must not say that the language is set.
+            return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+        }
         Ok(())
     }
 
