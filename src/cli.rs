@@ -144,7 +144,12 @@ pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
                     .find(|&i| text[line_starts[i]..].starts_with(line.as_str()));
                 match found {
                     Some(i) => {
-                        malformed.push((line_starts[i], line_starts[i] + line.len()));
+                        // Only its first physical line goes: an unterminated quote makes
+                        // dotenvy take the rest of the file as its value, and those lines
+                        // must still load. The newline stays, so line numbers keep.
+                        let line_end = line_starts.get(i + 1).map_or(text.len(), |next| next - 1);
+                        malformed
+                            .push((line_starts[i], (line_starts[i] + line.len()).min(line_end)));
                         next_line = i + 1;
                         warnings.push(format!(
                             "{}: line {} is not NAME=value and was skipped; the other lines were loaded",
@@ -152,10 +157,9 @@ pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
                             i + 1
                         ));
                     }
-                    None => warnings.push(format!(
-                        "{}: a malformed line was skipped; the other lines were loaded",
-                        path.display()
-                    )),
+                    // Not found as a line of its own: the line-by-line load below
+                    // finds and names it.
+                    None => {}
                 }
             }
             Err(error) => {
@@ -172,11 +176,18 @@ pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
     }
     cleaned.push_str(&text[at..]);
     if dotenvy::from_read(cleaned.as_bytes()).is_err() {
-        // Not the error's text: it would quote the line.
-        warnings.push(format!(
-            "{}: stopped at a line it could not read",
-            path.display()
-        ));
+        // dotenvy stopped at a line it could not read (an unclosed `${`, …): load the
+        // rest line by line, skipping and naming each unreadable one. Not the error's
+        // text: it would quote the line.
+        for (n, line) in cleaned.split('\n').enumerate() {
+            if dotenvy::from_read(line.as_bytes()).is_err() {
+                warnings.push(format!(
+                    "{}: line {} is not NAME=value and was skipped; the other lines were loaded",
+                    path.display(),
+                    n + 1
+                ));
+            }
+        }
     }
     warnings
 }

@@ -132,6 +132,31 @@ fn a_malformed_env_line_is_skipped_with_its_number_and_the_rest_still_loads() {
 }
 
 #[test]
+fn env_lines_after_an_unreadable_one_still_load() {
+    // An unterminated quote (dotenvy would take the rest of the file as its value) and
+    // a substitution that never closes: each is skipped, named, and the next line loads.
+    for bad in ["KEY=\"no closing quote", "KEY=${NEVER_CLOSED"] {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            dir.path().join(".env"),
+            format!("MISTRAL_API_KEY=sk-first\n{bad}\nDATABASE_URL=sqlite://after/daylog.db\n"),
+        )
+        .expect(".env");
+        let out = run(dir.path(), &["migrate"], &[]);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{bad}: {err}");
+        assert!(
+            dir.path().join("after/daylog.db").exists(),
+            "{bad}: the line after it was loaded; {err}"
+        );
+        assert!(
+            err.contains("line 2"),
+            "{bad}: the warning names the line: {err}"
+        );
+    }
+}
+
+#[test]
 fn doctor_fails_when_an_applied_migration_was_changed_since_or_failed_part_way() {
     for (tamper, expected) in [
         (
