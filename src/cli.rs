@@ -192,6 +192,19 @@ pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
     warnings
 }
 
+/// What SQLite's `quick_check` finds wrong with the file (its first finding), if
+/// anything: a damaged page that the migrations check alone never reads.
+async fn damage(store: &Store) -> Option<String> {
+    match sqlx::query_scalar::<_, String>("PRAGMA quick_check(1)")
+        .fetch_all(store.read_pool())
+        .await
+    {
+        Ok(found) if found.iter().all(|line| line == "ok") => None,
+        Ok(found) => Some(found.join("; ")),
+        Err(error) => Some(error.to_string()),
+    }
+}
+
 fn fail(error: &CliError) -> ExitCode {
     let mut text = error.to_string();
     if let CliError::Other(e) = error {
@@ -311,7 +324,13 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
             Ok(store) => {
                 let migrated = store.ensure_migrated().await;
                 lines.push(match migrated {
-                    Ok(()) => (true, "database reachable and migrated".to_owned()),
+                    Ok(()) => match damage(&store).await {
+                        None => (true, "database reachable and migrated".to_owned()),
+                        Some(found) => (
+                            false,
+                            format!("database file is damaged ({found}); restore it from a backup"),
+                        ),
+                    },
                     Err(e) => (false, format!("database: {e}")),
                 });
                 store.close().await;

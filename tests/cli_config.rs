@@ -193,6 +193,50 @@ fn doctor_fails_when_an_applied_migration_was_changed_since_or_failed_part_way()
 }
 
 #[test]
+fn doctor_fails_on_a_damaged_database_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("daylog.db");
+    let url = format!("sqlite://{}", file.display());
+    let env = [("DATABASE_URL", url.as_str())];
+    assert!(run(dir.path(), &["migrate"], &env).status.success());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
+        sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (1, 1)")
+            .execute(&pool)
+            .await
+            .expect("user");
+        sqlx::query(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300)
+             INSERT INTO day_logs (user_id, chat_id, message_id, text)
+             SELECT 1, 1, i, printf('%.500c', 'x') FROM n",
+        )
+        .execute(&pool)
+        .await
+        .expect("logs");
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&pool)
+            .await
+            .expect("checkpoint");
+        pool.close().await;
+    });
+    // A page in the middle of the entries goes bad (a disk error, a bad copy); the
+    // schema and the migrations table at the start of the file stay readable.
+    let mut bytes = std::fs::read(&file).expect("read");
+    let middle = bytes.len() / 2 / 4096 * 4096;
+    for (i, byte) in bytes[middle..middle + 4096].iter_mut().enumerate() {
+        *byte = (i * 7919 % 251) as u8;
+    }
+    std::fs::write(&file, bytes).expect("write");
+
+    let doctor = run(dir.path(), &["doctor"], &env);
+    let out = stdout(&doctor);
+    assert_eq!(doctor.status.code(), Some(1), "{out}");
+    assert!(out.contains("FAIL database"), "{out}");
+    assert!(!out.contains("migrated\n"), "{out}");
+}
+
+#[test]
 fn sql_shows_hostile_entries_escaped_and_stops_a_runaway_query() {
     let dir = tempfile::tempdir().expect("dir");
     assert!(run(dir.path(), &["migrate"], &[]).status.success());
