@@ -200,7 +200,7 @@ async fn damage(store: &Store) -> Option<String> {
         .await
     {
         Ok(found) if found.iter().all(|line| line == "ok") => None,
-        Ok(found) => Some(found.join("; ")),
+        Ok(found) => Some(found.join("; ").replace('\n', " ")),
         Err(error) => Some(error.to_string()),
     }
 }
