@@ -70,7 +70,12 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Config(_) | Self::Usage(_) => 2,
-            Self::Store(StoreError::NotSqlite | StoreError::NoFile | StoreError::BadUrl(_)) => 2,
+            Self::Store(
+                StoreError::NotSqlite
+                | StoreError::NoFile
+                | StoreError::ReadOnly
+                | StoreError::BadUrl(_),
+            ) => 2,
             Self::Store(_) | Self::Other(_) => 1,
         }
     }

@@ -32,6 +32,10 @@ pub enum StoreError {
         "DATABASE_URL names no database file (empty or in-memory: the data would vanish at exit); use a path such as sqlite://data/daylog.db"
     )]
     NoFile,
+    #[error(
+        "DATABASE_URL opens the database read-only (mode=ro or immutable): no entry could ever be saved; remove that parameter"
+    )]
+    ReadOnly,
     #[error("DATABASE_URL is not a valid SQLite URL: {0}")]
     BadUrl(String),
     #[error("cannot create the database folder {path}: {source}")]
@@ -326,6 +330,14 @@ pub fn database_path(url: &str) -> Result<PathBuf, StoreError> {
     });
     if path.trim().is_empty() || path == ":memory:" || in_memory {
         return Err(StoreError::NoFile);
+    }
+    // Every write would fail: each entry refused ("send it again") for ever.
+    let read_only = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
+        (key == "mode" && value == "ro")
+            || (key == "immutable" && !matches!(&*value, "0" | "false" | "no" | "off"))
+    });
+    if read_only {
+        return Err(StoreError::ReadOnly);
     }
     let options =
         SqliteConnectOptions::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;

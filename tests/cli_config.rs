@@ -85,6 +85,28 @@ fn an_empty_or_in_memory_database_url_is_refused_by_every_command() {
 }
 
 #[test]
+fn a_read_only_database_url_is_refused_by_every_command() {
+    let dir = tempfile::tempdir().expect("dir");
+    assert!(run(dir.path(), &["migrate"], &[]).status.success());
+    for url in [
+        "sqlite://data/daylog.db?mode=ro",
+        "sqlite://data/daylog.db?immutable=1",
+    ] {
+        for args in EVERY_COMMAND {
+            let out = run(
+                dir.path(),
+                args,
+                &[("DATABASE_URL", url), ("TELOXIDE_TOKEN", "123:abc")],
+            );
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{url} {args:?}: {err}");
+            assert!(err.contains("DATABASE_URL"), "{url} {args:?}: {err}");
+            assert!(err.contains("read-only"), "{url} {args:?}: {err}");
+        }
+    }
+}
+
+#[test]
 fn a_percent_encoded_database_path_means_the_same_file_for_every_command() {
     let dir = tempfile::tempdir().expect("dir");
     let env = [("DATABASE_URL", "sqlite://my%20data/day%23log.db")];
