@@ -147,24 +147,20 @@ pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
                 // find where it starts to name its number and cut it out.
                 let found = (next_line..line_starts.len())
                     .find(|&i| text[line_starts[i]..].starts_with(line.as_str()));
-                match found {
-                    Some(i) => {
-                        // Only its first physical line goes: an unterminated quote makes
-                        // dotenvy take the rest of the file as its value, and those lines
-                        // must still load. The newline stays, so line numbers keep.
-                        let line_end = line_starts.get(i + 1).map_or(text.len(), |next| next - 1);
-                        malformed
-                            .push((line_starts[i], (line_starts[i] + line.len()).min(line_end)));
-                        next_line = i + 1;
-                        warnings.push(format!(
-                            "{}: line {} is not NAME=value and was skipped; the other lines were loaded",
-                            path.display(),
-                            i + 1
-                        ));
-                    }
-                    // Not found as a line of its own: the line-by-line load below
-                    // finds and names it.
-                    None => {}
+                // Not found as a line of its own: the line-by-line load below finds
+                // and names it.
+                if let Some(i) = found {
+                    // Only its first physical line goes: an unterminated quote makes
+                    // dotenvy take the rest of the file as its value, and those lines
+                    // must still load. The newline stays, so line numbers keep.
+                    let line_end = line_starts.get(i + 1).map_or(text.len(), |next| next - 1);
+                    malformed.push((line_starts[i], (line_starts[i] + line.len()).min(line_end)));
+                    next_line = i + 1;
+                    warnings.push(format!(
+                        "{}: line {} is not NAME=value and was skipped; the other lines were loaded",
+                        path.display(),
+                        i + 1
+                    ));
                 }
             }
             Err(error) => {
