@@ -57,7 +57,7 @@ impl Terminal {
     /// could not be written. Only a failure to print is an error.
     fn save(&self, name: &str, bytes: &[u8], label: &str, texts: Texts) -> std::io::Result<()> {
         let path = self.files.join(name);
-        match std::fs::write(&path, bytes) {
+        match write_whole(&path, bytes) {
             Ok(()) => self.print(&format!("[{label} {}]", path.display())),
             Err(error) => {
                 tracing::warn!(path = %path.display(), %error, "could not write a file");
@@ -92,6 +92,20 @@ impl Terminal {
         }
         Ok(())
     }
+}
+
+/// Writes `path` through a temporary file beside it, renamed over it once complete: a
+/// write that fails part-way (a full disk) leaves the earlier file (the user's previous
+/// export) whole, and no half-written one.
+fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(format!(".partial-{}", std::process::id()));
+    let partial = PathBuf::from(partial);
+    let written = std::fs::write(&partial, bytes).and_then(|()| std::fs::rename(&partial, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
 }
 
 impl Messenger for Terminal {

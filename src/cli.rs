@@ -70,7 +70,12 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Config(_) | Self::Usage(_) => 2,
-            Self::Store(StoreError::NotSqlite | StoreError::NoFile | StoreError::BadUrl(_)) => 2,
+            Self::Store(
+                StoreError::NotSqlite
+                | StoreError::NoFile
+                | StoreError::ReadOnly
+                | StoreError::BadUrl(_),
+            ) => 2,
             Self::Store(_) | Self::Other(_) => 1,
         }
     }
@@ -142,20 +147,20 @@ pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
                 // find where it starts to name its number and cut it out.
                 let found = (next_line..line_starts.len())
                     .find(|&i| text[line_starts[i]..].starts_with(line.as_str()));
-                match found {
-                    Some(i) => {
-                        malformed.push((line_starts[i], line_starts[i] + line.len()));
-                        next_line = i + 1;
-                        warnings.push(format!(
-                            "{}: line {} is not NAME=value and was skipped; the other lines were loaded",
-                            path.display(),
-                            i + 1
-                        ));
-                    }
-                    None => warnings.push(format!(
-                        "{}: a malformed line was skipped; the other lines were loaded",
-                        path.display()
-                    )),
+                // Not found as a line of its own: the line-by-line load below finds
+                // and names it.
+                if let Some(i) = found {
+                    // Only its first physical line goes: an unterminated quote makes
+                    // dotenvy take the rest of the file as its value, and those lines
+                    // must still load. The newline stays, so line numbers keep.
+                    let line_end = line_starts.get(i + 1).map_or(text.len(), |next| next - 1);
+                    malformed.push((line_starts[i], (line_starts[i] + line.len()).min(line_end)));
+                    next_line = i + 1;
+                    warnings.push(format!(
+                        "{}: line {} is not NAME=value and was skipped; the other lines were loaded",
+                        path.display(),
+                        i + 1
+                    ));
                 }
             }
             Err(error) => {
@@ -172,13 +177,33 @@ pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
     }
     cleaned.push_str(&text[at..]);
     if dotenvy::from_read(cleaned.as_bytes()).is_err() {
-        // Not the error's text: it would quote the line.
-        warnings.push(format!(
-            "{}: stopped at a line it could not read",
-            path.display()
-        ));
+        // dotenvy stopped at a line it could not read (an unclosed `${`, …): load the
+        // rest line by line, skipping and naming each unreadable one. Not the error's
+        // text: it would quote the line.
+        for (n, line) in cleaned.split('\n').enumerate() {
+            if dotenvy::from_read(line.as_bytes()).is_err() {
+                warnings.push(format!(
+                    "{}: line {} is not NAME=value and was skipped; the other lines were loaded",
+                    path.display(),
+                    n + 1
+                ));
+            }
+        }
     }
     warnings
+}
+
+/// What SQLite's `quick_check` finds wrong with the file (its first finding), if
+/// anything: a damaged page that the migrations check alone never reads.
+async fn damage(store: &Store) -> Option<String> {
+    match sqlx::query_scalar::<_, String>("PRAGMA quick_check(1)")
+        .fetch_all(store.read_pool())
+        .await
+    {
+        Ok(found) if found.iter().all(|line| line == "ok") => None,
+        Ok(found) => Some(found.join("; ").replace('\n', " ")),
+        Err(error) => Some(error.to_string()),
+    }
 }
 
 fn fail(error: &CliError) -> ExitCode {
@@ -300,7 +325,13 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
             Ok(store) => {
                 let migrated = store.ensure_migrated().await;
                 lines.push(match migrated {
-                    Ok(()) => (true, "database reachable and migrated".to_owned()),
+                    Ok(()) => match damage(&store).await {
+                        None => (true, "database reachable and migrated".to_owned()),
+                        Some(found) => (
+                            false,
+                            format!("database file is damaged ({found}); restore it from a backup"),
+                        ),
+                    },
                     Err(e) => (false, format!("database: {e}")),
                 });
                 store.close().await;

@@ -32,6 +32,10 @@ pub enum StoreError {
         "DATABASE_URL names no database file (empty or in-memory: the data would vanish at exit); use a path such as sqlite://data/daylog.db"
     )]
     NoFile,
+    #[error(
+        "DATABASE_URL opens the database read-only (mode=ro or immutable): no entry could ever be saved; remove that parameter"
+    )]
+    ReadOnly,
     #[error("DATABASE_URL is not a valid SQLite URL: {0}")]
     BadUrl(String),
     #[error("cannot create the database folder {path}: {source}")]
@@ -381,13 +385,32 @@ pub fn database_path(url: &str) -> Result<PathBuf, StoreError> {
     let rest = url.strip_prefix("sqlite:").ok_or(StoreError::NotSqlite)?;
     let rest = rest.strip_prefix("//").unwrap_or(rest);
     let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
-    let in_memory = url::form_urlencoded::parse(params.as_bytes())
-        .any(|(key, value)| key == "mode" && value == "memory");
+    let in_memory = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
+        (key == "mode" && value == "memory") || (key == "vfs" && value == "memdb")
+    });
     if path.trim().is_empty() || path == ":memory:" || in_memory {
         return Err(StoreError::NoFile);
     }
+    // Every write would fail: each entry refused ("send it again") for ever.
+    let read_only = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
+        (key == "mode" && value == "ro")
+            || (key == "immutable" && !matches!(&*value, "0" | "false" | "no" | "off"))
+    });
+    if read_only {
+        return Err(StoreError::ReadOnly);
+    }
     let options =
         SqliteConnectOptions::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+    // sqlx opens with SQLITE_OPEN_URI: a decoded name such as `file::memory:` or
+    // `file:x.db?mode=memory` is an in-memory database too.
+    let name = options.get_filename().to_string_lossy();
+    if name.starts_with("file:")
+        && [":memory:", "mode=memory", "vfs=memdb"]
+            .iter()
+            .any(|word| name.contains(word))
+    {
+        return Err(StoreError::NoFile);
+    }
     Ok(options.get_filename().to_path_buf())
 }
 
@@ -661,11 +684,16 @@ impl Store {
     }
 
     pub async fn set_language(&self, user_id: i64, language: Language) -> Result<(), StoreError> {
-        sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
+        let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
             .bind(user_id)
             .bind(language.code())
             .execute(&self.write)
             .await?;
+        if done.rows_affected() == 0 {
+            // No such user (its insert failed, e.g. on a full disk): nothing was saved,
+            // so the caller must not say that the language is set.
+            return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+        }
         Ok(())
     }
 

@@ -147,6 +147,33 @@ async fn an_entry_that_cannot_be_saved_is_told_in_the_users_language() {
 }
 
 #[tokio::test]
+async fn lang_is_not_confirmed_when_the_user_could_not_be_stored() {
+    use sqlx::Connection as _;
+    let chat = Chat::start().await;
+    let url = format!("sqlite://{}/daylog.db", chat.dir.path().display());
+    let mut conn = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("connect");
+    // A new user cannot be stored, as on a full disk.
+    sqlx::query(
+        "CREATE TRIGGER refuse_users BEFORE INSERT ON users
+         BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("trigger");
+    conn.close().await.expect("close");
+
+    let printed = chat
+        .talk(1, chat.dir.path().to_owned(), b"/lang ru\n")
+        .await;
+
+    let russian = Texts(daylog::language::Language::Ru);
+    assert!(!printed.contains(russian.lang_set()), "{printed}");
+    assert!(printed.contains(english().internal_error()), "{printed}");
+}
+
+#[tokio::test]
 async fn with_no_key_at_all_the_entry_is_saved_and_the_terminal_says_what_to_set() {
     let chat = Chat::start_with(|env| {
         for key in ["MISTRAL_API_KEY", "GEMINI_API_KEY", "GROQ_API_KEY"] {

@@ -65,6 +65,10 @@ fn an_empty_or_in_memory_database_url_is_refused_by_every_command() {
         "sqlite:",
         "sqlite::memory:",
         "sqlite://x.db?mode=memory",
+        // SQLite URIs and VFSs that keep the database in memory just as well.
+        "sqlite://file::memory:?cache=shared",
+        "sqlite://file:x.db%3Fmode=memory",
+        "sqlite://x.db?vfs=memdb",
     ] {
         for args in EVERY_COMMAND {
             let out = run(
@@ -76,6 +80,28 @@ fn an_empty_or_in_memory_database_url_is_refused_by_every_command() {
             assert_eq!(out.status.code(), Some(2), "{url} {args:?}: {err}");
             assert!(err.contains("DATABASE_URL"), "{url} {args:?}: {err}");
             assert!(!stdout(&out).contains("Saved"), "{url} {args:?}");
+        }
+    }
+}
+
+#[test]
+fn a_read_only_database_url_is_refused_by_every_command() {
+    let dir = tempfile::tempdir().expect("dir");
+    assert!(run(dir.path(), &["migrate"], &[]).status.success());
+    for url in [
+        "sqlite://data/daylog.db?mode=ro",
+        "sqlite://data/daylog.db?immutable=1",
+    ] {
+        for args in EVERY_COMMAND {
+            let out = run(
+                dir.path(),
+                args,
+                &[("DATABASE_URL", url), ("TELOXIDE_TOKEN", "123:abc")],
+            );
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{url} {args:?}: {err}");
+            assert!(err.contains("DATABASE_URL"), "{url} {args:?}: {err}");
+            assert!(err.contains("read-only"), "{url} {args:?}: {err}");
         }
     }
 }
@@ -128,6 +154,31 @@ fn a_malformed_env_line_is_skipped_with_its_number_and_the_rest_still_loads() {
 }
 
 #[test]
+fn env_lines_after_an_unreadable_one_still_load() {
+    // An unterminated quote (dotenvy would take the rest of the file as its value) and
+    // a substitution that never closes: each is skipped, named, and the next line loads.
+    for bad in ["KEY=\"no closing quote", "KEY=${NEVER_CLOSED"] {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            dir.path().join(".env"),
+            format!("MISTRAL_API_KEY=sk-first\n{bad}\nDATABASE_URL=sqlite://after/daylog.db\n"),
+        )
+        .expect(".env");
+        let out = run(dir.path(), &["migrate"], &[]);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{bad}: {err}");
+        assert!(
+            dir.path().join("after/daylog.db").exists(),
+            "{bad}: the line after it was loaded; {err}"
+        );
+        assert!(
+            err.contains("line 2"),
+            "{bad}: the warning names the line: {err}"
+        );
+    }
+}
+
+#[test]
 fn doctor_fails_when_an_applied_migration_was_changed_since_or_failed_part_way() {
     for (tamper, expected) in [
         (
@@ -161,6 +212,50 @@ fn doctor_fails_when_an_applied_migration_was_changed_since_or_failed_part_way()
         assert!(!out.contains("migrated\n"), "{out}");
         assert!(out.contains(expected), "{out}");
     }
+}
+
+#[test]
+fn doctor_fails_on_a_damaged_database_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("daylog.db");
+    let url = format!("sqlite://{}", file.display());
+    let env = [("DATABASE_URL", url.as_str())];
+    assert!(run(dir.path(), &["migrate"], &env).status.success());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
+        sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (1, 1)")
+            .execute(&pool)
+            .await
+            .expect("user");
+        sqlx::query(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300)
+             INSERT INTO day_logs (user_id, chat_id, message_id, text)
+             SELECT 1, 1, i, printf('%.500c', 'x') FROM n",
+        )
+        .execute(&pool)
+        .await
+        .expect("logs");
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&pool)
+            .await
+            .expect("checkpoint");
+        pool.close().await;
+    });
+    // A page in the middle of the entries goes bad (a disk error, a bad copy); the
+    // schema and the migrations table at the start of the file stay readable.
+    let mut bytes = std::fs::read(&file).expect("read");
+    let middle = bytes.len() / 2 / 4096 * 4096;
+    for (i, byte) in bytes[middle..middle + 4096].iter_mut().enumerate() {
+        *byte = (i * 7919 % 251) as u8;
+    }
+    std::fs::write(&file, bytes).expect("write");
+
+    let doctor = run(dir.path(), &["doctor"], &env);
+    let out = stdout(&doctor);
+    assert_eq!(doctor.status.code(), Some(1), "{out}");
+    assert!(out.contains("FAIL database"), "{out}");
+    assert!(!out.contains("migrated\n"), "{out}");
 }
 
 #[test]

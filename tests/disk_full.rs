@@ -395,3 +395,59 @@ async fn an_answer_that_cannot_be_recorded_is_not_sent_again_and_again() {
     other.close().await.expect("close");
     app.stop().await;
 }
+
+/// `/export` on a full disk in `daylog chat`: the file cannot be written, and the export
+/// written there before (the user's copy) is still whole, as the sentence promises.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_that_does_not_fit_leaves_the_previous_export_whole() {
+    let Some(disk) = Tmpfs::mount("64k") else {
+        println!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("db dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let env = chat_env(&db, &telegram, &providers);
+    let files = disk.dir.path().to_owned();
+
+    tokio::task::spawn_blocking(move || {
+        let previous = files.join("daylog-export.csv");
+        std::fs::write(&previous, "the export of last week\n").expect("previous export");
+        let mut chat = Chat::start(&env, &files);
+        // An export of these is about 100 KB: more than the whole disk.
+        for n in 0..25 {
+            assert_eq!(chat.entry(&entry_text(n)), Outcome::Accepted);
+        }
+        // Fill what is left of the disk.
+        let mut filler = std::fs::File::create(files.join("filler")).expect("filler");
+        while filler.write_all(&[0u8; 4096]).is_ok() {}
+        drop(filler);
+
+        let stdin = chat.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "/export").expect("write a line");
+        stdin.flush().expect("flush");
+        let deadline = Instant::now() + HANG_GUARD;
+        while !chat.output().contains("Could not write the file") {
+            assert!(Instant::now() < deadline, "no answer: {}", chat.output());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let now = std::fs::read_to_string(&previous).expect("previous export");
+        assert!(
+            now == "the export of last week\n",
+            "the earlier export is untouched, not {} bytes of the new one",
+            now.len()
+        );
+        let left: Vec<String> = std::fs::read_dir(&files)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|name| !["daylog-export.csv", "filler", "chat.stderr"].contains(&name.as_str()))
+            .collect();
+        assert!(left.is_empty(), "no half-written file is left: {left:?}");
+        chat.finish();
+        drop(disk);
+    })
+    .await
+    .expect("join");
+}
