@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::analysis::{self, DayPoint, Metrics, UserContext};
 use crate::config::Settings;
 use crate::language::Language;
-use crate::llm::{Llm, Task};
+use crate::llm::{Attempt, AttemptSink, Llm, Outcome, Task};
 use crate::render::Reply;
 use crate::store::{
     DayLog, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store, StoreError, Unfinished,
@@ -429,11 +429,23 @@ impl Journal {
         let context = self.context(log, language).await?;
         let analysis_request = analysis::analysis_request(&context, text);
         let metrics_request = analysis::metrics_request(text);
-        let sink = self.store.call_sink(Some(log.id));
+        // Models that refused this text before are not asked again (SPEC §5); new
+        // refusals are remembered before the outcome is stored, so the worker's next
+        // round already leaves them out.
+        let refused = self.store.refusals(log.id).await?;
+        let sink = RefusalWatch::new(self.store.call_sink(Some(log.id)));
         let (analysis, metrics) = tokio::join!(
-            self.llm.run(Task::Analysis, &analysis_request, &sink),
-            self.llm.run(Task::Metrics, &metrics_request, &sink),
+            self.llm
+                .run_excluding(Task::Analysis, &analysis_request, &sink, &refused),
+            self.llm
+                .run_excluding(Task::Metrics, &metrics_request, &sink, &refused),
         );
+        let newly_refused = sink.refused();
+        if !newly_refused.is_empty() {
+            self.store
+                .record_refusals(log.id, &log.text, &newly_refused)
+                .await?;
+        }
         let metrics = match metrics {
             Ok(completion) => Metrics::from_llm_text(&completion.text),
             Err(error) => {
@@ -567,6 +579,41 @@ impl Journal {
                 Ok(())
             }
         }
+    }
+}
+
+/// Passes attempts on to the store and notes each model that refused on content policy.
+struct RefusalWatch<S> {
+    inner: S,
+    refused: Mutex<Vec<(String, String)>>,
+}
+
+impl<S: AttemptSink> RefusalWatch<S> {
+    fn new(inner: S) -> Self {
+        Self {
+            inner,
+            refused: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn refused(&self) -> Vec<(String, String)> {
+        self.refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl<S: AttemptSink> AttemptSink for RefusalWatch<S> {
+    fn record(&self, attempt: Attempt) {
+        if attempt.outcome == Outcome::Blocked {
+            let model = (attempt.provider.clone(), attempt.model.clone());
+            let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+            if !refused.contains(&model) {
+                refused.push(model);
+            }
+        }
+        self.inner.record(attempt);
     }
 }
 

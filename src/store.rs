@@ -866,6 +866,48 @@ impl Store {
         .await?)
     }
 
+    // ---- Content-policy refusals (SPEC §5) ----
+
+    /// The models (provider, model) that refused this log's current text on content
+    /// policy: they are never asked about it again.
+    pub async fn refusals(&self, day_log_id: i64) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT provider, model FROM llm_refusals WHERE day_log_id = ?1
+             ORDER BY created_at, provider, model",
+        )
+        .bind(day_log_id)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Remembers that these models refused `analysed_text` of this log. Nothing is
+    /// stored when the log's text has changed meanwhile (an edit is a new question).
+    pub async fn record_refusals(
+        &self,
+        day_log_id: i64,
+        analysed_text: &str,
+        refused: &[(String, String)],
+    ) -> Result<(), StoreError> {
+        for (provider, model) in refused {
+            retry_busy("record_refusals", || async {
+                sqlx::query(
+                    "INSERT INTO llm_refusals (day_log_id, provider, model)
+                     SELECT id, ?2, ?3 FROM day_logs WHERE id = ?1 AND text = ?4
+                     ON CONFLICT DO NOTHING",
+                )
+                .bind(day_log_id)
+                .bind(provider)
+                .bind(model)
+                .bind(analysed_text)
+                .execute(&self.write)
+                .await?;
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
     // ---- LLM calls ----
 
     pub async fn record_call(

@@ -36,7 +36,7 @@ use crate::llm::types::{Attempt, AttemptSink, ChatRequest, Completion, Outcome, 
 use crate::llm::wire::Call;
 
 /// One step of a cascade: one model of one provider.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Step {
     pub id: StepId,
     pub provider: Arc<Provider>,
@@ -52,16 +52,46 @@ pub(crate) struct Engine<'a> {
     pub hedging: &'a Hedging,
 }
 
-/// Runs one task through `steps` (already limited to usable providers).
+/// Runs one task through `steps` (already limited to usable providers), leaving out
+/// the models in `refused` (provider, model): they refused this request's log on content
+/// policy before and are never asked about it again (SPEC §5). When every step is
+/// among them the task ends as blocked at once, without a request.
 pub(crate) async fn run(
     engine: Engine<'_>,
     steps: &[Step],
     task: Task,
     request: &ChatRequest,
     sink: &dyn AttemptSink,
+    refused: &[(String, String)],
 ) -> Result<Completion, CascadeError> {
     if steps.is_empty() {
         return Err(CascadeError::NoUsableProvider);
+    }
+    let is_refused = |s: &Step| {
+        refused
+            .iter()
+            .any(|(p, m)| *p == s.id.provider && *m == s.id.model)
+    };
+    // The first earlier refusal: the task's final word unless another step answers or
+    // fails only for a passing reason.
+    let refused_before = steps.iter().find(|s| is_refused(s)).map(|s| Refusal {
+        provider: s.id.provider.clone(),
+        model: s.id.model.clone(),
+        reason: "refused this entry before".to_owned(),
+    });
+    let left: Vec<Step>;
+    let steps = if refused_before.is_some() {
+        left = steps.iter().filter(|s| !is_refused(s)).cloned().collect();
+        &left[..]
+    } else {
+        steps
+    };
+    if let (true, Some(refusal)) = (steps.is_empty(), &refused_before) {
+        tracing::info!(
+            task = task.as_str(),
+            "every step has refused this log before; not asked again"
+        );
+        return Err(refusal.clone().into_error(Vec::new()));
     }
     let deadline = Instant::now() + engine.policy.deadline;
     let (hedge_tx, mut hedge_rx) = mpsc::unbounded_channel();
@@ -78,7 +108,8 @@ pub(crate) async fn run(
         errors: Mutex::new(Vec::new()),
         real_attempts: AtomicU32::new(0),
     };
-    let result = tokio::time::timeout_at(deadline, run.drive(steps, &mut hedge_rx)).await;
+    let result =
+        tokio::time::timeout_at(deadline, run.drive(steps, &mut hedge_rx, refused_before)).await;
     match result {
         Ok(done) => done,
         Err(_) => {
@@ -113,6 +144,25 @@ enum StepEnd<'a> {
     },
 }
 
+/// A content-policy refusal by one model (in this task, or of this log before).
+#[derive(Debug, Clone)]
+struct Refusal {
+    provider: String,
+    model: String,
+    reason: String,
+}
+
+impl Refusal {
+    fn into_error(self, errors: Vec<AttemptError>) -> CascadeError {
+        CascadeError::Blocked {
+            provider: self.provider,
+            model: self.model,
+            reason: self.reason,
+            errors,
+        }
+    }
+}
+
 struct TaskRun<'a> {
     client: &'a Client,
     policy: &'a RetryPolicy,
@@ -134,11 +184,12 @@ impl<'a> TaskRun<'a> {
         &self,
         steps: &'a [Step],
         hedges: &mut mpsc::UnboundedReceiver<usize>,
+        refused_before: Option<Refusal>,
     ) -> Result<Completion, CascadeError> {
         let mut running = FuturesUnordered::new();
         let mut next = 0;
         let mut forced_done = false;
-        let mut blocked: Option<(&'a str, &'a str, String)> = None;
+        let mut blocked: Option<Refusal> = refused_before;
         let mut transient = false;
         // Numbers of the running steps, and of those whose attempt was slow.
         let mut running_steps: Vec<usize> = Vec::new();
@@ -165,7 +216,11 @@ impl<'a> TaskRun<'a> {
                 end = running.next() => match end {
                     Some(StepEnd::Answer(completion)) => return Ok(completion),
                     Some(StepEnd::Blocked { step, reason }) => {
-                        blocked.get_or_insert((&step.id.provider, &step.id.model, reason));
+                        blocked.get_or_insert(Refusal {
+                            provider: step.id.provider.clone(),
+                            model: step.id.model.clone(),
+                            reason,
+                        });
                         ended = Some(step.id.no);
                     }
                     Some(StepEnd::Failed { no, transient: passing }) => {
@@ -208,12 +263,7 @@ impl<'a> TaskRun<'a> {
         let errors = self.take_errors();
         let blocked = blocked.filter(|_| !transient);
         Err(match blocked {
-            Some((provider, model, reason)) => CascadeError::Blocked {
-                provider: provider.to_owned(),
-                model: model.to_owned(),
-                reason,
-                errors,
-            },
+            Some(refusal) => refusal.into_error(errors),
             None => CascadeError::Exhausted { errors },
         })
     }

@@ -160,6 +160,19 @@ impl Llm {
         request: &ChatRequest,
         sink: &dyn AttemptSink,
     ) -> Result<Completion, CascadeError> {
+        self.run_excluding(task, request, sink, &[]).await
+    }
+
+    /// [`Llm::run`] without the models in `refused` (provider, model): those that refused
+    /// this request's log on content policy before (SPEC §5). When no other step is
+    /// left, the task ends as [`CascadeError::Blocked`] without sending anything.
+    pub async fn run_excluding(
+        &self,
+        task: Task,
+        request: &ChatRequest,
+        sink: &dyn AttemptSink,
+        refused: &[(String, String)],
+    ) -> Result<Completion, CascadeError> {
         let steps = match task {
             Task::Analysis => &self.analysis,
             Task::Metrics => &self.metrics,
@@ -170,7 +183,7 @@ impl Llm {
             cooldowns: &self.cooldowns,
             hedging: &self.hedging,
         };
-        cascade::run(engine, steps, task, request, sink).await
+        cascade::run(engine, steps, task, request, sink, refused).await
     }
 
     /// One tiny request with the provider's first key to its first configured model, for

@@ -1,0 +1,151 @@
+//! Content-policy refusals remembered per log, and free-tier budgets (SPEC §5), through
+//! the real dispatcher against fakes on 127.0.0.1. Waits are on conditions.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::time::Duration;
+
+use daylog::language::Language;
+use daylog::store::{Inserted, NewLog, NewUser, Store};
+use serde_json::json;
+use support::App;
+use support::telegram::text_update;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn requests(server: &MockServer) -> usize {
+    server.received_requests().await.unwrap_or_default().len()
+}
+
+async fn gemini_refuses(app: &App) {
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "promptFeedback": {"blockReason": "SAFETY"}
+        })))
+        .mount(&app.providers.gemini)
+        .await;
+}
+
+async fn mistral_answers(app: &App, status: u16) {
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(status).set_body_string("nope"))
+        .mount(&app.providers.mistral)
+        .await;
+}
+
+/// Item 7 of issue 10: with Mistral down and Gemini refusing, the log stays pending —
+/// and Gemini is never asked about it again, neither by the worker's later rounds nor
+/// when the log finally has no other step left (then it is blocked, without a request).
+#[tokio::test]
+async fn a_model_that_refused_a_log_is_never_asked_about_it_again() {
+    let app = App::spawn().await;
+    mistral_answers(&app, 503).await;
+    gemini_refuses(&app).await;
+    app.providers.answer_metrics(support::METRICS_JSON).await;
+
+    app.telegram
+        .push_update(text_update(31, 1, "I'd kill for a coffee."));
+    let sent = app.telegram.wait_sent(31, 1).await;
+    assert!(
+        sent[0].text().contains("will follow"),
+        "pending, not blocked, while Mistral may still answer: {}",
+        sent[0].text()
+    );
+    // The worker comes back several times (retry_min_ms = 100) while Mistral is down.
+    support::wait_until("three analysis rounds", WAIT, || async {
+        app.count("SELECT attempts FROM day_logs WHERE chat_id = 31")
+            .await
+            >= 3
+    })
+    .await;
+    assert_eq!(
+        requests(&app.providers.gemini).await,
+        1,
+        "Gemini refused once and was not asked again"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM llm_refusals WHERE provider = 'gemini'")
+            .await,
+        1
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE status = 'pending'")
+            .await,
+        1
+    );
+
+    // Mistral now rejects the request for good: no step that has not refused is left.
+    app.providers.mistral.reset().await;
+    mistral_answers(&app, 400).await;
+    let sent = app.telegram.wait_sent(31, 2).await;
+    assert!(sent[1].text().contains("refused"), "{}", sent[1].text());
+    support::wait_until("the log is blocked and answered", WAIT, || async {
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE status = 'blocked' AND replied_at IS NOT NULL",
+        )
+        .await
+            == 1
+    })
+    .await;
+    assert_eq!(requests(&app.providers.gemini).await, 1, "still only once");
+    app.stop().await;
+}
+
+/// An edit is a new question: a model that refused the old text may answer the new
+/// one; and a refusal of a text that was edited meanwhile is not stored.
+#[tokio::test]
+async fn an_edit_forgets_the_refusals_of_the_old_text() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/daylog.db", dir.path().display());
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("store");
+    store
+        .upsert_user(&NewUser {
+            user_id: 5,
+            chat_id: 5,
+            username: None,
+            language: Language::En,
+        })
+        .await
+        .expect("user");
+    let Inserted::New(log) = store
+        .insert_log(&NewLog {
+            user_id: 5,
+            chat_id: 5,
+            message_id: 1,
+            text: "old text",
+        })
+        .await
+        .expect("insert")
+    else {
+        panic!("a new log");
+    };
+    let gemini = ("gemini".to_owned(), "flash".to_owned());
+    store
+        .record_refusals(log.id, "old text", &[gemini.clone(), gemini.clone()])
+        .await
+        .expect("record");
+    assert_eq!(
+        store.refusals(log.id).await.expect("read"),
+        vec![gemini.clone()]
+    );
+
+    store
+        .update_text(5, 1, "new text")
+        .await
+        .expect("edit")
+        .expect("edited");
+    assert!(store.refusals(log.id).await.expect("read").is_empty());
+    // A refusal that arrives for the old text after the edit is dropped.
+    store
+        .record_refusals(log.id, "old text", std::slice::from_ref(&gemini))
+        .await
+        .expect("record");
+    assert!(store.refusals(log.id).await.expect("read").is_empty());
+}
