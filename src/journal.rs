@@ -141,6 +141,9 @@ pub struct Journal {
     /// Held (shared) by an insert that claims its log only after it (a terminal entry),
     /// and (exclusively) by the worker while it lists and claims unfinished logs.
     claim_gate: tokio::sync::RwLock<()>,
+    /// Daily budgets stored by an earlier run are read back once, before the first
+    /// analysis, so a restart does not spend a dead daily quota again.
+    budgets_restored: tokio::sync::OnceCell<()>,
 }
 
 impl Journal {
@@ -151,6 +154,7 @@ impl Journal {
             llm,
             claims: Arc::default(),
             claim_gate: tokio::sync::RwLock::new(()),
+            budgets_restored: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -432,6 +436,14 @@ impl Journal {
         // Models that refused this text before are not asked again (SPEC §5); new
         // refusals are remembered before the outcome is stored, so the worker's next
         // round already leaves them out.
+        self.budgets_restored
+            .get_or_init(|| async {
+                match self.store.spent_budgets().await {
+                    Ok(spent) => self.llm.restore_budgets(&spent),
+                    Err(error) => tracing::warn!(%error, "could not read the spent daily budgets"),
+                }
+            })
+            .await;
         let refused = self.store.refusals(log.id).await?;
         let sink = RefusalWatch::new(self.store.call_sink(Some(log.id)));
         let (analysis, metrics) = tokio::join!(
@@ -440,6 +452,13 @@ impl Journal {
             self.llm
                 .run_excluding(Task::Metrics, &metrics_request, &sink, &refused),
         );
+        let spent = self.llm.take_new_daily_budgets();
+        if !spent.is_empty()
+            && let Err(error) = self.store.save_spent_budgets(&spent).await
+        {
+            // Only a restart would pay for it: worth a warning, not the entry.
+            tracing::warn!(%error, "could not store a spent daily budget");
+        }
         let newly_refused = sink.refused();
         if !newly_refused.is_empty() {
             self.store

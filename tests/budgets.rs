@@ -149,3 +149,58 @@ async fn an_edit_forgets_the_refusals_of_the_old_text() {
         .expect("record");
     assert!(store.refusals(log.id).await.expect("read").is_empty());
 }
+
+/// Item 4 of issue 10: a per-day quota that Gemini reported spent is stored (readable
+/// with SQL) and a restarted bot does not spend a request on it again.
+#[tokio::test]
+async fn a_restart_does_not_spend_a_dead_daily_quota_again() {
+    let app = App::spawn().await;
+    mistral_answers(&app, 503).await;
+    let per_day = r#"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[
+        {"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[
+          {"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},
+        {"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"3s"}]}}"#;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(429).set_body_raw(per_day, "application/json"))
+        .mount(&app.providers.gemini)
+        .await;
+    app.providers.answer_metrics(support::METRICS_JSON).await;
+    app.telegram.push_update(text_update(33, 1, "A quiet day."));
+    app.telegram.wait_sent(33, 1).await;
+    support::wait_until("the spent quota is stored", WAIT, || async {
+        app.count(
+            "SELECT count(*) FROM llm_budgets WHERE provider = 'gemini' AND key_index = 0
+             AND spent_until > datetime('now', '+1 minute')",
+        )
+        .await
+            == 1
+    })
+    .await;
+    let gemini_before = requests(&app.providers.gemini).await;
+    assert_eq!(gemini_before, 1, "one 429, then the budget is known spent");
+    let (dir, providers) = app.stop().await;
+
+    let app = App::spawn_on(dir, providers, |_| {}).await;
+    let attempts = app
+        .count("SELECT attempts FROM day_logs WHERE chat_id = 33")
+        .await;
+    // The restarted worker takes the pending log up again, several times.
+    support::wait_until("two more analysis rounds", WAIT, || async {
+        app.count("SELECT attempts FROM day_logs WHERE chat_id = 33")
+            .await
+            >= attempts + 2
+    })
+    .await;
+    assert_eq!(
+        requests(&app.providers.gemini).await,
+        gemini_before,
+        "no request on the dead daily quota after the restart"
+    );
+    app.store.flush_calls().await;
+    assert!(
+        app.count("SELECT count(*) FROM llm_calls WHERE outcome = 'skipped_budget' AND provider = 'gemini'")
+            .await
+            >= 1
+    );
+    app.stop().await;
+}

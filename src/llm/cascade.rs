@@ -26,6 +26,7 @@ use reqwest::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::llm::budget::Budgets;
 use crate::llm::cooldown::{Cooldowns, StepId};
 use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
 use crate::llm::error::{AttemptError, CascadeError, LlmError};
@@ -50,6 +51,9 @@ pub(crate) struct Engine<'a> {
     pub policy: &'a RetryPolicy,
     pub cooldowns: &'a Cooldowns,
     pub hedging: &'a Hedging,
+    pub budgets: &'a Budgets,
+    /// `budgets.spill_after_ms`.
+    pub spill_after: Duration,
 }
 
 /// Runs one task through `steps` (already limited to usable providers), leaving out
@@ -100,6 +104,9 @@ pub(crate) async fn run(
         policy: engine.policy,
         cooldowns: engine.cooldowns,
         hedging: engine.hedging,
+        budgets: engine.budgets,
+        spill_after: engine.spill_after,
+        spent: Mutex::new(Vec::new()),
         task,
         request,
         sink,
@@ -128,6 +135,8 @@ enum Mode {
     Normal,
     /// Everything is cooling down: one real attempt with the soonest-free key.
     Forced(Option<usize>),
+    /// No step has budget: wait for this one's, however long (within the deadline).
+    Patient,
 }
 
 enum StepEnd<'a> {
@@ -168,6 +177,11 @@ struct TaskRun<'a> {
     policy: &'a RetryPolicy,
     cooldowns: &'a Cooldowns,
     hedging: &'a Hedging,
+    budgets: &'a Budgets,
+    spill_after: Duration,
+    /// Steps left because their budget was spent (step number, when it returns): the
+    /// ones to wait for when no step has budget.
+    spent: Mutex<Vec<(usize, Instant)>>,
     task: Task,
     request: &'a ChatRequest,
     sink: &'a dyn AttemptSink,
@@ -189,6 +203,8 @@ impl<'a> TaskRun<'a> {
         let mut running = FuturesUnordered::new();
         let mut next = 0;
         let mut forced_done = false;
+        // Steps already waited for (each at most once per task).
+        let mut waited: HashSet<usize> = HashSet::new();
         let mut blocked: Option<Refusal> = refused_before;
         let mut transient = false;
         // Numbers of the running steps, and of those whose attempt was slow.
@@ -199,6 +215,11 @@ impl<'a> TaskRun<'a> {
                 if let Some(i) = self.next_available(steps, &mut next) {
                     running_steps.push(steps[i].id.no);
                     running.push(self.run_step(&steps[i], Mode::Normal));
+                } else if let Some(i) = self.soonest_budget(steps, &mut waited) {
+                    // No step has budget now: wait for the one that has it first,
+                    // rather than hammering a spent one or giving up.
+                    running_steps.push(steps[i].id.no);
+                    running.push(self.run_step(&steps[i], Mode::Patient));
                 } else if !forced_done && self.real_attempts.load(Ordering::Relaxed) == 0 {
                     // The user is never told "no provider" without one real attempt.
                     forced_done = true;
@@ -275,15 +296,42 @@ impl<'a> TaskRun<'a> {
             let i = *next;
             *next += 1;
             let step = &steps[i];
-            match self
-                .cooldowns
-                .step_blocked_until(&step.id, &step.provider.key_slots())
-            {
-                None => return Some(i),
-                Some((until, _)) => self.record_skip(step, None, until),
+            let keys = step.provider.key_slots();
+            match self.cooldowns.step_blocked_until(&step.id, &keys) {
+                None => {}
+                Some((until, _)) => {
+                    self.record_skip(step, None, until);
+                    continue;
+                }
+            }
+            match self.budgets.step_blocked_until(&step.id, &keys) {
+                // Back soon enough: the step waits for it at the start of its round.
+                Some(until) if until > Instant::now() + self.spill_after => {
+                    self.spill(step, until);
+                }
+                _ => return Some(i),
             }
         }
         None
+    }
+
+    /// The step is left for lack of budget: recorded, and remembered in case no step
+    /// has budget.
+    fn spill(&self, step: &Step, until: Instant) {
+        self.record_budget_skip(step, None, until);
+        let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        spent.push((step.id.no, until));
+    }
+
+    /// The step whose budget returns first within the deadline, not waited for yet.
+    fn soonest_budget(&self, steps: &[Step], waited: &mut HashSet<usize>) -> Option<usize> {
+        let spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        let (no, _) = spent
+            .iter()
+            .filter(|(no, until)| !waited.contains(no) && *until < self.deadline)
+            .min_by_key(|(no, until)| (*until, *no))?;
+        waited.insert(*no);
+        steps.iter().position(|s| s.id.no == *no)
     }
 
     /// The step (and key) that leaves cooldown first.
@@ -305,9 +353,12 @@ impl<'a> TaskRun<'a> {
     /// round is [`decision`]'s call; this only gathers the facts and carries it out.
     async fn run_step(&self, step: &'a Step, mode: Mode) -> StepEnd<'a> {
         let (mut keys, rounds, forced) = match mode {
-            Mode::Normal => (step.provider.key_slots(), self.policy.max_attempts, false),
+            Mode::Normal | Mode::Patient => {
+                (step.provider.key_slots(), self.policy.max_attempts, false)
+            }
             Mode::Forced(key) => (vec![key], 1, true),
         };
+        let patient = !matches!(mode, Mode::Normal);
         let cooling = |key| {
             if forced {
                 None
@@ -322,7 +373,24 @@ impl<'a> TaskRun<'a> {
         let mut backoff = self.policy.backoff();
         // The pause before this round, recorded on its first attempt.
         let mut wait = Duration::ZERO;
-        for round in 1..=rounds {
+        let mut round = 0;
+        while round < rounds {
+            round += 1;
+            // Never send on a spent budget: wait for it when it returns soon (or when
+            // no step has budget), else leave the step to the next one (spill-over).
+            if let Some(until) = self.budgets.step_blocked_until(&step.id, &keys) {
+                let now = Instant::now();
+                if until >= self.deadline || (!patient && until > now + self.spill_after) {
+                    self.spill(step, until);
+                    return StepEnd::Failed {
+                        no,
+                        transient: true,
+                    };
+                }
+                tokio::time::sleep_until(until).await;
+                wait += until.saturating_duration_since(now);
+            }
+            let mut sent_any = false;
             let mut wait_at_least: Option<Duration> = None;
             // The keys still in play after this round.
             let mut again = Vec::with_capacity(keys.len());
@@ -343,6 +411,13 @@ impl<'a> TaskRun<'a> {
                     self.record_skip(step, key, until);
                     continue;
                 }
+                if let Err(until) = self.budgets.admit(&step.id, key) {
+                    drop(permit);
+                    self.record_budget_skip(step, key, until);
+                    again.push(key);
+                    continue;
+                }
+                sent_any = true;
                 let result = self.attempt(step, key, round, wait).await;
                 wait = Duration::ZERO;
                 drop(permit);
@@ -367,6 +442,10 @@ impl<'a> TaskRun<'a> {
                     key_cooling: cooling(key).is_some(),
                     last_round: round == rounds,
                     max_delay: self.policy.max_delay,
+                    budget_spent: self
+                        .budgets
+                        .blocked_until(&step.id, key)
+                        .is_some_and(|until| until > Instant::now() + self.spill_after),
                 };
                 let next = decision::next(&facts);
                 unusable_seen |= matches!(error, LlmError::Unusable { .. });
@@ -401,6 +480,24 @@ impl<'a> TaskRun<'a> {
                 }
             }
             keys = again;
+            if !sent_any && !keys.is_empty() {
+                // A round that sent nothing (every key's budget spent meanwhile) is no
+                // round: the budget check above waits or spills over.
+                round -= 1;
+                continue;
+            }
+            // Every key left has spent its budget (a 429 said so): spill over at once
+            // unless it returns soon; no backoff on a budget known to be spent.
+            if let Some(until) = self.budgets.step_blocked_until(&step.id, &keys)
+                && !patient
+                && until > Instant::now() + self.spill_after
+            {
+                self.spill(step, until);
+                return StepEnd::Failed {
+                    no,
+                    transient: true,
+                };
+            }
             let facts = RoundFacts {
                 keys_left: keys.len(),
                 backoff: backoff.next_wait(wait_at_least),
@@ -444,12 +541,27 @@ impl<'a> TaskRun<'a> {
             temperature: step.temperature,
             request: self.request,
         };
-        let response = step.provider.complete(
-            self.client,
-            step.provider.key(key),
-            &call,
-            self.policy.request_timeout,
-        );
+        let response = async {
+            let (result, hint) = step
+                .provider
+                .complete_hinted(
+                    self.client,
+                    step.provider.key(key),
+                    &call,
+                    self.policy.request_timeout,
+                )
+                .await;
+            let rate_limited = matches!(result, Err(LlmError::RateLimited { .. }));
+            if (rate_limited || result.is_ok())
+                && let Some(spent) = self.budgets.learn(&step.id, key, &hint, rate_limited)
+            {
+                tracing::debug!(
+                    provider = %step.id.provider, model = %step.id.model, key_index = ?key,
+                    spent_ms = duration_ms(spent), "budget spent for now"
+                );
+            }
+            result
+        };
         let result = match hedge_after {
             None => response.await,
             Some(after) => {
@@ -510,6 +622,20 @@ impl<'a> TaskRun<'a> {
         );
     }
 
+    fn record_budget_skip(&self, step: &Step, key: Option<usize>, until: Instant) {
+        let left = until.saturating_duration_since(Instant::now());
+        self.record(
+            step,
+            key,
+            0,
+            Outcome::SkippedBudget,
+            None,
+            Duration::ZERO,
+            Duration::ZERO,
+            Some(format!("budget spent for {}ms more", duration_ms(left))),
+        );
+    }
+
     #[expect(
         clippy::too_many_arguments,
         reason = "one row of llm_calls, field by field"
@@ -538,10 +664,12 @@ impl<'a> TaskRun<'a> {
                 task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
                 %outcome, latency_ms, "llm key refused; check this key"
             ),
-            Outcome::SkippedCooldown | Outcome::Cancelled => tracing::debug!(
-                task, %provider, %model, key_index = ?key, %outcome, error = ?error,
-                "llm attempt"
-            ),
+            Outcome::SkippedCooldown | Outcome::SkippedBudget | Outcome::Cancelled => {
+                tracing::debug!(
+                    task, %provider, %model, key_index = ?key, %outcome, error = ?error,
+                    "llm attempt"
+                )
+            }
             _ => tracing::info!(
                 task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
                 %outcome, latency_ms, wait_ms, "llm attempt failed"
@@ -551,7 +679,7 @@ impl<'a> TaskRun<'a> {
         // goes to `llm_calls.error` and, below info, to the log.
         if !matches!(
             outcome,
-            Outcome::Ok | Outcome::SkippedCooldown | Outcome::Cancelled
+            Outcome::Ok | Outcome::SkippedCooldown | Outcome::SkippedBudget | Outcome::Cancelled
         ) {
             tracing::debug!(task, %provider, %model, key_index = ?key, error = ?error, "llm attempt error");
         }

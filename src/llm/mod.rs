@@ -8,6 +8,8 @@
 //! set each step's hedging threshold.
 
 mod anthropic;
+mod budget;
+pub mod budget_hint;
 mod cascade;
 mod cooldown;
 mod decision;
@@ -25,10 +27,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+pub use budget::SpentBudget;
 pub use error::{AttemptError, CascadeError, LlmError};
 pub use types::{Attempt, AttemptSink, ChatRequest, Completion, NullSink, Outcome, Task};
 
 use crate::config::{Settings, StepSettings};
+use budget::Budgets;
 use cascade::{Engine, Step};
 use cooldown::{Cooldowns, StepId};
 use hedge::Hedging;
@@ -47,6 +51,8 @@ pub struct Llm {
     policy: RetryPolicy,
     cooldowns: Cooldowns,
     hedging: Hedging,
+    budgets: Budgets,
+    spill_after: std::time::Duration,
 }
 
 impl fmt::Debug for Llm {
@@ -150,6 +156,14 @@ impl Llm {
                 settings.cooldown.failures_to_trip,
             ),
             hedging,
+            budgets: Budgets::new(
+                settings
+                    .providers
+                    .iter()
+                    .map(|(name, p)| (name.clone(), p.budget.clone()))
+                    .collect(),
+            ),
+            spill_after: settings.budgets.spill_after(),
         })
     }
 
@@ -182,6 +196,8 @@ impl Llm {
             policy: &self.policy,
             cooldowns: &self.cooldowns,
             hedging: &self.hedging,
+            budgets: &self.budgets,
+            spill_after: self.spill_after,
         };
         cascade::run(engine, steps, task, request, sink, refused).await
     }
@@ -227,6 +243,22 @@ impl Llm {
             Ok(_) | Err(LlmError::Unusable { .. } | LlmError::Blocked { .. }) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// Daily budgets that became spent since the last call: store them (SPEC §5), so a
+    /// restart does not spend a dead daily quota again.
+    pub fn take_new_daily_budgets(&self) -> Vec<SpentBudget> {
+        self.budgets.take_new_daily()
+    }
+
+    /// Restores the daily budgets stored before a restart.
+    pub fn restore_budgets(&self, spent: &[SpentBudget]) {
+        self.budgets.restore(spent);
+    }
+
+    /// Every budget this process knows to be spent now (`true`: a daily one).
+    pub fn spent_budgets(&self) -> Vec<(SpentBudget, bool)> {
+        self.budgets.spent_now()
     }
 
     /// Names of the configured providers and whether each can be called.

@@ -6,7 +6,7 @@
 //! nothing else in the layer looks at a provider's kind.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use reqwest::header::HeaderMap;
 use reqwest::{Client, RequestBuilder, StatusCode};
@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::{ApiKey, ProviderKind, ProviderSettings};
 use crate::llm::anthropic::Anthropic;
+use crate::llm::budget_hint::{self, Hint};
 use crate::llm::error::LlmError;
 use crate::llm::gemini::Gemini;
 use crate::llm::openai::OpenAi;
@@ -81,17 +82,49 @@ impl Provider {
         call: &Call<'_>,
         timeout: Duration,
     ) -> Result<(u16, String), LlmError> {
-        let builder = self.wire.request(client, &self.base_url, key, call)?;
-        let (status, headers, body) = tokio::time::timeout(timeout, send(builder, timeout))
+        self.complete_hinted(client, key, call, timeout).await.0
+    }
+
+    /// [`Provider::complete`], with what the answer said about the budget it was sent
+    /// on (rate-limit headers, a 429 body); an empty [`Hint`] when nothing came back.
+    pub async fn complete_hinted(
+        &self,
+        client: &Client,
+        key: Option<&ApiKey>,
+        call: &Call<'_>,
+        timeout: Duration,
+    ) -> (Result<(u16, String), LlmError>, Hint) {
+        let builder = match self.wire.request(client, &self.base_url, key, call) {
+            Ok(builder) => builder,
+            Err(e) => return (Err(e), Hint::default()),
+        };
+        let sent = tokio::time::timeout(timeout, send(builder, timeout))
             .await
-            .map_err(|_| LlmError::Timeout(timeout))??;
+            .map_err(|_| LlmError::Timeout(timeout))
+            .and_then(|r| r);
+        let (status, headers, body) = match sent {
+            Ok(answer) => answer,
+            Err(e) => return (Err(e), Hint::default()),
+        };
+        let hint = budget_hint::from_headers(&headers, SystemTime::now());
         if status.is_success() {
-            let text = self.wire.parse_success(status, &body, call)?;
-            Ok((status.as_u16(), text))
+            let result = self
+                .wire
+                .parse_success(status, &body, call)
+                .map(|text| (status.as_u16(), text));
+            (result, hint)
         } else {
             let text = redact(&String::from_utf8_lossy(&body), key);
+            let hint = if status == StatusCode::TOO_MANY_REQUESTS {
+                budget_hint::with_body(hint, &text)
+            } else {
+                hint
+            };
             let retry_after = self.wire.retry_after(&headers, &text);
-            Err(self.wire.classify_error(status, &text, retry_after))
+            (
+                Err(self.wire.classify_error(status, &text, retry_after)),
+                hint,
+            )
         }
     }
 }
@@ -108,9 +141,14 @@ async fn send(
         .await
         .map_err(|e| LlmError::from_reqwest(e, timeout))?;
     let status = response.status();
-    // Only error answers need their headers (Retry-After); don't copy them otherwise.
+    // Error answers need their headers (Retry-After); a success only its budget's.
     let headers = if status.is_success() {
-        HeaderMap::new()
+        response
+            .headers()
+            .iter()
+            .filter(|(name, _)| name.as_str().starts_with("x-ratelimit-"))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect()
     } else {
         response.headers().clone()
     };
