@@ -109,6 +109,11 @@ pub enum Decided {
     },
     /// No provider answered; the log stays pending and the worker tries again.
     Pending,
+    /// Every step's budget is spent: the log is parked until the first returns, about
+    /// `back_in` from now, and the worker takes it up then (oldest logs first).
+    WaitingForBudget {
+        back_in: Duration,
+    },
     Blocked,
     /// The log was edited while this round ran: nothing was stored, and the worker
     /// analyses the new text.
@@ -360,7 +365,22 @@ impl Journal {
                 self.notify(messenger, &log, Reply::new().text(texts.saved_pending()))
                     .await;
             }
-            Decided::Pending | Decided::Superseded => {}
+            Decided::WaitingForBudget { back_in }
+                if !late && back_in > self.settings.budgets.notify_after() =>
+            {
+                let minutes = back_in.as_secs().div_ceil(60).max(1);
+                self.notify(
+                    messenger,
+                    &log,
+                    Reply::new().text(texts.saved_budget(minutes)),
+                )
+                .await;
+            }
+            Decided::WaitingForBudget { .. } if !late => {
+                // Short enough that the user is not told "later" (it came back within
+                // notify_after_ms); the worker answers as soon as it is back.
+            }
+            Decided::Pending | Decided::Superseded | Decided::WaitingForBudget { .. } => {}
         }
         Ok(())
     }
@@ -500,9 +520,20 @@ impl Journal {
                 Ok(Decided::Blocked)
             }
             Err(error) => {
-                let retry_in = self.retry_delay(log.attempts);
+                // No step has budget: come back when the first one returns, not on the
+                // failure schedule.
+                let budget_wait = self.llm.budget_wait(Task::Analysis);
+                let retry_in = budget_wait.unwrap_or_else(|| self.retry_delay(log.attempts));
                 if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
                     return Ok(superseded(log.id));
+                }
+                if let Some(back_in) = budget_wait {
+                    tracing::info!(
+                        log_id = log.id,
+                        back_in_s = back_in.as_secs(),
+                        "every budget is spent; log parked until one returns"
+                    );
+                    return Ok(Decided::WaitingForBudget { back_in });
                 }
                 tracing::warn!(log_id = log.id, %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
                 Ok(Decided::Pending)

@@ -204,3 +204,40 @@ async fn a_restart_does_not_spend_a_dead_daily_quota_again() {
     );
     app.stop().await;
 }
+
+/// Item 5 of issue 10: when every step's budget is spent for longer than
+/// `notify_after_ms`, the user is told at once, roughly when, and the log is parked
+/// until the first budget returns (not on the failure schedule).
+#[tokio::test]
+async fn with_every_budget_spent_the_user_is_told_roughly_when() {
+    let app = App::spawn().await;
+    for server in [&app.providers.mistral, &app.providers.gemini] {
+        Mock::given(method("POST"))
+            .respond_with(
+                ResponseTemplate::new(429)
+                    .insert_header("retry-after", "150")
+                    .set_body_string("{\"message\":\"rate limited\"}"),
+            )
+            .mount(server)
+            .await;
+    }
+    app.providers.answer_metrics(support::METRICS_JSON).await;
+    app.telegram
+        .push_update(text_update(34, 1, "Busy evening."));
+    let sent = app.telegram.wait_sent(34, 1).await;
+    let text = sent[0].text();
+    assert!(text.contains("in about 3 minutes"), "{text}");
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE chat_id = 34 AND status = 'pending'
+             AND next_attempt_at > datetime('now', '+100 seconds')"
+        )
+        .await,
+        1,
+        "parked until the budget returns"
+    );
+    // One 429 per budget (Mistral's workspace for both its models, Gemini's model).
+    assert_eq!(requests(&app.providers.mistral).await, 1);
+    assert_eq!(requests(&app.providers.gemini).await, 1);
+    app.stop().await;
+}

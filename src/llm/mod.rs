@@ -245,6 +245,24 @@ impl Llm {
         }
     }
 
+    /// How long until some step of `task` has budget again, when none has it now
+    /// (`None`: some step has budget, or a step is held back by something else).
+    pub fn budget_wait(&self, task: Task) -> Option<std::time::Duration> {
+        let steps = match task {
+            Task::Analysis => &self.analysis,
+            Task::Metrics => &self.metrics,
+        };
+        let now = tokio::time::Instant::now();
+        let mut soonest: Option<tokio::time::Instant> = None;
+        for step in steps {
+            let until = self
+                .budgets
+                .step_blocked_until(&step.id, &step.provider.key_slots())?;
+            soonest = Some(soonest.map_or(until, |s| s.min(until)));
+        }
+        soonest.map(|until| until.saturating_duration_since(now))
+    }
+
     /// Daily budgets that became spent since the last call: store them (SPEC §5), so a
     /// restart does not spend a dead daily quota again.
     pub fn take_new_daily_budgets(&self) -> Vec<SpentBudget> {
