@@ -522,7 +522,16 @@ impl Journal {
             Err(error) => {
                 // No step has budget: come back when the first one returns, not on the
                 // failure schedule.
-                let budget_wait = self.llm.budget_wait(Task::Analysis);
+                // Only when budgets are the whole story: a step that failed for another
+                // reason (5xx, a stall) puts the log on the failure schedule.
+                let only_budgets = error
+                    .errors()
+                    .iter()
+                    .all(|e| matches!(e.error, crate::llm::LlmError::RateLimited { .. }));
+                let budget_wait = self
+                    .llm
+                    .budget_wait(Task::Analysis)
+                    .filter(|_| only_budgets);
                 let retry_in = budget_wait.unwrap_or_else(|| self.retry_delay(log.attempts));
                 if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
                     return Ok(superseded(log.id));

@@ -154,7 +154,12 @@ async fn an_edit_forgets_the_refusals_of_the_old_text() {
 /// with SQL) and a restarted bot does not spend a request on it again.
 #[tokio::test]
 async fn a_restart_does_not_spend_a_dead_daily_quota_again() {
-    let app = App::spawn().await;
+    // One round per step: Mistral's 1 request/s budget would otherwise stretch each
+    // analysis over seconds of (correct) waiting.
+    let one_round = |env: &mut std::collections::HashMap<String, String>| {
+        env.insert("DAYLOG__RETRY__MAX_ATTEMPTS".into(), "1".into());
+    };
+    let app = App::spawn_with(one_round).await;
     mistral_answers(&app, 503).await;
     let per_day = r#"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[
         {"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[
@@ -180,7 +185,7 @@ async fn a_restart_does_not_spend_a_dead_daily_quota_again() {
     assert_eq!(gemini_before, 1, "one 429, then the budget is known spent");
     let (dir, providers) = app.stop().await;
 
-    let app = App::spawn_on(dir, providers, |_| {}).await;
+    let app = App::spawn_on(dir, providers, one_round).await;
     let attempts = app
         .count("SELECT attempts FROM day_logs WHERE chat_id = 33")
         .await;

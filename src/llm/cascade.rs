@@ -4,9 +4,12 @@
 //!
 //! What an attempt's error means is decided in [`LlmError`]; what the cascade does with
 //! it is decided by the pure functions of [`decision`] (after an attempt, after a round),
-//! which [`TaskRun::run_step`] carries out. State shared between requests lives in the
-//! [`Cooldowns`] registry, read again before every attempt so that concurrent requests
-//! pay for one dead provider once. Hedging thresholds come from [`Hedging`]; with
+//! which [`TaskRun::run_step`] carries out. State shared between requests — cooldowns
+//! and budgets — lives behind [`SharedState`], read again before every attempt so that
+//! concurrent requests pay for one dead provider once, and no request is sent on a
+//! budget known to be spent: a step without budget is left for the next one at once
+//! (spill-over) unless its budget returns within `budgets.spill_after_ms`, and when no
+//! step has budget the task waits for the soonest. Hedging thresholds come from [`Hedging`]; with
 //! `"auto"`, an attempt that passes its step's threshold marks the step stalled in the
 //! registry until it answers (or would have timed out), so later requests start on the
 //! next step.
@@ -26,13 +29,13 @@ use reqwest::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::llm::budget::Budgets;
-use crate::llm::cooldown::{Cooldowns, StepId};
+use crate::llm::cooldown::StepId;
 use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
 use crate::llm::error::{AttemptError, CascadeError, LlmError};
 use crate::llm::hedge::Hedging;
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
+use crate::llm::state::SharedState;
 use crate::llm::types::{Attempt, AttemptSink, ChatRequest, Completion, Outcome, Task};
 use crate::llm::wire::Call;
 
@@ -49,9 +52,8 @@ pub(crate) struct Step {
 pub(crate) struct Engine<'a> {
     pub client: &'a Client,
     pub policy: &'a RetryPolicy,
-    pub cooldowns: &'a Cooldowns,
+    pub state: &'a dyn SharedState,
     pub hedging: &'a Hedging,
-    pub budgets: &'a Budgets,
     /// `budgets.spill_after_ms`.
     pub spill_after: Duration,
 }
@@ -102,9 +104,8 @@ pub(crate) async fn run(
     let run = TaskRun {
         client: engine.client,
         policy: engine.policy,
-        cooldowns: engine.cooldowns,
+        state: engine.state,
         hedging: engine.hedging,
-        budgets: engine.budgets,
         spill_after: engine.spill_after,
         spent: Mutex::new(Vec::new()),
         task,
@@ -175,9 +176,8 @@ impl Refusal {
 struct TaskRun<'a> {
     client: &'a Client,
     policy: &'a RetryPolicy,
-    cooldowns: &'a Cooldowns,
+    state: &'a dyn SharedState,
     hedging: &'a Hedging,
-    budgets: &'a Budgets,
     spill_after: Duration,
     /// Steps left because their budget was spent (step number, when it returns): the
     /// ones to wait for when no step has budget.
@@ -297,14 +297,14 @@ impl<'a> TaskRun<'a> {
             *next += 1;
             let step = &steps[i];
             let keys = step.provider.key_slots();
-            match self.cooldowns.step_blocked_until(&step.id, &keys) {
+            match self.state.step_cooling_until(&step.id, &keys) {
                 None => {}
                 Some((until, _)) => {
                     self.record_skip(step, None, until);
                     continue;
                 }
             }
-            match self.budgets.step_blocked_until(&step.id, &keys) {
+            match self.state.step_budget_until(&step.id, &keys) {
                 // Back soon enough: the step waits for it at the start of its round.
                 Some(until) if until > Instant::now() + self.spill_after => {
                     self.spill(step, until);
@@ -341,8 +341,8 @@ impl<'a> TaskRun<'a> {
             .enumerate()
             .filter_map(|(i, s)| {
                 let (until, key) = self
-                    .cooldowns
-                    .step_blocked_until(&s.id, &s.provider.key_slots())?;
+                    .state
+                    .step_cooling_until(&s.id, &s.provider.key_slots())?;
                 Some((until, i, key))
             })
             .min_by_key(|(until, i, _)| (*until, *i))
@@ -363,7 +363,7 @@ impl<'a> TaskRun<'a> {
             if forced {
                 None
             } else {
-                self.cooldowns.key_blocked_until(&step.id, key)
+                self.state.key_cooling_until(&step.id, key)
             }
         };
         let mut unusable_seen = false;
@@ -378,7 +378,7 @@ impl<'a> TaskRun<'a> {
             round += 1;
             // Never send on a spent budget: wait for it when it returns soon (or when
             // no step has budget), else leave the step to the next one (spill-over).
-            if let Some(until) = self.budgets.step_blocked_until(&step.id, &keys) {
+            if let Some(until) = self.state.step_budget_until(&step.id, &keys) {
                 let now = Instant::now();
                 if until >= self.deadline || (!patient && until > now + self.spill_after) {
                     self.spill(step, until);
@@ -411,7 +411,7 @@ impl<'a> TaskRun<'a> {
                     self.record_skip(step, key, until);
                     continue;
                 }
-                if let Err(until) = self.budgets.admit(&step.id, key) {
+                if let Err(until) = self.state.admit(&step.id, key) {
                     drop(permit);
                     self.record_budget_skip(step, key, until);
                     again.push(key);
@@ -423,7 +423,7 @@ impl<'a> TaskRun<'a> {
                 drop(permit);
                 let error = match result {
                     Ok((_, text)) => {
-                        self.cooldowns.record_success(&step.id, key);
+                        self.state.record_success(&step.id, key);
                         return StepEnd::Answer(Completion {
                             text,
                             provider: step.id.provider.clone(),
@@ -434,7 +434,7 @@ impl<'a> TaskRun<'a> {
                 };
                 transient |= error.is_passing();
                 // A passing failure counts towards the shared trip, whatever follows.
-                let tripped = error.is_retryable() && self.cooldowns.record_failure(&step.id, key);
+                let tripped = error.is_retryable() && self.state.record_failure(&step.id, key);
                 let facts = Facts {
                     error: &error,
                     unusable_before: unusable_seen,
@@ -443,8 +443,8 @@ impl<'a> TaskRun<'a> {
                     last_round: round == rounds,
                     max_delay: self.policy.max_delay,
                     budget_spent: self
-                        .budgets
-                        .blocked_until(&step.id, key)
+                        .state
+                        .budget_until(&step.id, key)
                         .is_some_and(|until| until > Instant::now() + self.spill_after),
                 };
                 let next = decision::next(&facts);
@@ -458,15 +458,14 @@ impl<'a> TaskRun<'a> {
                     Next::Retire { cool } => {
                         if let Some(cool) = cool {
                             let until = match cool {
-                                Cool::Standard => self.cooldowns.default_until(),
+                                Cool::Standard => self.state.default_until(),
                                 Cool::For(asked) => Instant::now() + asked,
                             };
-                            self.cooldowns.trip_key(&step.id, key, until);
+                            self.state.cool_key(&step.id, key, until);
                         }
                     }
                     Next::CoolStep => {
-                        self.cooldowns
-                            .trip_step(&step.id, self.cooldowns.default_until());
+                        self.state.cool_step(&step.id, self.state.default_until());
                         return StepEnd::Failed { no, transient };
                     }
                     Next::Step => return StepEnd::Failed { no, transient },
@@ -488,7 +487,7 @@ impl<'a> TaskRun<'a> {
             }
             // Every key left has spent its budget (a 429 said so): spill over at once
             // unless it returns soon; no backoff on a budget known to be spent.
-            if let Some(until) = self.budgets.step_blocked_until(&step.id, &keys)
+            if let Some(until) = self.state.step_budget_until(&step.id, &keys)
                 && !patient
                 && until > Instant::now() + self.spill_after
             {
@@ -553,7 +552,7 @@ impl<'a> TaskRun<'a> {
                 .await;
             let rate_limited = matches!(result, Err(LlmError::RateLimited { .. }));
             if (rate_limited || result.is_ok())
-                && let Some(spent) = self.budgets.learn(&step.id, key, &hint, rate_limited)
+                && let Some(spent) = self.state.learn(&step.id, key, &hint, rate_limited)
             {
                 tracing::debug!(
                     provider = %step.id.provider, model = %step.id.model, key_index = ?key,
@@ -573,8 +572,8 @@ impl<'a> TaskRun<'a> {
                             // Slower than its own recent answers: stalled, as far as
                             // anyone can tell until this attempt times out. Later
                             // requests start elsewhere; an answer clears it.
-                            self.cooldowns
-                                .trip_step(&step.id, started + self.policy.request_timeout);
+                            self.state
+                                .cool_step(&step.id, started + self.policy.request_timeout);
                         }
                         // Nobody listening means the task is over; nothing to do then.
                         let _ = self.hedge.send(step.id.no);
@@ -750,7 +749,7 @@ impl Drop for InFlight<'_, '_> {
             .hedge_after
             .is_some_and(|after| self.started.elapsed() >= after);
         if slow {
-            self.run.cooldowns.record_failure(&self.step.id, self.key);
+            self.run.state.record_failure(&self.step.id, self.key);
         }
         self.run.record(
             self.step,

@@ -20,6 +20,7 @@ mod openai;
 mod provider;
 mod retry;
 pub mod retry_after;
+mod state;
 pub mod types;
 mod wire;
 
@@ -38,6 +39,7 @@ use cooldown::{Cooldowns, StepId};
 use hedge::Hedging;
 use provider::Provider;
 use retry::RetryPolicy;
+use state::{LocalState, SharedState};
 use wire::Call;
 
 /// The LLM layer of one process. `Send + Sync`; share it as `Arc<Llm>`.
@@ -49,9 +51,9 @@ pub struct Llm {
     /// The first configured model of each provider, for `ping`.
     ping_models: BTreeMap<String, String>,
     policy: RetryPolicy,
-    cooldowns: Cooldowns,
+    /// Cooldowns and budgets, shared by every request.
+    state: LocalState,
     hedging: Hedging,
-    budgets: Budgets,
     spill_after: std::time::Duration,
 }
 
@@ -151,18 +153,20 @@ impl Llm {
             metrics,
             ping_models,
             policy: RetryPolicy::new(&settings.retry),
-            cooldowns: Cooldowns::new(
-                settings.cooldown.duration(),
-                settings.cooldown.failures_to_trip,
-            ),
+            state: LocalState {
+                cooldowns: Cooldowns::new(
+                    settings.cooldown.duration(),
+                    settings.cooldown.failures_to_trip,
+                ),
+                budgets: Budgets::new(
+                    settings
+                        .providers
+                        .iter()
+                        .map(|(name, p)| (name.clone(), p.budget.clone()))
+                        .collect(),
+                ),
+            },
             hedging,
-            budgets: Budgets::new(
-                settings
-                    .providers
-                    .iter()
-                    .map(|(name, p)| (name.clone(), p.budget.clone()))
-                    .collect(),
-            ),
             spill_after: settings.budgets.spill_after(),
         })
     }
@@ -194,9 +198,8 @@ impl Llm {
         let engine = Engine {
             client: &self.client,
             policy: &self.policy,
-            cooldowns: &self.cooldowns,
+            state: &self.state,
             hedging: &self.hedging,
-            budgets: &self.budgets,
             spill_after: self.spill_after,
         };
         cascade::run(engine, steps, task, request, sink, refused).await
@@ -256,8 +259,8 @@ impl Llm {
         let mut soonest: Option<tokio::time::Instant> = None;
         for step in steps {
             let until = self
-                .budgets
-                .step_blocked_until(&step.id, &step.provider.key_slots())?;
+                .state
+                .step_budget_until(&step.id, &step.provider.key_slots())?;
             soonest = Some(soonest.map_or(until, |s| s.min(until)));
         }
         soonest.map(|until| until.saturating_duration_since(now))
@@ -266,17 +269,17 @@ impl Llm {
     /// Daily budgets that became spent since the last call: store them (SPEC §5), so a
     /// restart does not spend a dead daily quota again.
     pub fn take_new_daily_budgets(&self) -> Vec<SpentBudget> {
-        self.budgets.take_new_daily()
+        self.state.take_new_daily()
     }
 
     /// Restores the daily budgets stored before a restart.
     pub fn restore_budgets(&self, spent: &[SpentBudget]) {
-        self.budgets.restore(spent);
+        self.state.restore(spent);
     }
 
     /// Every budget this process knows to be spent now (`true`: a daily one).
     pub fn spent_budgets(&self) -> Vec<(SpentBudget, bool)> {
-        self.budgets.spent_now()
+        self.state.spent_now()
     }
 
     /// Names of the configured providers and whether each can be called.
