@@ -324,6 +324,7 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
         match Store::open_with(&settings.database_url, (&settings.store).into()).await {
             Ok(store) => {
                 let migrated = store.ensure_migrated().await;
+                let ok = migrated.is_ok();
                 lines.push(match migrated {
                     Ok(()) => match damage(&store).await {
                         None => (true, "database reachable and migrated".to_owned()),
@@ -334,6 +335,9 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
                     },
                     Err(e) => (false, format!("database: {e}")),
                 });
+                if ok {
+                    lines.extend(budget_lines(settings, &store).await);
+                }
                 store.close().await;
             }
             Err(e) => lines.push((false, format!("database: {e}"))),
@@ -365,6 +369,48 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Each key's daily budget as stored (SPEC §5): by key index, never the key.
+async fn budget_lines(settings: &Settings, store: &Store) -> Vec<(bool, String)> {
+    let spent = match store.spent_budgets().await {
+        Ok(spent) => spent,
+        Err(e) => return vec![(false, format!("budgets: {e}"))],
+    };
+    let mut lines = Vec::new();
+    let mut names: Vec<&String> = settings.providers.keys().collect();
+    names.sort();
+    for name in names {
+        for index in 0..settings.keys(name).len() {
+            let mine: Vec<&crate::llm::SpentBudget> = spent
+                .iter()
+                .filter(|s| s.provider == *name && s.key_index == Some(index))
+                .collect();
+            if mine.is_empty() {
+                lines.push((true, format!("budget {name} key #{index}: available")));
+            }
+            for s in mine {
+                let left = s
+                    .until
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default();
+                let scope = if s.scope.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", s.scope)
+                };
+                // Reported, not a failure: the cascade goes around it until the reset.
+                lines.push((
+                    true,
+                    format!(
+                        "budget {name} key #{index}{scope}: daily quota spent, resets in {} min",
+                        left.as_secs().div_ceil(60)
+                    ),
+                ));
+            }
+        }
+    }
+    lines
 }
 
 /// One tiny request per provider that can be called (`doctor --ping`).

@@ -312,6 +312,62 @@ pub struct ProviderSettings {
     pub key_env: Option<String>,
     #[serde(default = "default_max_concurrency")]
     pub max_concurrency: usize,
+    /// The free tier's budget (SPEC §5 "Budgets"): what is declared here is enforced
+    /// before sending; what the provider says is learned on top.
+    #[serde(default)]
+    pub budget: BudgetSettings,
+}
+
+/// What a provider's budget is counted per.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetPer {
+    /// Each key, for all its models together (Mistral: one workspace, every model).
+    #[default]
+    Key,
+    /// Each key and model (Groq, Gemini).
+    Model,
+}
+
+/// One provider's declared budget per key (or key and model). Absent limits are not
+/// enforced until the provider's answers teach one.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSettings {
+    #[serde(default)]
+    pub per: BudgetPer,
+    pub requests_per_second: Option<u32>,
+    pub requests_per_minute: Option<u32>,
+    pub requests_per_day: Option<u32>,
+    pub tokens_per_minute: Option<u32>,
+}
+
+/// How the cascade treats spent budgets (SPEC §5 "Budgets").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetsSettings {
+    /// Wait for a better step's budget only when it returns within this; else spill over.
+    pub spill_after_ms: u64,
+    /// Tell the user "saved, the analysis follows in about N minutes" only beyond this.
+    pub notify_after_ms: u64,
+}
+
+impl Default for BudgetsSettings {
+    fn default() -> Self {
+        Self {
+            spill_after_ms: 1500,
+            notify_after_ms: 20_000,
+        }
+    }
+}
+
+impl BudgetsSettings {
+    pub fn spill_after(&self) -> Duration {
+        Duration::from_millis(self.spill_after_ms)
+    }
+    pub fn notify_after(&self) -> Duration {
+        Duration::from_millis(self.notify_after_ms)
+    }
 }
 
 impl ProviderSettings {
@@ -364,6 +420,8 @@ pub struct FileSettings {
     pub journal: JournalSettings,
     pub reminders: ReminderSettings,
     pub providers: BTreeMap<String, ProviderSettings>,
+    #[serde(default)]
+    pub budgets: BudgetsSettings,
     pub analysis: TaskSettings,
     pub metrics: TaskSettings,
     pub voice: VoiceSettings,

@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::analysis::{self, DayPoint, Metrics, UserContext};
 use crate::config::Settings;
 use crate::language::Language;
-use crate::llm::{Audio, CascadeError, Llm, Task};
+use crate::llm::{Attempt, AttemptSink, Audio, CascadeError, Llm, Outcome, Task};
 use crate::render::Reply;
 use crate::store::{
     DayLog, FrontEnd, Inserted, LogStatus, NewLog, NewUser, NewVoiceLog, Store, StoreError,
@@ -188,6 +188,11 @@ pub enum Decided {
     /// No analysis step has a provider with a key: pending like [`Decided::Pending`],
     /// and the user is told that no AI provider is set up (SPEC §4.6).
     NoProvider,
+    /// Every step's budget is spent: the log is parked until the first returns, about
+    /// `back_in` from now, and the worker takes it up then (oldest logs first).
+    WaitingForBudget {
+        back_in: Duration,
+    },
     Blocked,
     /// The log was edited while this round ran: nothing was stored, and the worker
     /// analyses the new text.
@@ -225,6 +230,9 @@ pub struct Journal {
     /// re-send the answer on every poll for as long as the disk stays full.
     unrecorded: Mutex<HashSet<i64>>,
     clock: Arc<dyn Clock>,
+    /// Daily budgets stored by an earlier run are read back once, before the first
+    /// analysis, so a restart does not spend a dead daily quota again.
+    budgets_restored: tokio::sync::OnceCell<()>,
 }
 
 impl Journal {
@@ -238,6 +246,7 @@ impl Journal {
             claim_gate: tokio::sync::RwLock::new(()),
             unrecorded: Mutex::default(),
             clock: Arc::new(SystemClock),
+            budgets_restored: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -841,7 +850,25 @@ impl Journal {
                 self.notify(messenger, &log, Reply::new().text(sentence))
                     .await;
             }
-            Decided::Pending | Decided::NoProvider | Decided::Superseded => {}
+            Decided::WaitingForBudget { back_in }
+                if !late && back_in > self.settings.budgets.notify_after() =>
+            {
+                let minutes = back_in.as_secs().div_ceil(60).max(1);
+                self.notify(
+                    messenger,
+                    &log,
+                    Reply::new().text(texts.saved_budget(minutes)),
+                )
+                .await;
+            }
+            Decided::WaitingForBudget { .. } if !late => {
+                // Short enough that the user is not told "later" (it came back within
+                // notify_after_ms); the worker answers as soon as it is back.
+            }
+            Decided::Pending
+            | Decided::NoProvider
+            | Decided::Superseded
+            | Decided::WaitingForBudget { .. } => {}
         }
         Ok(())
     }
@@ -934,11 +961,38 @@ impl Journal {
         let context = self.context(log, language).await?;
         let analysis_request = analysis::analysis_request(&context, text);
         let metrics_request = analysis::metrics_request(text);
-        let sink = self.store.call_sink(Some(log.id));
+        // Models that refused this text before are not asked again (SPEC §5); new
+        // refusals are remembered before the outcome is stored, so the worker's next
+        // round already leaves them out.
+        self.budgets_restored
+            .get_or_init(|| async {
+                match self.store.spent_budgets().await {
+                    Ok(spent) => self.llm.restore_budgets(&spent),
+                    Err(error) => tracing::warn!(%error, "could not read the spent daily budgets"),
+                }
+            })
+            .await;
+        let refused = self.store.refusals(log.id).await?;
+        let sink = RefusalWatch::new(self.store.call_sink(Some(log.id)));
         let (analysis, metrics) = tokio::join!(
-            self.llm.run(Task::Analysis, &analysis_request, &sink),
-            self.llm.run(Task::Metrics, &metrics_request, &sink),
+            self.llm
+                .run_excluding(Task::Analysis, &analysis_request, &sink, &refused),
+            self.llm
+                .run_excluding(Task::Metrics, &metrics_request, &sink, &refused),
         );
+        let spent = self.llm.take_new_daily_budgets();
+        if !spent.is_empty()
+            && let Err(error) = self.store.save_spent_budgets(&spent).await
+        {
+            // Only a restart would pay for it: worth a warning, not the entry.
+            tracing::warn!(%error, "could not store a spent daily budget");
+        }
+        let newly_refused = sink.refused();
+        if !newly_refused.is_empty() {
+            self.store
+                .record_refusals(log.id, &log.text, &newly_refused)
+                .await?;
+        }
         let metrics = match metrics {
             Ok(completion) => Metrics::from_llm_text(&completion.text),
             Err(error) => {
@@ -974,9 +1028,29 @@ impl Journal {
                 Ok(Decided::Blocked)
             }
             Err(error) => {
-                let retry_in = self.retry_delay(log.attempts);
+                // No step has budget: come back when the first one returns, not on the
+                // failure schedule.
+                // Only when budgets are the whole story: a step that failed for another
+                // reason (5xx, a stall) puts the log on the failure schedule.
+                let only_budgets = error
+                    .errors()
+                    .iter()
+                    .all(|e| matches!(e.error, crate::llm::LlmError::RateLimited { .. }));
+                let budget_wait = self
+                    .llm
+                    .budget_wait(Task::Analysis)
+                    .filter(|_| only_budgets);
+                let retry_in = budget_wait.unwrap_or_else(|| self.retry_delay(log.attempts));
                 if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
                     return Ok(superseded(log.id));
+                }
+                if let Some(back_in) = budget_wait {
+                    tracing::info!(
+                        log_id = log.id,
+                        back_in_s = back_in.as_secs(),
+                        "every budget is spent; log parked until one returns"
+                    );
+                    return Ok(Decided::WaitingForBudget { back_in });
                 }
                 tracing::warn!(log_id = log.id, %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
                 Ok(match error {
@@ -1127,6 +1201,41 @@ impl Journal {
                 Ok(())
             }
         }
+    }
+}
+
+/// Passes attempts on to the store and notes each model that refused on content policy.
+struct RefusalWatch<S> {
+    inner: S,
+    refused: Mutex<Vec<(String, String)>>,
+}
+
+impl<S: AttemptSink> RefusalWatch<S> {
+    fn new(inner: S) -> Self {
+        Self {
+            inner,
+            refused: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn refused(&self) -> Vec<(String, String)> {
+        self.refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl<S: AttemptSink> AttemptSink for RefusalWatch<S> {
+    fn record(&self, attempt: Attempt) {
+        if attempt.outcome == Outcome::Blocked {
+            let model = (attempt.provider.clone(), attempt.model.clone());
+            let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+            if !refused.contains(&model) {
+                refused.push(model);
+            }
+        }
+        self.inner.record(attempt);
     }
 }
 

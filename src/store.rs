@@ -20,7 +20,7 @@ use sqlx::sqlite::{
 use sqlx::{FromRow, Row};
 
 use crate::language::Language;
-use crate::llm::{Attempt, AttemptSink};
+use crate::llm::{Attempt, AttemptSink, SpentBudget};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -1270,6 +1270,106 @@ impl Store {
         .await?)
     }
 
+    // ---- Content-policy refusals (SPEC §5) ----
+
+    /// The models (provider, model) that refused this log's current text on content
+    /// policy: they are never asked about it again.
+    pub async fn refusals(&self, day_log_id: i64) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT provider, model FROM llm_refusals WHERE day_log_id = ?1
+             ORDER BY created_at, provider, model",
+        )
+        .bind(day_log_id)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Remembers that these models refused `analysed_text` of this log. Nothing is
+    /// stored when the log's text has changed meanwhile (an edit is a new question).
+    pub async fn record_refusals(
+        &self,
+        day_log_id: i64,
+        analysed_text: &str,
+        refused: &[(String, String)],
+    ) -> Result<(), StoreError> {
+        for (provider, model) in refused {
+            retry_busy("record_refusals", || async {
+                sqlx::query(
+                    "INSERT INTO llm_refusals (day_log_id, provider, model)
+                     SELECT id, ?2, ?3 FROM day_logs WHERE id = ?1 AND text = ?4
+                     ON CONFLICT DO NOTHING",
+                )
+                .bind(day_log_id)
+                .bind(provider)
+                .bind(model)
+                .bind(analysed_text)
+                .execute(&self.write)
+                .await?;
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    // ---- Spent daily budgets (SPEC §5) ----
+
+    /// Stores daily budgets spent until their reset; rows already over are pruned.
+    pub async fn save_spent_budgets(&self, spent: &[SpentBudget]) -> Result<(), StoreError> {
+        for s in spent {
+            let until = unix_secs(s.until);
+            let key_index = s
+                .key_index
+                .and_then(|i| i64::try_from(i).ok())
+                .unwrap_or(-1);
+            retry_busy("save_spent_budgets", || async {
+                sqlx::query(
+                    "INSERT INTO llm_budgets (provider, scope, key_index, spent_until, reason)
+                     VALUES (?1, ?2, ?3, datetime(?4, 'unixepoch'), 'per-day quota')
+                     ON CONFLICT (provider, scope, key_index) DO UPDATE SET
+                         spent_until = excluded.spent_until, reason = excluded.reason,
+                         updated_at = datetime('now')",
+                )
+                .bind(&s.provider)
+                .bind(&s.scope)
+                .bind(key_index)
+                .bind(until)
+                .execute(&self.write)
+                .await?;
+                Ok(())
+            })
+            .await?;
+        }
+        retry_busy("prune_budgets", || async {
+            sqlx::query("DELETE FROM llm_budgets WHERE spent_until <= datetime('now')")
+                .execute(&self.write)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The daily budgets stored as spent and not yet reset.
+    pub async fn spent_budgets(&self) -> Result<Vec<SpentBudget>, StoreError> {
+        let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(
+            "SELECT provider, scope, key_index, CAST(strftime('%s', spent_until) AS INTEGER)
+             FROM llm_budgets WHERE spent_until > datetime('now')
+             ORDER BY provider, scope, key_index",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(provider, scope, key_index, until)| SpentBudget {
+                provider,
+                scope,
+                key_index: usize::try_from(key_index).ok(),
+                until: std::time::SystemTime::UNIX_EPOCH
+                    + Duration::from_secs(u64::try_from(until).unwrap_or(0)),
+            })
+            .collect())
+    }
+
     // ---- reminders ----
 
     pub async fn reminder(&self, user_id: i64) -> Result<Option<Reminder>, StoreError> {
@@ -1740,4 +1840,10 @@ pub async fn columns(pool: &SqlitePool, table: &str) -> Result<Vec<String>, Stor
         .fetch_all(pool)
         .await?;
     Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+}
+
+fn unix_secs(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }

@@ -99,6 +99,20 @@ impl Texts {
         }
     }
 
+    /// Every AI budget is spent for a while: the entry is saved, the analysis comes
+    /// when budget returns, in about `minutes`.
+    pub fn saved_budget(self, minutes: u64) -> String {
+        match self.0 {
+            Language::Ru => format!(
+                "Сохранено. Бесплатные лимиты AI-сервисов сейчас исчерпаны; разбор придёт примерно через {minutes} мин."
+            ),
+            Language::En => format!(
+                "Saved. The AI services' free limits are used up for now; your analysis should come in about {minutes} minute{}.",
+                if minutes == 1 { "" } else { "s" }
+            ),
+        }
+    }
+
     pub fn saved_rate_limited(self) -> &'static str {
         self.pick(
             "Saved. You have reached the hourly number of analyses; this entry will be analysed a bit later.",

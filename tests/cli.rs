@@ -71,7 +71,9 @@ fn migrate_then_sql_lists_the_public_tables() {
             "day_activities",
             "day_logs",
             "day_logs_fts",
+            "llm_budgets",
             "llm_calls",
+            "llm_refusals",
             "reminders",
             "users"
         ]
@@ -361,4 +363,47 @@ async fn doctor_ping_sends_one_tiny_request_per_provider() {
         "{text}"
     );
     assert_eq!(out.status.code(), Some(1), "a failed ping fails the check");
+}
+
+/// `daylog doctor` shows each key's stored daily budget by index, never the key.
+#[tokio::test]
+async fn doctor_shows_each_keys_budget_without_the_key() {
+    let w = Workdir::new();
+    assert!(w.run(&["migrate"], &[]).status.success());
+    let url = format!("sqlite://{}", w.db_path().display());
+    let store = daylog::store::Store::open_and_migrate(&url, std::time::Duration::from_secs(5))
+        .await
+        .expect("store");
+    store
+        .save_spent_budgets(&[daylog::llm::SpentBudget {
+            provider: "gemini".into(),
+            scope: "gemini-3.1-flash-lite".into(),
+            key_index: Some(0),
+            until: std::time::SystemTime::now() + std::time::Duration::from_secs(3 * 3600),
+        }])
+        .await
+        .expect("saved");
+    store.close().await;
+    let out = w.run(
+        &["doctor"],
+        &[
+            ("GEMINI_API_KEY", "secret-gemini-one,secret-gemini-two"),
+            ("TELOXIDE_TOKEN", "1:t"),
+        ],
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "budget gemini key #0 (gemini-3.1-flash-lite): daily quota spent, resets in 180 min"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("budget gemini key #1: available"), "{text}");
+    assert!(!text.contains("secret-gemini"), "{text}");
+    let sql = w.sql("SELECT provider, scope, key_index FROM llm_budgets");
+    assert!(
+        stdout(&sql).contains("gemini-3.1-flash-lite"),
+        "{}",
+        stdout(&sql)
+    );
 }

@@ -453,6 +453,17 @@ async fn providers_flapping_under_load_lose_nothing_and_answer_each_log_once() {
     let mut rng = Rng::new(seed);
     let app = App::spawn_with(|env| {
         env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
+        // These fakes enforce no free tier: the shipped budgets would only pace the
+        // drain at 1 request/s (tests/budgets.rs covers the budgets themselves).
+        for (key, value) in [
+            ("MISTRAL__BUDGET__REQUESTS_PER_SECOND", "100000"),
+            ("GROQ__BUDGET__REQUESTS_PER_MINUTE", "100000"),
+            ("GROQ__BUDGET__REQUESTS_PER_DAY", "100000"),
+            ("GEMINI__BUDGET__REQUESTS_PER_MINUTE", "100000"),
+            ("GEMINI__BUDGET__REQUESTS_PER_DAY", "100000"),
+        ] {
+            env.insert(format!("DAYLOG__PROVIDERS__{key}"), value.into());
+        }
     })
     .await;
     app.providers.healthy().await;

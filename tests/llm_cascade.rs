@@ -298,15 +298,18 @@ async fn a_long_retry_after_cools_the_key_and_moves_on_at_once() {
     let attempts = sink.attempts();
     let k1_calls = attempts
         .iter()
-        .filter(|a| a.key_index == Some(0) && a.outcome != Outcome::SkippedCooldown)
+        .filter(|a| {
+            a.key_index == Some(0)
+                && !matches!(a.outcome, Outcome::SkippedCooldown | Outcome::SkippedBudget)
+        })
         .count();
     assert_eq!(
         k1_calls, 1,
-        "k1 is cooling after its 30 s Retry-After: {attempts:?}"
+        "k1's budget is spent after its 30 s Retry-After: {attempts:?}"
     );
     assert_eq!(attempts[1].key_index, Some(1));
     assert_eq!(attempts[1].wait_ms, 0, "no wait before the next key");
-    assert_eq!(attempts[2].outcome, Outcome::SkippedCooldown);
+    assert_eq!(attempts[2].outcome, Outcome::SkippedBudget);
     assert_eq!(attempts[2].key_index, Some(0));
 }
 

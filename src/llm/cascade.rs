@@ -4,9 +4,12 @@
 //!
 //! What an attempt's error means is decided in [`LlmError`]; what the cascade does with
 //! it is decided by the pure functions of [`decision`] (after an attempt, after a round),
-//! which [`TaskRun::run_step`] carries out. State shared between requests lives in the
-//! [`Cooldowns`] registry, read again before every attempt so that concurrent requests
-//! pay for one dead provider once. Hedging thresholds come from [`Hedging`]; with
+//! which [`TaskRun::run_step`] carries out. State shared between requests — cooldowns
+//! and budgets — lives behind [`SharedState`], read again before every attempt so that
+//! concurrent requests pay for one dead provider once, and no request is sent on a
+//! budget known to be spent: a step without budget is left for the next one at once
+//! (spill-over) unless its budget returns within `budgets.spill_after_ms`, and when no
+//! step has budget the task waits for the soonest. Hedging thresholds come from [`Hedging`]; with
 //! `"auto"`, an attempt that passes its step's threshold marks the step stalled in the
 //! registry until it answers (or would have timed out), so later requests start on the
 //! next step.
@@ -26,17 +29,18 @@ use reqwest::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::llm::cooldown::{Cooldowns, StepId};
+use crate::llm::cooldown::StepId;
 use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
 use crate::llm::error::{AttemptError, CascadeError, LlmError};
 use crate::llm::hedge::Hedging;
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
+use crate::llm::state::SharedState;
 use crate::llm::types::{Attempt, AttemptSink, Completion, Outcome, Task};
 use crate::llm::wire::{Call, Input};
 
 /// One step of a cascade: one model of one provider.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Step {
     pub id: StepId,
     pub provider: Arc<Provider>,
@@ -48,28 +52,62 @@ pub(crate) struct Step {
 pub(crate) struct Engine<'a> {
     pub client: &'a Client,
     pub policy: &'a RetryPolicy,
-    pub cooldowns: &'a Cooldowns,
+    pub state: &'a dyn SharedState,
     pub hedging: &'a Hedging,
+    /// `budgets.spill_after_ms`.
+    pub spill_after: Duration,
 }
 
-/// Runs one task through `steps` (already limited to usable providers).
+/// Runs one task through `steps` (already limited to usable providers), leaving out
+/// the models in `refused` (provider, model): they refused this request's log on content
+/// policy before and are never asked about it again (SPEC §5). When every step is
+/// among them the task ends as blocked at once, without a request.
 pub(crate) async fn run(
     engine: Engine<'_>,
     steps: &[Step],
     task: Task,
     input: Input<'_>,
     sink: &dyn AttemptSink,
+    refused: &[(String, String)],
 ) -> Result<Completion, CascadeError> {
     if steps.is_empty() {
         return Err(CascadeError::NoUsableProvider);
+    }
+    let is_refused = |s: &Step| {
+        refused
+            .iter()
+            .any(|(p, m)| *p == s.id.provider && *m == s.id.model)
+    };
+    // The first earlier refusal: the task's final word unless another step answers or
+    // fails only for a passing reason.
+    let refused_before = steps.iter().find(|s| is_refused(s)).map(|s| Refusal {
+        provider: s.id.provider.clone(),
+        model: s.id.model.clone(),
+        reason: "refused this entry before".to_owned(),
+    });
+    let left: Vec<Step>;
+    let steps = if refused_before.is_some() {
+        left = steps.iter().filter(|s| !is_refused(s)).cloned().collect();
+        &left[..]
+    } else {
+        steps
+    };
+    if let (true, Some(refusal)) = (steps.is_empty(), &refused_before) {
+        tracing::info!(
+            task = task.as_str(),
+            "every step has refused this log before; not asked again"
+        );
+        return Err(refusal.clone().into_error(Vec::new()));
     }
     let deadline = Instant::now() + engine.policy.deadline;
     let (hedge_tx, mut hedge_rx) = mpsc::unbounded_channel();
     let run = TaskRun {
         client: engine.client,
         policy: engine.policy,
-        cooldowns: engine.cooldowns,
+        state: engine.state,
         hedging: engine.hedging,
+        spill_after: engine.spill_after,
+        spent: Mutex::new(Vec::new()),
         task,
         input,
         sink,
@@ -78,7 +116,8 @@ pub(crate) async fn run(
         errors: Mutex::new(Vec::new()),
         real_attempts: AtomicU32::new(0),
     };
-    let result = tokio::time::timeout_at(deadline, run.drive(steps, &mut hedge_rx)).await;
+    let result =
+        tokio::time::timeout_at(deadline, run.drive(steps, &mut hedge_rx, refused_before)).await;
     match result {
         Ok(done) => done,
         Err(_) => {
@@ -97,6 +136,8 @@ enum Mode {
     Normal,
     /// Everything is cooling down: one real attempt with the soonest-free key.
     Forced(Option<usize>),
+    /// No step has budget: wait for this one's, however long (within the deadline).
+    Patient,
 }
 
 enum StepEnd<'a> {
@@ -113,11 +154,34 @@ enum StepEnd<'a> {
     },
 }
 
+/// A content-policy refusal by one model (in this task, or of this log before).
+#[derive(Debug, Clone)]
+struct Refusal {
+    provider: String,
+    model: String,
+    reason: String,
+}
+
+impl Refusal {
+    fn into_error(self, errors: Vec<AttemptError>) -> CascadeError {
+        CascadeError::Blocked {
+            provider: self.provider,
+            model: self.model,
+            reason: self.reason,
+            errors,
+        }
+    }
+}
+
 struct TaskRun<'a> {
     client: &'a Client,
     policy: &'a RetryPolicy,
-    cooldowns: &'a Cooldowns,
+    state: &'a dyn SharedState,
     hedging: &'a Hedging,
+    spill_after: Duration,
+    /// Steps left because their budget was spent (step number, when it returns): the
+    /// ones to wait for when no step has budget.
+    spent: Mutex<Vec<(usize, Instant)>>,
     task: Task,
     input: Input<'a>,
     sink: &'a dyn AttemptSink,
@@ -134,11 +198,14 @@ impl<'a> TaskRun<'a> {
         &self,
         steps: &'a [Step],
         hedges: &mut mpsc::UnboundedReceiver<usize>,
+        refused_before: Option<Refusal>,
     ) -> Result<Completion, CascadeError> {
         let mut running = FuturesUnordered::new();
         let mut next = 0;
         let mut forced_done = false;
-        let mut blocked: Option<(&'a str, &'a str, String)> = None;
+        // Steps already waited for (each at most once per task).
+        let mut waited: HashSet<usize> = HashSet::new();
+        let mut blocked: Option<Refusal> = refused_before;
         let mut transient = false;
         // Numbers of the running steps, and of those whose attempt was slow.
         let mut running_steps: Vec<usize> = Vec::new();
@@ -148,6 +215,11 @@ impl<'a> TaskRun<'a> {
                 if let Some(i) = self.next_available(steps, &mut next) {
                     running_steps.push(steps[i].id.no);
                     running.push(self.run_step(&steps[i], Mode::Normal));
+                } else if let Some(i) = self.soonest_budget(steps, &mut waited) {
+                    // No step has budget now: wait for the one that has it first,
+                    // rather than hammering a spent one or giving up.
+                    running_steps.push(steps[i].id.no);
+                    running.push(self.run_step(&steps[i], Mode::Patient));
                 } else if !forced_done && self.real_attempts.load(Ordering::Relaxed) == 0 {
                     // The user is never told "no provider" without one real attempt.
                     forced_done = true;
@@ -165,7 +237,11 @@ impl<'a> TaskRun<'a> {
                 end = running.next() => match end {
                     Some(StepEnd::Answer(completion)) => return Ok(completion),
                     Some(StepEnd::Blocked { step, reason }) => {
-                        blocked.get_or_insert((&step.id.provider, &step.id.model, reason));
+                        blocked.get_or_insert(Refusal {
+                            provider: step.id.provider.clone(),
+                            model: step.id.model.clone(),
+                            reason,
+                        });
                         ended = Some(step.id.no);
                     }
                     Some(StepEnd::Failed { no, transient: passing }) => {
@@ -208,12 +284,7 @@ impl<'a> TaskRun<'a> {
         let errors = self.take_errors();
         let blocked = blocked.filter(|_| !transient);
         Err(match blocked {
-            Some((provider, model, reason)) => CascadeError::Blocked {
-                provider: provider.to_owned(),
-                model: model.to_owned(),
-                reason,
-                errors,
-            },
+            Some(refusal) => refusal.into_error(errors),
             None => CascadeError::Exhausted { errors },
         })
     }
@@ -225,15 +296,42 @@ impl<'a> TaskRun<'a> {
             let i = *next;
             *next += 1;
             let step = &steps[i];
-            match self
-                .cooldowns
-                .step_blocked_until(&step.id, &step.provider.key_slots())
-            {
-                None => return Some(i),
-                Some((until, _)) => self.record_skip(step, None, until),
+            let keys = step.provider.key_slots();
+            match self.state.step_cooling_until(&step.id, &keys) {
+                None => {}
+                Some((until, _)) => {
+                    self.record_skip(step, None, until);
+                    continue;
+                }
+            }
+            match self.state.step_budget_until(&step.id, &keys) {
+                // Back soon enough: the step waits for it at the start of its round.
+                Some(until) if until > Instant::now() + self.spill_after => {
+                    self.spill(step, until);
+                }
+                _ => return Some(i),
             }
         }
         None
+    }
+
+    /// The step is left for lack of budget: recorded, and remembered in case no step
+    /// has budget.
+    fn spill(&self, step: &Step, until: Instant) {
+        self.record_budget_skip(step, None, until);
+        let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        spent.push((step.id.no, until));
+    }
+
+    /// The step whose budget returns first within the deadline, not waited for yet.
+    fn soonest_budget(&self, steps: &[Step], waited: &mut HashSet<usize>) -> Option<usize> {
+        let spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        let (no, _) = spent
+            .iter()
+            .filter(|(no, until)| !waited.contains(no) && *until < self.deadline)
+            .min_by_key(|(no, until)| (*until, *no))?;
+        waited.insert(*no);
+        steps.iter().position(|s| s.id.no == *no)
     }
 
     /// The step (and key) that leaves cooldown first.
@@ -243,8 +341,8 @@ impl<'a> TaskRun<'a> {
             .enumerate()
             .filter_map(|(i, s)| {
                 let (until, key) = self
-                    .cooldowns
-                    .step_blocked_until(&s.id, &s.provider.key_slots())?;
+                    .state
+                    .step_cooling_until(&s.id, &s.provider.key_slots())?;
                 Some((until, i, key))
             })
             .min_by_key(|(until, i, _)| (*until, *i))
@@ -255,14 +353,17 @@ impl<'a> TaskRun<'a> {
     /// round is [`decision`]'s call; this only gathers the facts and carries it out.
     async fn run_step(&self, step: &'a Step, mode: Mode) -> StepEnd<'a> {
         let (mut keys, rounds, forced) = match mode {
-            Mode::Normal => (step.provider.key_slots(), self.policy.max_attempts, false),
+            Mode::Normal | Mode::Patient => {
+                (step.provider.key_slots(), self.policy.max_attempts, false)
+            }
             Mode::Forced(key) => (vec![key], 1, true),
         };
+        let patient = !matches!(mode, Mode::Normal);
         let cooling = |key| {
             if forced {
                 None
             } else {
-                self.cooldowns.key_blocked_until(&step.id, key)
+                self.state.key_cooling_until(&step.id, key)
             }
         };
         let mut unusable_seen = false;
@@ -272,7 +373,24 @@ impl<'a> TaskRun<'a> {
         let mut backoff = self.policy.backoff();
         // The pause before this round, recorded on its first attempt.
         let mut wait = Duration::ZERO;
-        for round in 1..=rounds {
+        let mut round = 0;
+        while round < rounds {
+            round += 1;
+            // Never send on a spent budget: wait for it when it returns soon (or when
+            // no step has budget), else leave the step to the next one (spill-over).
+            if let Some(until) = self.state.step_budget_until(&step.id, &keys) {
+                let now = Instant::now();
+                if until >= self.deadline || (!patient && until > now + self.spill_after) {
+                    self.spill(step, until);
+                    return StepEnd::Failed {
+                        no,
+                        transient: true,
+                    };
+                }
+                tokio::time::sleep_until(until).await;
+                wait += until.saturating_duration_since(now);
+            }
+            let mut sent_any = false;
             let mut wait_at_least: Option<Duration> = None;
             // The keys still in play after this round.
             let mut again = Vec::with_capacity(keys.len());
@@ -293,12 +411,19 @@ impl<'a> TaskRun<'a> {
                     self.record_skip(step, key, until);
                     continue;
                 }
+                if let Err(until) = self.state.admit(&step.id, key) {
+                    drop(permit);
+                    self.record_budget_skip(step, key, until);
+                    again.push(key);
+                    continue;
+                }
+                sent_any = true;
                 let result = self.attempt(step, key, round, wait).await;
                 wait = Duration::ZERO;
                 drop(permit);
                 let error = match result {
                     Ok((_, text)) => {
-                        self.cooldowns.record_success(&step.id, key);
+                        self.state.record_success(&step.id, key);
                         return StepEnd::Answer(Completion {
                             text,
                             provider: step.id.provider.clone(),
@@ -309,7 +434,7 @@ impl<'a> TaskRun<'a> {
                 };
                 transient |= error.is_passing();
                 // A passing failure counts towards the shared trip, whatever follows.
-                let tripped = error.is_retryable() && self.cooldowns.record_failure(&step.id, key);
+                let tripped = error.is_retryable() && self.state.record_failure(&step.id, key);
                 let facts = Facts {
                     error: &error,
                     unusable_before: unusable_seen,
@@ -317,6 +442,10 @@ impl<'a> TaskRun<'a> {
                     key_cooling: cooling(key).is_some(),
                     last_round: round == rounds,
                     max_delay: self.policy.max_delay,
+                    budget_spent: self
+                        .state
+                        .budget_until(&step.id, key)
+                        .is_some_and(|until| until > Instant::now() + self.spill_after),
                 };
                 let next = decision::next(&facts);
                 unusable_seen |= matches!(error, LlmError::Unusable { .. });
@@ -329,15 +458,14 @@ impl<'a> TaskRun<'a> {
                     Next::Retire { cool } => {
                         if let Some(cool) = cool {
                             let until = match cool {
-                                Cool::Standard => self.cooldowns.default_until(),
+                                Cool::Standard => self.state.default_until(),
                                 Cool::For(asked) => Instant::now() + asked,
                             };
-                            self.cooldowns.trip_key(&step.id, key, until);
+                            self.state.cool_key(&step.id, key, until);
                         }
                     }
                     Next::CoolStep => {
-                        self.cooldowns
-                            .trip_step(&step.id, self.cooldowns.default_until());
+                        self.state.cool_step(&step.id, self.state.default_until());
                         return StepEnd::Failed { no, transient };
                     }
                     Next::Step => return StepEnd::Failed { no, transient },
@@ -351,6 +479,24 @@ impl<'a> TaskRun<'a> {
                 }
             }
             keys = again;
+            if !sent_any && !keys.is_empty() {
+                // A round that sent nothing (every key's budget spent meanwhile) is no
+                // round: the budget check above waits or spills over.
+                round -= 1;
+                continue;
+            }
+            // Every key left has spent its budget (a 429 said so): spill over at once
+            // unless it returns soon; no backoff on a budget known to be spent.
+            if let Some(until) = self.state.step_budget_until(&step.id, &keys)
+                && !patient
+                && until > Instant::now() + self.spill_after
+            {
+                self.spill(step, until);
+                return StepEnd::Failed {
+                    no,
+                    transient: true,
+                };
+            }
             let facts = RoundFacts {
                 keys_left: keys.len(),
                 backoff: backoff.next_wait(wait_at_least),
@@ -389,9 +535,9 @@ impl<'a> TaskRun<'a> {
             finished: false,
         };
         let response = async {
-            let key = step.provider.key(key);
+            let api_key = step.provider.key(key);
             let timeout = self.policy.request_timeout;
-            match self.input {
+            let (result, hint) = match self.input {
                 Input::Chat(request) => {
                     let call = Call {
                         model: &step.id.model,
@@ -400,15 +546,25 @@ impl<'a> TaskRun<'a> {
                         request,
                     };
                     step.provider
-                        .complete(self.client, key, &call, timeout)
+                        .complete_hinted(self.client, api_key, &call, timeout)
                         .await
                 }
                 Input::Audio(audio) => {
                     step.provider
-                        .transcribe(self.client, key, &step.id.model, audio, timeout)
+                        .transcribe_hinted(self.client, api_key, &step.id.model, audio, timeout)
                         .await
                 }
+            };
+            let rate_limited = matches!(result, Err(LlmError::RateLimited { .. }));
+            if (rate_limited || result.is_ok())
+                && let Some(spent) = self.state.learn(&step.id, key, &hint, rate_limited)
+            {
+                tracing::debug!(
+                    provider = %step.id.provider, model = %step.id.model, key_index = ?key,
+                    spent_ms = duration_ms(spent), "budget spent for now"
+                );
             }
+            result
         };
         let result = match hedge_after {
             None => response.await,
@@ -421,8 +577,8 @@ impl<'a> TaskRun<'a> {
                             // Slower than its own recent answers: stalled, as far as
                             // anyone can tell until this attempt times out. Later
                             // requests start elsewhere; an answer clears it.
-                            self.cooldowns
-                                .trip_step(&step.id, started + self.policy.request_timeout);
+                            self.state
+                                .cool_step(&step.id, started + self.policy.request_timeout);
                         }
                         // Nobody listening means the task is over; nothing to do then.
                         let _ = self.hedge.send(step.id.no);
@@ -470,6 +626,20 @@ impl<'a> TaskRun<'a> {
         );
     }
 
+    fn record_budget_skip(&self, step: &Step, key: Option<usize>, until: Instant) {
+        let left = until.saturating_duration_since(Instant::now());
+        self.record(
+            step,
+            key,
+            0,
+            Outcome::SkippedBudget,
+            None,
+            Duration::ZERO,
+            Duration::ZERO,
+            Some(format!("budget spent for {}ms more", duration_ms(left))),
+        );
+    }
+
     #[expect(
         clippy::too_many_arguments,
         reason = "one row of llm_calls, field by field"
@@ -498,10 +668,12 @@ impl<'a> TaskRun<'a> {
                 task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
                 %outcome, latency_ms, "llm key refused; check this key"
             ),
-            Outcome::SkippedCooldown | Outcome::Cancelled => tracing::debug!(
-                task, %provider, %model, key_index = ?key, %outcome, error = ?error,
-                "llm attempt"
-            ),
+            Outcome::SkippedCooldown | Outcome::SkippedBudget | Outcome::Cancelled => {
+                tracing::debug!(
+                    task, %provider, %model, key_index = ?key, %outcome, error = ?error,
+                    "llm attempt"
+                )
+            }
             _ => tracing::info!(
                 task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
                 %outcome, latency_ms, wait_ms, "llm attempt failed"
@@ -511,7 +683,7 @@ impl<'a> TaskRun<'a> {
         // goes to `llm_calls.error` and, below info, to the log.
         if !matches!(
             outcome,
-            Outcome::Ok | Outcome::SkippedCooldown | Outcome::Cancelled
+            Outcome::Ok | Outcome::SkippedCooldown | Outcome::SkippedBudget | Outcome::Cancelled
         ) {
             tracing::debug!(task, %provider, %model, key_index = ?key, error = ?error, "llm attempt error");
         }
@@ -582,7 +754,7 @@ impl Drop for InFlight<'_, '_> {
             .hedge_after
             .is_some_and(|after| self.started.elapsed() >= after);
         if slow {
-            self.run.cooldowns.record_failure(&self.step.id, self.key);
+            self.run.state.record_failure(&self.step.id, self.key);
         }
         self.run.record(
             self.step,

@@ -31,6 +31,9 @@ pub(crate) struct Facts<'e> {
     pub last_round: bool,
     /// `max_delay_ms`: a provider wait longer than this is not waited for.
     pub max_delay: Duration,
+    /// The budget registry knows this key's budget is spent for longer than
+    /// `budgets.spill_after_ms` (what the 429 said, or a declared limit).
+    pub budget_spent: bool,
 }
 
 /// The one thing to do after a failed attempt.
@@ -81,6 +84,11 @@ pub(crate) fn next(facts: &Facts<'_>) -> Next {
     // produce what we ask, whichever key asks.
     if matches!(error, LlmError::Unusable { .. }) && facts.unusable_before {
         return Next::Step;
+    }
+    // A 429 on a budget that stays spent for a while: the key leaves this task's rounds
+    // at once; the budget, not a cooldown, keeps every request off it until its reset.
+    if matches!(error, LlmError::RateLimited { .. }) && facts.budget_spent {
+        return Next::Retire { cool: None };
     }
     let retry_after = error.retry_after();
     if let Some(long) = retry_after.filter(|ra| *ra > facts.max_delay) {
@@ -180,6 +188,7 @@ mod tests {
             key_cooling: false,
             last_round: false,
             max_delay: ms(2000),
+            budget_spent: false,
         };
         for word in tweak.split_whitespace() {
             match word {
@@ -187,6 +196,7 @@ mod tests {
                 "tripped" => facts.tripped = true,
                 "cooling" => facts.key_cooling = true,
                 "last-round" => facts.last_round = true,
+                "budget-spent" => facts.budget_spent = true,
                 other => panic!("no tweak named {other}"),
             }
         }
@@ -232,6 +242,15 @@ mod tests {
             // Someone cooled the key meanwhile: it leaves this task's rounds.
             ("503", "tripped", Retire { cool: None }),
             ("429", "cooling", Retire { cool: None }),
+            // A 429 on a budget known to be spent for a while: the key is left, no
+            // cooldown (the budget says until when); other failures keep their rules.
+            ("429", "budget-spent", Retire { cool: None }),
+            (
+                "429 ra=5s",
+                "budget-spent last-round",
+                Retire { cool: None },
+            ),
+            ("503", "budget-spent", again),
             // An unusable body: retried once per step, then the next step.
             ("unusable", "", again),
             ("unusable", "unusable-before", Step),

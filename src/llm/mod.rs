@@ -8,6 +8,8 @@
 //! set each step's hedging threshold.
 
 mod anthropic;
+mod budget;
+pub mod budget_hint;
 mod cascade;
 mod cooldown;
 mod decision;
@@ -18,6 +20,7 @@ mod openai;
 mod provider;
 mod retry;
 pub mod retry_after;
+mod state;
 pub mod types;
 mod wire;
 
@@ -25,15 +28,18 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+pub use budget::SpentBudget;
 pub use error::{AttemptError, CascadeError, LlmError};
 pub use types::{Attempt, AttemptSink, Audio, ChatRequest, Completion, NullSink, Outcome, Task};
 
 use crate::config::{Settings, StepSettings};
+use budget::Budgets;
 use cascade::{Engine, Step};
 use cooldown::{Cooldowns, StepId};
 use hedge::Hedging;
 use provider::Provider;
 use retry::RetryPolicy;
+use state::{LocalState, SharedState};
 use wire::{Call, Input};
 
 /// The LLM layer of one process. `Send + Sync`; share it as `Arc<Llm>`.
@@ -46,8 +52,10 @@ pub struct Llm {
     /// The first configured model of each provider, for `ping`.
     ping_models: BTreeMap<String, String>,
     policy: RetryPolicy,
-    cooldowns: Cooldowns,
+    /// Cooldowns and budgets, shared by every request.
+    state: LocalState,
     hedging: Hedging,
+    spill_after: std::time::Duration,
 }
 
 impl fmt::Debug for Llm {
@@ -156,11 +164,21 @@ impl Llm {
             transcription,
             ping_models,
             policy: RetryPolicy::new(&settings.retry),
-            cooldowns: Cooldowns::new(
-                settings.cooldown.duration(),
-                settings.cooldown.failures_to_trip,
-            ),
+            state: LocalState {
+                cooldowns: Cooldowns::new(
+                    settings.cooldown.duration(),
+                    settings.cooldown.failures_to_trip,
+                ),
+                budgets: Budgets::new(
+                    settings
+                        .providers
+                        .iter()
+                        .map(|(name, p)| (name.clone(), p.budget.clone()))
+                        .collect(),
+                ),
+            },
             hedging,
+            spill_after: settings.budgets.spill_after(),
         })
     }
 
@@ -171,13 +189,34 @@ impl Llm {
         request: &ChatRequest,
         sink: &dyn AttemptSink,
     ) -> Result<Completion, CascadeError> {
+        self.run_excluding(task, request, sink, &[]).await
+    }
+
+    /// [`Llm::run`] without the models in `refused` (provider, model): those that refused
+    /// this request's log on content policy before (SPEC §5). When no other step is
+    /// left, the task ends as [`CascadeError::Blocked`] without sending anything.
+    pub async fn run_excluding(
+        &self,
+        task: Task,
+        request: &ChatRequest,
+        sink: &dyn AttemptSink,
+        refused: &[(String, String)],
+    ) -> Result<Completion, CascadeError> {
         let steps = match task {
             Task::Analysis => &self.analysis,
             Task::Metrics => &self.metrics,
             // A chat request has no audio; the transcription steps never see one.
             Task::Transcription => return Err(CascadeError::NoUsableProvider),
         };
-        cascade::run(self.engine(), steps, task, Input::Chat(request), sink).await
+        cascade::run(
+            self.engine(),
+            steps,
+            task,
+            Input::Chat(request),
+            sink,
+            refused,
+        )
+        .await
     }
 
     /// Transcribes a voice note through the `[[transcription.steps]]` cascade, with the
@@ -193,6 +232,7 @@ impl Llm {
             Task::Transcription,
             Input::Audio(audio),
             sink,
+            &[],
         )
         .await
     }
@@ -201,8 +241,9 @@ impl Llm {
         Engine {
             client: &self.client,
             policy: &self.policy,
-            cooldowns: &self.cooldowns,
+            state: &self.state,
             hedging: &self.hedging,
+            spill_after: self.spill_after,
         }
     }
 
@@ -247,6 +288,41 @@ impl Llm {
             Ok(_) | Err(LlmError::Unusable { .. } | LlmError::Blocked { .. }) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// How long until some step of `task` has budget again, when none has it now
+    /// (`None`: some step has budget, or a step is held back by something else).
+    pub fn budget_wait(&self, task: Task) -> Option<std::time::Duration> {
+        let steps = match task {
+            Task::Analysis => &self.analysis,
+            Task::Metrics => &self.metrics,
+            Task::Transcription => &self.transcription,
+        };
+        let now = tokio::time::Instant::now();
+        let mut soonest: Option<tokio::time::Instant> = None;
+        for step in steps {
+            let until = self
+                .state
+                .step_budget_until(&step.id, &step.provider.key_slots())?;
+            soonest = Some(soonest.map_or(until, |s| s.min(until)));
+        }
+        soonest.map(|until| until.saturating_duration_since(now))
+    }
+
+    /// Daily budgets that became spent since the last call: store them (SPEC §5), so a
+    /// restart does not spend a dead daily quota again.
+    pub fn take_new_daily_budgets(&self) -> Vec<SpentBudget> {
+        self.state.take_new_daily()
+    }
+
+    /// Restores the daily budgets stored before a restart.
+    pub fn restore_budgets(&self, spent: &[SpentBudget]) {
+        self.state.restore(spent);
+    }
+
+    /// Every budget this process knows to be spent now (`true`: a daily one).
+    pub fn spent_budgets(&self) -> Vec<(SpentBudget, bool)> {
+        self.state.spent_now()
     }
 
     /// Names of the configured providers and whether each can be called.

@@ -6,7 +6,7 @@
 //! nothing else in the layer looks at a provider's kind.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use reqwest::header::HeaderMap;
 use reqwest::{Client, RequestBuilder, StatusCode};
@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::{ApiKey, ProviderKind, ProviderSettings};
 use crate::llm::anthropic::Anthropic;
+use crate::llm::budget_hint::{self, Hint};
 use crate::llm::error::LlmError;
 use crate::llm::gemini::Gemini;
 use crate::llm::openai::OpenAi;
@@ -82,7 +83,22 @@ impl Provider {
         call: &Call<'_>,
         timeout: Duration,
     ) -> Result<(u16, String), LlmError> {
-        let builder = self.wire.request(client, &self.base_url, key, call)?;
+        self.complete_hinted(client, key, call, timeout).await.0
+    }
+
+    /// [`Provider::complete`], with what the answer said about the budget it was sent
+    /// on (rate-limit headers, a 429 body); an empty [`Hint`] when nothing came back.
+    pub async fn complete_hinted(
+        &self,
+        client: &Client,
+        key: Option<&ApiKey>,
+        call: &Call<'_>,
+        timeout: Duration,
+    ) -> (Result<(u16, String), LlmError>, Hint) {
+        let builder = match self.wire.request(client, &self.base_url, key, call) {
+            Ok(builder) => builder,
+            Err(e) => return (Err(e), Hint::default()),
+        };
         self.exchange(builder, key, timeout, |status, body| {
             self.wire.parse_success(status, body, call)
         })
@@ -90,18 +106,23 @@ impl Provider {
     }
 
     /// One transcription attempt (SPEC §11): the transcript and status, or what went
-    /// wrong, classified exactly as a chat attempt's.
-    pub async fn transcribe(
+    /// wrong, classified exactly as a chat attempt's, with the same budget hints.
+    pub async fn transcribe_hinted(
         &self,
         client: &Client,
         key: Option<&ApiKey>,
         model: &str,
         audio: &Audio,
         timeout: Duration,
-    ) -> Result<(u16, String), LlmError> {
-        let builder = self
-            .wire
-            .transcription_request(client, &self.base_url, key, model, audio)?;
+    ) -> (Result<(u16, String), LlmError>, Hint) {
+        let builder =
+            match self
+                .wire
+                .transcription_request(client, &self.base_url, key, model, audio)
+            {
+                Ok(builder) => builder,
+                Err(e) => return (Err(e), Hint::default()),
+            };
         self.exchange(builder, key, timeout, |status, body| {
             self.wire.parse_transcription(status, body)
         })
@@ -109,24 +130,39 @@ impl Provider {
     }
 
     /// Sends one request and reads its answer: `parse` for a 2xx body, the wire format's
-    /// classification (with the key redacted from the body) otherwise.
+    /// classification (with the key redacted from the body) otherwise; and what the
+    /// answer said about the budget.
     async fn exchange(
         &self,
         builder: RequestBuilder,
         key: Option<&ApiKey>,
         timeout: Duration,
         parse: impl FnOnce(StatusCode, &[u8]) -> Result<String, LlmError>,
-    ) -> Result<(u16, String), LlmError> {
-        let (status, headers, body) = tokio::time::timeout(timeout, send(builder, timeout))
+    ) -> (Result<(u16, String), LlmError>, Hint) {
+        let sent = tokio::time::timeout(timeout, send(builder, timeout))
             .await
-            .map_err(|_| LlmError::Timeout(timeout))??;
+            .map_err(|_| LlmError::Timeout(timeout))
+            .and_then(|r| r);
+        let (status, headers, body) = match sent {
+            Ok(answer) => answer,
+            Err(e) => return (Err(e), Hint::default()),
+        };
+        let hint = budget_hint::from_headers(&headers, SystemTime::now());
         if status.is_success() {
-            let text = parse(status, &body)?;
-            Ok((status.as_u16(), text))
+            let result = parse(status, &body).map(|text| (status.as_u16(), text));
+            (result, hint)
         } else {
             let text = redact(&String::from_utf8_lossy(&body), key);
+            let hint = if status == StatusCode::TOO_MANY_REQUESTS {
+                budget_hint::with_body(hint, &text)
+            } else {
+                hint
+            };
             let retry_after = self.wire.retry_after(&headers, &text);
-            Err(self.wire.classify_error(status, &text, retry_after))
+            (
+                Err(self.wire.classify_error(status, &text, retry_after)),
+                hint,
+            )
         }
     }
 }
@@ -143,9 +179,14 @@ async fn send(
         .await
         .map_err(|e| LlmError::from_reqwest(e, timeout))?;
     let status = response.status();
-    // Only error answers need their headers (Retry-After); don't copy them otherwise.
+    // Error answers need their headers (Retry-After); a success only its budget's.
     let headers = if status.is_success() {
-        HeaderMap::new()
+        response
+            .headers()
+            .iter()
+            .filter(|(name, _)| name.as_str().starts_with("x-ratelimit-"))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect()
     } else {
         response.headers().clone()
     };

@@ -105,6 +105,9 @@ pub enum Outcome {
     Blocked,
     Timeout,
     SkippedCooldown,
+    /// The budget of the key (or of every key of the step) is known to be spent: no
+    /// request was sent.
+    SkippedBudget,
     Unusable,
     /// A hedged attempt that lost the race.
     Cancelled,
@@ -120,6 +123,7 @@ impl Outcome {
             Self::Blocked => "blocked",
             Self::Timeout => "timeout",
             Self::SkippedCooldown => "skipped_cooldown",
+            Self::SkippedBudget => "skipped_budget",
             Self::Unusable => "unusable",
             Self::Cancelled => "cancelled",
         }

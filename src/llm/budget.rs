@@ -1,0 +1,480 @@
+//! The shared budget registry (SPEC §5 "Budgets"): for each key — or key and model, where
+//! the provider counts per model — what may still be sent, from the limits declared in
+//! config and what the provider's answers taught ([`Hint`]). A request asks
+//! [`Budgets::admit`] before sending: a spent budget is never sent on. The lock is a
+//! plain mutex held for a map lookup, never across an await.
+//!
+//! Learning: a reset the provider names (headers, Gemini's body) makes the budget spent
+//! until then; a per-day quota until the daily reset. A 429 that names nothing lowers
+//! the declared rates (halved, down to a tenth) and pauses the budget for a growing
+//! penalty (1 s, doubling to 60 s); each success raises the rates again by a twentieth
+//! and clears the penalty — additive increase, multiplicative decrease.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::config::{BudgetPer, BudgetSettings};
+use crate::llm::budget_hint::Hint;
+use crate::llm::cooldown::StepId;
+
+const SECOND: Duration = Duration::from_secs(1);
+const MINUTE: Duration = Duration::from_secs(60);
+const MIN_PENALTY: Duration = Duration::from_secs(1);
+const MAX_PENALTY: Duration = Duration::from_secs(60);
+const MIN_FACTOR: f64 = 0.1;
+
+/// One budget: a provider, the model where it counts per model ('' otherwise), a key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct BudgetKey {
+    pub provider: String,
+    pub scope: String,
+    pub key: Option<usize>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Known spent until then (a named reset, a penalty).
+    spent_until: Option<Instant>,
+    /// Whether `spent_until` is a per-day quota (kept across restarts).
+    daily: bool,
+    /// Whether that daily spend was handed out to be stored.
+    persisted: bool,
+    /// Sends within the last minute, oldest first.
+    sent: VecDeque<Instant>,
+    /// Sends on the current UTC day: (day number, count).
+    today: (u64, u32),
+    /// Multiplies the declared rates; lowered by hintless 429s.
+    factor: f64,
+    penalty: Duration,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            spent_until: None,
+            daily: false,
+            persisted: false,
+            sent: VecDeque::new(),
+            today: (0, 0),
+            factor: 1.0,
+            penalty: Duration::ZERO,
+        }
+    }
+}
+
+/// A daily budget spent until a wall-clock time: what persists across restarts
+/// (`llm_budgets`). `scope` is the model where the provider counts per model, else ''.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpentBudget {
+    pub provider: String,
+    pub scope: String,
+    /// The key's index in the provider's key list; never the key.
+    pub key_index: Option<usize>,
+    pub until: SystemTime,
+}
+
+#[derive(Debug)]
+pub(crate) struct Budgets {
+    declared: HashMap<String, BudgetSettings>,
+    states: Mutex<HashMap<BudgetKey, State>>,
+}
+
+/// Seconds after UTC midnight at which the free tiers' days restart: Gemini's quotas
+/// reset at midnight Pacific time, 08:00 UTC (07:00 in summer: then one hour late,
+/// which spends nothing).
+const DAILY_RESET_UTC_SECS: u64 = 8 * 3600;
+
+/// The wait until the next daily reset, from `now`.
+pub(crate) fn until_daily_reset(now: SystemTime) -> Duration {
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let into_day = (secs + 86_400 - DAILY_RESET_UTC_SECS) % 86_400;
+    Duration::from_secs(86_400 - into_day)
+}
+
+fn day_number(now: SystemTime) -> u64 {
+    now.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+        .saturating_sub(DAILY_RESET_UTC_SECS)
+        / 86_400
+}
+
+impl Budgets {
+    pub fn new(declared: HashMap<String, BudgetSettings>) -> Self {
+        Self {
+            declared,
+            states: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<BudgetKey, State>> {
+        self.states.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The budget a request of `step` with `key` is sent on.
+    pub fn key(&self, step: &StepId, key: Option<usize>) -> BudgetKey {
+        let per = self
+            .declared
+            .get(&step.provider)
+            .map(|d| d.per)
+            .unwrap_or_default();
+        BudgetKey {
+            provider: step.provider.clone(),
+            scope: match per {
+                BudgetPer::Key => String::new(),
+                BudgetPer::Model => step.model.clone(),
+            },
+            key,
+        }
+    }
+
+    /// When the budget has room again, or `None` if it has room now.
+    fn spent_until(&self, budget: &BudgetKey, state: &mut State, now: Instant) -> Option<Instant> {
+        while state
+            .sent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= MINUTE)
+        {
+            state.sent.pop_front();
+        }
+        let mut until = state.spent_until.filter(|u| *u > now);
+        if until.is_none() {
+            state.spent_until = None;
+            state.daily = false;
+        }
+        let Some(declared) = self.declared.get(&budget.provider) else {
+            return until;
+        };
+        let scaled = |limit: u32| -> usize {
+            let limit = (f64::from(limit) * state.factor).floor();
+            // At least one request per window: a budget is slowed, never closed.
+            if limit < 1.0 { 1 } else { limit as usize }
+        };
+        let windows = [
+            (declared.requests_per_second, SECOND),
+            (declared.requests_per_minute, MINUTE),
+        ];
+        for (limit, window) in windows {
+            let Some(limit) = limit.map(scaled) else {
+                continue;
+            };
+            let recent: Vec<&Instant> = state
+                .sent
+                .iter()
+                .filter(|t| now.duration_since(**t) < window)
+                .collect();
+            if recent.len() >= limit {
+                // Room again when the oldest send that fills the window leaves it.
+                let free_at = *recent[recent.len() - limit] + window;
+                until = until.max(Some(free_at));
+            }
+        }
+        if let Some(per_day) = declared.requests_per_day {
+            let wall = SystemTime::now();
+            if state.today.0 == day_number(wall) && state.today.1 >= per_day {
+                until = until.max(Some(now + until_daily_reset(wall)));
+            }
+        }
+        until
+    }
+
+    /// Until when this budget is spent, if it is (nothing is recorded).
+    pub fn blocked_until(&self, step: &StepId, key: Option<usize>) -> Option<Instant> {
+        let budget = self.key(step, key);
+        let mut states = self.lock();
+        let state = states.entry(budget.clone()).or_default();
+        self.spent_until(&budget, state, Instant::now())
+    }
+
+    /// The soonest moment a key of the step has budget, when none has it now.
+    pub fn step_blocked_until(&self, step: &StepId, keys: &[Option<usize>]) -> Option<Instant> {
+        let mut soonest: Option<Instant> = None;
+        for key in keys {
+            let until = self.blocked_until(step, *key)?;
+            soonest = Some(soonest.map_or(until, |s| s.min(until)));
+        }
+        soonest
+    }
+
+    /// Takes one request from the budget, or says until when it is spent.
+    pub fn admit(&self, step: &StepId, key: Option<usize>) -> Result<(), Instant> {
+        let budget = self.key(step, key);
+        let now = Instant::now();
+        let mut states = self.lock();
+        let state = states.entry(budget.clone()).or_default();
+        if let Some(until) = self.spent_until(&budget, state, now) {
+            return Err(until);
+        }
+        state.sent.push_back(now);
+        let day = day_number(SystemTime::now());
+        if state.today.0 == day {
+            state.today.1 = state.today.1.saturating_add(1);
+        } else {
+            state.today = (day, 1);
+        }
+        Ok(())
+    }
+
+    /// Learns from one answer: `rate_limited` for a 429. Returns how long the budget is
+    /// now known to be spent, if it is.
+    pub fn learn(
+        &self,
+        step: &StepId,
+        key: Option<usize>,
+        hint: &Hint,
+        rate_limited: bool,
+    ) -> Option<Duration> {
+        let budget = self.key(step, key);
+        let now = Instant::now();
+        let daily_reset = until_daily_reset(SystemTime::now());
+        let mut states = self.lock();
+        let state = states.entry(budget).or_default();
+        let spent = hint.spent_for(rate_limited, daily_reset);
+        match (spent, rate_limited) {
+            (Some(wait), _) => {
+                let until = now + wait;
+                if state.spent_until.is_none_or(|u| u < until) {
+                    state.spent_until = Some(until);
+                    state.daily = rate_limited && hint.per_day;
+                    state.persisted = false;
+                }
+                if rate_limited {
+                    state.factor = (state.factor * 0.5).max(MIN_FACTOR);
+                }
+            }
+            (None, true) => {
+                // Nothing said: slow down, and pause for a growing while.
+                state.factor = (state.factor * 0.5).max(MIN_FACTOR);
+                state.penalty = (state.penalty * 2).clamp(MIN_PENALTY, MAX_PENALTY);
+                let until = now + state.penalty;
+                state.spent_until = Some(state.spent_until.map_or(until, |u| u.max(until)));
+            }
+            (None, false) => {
+                state.factor = (state.factor + 0.05).min(1.0);
+                state.penalty = Duration::ZERO;
+            }
+        }
+        spent.or_else(|| rate_limited.then_some(state.penalty))
+    }
+
+    /// Daily budgets that became spent since the last call, in wall-clock time: the
+    /// ones to store so that a restart does not spend them again.
+    pub fn take_new_daily(&self) -> Vec<SpentBudget> {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        self.lock()
+            .iter_mut()
+            .filter(|(_, s)| s.daily && !s.persisted)
+            .filter_map(|(budget, s)| {
+                let left = s.spent_until?.checked_duration_since(now)?;
+                s.persisted = true;
+                Some(SpentBudget {
+                    provider: budget.provider.clone(),
+                    scope: budget.scope.clone(),
+                    key_index: budget.key,
+                    until: wall + left,
+                })
+            })
+            .collect()
+    }
+
+    /// Restores daily budgets spent before a restart (those already over are ignored).
+    pub fn restore(&self, spent: &[SpentBudget]) {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let mut states = self.lock();
+        for s in spent {
+            let Ok(left) = s.until.duration_since(wall) else {
+                continue;
+            };
+            let budget = BudgetKey {
+                provider: s.provider.clone(),
+                scope: s.scope.clone(),
+                key: s.key_index,
+            };
+            let state = states.entry(budget).or_default();
+            state.spent_until = Some(now + left.min(crate::llm::retry_after::MAX_WAIT));
+            state.daily = true;
+            state.persisted = true;
+        }
+    }
+
+    /// Every budget known to be spent now, in wall-clock time, for `daylog doctor`.
+    pub fn spent_now(&self) -> Vec<(SpentBudget, bool)> {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let mut all: Vec<(SpentBudget, bool)> = self
+            .lock()
+            .iter()
+            .filter_map(|(budget, s)| {
+                let left = s.spent_until?.checked_duration_since(now)?;
+                Some((
+                    SpentBudget {
+                        provider: budget.provider.clone(),
+                        scope: budget.scope.clone(),
+                        key_index: budget.key,
+                        until: wall + left,
+                    },
+                    s.daily,
+                ))
+            })
+            .collect();
+        all.sort_by(|a, b| {
+            (&a.0.provider, &a.0.scope, a.0.key_index).cmp(&(
+                &b.0.provider,
+                &b.0.scope,
+                b.0.key_index,
+            ))
+        });
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(provider: &str, model: &str) -> StepId {
+        StepId {
+            no: 0,
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+        }
+    }
+
+    fn budgets(provider: &str, settings: BudgetSettings) -> Budgets {
+        Budgets::new(HashMap::from([(provider.to_owned(), settings)]))
+    }
+
+    #[test]
+    fn a_declared_rate_admits_that_many_then_says_when() {
+        let b = budgets(
+            "mistral",
+            BudgetSettings {
+                requests_per_second: Some(1),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("mistral", "small");
+        assert!(b.admit(&s, Some(0)).is_ok());
+        let until = b.admit(&s, Some(0)).expect_err("spent for a second");
+        assert!(until > Instant::now());
+        // Per key: one workspace, every model; another key is another budget.
+        assert!(b.admit(&step("mistral", "other"), Some(0)).is_err());
+        assert!(b.admit(&s, Some(1)).is_ok());
+    }
+
+    #[test]
+    fn per_model_budgets_are_separate() {
+        let b = budgets(
+            "groq",
+            BudgetSettings {
+                per: BudgetPer::Model,
+                requests_per_minute: Some(1),
+                ..BudgetSettings::default()
+            },
+        );
+        assert!(b.admit(&step("groq", "a"), Some(0)).is_ok());
+        assert!(b.admit(&step("groq", "a"), Some(0)).is_err());
+        assert!(b.admit(&step("groq", "b"), Some(0)).is_ok());
+    }
+
+    #[test]
+    fn a_named_reset_spends_the_budget_and_a_success_does_not() {
+        let b = Budgets::new(HashMap::new());
+        let s = step("groq", "m");
+        let hint = Hint {
+            remaining_requests: Some(0),
+            reset_requests: Some(Duration::from_secs(30)),
+            ..Hint::default()
+        };
+        assert_eq!(
+            b.learn(&s, Some(0), &hint, false),
+            Some(Duration::from_secs(30))
+        );
+        assert!(b.admit(&s, Some(0)).is_err());
+        assert!(
+            b.take_new_daily().is_empty(),
+            "a minute's reset is not daily"
+        );
+    }
+
+    #[test]
+    fn a_per_day_quota_is_spent_until_the_reset_and_survives_a_restart() {
+        let b = Budgets::new(HashMap::new());
+        let s = step("gemini", "flash");
+        let hint = Hint {
+            retry_after: Some(Duration::from_secs(20)),
+            per_day: true,
+            ..Hint::default()
+        };
+        let spent = b.learn(&s, Some(0), &hint, true).expect("spent");
+        assert!(spent >= Duration::from_secs(20));
+        let daily = b.take_new_daily();
+        assert_eq!(daily.len(), 1);
+        assert!(b.take_new_daily().is_empty(), "handed out once");
+        let restarted = Budgets::new(HashMap::new());
+        restarted.restore(&daily);
+        assert!(restarted.admit(&s, Some(0)).is_err());
+        assert!(restarted.take_new_daily().is_empty(), "already stored");
+    }
+
+    #[test]
+    fn hintless_429s_slow_down_and_successes_speed_up_again() {
+        let b = budgets(
+            "mistral",
+            BudgetSettings {
+                requests_per_minute: Some(10),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("mistral", "m");
+        assert_eq!(
+            b.learn(&s, Some(0), &Hint::default(), true),
+            Some(MIN_PENALTY)
+        );
+        assert_eq!(
+            b.learn(&s, Some(0), &Hint::default(), true),
+            Some(MIN_PENALTY * 2)
+        );
+        assert!(b.admit(&s, Some(0)).is_err(), "paused");
+        {
+            let states = b.lock();
+            let state = states.get(&b.key(&s, Some(0))).expect("state");
+            assert!((state.factor - 0.25).abs() < 1e-9);
+        }
+        assert_eq!(b.learn(&s, Some(0), &Hint::default(), false), None);
+        let states = b.lock();
+        let state = states.get(&b.key(&s, Some(0))).expect("state");
+        assert!((state.factor - 0.30).abs() < 1e-9);
+        assert_eq!(state.penalty, Duration::ZERO);
+    }
+
+    #[test]
+    fn the_daily_reset_is_within_a_day() {
+        for secs in [
+            0,
+            1,
+            8 * 3600 - 1,
+            8 * 3600,
+            8 * 3600 + 1,
+            86_399,
+            1_764_576_000,
+        ] {
+            let now = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+            let wait = until_daily_reset(now);
+            assert!(
+                wait > Duration::ZERO && wait <= Duration::from_secs(86_400),
+                "{secs}"
+            );
+            let at = secs + wait.as_secs();
+            assert_eq!(at % 86_400, 8 * 3600, "{secs}");
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! What a provider says about its budget (SPEC §5 "Budgets"), read by pure functions:
+//! the `x-ratelimit-*` headers (Groq's resets such as `2m59.56s`, `7.66s`, `1h2m`),
+//! `Retry-After` / `retry-after-ms`, and Gemini's 429 body (`google.rpc.RetryInfo`'s
+//! `retryDelay`, a `QuotaFailure` naming a per-day quota). Nonsense — negative, huge,
+//! unparsable values, a reset in the past — is never a panic: it is ignored, or bounded
+//! by [`MAX_WAIT`], and the 429 rules apply as if nothing had been said.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::HeaderMap;
+
+use crate::llm::retry_after::{self, MAX_WAIT};
+
+/// What one answer says about the budget it was sent on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hint {
+    /// `x-ratelimit-remaining-requests`.
+    pub remaining_requests: Option<u64>,
+    /// `x-ratelimit-reset-requests`: when the request budget is whole again.
+    pub reset_requests: Option<Duration>,
+    /// `x-ratelimit-remaining-tokens`.
+    pub remaining_tokens: Option<u64>,
+    /// `x-ratelimit-reset-tokens`.
+    pub reset_tokens: Option<Duration>,
+    /// `Retry-After` / `retry-after-ms`, or Gemini's `RetryInfo.retryDelay`.
+    pub retry_after: Option<Duration>,
+    /// The answer named a per-day quota as the one exceeded.
+    pub per_day: bool,
+}
+
+impl Hint {
+    /// For how long, from now, the budget this answer was sent on is known to be spent;
+    /// `None` when the answer does not say (a 429 without a hint: the caller lowers the
+    /// rate instead). A per-day quota is spent until `daily_reset`.
+    pub fn spent_for(&self, rate_limited: bool, daily_reset: Duration) -> Option<Duration> {
+        if rate_limited && self.per_day {
+            return Some(daily_reset.max(self.retry_after.unwrap_or_default()));
+        }
+        let requests = self
+            .reset_requests
+            .filter(|_| self.remaining_requests == Some(0));
+        let tokens = self
+            .reset_tokens
+            .filter(|_| self.remaining_tokens == Some(0));
+        let said = [requests, tokens, self.retry_after.filter(|_| rate_limited)]
+            .into_iter()
+            .flatten()
+            .max();
+        match said {
+            // A reset "now" or in the past on a 429 says nothing usable.
+            Some(d) if d.is_zero() => None,
+            other => other,
+        }
+    }
+
+    /// Whether the answer said anything at all about the budget.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Reads the rate-limit headers of any answer (2xx included). `now` is injected for the
+/// HTTP-date form of `Retry-After`.
+pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Hint {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    Hint {
+        remaining_requests: text("x-ratelimit-remaining-requests").and_then(parse_count),
+        reset_requests: text("x-ratelimit-reset-requests").and_then(parse_reset),
+        remaining_tokens: text("x-ratelimit-remaining-tokens").and_then(parse_count),
+        reset_tokens: text("x-ratelimit-reset-tokens").and_then(parse_reset),
+        retry_after: retry_after::parse(headers, now),
+        per_day: false,
+    }
+}
+
+/// Adds what a 429 body says (Gemini's `error.details`) to `hint`. Any other body, or
+/// one that does not parse, leaves it as it is.
+pub fn with_body(mut hint: Hint, body: &str) -> Hint {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(body) else {
+        return hint;
+    };
+    let Some(details) = value.pointer("/error/details").and_then(|d| d.as_array()) else {
+        return hint;
+    };
+    for detail in details {
+        let kind = detail.get("@type").and_then(|t| t.as_str()).unwrap_or("");
+        if kind.ends_with("google.rpc.RetryInfo") {
+            if let Some(delay) = detail
+                .get("retryDelay")
+                .and_then(|d| d.as_str())
+                .and_then(parse_reset)
+            {
+                hint.retry_after = Some(hint.retry_after.unwrap_or_default().max(delay));
+            }
+        } else if kind.ends_with("google.rpc.QuotaFailure") {
+            let violations = detail.get("violations").and_then(|v| v.as_array());
+            hint.per_day |= violations.into_iter().flatten().any(names_a_day);
+        }
+    }
+    hint
+}
+
+/// A `QuotaFailure` violation about a per-day quota: Gemini names them like
+/// `GenerateRequestsPerDayPerProjectPerModel-FreeTier`.
+fn names_a_day(violation: &serde_json::Value) -> bool {
+    ["quotaId", "quotaMetric", "description"]
+        .iter()
+        .filter_map(|field| violation.get(*field).and_then(|v| v.as_str()))
+        .any(|text| {
+            let text = text.to_ascii_lowercase();
+            text.contains("perday") || text.contains("per_day") || text.contains("per day")
+        })
+}
+
+/// A non-negative integer count; anything else is ignored.
+pub fn parse_count(raw: &str) -> Option<u64> {
+    raw.trim().parse::<u64>().ok()
+}
+
+/// A reset or delay: Groq's Go-style durations (`2m59.56s`, `7.66s`, `1h2m`, `250ms`),
+/// Gemini's `"52s"`, or plain seconds (`12`, `0.5`). Bounded by [`MAX_WAIT`]; `None`
+/// for anything unparsable or negative.
+pub fn parse_reset(raw: &str) -> Option<Duration> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return None;
+    }
+    if let Ok(secs) = raw.parse::<f64>() {
+        return retry_after::from_secs(secs);
+    }
+    let mut total = 0.0_f64;
+    let mut rest = raw;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return None;
+        }
+        let number: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            "us" | "µs" => 0.000_001,
+            "ns" => 0.000_000_001,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += number * scale;
+    }
+    retry_after::from_secs(total).map(|d| d.min(MAX_WAIT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use reqwest::header::{HeaderName, HeaderValue};
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                map.insert(n, v);
+            }
+        }
+        map
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn resets_in_every_shape() {
+        let cases: &[(&str, Option<Duration>)] = &[
+            ("2m59.56s", Some(ms(179_560))),
+            ("7.66s", Some(ms(7_660))),
+            ("1h2m", Some(Duration::from_secs(3_720))),
+            ("250ms", Some(ms(250))),
+            ("52s", Some(Duration::from_secs(52))),
+            ("12", Some(Duration::from_secs(12))),
+            ("0.5", Some(ms(500))),
+            ("0s", Some(Duration::ZERO)),
+            ("", None),
+            ("-3s", None),
+            ("-1", None),
+            ("soon", None),
+            ("5 minutes", None),
+            ("1x", None),
+            ("s", None),
+            ("1..2s", None),
+            ("99999999h", Some(MAX_WAIT)),
+            ("1e400", None),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(parse_reset(raw), *want, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn groq_headers_say_when_the_budget_is_back() {
+        let now = SystemTime::now();
+        let spent = from_headers(
+            &headers(&[
+                ("x-ratelimit-remaining-requests", "0"),
+                ("x-ratelimit-reset-requests", "2m59.56s"),
+                ("x-ratelimit-remaining-tokens", "5000"),
+                ("x-ratelimit-reset-tokens", "7.66s"),
+            ]),
+            now,
+        );
+        assert_eq!(spent.remaining_requests, Some(0));
+        assert_eq!(spent.spent_for(false, ms(1)), Some(ms(179_560)));
+        // Budget left: nothing is spent, whatever the resets say.
+        let left = from_headers(
+            &headers(&[
+                ("x-ratelimit-remaining-requests", "14"),
+                ("x-ratelimit-reset-requests", "2s"),
+            ]),
+            now,
+        );
+        assert_eq!(left.spent_for(false, ms(1)), None);
+        // Tokens spent count as well.
+        let tokens = from_headers(
+            &headers(&[
+                ("x-ratelimit-remaining-tokens", "0"),
+                ("x-ratelimit-reset-tokens", "7.66s"),
+            ]),
+            now,
+        );
+        assert_eq!(tokens.spent_for(false, ms(1)), Some(ms(7_660)));
+    }
+
+    #[test]
+    fn retry_after_counts_on_a_429_only() {
+        let now = SystemTime::now();
+        let hint = from_headers(&headers(&[("retry-after", "3")]), now);
+        assert_eq!(hint.spent_for(true, ms(1)), Some(Duration::from_secs(3)));
+        assert_eq!(hint.spent_for(false, ms(1)), None);
+        let hint = from_headers(&headers(&[("retry-after-ms", "1500")]), now);
+        assert_eq!(hint.spent_for(true, ms(1)), Some(ms(1500)));
+        // "Retry now" is no hint: the 429 rules apply.
+        let hint = from_headers(&headers(&[("retry-after", "0")]), now);
+        assert_eq!(hint.spent_for(true, ms(1)), None);
+    }
+
+    #[test]
+    fn gemini_bodies() {
+        let minute = r#"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[
+            {"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[
+              {"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests",
+               "quotaId":"GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]},
+            {"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"52s"}]}}"#;
+        let hint = with_body(Hint::default(), minute);
+        assert_eq!(hint.retry_after, Some(Duration::from_secs(52)));
+        assert!(!hint.per_day);
+        assert_eq!(
+            hint.spent_for(true, Duration::from_secs(9_000)),
+            Some(Duration::from_secs(52))
+        );
+
+        let day = r#"{"error":{"code":429,"details":[
+            {"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[
+              {"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},
+            {"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"20s"}]}}"#;
+        let hint = with_body(Hint::default(), day);
+        assert!(hint.per_day);
+        assert_eq!(
+            hint.spent_for(true, Duration::from_secs(9_000)),
+            Some(Duration::from_secs(9_000)),
+            "spent until the daily reset, not for 20 s"
+        );
+
+        for nonsense in [
+            "",
+            "not json",
+            r#"{"error":{"details":"x"}}"#,
+            r#"{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"-5s"}]}}"#,
+            r#"{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":12}]}}"#,
+        ] {
+            assert_eq!(
+                with_body(Hint::default(), nonsense),
+                Hint::default(),
+                "{nonsense}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_hintless_429_says_nothing() {
+        let hint = from_headers(&HeaderMap::new(), SystemTime::now());
+        assert!(hint.is_empty());
+        assert_eq!(hint.spent_for(true, ms(1)), None);
+    }
+
+    proptest! {
+        #[test]
+        fn nonsense_never_panics_and_stays_bounded(
+            raw in ".{0,24}",
+            count in ".{0,12}",
+            body in ".{0,64}",
+            delay in ".{0,16}",
+        ) {
+            let _ = parse_reset(&raw);
+            let map = headers(&[
+                ("x-ratelimit-remaining-requests", count.as_str()),
+                ("x-ratelimit-reset-requests", raw.as_str()),
+                ("x-ratelimit-reset-tokens", raw.as_str()),
+                ("retry-after", raw.as_str()),
+                ("retry-after-ms", count.as_str()),
+            ]);
+            let hint = from_headers(&map, SystemTime::now());
+            let gemini = format!(
+                r#"{{"error":{{"details":[{{"@type":"google.rpc.RetryInfo","retryDelay":{}}}]}}}}"#,
+                serde_json::Value::String(delay.clone())
+            );
+            let hint = with_body(with_body(hint, &body), &gemini);
+            for rate_limited in [true, false] {
+                if let Some(d) = hint.spent_for(rate_limited, MAX_WAIT) {
+                    prop_assert!(d <= MAX_WAIT);
+                }
+            }
+        }
+
+        #[test]
+        fn any_go_duration_parses_within_bounds(h in 0u64..100, m in 0u64..60, s in 0u64..60, frac in 0u64..100) {
+            let raw = format!("{h}h{m}m{s}.{frac:02}s");
+            let parsed = parse_reset(&raw);
+            prop_assert!(parsed.is_some(), "{}", raw);
+            prop_assert!(parsed.unwrap_or_default() <= MAX_WAIT);
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Budgets (SPEC §5 "Budgets") against fake providers on 127.0.0.1 (wiremock): no
+//! request on a budget known to be spent, spill-over to the next step with budget, limits
+//! declared in config and learned from each header and body shape, waiting for the
+//! soonest budget when no step has one, and nonsense hints that fall back to the 429
+//! rules.
+
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] fns: a failure is a test failure"
+)]
+
+mod support;
+
+use daylog::llm::{ChatRequest, Llm, Outcome, Task};
+use support::llm::*;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+fn request() -> ChatRequest {
+    ChatRequest {
+        system: "You are a kind journaling assistant.".into(),
+        user: "A long day.".into(),
+        json: false,
+    }
+}
+
+const KEYS: [(&str, &str); 3] = [
+    ("A_API_KEY", "key-a"),
+    ("B_API_KEY", "key-b"),
+    ("G_API_KEY", "key-g"),
+];
+
+/// Provider `a` (kind `a_kind`, with `a_budget` lines under its `budget` table) and an
+/// always healthy openai provider `b`; steps a/m1 then b/m2.
+fn config(a: &MockServer, a_kind: &str, a_budget: &str, b: &MockServer) -> String {
+    let a_url = match a_kind {
+        "gemini" => format!("{}/v1beta", a.uri()),
+        _ => format!("{}/v1", a.uri()),
+    };
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("a", a_kind, &a_url));
+    toml.push_str(&format!("[providers.a.budget]\n{a_budget}\n"));
+    toml.push_str(&provider("b", "openai", &format!("{}/v1", b.uri())));
+    toml.push_str(&analysis_steps(&[("a", "m1"), ("b", "m2")]));
+    toml
+}
+
+fn llm(toml: &str) -> Llm {
+    Llm::new(&settings(toml, &KEYS)).expect("llm")
+}
+
+async fn ok_server() -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn server_with(answer: ResponseTemplate) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(answer)
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn calls(server: &MockServer) -> usize {
+    server
+        .received_requests()
+        .await
+        .expect("recording on")
+        .len()
+}
+
+/// Two runs; the answers' providers.
+async fn two_runs(llm: &Llm, sink: &RecordingSink) -> (String, String) {
+    let first = llm
+        .run(Task::Analysis, &request(), sink)
+        .await
+        .expect("first answer");
+    let second = llm
+        .run(Task::Analysis, &request(), sink)
+        .await
+        .expect("second answer");
+    (first.provider, second.provider)
+}
+
+#[tokio::test]
+async fn a_declared_budget_spills_over_without_a_request() {
+    let a = ok_server().await;
+    let b = ok_server().await;
+    let llm = llm(&config(&a, "openai", "requests_per_minute = 1", &b));
+    let sink = RecordingSink::default();
+
+    let (first, second) = two_runs(&llm, &sink).await;
+
+    assert_eq!((first.as_str(), second.as_str()), ("a", "b"));
+    assert_eq!(calls(&a).await, 1, "no request on the spent budget");
+    assert_eq!(calls(&b).await, 1);
+    assert_eq!(sink.count("m1", Outcome::SkippedBudget), 1);
+}
+
+#[tokio::test]
+async fn groq_headers_teach_a_spent_budget() {
+    let a = server_with(
+        json_reply(200, "openai/chat_completion.json")
+            .insert_header("x-ratelimit-remaining-requests", "0")
+            .insert_header("x-ratelimit-reset-requests", "2m59.56s")
+            .insert_header("x-ratelimit-remaining-tokens", "5900")
+            .insert_header("x-ratelimit-reset-tokens", "7.66s"),
+    )
+    .await;
+    let b = ok_server().await;
+    let llm = llm(&config(&a, "openai", "per = \"model\"", &b));
+    let sink = RecordingSink::default();
+
+    let (first, second) = two_runs(&llm, &sink).await;
+
+    assert_eq!((first.as_str(), second.as_str()), ("a", "b"));
+    assert_eq!(calls(&a).await, 1);
+    assert_eq!(sink.count("m1", Outcome::SkippedBudget), 1);
+}
+
+#[tokio::test]
+async fn spent_tokens_count_too() {
+    let a = server_with(
+        json_reply(200, "openai/chat_completion.json")
+            .insert_header("x-ratelimit-remaining-tokens", "0")
+            .insert_header("x-ratelimit-reset-tokens", "1h2m"),
+    )
+    .await;
+    let b = ok_server().await;
+    let llm = llm(&config(&a, "openai", "", &b));
+    let sink = RecordingSink::default();
+    let (first, second) = two_runs(&llm, &sink).await;
+    assert_eq!((first.as_str(), second.as_str()), ("a", "b"));
+    assert_eq!(calls(&a).await, 1);
+}
+
+/// A 429 naming its reset spills over at once (no backoff round on a) and the next
+/// request does not try a again: for `Retry-After` and `retry-after-ms` alike.
+#[tokio::test]
+async fn a_429_with_a_reset_spills_over_at_once_and_is_remembered() {
+    for (name, value) in [("retry-after", "30"), ("retry-after-ms", "30000")] {
+        let a = server_with(
+            ResponseTemplate::new(429)
+                .insert_header(name, value)
+                .set_body_string("{\"message\":\"slow down\"}"),
+        )
+        .await;
+        let b = ok_server().await;
+        let llm = llm(&config(&a, "openai", "", &b));
+        let sink = RecordingSink::default();
+
+        let (first, second) = two_runs(&llm, &sink).await;
+
+        assert_eq!((first.as_str(), second.as_str()), ("b", "b"), "{name}");
+        assert_eq!(calls(&a).await, 1, "{name}: one 429, never a second");
+        assert!(sink.count("m1", Outcome::SkippedBudget) >= 1, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn gemini_retry_info_spends_the_budget_for_its_delay() {
+    let a = server_with(json_reply(429, "gemini/resource_exhausted.json")).await;
+    let b = ok_server().await;
+    let llm = llm(&config(&a, "gemini", "per = \"model\"", &b));
+    let sink = RecordingSink::default();
+
+    let (first, second) = two_runs(&llm, &sink).await;
+
+    assert_eq!((first.as_str(), second.as_str()), ("b", "b"));
+    assert_eq!(calls(&a).await, 1);
+    let skip = sink
+        .attempts()
+        .into_iter()
+        .find(|a| a.outcome == Outcome::SkippedBudget)
+        .expect("a skip");
+    let error = skip.error.unwrap_or_default();
+    assert!(error.contains("budget spent"), "{error}");
+}
+
+#[tokio::test]
+async fn gemini_per_day_quota_failure_is_spent_until_the_daily_reset() {
+    let body = r#"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[
+        {"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[
+          {"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},
+        {"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1s"}]}}"#;
+    let a = server_with(ResponseTemplate::new(429).set_body_raw(body, "application/json")).await;
+    let b = ok_server().await;
+    let llm = llm(&config(&a, "gemini", "per = \"model\"", &b));
+    let sink = RecordingSink::default();
+
+    let (first, second) = two_runs(&llm, &sink).await;
+
+    assert_eq!((first.as_str(), second.as_str()), ("b", "b"));
+    assert_eq!(
+        calls(&a).await,
+        1,
+        "a 1 s delay on a per-day quota is not believed"
+    );
+    let skip = sink
+        .attempts()
+        .into_iter()
+        .find(|a| a.outcome == Outcome::SkippedBudget)
+        .expect("a skip");
+    let error = skip.error.unwrap_or_default();
+    let left_ms: u64 = error
+        .trim_start_matches("budget spent for ")
+        .trim_end_matches("ms more")
+        .parse()
+        .expect("a number of ms");
+    assert!(left_ms > 60_000, "until the daily reset: {error}");
+}
+
+/// Nonsense rate-limit headers never stop the cascade: the 429 rules apply.
+#[tokio::test]
+async fn nonsense_hints_fall_back_to_the_429_rules() {
+    let a = server_with(
+        ResponseTemplate::new(429)
+            .insert_header("retry-after", "-5")
+            .insert_header("retry-after-ms", "soon")
+            .insert_header("x-ratelimit-remaining-requests", "-1")
+            .insert_header("x-ratelimit-reset-requests", "1x2y"),
+    )
+    .await;
+    let b = ok_server().await;
+    let llm = llm(&config(&a, "openai", "", &b));
+    let sink = RecordingSink::default();
+    let answer = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("an answer from b");
+    assert_eq!(answer.provider, "b");
+    assert!(calls(&a).await >= 1);
+}
+
+/// With one step whose budget is spent for a moment, the request waits for it rather
+/// than failing or sending on the spent budget.
+#[tokio::test]
+async fn with_no_other_step_the_request_waits_for_the_budget() {
+    let a = ok_server().await;
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("a", "openai", &format!("{}/v1", a.uri())));
+    toml.push_str("[providers.a.budget]\nrequests_per_second = 1\n");
+    toml.push_str("[budgets]\nspill_after_ms = 0\nnotify_after_ms = 20000\n");
+    toml.push_str(&analysis_steps(&[("a", "m1")]));
+    let llm = llm(&toml);
+    let sink = RecordingSink::default();
+
+    let (first, second) = two_runs(&llm, &sink).await;
+
+    assert_eq!((first.as_str(), second.as_str()), ("a", "a"));
+    assert_eq!(calls(&a).await, 2, "no extra request while waiting");
+    let waited = sink
+        .attempts()
+        .into_iter()
+        .filter(|a| a.outcome == Outcome::Ok)
+        .map(|a| a.wait_ms)
+        .max()
+        .unwrap_or_default();
+    assert!(waited > 0, "the second request waited for the budget");
+}
