@@ -317,7 +317,8 @@ async fn a_full_concurrency_cap_spills_over_instead_of_queueing() {
 #[tokio::test]
 async fn without_a_cap_twenty_concurrent_requests_all_reach_the_first_step() {
     const TASKS: usize = 20;
-    let a = slow_server(std::time::Duration::from_millis(300)).await;
+    // Long enough for 20 requests to be sent on a loaded machine, short for the test.
+    let a = slow_server(std::time::Duration::from_secs(2)).await;
     let b = ok_server().await;
     // The shipped default: no max_concurrency line.
     let llm = std::sync::Arc::new(llm(&config(&a, "openai", "", &b)));

@@ -446,8 +446,11 @@ impl<'a> TaskRun<'a> {
                     Ok(permit) => permit,
                     Err(Full) => {
                         // The cap is full: the next step answers instead of a local
-                        // queue; this one is waited for only when no step is left.
-                        self.spill_capped(step, key);
+                        // queue; this one is waited for only when no step is left (a
+                        // patient step got here only at the deadline).
+                        if !patient {
+                            self.spill_capped(step, key);
+                        }
                         return StepEnd::Failed {
                             no,
                             transient: true,
