@@ -97,9 +97,9 @@ struct Args {
     /// Fraction of provider requests (any provider) that answer 503, spread evenly.
     #[arg(long, default_value_t = 0.0)]
     error_rate: f64,
-    /// `providers.*.max_concurrency` for the run. The shipped default (8) protects free
-    /// tiers; capacity runs raise it so the bot, not the limit, is measured.
-    #[arg(long, default_value_t = 1024)]
+    /// `providers.*.max_concurrency` for the run: 0, the shipped default, is no cap (the
+    /// budgets pace requests); N > 0 is a safety limit that spills over when full.
+    #[arg(long, default_value_t = 0)]
     max_concurrency: usize,
     /// `retry.min_delay_ms` in the failover scenario (`max_delay_ms` is 10×). The shipped
     /// default is 1000; 100 keeps the cooldown-off run short and makes its ratio smaller.

@@ -295,10 +295,6 @@ fn default_true() -> bool {
     true
 }
 
-fn default_max_concurrency() -> usize {
-    8
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderSettings {
@@ -310,7 +306,10 @@ pub struct ProviderSettings {
     /// The environment variable holding the keys; default `<NAME>_API_KEY`.
     #[serde(default)]
     pub key_env: Option<String>,
-    #[serde(default = "default_max_concurrency")]
+    /// An optional safety limit on requests in flight to this provider, across all
+    /// tasks; 0 (the default) means none, as budgets pace the requests (SPEC §5). When
+    /// the limit is full an attempt spills over to the next step instead of queueing.
+    #[serde(default)]
     pub max_concurrency: usize,
     /// The free tier's budget (SPEC §5 "Budgets"): what is declared here is enforced
     /// before sending; what the provider says is learned on top.
@@ -775,7 +774,7 @@ fn numeric_settings(s: &FileSettings) -> Vec<(String, u64, u64, u64)> {
         table.push((
             format!("providers.{name}.max_concurrency"),
             provider.max_concurrency as u64,
-            1,
+            0,
             MAX_CONCURRENCY,
         ));
     }
@@ -897,12 +896,6 @@ fn validate(s: &FileSettings) -> Result<(), ConfigError> {
             return Err(ConfigError::invalid(
                 format!("providers.{name}.base_url"),
                 "must not have a ?query or #fragment (endpoint paths are appended to it)",
-            ));
-        }
-        if provider.max_concurrency == 0 {
-            return Err(ConfigError::invalid(
-                format!("providers.{name}.max_concurrency"),
-                "must be at least 1",
             ));
         }
     }
@@ -1371,7 +1364,7 @@ mod tests {
             ),
             (
                 "DAYLOG__PROVIDERS__GROQ__MAX_CONCURRENCY",
-                "0",
+                "-1",
                 "providers.groq.max_concurrency",
             ),
             (

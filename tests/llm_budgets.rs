@@ -265,3 +265,98 @@ async fn with_no_other_step_the_request_waits_for_the_budget() {
         .unwrap_or_default();
     assert!(waited > 0, "the second request waited for the budget");
 }
+
+/// A provider that answers only after `delay` (longer than any test waits on success).
+async fn slow_server(delay: std::time::Duration) -> MockServer {
+    server_with(json_reply(200, "openai/chat_completion.json").set_delay(delay)).await
+}
+
+/// Polls until `server` has received `n` requests, failing if any task ended first
+/// (a request that waits in a local queue never arrives while the others are held).
+async fn until_received(
+    server: &MockServer,
+    n: usize,
+    tasks: &[tokio::task::JoinHandle<Result<daylog::llm::Completion, daylog::llm::CascadeError>>],
+) {
+    while calls(server).await < n {
+        assert!(
+            tasks.iter().all(|t| !t.is_finished()),
+            "a task ended before {n} requests reached the first step"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_full_concurrency_cap_spills_over_instead_of_queueing() {
+    // The first step holds its one slot for longer than the test runs on success.
+    let a = slow_server(std::time::Duration::from_secs(30)).await;
+    let b = ok_server().await;
+    let toml = config(&a, "openai", "", &b)
+        .replace("[providers.a]\n", "[providers.a]\nmax_concurrency = 1\n");
+    let llm = std::sync::Arc::new(llm(&toml));
+    let sink = std::sync::Arc::new(RecordingSink::default());
+    let first = {
+        let (llm, sink) = (std::sync::Arc::clone(&llm), std::sync::Arc::clone(&sink));
+        tokio::spawn(async move { llm.run(Task::Analysis, &request(), &*sink).await })
+    };
+    until_received(&a, 1, std::slice::from_ref(&first)).await;
+
+    let second = llm
+        .run(Task::Analysis, &request(), &*sink)
+        .await
+        .expect("second answer");
+
+    assert_eq!(second.provider, "b", "answered by the next step");
+    assert!(!first.is_finished(), "while the first still holds the slot");
+    assert_eq!(calls(&a).await, 1);
+    assert_eq!(sink.count("m1", Outcome::SkippedBudget), 1);
+    first.abort();
+}
+
+#[tokio::test]
+async fn without_a_cap_twenty_concurrent_requests_all_reach_the_first_step() {
+    const TASKS: usize = 20;
+    // Long enough for 20 requests to be sent on a loaded machine, short for the test.
+    let a = slow_server(std::time::Duration::from_secs(2)).await;
+    let b = ok_server().await;
+    // The shipped default: no max_concurrency line.
+    let llm = std::sync::Arc::new(llm(&config(&a, "openai", "", &b)));
+    let sink = std::sync::Arc::new(RecordingSink::default());
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (llm, sink) = (std::sync::Arc::clone(&llm), std::sync::Arc::clone(&sink));
+            tokio::spawn(async move { llm.run(Task::Analysis, &request(), &*sink).await })
+        })
+        .collect();
+
+    until_received(&a, TASKS, &tasks).await;
+
+    for task in futures::future::join_all(tasks).await {
+        assert_eq!(task.expect("task").expect("answer").provider, "a");
+    }
+    assert_eq!(calls(&b).await, 0);
+    assert_eq!(sink.count("m1", Outcome::SkippedBudget), 0);
+}
+
+#[tokio::test]
+async fn a_full_cap_with_no_other_step_waits_for_its_slot() {
+    let a = slow_server(std::time::Duration::from_millis(200)).await;
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("a", "openai", &format!("{}/v1", a.uri())));
+    toml.push_str("max_concurrency = 1\n");
+    toml.push_str(&analysis_steps(&[("a", "m1")]));
+    let llm = std::sync::Arc::new(llm(&toml));
+    let sink = std::sync::Arc::new(RecordingSink::default());
+    let tasks: Vec<_> = (0..2)
+        .map(|_| {
+            let (llm, sink) = (std::sync::Arc::clone(&llm), std::sync::Arc::clone(&sink));
+            tokio::spawn(async move { llm.run(Task::Analysis, &request(), &*sink).await })
+        })
+        .collect();
+
+    for task in futures::future::join_all(tasks).await {
+        assert_eq!(task.expect("task").expect("answer").provider, "a");
+    }
+    assert_eq!(calls(&a).await, 2, "one after the other, none lost");
+}

@@ -628,9 +628,9 @@ async fn twenty_concurrent_tasks_pay_for_a_dead_primary_once() {
         ("failures_to_trip", &FAILURES_TO_TRIP.to_string()),
         ("duration_ms", "60000"),
     ]);
-    // Every task may reach the dead primary at once: the worst case for the bound.
-    let toml = config(&[&dead, &good], &[("a", "m1"), ("b", "m2")], &retry)
-        .replace("[providers.a]\n", "[providers.a]\nmax_concurrency = 32\n");
+    // No concurrency cap (the default): every task may reach the dead primary at once,
+    // the worst case for the bound.
+    let toml = config(&[&dead, &good], &[("a", "m1"), ("b", "m2")], &retry);
     let llm = Arc::new(llm(&toml));
     let sink = Arc::new(RecordingSink::default());
 
@@ -645,8 +645,8 @@ async fn twenty_concurrent_tasks_pay_for_a_dead_primary_once() {
     }
 
     // The most the dead primary can be asked, and why:
-    // - every task's first attempt may be sent before any answer came back (32 permits
-    //   for 20 tasks): TASKS calls, which no cooldown can prevent;
+    // - every task's first attempt may be sent before any answer came back (no cap):
+    //   TASKS calls, which no cooldown can prevent;
     // - a retry is sent only after that task's own failure and a fresh look at the shared
     //   cooldown. The one key trips at the FAILURES_TO_TRIP-th failure in a row across
     //   all tasks and then stays cool for the whole test (60 s), so only the failures

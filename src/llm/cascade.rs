@@ -131,6 +131,9 @@ pub(crate) async fn run(
 }
 
 #[derive(Debug, Clone, Copy)]
+/// The provider's `max_concurrency` cap has no free slot.
+struct Full;
+
 enum Mode {
     /// Every free key, each with the full retry budget.
     Normal,
@@ -323,6 +326,46 @@ impl<'a> TaskRun<'a> {
         spent.push((step.id.no, until));
     }
 
+    /// A slot under the provider's optional `max_concurrency` cap (`None` when there is
+    /// no cap). Never queued for in normal mode: a full cap is [`Full`], so the attempt
+    /// spills over. A patient step (no other step could answer) waits, within the deadline.
+    async fn permit(
+        &self,
+        step: &Step,
+        patient: bool,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Full> {
+        let Some(permits) = &step.provider.permits else {
+            return Ok(None);
+        };
+        let permits = Arc::clone(permits);
+        if !patient {
+            return permits.try_acquire_owned().map(Some).map_err(|_| Full);
+        }
+        match tokio::time::timeout_at(self.deadline, permits.acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(Some(permit)),
+            Ok(Err(_)) | Err(_) => Err(Full),
+        }
+    }
+
+    /// The step is left because its provider's cap is full: recorded as
+    /// `skipped_budget`, and remembered as available again at once, so that it is
+    /// waited for (patiently) if no other step answers.
+    fn spill_capped(&self, step: &Step, key: Option<usize>) {
+        let now = Instant::now();
+        self.record(
+            step,
+            key,
+            0,
+            Outcome::SkippedBudget,
+            None,
+            Duration::ZERO,
+            Duration::ZERO,
+            Some("max_concurrency reached".to_owned()),
+        );
+        let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        spent.push((step.id.no, now));
+    }
+
     /// The step whose budget returns first within the deadline, not waited for yet.
     fn soonest_budget(&self, steps: &[Step], waited: &mut HashSet<usize>) -> Option<usize> {
         let spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
@@ -399,11 +442,20 @@ impl<'a> TaskRun<'a> {
                     self.record_skip(step, key, until);
                     continue;
                 }
-                let Ok(permit) = step.provider.permits.acquire().await else {
-                    return StepEnd::Failed {
-                        no,
-                        transient: true,
-                    };
+                let permit = match self.permit(step, patient).await {
+                    Ok(permit) => permit,
+                    Err(Full) => {
+                        // The cap is full: the next step answers instead of a local
+                        // queue; this one is waited for only when no step is left (a
+                        // patient step got here only at the deadline).
+                        if !patient {
+                            self.spill_capped(step, key);
+                        }
+                        return StepEnd::Failed {
+                            no,
+                            transient: true,
+                        };
+                    }
                 };
                 // Waiting for a permit can take a while: others may have given up on
                 // this key meanwhile.

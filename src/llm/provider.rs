@@ -40,8 +40,9 @@ pub(crate) struct Provider {
     pub keys: Vec<ApiKey>,
     pub require_key: bool,
     pub key_env: String,
-    /// Requests in flight to this provider across all tasks (`max_concurrency`).
-    pub permits: Arc<Semaphore>,
+    /// The optional cap on requests in flight to this provider across all tasks
+    /// (`max_concurrency`); `None` when it is 0, the default.
+    pub permits: Option<Arc<Semaphore>>,
 }
 
 impl Provider {
@@ -52,7 +53,8 @@ impl Provider {
             keys: keys.to_vec(),
             require_key: settings.require_key,
             key_env: settings.key_env(name),
-            permits: Arc::new(Semaphore::new(settings.max_concurrency)),
+            permits: (settings.max_concurrency > 0)
+                .then(|| Arc::new(Semaphore::new(settings.max_concurrency))),
         }
     }
 
