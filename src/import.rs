@@ -14,6 +14,11 @@ use jiff::civil::{Date, Time};
 use serde_json::{Value, json};
 
 use crate::analysis::metrics::Metrics;
+use crate::journal::Journal;
+use crate::language::Language;
+use crate::store::{NewImportLog, StoreError};
+use crate::texts::Texts;
+use crate::time::{UserZone, sql_timestamp};
 
 /// Files (and any one line) larger than this are refused before parsing.
 pub const MAX_FILE_BYTES: usize = 10 * 1024 * 1024;
@@ -201,6 +206,93 @@ fn row(layout: Layout, record: &csv::StringRecord) -> Option<ImportRow> {
         text,
         mood,
         metrics: Metrics::from_value(&object),
+    })
+}
+
+/// What one import did: the three numbers the user is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Report {
+    pub imported: u64,
+    pub already: u64,
+    pub unreadable: u64,
+    pub first_unreadable_line: Option<u64>,
+}
+
+impl Report {
+    pub fn sentence(&self, language: Language) -> String {
+        Texts(language).import_done(
+            self.imported,
+            self.already,
+            self.unreadable,
+            self.first_unreadable_line,
+        )
+    }
+}
+
+/// Why an import stored nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportFailure {
+    #[error("{0}")]
+    File(#[from] ImportError),
+    #[error("the import could not be stored: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl ImportFailure {
+    pub fn sentence(&self, language: Language) -> &'static str {
+        match self {
+            Self::File(why) => Texts(language).import_refused(*why),
+            Self::Store(_) => Texts(language).import_failed(),
+        }
+    }
+}
+
+/// The rows as the store takes them: each date and time read in `zone`, then in UTC.
+/// A wall-clock time that cannot exist there is resolved as jiff's `compatible` rule
+/// does (a DST gap moves forward).
+pub fn to_store<'a>(rows: &'a [ImportRow], zone: &UserZone) -> Vec<NewImportLog<'a>> {
+    rows.iter()
+        .filter_map(|row| {
+            let at = zone.to_timestamp(row.date.to_datetime(row.time))?;
+            Some(NewImportLog {
+                created_at: sql_timestamp(at),
+                local_day: row.date,
+                text: &row.text,
+                mood: row.mood,
+                metrics_json: row.metrics.to_json(),
+            })
+        })
+        .collect()
+}
+
+/// Imports a Daylio export for `user_id` (who must exist): parses it, then stores every
+/// readable row in one transaction. No AI call, no reply per entry.
+pub async fn import_bytes(
+    journal: &Journal,
+    user_id: i64,
+    bytes: &[u8],
+) -> Result<Report, ImportFailure> {
+    let parsed = parse(bytes)?;
+    let zone = journal.zone_of(user_id).await;
+    let logs = to_store(&parsed.rows, &zone);
+    let out_of_range =
+        u64::try_from(parsed.rows.len().saturating_sub(logs.len())).unwrap_or(u64::MAX);
+    let counts = journal.store.import_logs(user_id, &logs).await?;
+    let unreadable = u64::try_from(parsed.unreadable)
+        .unwrap_or(u64::MAX)
+        .saturating_add(out_of_range);
+    tracing::info!(
+        user_id,
+        imported = counts.imported,
+        already = counts.already,
+        unreadable,
+        "daylio import stored"
+    );
+    Ok(Report {
+        imported: counts.imported,
+        already: counts.already,
+        unreadable,
+        first_unreadable_line: parsed.first_unreadable_line,
     })
 }
 
