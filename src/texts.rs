@@ -675,6 +675,13 @@ impl Texts {
         )
     }
 
+    pub fn import_download_failed(self) -> &'static str {
+        self.pick(
+            "I could not download the file from Telegram; nothing was imported. Please send it again.",
+            "Не удалось скачать файл из Telegram, ничего не перенесено. Пришли его ещё раз.",
+        )
+    }
+
     pub fn import_file_unreadable(self, path: &str) -> String {
         match self.0 {
             Language::En => format!("Cannot read the file {path}."),
