@@ -1090,4 +1090,18 @@ mod tests {
             assert_eq!(is_passing(&error), passing, "{error}");
         }
     }
+
+    #[test]
+    fn a_document_is_an_import_only_within_ten_minutes_of_the_ask_and_once() {
+        let telegram = super::Telegram::new(teloxide::Bot::new("1:test"));
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        let later = |minutes: i64| at + jiff::SignedDuration::from_mins(minutes);
+        assert!(!telegram.take_import_ask(5, at), "never asked");
+        telegram.asked_import(5, at);
+        assert!(!telegram.take_import_ask(6, later(1)), "another user");
+        assert!(telegram.take_import_ask(5, later(10)));
+        assert!(!telegram.take_import_ask(5, later(10)), "used up");
+        telegram.asked_import(5, at);
+        assert!(!telegram.take_import_ask(5, later(11)), "too late");
+    }
 }
