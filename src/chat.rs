@@ -360,6 +360,37 @@ impl Session {
         }
     }
 
+    /// `/import path.csv`: a Daylio export read from disk (SPEC §12), at most 10 MB.
+    async fn import(&mut self, path: &str, language: Language) -> std::io::Result<()> {
+        let texts = Texts(language);
+        let too_large = match tokio::fs::metadata(path).await {
+            Ok(meta) => meta.len() > crate::import::MAX_FILE_BYTES as u64,
+            Err(error) => {
+                tracing::warn!(%error, user_id = self.user, "import file unreadable");
+                return self.terminal.print(&texts.import_file_unreadable(path));
+            }
+        };
+        if too_large {
+            return self
+                .terminal
+                .print(texts.import_refused(crate::import::ImportError::TooLarge));
+        }
+        let bytes = match tokio::fs::read(path).await {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::warn!(%error, user_id = self.user, "import file unreadable");
+                return self.terminal.print(&texts.import_file_unreadable(path));
+            }
+        };
+        match crate::import::import_bytes(&self.journal, self.user, &bytes).await {
+            Ok(report) => self.terminal.print(&report.sentence(language)),
+            Err(error) => {
+                tracing::warn!(%error, user_id = self.user, "import refused");
+                self.terminal.print(error.sentence(language))
+            }
+        }
+    }
+
     async fn command(&mut self, line: &str, language: Language) -> std::io::Result<()> {
         let texts = Texts(language);
         // A command may come before any entry: the user must exist for `/lang` to stick.
@@ -376,6 +407,12 @@ impl Session {
             && (rest.is_empty() || rest.starts_with(char::is_whitespace))
         {
             return self.voice(rest.trim(), language).await;
+        }
+        if let Some(rest) = line.strip_prefix("/import")
+            && rest.starts_with(char::is_whitespace)
+            && !rest.trim().is_empty()
+        {
+            return self.import(rest.trim(), language).await;
         }
         let responses = match Command::parse(line, "") {
             Ok(command) => match commands::respond(&self.journal, self.user, command).await {

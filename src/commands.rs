@@ -49,6 +49,8 @@ pub enum Command {
     Search(String),
     /// Your year in pixels, a square per day coloured by mood: /year [YYYY]
     Year(String),
+    /// Bring in a Daylio CSV export: send the file with the caption /import
+    Import(String),
 }
 
 impl Command {
@@ -83,6 +85,7 @@ fn russian_description(command: &str) -> &'static str {
         "remind" => "Ежедневное напоминание по местному времени: /remind 21:30, /remind off",
         "search" => "Найти записи, где есть все слова: /search слово…",
         "year" => "Год в пикселях, по квадрату на день по настроению: /year [ГГГГ]",
+        "import" => "Перенести экспорт Daylio (CSV): пришли файл с подписью /import",
         _ => "",
     }
 }
@@ -236,6 +239,9 @@ pub async fn respond(
             let moods = journal.store.year_moods(user_id, year).await?;
             Ok(year_responses(language, year, &moods))
         }
+        // The file itself comes as a document (the bot) or a path (`daylog chat`); the
+        // command alone explains how.
+        Command::Import(_) => text(Reply::new().text(texts.import_usage())),
     }
 }
 

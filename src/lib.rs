@@ -16,6 +16,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod good_days;
+pub mod import;
 pub mod journal;
 pub mod language;
 pub mod llm;

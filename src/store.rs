@@ -203,6 +203,24 @@ pub struct NewVoiceLog<'a> {
     pub local_day: Option<jiff::civil::Date>,
 }
 
+/// One imported entry (SPEC §12), ready to store: `created_at` is UTC SQL text.
+#[derive(Debug, Clone)]
+pub struct NewImportLog<'a> {
+    pub created_at: String,
+    pub local_day: jiff::civil::Date,
+    pub text: &'a str,
+    /// The mood score the export named, `None` when the mood is defaulted.
+    pub mood: Option<u8>,
+    pub metrics_json: String,
+}
+
+/// What [`Store::import_logs`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ImportCounts {
+    pub imported: u64,
+    pub already: u64,
+}
+
 /// What the store knows of a voice log besides [`DayLog`] (`kind = 'voice'`).
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct VoiceNote {
@@ -829,6 +847,68 @@ impl Store {
             .fetch_all(&self.write)
             .await?;
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
+        })
+        .await
+    }
+
+    /// Stores imported entries (SPEC §12) in one transaction: analysed, replied, with
+    /// `source = 'import'`. They take `chat_id = user_id` and negative message ids from the
+    /// same `min - 1` sequence as [`Store::insert_chat_log`], so they never meet a Telegram
+    /// id (always positive) nor a terminal one. An entry with the same local day, time,
+    /// mood and text as an imported one already stored is counted as already there.
+    pub async fn import_logs(
+        &self,
+        user_id: i64,
+        logs: &[NewImportLog<'_>],
+    ) -> Result<ImportCounts, StoreError> {
+        retry_busy("import_logs", || async {
+            let mut counts = ImportCounts::default();
+            let mut tx = self.write.begin().await?;
+            for log in logs {
+                let day = log.local_day.to_string();
+                let exists: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM day_logs
+                     WHERE user_id = ?1 AND created_at = ?2 AND source = 'import'
+                       AND local_day = ?3 AND text = ?4 AND metrics IS NOT NULL
+                       AND (CASE WHEN instr(json_extract(metrics, '$.defaulted'), '\"mood\"') = 0
+                            THEN json_extract(metrics, '$.mood') END) IS ?5)",
+                )
+                .bind(user_id)
+                .bind(&log.created_at)
+                .bind(&day)
+                .bind(log.text)
+                .bind(log.mood)
+                .fetch_one(&mut *tx)
+                .await?;
+                if exists {
+                    counts.already += 1;
+                    continue;
+                }
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
+                         replied_at, source, local_day)
+                     SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, ?3, 'analyzed',
+                         datetime('now'), 'import', ?4
+                     FROM day_logs WHERE chat_id = ?1
+                     RETURNING id",
+                )
+                .bind(user_id)
+                .bind(log.text)
+                .bind(&log.created_at)
+                .bind(&day)
+                .fetch_one(&mut *tx)
+                .await?;
+                // Set apart from the insert so the metrics triggers (columns, day
+                // activities) run as for an analysed entry.
+                sqlx::query("UPDATE day_logs SET metrics = ?2 WHERE id = ?1")
+                    .bind(id)
+                    .bind(&log.metrics_json)
+                    .execute(&mut *tx)
+                    .await?;
+                counts.imported += 1;
+            }
+            tx.commit().await?;
+            Ok(counts)
         })
         .await
     }

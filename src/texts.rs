@@ -619,6 +619,75 @@ impl Texts {
             "Я сохранил голосовое, но не смог разобрать в нём ни слова. Попробуй ещё раз, чуть ближе к микрофону, или напиши текстом.",
         )
     }
+
+    pub fn import_usage(self) -> &'static str {
+        self.pick(
+            "Send your Daylio export (Settings → Export entries → CSV) as a file with the caption /import, or right after /import. Entries come in with their own dates and moods; sending the same file again adds nothing.",
+            "Пришли экспорт Daylio (Настройки → Экспорт записей → CSV) файлом с подписью /import или сразу после /import. Записи придут со своими датами и настроением; повторная отправка того же файла ничего не добавит.",
+        )
+    }
+
+    /// The three numbers of an import (SPEC §12).
+    pub fn import_done(
+        self,
+        imported: u64,
+        already: u64,
+        unreadable: u64,
+        first_line: Option<u64>,
+    ) -> String {
+        let line = first_line.map_or(String::new(), |line| match self.0 {
+            Language::En => format!(" (first on line {line})"),
+            Language::Ru => format!(" (первая в строке {line})"),
+        });
+        match self.0 {
+            Language::En => format!(
+                "Imported: {imported}. Already there: {already}. Unreadable: {unreadable}{line}."
+            ),
+            Language::Ru => format!(
+                "Перенесено: {imported}. Уже были: {already}. Не прочитано: {unreadable}{line}."
+            ),
+        }
+    }
+
+    /// A file refused as a whole; nothing was imported.
+    pub fn import_refused(self, why: crate::import::ImportError) -> &'static str {
+        use crate::import::ImportError as E;
+        match why {
+            E::TooLarge => self.pick(
+                "This file is larger than 10 MB, so nothing was imported.",
+                "Файл больше 10 МБ, поэтому ничего не перенесено.",
+            ),
+            E::NotUtf8 | E::NotCsv | E::WrongHeader => self.pick(
+                "This is not a Daylio CSV export, so nothing was imported.",
+                "Это не CSV-экспорт Daylio, поэтому ничего не перенесено.",
+            ),
+            E::NoReadableRow => self.pick(
+                "No row of this file has a date and time I can read, so nothing was imported.",
+                "Ни в одной строке файла не читаются дата и время, поэтому ничего не перенесено.",
+            ),
+        }
+    }
+
+    pub fn import_failed(self) -> &'static str {
+        self.pick(
+            "The import could not be saved; nothing was imported. Please try again later.",
+            "Не удалось сохранить перенос, ничего не добавлено. Попробуй позже.",
+        )
+    }
+
+    pub fn import_download_failed(self) -> &'static str {
+        self.pick(
+            "I could not download the file from Telegram; nothing was imported. Please send it again.",
+            "Не удалось скачать файл из Telegram, ничего не перенесено. Пришли его ещё раз.",
+        )
+    }
+
+    pub fn import_file_unreadable(self, path: &str) -> String {
+        match self.0 {
+            Language::En => format!("Cannot read the file {path}."),
+            Language::Ru => format!("Не получается прочитать файл {path}."),
+        }
+    }
 }
 
 #[cfg(test)]

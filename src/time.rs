@@ -236,6 +236,12 @@ impl UserZone {
         &self.name
     }
 
+    /// The moment the local clock here shows `civil` (a gap or fold resolves as jiff's
+    /// `compatible` rule does); `None` only out of jiff's range.
+    pub fn to_timestamp(&self, civil: DateTime) -> Option<Timestamp> {
+        self.tz.to_timestamp(civil).ok()
+    }
+
     /// The wall-clock date and time here at `at`.
     pub fn civil(&self, at: Timestamp) -> DateTime {
         self.tz.to_datetime(at)

@@ -352,3 +352,34 @@ async fn a_terminal_entry_and_a_telegram_message_with_the_same_number_are_both_k
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn import_reads_a_daylio_export_from_a_path_once() {
+    let chat = Chat::start().await;
+    let path = chat.dir.path().join("daylio.csv");
+    std::fs::write(
+        &path,
+        "year,date,weekday,time,mood,activities,note\n2024,May 1,Wednesday,8:02 am,Rad,work,\"Old, \"\"format\"\"\"\n",
+    )
+    .expect("export written");
+    let input = format!(
+        "/import {p}\n/import {p}\n/import {p}.missing\nTyped after.\n",
+        p = path.display()
+    );
+    let printed = chat
+        .talk(61, chat.dir.path().to_owned(), input.as_bytes())
+        .await;
+    assert!(
+        printed.contains(&english().import_done(1, 0, 0, None)),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&english().import_done(0, 1, 0, None)),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&english().import_file_unreadable(&format!("{}.missing", path.display()))),
+        "{printed}"
+    );
+    assert_eq!(chat.texts_of(61).await, ["Old, \"format\"", "Typed after."]);
+}

@@ -88,11 +88,78 @@ const CLOSE_AT_LEAST: Duration = Duration::from_millis(500);
 #[derive(Clone)]
 pub struct Telegram<B> {
     bot: B,
+    /// When each user last sent `/import` (SPEC §12: a document within 10 minutes of it
+    /// is an import). In memory only: after a restart the caption still works.
+    import_asked: Arc<std::sync::Mutex<std::collections::HashMap<i64, jiff::Timestamp>>>,
 }
+
+/// A document sent this long after `/import` is imported without the caption.
+const IMPORT_WINDOW: Duration = Duration::from_secs(10 * 60);
 
 impl<B: TgBot> Telegram<B> {
     pub fn new(bot: B) -> Self {
-        Self { bot }
+        Self {
+            bot,
+            import_asked: Arc::default(),
+        }
+    }
+
+    fn asked_import(&self, user_id: i64, at: jiff::Timestamp) {
+        self.import_asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(user_id, at);
+    }
+
+    /// Whether `user_id` sent `/import` within [`IMPORT_WINDOW`] before `now`; the ask is
+    /// used up either way.
+    fn take_import_ask(&self, user_id: i64, now: jiff::Timestamp) -> bool {
+        let asked = self
+            .import_asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&user_id);
+        asked.is_some_and(|at| {
+            let elapsed = now.duration_since(at);
+            !elapsed.is_negative() && elapsed.unsigned_abs() <= IMPORT_WINDOW
+        })
+    }
+
+    /// `getFile`, then the download into memory; `None` past `max` bytes.
+    async fn fetch_bytes(&self, file_id: &str, max: u64) -> Result<(String, Vec<u8>), FetchError> {
+        let file = with_retry_after(|| self.bot.get_file(FileId(file_id.to_owned())).into_future())
+            .await
+            .map_err(|e| match classify(e) {
+                SendError::Gone(reason) => FetchError::Gone(reason),
+                SendError::Transient(reason) => FetchError::Transient(reason),
+            })?;
+        if u64::from(file.meta.size) > max {
+            return Err(FetchError::Gone(format!(
+                "{} bytes, over the download limit",
+                file.meta.size
+            )));
+        }
+        let stream = self.bot.download_file_stream(&file.path);
+        tokio::pin!(stream);
+        let mut bytes = Vec::with_capacity(usize::try_from(file.meta.size).unwrap_or(0));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                let gone = e.status().is_some_and(|s| s.is_client_error());
+                let reason = e.without_url().to_string();
+                if gone {
+                    FetchError::Gone(reason)
+                } else {
+                    FetchError::Transient(reason)
+                }
+            })?;
+            bytes.extend_from_slice(&chunk);
+            if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max {
+                return Err(FetchError::Gone(format!(
+                    "the download exceeds {max} bytes"
+                )));
+            }
+        }
+        Ok((file.path, bytes))
     }
 
     async fn send_one(&self, target: Target, response: Response) -> Result<(), RequestError> {
@@ -192,37 +259,8 @@ impl<B: TgBot> Messenger for Telegram<B> {
     /// `getFile`, then the download, collected in memory and cut off past Telegram's
     /// 20 MB limit (a server that sends more is not believed).
     async fn fetch_audio(&self, file_id: &str) -> Result<Audio, FetchError> {
-        let file = with_retry_after(|| self.bot.get_file(FileId(file_id.to_owned())).into_future())
-            .await
-            .map_err(|e| match classify(e) {
-                SendError::Gone(reason) => FetchError::Gone(reason),
-                SendError::Transient(reason) => FetchError::Transient(reason),
-            })?;
-        if u64::from(file.meta.size) > MAX_VOICE_BYTES {
-            return Err(FetchError::Gone(format!(
-                "{} bytes, over the download limit",
-                file.meta.size
-            )));
-        }
-        let stream = self.bot.download_file_stream(&file.path);
-        tokio::pin!(stream);
-        let mut bytes = Vec::with_capacity(usize::try_from(file.meta.size).unwrap_or(0));
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                let gone = e.status().is_some_and(|s| s.is_client_error());
-                let reason = e.without_url().to_string();
-                if gone {
-                    FetchError::Gone(reason)
-                } else {
-                    FetchError::Transient(reason)
-                }
-            })?;
-            bytes.extend_from_slice(&chunk);
-            if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_VOICE_BYTES {
-                return Err(FetchError::Gone("the download exceeds 20 MB".to_owned()));
-            }
-        }
-        Ok(Audio::named(&file.path, bytes.into()))
+        let (path, bytes) = self.fetch_bytes(file_id, MAX_VOICE_BYTES).await?;
+        Ok(Audio::named(&path, bytes.into()))
     }
 
     async fn typing(&self, chat_id: i64) {
@@ -353,6 +391,9 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
             dptree::filter_map(|msg: Message| msg.text().map(str::to_owned)).endpoint(on_text::<B>),
         )
         .branch(dptree::filter_map(|msg: Message| incoming_voice(&msg)).endpoint(on_voice::<B>))
+        .branch(
+            dptree::filter_map(|msg: Message| msg.document().cloned()).endpoint(on_document::<B>),
+        )
         .branch(
             dptree::filter_map(|msg: Message| msg.location().cloned()).endpoint(on_location::<B>),
         )
@@ -518,6 +559,82 @@ async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
     }
 }
 
+/// The caption `/import` (or `/import@bot`), any case.
+fn is_import_caption(msg: &Message) -> bool {
+    msg.caption().is_some_and(|c| {
+        let word = c.split_whitespace().next().unwrap_or("");
+        let name = word.split('@').next().unwrap_or("");
+        name.eq_ignore_ascii_case("/import")
+    })
+}
+
+/// A document: a Daylio export (SPEC §12) when captioned `/import` or sent within 10
+/// minutes of `/import`; anything else is not for the journal.
+async fn on_document<B: TgBot>(
+    msg: Message,
+    document: teloxide::types::Document,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
+    let Some(user_id) = sender_id(&msg) else {
+        return Ok(());
+    };
+    let asked = messenger.take_import_ask(user_id, journal.now());
+    if !is_import_caption(&msg) && !asked {
+        return on_other(msg, journal, messenger).await;
+    }
+    import_document(msg, document, journal, messenger).await
+}
+
+/// Downloads a Daylio export and imports it; answers with the three numbers or why not.
+async fn import_document<B: TgBot>(
+    msg: Message,
+    document: teloxide::types::Document,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
+    let Some(user_id) = sender_id(&msg) else {
+        return Ok(());
+    };
+    ensure_user(&msg, &journal, user_id).await;
+    let language = journal.language_of(user_id).await;
+    let texts = Texts(language);
+    let max = u64::try_from(crate::import::MAX_FILE_BYTES).unwrap_or(u64::MAX);
+    let sentence = if u64::from(document.file.size) > max {
+        texts
+            .import_refused(crate::import::ImportError::TooLarge)
+            .to_owned()
+    } else {
+        match messenger.fetch_bytes(&document.file.id.0, max).await {
+            Err(FetchError::Gone(reason))
+                if reason.contains("exceeds") || reason.contains("over the download limit") =>
+            {
+                texts
+                    .import_refused(crate::import::ImportError::TooLarge)
+                    .to_owned()
+            }
+            Err(error) => {
+                tracing::warn!(%error, user_id, "could not download an import");
+                texts.import_download_failed().to_owned()
+            }
+            Ok((_, bytes)) => match crate::import::import_bytes(&journal, user_id, &bytes).await {
+                Ok(report) => report.sentence(language),
+                Err(error) => {
+                    tracing::warn!(%error, user_id, "import refused");
+                    error.sentence(language).to_owned()
+                }
+            },
+        }
+    };
+    send_logged(
+        &messenger,
+        &msg,
+        vec![Response::Text(Reply::new().text(&sentence))],
+    )
+    .await;
+    Ok(())
+}
+
 async fn on_other<B: TgBot>(
     msg: Message,
     journal: Arc<Journal>,
@@ -562,6 +679,13 @@ async fn on_command<B: TgBot>(
                 language: Language::from_code(from.language_code.as_deref()),
             })
             .await;
+    }
+    if matches!(command, Command::Import(_)) {
+        // The caption of a document is parsed as a command too: that is the import.
+        if let Some(document) = msg.document().cloned() {
+            return import_document(msg, document, journal, messenger).await;
+        }
+        messenger.asked_import(user_id, journal.now());
     }
     let responses = match commands::respond(&journal, user_id, command).await {
         Ok(responses) => responses,
@@ -965,5 +1089,19 @@ mod tests {
         for (error, passing) in table {
             assert_eq!(is_passing(&error), passing, "{error}");
         }
+    }
+
+    #[test]
+    fn a_document_is_an_import_only_within_ten_minutes_of_the_ask_and_once() {
+        let telegram = super::Telegram::new(teloxide::Bot::new("1:test"));
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        let later = |minutes: i64| at + jiff::SignedDuration::from_mins(minutes);
+        assert!(!telegram.take_import_ask(5, at), "never asked");
+        telegram.asked_import(5, at);
+        assert!(!telegram.take_import_ask(6, later(1)), "another user");
+        assert!(telegram.take_import_ask(5, later(10)));
+        assert!(!telegram.take_import_ask(5, later(10)), "used up");
+        telegram.asked_import(5, at);
+        assert!(!telegram.take_import_ask(5, later(11)), "too late");
     }
 }

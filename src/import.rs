@@ -1,0 +1,370 @@
+//! Reading a Daylio CSV export (SPEC §12): pure, no I/O. Each readable row becomes an
+//! [`ImportRow`] with the local date and time of the entry, its text and its metrics
+//! (mood from the mood name, activities from the `|` list, everything else defaulted).
+//!
+//! Choices where the spec is silent:
+//! - A row whose date or time does not parse, or with too few fields, is *unreadable*
+//!   and counted (with the first such line's number); a file in which not one row is
+//!   readable is not a Daylio export and imports nothing.
+//! - The older header's `date` is read as `Month day` or `day Month` with the `year`.
+//! - Mood names are Daylio's English and Russian defaults, any case; any other name
+//!   (a custom mood) leaves the mood defaulted.
+
+use jiff::civil::{Date, Time};
+use serde_json::{Value, json};
+
+use crate::analysis::metrics::Metrics;
+use crate::journal::Journal;
+use crate::language::Language;
+use crate::store::{NewImportLog, StoreError};
+use crate::texts::Texts;
+use crate::time::{UserZone, sql_timestamp};
+
+/// Files (and any one line) larger than this are refused before parsing.
+pub const MAX_FILE_BYTES: usize = 10 * 1024 * 1024;
+
+const NEW_HEADER: [&str; 8] = [
+    "full_date",
+    "date",
+    "weekday",
+    "time",
+    "mood",
+    "activities",
+    "note_title",
+    "note",
+];
+const OLD_HEADER: [&str; 7] = [
+    "year",
+    "date",
+    "weekday",
+    "time",
+    "mood",
+    "activities",
+    "note",
+];
+
+/// One entry of the export.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportRow {
+    pub date: Date,
+    pub time: Time,
+    pub text: String,
+    /// `None` when the mood name is not one of Daylio's defaults.
+    pub mood: Option<u8>,
+    pub metrics: Metrics,
+}
+
+/// A parsed export: its readable rows and the unreadable ones.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Parsed {
+    pub rows: Vec<ImportRow>,
+    pub unreadable: usize,
+    /// The 1-based line number of the first unreadable row.
+    pub first_unreadable_line: Option<u64>,
+}
+
+/// Why a whole file is refused; nothing of it is imported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ImportError {
+    #[error("the file is larger than 10 MB")]
+    TooLarge,
+    #[error("the file is not UTF-8 text")]
+    NotUtf8,
+    #[error("the file is not CSV")]
+    NotCsv,
+    #[error("the header is not a Daylio export's")]
+    WrongHeader,
+    #[error("no row of the file has a date and time that parse")]
+    NoReadableRow,
+}
+
+#[derive(Clone, Copy)]
+enum Layout {
+    /// `full_date,date,weekday,time,mood,activities,note_title,note`
+    New,
+    /// `year,date,weekday,time,mood,activities,note`
+    Old,
+}
+
+/// Daylio's default mood names, English and Russian.
+pub fn mood_score(name: &str) -> Option<u8> {
+    match name.trim().to_lowercase().as_str() {
+        "rad" | "супер" => Some(5),
+        "good" | "хорошо" => Some(4),
+        "meh" | "так себе" => Some(3),
+        "bad" | "плохо" => Some(2),
+        "awful" | "ужасно" => Some(1),
+        _ => None,
+    }
+}
+
+/// `21:14`, `8:02 pm`, `8:02 PM`, `12:05 am`.
+pub fn parse_time(text: &str) -> Option<Time> {
+    let text = text.trim().to_lowercase();
+    let (clock, meridiem) = if let Some(rest) = text.strip_suffix("am") {
+        (rest.trim_end(), Some(false))
+    } else if let Some(rest) = text.strip_suffix("pm") {
+        (rest.trim_end(), Some(true))
+    } else {
+        (text.as_str(), None)
+    };
+    let (h, m) = clock.split_once(':')?;
+    let hour: i8 = h.trim().parse().ok()?;
+    let minute: i8 = m.trim().parse().ok()?;
+    let hour = match meridiem {
+        None => hour,
+        Some(_) if !(1..=12).contains(&hour) => return None,
+        Some(false) => hour % 12,
+        Some(true) => hour % 12 + 12,
+    };
+    Time::new(hour, minute, 0, 0).ok()
+}
+
+fn parse_old_date(year: &str, date: &str) -> Option<Date> {
+    let text = format!("{} {}", year.trim(), date.trim());
+    ["%Y %B %d", "%Y %d %B", "%Y %b %d", "%Y %d %b"]
+        .iter()
+        .find_map(|format| Date::strptime(format, &text).ok())
+}
+
+/// Parses a whole export. Errors refuse the file; single bad rows are counted.
+pub fn parse(bytes: &[u8]) -> Result<Parsed, ImportError> {
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(ImportError::TooLarge);
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| ImportError::NotUtf8)?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let header = reader.headers().map_err(|_| ImportError::NotCsv)?.clone();
+    let names: Vec<String> = header.iter().map(|h| h.trim().to_lowercase()).collect();
+    let layout = if names == NEW_HEADER {
+        Layout::New
+    } else if names == OLD_HEADER {
+        Layout::Old
+    } else {
+        return Err(ImportError::WrongHeader);
+    };
+    let mut parsed = Parsed::default();
+    let mut record = csv::StringRecord::new();
+    loop {
+        let line = reader.position().line();
+        match reader.read_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => match row(layout, &record) {
+                Some(row) => parsed.rows.push(row),
+                None => {
+                    parsed.unreadable += 1;
+                    parsed
+                        .first_unreadable_line
+                        .get_or_insert(record.position().map_or(line, csv::Position::line));
+                }
+            },
+            // Broken quoting or the like: the rest of the file cannot be trusted.
+            Err(_) => return Err(ImportError::NotCsv),
+        }
+    }
+    if parsed.rows.is_empty() && parsed.unreadable > 0 {
+        return Err(ImportError::NoReadableRow);
+    }
+    Ok(parsed)
+}
+
+fn row(layout: Layout, record: &csv::StringRecord) -> Option<ImportRow> {
+    let field = |i: usize| record.get(i);
+    let date = match layout {
+        Layout::New => Date::strptime("%Y-%m-%d", field(0)?.trim()).ok()?,
+        Layout::Old => parse_old_date(field(0)?, field(1)?)?,
+    };
+    let time = parse_time(field(3)?)?;
+    let mood = mood_score(field(4)?);
+    let activities: Vec<Value> = field(5)?
+        .split('|')
+        .map(|a| a.trim().to_lowercase())
+        .filter(|a| !a.is_empty())
+        .map(Value::String)
+        .collect();
+    let parts: Vec<&str> = match layout {
+        Layout::New => vec![field(6)?, field(7)?],
+        Layout::Old => vec![field(6)?],
+    };
+    let text = parts
+        .iter()
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut object = json!({ "activities": activities });
+    if let (Some(score), Some(obj)) = (mood, object.as_object_mut()) {
+        obj.insert(String::from("mood"), json!(score));
+    }
+    Some(ImportRow {
+        date,
+        time,
+        text,
+        mood,
+        metrics: Metrics::from_value(&object),
+    })
+}
+
+/// What one import did: the three numbers the user is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Report {
+    pub imported: u64,
+    pub already: u64,
+    pub unreadable: u64,
+    pub first_unreadable_line: Option<u64>,
+}
+
+impl Report {
+    pub fn sentence(&self, language: Language) -> String {
+        Texts(language).import_done(
+            self.imported,
+            self.already,
+            self.unreadable,
+            self.first_unreadable_line,
+        )
+    }
+}
+
+/// Why an import stored nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportFailure {
+    #[error("{0}")]
+    File(#[from] ImportError),
+    #[error("the import could not be stored: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl ImportFailure {
+    pub fn sentence(&self, language: Language) -> &'static str {
+        match self {
+            Self::File(why) => Texts(language).import_refused(*why),
+            Self::Store(_) => Texts(language).import_failed(),
+        }
+    }
+}
+
+/// The rows as the store takes them: each date and time read in `zone`, then in UTC.
+/// A wall-clock time that cannot exist there is resolved as jiff's `compatible` rule
+/// does (a DST gap moves forward).
+pub fn to_store<'a>(rows: &'a [ImportRow], zone: &UserZone) -> Vec<NewImportLog<'a>> {
+    rows.iter()
+        .filter_map(|row| {
+            let at = zone.to_timestamp(row.date.to_datetime(row.time))?;
+            Some(NewImportLog {
+                created_at: sql_timestamp(at),
+                local_day: row.date,
+                text: &row.text,
+                mood: row.mood,
+                metrics_json: row.metrics.to_json(),
+            })
+        })
+        .collect()
+}
+
+/// Imports a Daylio export for `user_id` (who must exist): parses it, then stores every
+/// readable row in one transaction. No AI call, no reply per entry.
+pub async fn import_bytes(
+    journal: &Journal,
+    user_id: i64,
+    bytes: &[u8],
+) -> Result<Report, ImportFailure> {
+    let parsed = parse(bytes)?;
+    let zone = journal.zone_of(user_id).await;
+    let logs = to_store(&parsed.rows, &zone);
+    let out_of_range =
+        u64::try_from(parsed.rows.len().saturating_sub(logs.len())).unwrap_or(u64::MAX);
+    let counts = journal.store.import_logs(user_id, &logs).await?;
+    let unreadable = u64::try_from(parsed.unreadable)
+        .unwrap_or(u64::MAX)
+        .saturating_add(out_of_range);
+    tracing::info!(
+        user_id,
+        imported = counts.imported,
+        already = counts.already,
+        unreadable,
+        "daylio import stored"
+    );
+    Ok(Report {
+        imported: counts.imported,
+        already: counts.already,
+        unreadable,
+        first_unreadable_line: parsed.first_unreadable_line,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_in_both_clocks() {
+        assert_eq!(parse_time("21:14"), Time::new(21, 14, 0, 0).ok());
+        assert_eq!(parse_time("8:02 pm"), Time::new(20, 2, 0, 0).ok());
+        assert_eq!(parse_time("12:05 AM"), Time::new(0, 5, 0, 0).ok());
+        assert_eq!(parse_time("12:30 pm"), Time::new(12, 30, 0, 0).ok());
+        assert_eq!(parse_time("13:00 pm"), None);
+        assert_eq!(parse_time("noon"), None);
+    }
+
+    #[test]
+    fn moods_any_case_and_russian() {
+        assert_eq!(mood_score("RAD"), Some(5));
+        assert_eq!(mood_score("Так себе"), Some(3));
+        assert_eq!(mood_score("ужасно"), Some(1));
+        assert_eq!(mood_score("sleepy"), None);
+    }
+
+    #[test]
+    fn new_header_with_quotes_and_multiline_notes() {
+        let csv = "full_date,date,weekday,time,mood,activities,note_title,note\n\
+            2024-05-01,May 1,Wednesday,8:02 pm,Good,\" Friends | Reading \",Title,\"a, \"\"b\"\"\nsecond line\"\n\
+            2024-05-02,May 2,Thursday,21:14,custom,,,\n\
+            not-a-date,May 3,Friday,21:14,rad,,,x\n";
+        let parsed = parse(csv.as_bytes()).expect("parses");
+        assert_eq!(parsed.rows.len(), 2);
+        assert_eq!(parsed.unreadable, 1);
+        assert_eq!(parsed.first_unreadable_line, Some(5));
+        let first = &parsed.rows[0];
+        assert_eq!(first.text, "Title\na, \"b\"\nsecond line");
+        assert_eq!(first.mood, Some(4));
+        assert_eq!(first.metrics.mood(), 4);
+        assert_eq!(first.metrics.activities(), ["friends", "reading"]);
+        assert!(!first.metrics.is_defaulted("mood"));
+        let second = &parsed.rows[1];
+        assert_eq!(second.text, "");
+        assert!(second.metrics.is_defaulted("mood"));
+        assert!(second.metrics.activities().is_empty());
+    }
+
+    #[test]
+    fn old_header() {
+        let csv = "year,date,weekday,time,mood,activities,note\n2019,May 1,Wednesday,8:02 am,meh,work,hi\n";
+        let parsed = parse(csv.as_bytes()).expect("parses");
+        assert_eq!(parsed.rows.len(), 1);
+        assert_eq!(
+            parsed.rows[0].date,
+            Date::new(2019, 5, 1).ok().unwrap_or_default()
+        );
+        assert_eq!(
+            parsed.rows[0].time,
+            Time::new(8, 2, 0, 0).ok().unwrap_or_default()
+        );
+    }
+
+    #[test]
+    fn bad_files_are_refused() {
+        assert_eq!(parse(b"hello,world\n1,2\n"), Err(ImportError::WrongHeader));
+        assert_eq!(parse(b"\xff\xfe garbage"), Err(ImportError::NotUtf8));
+        assert_eq!(
+            parse(&vec![b'a'; MAX_FILE_BYTES + 1]),
+            Err(ImportError::TooLarge)
+        );
+        let no_dates =
+            "full_date,date,weekday,time,mood,activities,note_title,note\nx,y,z,w,rad,,,\n";
+        assert_eq!(parse(no_dates.as_bytes()), Err(ImportError::NoReadableRow));
+    }
+}

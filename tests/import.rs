@@ -1,0 +1,270 @@
+//! The Daylio import (SPEC §12) against a real SQLite file: a generated export of a few
+//! hundred rows in Daylio's format (English and Russian mood names, both clocks, empty
+//! activities, multi-line notes, quoted commas and quotes) comes in once, not twice,
+//! and counts in streaks, search and the daily metrics like any analysed entry.
+
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] fns: a failure is a test failure"
+)]
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use daylog::commands::{self, Command};
+use daylog::config::Settings;
+use daylog::import::{self, ImportError, ImportFailure, Report};
+use daylog::journal::Journal;
+use daylog::language::Language;
+use daylog::store::{NewUser, Store};
+use jiff::civil::Date;
+
+const ME: i64 = 7;
+const DAYS: i64 = 300;
+
+struct Db {
+    _dir: tempfile::TempDir,
+    journal: Journal,
+}
+
+async fn fresh() -> Db {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/daylog.db", dir.path().display());
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("store opens");
+    store
+        .upsert_user(&NewUser {
+            user_id: ME,
+            chat_id: ME,
+            username: None,
+            language: Language::En,
+        })
+        .await
+        .expect("user");
+    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), url)].into();
+    let settings = Arc::new(Settings::load_from(&env).expect("settings"));
+    let client = daylog::http_client().expect("client");
+    let llm = Arc::new(daylog::llm::Llm::with_client(&settings, client).expect("llm"));
+    let journal = Journal::new(settings, store, llm);
+    commands::respond(&journal, ME, Command::Tz("Europe/Moscow".into()))
+        .await
+        .expect("tz");
+    Db { _dir: dir, journal }
+}
+
+const MOODS: [(&str, Option<u8>); 8] = [
+    ("rad", Some(5)),
+    ("Good", Some(4)),
+    ("MEH", Some(3)),
+    ("bad", Some(2)),
+    ("awful", Some(1)),
+    ("хорошо", Some(4)),
+    ("так себе", Some(3)),
+    ("sleepy", None),
+];
+
+fn quote(field: &str) -> String {
+    format!("\"{}\"", field.replace('"', "\"\""))
+}
+
+/// Daylio's newer export, newest first as Daylio writes it: one row per day from
+/// 2025-01-01 for `days` days, a second row on every tenth day, and one row with a date
+/// that does not parse on line 3. Returns the file and how many rows are readable.
+fn export(days: i64) -> (String, usize) {
+    let mut csv = String::from("full_date,date,weekday,time,mood,activities,note_title,note\n");
+    let _ = writeln!(csv, "2025-13-45,Nope 45,Someday,21:14,rad,,,broken");
+    let start = Date::new(2025, 1, 1).expect("date");
+    let mut readable = 0;
+    for i in (0..days).rev() {
+        let day = start.checked_add(jiff::Span::new().days(i)).expect("day");
+        let (mood, _) = MOODS[usize::try_from(i).expect("small") % MOODS.len()];
+        let time = if i % 2 == 0 { "21:14" } else { "8:02 pm" };
+        let activities = match i % 3 {
+            0 => String::new(),
+            1 => " Friends | READING|work ".to_owned(),
+            _ => "sport".to_owned(),
+        };
+        let note = format!("Day {i}, with \"quotes\", commas\nand a second line");
+        let _ = writeln!(
+            csv,
+            "{day},{},{},{time},{mood},{},{},{}",
+            quote(&day.strftime("%B %-d").to_string()),
+            day.strftime("%A"),
+            quote(&activities),
+            quote(if i % 4 == 0 { "" } else { "Title" }),
+            quote(&note),
+        );
+        readable += 1;
+        if i % 10 == 0 {
+            let _ = writeln!(
+                csv,
+                "{day},,,7:05 am,awful,,,{}",
+                quote(&format!("morning{i}"))
+            );
+            readable += 1;
+        }
+    }
+    (csv, readable)
+}
+
+async fn rows(db: &Db) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE user_id = ?1")
+        .bind(ME)
+        .fetch_one(db.journal.store.read_pool())
+        .await
+        .expect("count")
+}
+
+#[tokio::test]
+async fn an_export_comes_in_once_and_counts_like_any_entry() {
+    let db = fresh().await;
+    let (csv, readable) = export(DAYS);
+    let readable = u64::try_from(readable).expect("small");
+
+    let first = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports");
+    assert_eq!(
+        first,
+        Report {
+            imported: readable,
+            already: 0,
+            unreadable: 1,
+            first_unreadable_line: Some(2),
+        }
+    );
+    let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports again");
+    assert_eq!((again.imported, again.already), (0, readable));
+    assert_eq!(rows(&db).await, i64::try_from(readable).expect("small"));
+
+    // Every row is analysed, replied, imported, and numbered apart from Telegram's ids.
+    let odd: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM day_logs WHERE status <> 'analyzed' OR replied_at IS NULL
+             OR source <> 'import' OR message_id >= 0 OR chat_id <> user_id",
+    )
+    .fetch_one(db.journal.store.read_pool())
+    .await
+    .expect("odd rows");
+    assert_eq!(odd, 0);
+    // A terminal entry after the import still gets a fresh id.
+    db.journal
+        .store
+        .insert_chat_log(ME, "typed", None)
+        .await
+        .expect("terminal entry after an import");
+
+    // 2025-01-11 (i = 10): 21:14 in Moscow is 18:14 UTC; the note title and note joined.
+    let (created, text, metrics): (String, String, String) = sqlx::query_as(
+        "SELECT created_at, text, metrics FROM day_logs
+         WHERE local_day = '2025-01-11' AND text LIKE 'Title%'",
+    )
+    .fetch_one(db.journal.store.read_pool())
+    .await
+    .expect("one row");
+    assert_eq!(created, "2025-01-11 18:14:00");
+    assert_eq!(
+        text,
+        "Title\nDay 10, with \"quotes\", commas\nand a second line"
+    );
+    let metrics = daylog::analysis::metrics::Metrics::from_stored_json(&metrics).expect("json");
+    assert_eq!(metrics.mood(), 3, "i = 10 is MOODS[2], MEH");
+    assert_eq!(metrics.activities(), ["friends", "reading", "work"]);
+
+    // Streaks, search and the daily metrics see the imported days.
+    let streaks = db.journal.streaks(ME).await.expect("streaks");
+    assert_eq!(i64::from(streaks.longest), DAYS);
+    let hits = db
+        .journal
+        .store
+        .search(ME, "morning20")
+        .await
+        .expect("search");
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].day, "2025-01-21");
+    let daily = db
+        .journal
+        .store
+        .daily_metrics(ME, Date::new(2025, 1, 1).expect("date"))
+        .await
+        .expect("daily");
+    // The terminal entry above is of today, outside the export's 2025.
+    let imported_days = daily.iter().filter(|m| m.day.starts_with("2025")).count();
+    assert_eq!(imported_days, usize::try_from(DAYS).expect("small"));
+    let day = |d: &str| daily.iter().find(|m| m.day == d).expect("day listed");
+    // i = 7: "sleepy" is no Daylio mood, so the mood is defaulted and skipped.
+    assert_eq!(day("2025-01-08").mood, None);
+    // i = 0: "rad" at night and "awful" in the morning.
+    assert_eq!(day("2025-01-01").mood, Some(3.0));
+    assert_eq!(day("2025-01-01").logs, 2);
+    let activity_days: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM day_activities WHERE user_id = ?1 AND activity = 'reading'",
+    )
+    .bind(ME)
+    .fetch_one(db.journal.store.read_pool())
+    .await
+    .expect("activities");
+    assert_eq!(activity_days, DAYS / 3);
+}
+
+#[tokio::test]
+async fn the_same_day_and_text_with_another_mood_is_another_row() {
+    let db = fresh().await;
+    let header = "full_date,date,weekday,time,mood,activities,note_title,note\n";
+    let one = format!("{header}2025-02-01,February 1,Saturday,21:14,rad,,,same\n");
+    let other = format!("{header}2025-02-01,February 1,Saturday,21:14,bad,,,same\n");
+    let first = import::import_bytes(&db.journal, ME, one.as_bytes())
+        .await
+        .expect("one");
+    let second = import::import_bytes(&db.journal, ME, other.as_bytes())
+        .await
+        .expect("two");
+    assert_eq!((first.imported, second.imported, second.already), (1, 1, 0));
+}
+
+#[tokio::test]
+async fn bad_files_import_nothing() {
+    let db = fresh().await;
+    let not_daylio = "date,mood\n2025-01-01,rad\n";
+    let bad_dates = "full_date,date,weekday,time,mood,activities,note_title,note\n\
+                     yesterday,,,21:14,rad,,,x\nsoon,,,noon,rad,,,y\n";
+    let too_big = vec![b'x'; import::MAX_FILE_BYTES + 1];
+    for (bytes, why) in [
+        (not_daylio.as_bytes(), ImportError::WrongHeader),
+        (b"\xff\xfe\x00garbage".as_slice(), ImportError::NotUtf8),
+        (bad_dates.as_bytes(), ImportError::NoReadableRow),
+        (too_big.as_slice(), ImportError::TooLarge),
+    ] {
+        match import::import_bytes(&db.journal, ME, bytes).await {
+            Err(ImportFailure::File(got)) => assert_eq!(got, why),
+            other => panic!("expected {why:?}, got {other:?}"),
+        }
+    }
+    assert_eq!(rows(&db).await, 0);
+}
+
+/// Not a threshold: prints how long 10 000 rows take, for the report.
+#[tokio::test]
+async fn ten_thousand_rows_timed() {
+    let db = fresh().await;
+    let (csv, readable) = export(9_091);
+    let started = Instant::now();
+    let report = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports");
+    let first = started.elapsed();
+    let started = Instant::now();
+    let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports again");
+    println!(
+        "import of {readable} rows: {first:?}; again (all already there): {:?}",
+        started.elapsed()
+    );
+    assert_eq!(report.imported, u64::try_from(readable).expect("small"));
+    assert_eq!(again.imported, 0);
+}

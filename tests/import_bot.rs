@@ -1,0 +1,79 @@
+//! `/import` through the real dispatcher and a fake Telegram (SPEC §12): a document
+//! captioned `/import`, or sent right after `/import`, is fetched with `getFile` and the
+//! download, and imported; any other document is not for the journal.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use daylog::language::Language;
+use daylog::texts::Texts;
+use serde_json::{Value, json};
+use support::App;
+use support::telegram::text_update;
+
+const USER: i64 = 41;
+const EXPORT: &str = "full_date,date,weekday,time,mood,activities,note_title,note\n\
+    2025-03-02,March 2,Sunday,8:02 pm,rad,friends | cinema,,\"A film, finally\"\n\
+    2025-03-01,March 1,Saturday,21:14,плохо,,Rain,\"wet\nand \"\"grey\"\"\"\n\
+    oops,,,21:14,rad,,,x\n";
+
+fn document_update(message_id: i64, file_id: &str, caption: Option<&str>) -> Value {
+    let mut message = json!({
+        "message_id": message_id,
+        "date": 1_764_460_800,
+        "chat": {"id": USER, "type": "private", "first_name": "Test"},
+        "from": {"id": USER, "is_bot": false, "first_name": "Test", "language_code": "en"},
+        "document": {"file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+                     "file_name": "daylio_export.csv", "mime_type": "text/csv",
+                     "file_size": EXPORT.len()},
+    });
+    if let Some(caption) = caption {
+        message["caption"] = json!(caption);
+    }
+    json!({ "message": message })
+}
+
+async fn imported(app: &App) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE user_id = ?1 AND source = 'import'")
+        .bind(USER)
+        .fetch_one(app.store.read_pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_daylio_document_is_downloaded_and_imported_once() {
+    let app = App::spawn().await;
+    app.telegram
+        .add_file("csv-1", "documents/file_1.csv", EXPORT.as_bytes());
+    let texts = Texts(Language::En);
+
+    // Without the caption and without /import before it, a document is not an entry.
+    app.telegram.push_update(document_update(1, "csv-1", None));
+    let sent = app.telegram.wait_sent(USER, 1).await;
+    assert_eq!(sent[0].text(), texts.only_text());
+    assert_eq!(imported(&app).await, 0);
+
+    app.telegram
+        .push_update(document_update(2, "csv-1", Some("/import")));
+    let sent = app.telegram.wait_sent(USER, 2).await;
+    assert_eq!(sent[1].text(), texts.import_done(2, 0, 1, Some(5)));
+    assert_eq!(imported(&app).await, 2);
+    assert_eq!(app.telegram.downloads(), vec!["documents/file_1.csv"]);
+
+    // `/import`, then the file without a caption: nothing new.
+    app.telegram.push_update(text_update(USER, 3, "/import"));
+    let sent = app.telegram.wait_sent(USER, 3).await;
+    assert_eq!(sent[2].text(), texts.import_usage());
+    app.telegram.push_update(document_update(4, "csv-1", None));
+    let sent = app.telegram.wait_sent(USER, 4).await;
+    assert_eq!(sent[3].text(), texts.import_done(0, 2, 1, Some(5)));
+    assert_eq!(imported(&app).await, 2);
+    // No AI call was made for imported entries.
+    let llm_calls: i64 = sqlx::query_scalar("SELECT count(*) FROM llm_calls")
+        .fetch_one(app.store.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(llm_calls, 0);
+}
