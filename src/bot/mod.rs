@@ -542,7 +542,8 @@ async fn on_location<B: TgBot>(
     Ok(())
 }
 
-/// Commands and locations may come before any entry: the user must exist.
+/// Commands, locations and documents may come before any entry: the user must exist
+/// (with a language). A failure is logged; what follows reports its own.
 async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
     if let Some(from) = msg.from.as_ref()
         && let Err(error) = journal
@@ -668,18 +669,7 @@ async fn on_command<B: TgBot>(
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
     };
-    if let Some(from) = msg.from.as_ref() {
-        // Commands may come before any entry: make sure the user exists with a language.
-        let _ = journal
-            .store
-            .upsert_user(&crate::store::NewUser {
-                user_id,
-                chat_id: msg.chat.id.0,
-                username: from.username.as_deref(),
-                language: Language::from_code(from.language_code.as_deref()),
-            })
-            .await;
-    }
+    ensure_user(&msg, &journal, user_id).await;
     if matches!(command, Command::Import(_)) {
         // The caption of a document is parsed as a command too: that is the import.
         if let Some(document) = msg.document().cloned() {
