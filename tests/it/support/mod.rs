@@ -159,6 +159,40 @@ impl Providers {
     }
 }
 
+/// Free tiers the fakes do not have: under the shipped budgets (Mistral's 1 request/s,
+/// Groq's 30 a minute) a test that sends a few entries would mostly wait, correctly, for
+/// its turn. The shipped defaults stay as they are; [`shipped_budgets`] puts them back.
+const GENEROUS_BUDGETS: [(&str, &str); 5] = [
+    (
+        "DAYLOG__PROVIDERS__MISTRAL__BUDGET__REQUESTS_PER_SECOND",
+        "100000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__REQUESTS_PER_MINUTE",
+        "100000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__REQUESTS_PER_DAY",
+        "100000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GEMINI__BUDGET__REQUESTS_PER_MINUTE",
+        "100000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GEMINI__BUDGET__REQUESTS_PER_DAY",
+        "100000",
+    ),
+];
+
+/// For the tests that are about budgets, rounds or throttling: the budgets of
+/// `config/default.toml`, as shipped, instead of [`test_env`]'s generous ones.
+pub fn shipped_budgets(env: &mut HashMap<String, String>) {
+    for (key, _) in GENEROUS_BUDGETS {
+        env.remove(key);
+    }
+}
+
 /// Settings from `env` alone (`DAYLOG_CONFIG` in it names a TOML layer): the one way
 /// every helper and test builds them.
 pub fn settings(env: &HashMap<String, String>) -> Settings {
@@ -206,6 +240,9 @@ pub fn test_env(
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
+    for (key, value) in GENEROUS_BUDGETS {
+        env.insert(key.to_owned(), value.to_owned());
+    }
     env.insert("RUST_LOG".to_owned(), "info".to_owned());
     env
 }
