@@ -10,7 +10,8 @@
 //! a test must not touch process-wide state: no `std::env::set_var`, no
 //! `set_current_dir` (give a child process its own `.env(..)` / `.current_dir(..)`),
 //! no fixed ports (bind `127.0.0.1:0`), no fixed temporary paths (use `tempfile`), and
-//! no global tracing subscriber (capture with `tracing::subscriber::set_default`).
+//! no global tracing subscriber of its own (capture logs with
+//! `support::llm::LogCapture::this_thread`, which sees only its own thread).
 
 mod support;
 
