@@ -6,6 +6,10 @@
     clippy::expect_used,
     reason = "a benchmark that cannot start should stop"
 )]
+#![expect(
+    clippy::print_stderr,
+    reason = "the interleaved run reports its ratio on stderr, beside Criterion's output"
+)]
 
 use std::collections::HashMap;
 use std::hint::black_box;

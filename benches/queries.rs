@@ -22,7 +22,7 @@ use daylog::store::Store;
 const LOGS: i64 = 100_000;
 const USER: i64 = 77;
 
-#[path = "../tests/support/fill.rs"]
+#[path = "../tests/it/support/fill.rs"]
 mod fill;
 use fill::fill_logs;
 

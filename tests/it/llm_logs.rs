@@ -1,9 +1,8 @@
-//! What the LLM layer writes to the log, captured by a process-wide subscriber. This is
-//! its own test binary with a single test: a thread-local capture shares callsite
-//! interest with concurrently running tests and can miss events at random, which would
-//! let these assertions pass (or fail) by luck.
+//! What the LLM layer writes to the log, captured from this test's thread by the one
+//! process-wide test subscriber (`support::llm::install_test_subscriber`), so the tests
+//! running beside it in the same binary neither add lines nor hide any.
 
-mod support;
+use crate::support;
 
 use daylog::llm::{Llm, Task};
 use support::llm::*;
@@ -12,7 +11,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 #[tokio::test]
 async fn logs_name_missing_keys_once_and_never_show_a_key_or_user_text() {
-    let logs = LogCapture::install_global();
+    let logs = LogCapture::this_thread();
 
     // A provider without keys is warned about once, at start-up.
     logs.clear();

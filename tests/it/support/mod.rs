@@ -2,7 +2,6 @@
 //! Telegram (axum) on 127.0.0.1, and the real bot running against them — in process
 //! ([`App`]) or as the real binary ([`BotProcess`]).
 
-#![allow(dead_code)]
 // Harness code panics on broken fixtures by design; clippy's `allow-expect-in-tests`
 // covers only `#[test]` functions, not the helpers they share.
 #![expect(clippy::expect_used)]
@@ -160,6 +159,46 @@ impl Providers {
     }
 }
 
+/// Free tiers the fakes do not have: under the shipped budgets (Mistral's 1 request/s,
+/// Groq's 30 a minute) a test that sends a few entries would mostly wait, correctly, for
+/// its turn. The shipped defaults stay as they are; [`shipped_budgets`] puts them back.
+const GENEROUS_BUDGETS: [(&str, &str); 5] = [
+    (
+        "DAYLOG__PROVIDERS__MISTRAL__BUDGET__REQUESTS_PER_SECOND",
+        "100000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__REQUESTS_PER_MINUTE",
+        "100000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__REQUESTS_PER_DAY",
+        "100000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GEMINI__BUDGET__REQUESTS_PER_MINUTE",
+        "100000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GEMINI__BUDGET__REQUESTS_PER_DAY",
+        "100000",
+    ),
+];
+
+/// For the tests that are about budgets, rounds or throttling: the budgets of
+/// `config/default.toml`, as shipped, instead of [`test_env`]'s generous ones.
+pub fn shipped_budgets(env: &mut HashMap<String, String>) {
+    for (key, _) in GENEROUS_BUDGETS {
+        env.remove(key);
+    }
+}
+
+/// Settings from `env` alone (`DAYLOG_CONFIG` in it names a TOML layer): the one way
+/// every helper and test builds them.
+pub fn settings(env: &HashMap<String, String>) -> Settings {
+    Settings::load_from(env).unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
 /// The environment a test bot runs with: short delays, everything on loopback.
 pub fn test_env(
     db_url: &str,
@@ -201,6 +240,9 @@ pub fn test_env(
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
+    for (key, value) in GENEROUS_BUDGETS {
+        env.insert(key.to_owned(), value.to_owned());
+    }
     env.insert("RUST_LOG".to_owned(), "info".to_owned());
     env
 }
@@ -218,12 +260,10 @@ pub struct App {
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
+/// `TEST_LOG=1` shows the bot's events at `debug` (see [`llm::install_test_subscriber`]).
 pub fn init_test_tracing() {
     if std::env::var("TEST_LOG").is_ok() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
-            .with_test_writer()
-            .try_init();
+        llm::install_test_subscriber();
     }
 }
 
@@ -248,7 +288,7 @@ impl App {
         let db_url = format!("sqlite://{}/daylog.db", dir.path().display());
         let mut env = test_env(&db_url, &telegram, &providers);
         configure(&mut env);
-        let settings = Arc::new(Settings::load_from(&env).expect("test settings"));
+        let settings = Arc::new(settings(&env));
         let store = Store::open_and_migrate_with(&settings.database_url, (&settings.store).into())
             .await
             .expect("store");
@@ -432,6 +472,16 @@ pub fn spawn_daylog(env: &HashMap<String, String>, log: &std::path::Path) -> std
         .stderr(stderr)
         .spawn()
         .expect("daylog starts")
+}
+
+/// A log file for a bot started with `env`, beside its database: in the test's own
+/// temporary folder, so tests running in parallel never share one.
+pub fn bot_log_path(env: &HashMap<String, String>) -> std::path::PathBuf {
+    let db = env
+        .get("DATABASE_URL")
+        .expect("a test env names its database");
+    let db = db.strip_prefix("sqlite://").unwrap_or(db);
+    std::path::Path::new(db).with_file_name("daylog-stderr.log")
 }
 
 /// The last `lines` lines of a file (for failure messages).

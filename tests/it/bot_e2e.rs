@@ -1,9 +1,12 @@
 //! The real dispatcher against a fake Telegram Bot API and fake providers on 127.0.0.1
 //! (SPEC §4, §8, §9). Waits are on conditions, never on fixed sleeps.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+#![expect(
+    clippy::expect_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -17,22 +20,9 @@ use wiremock::{Mock, ResponseTemplate};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Telegram HTML as a person sees it: tags dropped, entities decoded.
-fn visible(html: &str) -> String {
-    let mut out = String::new();
-    let mut in_tag = false;
-    for c in html.chars() {
-        match c {
-            '<' => in_tag = true,
-            '>' => in_tag = false,
-            c if !in_tag => out.push(c),
-            _ => {}
-        }
-    }
-    out.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&")
-}
+// Telegram HTML as a person sees it: tags dropped, entities decoded (the bot's own
+// function, so the tests read replies the way `daylog chat` shows them).
+use daylog::render::html_to_plain as visible;
 
 #[tokio::test]
 async fn a_day_log_is_stored_analysed_and_answered_as_a_reply() {

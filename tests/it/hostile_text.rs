@@ -4,7 +4,7 @@
 // Helpers here panic on a broken fixture by design (see tests/support).
 #![expect(clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};

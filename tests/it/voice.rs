@@ -2,9 +2,12 @@
 //! serves `getFile` and the download, and a fake Groq Whisper that checks the multipart
 //! upload of a real Ogg Opus recording. Waits are on conditions, never on fixed sleeps.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+#![expect(
+    clippy::expect_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,22 +22,9 @@ use support::{ANALYSIS_TEXT, App, FakeTelegram, Providers, TRANSCRIPT, test_env,
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Telegram HTML as a person sees it: tags dropped, entities decoded.
-fn visible(html: &str) -> String {
-    let mut out = String::new();
-    let mut in_tag = false;
-    for c in html.chars() {
-        match c {
-            '<' => in_tag = true,
-            '>' => in_tag = false,
-            c if !in_tag => out.push(c),
-            _ => {}
-        }
-    }
-    out.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&")
-}
+// Telegram HTML as a person sees it: tags dropped, entities decoded (the bot's own
+// function, so the tests read replies the way `daylog chat` shows them).
+use daylog::render::html_to_plain as visible;
 
 async fn wait_until<F, Fut>(cond: F)
 where

@@ -2,9 +2,12 @@
 //! captioned `/import`, or sent right after `/import`, is fetched with `getFile` and the
 //! download, and imported; any other document is not for the journal.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+#![expect(
+    clippy::unwrap_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
 
-mod support;
+use crate::support;
 
 use daylog::language::Language;
 use daylog::texts::Texts;

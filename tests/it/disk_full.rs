@@ -12,7 +12,7 @@
 // Helpers here panic on a broken fixture by design (see tests/support).
 #![expect(clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::io::{Read as _, Write as _};

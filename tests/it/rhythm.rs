@@ -3,9 +3,12 @@
 //! [`daylog::time::ManualClock`], so a test stands at 20:59:50 in Los Angeles and
 //! moves the clock instead of waiting; waits are on conditions.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+#![expect(
+    clippy::expect_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,8 +5,6 @@
 //! are served as the Bot API does: `getFile` gives a `file_path`, and
 //! `GET /file/bot<token>/<file_path>` gives the bytes.
 
-#![allow(dead_code)]
-
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

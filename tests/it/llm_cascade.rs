@@ -7,7 +7,7 @@
     reason = "test helpers outside #[test] fns: a failure is a test failure"
 )]
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,7 +1,6 @@
 //! Helpers for the LLM-layer tests: settings pointing at fake providers on 127.0.0.1, fixture
 //! loading, a recording attempt sink and a log capture.
 
-#![allow(dead_code, reason = "each test binary uses a different subset")]
 #![expect(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -93,7 +92,7 @@ pub fn settings_from_file(path: &Path, env: &[(&str, &str)]) -> Settings {
         CONFIG_FILE_VAR.to_owned(),
         path.to_str().expect("utf-8 path").to_owned(),
     );
-    Settings::load_from(&vars).unwrap_or_else(|e| panic!("test config: {e}"))
+    super::settings(&vars)
 }
 
 /// Keeps every attempt, for assertions.
@@ -131,38 +130,56 @@ impl RecordingSink {
 #[derive(Clone, Default)]
 pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
 
-impl LogCapture {
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    pub fn clear(&self) {
-        self.0.lock().unwrap().clear();
-    }
-
-    /// The process-wide capture: installed as the global subscriber on first use. Use it
-    /// in a test binary of its own, with one test, so no other test writes to it.
-    pub fn install_global() -> Self {
-        static GLOBAL: std::sync::OnceLock<LogCapture> = std::sync::OnceLock::new();
-        GLOBAL
-            .get_or_init(|| {
-                let capture = LogCapture::default();
-                let subscriber = tracing_subscriber::fmt()
-                    .with_writer(capture.clone())
-                    .with_max_level(tracing::Level::TRACE)
-                    .with_ansi(false)
-                    .finish();
-                tracing::subscriber::set_global_default(subscriber)
-                    .expect("no other global subscriber in this test binary");
-                capture
-            })
-            .clone()
-    }
+thread_local! {
+    /// The capture of the test running on this thread, if it asked for one.
+    static THREAD_CAPTURE: std::cell::RefCell<Option<LogCapture>> =
+        const { std::cell::RefCell::new(None) };
 }
 
-impl Write for LogCapture {
+fn thread_capture() -> Option<LogCapture> {
+    THREAD_CAPTURE.with(|c| c.borrow().clone())
+}
+
+/// The process's one tracing subscriber, installed on first use by any test: it keeps
+/// the events of threads that capture ([`LogCapture::this_thread`]) and, with `TEST_LOG`
+/// set, writes every event at `debug` to the test output.
+///
+/// One global subscriber, not a thread-local one per test: a thread-local default
+/// shares callsite interest with the tests running beside it and can miss events at
+/// random. Here every callsite's interest is "sometimes" and the thread is asked per event.
+pub fn install_test_subscriber() {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let capture = tracing_subscriber::fmt::layer()
+            .with_writer(|| ThreadWriter(thread_capture()))
+            .with_ansi(false)
+            .with_filter(tracing_subscriber::filter::filter_fn(|_| {
+                THREAD_CAPTURE.with(|c| c.borrow().is_some())
+            }));
+        let test_log = std::env::var("TEST_LOG").is_ok().then(|| {
+            tracing_subscriber::fmt::layer()
+                .with_test_writer()
+                .with_filter(tracing_subscriber::EnvFilter::new("debug"))
+        });
+        tracing_subscriber::registry()
+            .with(capture)
+            .with(test_log)
+            .try_init()
+            .expect("the only global subscriber of the test binary");
+    });
+}
+
+/// Where the capturing layer writes: the emitting thread's capture, or nowhere.
+struct ThreadWriter(Option<LogCapture>);
+
+impl Write for ThreadWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        if let Some(capture) = &self.0 {
+            capture.0.lock().unwrap().extend_from_slice(buf);
+        }
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -170,9 +187,32 @@ impl Write for LogCapture {
     }
 }
 
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
-    type Writer = LogCapture;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
+/// A capture of the calling thread's events, until it is dropped. A `#[tokio::test]`
+/// runs its tasks on its own thread, so this sees what that test's code logs and nothing
+/// of the tests running in parallel.
+pub struct ThreadCapture(LogCapture);
+
+impl LogCapture {
+    pub fn this_thread() -> ThreadCapture {
+        install_test_subscriber();
+        let capture = LogCapture::default();
+        THREAD_CAPTURE.with(|c| *c.borrow_mut() = Some(capture.clone()));
+        ThreadCapture(capture)
+    }
+}
+
+impl ThreadCapture {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.0.lock().unwrap()).into_owned()
+    }
+
+    pub fn clear(&self) {
+        self.0.0.lock().unwrap().clear();
+    }
+}
+
+impl Drop for ThreadCapture {
+    fn drop(&mut self) {
+        THREAD_CAPTURE.with(|c| *c.borrow_mut() = None);
     }
 }

@@ -1,4 +1,4 @@
-//! A large history for query tests and benchmarks: shared by `tests/faults.rs` and
+//! A large history for query tests and benchmarks: shared by `tests/it/faults.rs` and
 //! `benches/queries.rs` (which includes this file by path).
 
 use sqlx::SqlitePool;

@@ -1,7 +1,10 @@
 //! The store against a real SQLite file: schema contract, idempotency, concurrency,
 //! isolation between users.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+#![expect(
+    clippy::expect_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
 
 use std::time::Duration;
 

@@ -1,9 +1,7 @@
 //! Content-policy refusals remembered per log, and free-tier budgets (SPEC §5), through
 //! the real dispatcher against fakes on 127.0.0.1. Waits are on conditions.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -155,9 +153,10 @@ async fn an_edit_forgets_the_refusals_of_the_old_text() {
 /// with SQL) and a restarted bot does not spend a request on it again.
 #[tokio::test]
 async fn a_restart_does_not_spend_a_dead_daily_quota_again() {
-    // One round per step: Mistral's 1 request/s budget would otherwise stretch each
-    // analysis over seconds of (correct) waiting.
+    // The shipped budgets, and one round per step: Mistral's 1 request/s budget would
+    // otherwise stretch each analysis over seconds of (correct) waiting.
     let one_round = |env: &mut std::collections::HashMap<String, String>| {
+        support::shipped_budgets(env);
         env.insert("DAYLOG__RETRY__MAX_ATTEMPTS".into(), "1".into());
     };
     let app = App::spawn_with(one_round).await;
@@ -216,7 +215,7 @@ async fn a_restart_does_not_spend_a_dead_daily_quota_again() {
 /// until the first budget returns (not on the failure schedule).
 #[tokio::test]
 async fn with_every_budget_spent_the_user_is_told_roughly_when() {
-    let app = App::spawn().await;
+    let app = App::spawn_with(support::shipped_budgets).await;
     for server in [&app.providers.mistral, &app.providers.gemini] {
         Mock::given(method("POST"))
             .respond_with(

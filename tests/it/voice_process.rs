@@ -2,9 +2,12 @@
 //! and its analysis, then a restart. The stored transcript is not made again nor shown
 //! again; the analysis arrives once (SPEC §11).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+#![expect(
+    clippy::expect_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command};
 use std::time::Duration;
@@ -13,7 +16,7 @@ use support::telegram::voice_update;
 use support::{ANALYSIS_TEXT, FakeTelegram, Providers, TRANSCRIPT, test_env, voice_fixture};
 
 fn spawn_bot(env: &std::collections::HashMap<String, String>) -> Child {
-    let log = std::env::temp_dir().join(format!("daylog-voice-{}.log", std::process::id()));
+    let log = support::bot_log_path(env);
     support::spawn_daylog(env, &log)
 }
 

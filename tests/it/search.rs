@@ -26,7 +26,7 @@ use sqlx::SqlitePool;
 use support::App;
 use support::telegram::text_update;
 
-mod support;
+use crate::support;
 
 const ME: i64 = 1;
 const OTHER: i64 = 2;

@@ -9,7 +9,7 @@
     reason = "test helpers outside #[test] fns: a failure is a test failure"
 )]
 
-mod support;
+use crate::support;
 
 use daylog::llm::{ChatRequest, Llm, Outcome, Task};
 use support::llm::*;

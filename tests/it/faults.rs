@@ -6,7 +6,7 @@
 // Helpers here panic on a broken fixture by design (see tests/support).
 #![expect(clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -452,18 +452,9 @@ async fn providers_flapping_under_load_lose_nothing_and_answer_each_log_once() {
     let seed = Rng::seed_from_env(0xF1A9);
     let mut rng = Rng::new(seed);
     let app = App::spawn_with(|env| {
+        // The budgets are test_env's generous ones: these fakes enforce no free tier
+        // (tests/it/budgets.rs covers the shipped budgets).
         env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
-        // These fakes enforce no free tier: the shipped budgets would only pace the
-        // drain at 1 request/s (tests/budgets.rs covers the budgets themselves).
-        for (key, value) in [
-            ("MISTRAL__BUDGET__REQUESTS_PER_SECOND", "100000"),
-            ("GROQ__BUDGET__REQUESTS_PER_MINUTE", "100000"),
-            ("GROQ__BUDGET__REQUESTS_PER_DAY", "100000"),
-            ("GEMINI__BUDGET__REQUESTS_PER_MINUTE", "100000"),
-            ("GEMINI__BUDGET__REQUESTS_PER_DAY", "100000"),
-        ] {
-            env.insert(format!("DAYLOG__PROVIDERS__{key}"), value.into());
-        }
     })
     .await;
     app.providers.healthy().await;

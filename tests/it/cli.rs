@@ -1,7 +1,10 @@
 //! The `daylog` binary as a user runs it: exit codes, one-sentence errors, `daylog sql`
 //! staying read-only.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+#![expect(
+    clippy::expect_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,9 +2,12 @@
 //! store and fake providers. Nothing a line does may end the session or lose an entry;
 //! terminal entries never collide with Telegram's messages.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+#![expect(
+    clippy::expect_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -2,9 +2,12 @@
 //! has passing trouble at start-up), a crash in the middle of an analysis, and
 //! terminals (`daylog chat`) sharing a database.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+#![expect(
+    clippy::expect_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -12,9 +15,9 @@ use std::time::Duration;
 use support::telegram::text_update;
 use support::{ANALYSIS_TEXT, FakeTelegram, Providers, test_env};
 
-/// The real binary; its stderr goes to a log file in the temp folder.
+/// The real binary; its stderr goes to a log file beside its database.
 fn spawn_bot(env: &std::collections::HashMap<String, String>) -> Child {
-    let log = std::env::temp_dir().join(format!("daylog-process-{}.log", std::process::id()));
+    let log = support::bot_log_path(env);
     support::spawn_daylog(env, &log)
 }
 

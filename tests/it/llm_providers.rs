@@ -6,7 +6,7 @@
     reason = "test helpers outside #[test] fns: a failure is a test failure"
 )]
 
-mod support;
+use crate::support;
 
 use daylog::llm::{Llm, Outcome, Task};
 use serde_json::{Value, json};
