@@ -15,7 +15,8 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use daylog::commands::{self, Command};
 use daylog::config::Settings;
-use daylog::journal::{Journal, Messenger, Response, SendError, Target};
+use daylog::frontend::{Messenger, Response, SendError, Target};
+use daylog::journal::Journal;
 use daylog::llm::Llm;
 use daylog::store::Store;
 

@@ -23,9 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::{self, Command};
 use crate::config::Settings;
-use crate::journal::{
-    FetchError, IncomingVoice, Journal, MAX_VOICE_BYTES, Messenger, Response, SendError, Target,
-};
+use crate::frontend::{FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target};
+use crate::journal::{IncomingVoice, Journal};
 use crate::language::Language;
 use crate::llm::{Audio, Llm};
 use crate::render;

@@ -6,7 +6,8 @@ use teloxide::utils::command::BotCommands;
 
 use crate::analysis::Metrics;
 use crate::charts::{self, ChartDay, YearDay};
-use crate::journal::{Journal, Response};
+use crate::frontend::{Response, truncate_chars};
+use crate::journal::Journal;
 use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{DailyMetrics, DayLog, DayMood, SearchHit, SnippetRun, StoreError};
@@ -313,7 +314,7 @@ fn search_reply(language: Language, hits: &[SearchHit]) -> Reply {
 fn snippet(mut reply: Reply, runs: Vec<SnippetRun>) -> Reply {
     let mut room = SEARCH_SNIPPET_CHARS;
     for run in runs {
-        let shown = crate::journal::truncate_chars(&run.text, room);
+        let shown = truncate_chars(&run.text, room);
         let cut = shown.len() < run.text.len();
         room -= shown.chars().count();
         let shown = shown.to_owned();
@@ -392,7 +393,7 @@ fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply 
     }
     let mut reply = Reply::new().bold(texts.history_title());
     for log in logs.iter().rev() {
-        let excerpt = crate::journal::truncate_chars(&log.text, HISTORY_EXCERPT_CHARS);
+        let excerpt = truncate_chars(&log.text, HISTORY_EXCERPT_CHARS);
         let more = if excerpt.len() < log.text.len() {
             "…"
         } else {

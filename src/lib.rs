@@ -15,6 +15,7 @@ pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod frontend;
 pub mod good_days;
 pub mod import;
 pub mod journal;

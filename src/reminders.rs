@@ -19,7 +19,8 @@ use jiff::Timestamp;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::journal::{Journal, Messenger, Response, SendError, Target};
+use crate::frontend::{Messenger, Response, SendError, Target};
+use crate::journal::Journal;
 use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{DueReminder, StoreError};

@@ -9,7 +9,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::journal::{Journal, Messenger};
+use crate::frontend::Messenger;
+use crate::journal::Journal;
 use crate::store::FrontEnd;
 
 /// Logs finished at the same time, at most.

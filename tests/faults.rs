@@ -687,7 +687,8 @@ fn assert_searches_the_user_index(what: &str, index: &str, plan: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_with_100_000_logs_is_served_through_the_index() {
     use daylog::commands::{self, Command};
-    use daylog::journal::{Journal, Response};
+    use daylog::frontend::Response;
+    use daylog::journal::Journal;
     use daylog::store::{DAILY_METRICS_SQL, HISTORY_SQL, Store};
 
     // Arrange

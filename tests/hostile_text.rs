@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use daylog::config::Settings;
-use daylog::journal::{Incoming, Journal, Messenger, Response, SendError, Target};
+use daylog::frontend::{Messenger, Response, SendError, Target};
+use daylog::journal::{Incoming, Journal};
 use daylog::llm::Llm;
 use daylog::store::Store;
 use proptest::prelude::*;

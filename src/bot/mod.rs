@@ -33,10 +33,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::{self, Command};
 use crate::config::Settings;
-use crate::journal::{
-    EntryError, FetchError, Incoming, IncomingVoice, Journal, MAX_VOICE_BYTES, Messenger, Response,
-    SendError, Target,
-};
+use crate::frontend::{FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target};
+use crate::journal::{EntryError, Incoming, IncomingVoice, Journal};
 use crate::language::Language;
 use crate::llm::{Audio, Llm};
 use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
