@@ -9,6 +9,7 @@
 //! `time` (the one clock, user zones, local days), `reminders`, `streaks`, `good_days`.
 
 pub mod analysis;
+pub mod app;
 pub mod bot;
 pub mod charts;
 pub mod chat;

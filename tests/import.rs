@@ -11,14 +11,14 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use daylog::commands::{self, Command};
 use daylog::config::Settings;
 use daylog::import::{self, ImportError, ImportFailure, Report};
 use daylog::journal::Journal;
 use daylog::language::Language;
-use daylog::store::{NewUser, Store};
+use daylog::store::NewUser;
 use jiff::civil::Date;
 
 const ME: i64 = 7;
@@ -26,16 +26,16 @@ const DAYS: i64 = 300;
 
 struct Db {
     _dir: tempfile::TempDir,
-    journal: Journal,
+    journal: Arc<Journal>,
 }
 
 async fn fresh() -> Db {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}/daylog.db", dir.path().display());
-    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
-        .await
-        .expect("store opens");
-    store
+    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), url)].into();
+    let settings = Settings::load_from(&env).expect("settings");
+    let app = daylog::app::App::build(settings).await.expect("app");
+    app.store()
         .upsert_user(&NewUser {
             user_id: ME,
             chat_id: ME,
@@ -44,11 +44,7 @@ async fn fresh() -> Db {
         })
         .await
         .expect("user");
-    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), url)].into();
-    let settings = Arc::new(Settings::load_from(&env).expect("settings"));
-    let client = daylog::http_client().expect("client");
-    let llm = Arc::new(daylog::llm::Llm::with_client(&settings, client).expect("llm"));
-    let journal = Journal::new(settings, store, llm);
+    let journal = Arc::clone(app.journal());
     commands::respond(&journal, ME, Command::Tz("Europe/Moscow".into()))
         .await
         .expect("tz");
