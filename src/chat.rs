@@ -390,7 +390,7 @@ impl Session {
             username: None,
             language,
         };
-        if let Err(error) = self.journal.store.upsert_user(&new_user).await {
+        if let Err(error) = self.journal.ensure_user(&new_user).await {
             tracing::error!(%error, user_id = self.user, "could not store the terminal user");
         }
         if let Some(rest) = line.strip_prefix("/voice")

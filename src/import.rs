@@ -277,7 +277,7 @@ pub async fn import_bytes(
     let logs = to_store(&parsed.rows, &zone);
     let out_of_range =
         u64::try_from(parsed.rows.len().saturating_sub(logs.len())).unwrap_or(u64::MAX);
-    let counts = journal.store.import_logs(user_id, &logs).await?;
+    let counts = journal.store().import_logs(user_id, &logs).await?;
     let unreadable = u64::try_from(parsed.unreadable)
         .unwrap_or(u64::MAX)
         .saturating_add(out_of_range);

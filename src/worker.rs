@@ -28,7 +28,7 @@ pub async fn run<M: Messenger>(
 ) {
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = JoinSet::new();
-    let poll = journal.settings.worker.poll_interval();
+    let poll = journal.settings().worker.poll_interval();
     loop {
         match journal.claim_unfinished(front_end, BATCH).await {
             Ok(batch) => {

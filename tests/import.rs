@@ -109,7 +109,7 @@ fn export(days: i64) -> (String, usize) {
 async fn rows(db: &Db) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE user_id = ?1")
         .bind(ME)
-        .fetch_one(db.journal.store.read_pool())
+        .fetch_one(db.journal.store().read_pool())
         .await
         .expect("count")
 }
@@ -143,13 +143,13 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         "SELECT count(*) FROM day_logs WHERE status <> 'analyzed' OR replied_at IS NULL
              OR source <> 'import' OR message_id >= 0 OR chat_id <> user_id",
     )
-    .fetch_one(db.journal.store.read_pool())
+    .fetch_one(db.journal.store().read_pool())
     .await
     .expect("odd rows");
     assert_eq!(odd, 0);
     // A terminal entry after the import still gets a fresh id.
     db.journal
-        .store
+        .store()
         .insert_chat_log(ME, "typed", None)
         .await
         .expect("terminal entry after an import");
@@ -159,7 +159,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         "SELECT created_at, text, metrics FROM day_logs
          WHERE local_day = '2025-01-11' AND text LIKE 'Title%'",
     )
-    .fetch_one(db.journal.store.read_pool())
+    .fetch_one(db.journal.store().read_pool())
     .await
     .expect("one row");
     assert_eq!(created, "2025-01-11 18:14:00");
@@ -176,7 +176,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     assert_eq!(i64::from(streaks.longest), DAYS);
     let hits = db
         .journal
-        .store
+        .store()
         .search(ME, "morning20")
         .await
         .expect("search");
@@ -184,7 +184,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     assert_eq!(hits[0].day, "2025-01-21");
     let daily = db
         .journal
-        .store
+        .store()
         .daily_metrics(ME, Date::new(2025, 1, 1).expect("date"))
         .await
         .expect("daily");
@@ -201,7 +201,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         "SELECT count(*) FROM day_activities WHERE user_id = ?1 AND activity = 'reading'",
     )
     .bind(ME)
-    .fetch_one(db.journal.store.read_pool())
+    .fetch_one(db.journal.store().read_pool())
     .await
     .expect("activities");
     assert_eq!(activity_days, DAYS / 3);

@@ -424,7 +424,7 @@ async fn on_unknown_command<B: TgBot>(
 }
 
 fn allowed(msg: &Message, journal: &Journal) -> bool {
-    sender_id(msg).is_some_and(|id| journal.settings.telegram.is_allowed(id))
+    sender_id(msg).is_some_and(|id| journal.is_allowed(id))
 }
 
 async fn refuse<B: TgBot>(msg: Message, messenger: Arc<Telegram<B>>) -> HandlerResult {
@@ -542,8 +542,7 @@ async fn on_location<B: TgBot>(
 async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
     if let Some(from) = msg.from.as_ref()
         && let Err(error) = journal
-            .store
-            .upsert_user(&crate::store::NewUser {
+            .ensure_user(&crate::store::NewUser {
                 user_id,
                 chat_id: msg.chat.id.0,
                 username: from.username.as_deref(),
@@ -696,7 +695,7 @@ async fn on_callback<B: TgBot>(
     let language = journal.language_of(user_id).await;
     let _ = bot.answer_callback_query(query.id.clone()).await;
     let reply = match query.data.as_deref() {
-        Some(DELETE_YES) if journal.settings.telegram.is_allowed(user_id) => {
+        Some(DELETE_YES) if journal.is_allowed(user_id) => {
             match commands::delete_confirmed(&journal, user_id, language).await {
                 Ok(reply) => reply,
                 Err(error) => {
@@ -874,7 +873,7 @@ pub async fn serve_configured(
     journal: Arc<Journal>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    if journal.settings.telegram.throttle {
+    if journal.settings().telegram.throttle {
         serve(bot.throttle(Limits::default()), journal, stop).await
     } else {
         serve(bot, journal, stop).await
@@ -888,7 +887,7 @@ pub async fn serve<B: TgBot>(
     journal: Arc<Journal>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let grace = journal.settings.telegram.shutdown_grace();
+    let grace = journal.settings().telegram.shutdown_grace();
     if !start_up(&bot, &stop).await? {
         return Ok(()); // stopped while starting
     }
