@@ -363,7 +363,7 @@ impl Session {
         if too_large {
             return self
                 .terminal
-                .print(texts.import_refused(crate::import::ImportError::TooLarge));
+                .print(crate::import::ImportError::TooLarge.sentence(language));
         }
         let bytes = match tokio::fs::read(path).await {
             Ok(bytes) => bytes,

@@ -78,6 +78,18 @@ pub enum ImportError {
     NoReadableRow,
 }
 
+impl ImportError {
+    /// What the user is told: the file was refused as a whole, and why.
+    pub fn sentence(self, language: Language) -> &'static str {
+        let texts = Texts(language);
+        match self {
+            Self::TooLarge => texts.import_too_large(),
+            Self::NotUtf8 | Self::NotCsv | Self::WrongHeader => texts.import_not_daylio(),
+            Self::NoReadableRow => texts.import_no_readable_row(),
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Layout {
     /// `full_date,date,weekday,time,mood,activities,note_title,note`
@@ -241,7 +253,7 @@ pub enum ImportFailure {
 impl ImportFailure {
     pub fn sentence(&self, language: Language) -> &'static str {
         match self {
-            Self::File(why) => Texts(language).import_refused(*why),
+            Self::File(why) => why.sentence(language),
             Self::Store(_) => Texts(language).import_failed(),
         }
     }

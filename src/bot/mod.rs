@@ -596,16 +596,16 @@ async fn import_document<B: TgBot>(
     let texts = Texts(language);
     let max = u64::try_from(crate::import::MAX_FILE_BYTES).unwrap_or(u64::MAX);
     let sentence = if u64::from(document.file.size) > max {
-        texts
-            .import_refused(crate::import::ImportError::TooLarge)
+        crate::import::ImportError::TooLarge
+            .sentence(language)
             .to_owned()
     } else {
         match messenger.fetch_bytes(&document.file.id.0, max).await {
             Err(FetchError::Gone(reason))
                 if reason.contains("exceeds") || reason.contains("over the download limit") =>
             {
-                texts
-                    .import_refused(crate::import::ImportError::TooLarge)
+                crate::import::ImportError::TooLarge
+                    .sentence(language)
                     .to_owned()
             }
             Err(error) => {
