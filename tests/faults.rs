@@ -719,7 +719,7 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
     );
 
     // Act + Assert: the commands answer on this data.
-    let journal = app.journal();
+    let journal = std::sync::Arc::clone(app.journal());
     for days in ["30", "365"] {
         let responses = commands::respond(&journal, 77, Command::Stats(days.into()))
             .await
