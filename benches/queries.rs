@@ -15,9 +15,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use daylog::commands::{self, Command};
 use daylog::config::Settings;
-use daylog::journal::{Journal, Messenger, Response, SendError, Target};
-use daylog::llm::Llm;
-use daylog::store::Store;
+use daylog::frontend::{Messenger, Response, SendError, Target};
 
 const LOGS: i64 = 100_000;
 const USER: i64 = 77;
@@ -35,16 +33,11 @@ fn queries(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("dir");
     let db = format!("sqlite://{}/daylog.db", dir.path().display());
     let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), db.clone())].into();
-    let settings = Arc::new(Settings::load_from(&env).expect("settings"));
+    let settings = Settings::load_from(&env).expect("settings");
     let (store, journal) = runtime.block_on(async {
-        let store = Store::open_and_migrate(&db, settings.store.busy_timeout())
-            .await
-            .expect("store");
+        let app = daylog::app::App::build(settings).await.expect("app");
         fill_logs(&db, LOGS).await;
-        let client = daylog::http_client().expect("client");
-        let llm = Arc::new(Llm::with_client(&settings, client).expect("llm"));
-        let journal = Journal::new(Arc::clone(&settings), store.clone(), llm);
-        (store, journal)
+        (app.store().clone(), Arc::clone(app.journal()))
     });
 
     let mut group = c.benchmark_group("100k_logs");

@@ -16,20 +16,17 @@ use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use anyhow::Context as _;
 use teloxide::utils::command::BotCommands;
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::commands::{self, Command};
-use crate::config::Settings;
-use crate::journal::{
-    FetchError, IncomingVoice, Journal, MAX_VOICE_BYTES, Messenger, Response, SendError, Target,
-};
+use crate::frontend::{FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target};
+use crate::journal::{IncomingVoice, Journal};
 use crate::language::Language;
-use crate::llm::{Audio, Llm};
+use crate::llm::Audio;
 use crate::render;
-use crate::store::{FrontEnd, NewUser, Store};
+use crate::store::{FrontEnd, NewUser};
 use crate::texts::Texts;
 use crate::worker;
 
@@ -167,26 +164,19 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Runs the chat until stdin ends.
-pub async fn run(settings: Settings, store: Store, user: i64) -> anyhow::Result<()> {
-    let settings = Arc::new(settings);
-    let client = crate::http_client().context("cannot build the HTTP client")?;
-    let llm =
-        Arc::new(Llm::with_client(&settings, client).context("cannot set up the LLM providers")?);
-    let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
+/// Runs the chat on stdin and stdout until stdin ends.
+pub async fn run(journal: Arc<Journal>, user: i64) -> anyhow::Result<()> {
     let terminal = Arc::new(Terminal::new(
         Box::new(std::io::stdout()),
         std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
     ));
-    let talked = converse(
-        Arc::clone(&journal),
+    converse(
+        journal,
         terminal,
         tokio::io::BufReader::new(tokio::io::stdin()),
         user,
     )
-    .await;
-    store.close().await;
-    talked
+    .await
 }
 
 /// The conversation loop, over any byte source (tests drive it with a byte slice).
@@ -373,7 +363,7 @@ impl Session {
         if too_large {
             return self
                 .terminal
-                .print(texts.import_refused(crate::import::ImportError::TooLarge));
+                .print(crate::import::ImportError::TooLarge.sentence(language));
         }
         let bytes = match tokio::fs::read(path).await {
             Ok(bytes) => bytes,
@@ -400,7 +390,7 @@ impl Session {
             username: None,
             language,
         };
-        if let Err(error) = self.journal.store.upsert_user(&new_user).await {
+        if let Err(error) = self.journal.ensure_user(&new_user).await {
             tracing::error!(%error, user_id = self.user, "could not store the terminal user");
         }
         if let Some(rest) = line.strip_prefix("/voice")

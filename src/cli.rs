@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::app::{App, StartError};
 use crate::config::{ConfigError, Settings};
 use crate::llm::Llm;
 use crate::sqlcmd::{self, Format, QueryError};
@@ -64,6 +65,15 @@ pub enum CliError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Other(#[from] anyhow::Error),
+}
+
+impl From<StartError> for CliError {
+    fn from(error: StartError) -> Self {
+        match error {
+            StartError::Store(error) => Self::Store(error),
+            other => Self::Other(other.into()),
+        }
+    }
 }
 
 impl CliError {
@@ -223,7 +233,9 @@ fn fail(error: &CliError) -> ExitCode {
 async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliError> {
     match command {
         Command::Migrate => {
-            let store = open_store(&settings).await?;
+            let store =
+                Store::open_and_migrate_with(&settings.database_url, (&settings.store).into())
+                    .await?;
             store.close().await;
             tracing::info!("database is up to date");
             Ok(ExitCode::SUCCESS)
@@ -237,20 +249,15 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
                     message: "is not set; put the token from @BotFather in .env, or try `daylog chat`, which needs none".to_owned(),
                 }));
             }
-            crate::bot::run(settings).await?;
+            crate::app::run_daemon(settings).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Chat { user } => {
-            let store = open_store(&settings).await?;
-            crate::chat::run(settings, store, user).await?;
+            let app = App::build(settings).await?;
+            app.chat(user).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// Opens the store and applies migrations.
-pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
-    Store::open_and_migrate_with(&settings.database_url, (&settings.store).into()).await
 }
 
 async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCode, CliError> {

@@ -6,7 +6,8 @@ use teloxide::utils::command::BotCommands;
 
 use crate::analysis::Metrics;
 use crate::charts::{self, ChartDay, YearDay};
-use crate::journal::{Journal, Response};
+use crate::frontend::{Response, truncate_chars};
+use crate::journal::Journal;
 use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{DailyMetrics, DayLog, DayMood, SearchHit, SnippetRun, StoreError};
@@ -116,7 +117,7 @@ pub async fn respond(
                 .text(texts.start_body());
             // A user still on the default zone is invited to set theirs.
             let zone = journal.zone_of(user_id).await;
-            if zone == journal.settings.journal.default_zone() {
+            if zone == journal.settings().journal.default_zone() {
                 reply = reply.paragraph().text(texts.start_tz_invite(zone.name()));
             }
             text(reply.paragraph().italic(texts.privacy()))
@@ -135,7 +136,7 @@ pub async fn respond(
             let Some(n) = count_arg(&arg, HISTORY_DEFAULT, HISTORY_MAX) else {
                 return text(Reply::new().text(texts.bad_number("history", HISTORY_MAX)));
             };
-            let logs = journal.store.history(user_id, i64::from(n)).await?;
+            let logs = journal.store().history(user_id, i64::from(n)).await?;
             let zone = journal.zone_of(user_id).await;
             text(history_reply(language, &zone, &logs))
         }
@@ -147,9 +148,9 @@ pub async fn respond(
             let first = today
                 .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
                 .unwrap_or(today);
-            let rows = journal.store.daily_metrics(user_id, first).await?;
+            let rows = journal.store().daily_metrics(user_id, first).await?;
             let streaks = journal.streaks(user_id).await?;
-            let activities = journal.store.day_activities(user_id, first).await?;
+            let activities = journal.store().day_activities(user_id, first).await?;
             let goes_with =
                 crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
                     rows.iter().map(|r| (r.day.clone(), r.mood)),
@@ -178,7 +179,7 @@ pub async fn respond(
             Ok(responses)
         }
         Command::Export => {
-            let logs = journal.store.export(user_id).await?;
+            let logs = journal.store().export(user_id).await?;
             if logs.is_empty() {
                 return text(Reply::new().text(texts.no_entries()));
             }
@@ -192,7 +193,7 @@ pub async fn respond(
         Command::Delete => Ok(vec![Response::ConfirmDelete { language }]),
         Command::Lang(arg) => match arg.trim().parse::<Language>() {
             Ok(chosen) => {
-                journal.store.set_language(user_id, chosen).await?;
+                journal.store().set_language(user_id, chosen).await?;
                 text(Reply::new().text(Texts(chosen).lang_set()))
             }
             Err(()) => text(Reply::new().text(texts.lang_usage())),
@@ -225,7 +226,7 @@ pub async fn respond(
             if words.split_whitespace().next().is_none() {
                 return text(Reply::new().text(texts.search_usage()));
             }
-            let hits = journal.store.search(user_id, &words).await?;
+            let hits = journal.store().search(user_id, &words).await?;
             text(search_reply(language, &hits))
         }
         Command::Year(arg) => {
@@ -236,7 +237,7 @@ pub async fn respond(
                     None => return text(Reply::new().text(texts.year_usage())),
                 },
             };
-            let moods = journal.store.year_moods(user_id, year).await?;
+            let moods = journal.store().year_moods(user_id, year).await?;
             Ok(year_responses(language, year, &moods))
         }
         // The file itself comes as a document (the bot) or a path (`daylog chat`); the
@@ -266,7 +267,7 @@ pub async fn set_zone(
     user_id: i64,
     zone: &UserZone,
 ) -> Result<Reply, StoreError> {
-    journal.store.set_timezone(user_id, zone).await?;
+    journal.store().set_timezone(user_id, zone).await?;
     crate::reminders::zone_changed(journal, user_id, zone).await?;
     tracing::info!(user_id, zone = zone.name(), "time zone set");
     let language = journal.language_of(user_id).await;
@@ -313,7 +314,7 @@ fn search_reply(language: Language, hits: &[SearchHit]) -> Reply {
 fn snippet(mut reply: Reply, runs: Vec<SnippetRun>) -> Reply {
     let mut room = SEARCH_SNIPPET_CHARS;
     for run in runs {
-        let shown = crate::journal::truncate_chars(&run.text, room);
+        let shown = truncate_chars(&run.text, room);
         let cut = shown.len() < run.text.len();
         room -= shown.chars().count();
         let shown = shown.to_owned();
@@ -365,7 +366,7 @@ pub async fn delete_confirmed(
     user_id: i64,
     language: Language,
 ) -> Result<Reply, StoreError> {
-    let entries = journal.store.delete_user(user_id).await?;
+    let entries = journal.store().delete_user(user_id).await?;
     tracing::info!(user_id, entries, "user data deleted on request");
     Ok(Reply::new().text(Texts(language).deleted(entries)))
 }
@@ -392,7 +393,7 @@ fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply 
     }
     let mut reply = Reply::new().bold(texts.history_title());
     for log in logs.iter().rev() {
-        let excerpt = crate::journal::truncate_chars(&log.text, HISTORY_EXCERPT_CHARS);
+        let excerpt = truncate_chars(&log.text, HISTORY_EXCERPT_CHARS);
         let more = if excerpt.len() < log.text.len() {
             "…"
         } else {

@@ -78,6 +78,18 @@ pub enum ImportError {
     NoReadableRow,
 }
 
+impl ImportError {
+    /// What the user is told: the file was refused as a whole, and why.
+    pub fn sentence(self, language: Language) -> &'static str {
+        let texts = Texts(language);
+        match self {
+            Self::TooLarge => texts.import_too_large(),
+            Self::NotUtf8 | Self::NotCsv | Self::WrongHeader => texts.import_not_daylio(),
+            Self::NoReadableRow => texts.import_no_readable_row(),
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Layout {
     /// `full_date,date,weekday,time,mood,activities,note_title,note`
@@ -241,7 +253,7 @@ pub enum ImportFailure {
 impl ImportFailure {
     pub fn sentence(&self, language: Language) -> &'static str {
         match self {
-            Self::File(why) => Texts(language).import_refused(*why),
+            Self::File(why) => why.sentence(language),
             Self::Store(_) => Texts(language).import_failed(),
         }
     }
@@ -277,7 +289,7 @@ pub async fn import_bytes(
     let logs = to_store(&parsed.rows, &zone);
     let out_of_range =
         u64::try_from(parsed.rows.len().saturating_sub(logs.len())).unwrap_or(u64::MAX);
-    let counts = journal.store.import_logs(user_id, &logs).await?;
+    let counts = journal.store().import_logs(user_id, &logs).await?;
     let unreadable = u64::try_from(parsed.unreadable)
         .unwrap_or(u64::MAX)
         .saturating_add(out_of_range);

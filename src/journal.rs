@@ -20,8 +20,11 @@ use std::time::Duration;
 
 use crate::analysis::{self, DayPoint, Metrics, UserContext};
 use crate::config::Settings;
+use crate::frontend::{
+    FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target, truncate_chars,
+};
 use crate::language::Language;
-use crate::llm::{Attempt, AttemptSink, Audio, CascadeError, Llm, Outcome, Task};
+use crate::llm::{Attempt, AttemptSink, CascadeError, Llm, Outcome, Task};
 use crate::render::Reply;
 use crate::store::{
     DayLog, FrontEnd, Inserted, LogStatus, NewLog, NewUser, NewVoiceLog, Store, StoreError,
@@ -30,83 +33,6 @@ use crate::store::{
 use crate::streaks::Streaks;
 use crate::texts::Texts;
 use crate::time::{Clock, SystemClock, UserZone};
-
-/// Where an answer goes: a chat, as a reply to one message when there is one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Target {
-    pub chat_id: i64,
-    pub reply_to: Option<i64>,
-}
-
-/// One thing to show the user. Front ends decide how (HTML message, photo, file, …).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Response {
-    Text(Reply),
-    Photo {
-        png: Vec<u8>,
-        caption: String,
-        /// What a front end that writes files (`daylog chat`) calls it.
-        file_name: String,
-    },
-    Document {
-        bytes: Vec<u8>,
-        file_name: String,
-        caption: String,
-    },
-    /// Ask to confirm `/delete` (Telegram: an inline keyboard).
-    ConfirmDelete {
-        language: Language,
-    },
-}
-
-/// Why an answer did not go out.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum SendError {
-    /// Worth trying again later (network, Telegram down).
-    #[error("temporary delivery failure: {0}")]
-    Transient(String),
-    /// Never deliverable (the user blocked the bot, the chat is gone).
-    #[error("undeliverable: {0}")]
-    Gone(String),
-}
-
-/// Why a voice note's recording could not be fetched.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum FetchError {
-    /// Worth trying again later (network, Telegram down).
-    #[error("temporary download failure: {0}")]
-    Transient(String),
-    /// Never fetchable (the file is gone, or too large to download).
-    #[error("recording unavailable: {0}")]
-    Gone(String),
-}
-
-/// Telegram's download limit for bots; larger recordings are refused (SPEC §11).
-pub const MAX_VOICE_BYTES: u64 = 20 * 1024 * 1024;
-
-/// A front end's way to answer.
-pub trait Messenger: Send + Sync + 'static {
-    fn send(
-        &self,
-        target: Target,
-        responses: Vec<Response>,
-    ) -> impl Future<Output = Result<(), SendError>> + Send;
-
-    /// Shows that the bot is working (Telegram's "typing…"); may do nothing. It must
-    /// return quickly (fire and forget): the analysis waits while it runs.
-    fn typing(&self, chat_id: i64) -> impl Future<Output = ()> + Send;
-
-    /// The recording of a voice note, in memory only (never written to disk), by what
-    /// the front end stored as its `file_id`. A front end without voice notes has none.
-    fn fetch_audio(&self, file_id: &str) -> impl Future<Output = Result<Audio, FetchError>> + Send {
-        let _ = file_id;
-        async {
-            Err(FetchError::Gone(
-                "this front end has no recordings".to_owned(),
-            ))
-        }
-    }
-}
 
 /// A failure while handling an entry, sorted by what the user must be told.
 #[derive(Debug, thiserror::Error)]
@@ -217,10 +143,13 @@ impl Drop for Claim {
     }
 }
 
+/// The journal of every user: what front ends, the worker and the commands go through.
+/// Its parts are its own; [`Journal::settings`] and [`Journal::store`] are there for the
+/// commands and schedulers that read them.
 pub struct Journal {
-    pub settings: Arc<Settings>,
-    pub store: Store,
-    pub llm: Arc<Llm>,
+    settings: Arc<Settings>,
+    store: Store,
+    llm: Arc<Llm>,
     claims: Arc<Mutex<HashSet<ClaimKey>>>,
     /// Held (shared) by an insert that claims its log only after it (a terminal entry),
     /// and (exclusively) by the worker while it lists and claims unfinished logs.
@@ -254,6 +183,29 @@ impl Journal {
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// The settings the journal runs with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The store, for the commands and schedulers that query it (`commands`,
+    /// `reminders`, `import`): what a log goes through is the journal's own methods.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Whether this Telegram user may use the bot (an empty allowed list: everyone).
+    pub fn is_allowed(&self, user_id: i64) -> bool {
+        self.settings.telegram.is_allowed(user_id)
+    }
+
+    /// Records a user seen for the first time (or again: a new chat, name or client
+    /// language); commands, locations and documents may come before any entry, and the
+    /// user must exist (with a language) for what they do to stick.
+    pub async fn ensure_user(&self, user: &NewUser<'_>) -> Result<(), StoreError> {
+        self.store.upsert_user(user).await.map(drop)
     }
 
     /// Now, by the one clock of the process.
@@ -825,21 +777,9 @@ impl Journal {
         }
         let decided = with_typing(messenger, log.chat_id, self.analyse(&log, language)).await?;
         match decided {
-            Decided::Analyzed { analysis, metrics } => {
-                let streak = self.streak_for_note(log.user_id).await;
-                let reply = analysis_reply(
-                    language,
-                    &analysis,
-                    &metrics,
-                    self.was_truncated(&log),
-                    late,
-                    streak,
-                );
-                self.answer(messenger, &log, reply).await;
-            }
-            Decided::Blocked => {
-                self.answer(messenger, &log, Reply::new().text(texts.blocked()))
-                    .await;
+            Decided::Analyzed { .. } | Decided::Blocked => {
+                self.answer_stored(messenger, log.id, language, late)
+                    .await?;
             }
             Decided::Pending if !late => {
                 self.notify(messenger, &log, Reply::new().text(texts.saved_pending()))
@@ -1140,9 +1080,7 @@ impl Journal {
                     if !self.store.mark_failed(log.id, &log.text).await? {
                         return Ok(()); // edited meanwhile: the new text gets its chance
                     }
-                    self.answer(messenger, &log, Reply::new().text(Texts(language).failed()))
-                        .await;
-                    return Ok(());
+                    return self.answer_stored(messenger, log.id, language, true).await;
                 }
                 if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
                     // Stored, never transcribed: start from the recording.
@@ -1174,33 +1112,61 @@ impl Journal {
                 Ok(())
             }
             Unfinished::Reply => {
-                let texts = Texts(language);
-                let reply = match log.status {
-                    LogStatus::Analyzed => {
-                        let metrics = log
-                            .metrics
-                            .as_deref()
-                            .and_then(Metrics::from_stored_json)
-                            .unwrap_or_else(Metrics::defaults);
-                        let analysis = log.analysis.as_deref().unwrap_or_default();
-                        let streak = self.streak_for_note(log.user_id).await;
-                        analysis_reply(
-                            language,
-                            analysis,
-                            &metrics,
-                            self.was_truncated(&log),
-                            true,
-                            streak,
-                        )
-                    }
-                    LogStatus::Blocked => Reply::new().text(texts.blocked()),
-                    LogStatus::Failed => Reply::new().text(texts.failed()),
-                    LogStatus::Pending => return Ok(()),
-                };
-                self.answer(messenger, &log, reply).await;
+                if let Some(reply) = self.final_reply(&log, language, true).await {
+                    self.answer(messenger, &log, reply).await;
+                }
                 Ok(())
             }
         }
+    }
+
+    /// A log's final answer, decided from what is stored about it: its analysis (with
+    /// the metrics line and the notes), the content filter's refusal, or the give-up
+    /// sentence; `None` while it is pending. The one place that decides it: the live
+    /// path (through [`Journal::answer_stored`]) and the worker's resend both ask here.
+    /// `late`: the worker's answer, titled as such.
+    async fn final_reply(&self, log: &DayLog, language: Language, late: bool) -> Option<Reply> {
+        let texts = Texts(language);
+        Some(match log.status {
+            LogStatus::Analyzed => {
+                let metrics = log
+                    .metrics
+                    .as_deref()
+                    .and_then(Metrics::from_stored_json)
+                    .unwrap_or_else(Metrics::defaults);
+                let analysis = log.analysis.as_deref().unwrap_or_default();
+                let streak = self.streak_for_note(log.user_id).await;
+                analysis_reply(
+                    language,
+                    analysis,
+                    &metrics,
+                    self.was_truncated(log),
+                    late,
+                    streak,
+                )
+            }
+            LogStatus::Blocked => Reply::new().text(texts.blocked()),
+            LogStatus::Failed => Reply::new().text(texts.failed()),
+            LogStatus::Pending => return None,
+        })
+    }
+
+    /// Reads a log that was just decided back from the store and sends its final answer
+    /// (nothing when it was edited or deleted meanwhile: the new text is answered then).
+    async fn answer_stored<M: Messenger>(
+        &self,
+        messenger: &M,
+        log_id: i64,
+        language: Language,
+        late: bool,
+    ) -> Result<(), StoreError> {
+        let Some(log) = self.store.log(log_id).await? else {
+            return Ok(());
+        };
+        if let Some(reply) = self.final_reply(&log, language, late).await {
+            self.answer(messenger, &log, reply).await;
+        }
+        Ok(())
     }
 }
 
@@ -1274,14 +1240,6 @@ pub fn analysis_reply(
         reply = reply.paragraph().italic(texts.streak_note(streak));
     }
     reply
-}
-
-/// The first `max` characters of `text` (never cutting a character).
-pub fn truncate_chars(text: &str, max: usize) -> &str {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => &text[..end],
-        None => text,
-    }
 }
 
 /// Runs `work` while showing "typing…": Telegram shows it for 5 s, so it is renewed

@@ -1,20 +1,25 @@
 //! daylog: a Telegram journaling bot that never loses an entry.
 //!
-//! Module map: `config` (layered settings and secrets), `store` (SQLite, the only place
-//! that talks SQL), `sqlcmd` (`daylog sql`), `llm` (provider clients and the cascade),
-//! `analysis` (prompts, metric repair and validation), `journal` (the life of a day log,
-//! front-end independent), `commands` (what each bot command answers), `worker`
-//! (unfinished logs), `bot` (Telegram), `chat` (the terminal), `render` (reply HTML and
-//! splitting), `charts`, `texts` (English and Russian), `cli`, `telemetry`; SPEC §10:
-//! `time` (the one clock, user zones, local days), `reminders`, `streaks`, `good_days`.
+//! Module map, in the order an entry passes through it (README has the table): `app`
+//! (the one start-up, [`app::App::build`]), `cli`, `telemetry`, `config`; the front ends
+//! `bot` (Telegram) and `chat` (the terminal) and what they are to the journal,
+//! `frontend`; `commands`, `import`, `reminders`, `worker` (unfinished logs); `journal`
+//! (the life of a day log, front-end independent); `store` (SQLite, the only place that
+//! talks SQL), `sqlcmd` (`daylog sql`); `llm` (provider clients and the cascade),
+//! `analysis` (prompts, metric repair and validation); `render` (reply HTML and
+//! splitting), `charts`, `texts` (English and Russian), `language`; SPEC §10: `time` (the
+//! one clock, user zones, local days), `streaks`, `good_days`. README states the layers that
+//! imports go down, never up.
 
 pub mod analysis;
+pub mod app;
 pub mod bot;
 pub mod charts;
 pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod frontend;
 pub mod good_days;
 pub mod import;
 pub mod journal;

@@ -19,7 +19,8 @@ use jiff::Timestamp;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::journal::{Journal, Messenger, Response, SendError, Target};
+use crate::frontend::{Messenger, Response, SendError, Target};
+use crate::journal::Journal;
 use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{DueReminder, StoreError};
@@ -81,14 +82,14 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     let arg = arg.trim();
     let zone = journal.zone_of(user_id).await;
     if arg.is_empty() {
-        let reminder = journal.store.reminder(user_id).await?;
+        let reminder = journal.store().reminder(user_id).await?;
         return Ok(Reply::new().text(match reminder {
             Some(r) if r.enabled => texts.remind_show(&r.local_time, zone.name()),
             _ => texts.remind_none().to_owned(),
         }));
     }
     if matches!(arg.to_lowercase().as_str(), "off" | "stop" | "выкл" | "нет") {
-        journal.store.disable_reminder(user_id).await?;
+        journal.store().disable_reminder(user_id).await?;
         tracing::info!(user_id, "reminder turned off");
         return Ok(Reply::new().text(texts.remind_off()));
     }
@@ -97,7 +98,7 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     };
     let next = zone.next_at(journal.now(), time);
     journal
-        .store
+        .store()
         .set_reminder(user_id, &time.to_string(), &sql_timestamp(next))
         .await?;
     tracing::info!(user_id, "reminder set");
@@ -110,7 +111,7 @@ pub async fn zone_changed(
     user_id: i64,
     zone: &UserZone,
 ) -> Result<(), StoreError> {
-    let Some(reminder) = journal.store.reminder(user_id).await? else {
+    let Some(reminder) = journal.store().reminder(user_id).await? else {
         return Ok(());
     };
     let Some(time) = LocalTime::from_stored(&reminder.local_time) else {
@@ -119,7 +120,7 @@ pub async fn zone_changed(
     if reminder.enabled {
         let next = zone.next_at(journal.now(), time);
         journal
-            .store
+            .store()
             .reschedule_reminder(user_id, &sql_timestamp(next))
             .await?;
     }
@@ -140,7 +141,7 @@ pub async fn run<M: Messenger>(
     messenger: Arc<M>,
     shutdown: CancellationToken,
 ) {
-    let poll = journal.settings.reminders.poll_interval();
+    let poll = journal.settings().reminders.poll_interval();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
@@ -167,7 +168,7 @@ pub async fn tick<M: Messenger>(
 ) -> Result<Tick, StoreError> {
     let now = journal.now();
     let due = journal
-        .store
+        .store()
         .due_reminders(&sql_timestamp(now), BATCH)
         .await?;
     let mut done = Tick::default();
@@ -224,16 +225,16 @@ async fn prepare(
             user_id = reminder.user_id,
             "unreadable reminder time; turning it off"
         );
-        journal.store.disable_reminder(reminder.user_id).await?;
+        journal.store().disable_reminder(reminder.user_id).await?;
         return Ok(None);
     };
     let due_at = crate::time::parse_sql_timestamp(&reminder.next_due_at).unwrap_or(now);
     let day = journal.local_day(&zone, due_at);
-    let has_entry = journal.store.has_entry_on(reminder.user_id, day).await?;
+    let has_entry = journal.store().has_entry_on(reminder.user_id, day).await?;
     let decision = decide(
         due_at,
         now,
-        journal.settings.reminders.max_late(),
+        journal.settings().reminders.max_late(),
         day,
         reminder.last_sent_day.as_deref(),
         has_entry,
@@ -249,7 +250,7 @@ async fn prepare(
         }
     };
     let won = journal
-        .store
+        .store()
         .advance_reminder(reminder.user_id, &reminder.next_due_at, sent_day, &next)
         .await?;
     Ok(match decision {
@@ -282,7 +283,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
         Ok(()) => true,
         Err(SendError::Gone(reason)) => {
             tracing::warn!(user_id = reminder.user_id, %reason, "reminder undeliverable; reminders turned off");
-            if let Err(error) = journal.store.disable_reminder(reminder.user_id).await {
+            if let Err(error) = journal.store().disable_reminder(reminder.user_id).await {
                 tracing::error!(%error, user_id = reminder.user_id, "could not turn reminders off");
             }
             false
@@ -290,7 +291,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
         Err(SendError::Transient(reason)) => {
             tracing::warn!(user_id = reminder.user_id, %reason, "reminder not delivered; the next tick tries again");
             if let Err(error) = journal
-                .store
+                .store()
                 .restore_reminder(
                     reminder.user_id,
                     &reminder.next_due_at,

@@ -649,23 +649,28 @@ impl Texts {
         }
     }
 
-    /// A file refused as a whole; nothing was imported.
-    pub fn import_refused(self, why: crate::import::ImportError) -> &'static str {
-        use crate::import::ImportError as E;
-        match why {
-            E::TooLarge => self.pick(
-                "This file is larger than 10 MB, so nothing was imported.",
-                "Файл больше 10 МБ, поэтому ничего не перенесено.",
-            ),
-            E::NotUtf8 | E::NotCsv | E::WrongHeader => self.pick(
-                "This is not a Daylio CSV export, so nothing was imported.",
-                "Это не CSV-экспорт Daylio, поэтому ничего не перенесено.",
-            ),
-            E::NoReadableRow => self.pick(
-                "No row of this file has a date and time I can read, so nothing was imported.",
-                "Ни в одной строке файла не читаются дата и время, поэтому ничего не перенесено.",
-            ),
-        }
+    /// An import refused as a whole (larger than 10 MB); nothing was imported.
+    pub fn import_too_large(self) -> &'static str {
+        self.pick(
+            "This file is larger than 10 MB, so nothing was imported.",
+            "Файл больше 10 МБ, поэтому ничего не перенесено.",
+        )
+    }
+
+    /// An import refused as a whole (not UTF-8, not CSV, not Daylio's header).
+    pub fn import_not_daylio(self) -> &'static str {
+        self.pick(
+            "This is not a Daylio CSV export, so nothing was imported.",
+            "Это не CSV-экспорт Daylio, поэтому ничего не перенесено.",
+        )
+    }
+
+    /// An import refused as a whole (no row has a readable date and time).
+    pub fn import_no_readable_row(self) -> &'static str {
+        self.pick(
+            "No row of this file has a date and time I can read, so nothing was imported.",
+            "Ни в одной строке файла не читаются дата и время, поэтому ничего не перенесено.",
+        )
     }
 
     pub fn import_failed(self) -> &'static str {

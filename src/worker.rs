@@ -9,7 +9,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::journal::{Journal, Messenger};
+use crate::frontend::Messenger;
+use crate::journal::Journal;
 use crate::store::FrontEnd;
 
 /// Logs finished at the same time, at most.
@@ -27,7 +28,7 @@ pub async fn run<M: Messenger>(
 ) {
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = JoinSet::new();
-    let poll = journal.settings.worker.poll_interval();
+    let poll = journal.settings().worker.poll_interval();
     loop {
         match journal.claim_unfinished(front_end, BATCH).await {
             Ok(batch) => {

@@ -2,8 +2,9 @@
 //! and a [`Messenger`] that sends [`Response`]s as Telegram messages.
 //!
 //! Updates of one chat are handled in order (teloxide's default distribution by chat),
-//! different chats concurrently. SIGINT and SIGTERM stop polling, let in-flight work
-//! finish within `telegram.shutdown_grace_ms`, and return.
+//! different chats concurrently. Cancelling the stop token (the process does that on
+//! SIGINT and SIGTERM, see `app`) stops polling, lets in-flight work finish within
+//! `telegram.shutdown_grace_ms`, and returns.
 //!
 //! Start-up calls (`getMe`, the command menu, the webhook check) are retried with backoff
 //! while Telegram has passing trouble (5xx, 429, the network): only 401/404 mean a bad
@@ -33,12 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::{self, Command};
 use crate::config::Settings;
-use crate::journal::{
-    EntryError, FetchError, Incoming, IncomingVoice, Journal, MAX_VOICE_BYTES, Messenger, Response,
-    SendError, Target,
-};
+use crate::frontend::{FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target};
+use crate::journal::{EntryError, Incoming, IncomingVoice, Journal};
 use crate::language::Language;
-use crate::llm::{Audio, Llm};
+use crate::llm::Audio;
 use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
 use crate::store::FrontEnd;
 use crate::texts::Texts;
@@ -80,10 +79,6 @@ const START_MIN_DELAY: Duration = Duration::from_millis(500);
 const START_MAX_DELAY: Duration = Duration::from_secs(30);
 /// Retries of one language's command menu before start-up goes on without it.
 const MENU_RETRIES: usize = 4;
-/// What closing the store may take after the grace period is spent (its queued LLM
-/// call records; the logs themselves are committed long before).
-const CLOSE_AT_LEAST: Duration = Duration::from_millis(500);
-
 /// Sends [`Response`]s through the Bot API.
 #[derive(Clone)]
 pub struct Telegram<B> {
@@ -429,7 +424,7 @@ async fn on_unknown_command<B: TgBot>(
 }
 
 fn allowed(msg: &Message, journal: &Journal) -> bool {
-    sender_id(msg).is_some_and(|id| journal.settings.telegram.is_allowed(id))
+    sender_id(msg).is_some_and(|id| journal.is_allowed(id))
 }
 
 async fn refuse<B: TgBot>(msg: Message, messenger: Arc<Telegram<B>>) -> HandlerResult {
@@ -547,8 +542,7 @@ async fn on_location<B: TgBot>(
 async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
     if let Some(from) = msg.from.as_ref()
         && let Err(error) = journal
-            .store
-            .upsert_user(&crate::store::NewUser {
+            .ensure_user(&crate::store::NewUser {
                 user_id,
                 chat_id: msg.chat.id.0,
                 username: from.username.as_deref(),
@@ -602,16 +596,16 @@ async fn import_document<B: TgBot>(
     let texts = Texts(language);
     let max = u64::try_from(crate::import::MAX_FILE_BYTES).unwrap_or(u64::MAX);
     let sentence = if u64::from(document.file.size) > max {
-        texts
-            .import_refused(crate::import::ImportError::TooLarge)
+        crate::import::ImportError::TooLarge
+            .sentence(language)
             .to_owned()
     } else {
         match messenger.fetch_bytes(&document.file.id.0, max).await {
             Err(FetchError::Gone(reason))
                 if reason.contains("exceeds") || reason.contains("over the download limit") =>
             {
-                texts
-                    .import_refused(crate::import::ImportError::TooLarge)
+                crate::import::ImportError::TooLarge
+                    .sentence(language)
                     .to_owned()
             }
             Err(error) => {
@@ -701,7 +695,7 @@ async fn on_callback<B: TgBot>(
     let language = journal.language_of(user_id).await;
     let _ = bot.answer_callback_query(query.id.clone()).await;
     let reply = match query.data.as_deref() {
-        Some(DELETE_YES) if journal.settings.telegram.is_allowed(user_id) => {
+        Some(DELETE_YES) if journal.is_allowed(user_id) => {
             match commands::delete_confirmed(&journal, user_id, language).await {
                 Ok(reply) => reply,
                 Err(error) => {
@@ -872,39 +866,6 @@ where
     }
 }
 
-/// `daylog run`: the daemon, until SIGINT or SIGTERM.
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
-    // Listen for signals before anything else, so a SIGTERM during start-up (migrations,
-    // connecting) is a clean stop too rather than the default kill.
-    let stop = CancellationToken::new();
-    let stopped_at = Arc::new(std::sync::OnceLock::new());
-    let signals = listen_for_signals(stop.clone(), Arc::clone(&stopped_at));
-    let store = crate::cli::open_store(&settings).await?;
-    let settings = Arc::new(settings);
-    let client = crate::http_client().context("cannot build the HTTP client")?;
-    let bot = build_bot(&settings, client.clone())?;
-    let llm =
-        Arc::new(Llm::with_client(&settings, client).context("cannot set up the LLM providers")?);
-    let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
-    let served = serve_configured(bot, journal, stop).await;
-    signals.abort();
-    // Closing counts against the same grace as the work in flight, with a little time
-    // of its own should that be spent.
-    let grace = settings.telegram.shutdown_grace();
-    let deadline = stopped_at
-        .get()
-        .map_or_else(|| tokio::time::Instant::now() + grace, |at| *at + grace)
-        .max(tokio::time::Instant::now() + CLOSE_AT_LEAST);
-    if tokio::time::timeout_at(deadline, store.close())
-        .await
-        .is_err()
-    {
-        tracing::warn!("the database did not close in time; committed entries are safe");
-    }
-    tracing::info!("daylog stopped");
-    served
-}
-
 /// [`serve`] behind teloxide's Throttle (Telegram's own limits) when
 /// `telegram.throttle` is on, as the daemon runs.
 pub async fn serve_configured(
@@ -912,7 +873,7 @@ pub async fn serve_configured(
     journal: Arc<Journal>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    if journal.settings.telegram.throttle {
+    if journal.settings().telegram.throttle {
         serve(bot.throttle(Limits::default()), journal, stop).await
     } else {
         serve(bot, journal, stop).await
@@ -926,7 +887,7 @@ pub async fn serve<B: TgBot>(
     journal: Arc<Journal>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let grace = journal.settings.telegram.shutdown_grace();
+    let grace = journal.settings().telegram.shutdown_grace();
     if !start_up(&bot, &stop).await? {
         return Ok(()); // stopped while starting
     }
@@ -1003,42 +964,6 @@ pub async fn serve<B: TgBot>(
     }
     stopper.abort();
     dispatched.map_err(|e| anyhow::anyhow!("Telegram refused the bot: {e}"))
-}
-
-/// Cancels `stop` on SIGINT or SIGTERM (teloxide's own handler knows only SIGINT), after
-/// noting when in `stopped_at`. On Unix the handlers are installed before this returns.
-fn listen_for_signals(
-    stop: CancellationToken,
-    stopped_at: Arc<std::sync::OnceLock<tokio::time::Instant>>,
-) -> tokio::task::JoinHandle<()> {
-    #[cfg(unix)]
-    let signals = {
-        use tokio::signal::unix::{SignalKind, signal};
-        (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        )
-    };
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        match signals {
-            (Ok(mut interrupt), Ok(mut term)) => {
-                tokio::select! {
-                    _ = interrupt.recv() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            (_, Err(error)) | (Err(error), _) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM/SIGINT; falling back to Ctrl-C only");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("stopping: no new updates, finishing work in hand");
-        let _ = stopped_at.set(tokio::time::Instant::now());
-        stop.cancel();
-    })
 }
 
 #[cfg(test)]

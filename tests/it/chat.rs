@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use daylog::chat::{self, Terminal};
 use daylog::config::Settings;
 use daylog::journal::Journal;
-use daylog::llm::Llm;
 use daylog::store::Store;
 use daylog::texts::Texts;
 use support::telegram::text_update;
@@ -66,13 +65,12 @@ impl Chat {
         let db = format!("sqlite://{}/daylog.db", dir.path().display());
         let mut env = test_env(&db, &telegram, &providers);
         configure(&mut env);
-        let settings = Arc::new(Settings::load_from(&env).expect("settings"));
-        let store = Store::open_and_migrate(&settings.database_url, settings.store.busy_timeout())
+        let app = daylog::app::App::build(Settings::load_from(&env).expect("settings"))
             .await
-            .expect("store");
+            .expect("app");
         Self {
-            journal: journal(&settings, &store),
-            store,
+            journal: Arc::clone(app.journal()),
+            store: app.store().clone(),
             dir,
             _providers: providers,
         }
@@ -101,10 +99,11 @@ impl Chat {
     }
 }
 
-fn journal(settings: &Arc<Settings>, store: &Store) -> Arc<Journal> {
-    let client = daylog::http_client().expect("client");
-    let llm = Arc::new(Llm::with_client(settings, client).expect("llm"));
-    Arc::new(Journal::new(Arc::clone(settings), store.clone(), llm))
+/// A second application (a terminal) on the database of `env`.
+async fn journal(env: &HashMap<String, String>) -> Arc<Journal> {
+    let settings = Settings::load_from(env).expect("settings");
+    let app = daylog::app::App::build(settings).await.expect("app");
+    Arc::clone(app.journal())
 }
 
 fn english() -> Texts {
@@ -315,8 +314,7 @@ async fn a_terminal_entry_and_a_telegram_message_with_the_same_number_are_both_k
     // Arrange: the daemon on a database, and a terminal for user 555 on the same one.
     let app = App::spawn().await;
     app.providers.healthy().await;
-    let settings = Arc::new(Settings::load_from(&app.env).expect("settings"));
-    let terminal_journal = journal(&settings, &app.store);
+    let terminal_journal = journal(&app.env).await;
     let screen = Screen::default();
     let terminal = Arc::new(Terminal::new(
         Box::new(screen.clone()),

@@ -9,7 +9,6 @@
 use crate::support;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::{Connection as _, SqlitePool};
@@ -678,17 +677,17 @@ fn assert_searches_the_user_index(what: &str, index: &str, plan: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_with_100_000_logs_is_served_through_the_index() {
     use daylog::commands::{self, Command};
-    use daylog::journal::{Journal, Response};
-    use daylog::store::{DAILY_METRICS_SQL, HISTORY_SQL, Store};
+    use daylog::frontend::Response;
+
+    use daylog::store::{DAILY_METRICS_SQL, HISTORY_SQL};
 
     // Arrange
     let dir = tempfile::tempdir().expect("dir");
     let db = format!("sqlite://{}/daylog.db", dir.path().display());
     let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), db.clone())].into();
-    let settings = Arc::new(daylog::config::Settings::load_from(&env).expect("settings"));
-    let store = Store::open_and_migrate(&db, settings.store.busy_timeout())
-        .await
-        .expect("store");
+    let settings = daylog::config::Settings::load_from(&env).expect("settings");
+    let app = daylog::app::App::build(settings).await.expect("app");
+    let store = app.store().clone();
     fill_logs(&db, 100_000).await;
     let pool = store.read_pool().clone();
     assert_eq!(count(&pool, "SELECT count(*) FROM day_logs").await, 100_000);
@@ -711,9 +710,7 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
     );
 
     // Act + Assert: the commands answer on this data.
-    let client = daylog::http_client().expect("client");
-    let llm = Arc::new(daylog::llm::Llm::with_client(&settings, client).expect("llm"));
-    let journal = Journal::new(Arc::clone(&settings), store.clone(), llm);
+    let journal = std::sync::Arc::clone(app.journal());
     for days in ["30", "365"] {
         let responses = commands::respond(&journal, 77, Command::Stats(days.into()))
             .await

@@ -10,9 +10,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use daylog::config::Settings;
-use daylog::journal::{Incoming, Journal, Messenger, Response, SendError, Target};
-use daylog::llm::Llm;
-use daylog::store::Store;
+use daylog::frontend::{Messenger, Response, SendError, Target};
+use daylog::journal::Incoming;
 use proptest::prelude::*;
 use support::{FakeTelegram, Providers, test_env};
 
@@ -30,7 +29,7 @@ impl Messenger for Recorder {
 
 struct Fixture {
     runtime: tokio::runtime::Runtime,
-    journal: Journal,
+    app: daylog::app::App,
     _dir: tempfile::TempDir,
     _providers: Providers,
     _telegram: FakeTelegram,
@@ -43,24 +42,20 @@ fn fixture() -> Fixture {
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("dir");
-    let (journal, providers, telegram) = runtime.block_on(async {
+    let (app, providers, telegram) = runtime.block_on(async {
         let telegram = FakeTelegram::start().await;
         let providers = Providers::start().await;
         providers.healthy().await;
         let db = format!("sqlite://{}/daylog.db", dir.path().display());
         let mut env = test_env(&db, &telegram, &providers);
         env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
-        let settings = Arc::new(Settings::load_from(&env).expect("settings"));
-        let store = Store::open_and_migrate(&db, settings.store.busy_timeout())
-            .await
-            .expect("store");
-        let client = daylog::http_client().expect("client");
-        let llm = Arc::new(Llm::with_client(&settings, client).expect("llm"));
-        (Journal::new(settings, store, llm), providers, telegram)
+        let settings = Settings::load_from(&env).expect("settings");
+        let app = daylog::app::App::build(settings).await.expect("app");
+        (app, providers, telegram)
     });
     Fixture {
         runtime,
-        journal,
+        app,
         _dir: dir,
         _providers: providers,
         _telegram: telegram,
@@ -74,7 +69,8 @@ fn roundtrip(fx: &Fixture, text: &str) -> (String, Vec<(Target, Vec<Response>)>)
     let message_id = NEXT_MESSAGE.fetch_add(1, Ordering::Relaxed);
     let recorder = Recorder::default();
     fx.runtime.block_on(async {
-        fx.journal
+        fx.app
+            .journal()
             .on_text(
                 &recorder,
                 Incoming {
@@ -92,7 +88,7 @@ fn roundtrip(fx: &Fixture, text: &str) -> (String, Vec<(Target, Vec<Response>)>)
         let stored: String =
             sqlx::query_scalar("SELECT text FROM day_logs WHERE chat_id = 9 AND message_id = ?1")
                 .bind(message_id)
-                .fetch_one(fx.journal.store.read_pool())
+                .fetch_one(fx.app.store().read_pool())
                 .await
                 .expect("stored row");
         (stored, recorder.0.into_inner().expect("lock"))
@@ -178,7 +174,7 @@ fn regression_corpus_is_stored_exactly_and_answered() {
     }
     let tables: i64 = fx.runtime.block_on(async {
         sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE name IN ('day_logs', 'users')")
-            .fetch_one(fx.journal.store.read_pool())
+            .fetch_one(fx.app.store().read_pool())
             .await
             .expect("tables")
     });

@@ -11,14 +11,14 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use daylog::commands::{self, Command};
 use daylog::config::Settings;
 use daylog::import::{self, ImportError, ImportFailure, Report};
 use daylog::journal::Journal;
 use daylog::language::Language;
-use daylog::store::{NewUser, Store};
+use daylog::store::NewUser;
 use jiff::civil::Date;
 
 const ME: i64 = 7;
@@ -26,16 +26,16 @@ const DAYS: i64 = 300;
 
 struct Db {
     _dir: tempfile::TempDir,
-    journal: Journal,
+    journal: Arc<Journal>,
 }
 
 async fn fresh() -> Db {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}/daylog.db", dir.path().display());
-    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
-        .await
-        .expect("store opens");
-    store
+    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), url)].into();
+    let settings = Settings::load_from(&env).expect("settings");
+    let app = daylog::app::App::build(settings).await.expect("app");
+    app.store()
         .upsert_user(&NewUser {
             user_id: ME,
             chat_id: ME,
@@ -44,11 +44,7 @@ async fn fresh() -> Db {
         })
         .await
         .expect("user");
-    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), url)].into();
-    let settings = Arc::new(Settings::load_from(&env).expect("settings"));
-    let client = daylog::http_client().expect("client");
-    let llm = Arc::new(daylog::llm::Llm::with_client(&settings, client).expect("llm"));
-    let journal = Journal::new(settings, store, llm);
+    let journal = Arc::clone(app.journal());
     commands::respond(&journal, ME, Command::Tz("Europe/Moscow".into()))
         .await
         .expect("tz");
@@ -113,7 +109,7 @@ fn export(days: i64) -> (String, usize) {
 async fn rows(db: &Db) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE user_id = ?1")
         .bind(ME)
-        .fetch_one(db.journal.store.read_pool())
+        .fetch_one(db.journal.store().read_pool())
         .await
         .expect("count")
 }
@@ -147,13 +143,13 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         "SELECT count(*) FROM day_logs WHERE status <> 'analyzed' OR replied_at IS NULL
              OR source <> 'import' OR message_id >= 0 OR chat_id <> user_id",
     )
-    .fetch_one(db.journal.store.read_pool())
+    .fetch_one(db.journal.store().read_pool())
     .await
     .expect("odd rows");
     assert_eq!(odd, 0);
     // A terminal entry after the import still gets a fresh id.
     db.journal
-        .store
+        .store()
         .insert_chat_log(ME, "typed", None)
         .await
         .expect("terminal entry after an import");
@@ -163,7 +159,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         "SELECT created_at, text, metrics FROM day_logs
          WHERE local_day = '2025-01-11' AND text LIKE 'Title%'",
     )
-    .fetch_one(db.journal.store.read_pool())
+    .fetch_one(db.journal.store().read_pool())
     .await
     .expect("one row");
     assert_eq!(created, "2025-01-11 18:14:00");
@@ -180,7 +176,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     assert_eq!(i64::from(streaks.longest), DAYS);
     let hits = db
         .journal
-        .store
+        .store()
         .search(ME, "morning20")
         .await
         .expect("search");
@@ -188,7 +184,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     assert_eq!(hits[0].day, "2025-01-21");
     let daily = db
         .journal
-        .store
+        .store()
         .daily_metrics(ME, Date::new(2025, 1, 1).expect("date"))
         .await
         .expect("daily");
@@ -205,7 +201,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         "SELECT count(*) FROM day_activities WHERE user_id = ?1 AND activity = 'reading'",
     )
     .bind(ME)
-    .fetch_one(db.journal.store.read_pool())
+    .fetch_one(db.journal.store().read_pool())
     .await
     .expect("activities");
     assert_eq!(activity_days, DAYS / 3);

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use daylog::charts;
 use daylog::commands::{self, Command};
 use daylog::config::Settings;
-use daylog::journal::{Journal, Response};
+use daylog::frontend::Response;
+use daylog::journal::Journal;
 use daylog::language::Language;
 use daylog::render;
 use daylog::store::{self, Inserted, NewLog, NewUser, SearchHit, Store};
@@ -492,12 +493,11 @@ fn any_string_is_a_valid_query_of_the_users_own_entries_only() {
     });
 }
 
-fn journal(db: &TestDb) -> Journal {
+async fn journal(db: &TestDb) -> Arc<Journal> {
     let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), db.url.clone())].into();
-    let settings = Arc::new(Settings::load_from(&env).expect("settings"));
-    let client = daylog::http_client().expect("client");
-    let llm = Arc::new(daylog::llm::Llm::with_client(&settings, client).expect("llm"));
-    Journal::new(settings, db.store.clone(), llm)
+    let settings = Settings::load_from(&env).expect("settings");
+    let app = daylog::app::App::build(settings).await.expect("app");
+    Arc::clone(app.journal())
 }
 
 /// The Telegram HTML of a command's one text answer.
@@ -516,7 +516,7 @@ async fn the_search_answer_escapes_the_entry_and_bolds_only_the_matches() {
     let db = fresh().await;
     user(&db.store, ME).await;
     entry(&db.store, ME, 1, "<b>Not bold</b> & tulips <i>here</i>").await;
-    let journal = journal(&db);
+    let journal = journal(&db).await;
 
     let found = answer_html(&journal, Command::Search("TULIPS".into())).await;
     let nothing = answer_html(&journal, Command::Search("roses".into())).await;
@@ -582,7 +582,7 @@ async fn the_year_colours_each_day_by_its_moods_that_were_not_defaulted() {
     analysed_on(&db, ME, 4, "2025-03-12", &metrics(1, &["sleep_hours"])).await;
     analysed_on(&db, ME, 5, "2024-03-13", &metrics(5, &[])).await;
     analysed_on(&db, OTHER, 1, "2025-03-13", &metrics(5, &[])).await;
-    let journal = journal(&db);
+    let journal = journal(&db).await;
 
     let responses = commands::respond(&journal, ME, Command::Year("2025".into()))
         .await
@@ -610,7 +610,7 @@ async fn the_year_colours_each_day_by_its_moods_that_were_not_defaulted() {
 async fn the_year_defaults_to_this_one_and_a_bad_year_gets_a_sentence() {
     let db = fresh().await;
     user(&db.store, ME).await;
-    let journal = journal(&db);
+    let journal = journal(&db).await;
     let this_year: String = sqlx::query_scalar("SELECT strftime('%Y', 'now')")
         .fetch_one(db.store.read_pool())
         .await

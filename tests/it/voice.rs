@@ -14,9 +14,6 @@ use std::time::Duration;
 
 use daylog::chat::{self, Terminal};
 use daylog::config::Settings;
-use daylog::journal::Journal;
-use daylog::llm::Llm;
-use daylog::store::Store;
 use support::telegram::{audio_update, voice_update};
 use support::{ANALYSIS_TEXT, App, FakeTelegram, Providers, TRANSCRIPT, test_env, voice_fixture};
 
@@ -298,13 +295,9 @@ async fn daylog_chat_takes_a_voice_note_by_path_through_the_same_transcription()
     providers.answer_transcription(TRANSCRIPT).await;
     let telegram = FakeTelegram::start().await;
     let db = format!("sqlite://{}/daylog.db", dir.path().display());
-    let settings =
-        Arc::new(Settings::load_from(&test_env(&db, &telegram, &providers)).expect("settings"));
-    let store = Store::open_and_migrate(&settings.database_url, settings.store.busy_timeout())
-        .await
-        .expect("store");
-    let llm = Arc::new(Llm::new(&settings).expect("llm"));
-    let journal = Arc::new(Journal::new(Arc::clone(&settings), store.clone(), llm));
+    let settings = Settings::load_from(&test_env(&db, &telegram, &providers)).expect("settings");
+    let app = daylog::app::App::build(settings).await.expect("app");
+    let (store, journal) = (app.store().clone(), Arc::clone(app.journal()));
     let note = dir.path().join("note.ogg");
     std::fs::write(&note, voice_fixture()).expect("fixture copy");
     let screen = Screen::default();

@@ -15,8 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use daylog::config::Settings;
-use daylog::journal::Journal;
-use daylog::llm::Llm;
 use daylog::store::Store;
 use daylog::time::ManualClock;
 use serde_json::{Value, json};
@@ -288,19 +286,15 @@ impl App {
         let db_url = format!("sqlite://{}/daylog.db", dir.path().display());
         let mut env = test_env(&db_url, &telegram, &providers);
         configure(&mut env);
-        let settings = Arc::new(settings(&env));
-        let store = Store::open_and_migrate_with(&settings.database_url, (&settings.store).into())
-            .await
-            .expect("store");
-        let client = daylog::http_client().expect("client");
-        let bot = daylog::bot::build_bot(&settings, client.clone()).expect("bot");
-        let llm = Arc::new(Llm::with_client(&settings, client).expect("llm"));
+        let settings = settings(&env);
         let clock = Arc::new(ManualClock::new(jiff::Timestamp::now()));
-        let journal = Arc::new(
-            Journal::new(Arc::clone(&settings), store.clone(), llm).with_clock(clock.clone()),
-        );
+        let app = daylog::app::App::build(settings)
+            .await
+            .expect("app")
+            .with_clock(clock.clone());
+        let store = app.store().clone();
         let stop = CancellationToken::new();
-        let task = tokio::spawn(daylog::bot::serve_configured(bot, journal, stop.clone()));
+        let task = tokio::spawn(app.serve_telegram(stop.clone()));
         Self {
             telegram,
             providers,

@@ -1,0 +1,95 @@
+//! What a front end is to the journal: where an answer goes ([`Target`]), what it shows
+//! ([`Response`]), how it answers ([`Messenger`]) and how that can fail ([`SendError`],
+//! [`FetchError`]). Telegram (`bot`) and the terminal (`chat`) implement [`Messenger`];
+//! the journal, the worker and the commands only speak these types.
+
+use std::future::Future;
+
+use crate::language::Language;
+use crate::llm::Audio;
+use crate::render::Reply;
+
+/// Where an answer goes: a chat, as a reply to one message when there is one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub chat_id: i64,
+    pub reply_to: Option<i64>,
+}
+
+/// One thing to show the user. Front ends decide how (HTML message, photo, file, …).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    Text(Reply),
+    Photo {
+        png: Vec<u8>,
+        caption: String,
+        /// What a front end that writes files (`daylog chat`) calls it.
+        file_name: String,
+    },
+    Document {
+        bytes: Vec<u8>,
+        file_name: String,
+        caption: String,
+    },
+    /// Ask to confirm `/delete` (Telegram: an inline keyboard).
+    ConfirmDelete {
+        language: Language,
+    },
+}
+
+/// Why an answer did not go out.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SendError {
+    /// Worth trying again later (network, Telegram down).
+    #[error("temporary delivery failure: {0}")]
+    Transient(String),
+    /// Never deliverable (the user blocked the bot, the chat is gone).
+    #[error("undeliverable: {0}")]
+    Gone(String),
+}
+
+/// Why a voice note's recording could not be fetched.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FetchError {
+    /// Worth trying again later (network, Telegram down).
+    #[error("temporary download failure: {0}")]
+    Transient(String),
+    /// Never fetchable (the file is gone, or too large to download).
+    #[error("recording unavailable: {0}")]
+    Gone(String),
+}
+
+/// Telegram's download limit for bots; larger recordings are refused (SPEC §11).
+pub const MAX_VOICE_BYTES: u64 = 20 * 1024 * 1024;
+
+/// A front end's way to answer.
+pub trait Messenger: Send + Sync + 'static {
+    fn send(
+        &self,
+        target: Target,
+        responses: Vec<Response>,
+    ) -> impl Future<Output = Result<(), SendError>> + Send;
+
+    /// Shows that the bot is working (Telegram's "typing…"); may do nothing. It must
+    /// return quickly (fire and forget): the analysis waits while it runs.
+    fn typing(&self, chat_id: i64) -> impl Future<Output = ()> + Send;
+
+    /// The recording of a voice note, in memory only (never written to disk), by what
+    /// the front end stored as its `file_id`. A front end without voice notes has none.
+    fn fetch_audio(&self, file_id: &str) -> impl Future<Output = Result<Audio, FetchError>> + Send {
+        let _ = file_id;
+        async {
+            Err(FetchError::Gone(
+                "this front end has no recordings".to_owned(),
+            ))
+        }
+    }
+}
+
+/// The first `max` characters of `text` (never cutting a character).
+pub fn truncate_chars(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
