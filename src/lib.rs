@@ -6,7 +6,8 @@
 //! front-end independent), `commands` (what each bot command answers), `worker`
 //! (unfinished logs), `bot` (Telegram), `chat` (the terminal), `render` (reply HTML and
 //! splitting), `charts`, `texts` (English and Russian), `cli`, `telemetry`; SPEC §10:
-//! `time` (the one clock, user zones, local days), `reminders`, `streaks`, `good_days`.
+//! `time` (the one clock, user zones, local days), `reminders`, `streaks`, `good_days`,
+//! `digest` (the weekly digest).
 
 pub mod analysis;
 pub mod bot;
@@ -15,6 +16,7 @@ pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod digest;
 pub mod good_days;
 pub mod import;
 pub mod journal;
