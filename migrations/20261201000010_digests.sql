@@ -6,6 +6,8 @@
 -- UNIQUE (user_id, week_start) is what keeps a week from being digested twice: a
 -- `/week` on a Sunday and the scheduled digest of that evening are the same row.
 -- `front_end` says who delivers it: the daemon ('telegram') or `daylog chat` ('chat').
+-- `message_id` is the Telegram message of the `/week` that asked for it, so that the same
+-- update re-delivered after a crash is not answered a second time.
 
 CREATE TABLE digests (
     id              INTEGER PRIMARY KEY,
@@ -16,6 +18,7 @@ CREATE TABLE digests (
                     CHECK (status IN ('pending', 'sent', 'failed')),
     text            TEXT,                         -- the digest, once written
     front_end       TEXT NOT NULL DEFAULT 'telegram' CHECK (front_end IN ('telegram', 'chat')),
+    message_id      INTEGER,                      -- the `/week` that asked (NULL: the schedule)
     attempts        INTEGER NOT NULL DEFAULT 0,   -- writing or sending rounds that failed
     next_attempt_at TEXT,                         -- when the worker may try again
     created_at      TEXT NOT NULL DEFAULT (datetime('now')),

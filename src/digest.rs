@@ -152,17 +152,22 @@ pub async fn week<M: Messenger>(
     }
     let Some(claim) = claim(journal, user_id, first) else {
         // The scheduler or the worker is writing this very digest; it comes from there.
-        send_notice(messenger, target, texts.digest_will_follow(), user_id).await;
+        let stored = journal.store.digest_of_week(user_id, first).await?;
+        if !stored.is_some_and(|d| same_ask(&d, reply_to)) {
+            send_notice(messenger, target, texts.digest_on_its_way(), user_id).await;
+        }
         return Ok(());
     };
     let (digest, _) = journal
         .store
-        .insert_digest(user_id, chat_id, first, front_end)
+        .insert_digest(user_id, chat_id, first, front_end, reply_to)
         .await?;
     match digest.status.as_str() {
         "pending" => {
             run(journal, messenger, digest, target, Asked::OnDemand).await?;
         }
+        // The same `/week` re-delivered after a crash: it has had its answer.
+        _ if same_ask(&digest, reply_to) && digest.status != "pending" => {}
         // Asked again for a week already sent: the same digest again, nothing new
         // written and nothing recorded (the user asked; no schedule is involved).
         "sent" if digest.text.is_some() => {
@@ -176,6 +181,11 @@ pub async fn week<M: Messenger>(
     }
     drop(claim);
     Ok(())
+}
+
+/// Whether `digest` was asked for by this very message (a re-delivered update).
+fn same_ask(digest: &Digest, message_id: Option<i64>) -> bool {
+    message_id.is_some() && digest.message_id == message_id
 }
 
 async fn send_notice<M: Messenger>(messenger: &M, target: Target, text: &str, user_id: i64) {

@@ -347,9 +347,12 @@ pub struct Digest {
     pub text: Option<String>,
     pub attempts: i64,
     pub created_at: String,
+    /// The `/week` message that asked for it; `None` for the schedule or a terminal.
+    pub message_id: Option<i64>,
 }
 
-const DIGEST_COLUMNS: &str = "id, user_id, chat_id, week_start, status, text, attempts, created_at";
+const DIGEST_COLUMNS: &str =
+    "id, user_id, chat_id, week_start, status, text, attempts, created_at, message_id";
 
 /// A user whose Sunday digest is due, with what writing it needs to know.
 #[derive(Debug, Clone, PartialEq, FromRow)]
@@ -1734,11 +1737,13 @@ impl Store {
         chat_id: i64,
         week_start: jiff::civil::Date,
         front_end: FrontEnd,
+        message_id: Option<i64>,
     ) -> Result<(Digest, bool), StoreError> {
         let inserted = retry_busy("insert_digest", || async {
             let rows: Vec<Digest> = sqlx::query_as(&format!(
-                "INSERT INTO digests (user_id, chat_id, week_start, front_end, next_attempt_at)
-                 VALUES (?1, ?2, ?3, ?4, datetime('now'))
+                "INSERT INTO digests (user_id, chat_id, week_start, front_end, message_id,
+                     next_attempt_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, datetime('now'))
                  ON CONFLICT (user_id, week_start) DO NOTHING
                  RETURNING {DIGEST_COLUMNS}"
             ))
@@ -1746,6 +1751,7 @@ impl Store {
             .bind(chat_id)
             .bind(week_start.to_string())
             .bind(front_end.source().as_str())
+            .bind(message_id)
             .fetch_all(&self.write)
             .await?;
             Ok(returned(rows))
@@ -1754,14 +1760,26 @@ impl Store {
         if let Some(digest) = inserted {
             return Ok((digest, true));
         }
-        let stored: Digest = sqlx::query_as(&format!(
+        let stored = self
+            .digest_of_week(user_id, week_start)
+            .await?
+            .ok_or(StoreError::Sql(sqlx::Error::RowNotFound))?;
+        Ok((stored, false))
+    }
+
+    /// The user's digest of `week_start`, if one is stored (read through the writer).
+    pub async fn digest_of_week(
+        &self,
+        user_id: i64,
+        week_start: jiff::civil::Date,
+    ) -> Result<Option<Digest>, StoreError> {
+        Ok(sqlx::query_as(&format!(
             "SELECT {DIGEST_COLUMNS} FROM digests WHERE user_id = ?1 AND week_start = ?2"
         ))
         .bind(user_id)
         .bind(week_start.to_string())
-        .fetch_one(&self.write)
-        .await?;
-        Ok((stored, false))
+        .fetch_optional(&self.write)
+        .await?)
     }
 
     /// The scheduler's step for one due user: moves `digest_next_at` from `due_at` to

@@ -717,6 +717,13 @@ impl Texts {
         )
     }
 
+    pub fn digest_on_its_way(self) -> &'static str {
+        self.pick(
+            "Your weekly digest is being written; it comes in a moment.",
+            "Недельный обзор уже пишется и вот-вот придёт.",
+        )
+    }
+
     pub fn digest_refused(self) -> &'static str {
         self.pick(
             "The AI refused to write this week's digest. Your entries are all saved; /stats shows your week.",
