@@ -468,3 +468,85 @@ async fn a_digest_stored_before_a_kill_9_is_delivered_once_after_restart() {
     second.kill().expect("stop");
     let _ = second.wait();
 }
+
+/// `daylog chat`: `/week` prints the digest and writes the week's chart as a file;
+/// `/digest on|off` answers.
+#[tokio::test]
+async fn the_terminal_prints_the_week_and_writes_its_chart() {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Screen(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Screen {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("screen").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    // Arrange
+    let dir = tempfile::tempdir().expect("dir");
+    let providers = Providers::start().await;
+    healthy(&providers).await;
+    let telegram = FakeTelegram::start().await;
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let settings = Arc::new(
+        daylog::config::Settings::load_from(&support::test_env(&db, &telegram, &providers))
+            .expect("settings"),
+    );
+    let store = daylog::store::Store::open_and_migrate(&db, settings.store.busy_timeout())
+        .await
+        .expect("store");
+    let llm = Arc::new(
+        daylog::llm::Llm::with_client(&settings, daylog::http_client().expect("client"))
+            .expect("llm"),
+    );
+    let journal = Arc::new(daylog::journal::Journal::new(
+        Arc::clone(&settings),
+        store.clone(),
+        llm,
+    ));
+    let screen = Screen::default();
+    let files = dir.path().to_path_buf();
+    let terminal = Arc::new(daylog::chat::Terminal::new(
+        Box::new(screen.clone()),
+        files.clone(),
+    ));
+
+    // Act
+    daylog::chat::converse(
+        journal,
+        terminal,
+        &b"Ran 5 km.\n/week\n/digest on\n/digest off\n"[..],
+        7,
+    )
+    .await
+    .expect("session");
+
+    // Assert
+    let printed = String::from_utf8_lossy(&screen.0.lock().expect("screen")).into_owned();
+    assert!(printed.contains(DIGEST_TEXT), "{printed}");
+    let chart = std::fs::read_dir(&files)
+        .expect("files")
+        .filter_map(Result::ok)
+        .find(|f| f.file_name().to_string_lossy().starts_with("daylog-week-"))
+        .expect("the week's chart is written");
+    assert!(
+        std::fs::read(chart.path())
+            .expect("chart")
+            .starts_with(b"\x89PNG")
+    );
+    let en = Texts(Language::En);
+    assert!(printed.contains(&en.digest_on("19:00", "UTC")), "{printed}");
+    assert!(printed.contains(en.digest_off()), "{printed}");
+    let sent: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM digests WHERE user_id = 7 AND front_end = 'chat' AND status = 'sent'",
+    )
+    .fetch_one(store.read_pool())
+    .await
+    .expect("count");
+    assert_eq!(sent, 1);
+}
