@@ -405,6 +405,24 @@ impl Session {
             return self.import(rest.trim(), language).await;
         }
         let responses = match Command::parse(line, "") {
+            Ok(Command::Week) => {
+                let done = crate::digest::week(
+                    &self.journal,
+                    self.terminal.as_ref(),
+                    self.user,
+                    self.user,
+                    None,
+                    FrontEnd::Terminal { user_id: self.user },
+                )
+                .await;
+                let Err(error) = done else {
+                    return Ok(());
+                };
+                tracing::error!(%error, user_id = self.user, "weekly digest failed");
+                vec![Response::Text(
+                    render::Reply::new().text(commands::failure_sentence(language)),
+                )]
+            }
             Ok(command) => match commands::respond(&self.journal, self.user, command).await {
                 Ok(responses) => responses,
                 Err(error) => {

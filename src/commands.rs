@@ -52,6 +52,10 @@ pub enum Command {
     Year(String),
     /// Bring in a Daylio CSV export: send the file with the caption /import
     Import(String),
+    /// A look back at your last 7 days, with their chart.
+    Week,
+    /// The weekly digest every Sunday evening: /digest on, /digest off
+    Digest(String),
 }
 
 impl Command {
@@ -87,6 +91,8 @@ fn russian_description(command: &str) -> &'static str {
         "search" => "Найти записи, где есть все слова: /search слово…",
         "year" => "Год в пикселях, по квадрату на день по настроению: /year [ГГГГ]",
         "import" => "Перенести экспорт Daylio (CSV): пришли файл с подписью /import",
+        "week" => "Обзор последних 7 дней с графиком.",
+        "digest" => "Недельный обзор каждое воскресенье вечером: /digest on, /digest off",
         _ => "",
     }
 }
@@ -214,7 +220,16 @@ pub async fn respond(
                 Err(error) => text(Reply::new().text(zone_error(texts, &error))),
             }
         }
-        Command::Remind(arg) => text(crate::reminders::command(journal, user_id, &arg).await?),
+        Command::Remind(arg) => {
+            let reply = crate::reminders::command(journal, user_id, &arg).await?;
+            // The Sunday digest comes at the reminder time.
+            crate::digest::reschedule(journal, user_id).await?;
+            text(reply)
+        }
+        // `/week` writes through the cascade and sends by itself (`digest::week`, which
+        // both front ends call instead); here it has nothing more to say.
+        Command::Week => Ok(Vec::new()),
+        Command::Digest(arg) => text(crate::digest::command(journal, user_id, &arg).await?),
         Command::Streak => {
             let streaks = journal.streaks(user_id).await?;
             if streaks.longest == 0 {
@@ -269,6 +284,7 @@ pub async fn set_zone(
 ) -> Result<Reply, StoreError> {
     journal.store().set_timezone(user_id, zone).await?;
     crate::reminders::zone_changed(journal, user_id, zone).await?;
+    crate::digest::reschedule(journal, user_id).await?;
     tracing::info!(user_id, zone = zone.name(), "time zone set");
     let language = journal.language_of(user_id).await;
     let now = local_clock(zone, journal.now());

@@ -196,6 +196,16 @@ impl Journal {
         &self.store
     }
 
+    /// Writes one weekly digest through the cascade (task `digest`); its attempts are
+    /// recorded without a log.
+    pub async fn write_digest(
+        &self,
+        request: &crate::llm::ChatRequest,
+    ) -> Result<crate::llm::Completion, CascadeError> {
+        let sink = self.store.call_sink(None);
+        self.llm.run(Task::Digest, request, &sink).await
+    }
+
     /// Whether this Telegram user may use the bot (an empty allowed list: everyone).
     pub fn is_allowed(&self, user_id: i64) -> bool {
         self.settings.telegram.is_allowed(user_id)

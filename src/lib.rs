@@ -3,7 +3,7 @@
 //! Module map, in the order an entry passes through it (README has the table): `app`
 //! (the one start-up, [`app::App::build`]), `cli`, `telemetry`, `config`; the front ends
 //! `bot` (Telegram) and `chat` (the terminal) and what they are to the journal,
-//! `frontend`; `commands`, `import`, `reminders`, `worker` (unfinished logs); `journal`
+//! `frontend`; `commands`, `import`, `reminders`, `digest` (the weekly digest), `worker` (unfinished logs); `journal`
 //! (the life of a day log, front-end independent); `store` (SQLite, the only place that
 //! talks SQL), `sqlcmd` (`daylog sql`); `llm` (provider clients and the cascade),
 //! `analysis` (prompts, metric repair and validation); `render` (reply HTML and
@@ -19,6 +19,7 @@ pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod digest;
 pub mod frontend;
 pub mod good_days;
 pub mod import;

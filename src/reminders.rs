@@ -153,6 +153,11 @@ pub async fn run<M: Messenger>(
                 Err(error) => tracing::error!(%error, "reminder scheduler could not read due reminders"),
             },
         }
+        // The Sunday digests ride on the same clock and poll (SPEC §10).
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = crate::digest::schedule_tick(&journal, &messenger) => {}
+        }
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(poll) => {}

@@ -693,6 +693,73 @@ impl Texts {
             Language::Ru => format!("Не получается прочитать файл {path}."),
         }
     }
+
+    // ---- weekly digest (SPEC §10) ----
+
+    /// The heading of a digest: the 7 local days it covers.
+    pub fn digest_title(self, first: &str, last: &str) -> String {
+        match self.0 {
+            Language::En => format!("Your week, {first} – {last}"),
+            Language::Ru => format!("Твоя неделя, {first} – {last}"),
+        }
+    }
+
+    pub fn digest_chart_caption(self) -> &'static str {
+        self.pick("Your week", "Твоя неделя")
+    }
+
+    pub fn week_empty(self) -> &'static str {
+        self.pick(
+            "There are no entries in the last 7 days yet, so there is nothing to look back on. Write a few lines about today and try /week again in a few days.",
+            "За последние 7 дней записей пока нет, так что оглядываться не на что. Напиши пару строк про сегодня и загляни в /week через несколько дней.",
+        )
+    }
+
+    pub fn digest_will_follow(self) -> &'static str {
+        self.pick(
+            "The AI services are not answering right now. Your weekly digest is saved and will follow as soon as one is back.",
+            "ИИ-сервисы сейчас не отвечают. Недельный обзор сохранён и придёт, как только один из них снова заработает.",
+        )
+    }
+
+    pub fn digest_on_its_way(self) -> &'static str {
+        self.pick(
+            "Your weekly digest is being written; it comes in a moment.",
+            "Недельный обзор уже пишется и вот-вот придёт.",
+        )
+    }
+
+    pub fn digest_refused(self) -> &'static str {
+        self.pick(
+            "The AI refused to write this week's digest. Your entries are all saved; /stats shows your week.",
+            "ИИ отказался писать обзор этой недели. Все записи сохранены; /stats покажет неделю.",
+        )
+    }
+
+    pub fn digest_on(self, time: &str, zone: &str) -> String {
+        match self.0 {
+            Language::En => format!(
+                "The weekly digest is on: every Sunday at {time} your time ({zone}), when the week has at least 2 entries. /digest off stops it."
+            ),
+            Language::Ru => format!(
+                "Недельный обзор включён: каждое воскресенье в {time} по твоему времени ({zone}), если за неделю есть хотя бы 2 записи. /digest off — отключить."
+            ),
+        }
+    }
+
+    pub fn digest_off(self) -> &'static str {
+        self.pick(
+            "The weekly digest is off. /digest on sends it every Sunday; /week shows one now.",
+            "Недельный обзор отключён. /digest on — присылать по воскресеньям; /week — обзор сейчас.",
+        )
+    }
+
+    pub fn digest_usage(self) -> &'static str {
+        self.pick(
+            "Usage: /digest on, /digest off, or /digest to see it. Nothing changed.",
+            "Использование: /digest on, /digest off или просто /digest. Ничего не изменилось.",
+        )
+    }
 }
 
 #[cfg(test)]

@@ -370,6 +370,9 @@ fn parse_offset(input: &str) -> Option<Result<i32, ZoneError>> {
 pub struct LocalTime(Time);
 
 impl LocalTime {
+    /// 19:00: when the Sunday digest comes for a user without a reminder (SPEC §10).
+    pub const EVENING: Self = Self(jiff::civil::time(19, 0, 0, 0));
+
     /// `21:30`, `9:05` (24-hour).
     pub fn parse(input: &str) -> Option<Self> {
         let (hours, minutes) = input.trim().split_once([':', '.'])?;

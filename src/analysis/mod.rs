@@ -7,4 +7,6 @@ pub mod metrics;
 pub mod prompt;
 
 pub use metrics::{Metrics, Score};
-pub use prompt::{DayPoint, UserContext, analysis_request, metrics_request};
+pub use prompt::{
+    DayPoint, UserContext, WeekContext, analysis_request, digest_request, metrics_request,
+};

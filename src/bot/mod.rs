@@ -671,6 +671,25 @@ async fn on_command<B: TgBot>(
         }
         messenger.asked_import(user_id, journal.now());
     }
+    if command == Command::Week {
+        let (chat_id, reply_to) = (msg.chat.id.0, Some(i64::from(msg.id.0)));
+        if let Err(error) = crate::digest::week(
+            &journal,
+            messenger.as_ref(),
+            user_id,
+            chat_id,
+            reply_to,
+            FrontEnd::Telegram,
+        )
+        .await
+        {
+            tracing::error!(%error, user_id, "weekly digest failed");
+            let language = journal.language_of(user_id).await;
+            let reply = Reply::new().text(commands::failure_sentence(language));
+            send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
+        }
+        return Ok(());
+    }
     let responses = match commands::respond(&journal, user_id, command).await {
         Ok(responses) => responses,
         Err(error) => {

@@ -203,7 +203,7 @@ impl Llm {
         refused: &[(String, String)],
     ) -> Result<Completion, CascadeError> {
         let steps = match task {
-            Task::Analysis => &self.analysis,
+            Task::Analysis | Task::Digest => &self.analysis,
             Task::Metrics => &self.metrics,
             // A chat request has no audio; the transcription steps never see one.
             Task::Transcription => return Err(CascadeError::NoUsableProvider),
@@ -294,7 +294,7 @@ impl Llm {
     /// (`None`: some step has budget, or a step is held back by something else).
     pub fn budget_wait(&self, task: Task) -> Option<std::time::Duration> {
         let steps = match task {
-            Task::Analysis => &self.analysis,
+            Task::Analysis | Task::Digest => &self.analysis,
             Task::Metrics => &self.metrics,
             Task::Transcription => &self.transcription,
         };

@@ -9,6 +9,8 @@ pub enum Task {
     Metrics,
     /// Speech to text of a voice note (SPEC §11).
     Transcription,
+    /// The weekly digest (SPEC §10): its own prompt through the analysis steps.
+    Digest,
 }
 
 impl Task {
@@ -17,6 +19,7 @@ impl Task {
             Self::Analysis => "analysis",
             Self::Metrics => "metrics",
             Self::Transcription => "transcription",
+            Self::Digest => "digest",
         }
     }
 }

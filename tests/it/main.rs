@@ -20,6 +20,7 @@ mod budgets;
 mod chat;
 mod cli;
 mod cli_config;
+mod digest;
 mod disk_full;
 mod faults;
 mod hostile_text;

@@ -93,7 +93,10 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "username",
             "language",
             "timezone",
-            "created_at"
+            "created_at",
+            // 20261201000010: the Sunday digest, off by default (SPEC §7, §10).
+            "digest_enabled",
+            "digest_next_at"
         ])
     );
     assert_eq!(
@@ -136,6 +139,23 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "enabled",
             "last_sent_day",
             "next_due_at"
+        ])
+    );
+    assert_eq!(
+        store::columns(pool, "digests").await.expect("digests"),
+        expect(&[
+            "id",
+            "user_id",
+            "chat_id",
+            "week_start",
+            "status",
+            "text",
+            "front_end",
+            "message_id",
+            "attempts",
+            "next_attempt_at",
+            "created_at",
+            "sent_at"
         ])
     );
     assert_eq!(

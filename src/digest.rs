@@ -1,0 +1,623 @@
+//! The weekly digest (SPEC §10): `/week` on demand, `/digest on|off` for Sundays, the
+//! Sunday schedule and the worker's delivery of digests an outage or a crash delayed.
+//!
+//! A digest covers 7 local days of one user, `week_start` to `week_start + 6`, and is
+//! stored first (`digests`, pending), then written through the analysis steps as task
+//! `digest` (the text is stored before anything is sent), then sent with the week's
+//! chart, then marked sent — the order of a day log (SPEC §4), with the same duplicate
+//! window: only a crash between sending and recording can send it twice.
+//! `UNIQUE (user_id, week_start)` makes a week's digest one row, however it was asked
+//! for: a `/week` on a Sunday covers that week's Monday to Sunday, so the scheduled
+//! digest of that evening finds it already there and sends nothing.
+//!
+//! Within a process, whoever works on a digest holds an in-memory claim on its user and
+//! week, taken *before* the row is stored, so the worker never picks up a digest that a
+//! `/week` or the scheduler is writing. The scheduler reads only the users whose next
+//! digest is due, through an index on `users.digest_next_at`, never every user.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use jiff::civil::{Date, Weekday};
+
+use crate::analysis::{self, DayPoint, WeekContext};
+use crate::charts::{self, ChartDay};
+use crate::frontend::{Messenger, Response, SendError, Target};
+use crate::journal::{Claim, Journal};
+use crate::language::Language;
+use crate::render::Reply;
+use crate::store::{Digest, DigestAdvance, DueDigest, FrontEnd, StoreError};
+use crate::texts::Texts;
+use crate::time::{LocalTime, UserZone, parse_sql_timestamp, sql_timestamp};
+
+/// Due users (scheduler) or due digests (worker) read per look; more wait for the next.
+const BATCH: i64 = 200;
+/// Entry summaries a digest is written from, at most (a week of a busy journal).
+const MAX_SUMMARIES: i64 = 60;
+/// A scheduled digest needs this many entries in its week (SPEC §10).
+const MIN_SCHEDULED_ENTRIES: i64 = 2;
+
+/// The first and last local day of the digest that ends on `last`.
+pub fn week_ending(last: Date) -> (Date, Date) {
+    let first = last.checked_sub(jiff::Span::new().days(6)).unwrap_or(last);
+    (first, last)
+}
+
+/// The first moment strictly after `after` that is a Sunday at `time` on the user's wall
+/// clock (DST-correct, as reminders are).
+pub fn next_sunday_at(zone: &UserZone, after: Timestamp, time: LocalTime) -> Timestamp {
+    let mut at = zone.next_at(after, time);
+    for _ in 0..8 {
+        if zone.civil(at).date().weekday() == Weekday::Sunday {
+            break;
+        }
+        at = zone.next_at(at, time);
+    }
+    at
+}
+
+/// Whether the digest is asked for by the user now (who always gets an answer) or
+/// comes on its own (the schedule, the worker: it speaks only with the digest itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    OnDemand,
+    Background,
+}
+
+/// The in-memory claim on a user's digest of one week. Journal claims are keyed by
+/// (chat, message); message ids of Telegram are positive and those of `daylog chat`
+/// count down from −1, so keys from `i64::MIN` up never meet one.
+fn claim(journal: &Journal, user_id: i64, week_start: Date) -> Option<Claim> {
+    let week = i64::from(week_start.year()) * 1000 + i64::from(week_start.day_of_year());
+    journal.claim(user_id, i64::MIN + week)
+}
+
+/// When the user's Sunday digest comes: the reminder time, 19:00 without one.
+async fn digest_time(journal: &Journal, user_id: i64) -> Result<LocalTime, StoreError> {
+    Ok(journal
+        .store()
+        .reminder(user_id)
+        .await?
+        .filter(|r| r.enabled)
+        .and_then(|r| LocalTime::from_stored(&r.local_time))
+        .unwrap_or(LocalTime::EVENING))
+}
+
+/// `/digest`, `/digest on`, `/digest off`.
+pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply, StoreError> {
+    let texts = Texts(journal.language_of(user_id).await);
+    let zone = journal.zone_of(user_id).await;
+    let time = digest_time(journal, user_id).await?;
+    let on = match arg.trim().to_lowercase().as_str() {
+        "" => {
+            let enabled = journal.store().digest_enabled(user_id).await?;
+            return Ok(Reply::new().text(if enabled {
+                texts.digest_on(&time.to_string(), zone.name())
+            } else {
+                texts.digest_off().to_owned()
+            }));
+        }
+        "on" | "вкл" | "да" => true,
+        "off" | "stop" | "выкл" | "нет" => false,
+        _ => return Ok(Reply::new().text(texts.digest_usage())),
+    };
+    if on {
+        let next = next_sunday_at(&zone, journal.now(), time);
+        journal
+            .store()
+            .set_digest(user_id, Some(&sql_timestamp(next)))
+            .await?;
+        tracing::info!(user_id, "weekly digest turned on");
+        Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name())))
+    } else {
+        journal.store().set_digest(user_id, None).await?;
+        tracing::info!(user_id, "weekly digest turned off");
+        Ok(Reply::new().text(texts.digest_off()))
+    }
+}
+
+/// The user's zone or reminder time changed: a Sunday digest that is on follows it.
+pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreError> {
+    if !journal.store().digest_enabled(user_id).await? {
+        return Ok(());
+    }
+    let zone = journal.zone_of(user_id).await;
+    let time = digest_time(journal, user_id).await?;
+    let next = next_sunday_at(&zone, journal.now(), time);
+    journal
+        .store()
+        .reschedule_digest(user_id, &sql_timestamp(next))
+        .await
+}
+
+/// `/week`: the digest of the last 7 local days, sent through `messenger` to `chat_id`
+/// (as a reply to `reply_to`). With no entry in those days the user is told so and
+/// nothing is stored. A store failure is returned for the front end to report.
+pub async fn week<M: Messenger>(
+    journal: &Journal,
+    messenger: &M,
+    user_id: i64,
+    chat_id: i64,
+    reply_to: Option<i64>,
+    front_end: FrontEnd,
+) -> Result<(), StoreError> {
+    let language = journal.language_of(user_id).await;
+    let texts = Texts(language);
+    let target = Target { chat_id, reply_to };
+    let (_, today) = journal.today_of(user_id).await;
+    let (first, last) = week_ending(today);
+    if journal
+        .store()
+        .entries_between(user_id, first, last)
+        .await?
+        == 0
+    {
+        send_notice(messenger, target, texts.week_empty(), user_id).await;
+        return Ok(());
+    }
+    let Some(claim) = claim(journal, user_id, first) else {
+        // The scheduler or the worker is writing this very digest; it comes from there.
+        let stored = journal.store().digest_of_week(user_id, first).await?;
+        if !stored.is_some_and(|d| same_ask(&d, reply_to)) {
+            send_notice(messenger, target, texts.digest_on_its_way(), user_id).await;
+        }
+        return Ok(());
+    };
+    let (digest, _) = journal
+        .store()
+        .insert_digest(user_id, chat_id, first, front_end, reply_to)
+        .await?;
+    match digest.status.as_str() {
+        "pending" => {
+            run(journal, messenger, digest, target, Asked::OnDemand).await?;
+        }
+        // The same `/week` re-delivered after a crash: it has had its answer.
+        _ if same_ask(&digest, reply_to) && digest.status != "pending" => {}
+        // Asked again for a week already sent: the same digest again, nothing new
+        // written and nothing recorded (the user asked; no schedule is involved).
+        "sent" if digest.text.is_some() => {
+            let text = digest.text.clone().unwrap_or_default();
+            let responses = responses(journal, language, &digest, &text).await?;
+            if let Err(error) = messenger.send(target, responses).await {
+                tracing::warn!(%error, user_id, "digest not delivered again");
+            }
+        }
+        _ => send_notice(messenger, target, texts.digest_refused(), user_id).await,
+    }
+    drop(claim);
+    Ok(())
+}
+
+/// Whether `digest` was asked for by this very message (a re-delivered update).
+fn same_ask(digest: &Digest, message_id: Option<i64>) -> bool {
+    message_id.is_some() && digest.message_id == message_id
+}
+
+async fn send_notice<M: Messenger>(messenger: &M, target: Target, text: &str, user_id: i64) {
+    if let Err(error) = messenger
+        .send(target, vec![Response::Text(Reply::new().text(text))])
+        .await
+    {
+        tracing::warn!(%error, user_id, "digest notice not delivered");
+    }
+}
+
+/// What writing a digest came to.
+enum Written {
+    Text(String),
+    /// No provider answered now: the worker tries again.
+    Later,
+    /// The content filter refused it: never retried.
+    Refused,
+}
+
+/// Writes (if not written yet), sends and records one pending digest that the caller
+/// has claimed.
+async fn run<M: Messenger>(
+    journal: &Journal,
+    messenger: &M,
+    digest: Digest,
+    target: Target,
+    asked: Asked,
+) -> Result<(), StoreError> {
+    let language = journal.language_of(digest.user_id).await;
+    let texts = Texts(language);
+    let text = match digest.text.clone() {
+        Some(text) => text,
+        None => match write(journal, &digest, language).await? {
+            Written::Text(text) => {
+                if !journal.store().store_digest_text(digest.id, &text).await? {
+                    // Written by someone else meanwhile (another process): theirs to send.
+                    return Ok(());
+                }
+                text
+            }
+            Written::Later => {
+                let retry_in = journal.retry_delay(digest.attempts);
+                journal.store().digest_retry(digest.id, retry_in).await?;
+                tracing::warn!(
+                    digest_id = digest.id,
+                    user_id = digest.user_id,
+                    retry_in_s = retry_in.as_secs(),
+                    "digest not written now; it stays pending"
+                );
+                if asked == Asked::OnDemand {
+                    send_notice(
+                        messenger,
+                        target,
+                        texts.digest_will_follow(),
+                        digest.user_id,
+                    )
+                    .await;
+                }
+                return Ok(());
+            }
+            Written::Refused => {
+                journal.store().mark_digest_failed(digest.id).await?;
+                tracing::info!(
+                    digest_id = digest.id,
+                    "digest refused by the content filter"
+                );
+                if asked == Asked::OnDemand {
+                    send_notice(messenger, target, texts.digest_refused(), digest.user_id).await;
+                }
+                return Ok(());
+            }
+        },
+    };
+    let responses = responses(journal, language, &digest, &text).await?;
+    match messenger.send(target, responses).await {
+        Ok(()) => {
+            if let Err(error) = journal.store().mark_digest_sent(digest.id).await {
+                // The same window as a log's answer: the worker may send it once more.
+                tracing::error!(%error, digest_id = digest.id, "digest sent but not recorded");
+            } else {
+                tracing::info!(
+                    digest_id = digest.id,
+                    user_id = digest.user_id,
+                    "weekly digest sent"
+                );
+            }
+        }
+        Err(SendError::Gone(reason)) => {
+            tracing::warn!(digest_id = digest.id, user_id = digest.user_id, %reason, "digest undeliverable; weekly digests turned off");
+            journal.store().mark_digest_failed(digest.id).await?;
+            journal.store().set_digest(digest.user_id, None).await?;
+        }
+        Err(SendError::Transient(reason)) => {
+            let retry_in = journal.settings().worker.retry_min();
+            tracing::warn!(digest_id = digest.id, %reason, retry_in_ms = retry_in.as_millis() as u64, "digest not delivered; the worker retries");
+            journal.store().digest_retry(digest.id, retry_in).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The week's data of the digest's user only, and the cascade's answer.
+async fn write(
+    journal: &Journal,
+    digest: &Digest,
+    language: Language,
+) -> Result<Written, StoreError> {
+    let Some((first, last)) = days_of(digest) else {
+        return Ok(Written::Refused);
+    };
+    let user_id = digest.user_id;
+    let days = week_days(journal, user_id, first, last).await?;
+    let summaries = journal
+        .store()
+        .summaries_between(user_id, first, last, MAX_SUMMARIES)
+        .await?;
+    let entries = journal
+        .store()
+        .entries_between(user_id, first, last)
+        .await?;
+    let request = analysis::digest_request(&WeekContext {
+        language,
+        first_day: first.to_string(),
+        last_day: last.to_string(),
+        days: days
+            .iter()
+            .map(|d| DayPoint {
+                day: d.day.clone(),
+                mood: d.mood,
+                stress: d.stress,
+                energy: d.energy,
+                productivity: d.productivity,
+                sleep_hours: d.sleep_hours,
+            })
+            .collect(),
+        summaries,
+        entries,
+    });
+    Ok(match journal.write_digest(&request).await {
+        Ok(completion) if !completion.text.trim().is_empty() => {
+            tracing::info!(digest_id = digest.id, provider = %completion.provider, model = %completion.model, "digest written");
+            Written::Text(completion.text.trim().to_owned())
+        }
+        Ok(_) => Written::Later,
+        Err(error) if error.is_blocked() => Written::Refused,
+        Err(error) => {
+            tracing::warn!(digest_id = digest.id, %error, "digest cascade failed");
+            Written::Later
+        }
+    })
+}
+
+/// The digest's 7 local days; `None` for a `week_start` that is not a date (written by
+/// hand), which is logged.
+fn days_of(digest: &Digest) -> Option<(Date, Date)> {
+    match digest.week_start.parse::<Date>() {
+        Ok(first) => {
+            let last = first
+                .checked_add(jiff::Span::new().days(6))
+                .unwrap_or(first);
+            Some((first, last))
+        }
+        Err(error) => {
+            tracing::warn!(digest_id = digest.id, %error, "digest with an unreadable week_start");
+            None
+        }
+    }
+}
+
+async fn week_days(
+    journal: &Journal,
+    user_id: i64,
+    first: Date,
+    last: Date,
+) -> Result<Vec<crate::store::DailyMetrics>, StoreError> {
+    let last = last.to_string();
+    let mut days = journal.store().daily_metrics(user_id, first).await?;
+    days.retain(|d| d.day <= last);
+    Ok(days)
+}
+
+/// The digest as sent: its text under a heading, then the week's chart as a photo.
+async fn responses(
+    journal: &Journal,
+    language: Language,
+    digest: &Digest,
+    text: &str,
+) -> Result<Vec<Response>, StoreError> {
+    let texts = Texts(language);
+    let (first, last) = days_of(digest).unwrap_or_else(|| {
+        let today = journal.local_day(&UserZone::utc(), journal.now());
+        week_ending(today)
+    });
+    let reply = Reply::new()
+        .bold(texts.digest_title(&first.to_string(), &last.to_string()))
+        .paragraph()
+        .text(text);
+    let mut responses = vec![Response::Text(reply)];
+    let days: Vec<ChartDay> = week_days(journal, digest.user_id, first, last)
+        .await?
+        .into_iter()
+        .map(|d| ChartDay {
+            day: d.day,
+            mood: d.mood,
+            stress: d.stress,
+            energy: d.energy,
+        })
+        .collect();
+    match charts::stats_chart(&days, language) {
+        Ok(png) => responses.push(Response::Photo {
+            png,
+            caption: texts.digest_chart_caption().to_owned(),
+            file_name: format!("daylog-week-{first}.png"),
+        }),
+        // The digest goes out without its chart rather than not at all.
+        Err(error) => tracing::error!(%error, digest_id = digest.id, "digest chart failed"),
+    }
+    Ok(responses)
+}
+
+/// The worker's hook: delivers `front_end`'s pending digests that are due (SPEC §10:
+/// "the worker delivers it when a provider answers"). Each runs in its own task, so a
+/// slow provider never holds up the worker's loop; claimed ones are left to their owner.
+pub async fn deliver_due<M: Messenger>(
+    journal: &Arc<Journal>,
+    messenger: &Arc<M>,
+    front_end: FrontEnd,
+) {
+    let due = match journal.store().due_digests(front_end, BATCH).await {
+        Ok(due) => due,
+        Err(error) => {
+            tracing::error!(%error, "worker could not read pending digests");
+            return;
+        }
+    };
+    if due.is_empty() {
+        return;
+    }
+    // Only when there is something to do, so an idle worker never writes.
+    match journal
+        .store()
+        .fail_old_digests(journal.settings().worker.max_age())
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(
+            count = n,
+            "digests pending longer than worker.max_age_hours given up"
+        ),
+        Err(error) => tracing::error!(%error, "could not give up old digests"),
+    }
+    for listed in due {
+        let Some((first, _)) = days_of(&listed) else {
+            if let Err(error) = journal.store().mark_digest_failed(listed.id).await {
+                tracing::error!(%error, digest_id = listed.id, "could not give up a digest");
+            }
+            continue;
+        };
+        let Some(claim) = claim(journal, listed.user_id, first) else {
+            continue;
+        };
+        let journal = Arc::clone(journal);
+        let messenger = Arc::clone(messenger);
+        tokio::spawn(async move {
+            let _claim = claim;
+            // Read again under the claim: whoever held it before may have finished it.
+            let digest = match journal.store().due_digest(listed.id).await {
+                Ok(Some(digest)) => digest,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::error!(%error, digest_id = listed.id, "could not read a digest");
+                    return;
+                }
+            };
+            let target = Target {
+                chat_id: digest.chat_id,
+                reply_to: None,
+            };
+            let id = digest.id;
+            if let Err(error) = run(
+                journal.as_ref(),
+                messenger.as_ref(),
+                digest,
+                target,
+                Asked::Background,
+            )
+            .await
+            {
+                tracing::error!(%error, digest_id = id, "worker could not finish a digest");
+            }
+        });
+    }
+}
+
+/// The scheduler's hook (beside the reminders, with the same clock): every user whose
+/// Sunday digest is due gets it stored and sent when the week has at least 2 entries;
+/// the schedule moves on to the next Sunday either way.
+pub async fn schedule_tick<M: Messenger>(journal: &Arc<Journal>, messenger: &Arc<M>) {
+    let now = journal.now();
+    let due = match journal
+        .store()
+        .due_digest_users(&sql_timestamp(now), BATCH)
+        .await
+    {
+        Ok(due) => due,
+        Err(error) => {
+            tracing::error!(%error, "digest scheduler could not read due digests");
+            return;
+        }
+    };
+    for user in due {
+        if let Err(error) = schedule_one(journal, messenger, &user, now).await {
+            tracing::error!(%error, user_id = user.user_id, "could not schedule a weekly digest");
+        }
+    }
+}
+
+async fn schedule_one<M: Messenger>(
+    journal: &Arc<Journal>,
+    messenger: &Arc<M>,
+    user: &DueDigest,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let zone = journal.zone_from_stored(user.user_id, &user.timezone);
+    let time = user
+        .reminder_time
+        .as_deref()
+        .and_then(LocalTime::from_stored)
+        .unwrap_or(LocalTime::EVENING);
+    let due_at = parse_sql_timestamp(&user.digest_next_at).unwrap_or(now);
+    let next = sql_timestamp(next_sunday_at(&zone, now.max(due_at), time));
+    // The week ends on the Sunday of the due moment, on the user's calendar.
+    let (first, last) = week_ending(zone.civil(due_at).date());
+    let late = now.duration_since(due_at);
+    let max_late = jiff::SignedDuration::try_from(journal.settings().reminders.max_late())
+        .unwrap_or(jiff::SignedDuration::MAX);
+    let claim = claim(journal, user.user_id, first);
+    let create = if late > max_late {
+        tracing::info!(
+            user_id = user.user_id,
+            "weekly digest skipped: the bot was down at its moment"
+        );
+        None
+    } else if claim.is_none() {
+        // A `/week` is writing this week's digest right now: that one is it.
+        None
+    } else if journal
+        .store()
+        .entries_between(user.user_id, first, last)
+        .await?
+        < MIN_SCHEDULED_ENTRIES
+    {
+        tracing::debug!(
+            user_id = user.user_id,
+            "weekly digest skipped: fewer than 2 entries"
+        );
+        None
+    } else {
+        Some((user.chat_id, first))
+    };
+    let advanced = journal
+        .store()
+        .advance_digest(user.user_id, &user.digest_next_at, &next, create)
+        .await?;
+    let (
+        DigestAdvance::Moved {
+            created: Some(digest),
+        },
+        Some(claim),
+    ) = (advanced, claim)
+    else {
+        return Ok(());
+    };
+    let journal = Arc::clone(journal);
+    let messenger = Arc::clone(messenger);
+    tokio::spawn(async move {
+        let _claim = claim;
+        let target = Target {
+            chat_id: digest.chat_id,
+            reply_to: None,
+        };
+        let id = digest.id;
+        if let Err(error) = run(
+            journal.as_ref(),
+            messenger.as_ref(),
+            digest,
+            target,
+            Asked::Background,
+        )
+        .await
+        {
+            tracing::error!(%error, digest_id = id, "could not finish a scheduled digest");
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(text: &str) -> Timestamp {
+        text.parse().expect("timestamp")
+    }
+
+    #[test]
+    fn the_next_sunday_digest_is_on_sunday_at_the_local_time_across_dst() {
+        let zone = UserZone::parse("America/Los_Angeles").expect("zone");
+        // Tuesday 1 December 2026, 10:00 PST → Sunday 6 December 19:00 PST.
+        let at = next_sunday_at(&zone, ts("2026-12-01T18:00:00Z"), LocalTime::EVENING);
+        assert_eq!(at, ts("2026-12-07T03:00:00Z"));
+        // Sunday 19:00 exactly → the next Sunday, never the same moment again.
+        let again = next_sunday_at(&zone, at, LocalTime::EVENING);
+        assert_eq!(again, ts("2026-12-14T03:00:00Z"));
+        // Across the March change: 19:00 PDT (UTC−7) on Sunday 8 March 2026.
+        let spring = next_sunday_at(&zone, ts("2026-03-04T12:00:00Z"), LocalTime::EVENING);
+        assert_eq!(spring, ts("2026-03-09T02:00:00Z"));
+    }
+
+    #[test]
+    fn a_sunday_week_starts_on_its_monday() {
+        let sunday: Date = "2026-12-06".parse().expect("date");
+        assert_eq!(sunday.weekday(), Weekday::Sunday);
+        let (first, last) = week_ending(sunday);
+        assert_eq!(first.to_string(), "2026-11-30");
+        assert_eq!(first.weekday(), Weekday::Monday);
+        assert_eq!(last, sunday);
+    }
+}

@@ -1,0 +1,555 @@
+//! The weekly digest (SPEC §10) through the real dispatcher, a fake Telegram and fake
+//! providers: `/week` on demand, the Sunday schedule on the harness's drivable clock,
+//! an outage, a 403, a restart, and a kill -9 of the real binary. Digest requests are
+//! told from analysis requests by their system prompt.
+
+#![expect(
+    clippy::expect_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
+
+use crate::support;
+
+use std::time::Duration;
+
+use daylog::language::Language;
+use daylog::texts::Texts;
+use jiff::Timestamp;
+use support::telegram::{Call, text_update, text_update_at};
+use support::{App, FakeTelegram, Providers, completion, gemini_completion, wait_until};
+use wiremock::matchers::{body_string_contains, method};
+use wiremock::{Mock, ResponseTemplate};
+
+const WAIT: Duration = Duration::from_secs(20);
+/// Only the digest's system prompt says this.
+const DIGEST_MARK: &str = "write the user's weekly digest";
+const DIGEST_TEXT: &str = "A steady week: your runs went with your best days. Suggestion: plan two runs for the week ahead.";
+
+fn at(text: &str) -> Timestamp {
+    text.parse().expect("timestamp")
+}
+
+/// Both analysis providers answer digest requests with `text` (before any other mock).
+async fn answer_digest(providers: &Providers, text: &str) {
+    Mock::given(method("POST"))
+        .and(body_string_contains(DIGEST_MARK))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(text)))
+        .with_priority(1)
+        .mount(&providers.mistral)
+        .await;
+    Mock::given(method("POST"))
+        .and(body_string_contains(DIGEST_MARK))
+        .respond_with(ResponseTemplate::new(200).set_body_json(gemini_completion(text)))
+        .with_priority(1)
+        .mount(&providers.gemini)
+        .await;
+}
+
+/// Every healthy answer, the digest included.
+async fn healthy(providers: &Providers) {
+    providers.healthy().await;
+    answer_digest(providers, DIGEST_TEXT).await;
+}
+
+/// The bodies of the digest requests the providers received.
+async fn digest_requests(providers: &Providers) -> Vec<String> {
+    let mut bodies = Vec::new();
+    for server in [&providers.mistral, &providers.gemini] {
+        for request in server.received_requests().await.unwrap_or_default() {
+            let body = String::from_utf8_lossy(&request.body).into_owned();
+            if body.contains(DIGEST_MARK) {
+                bodies.push(body);
+            }
+        }
+    }
+    bodies
+}
+
+/// An entry of `user` written at `written` whose extracted summary is `summary`,
+/// through the real flow; waits for its answer.
+async fn entry(app: &App, user: i64, message_id: i64, written: &str, summary: &str) {
+    app.providers.groq.reset().await;
+    app.providers
+        .answer_metrics(&format!(
+            r#"{{"mood":4,"stress":2,"energy":3,"productivity":4,"sleep_hours":7,"activities":["run"],"emotions":["calm"],"summary":"{summary}"}}"#
+        ))
+        .await;
+    let before = app.telegram.sent_to(user).len();
+    app.telegram.push_update(text_update_at(
+        user,
+        message_id,
+        &format!("Entry {message_id}"),
+        at(written).as_second(),
+    ));
+    app.telegram.wait_sent(user, before + 1).await;
+}
+
+/// Sends a command and waits for its first answer; returns its text.
+async fn command(app: &App, user: i64, message_id: i64, text: &str) -> String {
+    let before = app.telegram.sent_to(user).len();
+    app.telegram
+        .push_update(text_update(user, message_id, text));
+    let sent = app.telegram.wait_sent(user, before + 1).await;
+    sent[before].text().to_owned()
+}
+
+fn is_digest(call: &Call) -> bool {
+    call.method == "SendMessage" && call.text().contains(DIGEST_TEXT)
+}
+
+fn digests_to(telegram: &FakeTelegram, chat: i64) -> usize {
+    telegram
+        .sent_to(chat)
+        .iter()
+        .filter(|c| is_digest(c))
+        .count()
+}
+
+fn photos_to(telegram: &FakeTelegram, chat: i64) -> usize {
+    telegram
+        .sent_to(chat)
+        .iter()
+        .filter(|c| c.method == "SendPhoto")
+        .count()
+}
+
+async fn wait_digest(telegram: &FakeTelegram, chat: i64) {
+    telegram
+        .wait_for(
+            &format!("the digest and its chart to {chat}"),
+            WAIT,
+            |calls| {
+                let to_chat = |c: &&Call| c.chat_id() == Some(chat);
+                calls.iter().filter(to_chat).any(is_digest)
+                    && calls
+                        .iter()
+                        .filter(to_chat)
+                        .any(|c| c.method == "SendPhoto")
+            },
+        )
+        .await;
+}
+
+async fn digest_next_at(app: &App, user: i64) -> Option<String> {
+    sqlx::query_scalar("SELECT digest_next_at FROM users WHERE user_id = ?1")
+        .bind(user)
+        .fetch_one(app.store.read_pool())
+        .await
+        .expect("user row")
+}
+
+async fn raw_pool(app: &App) -> sqlx::SqlitePool {
+    sqlx::SqlitePool::connect(&app.env["DATABASE_URL"])
+        .await
+        .expect("raw pool")
+}
+
+#[tokio::test]
+async fn week_sends_a_digest_of_this_users_week_only_with_its_chart() {
+    // Arrange: Tuesday 1 December; user 1 wrote twice this week, user 2 once.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    entry(&app, 1, 1, "2026-11-27T12:00:00Z", "Walked by the river").await;
+    entry(
+        &app,
+        1,
+        2,
+        "2026-11-30T12:00:00Z",
+        "Slept badly before a deadline",
+    )
+    .await;
+    entry(
+        &app,
+        2,
+        1,
+        "2026-11-30T12:00:00Z",
+        "Private matter of user two",
+    )
+    .await;
+    // Older than the 7 days: not in the digest.
+    entry(&app, 1, 3, "2026-11-20T12:00:00Z", "An old week entirely").await;
+
+    // Act
+    let before = app.telegram.sent_to(1).len();
+    app.telegram.push_update(text_update(1, 10, "/week"));
+    wait_digest(&app.telegram, 1).await;
+
+    // Assert: text (as a reply) and chart, the prompt made of user 1's week only.
+    let sent = app.telegram.sent_to(1)[before..].to_vec();
+    let text = sent.iter().find(|c| is_digest(c)).expect("digest text");
+    assert!(text.text().contains("2026-11-25"), "{}", text.text());
+    assert_eq!(text.reply_to(), Some(10));
+    let photo = sent
+        .iter()
+        .find(|c| c.method == "SendPhoto")
+        .expect("chart");
+    assert!(
+        photo
+            .file
+            .as_ref()
+            .is_some_and(|png| png.starts_with(b"\x89PNG"))
+    );
+    let requests = digest_requests(&app.providers).await;
+    assert_eq!(requests.len(), 1, "one digest request");
+    let body = &requests[0];
+    assert!(body.contains("Walked by the river"), "{body}");
+    assert!(body.contains("Slept badly before a deadline"), "{body}");
+    assert!(!body.contains("Private matter of user two"), "{body}");
+    assert!(!body.contains("An old week entirely"), "{body}");
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND status = 'sent' AND week_start = '2026-11-25' AND sent_at IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM llm_calls WHERE task = 'digest' AND outcome = 'ok'")
+            .await,
+        1
+    );
+
+    // A user with nothing in the last 7 days is told so kindly; nothing is stored.
+    let empty = command(&app, 3, 1, "/week").await;
+    assert_eq!(empty, Texts(Language::En).week_empty());
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE user_id = 3")
+            .await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn the_sunday_digest_comes_once_at_the_reminder_time_across_a_restart() {
+    // Arrange: Tuesday 1 December, everyone in UTC.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    // User 1: the digest on, then a reminder at 20:30, which the digest follows.
+    let on = command(&app, 1, 1, "/digest on").await;
+    assert!(on.contains("19:00"), "{on}");
+    command(&app, 1, 2, "/remind 20:30").await;
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-06 20:30:00")
+    );
+    entry(&app, 1, 3, "2026-11-30T12:00:00Z", "Monday run").await;
+    entry(&app, 1, 4, "2026-12-01T12:00:00Z", "Tuesday work").await;
+    // User 3: on, but one entry only. User 4: two entries, never turned on.
+    command(&app, 3, 1, "/remind 20:30").await;
+    command(&app, 3, 2, "/digest on").await;
+    entry(&app, 3, 3, "2026-12-01T12:00:00Z", "A lonely entry").await;
+    let off = command(&app, 4, 1, "/digest").await;
+    assert_eq!(off, Texts(Language::En).digest_off(), "off by default");
+    entry(&app, 4, 2, "2026-11-30T12:00:00Z", "One").await;
+    entry(&app, 4, 3, "2026-12-01T12:00:00Z", "Two").await;
+
+    // Act: Sunday 6 December, 20:30:05.
+    app.clock.set(at("2026-12-06T20:30:05Z"));
+    wait_digest(&app.telegram, 1).await;
+    wait_until("user 3's Sunday passes without a digest", WAIT, || async {
+        digest_next_at(&app, 3).await.as_deref() == Some("2026-12-13 20:30:00")
+    })
+    .await;
+
+    // Assert
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-13 20:30:00")
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-30'")
+            .await,
+        1
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE user_id IN (3, 4)")
+            .await,
+        0,
+        "fewer than 2 entries, or off: none"
+    );
+
+    // Act: a restart in the same minute, and both schedules seen as due once more.
+    let (dir, providers) = app.stop().await;
+    let app = App::spawn_on(dir, providers, |_| {}).await;
+    app.clock.set(at("2026-12-06T20:30:40Z"));
+    sqlx::query("UPDATE users SET digest_next_at = '2026-12-06 20:30:00' WHERE user_id IN (1, 3)")
+        .execute(&raw_pool(&app).await)
+        .await
+        .expect("reset");
+    wait_until("the scheduler looked at both again", WAIT, || async {
+        digest_next_at(&app, 1).await.as_deref() == Some("2026-12-13 20:30:00")
+            && digest_next_at(&app, 3).await.as_deref() == Some("2026-12-13 20:30:00")
+    })
+    .await;
+    // The worker polls every 100 ms: a few polls show nothing is left to deliver.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Assert: the new process (a fresh fake Telegram) sent nothing more.
+    assert_eq!(digests_to(&app.telegram, 1), 0, "never twice");
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND status = 'sent'")
+            .await,
+        1
+    );
+    assert_eq!(digest_requests(&app.providers).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_week_on_sunday_is_that_weeks_digest_and_the_evening_sends_none() {
+    // Arrange: the digest on at 19:00 (no reminder), two entries this week.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+
+    // Act: /week on Sunday morning, then the evening comes.
+    app.clock.set(at("2026-12-06T10:00:00Z"));
+    app.telegram.push_update(text_update(1, 4, "/week"));
+    wait_digest(&app.telegram, 1).await;
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+    wait_until("the Sunday evening passed", WAIT, || async {
+        digest_next_at(&app, 1).await.as_deref() == Some("2026-12-13 19:00:00")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Assert
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+    assert_eq!(photos_to(&app.telegram, 1), 1);
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-30'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_digest_asked_during_an_outage_is_delivered_once_when_a_provider_answers() {
+    // Arrange
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    entry(&app, 1, 1, "2026-11-30T12:00:00Z", "Monday").await;
+    app.providers.reset().await;
+    app.providers.all_down().await;
+
+    // Act: /week while every provider answers 503.
+    let said = command(&app, 1, 2, "/week").await;
+
+    // Assert: stored as pending, the user told once that it will follow.
+    assert_eq!(said, Texts(Language::En).digest_will_follow());
+    wait_until("the digest is pending with a retry", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE status = 'pending' AND text IS NULL AND attempts >= 1")
+            .await
+            == 1
+    })
+    .await;
+
+    // Act: the providers come back.
+    app.providers.reset().await;
+    healthy(&app.providers).await;
+    wait_digest(&app.telegram, 1).await;
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE status = 'sent'")
+            .await
+            == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Assert
+    assert_eq!(digests_to(&app.telegram, 1), 1, "delivered once");
+    assert_eq!(photos_to(&app.telegram, 1), 1);
+    let will_follow = app
+        .telegram
+        .sent_to(1)
+        .iter()
+        .filter(|c| c.text() == Texts(Language::En).digest_will_follow())
+        .count();
+    assert_eq!(will_follow, 1, "told once");
+}
+
+#[tokio::test]
+async fn a_user_who_blocked_the_bot_has_the_digest_turned_off() {
+    // Arrange
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 5, 1, "/digest on").await;
+    entry(&app, 5, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 5, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    app.telegram.block_chat(5);
+
+    // Act: Sunday 19:00.
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+
+    // Assert
+    wait_until("the digest is turned off", WAIT, || async {
+        app.count("SELECT count(*) FROM users WHERE user_id = 5 AND digest_enabled = 0 AND digest_next_at IS NULL")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE user_id = 5 AND status = 'failed'")
+            .await,
+        1
+    );
+}
+
+/// The real binary, killed with SIGKILL while the digest is stored and being written;
+/// the next start delivers it once.
+#[tokio::test]
+async fn a_digest_stored_before_a_kill_9_is_delivered_once_after_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let telegram = FakeTelegram::start().await;
+    let log = dir.path().join("bot.log");
+
+    // First life: entries are answered, the digest request never is.
+    let first_providers = Providers::start().await;
+    for server in [&first_providers.mistral, &first_providers.gemini] {
+        Mock::given(method("POST"))
+            .and(body_string_contains(DIGEST_MARK))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(completion(DIGEST_TEXT))
+                    .set_delay(Duration::from_secs(60)),
+            )
+            .with_priority(1)
+            .mount(server)
+            .await;
+    }
+    first_providers.healthy().await;
+    let mut env = support::test_env(&db, &telegram, &first_providers);
+    env.insert("DAYLOG__RETRY__REQUEST_TIMEOUT_MS".into(), "60000".into());
+    env.insert("DAYLOG__RETRY__DEADLINE_MS".into(), "60000".into());
+    let mut first = support::spawn_daylog(&env, &log);
+    telegram.push_update(text_update(41, 1, "A day worth a digest."));
+    telegram.wait_sent(41, 1).await;
+    telegram.push_update(text_update(41, 2, "/week"));
+    wait_until("the digest is being written", WAIT, || async {
+        !digest_requests(&first_providers).await.is_empty()
+    })
+    .await;
+    first.kill().expect("kill -9");
+    let _ = first.wait();
+    assert_eq!(
+        digests_to(&telegram, 41),
+        0,
+        "nothing sent before the crash"
+    );
+
+    // Second life: healthy providers. The stored row is found by the worker, and the
+    // `/week` is re-delivered (its update was never confirmed): whichever claims the
+    // week first sends it, the other one finds it claimed or sent.
+    let providers = Providers::start().await;
+    healthy(&providers).await;
+    let mut second = support::spawn_daylog(&support::test_env(&db, &telegram, &providers), &log);
+    wait_digest(&telegram, 41).await;
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM digests WHERE status = 'sent'")
+            .fetch_one(&pool)
+            .await
+            .unwrap_or(0)
+            == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(digests_to(&telegram, 41), 1, "delivered once");
+    assert_eq!(photos_to(&telegram, 41), 1);
+    assert_eq!(
+        telegram.sent_to(41).len(),
+        3,
+        "the entry's answer, the digest and its chart; nothing about the re-delivered /week"
+    );
+    second.kill().expect("stop");
+    let _ = second.wait();
+}
+
+/// `daylog chat`: `/week` prints the digest and writes the week's chart as a file;
+/// `/digest on|off` answers.
+#[tokio::test]
+async fn the_terminal_prints_the_week_and_writes_its_chart() {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Screen(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Screen {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("screen").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    // Arrange
+    let dir = tempfile::tempdir().expect("dir");
+    let providers = Providers::start().await;
+    healthy(&providers).await;
+    let telegram = FakeTelegram::start().await;
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let settings = Arc::new(
+        daylog::config::Settings::load_from(&support::test_env(&db, &telegram, &providers))
+            .expect("settings"),
+    );
+    let store = daylog::store::Store::open_and_migrate(&db, settings.store.busy_timeout())
+        .await
+        .expect("store");
+    let llm = Arc::new(
+        daylog::llm::Llm::with_client(&settings, daylog::http_client().expect("client"))
+            .expect("llm"),
+    );
+    let journal = Arc::new(daylog::journal::Journal::new(
+        Arc::clone(&settings),
+        store.clone(),
+        llm,
+    ));
+    let screen = Screen::default();
+    let files = dir.path().to_path_buf();
+    let terminal = Arc::new(daylog::chat::Terminal::new(
+        Box::new(screen.clone()),
+        files.clone(),
+    ));
+
+    // Act
+    daylog::chat::converse(
+        journal,
+        terminal,
+        &b"Ran 5 km.\n/week\n/digest on\n/digest off\n"[..],
+        7,
+    )
+    .await
+    .expect("session");
+
+    // Assert
+    let printed = String::from_utf8_lossy(&screen.0.lock().expect("screen")).into_owned();
+    assert!(printed.contains(DIGEST_TEXT), "{printed}");
+    let chart = std::fs::read_dir(&files)
+        .expect("files")
+        .filter_map(Result::ok)
+        .find(|f| f.file_name().to_string_lossy().starts_with("daylog-week-"))
+        .expect("the week's chart is written");
+    assert!(
+        std::fs::read(chart.path())
+            .expect("chart")
+            .starts_with(b"\x89PNG")
+    );
+    let en = Texts(Language::En);
+    assert!(printed.contains(&en.digest_on("19:00", "UTC")), "{printed}");
+    assert!(printed.contains(en.digest_off()), "{printed}");
+    let sent: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM digests WHERE user_id = 7 AND front_end = 'chat' AND status = 'sent'",
+    )
+    .fetch_one(store.read_pool())
+    .await
+    .expect("count");
+    assert_eq!(sent, 1);
+}
