@@ -257,6 +257,7 @@ pub fn to_store<'a>(rows: &'a [ImportRow], zone: &UserZone) -> Vec<NewImportLog<
             Some(NewImportLog {
                 created_at: sql_timestamp(at),
                 local_day: row.date,
+                local_time: row.time,
                 text: &row.text,
                 mood: row.mood,
                 metrics_json: row.metrics.to_json(),

@@ -208,6 +208,8 @@ pub struct NewVoiceLog<'a> {
 pub struct NewImportLog<'a> {
     pub created_at: String,
     pub local_day: jiff::civil::Date,
+    /// The wall-clock time the export gives (with `local_day`, what identifies the row).
+    pub local_time: jiff::civil::Time,
     pub text: &'a str,
     /// The mood score the export named, `None` when the mood is defaulted.
     pub mood: Option<u8>,
@@ -854,8 +856,9 @@ impl Store {
     /// Stores imported entries (SPEC §12) in one transaction: analysed, replied, with
     /// `source = 'import'`. They take `chat_id = user_id` and negative message ids from the
     /// same `min - 1` sequence as [`Store::insert_chat_log`], so they never meet a Telegram
-    /// id (always positive) nor a terminal one. An entry with the same local day, time,
-    /// mood and text as an imported one already stored is counted as already there.
+    /// id (always positive) nor a terminal one. An entry with the same local day,
+    /// wall-clock time, mood and text as an imported one already stored is counted as
+    /// already there, whatever the user's zone was then or is now (`import_time`).
     pub async fn import_logs(
         &self,
         user_id: i64,
@@ -866,29 +869,41 @@ impl Store {
             let mut tx = self.write.begin().await?;
             for log in logs {
                 let day = log.local_day.to_string();
-                let exists: bool = sqlx::query_scalar(
-                    "SELECT EXISTS (SELECT 1 FROM day_logs
-                     WHERE user_id = ?1 AND created_at = ?2 AND source = 'import'
-                       AND local_day = ?3 AND text = ?4 AND metrics IS NOT NULL
-                       AND (CASE WHEN instr(json_extract(metrics, '$.defaulted'), '\"mood\"') = 0
-                            THEN json_extract(metrics, '$.mood') END) IS ?5)",
+                let time = log.local_time.strftime("%H:%M").to_string();
+                // A row imported before `import_time` existed has none: it is the same
+                // row when its UTC time is (it was imported in the zone of this import),
+                // and it gets its wall-clock time now.
+                let found: Option<(i64, bool)> = sqlx::query_as(
+                    "SELECT id, import_time IS NULL FROM day_logs
+                     WHERE user_id = ?1 AND source = 'import' AND local_day = ?2
+                       AND (import_time = ?3 OR (import_time IS NULL AND created_at = ?4))
+                       AND text = ?5 AND mood IS ?6
+                     LIMIT 1",
                 )
                 .bind(user_id)
-                .bind(&log.created_at)
                 .bind(&day)
+                .bind(&time)
+                .bind(&log.created_at)
                 .bind(log.text)
                 .bind(log.mood)
-                .fetch_one(&mut *tx)
+                .fetch_optional(&mut *tx)
                 .await?;
-                if exists {
+                if let Some((id, legacy)) = found {
+                    if legacy {
+                        sqlx::query("UPDATE day_logs SET import_time = ?2 WHERE id = ?1")
+                            .bind(id)
+                            .bind(&time)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
                     counts.already += 1;
                     continue;
                 }
                 let id: i64 = sqlx::query_scalar(
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
-                         replied_at, source, local_day)
+                         replied_at, source, local_day, import_time)
                      SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, ?3, 'analyzed',
-                         datetime('now'), 'import', ?4
+                         datetime('now'), 'import', ?4, ?5
                      FROM day_logs WHERE chat_id = ?1
                      RETURNING id",
                 )
@@ -896,6 +911,7 @@ impl Store {
                 .bind(log.text)
                 .bind(&log.created_at)
                 .bind(&day)
+                .bind(&time)
                 .fetch_one(&mut *tx)
                 .await?;
                 // Set apart from the insert so the metrics triggers (columns, day

@@ -26,6 +26,7 @@ const DAYS: i64 = 300;
 
 struct Db {
     _dir: tempfile::TempDir,
+    url: String,
     journal: Journal,
 }
 
@@ -44,7 +45,7 @@ async fn fresh() -> Db {
         })
         .await
         .expect("user");
-    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), url)].into();
+    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), url.clone())].into();
     let settings = Arc::new(Settings::load_from(&env).expect("settings"));
     let client = daylog::http_client().expect("client");
     let llm = Arc::new(daylog::llm::Llm::with_client(&settings, client).expect("llm"));
@@ -52,7 +53,11 @@ async fn fresh() -> Db {
     commands::respond(&journal, ME, Command::Tz("Europe/Moscow".into()))
         .await
         .expect("tz");
-    Db { _dir: dir, journal }
+    Db {
+        _dir: dir,
+        url,
+        journal,
+    }
 }
 
 const MOODS: [(&str, Option<u8>); 8] = [
@@ -224,6 +229,66 @@ async fn the_same_day_and_text_with_another_mood_is_another_row() {
         .await
         .expect("two");
     assert_eq!((first.imported, second.imported, second.already), (1, 1, 0));
+}
+
+/// The same export after a `/tz` change: every row is the one stored before (same
+/// local date, time, mood and text), although its UTC time would now be another.
+#[tokio::test]
+async fn a_zone_change_between_two_imports_imports_nothing_twice() {
+    let db = fresh().await;
+    let (csv, readable) = export(40);
+    let readable = u64::try_from(readable).expect("small");
+    let first = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports");
+    assert_eq!(first.imported, readable);
+    for zone in ["America/New_York", "UTC+05:30"] {
+        commands::respond(&db.journal, ME, Command::Tz(zone.into()))
+            .await
+            .expect("tz");
+        let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
+            .await
+            .expect("imports again");
+        assert_eq!((again.imported, again.already), (0, readable), "in {zone}");
+    }
+    assert_eq!(rows(&db).await, i64::try_from(readable).expect("small"));
+    // A row of another time on a known day is still new.
+    let header = "full_date,date,weekday,time,mood,activities,note_title,note\n";
+    let later = format!("{header}2025-01-01,January 1,Wednesday,23:59,awful,,,morning0\n");
+    let one = import::import_bytes(&db.journal, ME, later.as_bytes())
+        .await
+        .expect("one more");
+    assert_eq!((one.imported, one.already), (1, 0));
+}
+
+/// A row imported before `import_time` existed (NULL) is recognised by its UTC time in
+/// the zone it was imported in, and remembered by its wall-clock time from then on.
+#[tokio::test]
+async fn rows_imported_before_the_import_key_are_recognised_and_keyed() {
+    let db = fresh().await;
+    let (csv, readable) = export(12);
+    let readable = u64::try_from(readable).expect("small");
+    import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports");
+    // What the rows of an older daylog look like: no wall-clock time.
+    let raw = sqlx::SqlitePool::connect(&db.url).await.expect("raw pool");
+    sqlx::query("UPDATE day_logs SET import_time = NULL")
+        .execute(&raw)
+        .await
+        .expect("forget the key");
+    raw.close().await;
+    let same_zone = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("again in the same zone");
+    assert_eq!((same_zone.imported, same_zone.already), (0, readable));
+    commands::respond(&db.journal, ME, Command::Tz("Asia/Tokyo".into()))
+        .await
+        .expect("tz");
+    let other_zone = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("again in another zone");
+    assert_eq!((other_zone.imported, other_zone.already), (0, readable));
 }
 
 #[tokio::test]
