@@ -1639,6 +1639,8 @@ pub const SEARCH_LIMIT: i64 = 5;
 /// text is escaped when rendered whatever it contains.
 const MATCH_START: char = '\u{E000}';
 const MATCH_END: char = '\u{E001}';
+/// What FTS5's `snippet()` puts where it cut the text; shown as `…`.
+const ELLIPSIS: char = '\u{E002}';
 
 /// How many of the user's newest entries that contain every word `/search` ranks. A
 /// journal rarely has this many for a real query, so the ranking is exact; a word in
@@ -1648,7 +1650,9 @@ pub const SEARCH_CANDIDATES: i64 = 1000;
 
 /// `/search`: the user's entries that contain every word of the FTS5 query `?2` (built
 /// by [`fts_query`]): of the newest `?6` of them, the best `?5` (bm25; ties newest
-/// first), each with a snippet of about 16 words whose matches are wrapped in `?3`…`?4`.
+/// first), each with a snippet of about 16 words whose matches are wrapped in `?3`…`?4`
+/// and cuts marked `?7`; the snippet is of the folded text ([`fold_for_search`]), and the
+/// entry's own `text` comes along to put its letters back ([`SearchHit::snippet`]).
 /// The snippet is made for those few only, by a second lookup of the index by rowid
 /// (`CROSS JOIN` keeps SQLite from scanning every match again to join them).
 /// The `day` line is the one place that says which day a found entry belongs to.
@@ -1663,7 +1667,8 @@ pub const SEARCH_SQL: &str = "WITH candidates AS (
          ORDER BY score, created_at DESC, id DESC LIMIT ?5)
      SELECT d.id,
          coalesce(d.local_day, date(d.created_at)) AS day,
-         snippet(day_logs_fts, 0, ?3, ?4, '…', 16) AS snippet
+         snippet(day_logs_fts, 0, ?3, ?4, ?7, 16) AS snippet,
+         d.text AS text
      FROM best
      CROSS JOIN day_logs d ON d.id = best.id
      CROSS JOIN day_logs_fts ON day_logs_fts.rowid = best.id
@@ -1680,14 +1685,29 @@ pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
 /// So `NEAR`, `OR`, `*`, `-`, `:`, `^`, parentheses and quotes are only ever text to
 /// look for, never query syntax. Control characters separate words, as they do for the
 /// `unicode61` tokenizer (and a NUL would otherwise end the query early). `None` when
-/// there is no word at all.
+/// there is no word at all. Words are folded as the index is ([`fold_for_search`]).
 pub fn fts_query(words: &str) -> Option<String> {
     let quoted: Vec<String> = words
         .split(|c: char| c.is_whitespace() || c.is_control())
         .filter(|word| !word.is_empty())
-        .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
+        .map(|word| format!("\"{}\"", fold_for_search(word).replace('"', "\"\"")))
         .collect();
     (!quoted.is_empty()).then(|| quoted.join(" "))
+}
+
+/// What the search index holds of a text, and what a query is folded to: `ё` as `е`
+/// and `Ё` as `Е` (Russian writes both for one word, and unicode61's
+/// `remove_diacritics` leaves Cyrillic alone). The same fold as the triggers of
+/// `migrations/20261201000012_search_fold.sql`; one letter for one letter, so the words
+/// of a text stay where they were and snippets show the text as written.
+pub fn fold_for_search(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            'ё' => 'е',
+            'Ё' => 'Е',
+            c => c,
+        })
+        .collect()
 }
 
 /// A run of a search snippet: matched words or the text between them.
@@ -1703,12 +1723,42 @@ pub struct SearchHit {
     pub id: i64,
     /// `YYYY-MM-DD`, the day the entry belongs to.
     pub day: String,
-    /// FTS5's snippet with the private match marks; read it through [`Self::snippet`].
+    /// FTS5's snippet of the folded text, with the private match marks; read it
+    /// through [`Self::snippet`].
     #[sqlx(rename = "snippet")]
     raw_snippet: String,
+    /// The entry as written, whose letters the snippet shows.
+    text: String,
 }
 
 impl SearchHit {
+    /// The raw snippet with the letters of the entry as written: the fold swaps `ё` and
+    /// `е` (both two bytes in UTF-8), so the folded snippet's text is found in the folded
+    /// entry at the offset where the original has it. Should it not be found (an entry
+    /// that itself contains the private marks), the folded snippet is shown.
+    fn unfolded_snippet(&self) -> String {
+        let marks = [MATCH_START, MATCH_END, ELLIPSIS];
+        let body: String = self
+            .raw_snippet
+            .chars()
+            .filter(|c| !marks.contains(c))
+            .collect();
+        let original = fold_for_search(&self.text)
+            .find(&body)
+            .and_then(|start| self.text.get(start..start + body.len()));
+        let mut letters = original.unwrap_or(&body).chars();
+        self.raw_snippet
+            .chars()
+            .map(|c| {
+                if marks.contains(&c) {
+                    c
+                } else {
+                    letters.next().unwrap_or(c)
+                }
+            })
+            .collect()
+    }
+
     /// The part of the entry around the matches, as runs of matched and other text.
     pub fn snippet(&self) -> Vec<SnippetRun> {
         let mut runs: Vec<SnippetRun> = Vec::new();
@@ -1722,8 +1772,9 @@ impl SearchHit {
                 });
             }
         };
-        for c in self.raw_snippet.chars() {
+        for c in self.unfolded_snippet().chars() {
             match c {
+                ELLIPSIS => current.push('…'),
                 MATCH_START => {
                     close(&mut current, matched, &mut runs);
                     matched = true;
@@ -1763,6 +1814,7 @@ impl Store {
             .bind(MATCH_END.to_string())
             .bind(SEARCH_LIMIT)
             .bind(SEARCH_CANDIDATES)
+            .bind(ELLIPSIS.to_string())
             .fetch_all(&self.read)
             .await?)
     }

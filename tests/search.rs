@@ -234,6 +234,121 @@ async fn latin_diacritics_and_cyrillic_case_fold() {
     );
 }
 
+/// Russian writes "ещё" and "еще" for one word: either spelling finds both, and the
+/// snippet shows each entry as it was written, its own spelling bold.
+#[tokio::test]
+async fn yo_and_ye_are_one_letter_to_search_and_snippets_keep_the_original() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let dotted = entry(&db.store, ME, 1, "Ещё один день, ещё прогулка. Ёлка!").await;
+    let plain = entry(&db.store, ME, 2, "еще без точек, елка").await;
+    let mut both = vec![dotted, plain];
+    both.sort_unstable();
+
+    for query in ["еще", "ещё", "ЕЩЁ", "Еще"] {
+        let mut found = ids(&db.store.search(ME, query).await.expect("s"));
+        found.sort_unstable();
+        assert_eq!(found, both, "{query}");
+    }
+    for query in ["ёлка", "елка", "ЁЛКА"] {
+        assert_eq!(
+            db.store.search(ME, query).await.expect("s").len(),
+            2,
+            "{query}"
+        );
+    }
+    let hits = db.store.search(ME, "еще").await.expect("s");
+    let dotted_hit = hits.iter().find(|h| h.id == dotted).expect("found");
+    let bold: Vec<String> = dotted_hit
+        .snippet()
+        .into_iter()
+        .filter(|r| r.matched)
+        .map(|r| r.text)
+        .collect();
+    assert_eq!(bold, ["Ещё", "ещё"]);
+    let shown: String = dotted_hit.snippet().into_iter().map(|r| r.text).collect();
+    assert!(shown.contains("Ёлка"), "{shown}");
+
+    // A long entry is cut around the match; what is shown is still as written.
+    let long = format!(
+        "{}ёж пришёл тут{}",
+        "слово ".repeat(30),
+        " конец".repeat(30)
+    );
+    let long_id = entry(&db.store, ME, 3, &long).await;
+    let hits = db.store.search(ME, "еж").await.expect("s");
+    assert_eq!(ids(&hits), [long_id]);
+    let runs = hits[0].snippet();
+    let shown: String = runs.iter().map(|r| r.text.as_str()).collect();
+    assert!(shown.starts_with('…') && shown.ends_with('…'), "{shown}");
+    assert!(shown.contains(" пришёл тут "), "{shown}");
+    assert!(runs.iter().any(|r| r.matched && r.text == "ёж"), "{runs:?}");
+
+    // The folded index follows edits and deletes like the plain one did.
+    db.store
+        .update_text(ME, 1, "Сегодня без слов")
+        .await
+        .expect("edit")
+        .expect("changed");
+    assert_eq!(ids(&db.store.search(ME, "ещё").await.expect("s")), [plain]);
+    db.store.delete_user(ME).await.expect("/delete");
+    assert!(db.store.search(ME, "еще").await.expect("s").is_empty());
+}
+
+#[test]
+fn the_search_fold_changes_only_yo() {
+    assert_eq!(store::fold_for_search("Ёлка, ещё, café"), "Елка, еще, café");
+    assert_eq!(
+        store::fts_query("ещё \"Ёж\""),
+        Some("\"еще\" \"\"\"Еж\"\"\"".into())
+    );
+}
+
+/// Any word of е, ё and other letters, written with any choice of е or ё where the
+/// entry has either, finds the entry, and the snippet marks the word as written.
+#[test]
+fn any_spelling_of_yo_finds_the_word_as_written() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let db = runtime.block_on(async {
+        let db = fresh().await;
+        user(&db.store, ME).await;
+        entry(&db.store, ME, 1, "start").await;
+        db
+    });
+    let letter = prop::sample::select(vec!['е', 'ё', 'Е', 'Ё', 'ж', 'Ж', 'a']);
+    let word = prop::collection::vec(letter, 1..8);
+    let flips = prop::collection::vec(any::<bool>(), 8);
+    proptest!(ProptestConfig::with_cases(100), |(word in word, flips in flips)| {
+        let written: String = word.iter().collect();
+        let asked: String = word
+            .iter()
+            .zip(&flips)
+            .map(|(c, flip)| match (c, flip) {
+                ('е', true) => 'ё',
+                ('ё', true) => 'е',
+                ('Е', true) => 'ё',
+                ('Ё', true) => 'е',
+                (c, _) => *c,
+            })
+            .collect();
+        let text = format!("before {written} after");
+        runtime.block_on(db.store.update_text(ME, 1, &text)).expect("edit");
+        let hits = runtime.block_on(db.store.search(ME, &asked)).expect("search");
+        prop_assert_eq!(hits.len(), 1, "{:?} for {:?}", asked, written);
+        let bold: Vec<String> = hits[0]
+            .snippet()
+            .into_iter()
+            .filter(|r| r.matched)
+            .map(|r| r.text)
+            .collect();
+        prop_assert_eq!(bold, vec![written.clone()]);
+    });
+    runtime.block_on(assert_index_in_step(&db.url));
+}
+
 #[tokio::test]
 async fn edits_and_deletes_are_reflected_by_the_schema() {
     let db = fresh().await;
@@ -343,6 +458,56 @@ async fn the_migration_indexes_entries_stored_before_it() {
 
     // Assert
     assert_eq!(store.search(ME, "tulips").await.expect("s").len(), 1);
+    assert_index_in_step(&url).await;
+}
+
+#[tokio::test]
+async fn the_fold_migration_reindexes_entries_stored_before_it() {
+    // Arrange: the schema just before the fold, with an entry written with ё.
+    let dir = tempfile::tempdir().expect("dir");
+    let older = dir.path().join("older-migrations");
+    std::fs::create_dir(&older).expect("mkdir");
+    for file in std::fs::read_dir("migrations").expect("migrations") {
+        let path = file.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        if name.as_str() < "20261201000012" {
+            std::fs::copy(&path, older.join(&name)).expect("copy");
+        }
+    }
+    let url = format!("sqlite://{}/daylog.db?mode=rwc", dir.path().display());
+    let pool = writer(&url).await;
+    sqlx::migrate::Migrator::new(older.as_path())
+        .await
+        .expect("older migrator")
+        .run(&pool)
+        .await
+        .expect("older schema");
+    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (1, 1)")
+        .execute(&pool)
+        .await
+        .expect("user");
+    sqlx::query(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text) VALUES (1, 1, 1, 'Ещё раз')",
+    )
+    .execute(&pool)
+    .await
+    .expect("old entry");
+    pool.close().await;
+
+    // Act
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("migrates");
+
+    // Assert: found by either spelling; deleting it leaves no token behind.
+    assert_eq!(store.search(ME, "еще").await.expect("s").len(), 1);
+    assert_eq!(store.search(ME, "ещё").await.expect("s").len(), 1);
+    store.delete_user(ME).await.expect("delete");
+    assert!(store.search(ME, "еще").await.expect("s").is_empty());
     assert_index_in_step(&url).await;
 }
 
