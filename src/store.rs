@@ -96,7 +96,8 @@ const BUSY_RETRIES: [Duration; 4] = [
     Duration::from_secs(2),
 ];
 
-/// Runs an idempotent write, trying again while the database is busy.
+/// Runs an idempotent write, trying again while the database is busy. Every write of
+/// the store goes through it (one retry policy); a transaction is retried whole.
 async fn retry_busy<T, F, Fut>(what: &'static str, mut write: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
@@ -704,17 +705,20 @@ impl Store {
     }
 
     pub async fn set_language(&self, user_id: i64, language: Language) -> Result<(), StoreError> {
-        let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
-            .bind(user_id)
-            .bind(language.code())
-            .execute(&self.write)
-            .await?;
-        if done.rows_affected() == 0 {
-            // No such user (its insert failed, e.g. on a full disk): nothing was saved,
-            // so the caller must not say that the language is set.
-            return Err(StoreError::Sql(sqlx::Error::RowNotFound));
-        }
-        Ok(())
+        retry_busy("set_language", || async {
+            let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
+                .bind(user_id)
+                .bind(language.code())
+                .execute(&self.write)
+                .await?;
+            if done.rows_affected() == 0 {
+                // No such user (its insert failed, e.g. on a full disk): nothing was
+                // saved, so the caller must not say that the language is set.
+                return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// `/tz`: the user's zone from now on (entries already stored keep their day).
@@ -737,18 +741,21 @@ impl Store {
     /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
     /// many logs went.
     pub async fn delete_user(&self, user_id: i64) -> Result<u64, StoreError> {
-        let mut tx = self.write.begin().await?;
-        let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
-            .bind(user_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        sqlx::query("DELETE FROM users WHERE user_id = ?1")
-            .bind(user_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(logs)
+        retry_busy("delete_user", || async {
+            let mut tx = self.write.begin().await?;
+            let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            sqlx::query("DELETE FROM users WHERE user_id = ?1")
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(logs)
+        })
+        .await
     }
 
     // ---- day logs ----

@@ -752,3 +752,52 @@ async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
             .is_empty()
     );
 }
+
+/// `/lang` and `/delete` wait out a lock held longer than `busy_timeout` (a `sqlite3`
+/// shell left in a transaction) like every other write, instead of failing at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn language_and_delete_retry_a_busy_database_like_every_write() {
+    use sqlx::Connection as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/daylog.db", dir.path().display());
+    let store = Store::open_and_migrate(&url, Duration::from_millis(100))
+        .await
+        .expect("store opens");
+    user(&store, 1).await;
+    user(&store, 2).await;
+    log(&store, 2, 1, "to be deleted").await;
+    let mut locker = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("second connection");
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (99, 99)")
+        .execute(&mut locker)
+        .await
+        .expect("write under the lock");
+
+    let language = tokio::spawn({
+        let store = store.clone();
+        async move { store.set_language(1, Language::Ru).await }
+    });
+    let delete = tokio::spawn({
+        let store = store.clone();
+        async move { store.delete_user(2).await }
+    });
+    // Longer than busy_timeout, well within the retries.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    sqlx::query("COMMIT")
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+
+    language.await.expect("task").expect("language set");
+    assert_eq!(delete.await.expect("task").expect("deleted"), 1);
+    assert_eq!(
+        store.user(1).await.expect("read").expect("user").language,
+        "ru"
+    );
+    assert!(store.user(2).await.expect("read").is_none());
+}
