@@ -29,7 +29,7 @@ use crate::journal::{
 use crate::language::Language;
 use crate::llm::{Audio, Llm};
 use crate::render;
-use crate::store::{FrontEnd, NewUser, Store};
+use crate::store::{ChatId, FrontEnd, NewUser, Store, UserId};
 use crate::texts::Texts;
 use crate::worker;
 
@@ -203,7 +203,9 @@ where
     let worker = tokio::spawn(worker::run(
         Arc::clone(&journal),
         Arc::clone(&terminal),
-        FrontEnd::Terminal { user_id: user },
+        FrontEnd::Terminal {
+            user_id: UserId(user),
+        },
         stop.clone(),
     ));
     if std::io::stdin().is_terminal() {
@@ -395,8 +397,8 @@ impl Session {
         let texts = Texts(language);
         // A command may come before any entry: the user must exist for `/lang` to stick.
         let new_user = NewUser {
-            user_id: self.user,
-            chat_id: self.user,
+            user_id: UserId(self.user),
+            chat_id: ChatId(self.user),
             username: None,
             language,
         };

@@ -24,6 +24,57 @@ use crate::llm::{Attempt, AttemptSink, SpentBudget};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// Small typed ids, so that a user id, a chat id, a message id and a log id cannot be
+/// passed for one another (`entries_last_hour(user, log)`, `claim(chat, message)`).
+/// Stored as the plain integers of the schema (`sqlx(transparent)`).
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, sqlx::Type,
+        )]
+        #[sqlx(transparent)]
+        pub struct $name(pub i64);
+
+        impl $name {
+            /// The integer as stored.
+            pub const fn get(self) -> i64 {
+                self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl From<$name> for i64 {
+            fn from(id: $name) -> i64 {
+                id.0
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A Telegram user id (`users.user_id`); a terminal user has one too.
+    UserId
+);
+id_type!(
+    /// A Telegram chat id (`day_logs.chat_id`, `users.chat_id`).
+    ChatId
+);
+id_type!(
+    /// A message id within its chat (`day_logs.message_id`); negative for terminal and
+    /// imported entries.
+    MessageId
+);
+id_type!(
+    /// A day log (`day_logs.id`).
+    LogId
+);
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("DATABASE_URL must be a SQLite URL such as sqlite://data/daylog.db")]
@@ -139,8 +190,8 @@ impl LogStatus {
 
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct User {
-    pub user_id: i64,
-    pub chat_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
     pub username: Option<String>,
     pub language: String,
     pub timezone: String,
@@ -156,8 +207,8 @@ impl User {
 /// What a handler knows about the sender of a message.
 #[derive(Debug, Clone)]
 pub struct NewUser<'a> {
-    pub user_id: i64,
-    pub chat_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
     pub username: Option<&'a str>,
     /// Used only when the user is first seen; `/lang` changes it later.
     pub language: Language,
@@ -165,10 +216,10 @@ pub struct NewUser<'a> {
 
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct DayLog {
-    pub id: i64,
-    pub user_id: i64,
-    pub chat_id: i64,
-    pub message_id: i64,
+    pub id: LogId,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
     pub text: String,
     pub created_at: String,
     pub status: LogStatus,
@@ -183,9 +234,9 @@ pub struct DayLog {
 
 #[derive(Debug, Clone)]
 pub struct NewLog<'a> {
-    pub user_id: i64,
-    pub chat_id: i64,
-    pub message_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
     pub text: &'a str,
     /// The local day, fixed now; `None` falls back to the UTC date with the 4-hour rule.
     pub local_day: Option<jiff::civil::Date>,
@@ -194,9 +245,9 @@ pub struct NewLog<'a> {
 /// A voice note to store (SPEC §11): the log starts with an empty text.
 #[derive(Debug, Clone)]
 pub struct NewVoiceLog<'a> {
-    pub user_id: i64,
-    pub chat_id: i64,
-    pub message_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
     /// Telegram's `file_id` (for `daylog chat`, the path of the file).
     pub file_id: &'a str,
     pub duration_s: Option<u32>,
@@ -258,7 +309,7 @@ impl Source {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrontEnd {
     Telegram,
-    Terminal { user_id: i64 },
+    Terminal { user_id: UserId },
 }
 
 impl FrontEnd {
@@ -269,7 +320,7 @@ impl FrontEnd {
         }
     }
 
-    fn user_id(self) -> Option<i64> {
+    fn user_id(self) -> Option<UserId> {
         match self {
             Self::Telegram => None,
             Self::Terminal { user_id } => Some(user_id),
@@ -283,11 +334,11 @@ pub enum Inserted {
     /// The new row, as stored (so the caller does not read it back).
     New(Box<DayLog>),
     /// The same `(chat_id, message_id)` was stored before: a re-delivered update.
-    Duplicate(i64),
+    Duplicate(LogId),
 }
 
 impl Inserted {
-    pub fn id(&self) -> i64 {
+    pub fn id(&self) -> LogId {
         match self {
             Self::New(log) => log.id,
             Self::Duplicate(id) => *id,
@@ -310,7 +361,7 @@ pub struct DailyMetrics {
 /// A user's daily reminder (`reminders`).
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct Reminder {
-    pub user_id: i64,
+    pub user_id: UserId,
     pub local_time: String,
     pub enabled: bool,
     pub last_sent_day: Option<String>,
@@ -320,8 +371,8 @@ pub struct Reminder {
 /// A reminder whose time has come, with what sending it needs to know of its user.
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct DueReminder {
-    pub user_id: i64,
-    pub chat_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
     pub language: String,
     pub timezone: String,
     pub local_time: String,
@@ -694,7 +745,7 @@ impl Store {
         .await
     }
 
-    pub async fn user(&self, user_id: i64) -> Result<Option<User>, StoreError> {
+    pub async fn user(&self, user_id: UserId) -> Result<Option<User>, StoreError> {
         Ok(sqlx::query_as::<_, User>(
             "SELECT user_id, chat_id, username, language, timezone, created_at
              FROM users WHERE user_id = ?1",
@@ -704,7 +755,11 @@ impl Store {
         .await?)
     }
 
-    pub async fn set_language(&self, user_id: i64, language: Language) -> Result<(), StoreError> {
+    pub async fn set_language(
+        &self,
+        user_id: UserId,
+        language: Language,
+    ) -> Result<(), StoreError> {
         retry_busy("set_language", || async {
             let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
                 .bind(user_id)
@@ -724,7 +779,7 @@ impl Store {
     /// `/tz`: the user's zone from now on (entries already stored keep their day).
     pub async fn set_timezone(
         &self,
-        user_id: i64,
+        user_id: UserId,
         zone: &crate::time::UserZone,
     ) -> Result<(), StoreError> {
         retry_busy("set_timezone", || async {
@@ -740,7 +795,7 @@ impl Store {
 
     /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
     /// many logs went.
-    pub async fn delete_user(&self, user_id: i64) -> Result<u64, StoreError> {
+    pub async fn delete_user(&self, user_id: UserId) -> Result<u64, StoreError> {
         retry_busy("delete_user", || async {
             let mut tx = self.write.begin().await?;
             let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
@@ -793,7 +848,7 @@ impl Store {
         .await
     }
 
-    pub async fn log(&self, id: i64) -> Result<Option<DayLog>, StoreError> {
+    pub async fn log(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
         Ok(sqlx::query_as::<_, DayLog>(&format!(
             "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"
         ))
@@ -807,8 +862,8 @@ impl Store {
     /// did not change (an edit of formatting only).
     pub async fn update_text(
         &self,
-        chat_id: i64,
-        message_id: i64,
+        chat_id: ChatId,
+        message_id: MessageId,
         text: &str,
     ) -> Result<Option<DayLog>, StoreError> {
         retry_busy("update_text", || async {
@@ -835,7 +890,7 @@ impl Store {
     /// take the same id (a number read before the insert could already be taken).
     pub async fn insert_chat_log(
         &self,
-        user_id: i64,
+        user_id: UserId,
         text: &str,
         local_day: Option<jiff::civil::Date>,
     ) -> Result<DayLog, StoreError> {
@@ -868,7 +923,7 @@ impl Store {
     /// already there, whatever the user's zone was then or is now (`import_time`).
     pub async fn import_logs(
         &self,
-        user_id: i64,
+        user_id: UserId,
         logs: &[NewImportLog<'_>],
     ) -> Result<ImportCounts, StoreError> {
         retry_busy("import_logs", || async {
@@ -976,7 +1031,7 @@ impl Store {
     /// [`Store::insert_chat_log`]; `file` is the path it is read again from.
     pub async fn insert_chat_voice_log(
         &self,
-        user_id: i64,
+        user_id: UserId,
         file: &str,
         duration_s: Option<u32>,
         local_day: Option<jiff::civil::Date>,
@@ -1003,7 +1058,7 @@ impl Store {
     }
 
     /// The voice part of a log, read fresh; `None` for a text log.
-    pub async fn voice_note(&self, id: i64) -> Result<Option<VoiceNote>, StoreError> {
+    pub async fn voice_note(&self, id: LogId) -> Result<Option<VoiceNote>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT file_id, duration_s, transcript_sent_at FROM day_logs
              WHERE id = ?1 AND kind = 'voice' AND file_id IS NOT NULL",
@@ -1018,7 +1073,7 @@ impl Store {
     /// stored, or `None` when nothing changed.
     pub async fn store_transcript(
         &self,
-        id: i64,
+        id: LogId,
         transcript: &str,
     ) -> Result<Option<DayLog>, StoreError> {
         retry_busy("store_transcript", || async {
@@ -1037,7 +1092,7 @@ impl Store {
     }
 
     /// The transcript reached the user (or never can): it is not shown again.
-    pub async fn mark_transcript_sent(&self, id: i64) -> Result<(), StoreError> {
+    pub async fn mark_transcript_sent(&self, id: LogId) -> Result<(), StoreError> {
         retry_busy("mark_transcript_sent", || async {
             sqlx::query(
                 "UPDATE day_logs SET transcript_sent_at = datetime('now')
@@ -1055,7 +1110,7 @@ impl Store {
     /// log's text is no longer that text (edited meanwhile) or it is no longer pending.
     pub async fn mark_analyzed(
         &self,
-        id: i64,
+        id: LogId,
         analysed_text: &str,
         analysis: &str,
         metrics_json: &str,
@@ -1081,7 +1136,7 @@ impl Store {
     /// `false` when the log changed meanwhile (see [`Store::mark_analyzed`]).
     pub async fn mark_retry(
         &self,
-        id: i64,
+        id: LogId,
         analysed_text: &str,
         retry_in: Duration,
     ) -> Result<bool, StoreError> {
@@ -1102,7 +1157,7 @@ impl Store {
     }
 
     /// Postpones a pending log without counting an attempt (the per-user hourly limit).
-    pub async fn defer(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
+    pub async fn defer(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
         self.schedule(
             "defer",
             "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
@@ -1115,7 +1170,7 @@ impl Store {
 
     /// The answer could not be delivered for now (Telegram unreachable): the worker
     /// tries again after `retry_in` instead of on every poll.
-    pub async fn delay_reply(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
+    pub async fn delay_reply(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
         self.schedule(
             "delay_reply",
             "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
@@ -1131,7 +1186,7 @@ impl Store {
         &self,
         what: &'static str,
         sql: &'static str,
-        id: i64,
+        id: LogId,
         retry_in: Duration,
     ) -> Result<(), StoreError> {
         retry_busy(what, || async {
@@ -1149,7 +1204,7 @@ impl Store {
     /// been extracted. `false` when the log changed meanwhile.
     pub async fn mark_blocked(
         &self,
-        id: i64,
+        id: LogId,
         analysed_text: &str,
         metrics_json: Option<&str>,
     ) -> Result<bool, StoreError> {
@@ -1171,7 +1226,7 @@ impl Store {
 
     /// Given up on `text` after `worker.max_age_hours`. `false` when the log changed
     /// meanwhile (an edit: it is pending again, with a fresh text).
-    pub async fn mark_failed(&self, id: i64, text: &str) -> Result<bool, StoreError> {
+    pub async fn mark_failed(&self, id: LogId, text: &str) -> Result<bool, StoreError> {
         retry_busy("mark_failed", || async {
             let done = sqlx::query(
                 "UPDATE day_logs SET status = 'failed', next_attempt_at = NULL, replied_at = NULL
@@ -1188,7 +1243,7 @@ impl Store {
 
     /// The final answer for this log reached the user. A log that went back to pending
     /// meanwhile (edited) is left alone: its new answer is still owed.
-    pub async fn mark_replied(&self, id: i64) -> Result<(), StoreError> {
+    pub async fn mark_replied(&self, id: LogId) -> Result<(), StoreError> {
         retry_busy("mark_replied", || async {
             sqlx::query(
                 "UPDATE day_logs SET replied_at = datetime('now')
@@ -1230,7 +1285,7 @@ impl Store {
     /// what is left to do on it now, if anything (another task may have finished it).
     pub async fn unfinished_one(
         &self,
-        id: i64,
+        id: LogId,
     ) -> Result<Option<(Unfinished, DayLog)>, StoreError> {
         let log = sqlx::query_as::<_, DayLog>(&format!(
             "SELECT {LOG_COLUMNS} FROM day_logs
@@ -1243,7 +1298,7 @@ impl Store {
     }
 
     /// Seconds since the log was stored.
-    pub async fn log_age(&self, id: i64) -> Result<Option<Duration>, StoreError> {
+    pub async fn log_age(&self, id: LogId) -> Result<Option<Duration>, StoreError> {
         let secs: Option<f64> = sqlx::query_scalar(
             "SELECT (julianday('now') - julianday(created_at)) * 86400.0 FROM day_logs WHERE id = ?1",
         )
@@ -1255,7 +1310,7 @@ impl Store {
 
     /// Entries the user stored in the hour before log `id` (for the per-user limit on
     /// analyses: entries beyond it are saved and analysed later).
-    pub async fn entries_last_hour(&self, user_id: i64, id: i64) -> Result<i64, StoreError> {
+    pub async fn entries_last_hour(&self, user_id: UserId, id: LogId) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM day_logs
              WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')",
@@ -1267,7 +1322,7 @@ impl Store {
     }
 
     /// The user's last `limit` logs, newest first.
-    pub async fn history(&self, user_id: i64, limit: i64) -> Result<Vec<DayLog>, StoreError> {
+    pub async fn history(&self, user_id: UserId, limit: i64) -> Result<Vec<DayLog>, StoreError> {
         Ok(sqlx::query_as::<_, DayLog>(HISTORY_SQL)
             .bind(user_id)
             .bind(limit)
@@ -1276,7 +1331,7 @@ impl Store {
     }
 
     /// Every log of the user, oldest first (for `/export`).
-    pub async fn export(&self, user_id: i64) -> Result<Vec<DayLog>, StoreError> {
+    pub async fn export(&self, user_id: UserId) -> Result<Vec<DayLog>, StoreError> {
         Ok(sqlx::query_as::<_, DayLog>(&format!(
             "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1 ORDER BY created_at, id"
         ))
@@ -1288,7 +1343,7 @@ impl Store {
     /// Per-local-day averages from local day `first` on, oldest first.
     pub async fn daily_metrics(
         &self,
-        user_id: i64,
+        user_id: UserId,
         first: jiff::civil::Date,
     ) -> Result<Vec<DailyMetrics>, StoreError> {
         Ok(sqlx::query_as::<_, DailyMetrics>(DAILY_METRICS_SQL)
@@ -1300,7 +1355,7 @@ impl Store {
 
     /// Every local day on which the user wrote something, newest first (streaks). Reads
     /// the `day_logs_user_day` index only.
-    pub async fn entry_days(&self, user_id: i64) -> Result<Vec<String>, StoreError> {
+    pub async fn entry_days(&self, user_id: UserId) -> Result<Vec<String>, StoreError> {
         // One index seek per day (a loose index scan), not one step per entry: a year
         // of a busy journal is ~365 seeks instead of tens of thousands of index rows.
         Ok(sqlx::query_scalar(
@@ -1322,7 +1377,7 @@ impl Store {
     /// days, SPEC §10), from `day_activities`.
     pub async fn day_activities(
         &self,
-        user_id: i64,
+        user_id: UserId,
         first: jiff::civil::Date,
     ) -> Result<Vec<(String, String)>, StoreError> {
         Ok(sqlx::query_as(
@@ -1338,7 +1393,7 @@ impl Store {
     /// Whether the user has an entry for local day `day`.
     pub async fn has_entry_on(
         &self,
-        user_id: i64,
+        user_id: UserId,
         day: jiff::civil::Date,
     ) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
@@ -1354,8 +1409,8 @@ impl Store {
     /// `before_id`, newest first, skipping empty ones.
     pub async fn recent_summaries(
         &self,
-        user_id: i64,
-        before_id: i64,
+        user_id: UserId,
+        before_id: LogId,
         limit: i64,
     ) -> Result<Vec<String>, StoreError> {
         // Newest first through (user_id, created_at), so SQLite stops after `limit` hits
@@ -1377,7 +1432,7 @@ impl Store {
 
     /// The models (provider, model) that refused this log's current text on content
     /// policy: they are never asked about it again.
-    pub async fn refusals(&self, day_log_id: i64) -> Result<Vec<(String, String)>, StoreError> {
+    pub async fn refusals(&self, day_log_id: LogId) -> Result<Vec<(String, String)>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT provider, model FROM llm_refusals WHERE day_log_id = ?1
              ORDER BY created_at, provider, model",
@@ -1391,7 +1446,7 @@ impl Store {
     /// stored when the log's text has changed meanwhile (an edit is a new question).
     pub async fn record_refusals(
         &self,
-        day_log_id: i64,
+        day_log_id: LogId,
         analysed_text: &str,
         refused: &[(String, String)],
     ) -> Result<(), StoreError> {
@@ -1475,7 +1530,7 @@ impl Store {
 
     // ---- reminders ----
 
-    pub async fn reminder(&self, user_id: i64) -> Result<Option<Reminder>, StoreError> {
+    pub async fn reminder(&self, user_id: UserId) -> Result<Option<Reminder>, StoreError> {
         Ok(sqlx::query_as::<_, Reminder>(
             "SELECT user_id, local_time, enabled, last_sent_day, next_due_at
              FROM reminders WHERE user_id = ?1",
@@ -1489,7 +1544,7 @@ impl Store {
     /// reminder is kept, so a new time cannot bring a second reminder the same day.
     pub async fn set_reminder(
         &self,
-        user_id: i64,
+        user_id: UserId,
         local_time: &str,
         next_due_at: &str,
     ) -> Result<(), StoreError> {
@@ -1511,7 +1566,7 @@ impl Store {
     }
 
     /// `/remind off`, or Telegram said the user blocked the bot.
-    pub async fn disable_reminder(&self, user_id: i64) -> Result<(), StoreError> {
+    pub async fn disable_reminder(&self, user_id: UserId) -> Result<(), StoreError> {
         retry_busy("disable_reminder", || async {
             sqlx::query("UPDATE reminders SET enabled = 0, next_due_at = NULL WHERE user_id = ?1")
                 .bind(user_id)
@@ -1525,7 +1580,7 @@ impl Store {
     /// A new zone: the reminder (if on) is next due at `next_due_at`.
     pub async fn reschedule_reminder(
         &self,
-        user_id: i64,
+        user_id: UserId,
         next_due_at: &str,
     ) -> Result<(), StoreError> {
         retry_busy("reschedule_reminder", || async {
@@ -1557,7 +1612,7 @@ impl Store {
     /// restart) can never both send it. `false` when someone else moved it first.
     pub async fn advance_reminder(
         &self,
-        user_id: i64,
+        user_id: UserId,
         due_at: &str,
         sent_day: Option<&str>,
         next_due_at: &str,
@@ -1583,7 +1638,7 @@ impl Store {
     /// reason, so the next tick tries again (within `reminders.max_late_minutes`).
     pub async fn restore_reminder(
         &self,
-        user_id: i64,
+        user_id: UserId,
         due_at: &str,
         last_sent_day: Option<&str>,
         advanced_to: &str,
@@ -1608,7 +1663,7 @@ impl Store {
 
     pub async fn record_call(
         &self,
-        day_log_id: Option<i64>,
+        day_log_id: Option<LogId>,
         attempt: &Attempt,
     ) -> Result<(), StoreError> {
         insert_calls(&self.write, &[(day_log_id, attempt.clone())]).await
@@ -1616,7 +1671,7 @@ impl Store {
 
     /// A sink for the cascade that records each attempt against one log. Recording runs
     /// in the background so the cascade never waits on the database.
-    pub fn call_sink(&self, day_log_id: Option<i64>) -> CallSink {
+    pub fn call_sink(&self, day_log_id: Option<LogId>) -> CallSink {
         CallSink {
             calls: self.calls.clone(),
             day_log_id,
@@ -1727,7 +1782,7 @@ pub struct SnippetRun {
 /// One entry found by [`Store::search`].
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct SearchHit {
-    pub id: i64,
+    pub id: LogId,
     /// `YYYY-MM-DD`, the day the entry belongs to.
     pub day: String,
     /// FTS5's snippet of the folded text, with the private match marks; read it
@@ -1810,7 +1865,7 @@ impl Store {
     /// Up to [`SEARCH_LIMIT`] of the user's entries that contain every word of `words`
     /// (what the user typed, never FTS5 syntax: see [`fts_query`]), best matches first.
     /// No words at all finds nothing.
-    pub async fn search(&self, user_id: i64, words: &str) -> Result<Vec<SearchHit>, StoreError> {
+    pub async fn search(&self, user_id: UserId, words: &str) -> Result<Vec<SearchHit>, StoreError> {
         let Some(query) = fts_query(words) else {
             return Ok(Vec::new());
         };
@@ -1827,7 +1882,7 @@ impl Store {
     }
 
     /// The average mood of every day of `year` that has entries, oldest first.
-    pub async fn year_moods(&self, user_id: i64, year: i32) -> Result<Vec<DayMood>, StoreError> {
+    pub async fn year_moods(&self, user_id: UserId, year: i32) -> Result<Vec<DayMood>, StoreError> {
         Ok(sqlx::query_as::<_, DayMood>(YEAR_MOODS_SQL)
             .bind(user_id)
             .bind(format!("{year:04}-01-01"))
@@ -1840,7 +1895,7 @@ impl Store {
 /// Records attempts of one log's cascade into `llm_calls`.
 pub struct CallSink {
     calls: CallRecorder,
-    day_log_id: Option<i64>,
+    day_log_id: Option<LogId>,
 }
 
 impl AttemptSink for CallSink {
@@ -1853,7 +1908,7 @@ impl AttemptSink for CallSink {
 const CALL_BATCH: usize = 200;
 
 enum Recorded {
-    Call(Option<i64>, Attempt),
+    Call(Option<LogId>, Attempt),
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
@@ -1899,7 +1954,7 @@ impl CallRecorder {
                                 if let Err(error) =
                                     insert_calls(&write, std::slice::from_ref(call)).await
                                 {
-                                    tracing::warn!(%error, day_log_id = call.0, "could not record an LLM call");
+                                    tracing::warn!(%error, day_log_id = call.0.map(LogId::get), "could not record an LLM call");
                                 }
                             }
                         }
@@ -1928,7 +1983,7 @@ impl CallRecorder {
 
 async fn insert_calls(
     write: &SqlitePool,
-    calls: &[(Option<i64>, Attempt)],
+    calls: &[(Option<LogId>, Attempt)],
 ) -> Result<(), StoreError> {
     retry_busy("record_calls", || async {
         let mut insert = sqlx::QueryBuilder::new(

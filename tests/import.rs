@@ -18,6 +18,7 @@ use daylog::config::Settings;
 use daylog::import::{self, ImportError, ImportFailure, Report};
 use daylog::journal::Journal;
 use daylog::language::Language;
+use daylog::store::{ChatId, UserId};
 use daylog::store::{NewUser, Store};
 use jiff::civil::Date;
 
@@ -38,8 +39,8 @@ async fn fresh() -> Db {
         .expect("store opens");
     store
         .upsert_user(&NewUser {
-            user_id: ME,
-            chat_id: ME,
+            user_id: UserId(ME),
+            chat_id: ChatId(ME),
             username: None,
             language: Language::En,
         })
@@ -159,7 +160,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     // A terminal entry after the import still gets a fresh id.
     db.journal
         .store
-        .insert_chat_log(ME, "typed", None)
+        .insert_chat_log(UserId(ME), "typed", None)
         .await
         .expect("terminal entry after an import");
 
@@ -186,7 +187,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     let hits = db
         .journal
         .store
-        .search(ME, "morning20")
+        .search(UserId(ME), "morning20")
         .await
         .expect("search");
     assert_eq!(hits.len(), 1);
@@ -194,7 +195,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     let daily = db
         .journal
         .store
-        .daily_metrics(ME, Date::new(2025, 1, 1).expect("date"))
+        .daily_metrics(UserId(ME), Date::new(2025, 1, 1).expect("date"))
         .await
         .expect("daily");
     // The terminal entry above is of today, outside the export's 2025.
