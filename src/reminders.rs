@@ -20,7 +20,6 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::journal::{Journal, Messenger, Response, SendError, Target};
-use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{DueReminder, StoreError, UserId};
 use crate::texts::Texts;
@@ -273,7 +272,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
         day,
         advanced_to,
     } = send;
-    let language = Language::from_code(Some(&reminder.language));
+    let language = reminder.language;
     let text = Texts(language).reminder(variant(reminder.user_id.get(), day));
     let target = Target {
         chat_id: reminder.chat_id.get(),

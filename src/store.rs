@@ -193,14 +193,16 @@ pub struct User {
     pub user_id: UserId,
     pub chat_id: ChatId,
     pub username: Option<String>,
-    pub language: String,
+    /// `users.language`, read as a [`Language`] (an unknown code is English).
+    #[sqlx(try_from = "String")]
+    pub language: Language,
     pub timezone: String,
     pub created_at: String,
 }
 
 impl User {
     pub fn language(&self) -> Language {
-        Language::from_code(Some(&self.language))
+        self.language
     }
 }
 
@@ -373,7 +375,8 @@ pub struct Reminder {
 pub struct DueReminder {
     pub user_id: UserId,
     pub chat_id: ChatId,
-    pub language: String,
+    #[sqlx(try_from = "String")]
+    pub language: Language,
     pub timezone: String,
     pub local_time: String,
     pub last_sent_day: Option<String>,

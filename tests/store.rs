@@ -861,7 +861,30 @@ async fn language_and_delete_retry_a_busy_database_like_every_write() {
             .expect("read")
             .expect("user")
             .language,
-        "ru"
+        Language::Ru
     );
     assert!(store.user(UserId(2)).await.expect("read").is_none());
+}
+
+/// The store hands out `users.language` as a `Language`: a code written by hand (or
+/// by an older daylog) that is not one of ours reads as English, never an error.
+#[tokio::test]
+async fn a_users_language_comes_back_as_a_language() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    db.store
+        .set_language(UserId(1), Language::Ru)
+        .await
+        .expect("ru");
+    let stored = db.store.user(UserId(1)).await.expect("read").expect("user");
+    assert_eq!(stored.language, Language::Ru);
+
+    let raw = sqlx::SqlitePool::connect(&db.url).await.expect("raw");
+    sqlx::query("UPDATE users SET language = 'de-AT' WHERE user_id = 1")
+        .execute(&raw)
+        .await
+        .expect("by hand");
+    raw.close().await;
+    let stored = db.store.user(UserId(1)).await.expect("read").expect("user");
+    assert_eq!(stored.language, Language::En);
 }
