@@ -964,28 +964,27 @@ impl Store {
                     counts.already += 1;
                     continue;
                 }
-                let id: i64 = sqlx::query_scalar(
+                // The metrics go in with the row: the insert trigger of the metric
+                // columns sets them again as an update, so the columns and the day's
+                // activities follow as for an analysed entry, in the same statement.
+                let inserted = sqlx::query(
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
-                         replied_at, source, local_day, import_time)
+                         replied_at, source, local_day, import_time, metrics)
                      SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, ?3, 'analyzed',
-                         datetime('now'), 'import', ?4, ?5
-                     FROM day_logs WHERE chat_id = ?1
-                     RETURNING id",
+                         datetime('now'), 'import', ?4, ?5, ?6
+                     FROM day_logs WHERE chat_id = ?1",
                 )
                 .bind(user_id)
                 .bind(log.text)
                 .bind(&log.created_at)
                 .bind(&day)
                 .bind(&time)
-                .fetch_one(&mut *tx)
+                .bind(&log.metrics_json)
+                .execute(&mut *tx)
                 .await?;
-                // Set apart from the insert so the metrics triggers (columns, day
-                // activities) run as for an analysed entry.
-                sqlx::query("UPDATE day_logs SET metrics = ?2 WHERE id = ?1")
-                    .bind(id)
-                    .bind(&log.metrics_json)
-                    .execute(&mut *tx)
-                    .await?;
+                if inserted.rows_affected() != 1 {
+                    return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+                }
                 counts.imported += 1;
             }
             tx.commit().await?;
