@@ -16,6 +16,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use daylog::commands::{self, Command};
 use daylog::config::Settings;
 use daylog::frontend::{Messenger, Response, SendError, Target};
+use daylog::store::UserId;
 
 const LOGS: i64 = 100_000;
 const USER: i64 = 77;
@@ -48,7 +49,7 @@ fn queries(c: &mut Criterion) {
             .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
             .expect("first day");
         group.bench_function(format!("store_daily_metrics_{days}"), |b| {
-            b.iter(|| runtime.block_on(store.daily_metrics(black_box(USER), first)))
+            b.iter(|| runtime.block_on(store.daily_metrics(black_box(UserId(USER)), first)))
         });
         group.bench_function(format!("command_stats_{days}"), |b| {
             b.iter(|| {
@@ -61,7 +62,7 @@ fn queries(c: &mut Criterion) {
         });
     }
     group.bench_function("store_history_10", |b| {
-        b.iter(|| runtime.block_on(store.history(black_box(USER), 10)))
+        b.iter(|| runtime.block_on(store.history(black_box(UserId(USER)), 10)))
     });
     group.bench_function("command_history_10", |b| {
         b.iter(|| {
@@ -80,7 +81,7 @@ fn queries(c: &mut Criterion) {
     // all 100 000 (the worst case: every entry is ranked to find the best five).
     for (name, words) in [("rare", "number 4242"), ("every_entry", "worked")] {
         group.bench_function(format!("store_search_{name}"), |b| {
-            b.iter(|| runtime.block_on(store.search(black_box(USER), words)))
+            b.iter(|| runtime.block_on(store.search(black_box(UserId(USER)), words)))
         });
         group.bench_function(format!("command_search_{name}"), |b| {
             b.iter(|| {

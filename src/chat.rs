@@ -26,7 +26,7 @@ use crate::journal::{IncomingVoice, Journal};
 use crate::language::Language;
 use crate::llm::Audio;
 use crate::render;
-use crate::store::{FrontEnd, NewUser};
+use crate::store::{ChatId, FrontEnd, NewUser, UserId};
 use crate::texts::Texts;
 use crate::worker;
 
@@ -193,7 +193,9 @@ where
     let worker = tokio::spawn(worker::run(
         Arc::clone(&journal),
         Arc::clone(&terminal),
-        FrontEnd::Terminal { user_id: user },
+        FrontEnd::Terminal {
+            user_id: UserId(user),
+        },
         stop.clone(),
     ));
     if std::io::stdin().is_terminal() {
@@ -385,8 +387,8 @@ impl Session {
         let texts = Texts(language);
         // A command may come before any entry: the user must exist for `/lang` to stick.
         let new_user = NewUser {
-            user_id: self.user,
-            chat_id: self.user,
+            user_id: UserId(self.user),
+            chat_id: ChatId(self.user),
             username: None,
             language,
         };
@@ -412,7 +414,9 @@ impl Session {
                     self.user,
                     self.user,
                     None,
-                    FrontEnd::Terminal { user_id: self.user },
+                    FrontEnd::Terminal {
+                        user_id: UserId(self.user),
+                    },
                 )
                 .await;
                 let Err(error) = done else {

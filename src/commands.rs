@@ -10,7 +10,7 @@ use crate::frontend::{Response, truncate_chars};
 use crate::journal::Journal;
 use crate::language::Language;
 use crate::render::Reply;
-use crate::store::{DailyMetrics, DayLog, DayMood, SearchHit, SnippetRun, StoreError};
+use crate::store::{DailyMetrics, DayLog, DayMood, SearchHit, SnippetRun, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{UserZone, ZoneError};
 
@@ -142,7 +142,10 @@ pub async fn respond(
             let Some(n) = count_arg(&arg, HISTORY_DEFAULT, HISTORY_MAX) else {
                 return text(Reply::new().text(texts.bad_number("history", HISTORY_MAX)));
             };
-            let logs = journal.store().history(user_id, i64::from(n)).await?;
+            let logs = journal
+                .store()
+                .history(UserId(user_id), i64::from(n))
+                .await?;
             let zone = journal.zone_of(user_id).await;
             text(history_reply(language, &zone, &logs))
         }
@@ -154,9 +157,15 @@ pub async fn respond(
             let first = today
                 .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
                 .unwrap_or(today);
-            let rows = journal.store().daily_metrics(user_id, first).await?;
+            let rows = journal
+                .store()
+                .daily_metrics(UserId(user_id), first)
+                .await?;
             let streaks = journal.streaks(user_id).await?;
-            let activities = journal.store().day_activities(user_id, first).await?;
+            let activities = journal
+                .store()
+                .day_activities(UserId(user_id), first)
+                .await?;
             let goes_with =
                 crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
                     rows.iter().map(|r| (r.day.clone(), r.mood)),
@@ -185,7 +194,7 @@ pub async fn respond(
             Ok(responses)
         }
         Command::Export => {
-            let logs = journal.store().export(user_id).await?;
+            let logs = journal.store().export(UserId(user_id)).await?;
             if logs.is_empty() {
                 return text(Reply::new().text(texts.no_entries()));
             }
@@ -199,7 +208,10 @@ pub async fn respond(
         Command::Delete => Ok(vec![Response::ConfirmDelete { language }]),
         Command::Lang(arg) => match arg.trim().parse::<Language>() {
             Ok(chosen) => {
-                journal.store().set_language(user_id, chosen).await?;
+                journal
+                    .store()
+                    .set_language(UserId(user_id), chosen)
+                    .await?;
                 text(Reply::new().text(Texts(chosen).lang_set()))
             }
             Err(()) => text(Reply::new().text(texts.lang_usage())),
@@ -241,7 +253,7 @@ pub async fn respond(
             if words.split_whitespace().next().is_none() {
                 return text(Reply::new().text(texts.search_usage()));
             }
-            let hits = journal.store().search(user_id, &words).await?;
+            let hits = journal.store().search(UserId(user_id), &words).await?;
             text(search_reply(language, &hits))
         }
         Command::Year(arg) => {
@@ -252,7 +264,7 @@ pub async fn respond(
                     None => return text(Reply::new().text(texts.year_usage())),
                 },
             };
-            let moods = journal.store().year_moods(user_id, year).await?;
+            let moods = journal.store().year_moods(UserId(user_id), year).await?;
             Ok(year_responses(language, year, &moods))
         }
         // The file itself comes as a document (the bot) or a path (`daylog chat`); the
@@ -282,7 +294,7 @@ pub async fn set_zone(
     user_id: i64,
     zone: &UserZone,
 ) -> Result<Reply, StoreError> {
-    journal.store().set_timezone(user_id, zone).await?;
+    journal.store().set_timezone(UserId(user_id), zone).await?;
     crate::reminders::zone_changed(journal, user_id, zone).await?;
     crate::digest::reschedule(journal, user_id).await?;
     tracing::info!(user_id, zone = zone.name(), "time zone set");
@@ -382,7 +394,7 @@ pub async fn delete_confirmed(
     user_id: i64,
     language: Language,
 ) -> Result<Reply, StoreError> {
-    let entries = journal.store().delete_user(user_id).await?;
+    let entries = journal.store().delete_user(UserId(user_id)).await?;
     tracing::info!(user_id, entries, "user data deleted on request");
     Ok(Reply::new().text(Texts(language).deleted(entries)))
 }

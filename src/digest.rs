@@ -26,7 +26,9 @@ use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::journal::{Claim, Journal};
 use crate::language::Language;
 use crate::render::Reply;
-use crate::store::{Digest, DigestAdvance, DueDigest, FrontEnd, StoreError};
+use crate::store::{
+    ChatId, Digest, DigestAdvance, DueDigest, FrontEnd, MessageId, StoreError, UserId,
+};
 use crate::texts::Texts;
 use crate::time::{LocalTime, UserZone, parse_sql_timestamp, sql_timestamp};
 
@@ -69,14 +71,14 @@ enum Asked {
 /// count down from −1, so keys from `i64::MIN` up never meet one.
 fn claim(journal: &Journal, user_id: i64, week_start: Date) -> Option<Claim> {
     let week = i64::from(week_start.year()) * 1000 + i64::from(week_start.day_of_year());
-    journal.claim(user_id, i64::MIN + week)
+    journal.claim(ChatId(user_id), MessageId(i64::MIN + week))
 }
 
 /// When the user's Sunday digest comes: the reminder time, 19:00 without one.
 async fn digest_time(journal: &Journal, user_id: i64) -> Result<LocalTime, StoreError> {
     Ok(journal
         .store()
-        .reminder(user_id)
+        .reminder(UserId(user_id))
         .await?
         .filter(|r| r.enabled)
         .and_then(|r| LocalTime::from_stored(&r.local_time))
@@ -368,7 +370,10 @@ async fn week_days(
     last: Date,
 ) -> Result<Vec<crate::store::DailyMetrics>, StoreError> {
     let last = last.to_string();
-    let mut days = journal.store().daily_metrics(user_id, first).await?;
+    let mut days = journal
+        .store()
+        .daily_metrics(UserId(user_id), first)
+        .await?;
     days.retain(|d| d.day <= last);
     Ok(days)
 }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::analysis::metrics::Metrics;
 use crate::journal::Journal;
 use crate::language::Language;
-use crate::store::{NewImportLog, StoreError};
+use crate::store::{NewImportLog, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{UserZone, sql_timestamp};
 
@@ -269,6 +269,7 @@ pub fn to_store<'a>(rows: &'a [ImportRow], zone: &UserZone) -> Vec<NewImportLog<
             Some(NewImportLog {
                 created_at: sql_timestamp(at),
                 local_day: row.date,
+                local_time: row.time,
                 text: &row.text,
                 mood: row.mood,
                 metrics_json: row.metrics.to_json(),
@@ -289,7 +290,7 @@ pub async fn import_bytes(
     let logs = to_store(&parsed.rows, &zone);
     let out_of_range =
         u64::try_from(parsed.rows.len().saturating_sub(logs.len())).unwrap_or(u64::MAX);
-    let counts = journal.store().import_logs(user_id, &logs).await?;
+    let counts = journal.store().import_logs(UserId(user_id), &logs).await?;
     let unreadable = u64::try_from(parsed.unreadable)
         .unwrap_or(u64::MAX)
         .saturating_add(out_of_range);

@@ -27,8 +27,8 @@ use crate::language::Language;
 use crate::llm::{Attempt, AttemptSink, CascadeError, Llm, Outcome, Task};
 use crate::render::Reply;
 use crate::store::{
-    DayLog, FrontEnd, Inserted, LogStatus, NewLog, NewUser, NewVoiceLog, Store, StoreError,
-    Unfinished, VoiceNote,
+    ChatId, DayLog, FrontEnd, Inserted, LogId, LogStatus, MessageId, NewLog, NewUser, NewVoiceLog,
+    Store, StoreError, Unfinished, UserId, VoiceNote,
 };
 use crate::streaks::Streaks;
 use crate::texts::Texts;
@@ -126,7 +126,7 @@ pub enum Decided {
 }
 
 /// A message is claimed by its chat and message id.
-type ClaimKey = (i64, i64);
+type ClaimKey = (ChatId, MessageId);
 
 /// An in-memory claim on a message's log, released on drop.
 pub struct Claim {
@@ -157,7 +157,7 @@ pub struct Journal {
     /// Logs whose answer went out but could not be recorded (a full disk): this process
     /// does not send them again, it only retries the record. Without it the worker would
     /// re-send the answer on every poll for as long as the disk stays full.
-    unrecorded: Mutex<HashSet<i64>>,
+    unrecorded: Mutex<HashSet<LogId>>,
     clock: Arc<dyn Clock>,
     /// Daily budgets stored by an earlier run are read back once, before the first
     /// analysis, so a restart does not spend a dead daily quota again.
@@ -237,7 +237,7 @@ impl Journal {
 
     /// The user's zone (the default for a user not seen yet).
     pub async fn zone_of(&self, user_id: i64) -> UserZone {
-        match self.store.user(user_id).await {
+        match self.store.user(UserId(user_id)).await {
             Ok(Some(user)) => self.zone_from_stored(user_id, &user.timezone),
             Ok(None) => self.settings.journal.default_zone(),
             Err(error) => {
@@ -262,7 +262,7 @@ impl Journal {
     /// The user's current and longest streak, in local days.
     pub async fn streaks(&self, user_id: i64) -> Result<Streaks, StoreError> {
         let (_, today) = self.today_of(user_id).await;
-        let days = self.store.entry_days(user_id).await?;
+        let days = self.store.entry_days(UserId(user_id)).await?;
         Ok(Streaks::from_days(&days, today))
     }
 
@@ -277,14 +277,14 @@ impl Journal {
         }
     }
 
-    fn unrecorded(&self) -> std::sync::MutexGuard<'_, HashSet<i64>> {
+    fn unrecorded(&self) -> std::sync::MutexGuard<'_, HashSet<LogId>> {
         self.unrecorded
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Claims a message's log for this process; `None` when someone is already on it.
-    pub fn claim(&self, chat_id: i64, message_id: i64) -> Option<Claim> {
+    pub fn claim(&self, chat_id: ChatId, message_id: MessageId) -> Option<Claim> {
         let key = (chat_id, message_id);
         let mut set = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
         set.insert(key).then(|| Claim {
@@ -301,7 +301,7 @@ impl Journal {
     /// The user's language, as stored; `fallback` (for Telegram, the client's
     /// `language_code`) for a user not stored yet or when the store cannot say.
     pub async fn language_or(&self, user_id: i64, fallback: Language) -> Language {
-        match self.store.user(user_id).await {
+        match self.store.user(UserId(user_id)).await {
             Ok(Some(user)) => user.language(),
             Ok(None) => fallback,
             Err(error) => {
@@ -318,14 +318,14 @@ impl Journal {
         msg: Incoming,
     ) -> Result<(), EntryError> {
         // Claimed before the insert, so the worker cannot take a log that is seconds old.
-        let Some(claim) = self.claim(msg.chat_id, msg.message_id) else {
+        let Some(claim) = self.claim(ChatId(msg.chat_id), MessageId(msg.message_id)) else {
             return Ok(()); // the same message is being handled right now
         };
         let user = self
             .store
             .upsert_user(&NewUser {
-                user_id: msg.user_id,
-                chat_id: msg.chat_id,
+                user_id: UserId(msg.user_id),
+                chat_id: ChatId(msg.chat_id),
                 username: msg.username.as_deref(),
                 language: Language::from_code(msg.language_code.as_deref()),
             })
@@ -336,9 +336,9 @@ impl Journal {
         let inserted = self
             .store
             .insert_log(&NewLog {
-                user_id: msg.user_id,
-                chat_id: msg.chat_id,
-                message_id: msg.message_id,
+                user_id: UserId(msg.user_id),
+                chat_id: ChatId(msg.chat_id),
+                message_id: MessageId(msg.message_id),
                 text: &msg.text,
                 local_day: Some(local_day),
             })
@@ -348,7 +348,7 @@ impl Journal {
             Inserted::New(log) => *log,
             Inserted::Duplicate(id) => {
                 // A re-delivered update: the first delivery (or the worker) answers.
-                tracing::debug!(log_id = id, "duplicate update ignored");
+                tracing::debug!(log_id = id.get(), "duplicate update ignored");
                 return Ok(());
             }
         };
@@ -367,8 +367,8 @@ impl Journal {
         let user = self
             .store
             .upsert_user(&NewUser {
-                user_id,
-                chat_id: user_id,
+                user_id: UserId(user_id),
+                chat_id: ChatId(user_id),
                 username: None,
                 language: Language::default(),
             })
@@ -379,7 +379,7 @@ impl Journal {
             let _storing = self.claim_gate.read().await;
             let log = self
                 .store
-                .insert_chat_log(user_id, text, Some(local_day))
+                .insert_chat_log(UserId(user_id), text, Some(local_day))
                 .await
                 .map_err(EntryError::NotSaved)?;
             let claim = self.claim(log.chat_id, log.message_id);
@@ -387,7 +387,10 @@ impl Journal {
         };
         let Some(claim) = claim else {
             // A fresh id nobody else can know; should it be taken, its holder answers.
-            tracing::warn!(log_id = log.id, "a new terminal entry was already claimed");
+            tracing::warn!(
+                log_id = log.id.get(),
+                "a new terminal entry was already claimed"
+            );
             return Ok(());
         };
         self.stored(messenger, log, user.language(), claim).await
@@ -413,7 +416,7 @@ impl Journal {
         messenger: &M,
         voice: IncomingVoice,
     ) -> Result<(), EntryError> {
-        let language = match self.store.user(voice.user_id).await {
+        let language = match self.store.user(UserId(voice.user_id)).await {
             Ok(Some(user)) => user.language(),
             _ => Language::from_code(voice.language_code.as_deref()),
         };
@@ -434,14 +437,14 @@ impl Journal {
             }
             return Ok(());
         }
-        let Some(claim) = self.claim(voice.chat_id, voice.message_id) else {
+        let Some(claim) = self.claim(ChatId(voice.chat_id), MessageId(voice.message_id)) else {
             return Ok(());
         };
         let user = self
             .store
             .upsert_user(&NewUser {
-                user_id: voice.user_id,
-                chat_id: voice.chat_id,
+                user_id: UserId(voice.user_id),
+                chat_id: ChatId(voice.chat_id),
                 username: voice.username.as_deref(),
                 language: Language::from_code(voice.language_code.as_deref()),
             })
@@ -450,9 +453,9 @@ impl Journal {
         let inserted = self
             .store
             .insert_voice_log(&NewVoiceLog {
-                user_id: voice.user_id,
-                chat_id: voice.chat_id,
-                message_id: voice.message_id,
+                user_id: UserId(voice.user_id),
+                chat_id: ChatId(voice.chat_id),
+                message_id: MessageId(voice.message_id),
                 file_id: &voice.file_id,
                 duration_s: voice.duration_s,
                 local_day: Some(self.local_day(
@@ -465,7 +468,7 @@ impl Journal {
         let log = match inserted {
             Inserted::New(log) => *log,
             Inserted::Duplicate(id) => {
-                tracing::debug!(log_id = id, "duplicate voice update ignored");
+                tracing::debug!(log_id = id.get(), "duplicate voice update ignored");
                 return Ok(());
             }
         };
@@ -483,8 +486,8 @@ impl Journal {
         let user = self
             .store
             .upsert_user(&NewUser {
-                user_id: voice.user_id,
-                chat_id: voice.user_id,
+                user_id: UserId(voice.user_id),
+                chat_id: ChatId(voice.user_id),
                 username: None,
                 language: Language::default(),
             })
@@ -511,7 +514,7 @@ impl Journal {
             let log = self
                 .store
                 .insert_chat_voice_log(
-                    voice.user_id,
+                    UserId(voice.user_id),
                     &voice.file_id,
                     voice.duration_s,
                     Some(local_day),
@@ -523,7 +526,7 @@ impl Journal {
         };
         let Some(claim) = claim else {
             tracing::warn!(
-                log_id = log.id,
+                log_id = log.id.get(),
                 "a new terminal voice note was already claimed"
             );
             return Ok(());
@@ -540,7 +543,11 @@ impl Journal {
         language: Language,
         claim: Claim,
     ) -> Result<(), EntryError> {
-        tracing::info!(log_id = log.id, user_id = log.user_id, "voice note stored");
+        tracing::info!(
+            log_id = log.id.get(),
+            user_id = log.user_id.get(),
+            "voice note stored"
+        );
         Ok(self
             .transcribe_and_answer(messenger, log, file_id, language, false, claim)
             .await?)
@@ -560,7 +567,7 @@ impl Journal {
         let texts = Texts(language);
         let transcribed = with_typing(
             messenger,
-            log.chat_id,
+            log.chat_id.get(),
             self.transcribe(messenger, &log, file_id),
         )
         .await?;
@@ -617,12 +624,12 @@ impl Journal {
         let audio = match messenger.fetch_audio(file_id).await {
             Ok(audio) => audio,
             Err(FetchError::Gone(reason)) => {
-                tracing::warn!(log_id = log.id, %reason, "voice note recording unavailable");
+                tracing::warn!(log_id = log.id.get(), %reason, "voice note recording unavailable");
                 return Ok(Transcribed::Gone);
             }
             Err(FetchError::Transient(reason)) => {
                 let retry_in = self.retry_delay(log.attempts);
-                tracing::warn!(log_id = log.id, %reason, retry_in_s = retry_in.as_secs(), "voice note download failed; log stays pending");
+                tracing::warn!(log_id = log.id.get(), %reason, retry_in_s = retry_in.as_secs(), "voice note download failed; log stays pending");
                 if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
                     return Ok(Transcribed::Superseded);
                 }
@@ -632,7 +639,7 @@ impl Journal {
         let sink = self.store.call_sink(Some(log.id));
         match self.llm.transcribe(&audio, &sink).await {
             Ok(completion) if completion.text.is_empty() => {
-                tracing::info!(log_id = log.id, provider = %completion.provider, model = %completion.model, "voice note has no words");
+                tracing::info!(log_id = log.id.get(), provider = %completion.provider, model = %completion.model, "voice note has no words");
                 Ok(Transcribed::NoWords)
             }
             Ok(completion) => match self
@@ -641,7 +648,7 @@ impl Journal {
                 .await?
             {
                 Some(log) => {
-                    tracing::info!(log_id = log.id, provider = %completion.provider, model = %completion.model, chars = log.text.chars().count(), "voice note transcribed");
+                    tracing::info!(log_id = log.id.get(), provider = %completion.provider, model = %completion.model, chars = log.text.chars().count(), "voice note transcribed");
                     Ok(Transcribed::Text(Box::new(log)))
                 }
                 None => Ok(Transcribed::Superseded),
@@ -651,7 +658,7 @@ impl Journal {
                 if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
                     return Ok(Transcribed::Superseded);
                 }
-                tracing::warn!(log_id = log.id, %error, retry_in_s = retry_in.as_secs(), "transcription cascade failed; log stays pending");
+                tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "transcription cascade failed; log stays pending");
                 Ok(Transcribed::Pending)
             }
         }
@@ -682,22 +689,22 @@ impl Journal {
             .paragraph()
             .text(&log.text);
         let target = Target {
-            chat_id: log.chat_id,
-            reply_to: Some(log.message_id),
+            chat_id: log.chat_id.get(),
+            reply_to: Some(log.message_id.get()),
         };
         let shown = match messenger.send(target, vec![Response::Text(reply)]).await {
             Ok(()) => true,
             Err(SendError::Gone(reason)) => {
-                tracing::warn!(log_id = log.id, %reason, "transcript undeliverable; not retried");
+                tracing::warn!(log_id = log.id.get(), %reason, "transcript undeliverable; not retried");
                 true
             }
             Err(SendError::Transient(reason)) => {
-                tracing::warn!(log_id = log.id, %reason, "transcript not delivered; shown later");
+                tracing::warn!(log_id = log.id.get(), %reason, "transcript not delivered; shown later");
                 false
             }
         };
         if shown && let Err(error) = self.store.mark_transcript_sent(log.id).await {
-            tracing::error!(log_id = log.id, %error, "transcript sent but not recorded");
+            tracing::error!(log_id = log.id.get(), %error, "transcript sent but not recorded");
         }
         shown
     }
@@ -711,8 +718,8 @@ impl Journal {
         claim: Claim,
     ) -> Result<(), EntryError> {
         tracing::info!(
-            log_id = log.id,
-            user_id = log.user_id,
+            log_id = log.id.get(),
+            user_id = log.user_id.get(),
             chars = log.text.chars().count(),
             "day log stored"
         );
@@ -748,14 +755,14 @@ impl Journal {
     ) -> Result<(), EntryError> {
         let Some(log) = self
             .store
-            .update_text(msg.chat_id, msg.message_id, &msg.text)
+            .update_text(ChatId(msg.chat_id), MessageId(msg.message_id), &msg.text)
             .await
             .map_err(EntryError::NotSaved)?
         else {
             return self.on_text(messenger, msg).await;
         };
-        tracing::info!(log_id = log.id, "day log edited");
-        let Some(claim) = self.claim(msg.chat_id, msg.message_id) else {
+        tracing::info!(log_id = log.id.get(), "day log edited");
+        let Some(claim) = self.claim(ChatId(msg.chat_id), MessageId(msg.message_id)) else {
             // An analysis of the old text is running: its result will not be stored
             // (the text changed), and the worker analyses the new text after it.
             return Ok(());
@@ -785,7 +792,8 @@ impl Journal {
             .await;
             return Ok(());
         }
-        let decided = with_typing(messenger, log.chat_id, self.analyse(&log, language)).await?;
+        let decided =
+            with_typing(messenger, log.chat_id.get(), self.analyse(&log, language)).await?;
         match decided {
             Decided::Analyzed { .. } | Decided::Blocked => {
                 self.answer_stored(messenger, log.id, language, late)
@@ -832,20 +840,20 @@ impl Journal {
         responses: Vec<Response>,
     ) -> bool {
         let target = Target {
-            chat_id: log.chat_id,
-            reply_to: Some(log.message_id),
+            chat_id: log.chat_id.get(),
+            reply_to: Some(log.message_id.get()),
         };
         match messenger.send(target, responses).await {
             Ok(()) => true,
             Err(SendError::Gone(reason)) => {
-                tracing::warn!(log_id = log.id, chat_id = log.chat_id, %reason, "answer undeliverable; not retried");
+                tracing::warn!(log_id = log.id.get(), chat_id = log.chat_id.get(), %reason, "answer undeliverable; not retried");
                 true
             }
             Err(SendError::Transient(reason)) => {
                 let retry_in = self.settings.worker.retry_min();
-                tracing::warn!(log_id = log.id, chat_id = log.chat_id, %reason, retry_in_ms = retry_in.as_millis() as u64, "answer not delivered; the worker retries");
+                tracing::warn!(log_id = log.id.get(), chat_id = log.chat_id.get(), %reason, retry_in_ms = retry_in.as_millis() as u64, "answer not delivered; the worker retries");
                 if let Err(error) = self.store.delay_reply(log.id, retry_in).await {
-                    tracing::error!(log_id = log.id, %error, "could not schedule the reply retry");
+                    tracing::error!(log_id = log.id.get(), %error, "could not schedule the reply retry");
                 }
                 false
             }
@@ -867,7 +875,7 @@ impl Journal {
                 self.unrecorded().remove(&log.id);
             }
             Err(error) => {
-                tracing::error!(log_id = log.id, %error, "answer sent but not recorded; recording is retried, the answer is not sent again");
+                tracing::error!(log_id = log.id.get(), %error, "answer sent but not recorded; recording is retried, the answer is not sent again");
                 self.unrecorded().insert(log.id);
             }
         }
@@ -946,7 +954,7 @@ impl Journal {
         let metrics = match metrics {
             Ok(completion) => Metrics::from_llm_text(&completion.text),
             Err(error) => {
-                tracing::warn!(log_id = log.id, %error, "metrics cascade failed; defaults stored");
+                tracing::warn!(log_id = log.id.get(), %error, "metrics cascade failed; defaults stored");
                 Metrics::defaults()
             }
         };
@@ -958,9 +966,9 @@ impl Journal {
                     .mark_analyzed(log.id, &log.text, &text, &metrics.to_json())
                     .await?
                 {
-                    return Ok(superseded(log.id));
+                    return Ok(superseded(log.id.get()));
                 }
-                tracing::info!(log_id = log.id, provider = %completion.provider, model = %completion.model, "day log analysed");
+                tracing::info!(log_id = log.id.get(), provider = %completion.provider, model = %completion.model, "day log analysed");
                 Ok(Decided::Analyzed {
                     analysis: text,
                     metrics,
@@ -972,9 +980,12 @@ impl Journal {
                     .mark_blocked(log.id, &log.text, Some(&metrics.to_json()))
                     .await?
                 {
-                    return Ok(superseded(log.id));
+                    return Ok(superseded(log.id.get()));
                 }
-                tracing::info!(log_id = log.id, "analysis refused by the content filter");
+                tracing::info!(
+                    log_id = log.id.get(),
+                    "analysis refused by the content filter"
+                );
                 Ok(Decided::Blocked)
             }
             Err(error) => {
@@ -992,17 +1003,17 @@ impl Journal {
                     .filter(|_| only_budgets);
                 let retry_in = budget_wait.unwrap_or_else(|| self.retry_delay(log.attempts));
                 if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
-                    return Ok(superseded(log.id));
+                    return Ok(superseded(log.id.get()));
                 }
                 if let Some(back_in) = budget_wait {
                     tracing::info!(
-                        log_id = log.id,
+                        log_id = log.id.get(),
                         back_in_s = back_in.as_secs(),
                         "every budget is spent; log parked until one returns"
                     );
                     return Ok(Decided::WaitingForBudget { back_in });
                 }
-                tracing::warn!(log_id = log.id, %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
+                tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
                 Ok(match error {
                     CascadeError::NoUsableProvider => Decided::NoProvider,
                     _ => Decided::Pending,
@@ -1026,7 +1037,7 @@ impl Journal {
     }
 
     async fn context(&self, log: &DayLog, language: Language) -> Result<UserContext, StoreError> {
-        let (_, today) = self.today_of(log.user_id).await;
+        let (_, today) = self.today_of(log.user_id.get()).await;
         let week_start = today
             .checked_sub(jiff::Span::new().days(6))
             .unwrap_or(today);
@@ -1057,7 +1068,7 @@ impl Journal {
     pub async fn finish<M: Messenger>(
         &self,
         messenger: &M,
-        id: i64,
+        id: LogId,
         claim: Claim,
     ) -> Result<(), StoreError> {
         // Read again under the claim: a handler may have finished it since the worker
@@ -1065,7 +1076,7 @@ impl Journal {
         let Some((kind, log)) = self.store.unfinished_one(id).await? else {
             return Ok(());
         };
-        let language = self.language_of(log.user_id).await;
+        let language = self.language_of(log.user_id.get()).await;
         let voice = self.store.voice_note(log.id).await?;
         // A transcript stored before a crash (or a lost delivery) is shown before anything
         // that follows from it.
@@ -1083,7 +1094,7 @@ impl Journal {
                 let age = self.store.log_age(log.id).await?.unwrap_or_default();
                 if age > self.settings.worker.max_age() {
                     tracing::warn!(
-                        log_id = log.id,
+                        log_id = log.id.get(),
                         age_h = age.as_secs() / 3600,
                         "giving up on a pending log"
                     );
@@ -1113,10 +1124,10 @@ impl Journal {
                 match self.store.mark_replied(log.id).await {
                     Ok(()) => {
                         self.unrecorded().remove(&log.id);
-                        tracing::info!(log_id = log.id, "answer recorded after all");
+                        tracing::info!(log_id = log.id.get(), "answer recorded after all");
                     }
                     Err(error) => {
-                        tracing::debug!(log_id = log.id, %error, "answer still not recorded");
+                        tracing::debug!(log_id = log.id.get(), %error, "answer still not recorded");
                     }
                 }
                 Ok(())
@@ -1145,7 +1156,7 @@ impl Journal {
                     .and_then(Metrics::from_stored_json)
                     .unwrap_or_else(Metrics::defaults);
                 let analysis = log.analysis.as_deref().unwrap_or_default();
-                let streak = self.streak_for_note(log.user_id).await;
+                let streak = self.streak_for_note(log.user_id.get()).await;
                 analysis_reply(
                     language,
                     analysis,
@@ -1166,7 +1177,7 @@ impl Journal {
     async fn answer_stored<M: Messenger>(
         &self,
         messenger: &M,
-        log_id: i64,
+        log_id: LogId,
         language: Language,
         late: bool,
     ) -> Result<(), StoreError> {

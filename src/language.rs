@@ -34,6 +34,13 @@ impl Language {
     }
 }
 
+/// A stored code (`users.language`): the language it names, English for anything else.
+impl From<String> for Language {
+    fn from(code: String) -> Self {
+        Self::from_code(Some(&code))
+    }
+}
+
 impl FromStr for Language {
     type Err = ();
 

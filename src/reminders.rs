@@ -21,9 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::journal::Journal;
-use crate::language::Language;
 use crate::render::Reply;
-use crate::store::{DueReminder, StoreError};
+use crate::store::{DueReminder, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{LocalTime, UserZone, sql_timestamp};
 
@@ -82,14 +81,14 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     let arg = arg.trim();
     let zone = journal.zone_of(user_id).await;
     if arg.is_empty() {
-        let reminder = journal.store().reminder(user_id).await?;
+        let reminder = journal.store().reminder(UserId(user_id)).await?;
         return Ok(Reply::new().text(match reminder {
             Some(r) if r.enabled => texts.remind_show(&r.local_time, zone.name()),
             _ => texts.remind_none().to_owned(),
         }));
     }
     if matches!(arg.to_lowercase().as_str(), "off" | "stop" | "выкл" | "нет") {
-        journal.store().disable_reminder(user_id).await?;
+        journal.store().disable_reminder(UserId(user_id)).await?;
         tracing::info!(user_id, "reminder turned off");
         return Ok(Reply::new().text(texts.remind_off()));
     }
@@ -99,7 +98,7 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     let next = zone.next_at(journal.now(), time);
     journal
         .store()
-        .set_reminder(user_id, &time.to_string(), &sql_timestamp(next))
+        .set_reminder(UserId(user_id), &time.to_string(), &sql_timestamp(next))
         .await?;
     tracing::info!(user_id, "reminder set");
     Ok(Reply::new().text(texts.remind_set(&time.to_string(), zone.name())))
@@ -111,7 +110,7 @@ pub async fn zone_changed(
     user_id: i64,
     zone: &UserZone,
 ) -> Result<(), StoreError> {
-    let Some(reminder) = journal.store().reminder(user_id).await? else {
+    let Some(reminder) = journal.store().reminder(UserId(user_id)).await? else {
         return Ok(());
     };
     let Some(time) = LocalTime::from_stored(&reminder.local_time) else {
@@ -121,7 +120,7 @@ pub async fn zone_changed(
         let next = zone.next_at(journal.now(), time);
         journal
             .store()
-            .reschedule_reminder(user_id, &sql_timestamp(next))
+            .reschedule_reminder(UserId(user_id), &sql_timestamp(next))
             .await?;
     }
     Ok(())
@@ -193,7 +192,7 @@ pub async fn tick<M: Messenger>(
             Ok(None) => done.skipped += 1,
             Err(error) => {
                 done.failed += 1;
-                tracing::error!(%error, user_id = reminder.user_id, "could not schedule a reminder");
+                tracing::error!(%error, user_id = reminder.user_id.get(), "could not schedule a reminder");
             }
         }
     }
@@ -224,10 +223,10 @@ async fn prepare(
     reminder: &DueReminder,
     now: Timestamp,
 ) -> Result<Option<ToSend>, StoreError> {
-    let zone = journal.zone_from_stored(reminder.user_id, &reminder.timezone);
+    let zone = journal.zone_from_stored(reminder.user_id.get(), &reminder.timezone);
     let Some(time) = LocalTime::from_stored(&reminder.local_time) else {
         tracing::warn!(
-            user_id = reminder.user_id,
+            user_id = reminder.user_id.get(),
             "unreadable reminder time; turning it off"
         );
         journal.store().disable_reminder(reminder.user_id).await?;
@@ -250,7 +249,11 @@ async fn prepare(
     let sent_day = match &decision {
         Decision::Send { .. } => Some(day_text.as_str()),
         Decision::Skip(reason) => {
-            tracing::debug!(user_id = reminder.user_id, ?reason, "reminder skipped");
+            tracing::debug!(
+                user_id = reminder.user_id.get(),
+                ?reason,
+                "reminder skipped"
+            );
             None
         }
     };
@@ -275,10 +278,10 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
         day,
         advanced_to,
     } = send;
-    let language = Language::from_code(Some(&reminder.language));
-    let text = Texts(language).reminder(variant(reminder.user_id, day));
+    let language = reminder.language;
+    let text = Texts(language).reminder(variant(reminder.user_id.get(), day));
     let target = Target {
-        chat_id: reminder.chat_id,
+        chat_id: reminder.chat_id.get(),
         reply_to: None,
     };
     match messenger
@@ -287,14 +290,14 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
     {
         Ok(()) => true,
         Err(SendError::Gone(reason)) => {
-            tracing::warn!(user_id = reminder.user_id, %reason, "reminder undeliverable; reminders turned off");
+            tracing::warn!(user_id = reminder.user_id.get(), %reason, "reminder undeliverable; reminders turned off");
             if let Err(error) = journal.store().disable_reminder(reminder.user_id).await {
-                tracing::error!(%error, user_id = reminder.user_id, "could not turn reminders off");
+                tracing::error!(%error, user_id = reminder.user_id.get(), "could not turn reminders off");
             }
             false
         }
         Err(SendError::Transient(reason)) => {
-            tracing::warn!(user_id = reminder.user_id, %reason, "reminder not delivered; the next tick tries again");
+            tracing::warn!(user_id = reminder.user_id.get(), %reason, "reminder not delivered; the next tick tries again");
             if let Err(error) = journal
                 .store()
                 .restore_reminder(
@@ -305,7 +308,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
                 )
                 .await
             {
-                tracing::error!(%error, user_id = reminder.user_id, "could not reschedule a reminder");
+                tracing::error!(%error, user_id = reminder.user_id.get(), "could not reschedule a reminder");
             }
             false
         }

@@ -24,6 +24,57 @@ use crate::llm::{Attempt, AttemptSink, SpentBudget};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// Small typed ids, so that a user id, a chat id, a message id and a log id cannot be
+/// passed for one another (`entries_last_hour(user, log)`, `claim(chat, message)`).
+/// Stored as the plain integers of the schema (`sqlx(transparent)`).
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, sqlx::Type,
+        )]
+        #[sqlx(transparent)]
+        pub struct $name(pub i64);
+
+        impl $name {
+            /// The integer as stored.
+            pub const fn get(self) -> i64 {
+                self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl From<$name> for i64 {
+            fn from(id: $name) -> i64 {
+                id.0
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A Telegram user id (`users.user_id`); a terminal user has one too.
+    UserId
+);
+id_type!(
+    /// A Telegram chat id (`day_logs.chat_id`, `users.chat_id`).
+    ChatId
+);
+id_type!(
+    /// A message id within its chat (`day_logs.message_id`); negative for terminal and
+    /// imported entries.
+    MessageId
+);
+id_type!(
+    /// A day log (`day_logs.id`).
+    LogId
+);
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("DATABASE_URL must be a SQLite URL such as sqlite://data/daylog.db")]
@@ -96,7 +147,8 @@ const BUSY_RETRIES: [Duration; 4] = [
     Duration::from_secs(2),
 ];
 
-/// Runs an idempotent write, trying again while the database is busy.
+/// Runs an idempotent write, trying again while the database is busy. Every write of
+/// the store goes through it (one retry policy); a transaction is retried whole.
 async fn retry_busy<T, F, Fut>(what: &'static str, mut write: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
@@ -138,25 +190,27 @@ impl LogStatus {
 
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct User {
-    pub user_id: i64,
-    pub chat_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
     pub username: Option<String>,
-    pub language: String,
+    /// `users.language`, read as a [`Language`] (an unknown code is English).
+    #[sqlx(try_from = "String")]
+    pub language: Language,
     pub timezone: String,
     pub created_at: String,
 }
 
 impl User {
     pub fn language(&self) -> Language {
-        Language::from_code(Some(&self.language))
+        self.language
     }
 }
 
 /// What a handler knows about the sender of a message.
 #[derive(Debug, Clone)]
 pub struct NewUser<'a> {
-    pub user_id: i64,
-    pub chat_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
     pub username: Option<&'a str>,
     /// Used only when the user is first seen; `/lang` changes it later.
     pub language: Language,
@@ -164,10 +218,10 @@ pub struct NewUser<'a> {
 
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct DayLog {
-    pub id: i64,
-    pub user_id: i64,
-    pub chat_id: i64,
-    pub message_id: i64,
+    pub id: LogId,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
     pub text: String,
     pub created_at: String,
     pub status: LogStatus,
@@ -182,9 +236,9 @@ pub struct DayLog {
 
 #[derive(Debug, Clone)]
 pub struct NewLog<'a> {
-    pub user_id: i64,
-    pub chat_id: i64,
-    pub message_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
     pub text: &'a str,
     /// The local day, fixed now; `None` falls back to the UTC date with the 4-hour rule.
     pub local_day: Option<jiff::civil::Date>,
@@ -193,9 +247,9 @@ pub struct NewLog<'a> {
 /// A voice note to store (SPEC §11): the log starts with an empty text.
 #[derive(Debug, Clone)]
 pub struct NewVoiceLog<'a> {
-    pub user_id: i64,
-    pub chat_id: i64,
-    pub message_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
     /// Telegram's `file_id` (for `daylog chat`, the path of the file).
     pub file_id: &'a str,
     pub duration_s: Option<u32>,
@@ -208,6 +262,8 @@ pub struct NewVoiceLog<'a> {
 pub struct NewImportLog<'a> {
     pub created_at: String,
     pub local_day: jiff::civil::Date,
+    /// The wall-clock time the export gives (with `local_day`, what identifies the row).
+    pub local_time: jiff::civil::Time,
     pub text: &'a str,
     /// The mood score the export named, `None` when the mood is defaulted.
     pub mood: Option<u8>,
@@ -255,7 +311,7 @@ impl Source {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrontEnd {
     Telegram,
-    Terminal { user_id: i64 },
+    Terminal { user_id: UserId },
 }
 
 impl FrontEnd {
@@ -266,7 +322,7 @@ impl FrontEnd {
         }
     }
 
-    fn user_id(self) -> Option<i64> {
+    fn user_id(self) -> Option<UserId> {
         match self {
             Self::Telegram => None,
             Self::Terminal { user_id } => Some(user_id),
@@ -280,11 +336,11 @@ pub enum Inserted {
     /// The new row, as stored (so the caller does not read it back).
     New(Box<DayLog>),
     /// The same `(chat_id, message_id)` was stored before: a re-delivered update.
-    Duplicate(i64),
+    Duplicate(LogId),
 }
 
 impl Inserted {
-    pub fn id(&self) -> i64 {
+    pub fn id(&self) -> LogId {
         match self {
             Self::New(log) => log.id,
             Self::Duplicate(id) => *id,
@@ -307,7 +363,7 @@ pub struct DailyMetrics {
 /// A user's daily reminder (`reminders`).
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct Reminder {
-    pub user_id: i64,
+    pub user_id: UserId,
     pub local_time: String,
     pub enabled: bool,
     pub last_sent_day: Option<String>,
@@ -317,9 +373,10 @@ pub struct Reminder {
 /// A reminder whose time has come, with what sending it needs to know of its user.
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct DueReminder {
-    pub user_id: i64,
-    pub chat_id: i64,
-    pub language: String,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    #[sqlx(try_from = "String")]
+    pub language: Language,
     pub timezone: String,
     pub local_time: String,
     pub last_sent_day: Option<String>,
@@ -738,7 +795,7 @@ impl Store {
         .await
     }
 
-    pub async fn user(&self, user_id: i64) -> Result<Option<User>, StoreError> {
+    pub async fn user(&self, user_id: UserId) -> Result<Option<User>, StoreError> {
         Ok(sqlx::query_as::<_, User>(
             "SELECT user_id, chat_id, username, language, timezone, created_at
              FROM users WHERE user_id = ?1",
@@ -748,24 +805,31 @@ impl Store {
         .await?)
     }
 
-    pub async fn set_language(&self, user_id: i64, language: Language) -> Result<(), StoreError> {
-        let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
-            .bind(user_id)
-            .bind(language.code())
-            .execute(&self.write)
-            .await?;
-        if done.rows_affected() == 0 {
-            // No such user (its insert failed, e.g. on a full disk): nothing was saved,
-            // so the caller must not say that the language is set.
-            return Err(StoreError::Sql(sqlx::Error::RowNotFound));
-        }
-        Ok(())
+    pub async fn set_language(
+        &self,
+        user_id: UserId,
+        language: Language,
+    ) -> Result<(), StoreError> {
+        retry_busy("set_language", || async {
+            let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
+                .bind(user_id)
+                .bind(language.code())
+                .execute(&self.write)
+                .await?;
+            if done.rows_affected() == 0 {
+                // No such user (its insert failed, e.g. on a full disk): nothing was
+                // saved, so the caller must not say that the language is set.
+                return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// `/tz`: the user's zone from now on (entries already stored keep their day).
     pub async fn set_timezone(
         &self,
-        user_id: i64,
+        user_id: UserId,
         zone: &crate::time::UserZone,
     ) -> Result<(), StoreError> {
         retry_busy("set_timezone", || async {
@@ -781,19 +845,22 @@ impl Store {
 
     /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
     /// many logs went.
-    pub async fn delete_user(&self, user_id: i64) -> Result<u64, StoreError> {
-        let mut tx = self.write.begin().await?;
-        let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
-            .bind(user_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        sqlx::query("DELETE FROM users WHERE user_id = ?1")
-            .bind(user_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(logs)
+    pub async fn delete_user(&self, user_id: UserId) -> Result<u64, StoreError> {
+        retry_busy("delete_user", || async {
+            let mut tx = self.write.begin().await?;
+            let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            sqlx::query("DELETE FROM users WHERE user_id = ?1")
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(logs)
+        })
+        .await
     }
 
     // ---- day logs ----
@@ -831,7 +898,7 @@ impl Store {
         .await
     }
 
-    pub async fn log(&self, id: i64) -> Result<Option<DayLog>, StoreError> {
+    pub async fn log(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
         Ok(sqlx::query_as::<_, DayLog>(&format!(
             "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"
         ))
@@ -845,8 +912,8 @@ impl Store {
     /// did not change (an edit of formatting only).
     pub async fn update_text(
         &self,
-        chat_id: i64,
-        message_id: i64,
+        chat_id: ChatId,
+        message_id: MessageId,
         text: &str,
     ) -> Result<Option<DayLog>, StoreError> {
         retry_busy("update_text", || async {
@@ -873,7 +940,7 @@ impl Store {
     /// take the same id (a number read before the insert could already be taken).
     pub async fn insert_chat_log(
         &self,
-        user_id: i64,
+        user_id: UserId,
         text: &str,
         local_day: Option<jiff::civil::Date>,
     ) -> Result<DayLog, StoreError> {
@@ -901,11 +968,12 @@ impl Store {
     /// Stores imported entries (SPEC §12) in one transaction: analysed, replied, with
     /// `source = 'import'`. They take `chat_id = user_id` and negative message ids from the
     /// same `min - 1` sequence as [`Store::insert_chat_log`], so they never meet a Telegram
-    /// id (always positive) nor a terminal one. An entry with the same local day, time,
-    /// mood and text as an imported one already stored is counted as already there.
+    /// id (always positive) nor a terminal one. An entry with the same local day,
+    /// wall-clock time, mood and text as an imported one already stored is counted as
+    /// already there, whatever the user's zone was then or is now (`import_time`).
     pub async fn import_logs(
         &self,
-        user_id: i64,
+        user_id: UserId,
         logs: &[NewImportLog<'_>],
     ) -> Result<ImportCounts, StoreError> {
         retry_busy("import_logs", || async {
@@ -913,45 +981,57 @@ impl Store {
             let mut tx = self.write.begin().await?;
             for log in logs {
                 let day = log.local_day.to_string();
-                let exists: bool = sqlx::query_scalar(
-                    "SELECT EXISTS (SELECT 1 FROM day_logs
-                     WHERE user_id = ?1 AND created_at = ?2 AND source = 'import'
-                       AND local_day = ?3 AND text = ?4 AND metrics IS NOT NULL
-                       AND (CASE WHEN instr(json_extract(metrics, '$.defaulted'), '\"mood\"') = 0
-                            THEN json_extract(metrics, '$.mood') END) IS ?5)",
+                let time = log.local_time.strftime("%H:%M").to_string();
+                // A row imported before `import_time` existed has none: it is the same
+                // row when its UTC time is (it was imported in the zone of this import),
+                // and it gets its wall-clock time now.
+                let found: Option<(i64, bool)> = sqlx::query_as(
+                    "SELECT id, import_time IS NULL FROM day_logs
+                     WHERE user_id = ?1 AND source = 'import' AND local_day = ?2
+                       AND (import_time = ?3 OR (import_time IS NULL AND created_at = ?4))
+                       AND text = ?5 AND mood IS ?6
+                     LIMIT 1",
                 )
                 .bind(user_id)
-                .bind(&log.created_at)
                 .bind(&day)
+                .bind(&time)
+                .bind(&log.created_at)
                 .bind(log.text)
                 .bind(log.mood)
-                .fetch_one(&mut *tx)
+                .fetch_optional(&mut *tx)
                 .await?;
-                if exists {
+                if let Some((id, legacy)) = found {
+                    if legacy {
+                        sqlx::query("UPDATE day_logs SET import_time = ?2 WHERE id = ?1")
+                            .bind(id)
+                            .bind(&time)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
                     counts.already += 1;
                     continue;
                 }
-                let id: i64 = sqlx::query_scalar(
+                // The metrics go in with the row: the insert trigger of the metric
+                // columns sets them again as an update, so the columns and the day's
+                // activities follow as for an analysed entry, in the same statement.
+                let inserted = sqlx::query(
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
-                         replied_at, source, local_day)
+                         replied_at, source, local_day, import_time, metrics)
                      SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, ?3, 'analyzed',
-                         datetime('now'), 'import', ?4
-                     FROM day_logs WHERE chat_id = ?1
-                     RETURNING id",
+                         datetime('now'), 'import', ?4, ?5, ?6
+                     FROM day_logs WHERE chat_id = ?1",
                 )
                 .bind(user_id)
                 .bind(log.text)
                 .bind(&log.created_at)
                 .bind(&day)
-                .fetch_one(&mut *tx)
+                .bind(&time)
+                .bind(&log.metrics_json)
+                .execute(&mut *tx)
                 .await?;
-                // Set apart from the insert so the metrics triggers (columns, day
-                // activities) run as for an analysed entry.
-                sqlx::query("UPDATE day_logs SET metrics = ?2 WHERE id = ?1")
-                    .bind(id)
-                    .bind(&log.metrics_json)
-                    .execute(&mut *tx)
-                    .await?;
+                if inserted.rows_affected() != 1 {
+                    return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+                }
                 counts.imported += 1;
             }
             tx.commit().await?;
@@ -1000,7 +1080,7 @@ impl Store {
     /// [`Store::insert_chat_log`]; `file` is the path it is read again from.
     pub async fn insert_chat_voice_log(
         &self,
-        user_id: i64,
+        user_id: UserId,
         file: &str,
         duration_s: Option<u32>,
         local_day: Option<jiff::civil::Date>,
@@ -1027,7 +1107,7 @@ impl Store {
     }
 
     /// The voice part of a log, read fresh; `None` for a text log.
-    pub async fn voice_note(&self, id: i64) -> Result<Option<VoiceNote>, StoreError> {
+    pub async fn voice_note(&self, id: LogId) -> Result<Option<VoiceNote>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT file_id, duration_s, transcript_sent_at FROM day_logs
              WHERE id = ?1 AND kind = 'voice' AND file_id IS NOT NULL",
@@ -1042,7 +1122,7 @@ impl Store {
     /// stored, or `None` when nothing changed.
     pub async fn store_transcript(
         &self,
-        id: i64,
+        id: LogId,
         transcript: &str,
     ) -> Result<Option<DayLog>, StoreError> {
         retry_busy("store_transcript", || async {
@@ -1061,7 +1141,7 @@ impl Store {
     }
 
     /// The transcript reached the user (or never can): it is not shown again.
-    pub async fn mark_transcript_sent(&self, id: i64) -> Result<(), StoreError> {
+    pub async fn mark_transcript_sent(&self, id: LogId) -> Result<(), StoreError> {
         retry_busy("mark_transcript_sent", || async {
             sqlx::query(
                 "UPDATE day_logs SET transcript_sent_at = datetime('now')
@@ -1079,7 +1159,7 @@ impl Store {
     /// log's text is no longer that text (edited meanwhile) or it is no longer pending.
     pub async fn mark_analyzed(
         &self,
-        id: i64,
+        id: LogId,
         analysed_text: &str,
         analysis: &str,
         metrics_json: &str,
@@ -1105,7 +1185,7 @@ impl Store {
     /// `false` when the log changed meanwhile (see [`Store::mark_analyzed`]).
     pub async fn mark_retry(
         &self,
-        id: i64,
+        id: LogId,
         analysed_text: &str,
         retry_in: Duration,
     ) -> Result<bool, StoreError> {
@@ -1126,7 +1206,7 @@ impl Store {
     }
 
     /// Postpones a pending log without counting an attempt (the per-user hourly limit).
-    pub async fn defer(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
+    pub async fn defer(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
         self.schedule(
             "defer",
             "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
@@ -1139,7 +1219,7 @@ impl Store {
 
     /// The answer could not be delivered for now (Telegram unreachable): the worker
     /// tries again after `retry_in` instead of on every poll.
-    pub async fn delay_reply(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
+    pub async fn delay_reply(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
         self.schedule(
             "delay_reply",
             "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
@@ -1155,7 +1235,7 @@ impl Store {
         &self,
         what: &'static str,
         sql: &'static str,
-        id: i64,
+        id: LogId,
         retry_in: Duration,
     ) -> Result<(), StoreError> {
         retry_busy(what, || async {
@@ -1173,7 +1253,7 @@ impl Store {
     /// been extracted. `false` when the log changed meanwhile.
     pub async fn mark_blocked(
         &self,
-        id: i64,
+        id: LogId,
         analysed_text: &str,
         metrics_json: Option<&str>,
     ) -> Result<bool, StoreError> {
@@ -1195,7 +1275,7 @@ impl Store {
 
     /// Given up on `text` after `worker.max_age_hours`. `false` when the log changed
     /// meanwhile (an edit: it is pending again, with a fresh text).
-    pub async fn mark_failed(&self, id: i64, text: &str) -> Result<bool, StoreError> {
+    pub async fn mark_failed(&self, id: LogId, text: &str) -> Result<bool, StoreError> {
         retry_busy("mark_failed", || async {
             let done = sqlx::query(
                 "UPDATE day_logs SET status = 'failed', next_attempt_at = NULL, replied_at = NULL
@@ -1212,7 +1292,7 @@ impl Store {
 
     /// The final answer for this log reached the user. A log that went back to pending
     /// meanwhile (edited) is left alone: its new answer is still owed.
-    pub async fn mark_replied(&self, id: i64) -> Result<(), StoreError> {
+    pub async fn mark_replied(&self, id: LogId) -> Result<(), StoreError> {
         retry_busy("mark_replied", || async {
             sqlx::query(
                 "UPDATE day_logs SET replied_at = datetime('now')
@@ -1254,7 +1334,7 @@ impl Store {
     /// what is left to do on it now, if anything (another task may have finished it).
     pub async fn unfinished_one(
         &self,
-        id: i64,
+        id: LogId,
     ) -> Result<Option<(Unfinished, DayLog)>, StoreError> {
         let log = sqlx::query_as::<_, DayLog>(&format!(
             "SELECT {LOG_COLUMNS} FROM day_logs
@@ -1267,7 +1347,7 @@ impl Store {
     }
 
     /// Seconds since the log was stored.
-    pub async fn log_age(&self, id: i64) -> Result<Option<Duration>, StoreError> {
+    pub async fn log_age(&self, id: LogId) -> Result<Option<Duration>, StoreError> {
         let secs: Option<f64> = sqlx::query_scalar(
             "SELECT (julianday('now') - julianday(created_at)) * 86400.0 FROM day_logs WHERE id = ?1",
         )
@@ -1279,7 +1359,7 @@ impl Store {
 
     /// Entries the user stored in the hour before log `id` (for the per-user limit on
     /// analyses: entries beyond it are saved and analysed later).
-    pub async fn entries_last_hour(&self, user_id: i64, id: i64) -> Result<i64, StoreError> {
+    pub async fn entries_last_hour(&self, user_id: UserId, id: LogId) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM day_logs
              WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')",
@@ -1291,7 +1371,7 @@ impl Store {
     }
 
     /// The user's last `limit` logs, newest first.
-    pub async fn history(&self, user_id: i64, limit: i64) -> Result<Vec<DayLog>, StoreError> {
+    pub async fn history(&self, user_id: UserId, limit: i64) -> Result<Vec<DayLog>, StoreError> {
         Ok(sqlx::query_as::<_, DayLog>(HISTORY_SQL)
             .bind(user_id)
             .bind(limit)
@@ -1300,7 +1380,7 @@ impl Store {
     }
 
     /// Every log of the user, oldest first (for `/export`).
-    pub async fn export(&self, user_id: i64) -> Result<Vec<DayLog>, StoreError> {
+    pub async fn export(&self, user_id: UserId) -> Result<Vec<DayLog>, StoreError> {
         Ok(sqlx::query_as::<_, DayLog>(&format!(
             "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1 ORDER BY created_at, id"
         ))
@@ -1312,7 +1392,7 @@ impl Store {
     /// Per-local-day averages from local day `first` on, oldest first.
     pub async fn daily_metrics(
         &self,
-        user_id: i64,
+        user_id: UserId,
         first: jiff::civil::Date,
     ) -> Result<Vec<DailyMetrics>, StoreError> {
         Ok(sqlx::query_as::<_, DailyMetrics>(DAILY_METRICS_SQL)
@@ -1324,7 +1404,7 @@ impl Store {
 
     /// Every local day on which the user wrote something, newest first (streaks). Reads
     /// the `day_logs_user_day` index only.
-    pub async fn entry_days(&self, user_id: i64) -> Result<Vec<String>, StoreError> {
+    pub async fn entry_days(&self, user_id: UserId) -> Result<Vec<String>, StoreError> {
         // One index seek per day (a loose index scan), not one step per entry: a year
         // of a busy journal is ~365 seeks instead of tens of thousands of index rows.
         Ok(sqlx::query_scalar(
@@ -1346,7 +1426,7 @@ impl Store {
     /// days, SPEC §10), from `day_activities`.
     pub async fn day_activities(
         &self,
-        user_id: i64,
+        user_id: UserId,
         first: jiff::civil::Date,
     ) -> Result<Vec<(String, String)>, StoreError> {
         Ok(sqlx::query_as(
@@ -1362,7 +1442,7 @@ impl Store {
     /// Whether the user has an entry for local day `day`.
     pub async fn has_entry_on(
         &self,
-        user_id: i64,
+        user_id: UserId,
         day: jiff::civil::Date,
     ) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
@@ -1378,8 +1458,8 @@ impl Store {
     /// `before_id`, newest first, skipping empty ones.
     pub async fn recent_summaries(
         &self,
-        user_id: i64,
-        before_id: i64,
+        user_id: UserId,
+        before_id: LogId,
         limit: i64,
     ) -> Result<Vec<String>, StoreError> {
         // Newest first through (user_id, created_at), so SQLite stops after `limit` hits
@@ -1401,7 +1481,7 @@ impl Store {
 
     /// The models (provider, model) that refused this log's current text on content
     /// policy: they are never asked about it again.
-    pub async fn refusals(&self, day_log_id: i64) -> Result<Vec<(String, String)>, StoreError> {
+    pub async fn refusals(&self, day_log_id: LogId) -> Result<Vec<(String, String)>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT provider, model FROM llm_refusals WHERE day_log_id = ?1
              ORDER BY created_at, provider, model",
@@ -1415,7 +1495,7 @@ impl Store {
     /// stored when the log's text has changed meanwhile (an edit is a new question).
     pub async fn record_refusals(
         &self,
-        day_log_id: i64,
+        day_log_id: LogId,
         analysed_text: &str,
         refused: &[(String, String)],
     ) -> Result<(), StoreError> {
@@ -1499,7 +1579,7 @@ impl Store {
 
     // ---- reminders ----
 
-    pub async fn reminder(&self, user_id: i64) -> Result<Option<Reminder>, StoreError> {
+    pub async fn reminder(&self, user_id: UserId) -> Result<Option<Reminder>, StoreError> {
         Ok(sqlx::query_as::<_, Reminder>(
             "SELECT user_id, local_time, enabled, last_sent_day, next_due_at
              FROM reminders WHERE user_id = ?1",
@@ -1513,7 +1593,7 @@ impl Store {
     /// reminder is kept, so a new time cannot bring a second reminder the same day.
     pub async fn set_reminder(
         &self,
-        user_id: i64,
+        user_id: UserId,
         local_time: &str,
         next_due_at: &str,
     ) -> Result<(), StoreError> {
@@ -1535,7 +1615,7 @@ impl Store {
     }
 
     /// `/remind off`, or Telegram said the user blocked the bot.
-    pub async fn disable_reminder(&self, user_id: i64) -> Result<(), StoreError> {
+    pub async fn disable_reminder(&self, user_id: UserId) -> Result<(), StoreError> {
         retry_busy("disable_reminder", || async {
             sqlx::query("UPDATE reminders SET enabled = 0, next_due_at = NULL WHERE user_id = ?1")
                 .bind(user_id)
@@ -1549,7 +1629,7 @@ impl Store {
     /// A new zone: the reminder (if on) is next due at `next_due_at`.
     pub async fn reschedule_reminder(
         &self,
-        user_id: i64,
+        user_id: UserId,
         next_due_at: &str,
     ) -> Result<(), StoreError> {
         retry_busy("reschedule_reminder", || async {
@@ -1581,7 +1661,7 @@ impl Store {
     /// restart) can never both send it. `false` when someone else moved it first.
     pub async fn advance_reminder(
         &self,
-        user_id: i64,
+        user_id: UserId,
         due_at: &str,
         sent_day: Option<&str>,
         next_due_at: &str,
@@ -1607,7 +1687,7 @@ impl Store {
     /// reason, so the next tick tries again (within `reminders.max_late_minutes`).
     pub async fn restore_reminder(
         &self,
-        user_id: i64,
+        user_id: UserId,
         due_at: &str,
         last_sent_day: Option<&str>,
         advanced_to: &str,
@@ -1947,7 +2027,7 @@ impl Store {
 
     pub async fn record_call(
         &self,
-        day_log_id: Option<i64>,
+        day_log_id: Option<LogId>,
         attempt: &Attempt,
     ) -> Result<(), StoreError> {
         insert_calls(&self.write, &[(day_log_id, attempt.clone())]).await
@@ -1955,7 +2035,7 @@ impl Store {
 
     /// A sink for the cascade that records each attempt against one log. Recording runs
     /// in the background so the cascade never waits on the database.
-    pub fn call_sink(&self, day_log_id: Option<i64>) -> CallSink {
+    pub fn call_sink(&self, day_log_id: Option<LogId>) -> CallSink {
         CallSink {
             calls: self.calls.clone(),
             day_log_id,
@@ -1985,6 +2065,8 @@ pub const SEARCH_LIMIT: i64 = 5;
 /// text is escaped when rendered whatever it contains.
 const MATCH_START: char = '\u{E000}';
 const MATCH_END: char = '\u{E001}';
+/// What FTS5's `snippet()` puts where it cut the text; shown as `…`.
+const ELLIPSIS: char = '\u{E002}';
 
 /// How many of the user's newest entries that contain every word `/search` ranks. A
 /// journal rarely has this many for a real query, so the ranking is exact; a word in
@@ -1994,7 +2076,9 @@ pub const SEARCH_CANDIDATES: i64 = 1000;
 
 /// `/search`: the user's entries that contain every word of the FTS5 query `?2` (built
 /// by [`fts_query`]): of the newest `?6` of them, the best `?5` (bm25; ties newest
-/// first), each with a snippet of about 16 words whose matches are wrapped in `?3`…`?4`.
+/// first), each with a snippet of about 16 words whose matches are wrapped in `?3`…`?4`
+/// and cuts marked `?7`; the snippet is of the folded text ([`fold_for_search`]), and the
+/// entry's own `text` comes along to put its letters back ([`SearchHit::snippet`]).
 /// The snippet is made for those few only, by a second lookup of the index by rowid
 /// (`CROSS JOIN` keeps SQLite from scanning every match again to join them).
 /// The `day` line is the one place that says which day a found entry belongs to.
@@ -2009,7 +2093,8 @@ pub const SEARCH_SQL: &str = "WITH candidates AS (
          ORDER BY score, created_at DESC, id DESC LIMIT ?5)
      SELECT d.id,
          coalesce(d.local_day, date(d.created_at)) AS day,
-         snippet(day_logs_fts, 0, ?3, ?4, '…', 16) AS snippet
+         snippet(day_logs_fts, 0, ?3, ?4, ?7, 16) AS snippet,
+         d.text AS text
      FROM best
      CROSS JOIN day_logs d ON d.id = best.id
      CROSS JOIN day_logs_fts ON day_logs_fts.rowid = best.id
@@ -2026,14 +2111,29 @@ pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
 /// So `NEAR`, `OR`, `*`, `-`, `:`, `^`, parentheses and quotes are only ever text to
 /// look for, never query syntax. Control characters separate words, as they do for the
 /// `unicode61` tokenizer (and a NUL would otherwise end the query early). `None` when
-/// there is no word at all.
+/// there is no word at all. Words are folded as the index is ([`fold_for_search`]).
 pub fn fts_query(words: &str) -> Option<String> {
     let quoted: Vec<String> = words
         .split(|c: char| c.is_whitespace() || c.is_control())
         .filter(|word| !word.is_empty())
-        .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
+        .map(|word| format!("\"{}\"", fold_for_search(word).replace('"', "\"\"")))
         .collect();
     (!quoted.is_empty()).then(|| quoted.join(" "))
+}
+
+/// What the search index holds of a text, and what a query is folded to: `ё` as `е`
+/// and `Ё` as `Е` (Russian writes both for one word, and unicode61's
+/// `remove_diacritics` leaves Cyrillic alone). The same fold as the triggers of
+/// `migrations/20261201000012_search_fold.sql`; one letter for one letter, so the words
+/// of a text stay where they were and snippets show the text as written.
+pub fn fold_for_search(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            'ё' => 'е',
+            'Ё' => 'Е',
+            c => c,
+        })
+        .collect()
 }
 
 /// A run of a search snippet: matched words or the text between them.
@@ -2046,15 +2146,45 @@ pub struct SnippetRun {
 /// One entry found by [`Store::search`].
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct SearchHit {
-    pub id: i64,
+    pub id: LogId,
     /// `YYYY-MM-DD`, the day the entry belongs to.
     pub day: String,
-    /// FTS5's snippet with the private match marks; read it through [`Self::snippet`].
+    /// FTS5's snippet of the folded text, with the private match marks; read it
+    /// through [`Self::snippet`].
     #[sqlx(rename = "snippet")]
     raw_snippet: String,
+    /// The entry as written, whose letters the snippet shows.
+    text: String,
 }
 
 impl SearchHit {
+    /// The raw snippet with the letters of the entry as written: the fold swaps `ё` and
+    /// `е` (both two bytes in UTF-8), so the folded snippet's text is found in the folded
+    /// entry at the offset where the original has it. Should it not be found (an entry
+    /// that itself contains the private marks), the folded snippet is shown.
+    fn unfolded_snippet(&self) -> String {
+        let marks = [MATCH_START, MATCH_END, ELLIPSIS];
+        let body: String = self
+            .raw_snippet
+            .chars()
+            .filter(|c| !marks.contains(c))
+            .collect();
+        let original = fold_for_search(&self.text)
+            .find(&body)
+            .and_then(|start| self.text.get(start..start + body.len()));
+        let mut letters = original.unwrap_or(&body).chars();
+        self.raw_snippet
+            .chars()
+            .map(|c| {
+                if marks.contains(&c) {
+                    c
+                } else {
+                    letters.next().unwrap_or(c)
+                }
+            })
+            .collect()
+    }
+
     /// The part of the entry around the matches, as runs of matched and other text.
     pub fn snippet(&self) -> Vec<SnippetRun> {
         let mut runs: Vec<SnippetRun> = Vec::new();
@@ -2068,8 +2198,9 @@ impl SearchHit {
                 });
             }
         };
-        for c in self.raw_snippet.chars() {
+        for c in self.unfolded_snippet().chars() {
             match c {
+                ELLIPSIS => current.push('…'),
                 MATCH_START => {
                     close(&mut current, matched, &mut runs);
                     matched = true;
@@ -2098,7 +2229,7 @@ impl Store {
     /// Up to [`SEARCH_LIMIT`] of the user's entries that contain every word of `words`
     /// (what the user typed, never FTS5 syntax: see [`fts_query`]), best matches first.
     /// No words at all finds nothing.
-    pub async fn search(&self, user_id: i64, words: &str) -> Result<Vec<SearchHit>, StoreError> {
+    pub async fn search(&self, user_id: UserId, words: &str) -> Result<Vec<SearchHit>, StoreError> {
         let Some(query) = fts_query(words) else {
             return Ok(Vec::new());
         };
@@ -2109,12 +2240,13 @@ impl Store {
             .bind(MATCH_END.to_string())
             .bind(SEARCH_LIMIT)
             .bind(SEARCH_CANDIDATES)
+            .bind(ELLIPSIS.to_string())
             .fetch_all(&self.read)
             .await?)
     }
 
     /// The average mood of every day of `year` that has entries, oldest first.
-    pub async fn year_moods(&self, user_id: i64, year: i32) -> Result<Vec<DayMood>, StoreError> {
+    pub async fn year_moods(&self, user_id: UserId, year: i32) -> Result<Vec<DayMood>, StoreError> {
         Ok(sqlx::query_as::<_, DayMood>(YEAR_MOODS_SQL)
             .bind(user_id)
             .bind(format!("{year:04}-01-01"))
@@ -2127,7 +2259,7 @@ impl Store {
 /// Records attempts of one log's cascade into `llm_calls`.
 pub struct CallSink {
     calls: CallRecorder,
-    day_log_id: Option<i64>,
+    day_log_id: Option<LogId>,
 }
 
 impl AttemptSink for CallSink {
@@ -2140,7 +2272,7 @@ impl AttemptSink for CallSink {
 const CALL_BATCH: usize = 200;
 
 enum Recorded {
-    Call(Option<i64>, Attempt),
+    Call(Option<LogId>, Attempt),
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
@@ -2186,7 +2318,7 @@ impl CallRecorder {
                                 if let Err(error) =
                                     insert_calls(&write, std::slice::from_ref(call)).await
                                 {
-                                    tracing::warn!(%error, day_log_id = call.0, "could not record an LLM call");
+                                    tracing::warn!(%error, day_log_id = call.0.map(LogId::get), "could not record an LLM call");
                                 }
                             }
                         }
@@ -2215,7 +2347,7 @@ impl CallRecorder {
 
 async fn insert_calls(
     write: &SqlitePool,
-    calls: &[(Option<i64>, Attempt)],
+    calls: &[(Option<LogId>, Attempt)],
 ) -> Result<(), StoreError> {
     retry_busy("record_calls", || async {
         let mut insert = sqlx::QueryBuilder::new(

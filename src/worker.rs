@@ -53,7 +53,7 @@ pub async fn run<M: Messenger>(
                     tasks.spawn(async move {
                         let id = log.id;
                         if let Err(error) = journal.finish(messenger.as_ref(), id, claim).await {
-                            tracing::error!(log_id = id, %error, "worker could not finish a log");
+                            tracing::error!(log_id = id.get(), %error, "worker could not finish a log");
                         }
                         drop(permit);
                     });

@@ -39,7 +39,7 @@ use crate::journal::{EntryError, Incoming, IncomingVoice, Journal};
 use crate::language::Language;
 use crate::llm::Audio;
 use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
-use crate::store::FrontEnd;
+use crate::store::{FrontEnd, UserId};
 use crate::texts::Texts;
 use crate::worker;
 
@@ -543,8 +543,8 @@ async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
     if let Some(from) = msg.from.as_ref()
         && let Err(error) = journal
             .ensure_user(&crate::store::NewUser {
-                user_id,
-                chat_id: msg.chat.id.0,
+                user_id: UserId(user_id),
+                chat_id: crate::store::ChatId(msg.chat.id.0),
                 username: from.username.as_deref(),
                 language: Language::from_code(from.language_code.as_deref()),
             })

@@ -6,6 +6,7 @@ use crate::support;
 use std::time::Duration;
 
 use daylog::language::Language;
+use daylog::store::{ChatId, MessageId, UserId};
 use daylog::store::{Inserted, NewLog, NewUser, Store};
 use serde_json::json;
 use support::App;
@@ -105,8 +106,8 @@ async fn an_edit_forgets_the_refusals_of_the_old_text() {
         .expect("store");
     store
         .upsert_user(&NewUser {
-            user_id: 5,
-            chat_id: 5,
+            user_id: UserId(5),
+            chat_id: ChatId(5),
             username: None,
             language: Language::En,
         })
@@ -114,9 +115,9 @@ async fn an_edit_forgets_the_refusals_of_the_old_text() {
         .expect("user");
     let Inserted::New(log) = store
         .insert_log(&NewLog {
-            user_id: 5,
-            chat_id: 5,
-            message_id: 1,
+            user_id: UserId(5),
+            chat_id: ChatId(5),
+            message_id: MessageId(1),
             text: "old text",
             local_day: None,
         })
@@ -136,7 +137,7 @@ async fn an_edit_forgets_the_refusals_of_the_old_text() {
     );
 
     store
-        .update_text(5, 1, "new text")
+        .update_text(ChatId(5), MessageId(1), "new text")
         .await
         .expect("edit")
         .expect("edited");

@@ -74,6 +74,7 @@ fn migrate_then_sql_lists_the_public_tables() {
             "day_activities",
             "day_logs",
             "day_logs_fts",
+            "day_logs_search",
             "digests",
             "llm_budgets",
             "llm_calls",

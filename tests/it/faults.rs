@@ -679,7 +679,7 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
     use daylog::commands::{self, Command};
     use daylog::frontend::Response;
 
-    use daylog::store::{DAILY_METRICS_SQL, HISTORY_SQL};
+    use daylog::store::{DAILY_METRICS_SQL, HISTORY_SQL, UserId};
 
     // Arrange
     let dir = tempfile::tempdir().expect("dir");
@@ -726,7 +726,7 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
         let first = today
             .checked_sub(jiff::Span::new().days(days.parse::<i64>().expect("days") - 1))
             .expect("first day");
-        let rows = store.daily_metrics(77, first).await.expect("rows");
+        let rows = store.daily_metrics(UserId(77), first).await.expect("rows");
         let want = days.parse::<usize>().expect("days");
         assert!(
             rows.len() == want || rows.len() == want + 1,
@@ -742,9 +742,9 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
                 .all(|r| r.mood.is_some_and(|m| (1.0..=5.0).contains(&m)))
         );
     }
-    let history = store.history(77, 10).await.expect("history");
+    let history = store.history(UserId(77), 10).await.expect("history");
     assert_eq!(history.len(), 10);
-    assert!(history.iter().all(|l| l.user_id == 77));
+    assert!(history.iter().all(|l| l.user_id == UserId(77)));
     assert!(
         history
             .windows(2)

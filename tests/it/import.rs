@@ -18,7 +18,7 @@ use daylog::config::Settings;
 use daylog::import::{self, ImportError, ImportFailure, Report};
 use daylog::journal::Journal;
 use daylog::language::Language;
-use daylog::store::NewUser;
+use daylog::store::{ChatId, NewUser, UserId};
 use jiff::civil::Date;
 
 const ME: i64 = 7;
@@ -26,19 +26,20 @@ const DAYS: i64 = 300;
 
 struct Db {
     _dir: tempfile::TempDir,
+    url: String,
     journal: Arc<Journal>,
 }
 
 async fn fresh() -> Db {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}/daylog.db", dir.path().display());
-    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), url)].into();
+    let env: HashMap<String, String> = [("DATABASE_URL".to_owned(), url.clone())].into();
     let settings = Settings::load_from(&env).expect("settings");
     let app = daylog::app::App::build(settings).await.expect("app");
     app.store()
         .upsert_user(&NewUser {
-            user_id: ME,
-            chat_id: ME,
+            user_id: UserId(ME),
+            chat_id: ChatId(ME),
             username: None,
             language: Language::En,
         })
@@ -48,7 +49,11 @@ async fn fresh() -> Db {
     commands::respond(&journal, ME, Command::Tz("Europe/Moscow".into()))
         .await
         .expect("tz");
-    Db { _dir: dir, journal }
+    Db {
+        _dir: dir,
+        url,
+        journal,
+    }
 }
 
 const MOODS: [(&str, Option<u8>); 8] = [
@@ -150,7 +155,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     // A terminal entry after the import still gets a fresh id.
     db.journal
         .store()
-        .insert_chat_log(ME, "typed", None)
+        .insert_chat_log(UserId(ME), "typed", None)
         .await
         .expect("terminal entry after an import");
 
@@ -177,7 +182,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     let hits = db
         .journal
         .store()
-        .search(ME, "morning20")
+        .search(UserId(ME), "morning20")
         .await
         .expect("search");
     assert_eq!(hits.len(), 1);
@@ -185,7 +190,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     let daily = db
         .journal
         .store()
-        .daily_metrics(ME, Date::new(2025, 1, 1).expect("date"))
+        .daily_metrics(UserId(ME), Date::new(2025, 1, 1).expect("date"))
         .await
         .expect("daily");
     // The terminal entry above is of today, outside the export's 2025.
@@ -220,6 +225,66 @@ async fn the_same_day_and_text_with_another_mood_is_another_row() {
         .await
         .expect("two");
     assert_eq!((first.imported, second.imported, second.already), (1, 1, 0));
+}
+
+/// The same export after a `/tz` change: every row is the one stored before (same
+/// local date, time, mood and text), although its UTC time would now be another.
+#[tokio::test]
+async fn a_zone_change_between_two_imports_imports_nothing_twice() {
+    let db = fresh().await;
+    let (csv, readable) = export(40);
+    let readable = u64::try_from(readable).expect("small");
+    let first = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports");
+    assert_eq!(first.imported, readable);
+    for zone in ["America/New_York", "UTC+05:30"] {
+        commands::respond(&db.journal, ME, Command::Tz(zone.into()))
+            .await
+            .expect("tz");
+        let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
+            .await
+            .expect("imports again");
+        assert_eq!((again.imported, again.already), (0, readable), "in {zone}");
+    }
+    assert_eq!(rows(&db).await, i64::try_from(readable).expect("small"));
+    // A row of another time on a known day is still new.
+    let header = "full_date,date,weekday,time,mood,activities,note_title,note\n";
+    let later = format!("{header}2025-01-01,January 1,Wednesday,23:59,awful,,,morning0\n");
+    let one = import::import_bytes(&db.journal, ME, later.as_bytes())
+        .await
+        .expect("one more");
+    assert_eq!((one.imported, one.already), (1, 0));
+}
+
+/// A row imported before `import_time` existed (NULL) is recognised by its UTC time in
+/// the zone it was imported in, and remembered by its wall-clock time from then on.
+#[tokio::test]
+async fn rows_imported_before_the_import_key_are_recognised_and_keyed() {
+    let db = fresh().await;
+    let (csv, readable) = export(12);
+    let readable = u64::try_from(readable).expect("small");
+    import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports");
+    // What the rows of an older daylog look like: no wall-clock time.
+    let raw = sqlx::SqlitePool::connect(&db.url).await.expect("raw pool");
+    sqlx::query("UPDATE day_logs SET import_time = NULL")
+        .execute(&raw)
+        .await
+        .expect("forget the key");
+    raw.close().await;
+    let same_zone = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("again in the same zone");
+    assert_eq!((same_zone.imported, same_zone.already), (0, readable));
+    commands::respond(&db.journal, ME, Command::Tz("Asia/Tokyo".into()))
+        .await
+        .expect("tz");
+    let other_zone = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("again in another zone");
+    assert_eq!((other_zone.imported, other_zone.already), (0, readable));
 }
 
 #[tokio::test]

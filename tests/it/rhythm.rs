@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use daylog::language::Language;
 use daylog::store::NewUser;
+use daylog::store::{ChatId, MessageId, UserId};
 use daylog::texts::Texts;
 use daylog::time::sql_timestamp;
 use jiff::Timestamp;
@@ -62,17 +63,20 @@ async fn reminder_row(app: &App, user: i64) -> (i64, Option<String>, Option<Stri
 async fn user_with_reminder(app: &App, user: i64, zone: &str, time: &str, due: Timestamp) {
     app.store
         .upsert_user(&NewUser {
-            user_id: user,
-            chat_id: user,
+            user_id: UserId(user),
+            chat_id: ChatId(user),
             username: None,
             language: Language::En,
         })
         .await
         .expect("user");
     let zone = daylog::time::UserZone::parse(zone).expect("zone");
-    app.store.set_timezone(user, &zone).await.expect("tz");
     app.store
-        .set_reminder(user, time, &sql_timestamp(due))
+        .set_timezone(UserId(user), &zone)
+        .await
+        .expect("tz");
+    app.store
+        .set_reminder(UserId(user), time, &sql_timestamp(due))
         .await
         .expect("reminder");
 }
@@ -450,8 +454,8 @@ async fn stats_names_what_goes_with_good_days() {
     app.clock.set(at("2026-12-07T12:00:00Z"));
     app.store
         .upsert_user(&NewUser {
-            user_id: 11,
-            chat_id: 11,
+            user_id: UserId(11),
+            chat_id: ChatId(11),
             username: None,
             language: Language::En,
         })
@@ -462,9 +466,9 @@ async fn stats_names_what_goes_with_good_days() {
         let id = app
             .store
             .insert_log(&daylog::store::NewLog {
-                user_id: 11,
-                chat_id: 11,
-                message_id: day,
+                user_id: UserId(11),
+                chat_id: ChatId(11),
+                message_id: MessageId(day),
                 text: "a day",
                 local_day: Some(format!("2026-12-0{day}").parse().expect("day")),
             })
@@ -486,7 +490,7 @@ async fn stats_names_what_goes_with_good_days() {
     }
     let rows = app
         .store
-        .day_activities(11, "2026-11-01".parse().expect("day"))
+        .day_activities(UserId(11), "2026-11-01".parse().expect("day"))
         .await
         .expect("activities");
     assert_eq!(rows.len(), 9, "{rows:?}");

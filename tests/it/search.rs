@@ -22,6 +22,7 @@ use daylog::journal::Journal;
 use daylog::language::Language;
 use daylog::render;
 use daylog::store::{self, Inserted, NewLog, NewUser, SearchHit, Store};
+use daylog::store::{ChatId, LogId, MessageId, UserId};
 use proptest::prelude::*;
 use sqlx::SqlitePool;
 use support::App;
@@ -54,8 +55,8 @@ async fn fresh() -> TestDb {
 async fn user(store: &Store, user_id: i64) {
     store
         .upsert_user(&NewUser {
-            user_id,
-            chat_id: user_id,
+            user_id: UserId(user_id),
+            chat_id: ChatId(user_id),
             username: None,
             language: Language::En,
         })
@@ -63,12 +64,12 @@ async fn user(store: &Store, user_id: i64) {
         .expect("user");
 }
 
-async fn entry(store: &Store, user_id: i64, message_id: i64, text: &str) -> i64 {
+async fn entry(store: &Store, user_id: i64, message_id: i64, text: &str) -> LogId {
     match store
         .insert_log(&NewLog {
-            user_id,
-            chat_id: user_id,
-            message_id,
+            user_id: UserId(user_id),
+            chat_id: ChatId(user_id),
+            message_id: MessageId(message_id),
             text,
             local_day: None,
         })
@@ -80,7 +81,7 @@ async fn entry(store: &Store, user_id: i64, message_id: i64, text: &str) -> i64 
     }
 }
 
-fn ids(hits: &[SearchHit]) -> Vec<i64> {
+fn ids(hits: &[SearchHit]) -> Vec<LogId> {
     hits.iter().map(|h| h.id).collect()
 }
 
@@ -128,7 +129,11 @@ async fn every_word_must_match_and_matches_are_bold_in_the_snippet() {
     entry(&db.store, ME, 2, "Coffee alone at home.").await;
     entry(&db.store, ME, 3, "A run in the rain.").await;
 
-    let hits = db.store.search(ME, "coffee park").await.expect("search");
+    let hits = db
+        .store
+        .search(UserId(ME), "coffee park")
+        .await
+        .expect("search");
 
     assert_eq!(ids(&hits), vec![both]);
     let runs = hits[0].snippet();
@@ -172,12 +177,12 @@ async fn best_matches_come_first_and_at_most_five() {
         .await;
     }
 
-    let hits = db.store.search(ME, "tired").await.expect("search");
+    let hits = db.store.search(UserId(ME), "tired").await.expect("search");
 
     assert_eq!(hits.len(), 5);
     // bm25: the word making up all of a short entry ranks above a long entry that
     // mentions it once.
-    let first_two: HashSet<i64> = ids(&hits).into_iter().take(2).collect();
+    let first_two: HashSet<LogId> = ids(&hits).into_iter().take(2).collect();
     assert_eq!(first_two, HashSet::from([best, dense]));
 }
 
@@ -200,7 +205,7 @@ async fn another_users_flood_of_newer_matches_does_not_hide_mine() {
     .expect("flood");
     pool.close().await;
 
-    let hits = db.store.search(ME, "tired").await.expect("search");
+    let hits = db.store.search(UserId(ME), "tired").await.expect("search");
 
     assert_eq!(ids(&hits), [mine]);
 }
@@ -218,21 +223,162 @@ async fn latin_diacritics_and_cyrillic_case_fold() {
     )
     .await;
 
-    assert_eq!(ids(&db.store.search(ME, "cafe").await.expect("s")), [cafe]);
     assert_eq!(
-        ids(&db.store.search(ME, "ZURICH creme").await.expect("s")),
+        ids(&db.store.search(UserId(ME), "cafe").await.expect("s")),
         [cafe]
     );
-    assert_eq!(ids(&db.store.search(ME, "Café").await.expect("s")), [cafe]);
     assert_eq!(
-        ids(&db.store.search(ME, "хороший ДЕНЬ").await.expect("s")),
+        ids(&db
+            .store
+            .search(UserId(ME), "ZURICH creme")
+            .await
+            .expect("s")),
+        [cafe]
+    );
+    assert_eq!(
+        ids(&db.store.search(UserId(ME), "Café").await.expect("s")),
+        [cafe]
+    );
+    assert_eq!(
+        ids(&db
+            .store
+            .search(UserId(ME), "хороший ДЕНЬ")
+            .await
+            .expect("s")),
         [russian]
     );
-    let runs = db.store.search(ME, "парке").await.expect("s")[0].snippet();
+    let runs = db.store.search(UserId(ME), "парке").await.expect("s")[0].snippet();
     assert!(
         runs.iter().any(|r| r.matched && r.text == "парке"),
         "{runs:?}"
     );
+}
+
+/// Russian writes "ещё" and "еще" for one word: either spelling finds both, and the
+/// snippet shows each entry as it was written, its own spelling bold.
+#[tokio::test]
+async fn yo_and_ye_are_one_letter_to_search_and_snippets_keep_the_original() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let dotted = entry(&db.store, ME, 1, "Ещё один день, ещё прогулка. Ёлка!").await;
+    let plain = entry(&db.store, ME, 2, "еще без точек, елка").await;
+    let mut both = vec![dotted, plain];
+    both.sort_unstable();
+
+    for query in ["еще", "ещё", "ЕЩЁ", "Еще"] {
+        let mut found = ids(&db.store.search(UserId(ME), query).await.expect("s"));
+        found.sort_unstable();
+        assert_eq!(found, both, "{query}");
+    }
+    for query in ["ёлка", "елка", "ЁЛКА"] {
+        assert_eq!(
+            db.store.search(UserId(ME), query).await.expect("s").len(),
+            2,
+            "{query}"
+        );
+    }
+    let hits = db.store.search(UserId(ME), "еще").await.expect("s");
+    let dotted_hit = hits
+        .iter()
+        .find(|h| h.id == LogId(dotted.get()))
+        .expect("found");
+    let bold: Vec<String> = dotted_hit
+        .snippet()
+        .into_iter()
+        .filter(|r| r.matched)
+        .map(|r| r.text)
+        .collect();
+    assert_eq!(bold, ["Ещё", "ещё"]);
+    let shown: String = dotted_hit.snippet().into_iter().map(|r| r.text).collect();
+    assert!(shown.contains("Ёлка"), "{shown}");
+
+    // A long entry is cut around the match; what is shown is still as written.
+    let long = format!(
+        "{}ёж пришёл тут{}",
+        "слово ".repeat(30),
+        " конец".repeat(30)
+    );
+    let long_id = entry(&db.store, ME, 3, &long).await;
+    let hits = db.store.search(UserId(ME), "еж").await.expect("s");
+    assert_eq!(ids(&hits), [long_id]);
+    let runs = hits[0].snippet();
+    let shown: String = runs.iter().map(|r| r.text.as_str()).collect();
+    assert!(shown.starts_with('…') && shown.ends_with('…'), "{shown}");
+    assert!(shown.contains(" пришёл тут "), "{shown}");
+    assert!(runs.iter().any(|r| r.matched && r.text == "ёж"), "{runs:?}");
+
+    // The folded index follows edits and deletes like the plain one did.
+    db.store
+        .update_text(ChatId(ME), MessageId(1), "Сегодня без слов")
+        .await
+        .expect("edit")
+        .expect("changed");
+    assert_eq!(
+        ids(&db.store.search(UserId(ME), "ещё").await.expect("s")),
+        [plain]
+    );
+    db.store.delete_user(UserId(ME)).await.expect("/delete");
+    assert!(
+        db.store
+            .search(UserId(ME), "еще")
+            .await
+            .expect("s")
+            .is_empty()
+    );
+}
+
+#[test]
+fn the_search_fold_changes_only_yo() {
+    assert_eq!(store::fold_for_search("Ёлка, ещё, café"), "Елка, еще, café");
+    assert_eq!(
+        store::fts_query("ещё \"Ёж\""),
+        Some("\"еще\" \"\"\"Еж\"\"\"".into())
+    );
+}
+
+/// Any word of е, ё and other letters, written with any choice of е or ё where the
+/// entry has either, finds the entry, and the snippet marks the word as written.
+#[test]
+fn any_spelling_of_yo_finds_the_word_as_written() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let db = runtime.block_on(async {
+        let db = fresh().await;
+        user(&db.store, ME).await;
+        entry(&db.store, ME, 1, "start").await;
+        db
+    });
+    let letter = prop::sample::select(vec!['е', 'ё', 'Е', 'Ё', 'ж', 'Ж', 'a']);
+    let word = prop::collection::vec(letter, 1..8);
+    let flips = prop::collection::vec(any::<bool>(), 8);
+    proptest!(ProptestConfig::with_cases(100), |(word in word, flips in flips)| {
+        let written: String = word.iter().collect();
+        let asked: String = word
+            .iter()
+            .zip(&flips)
+            .map(|(c, flip)| match (c, flip) {
+                ('е', true) => 'ё',
+                ('ё', true) => 'е',
+                ('Е', true) => 'ё',
+                ('Ё', true) => 'е',
+                (c, _) => *c,
+            })
+            .collect();
+        let text = format!("before {written} after");
+        runtime.block_on(db.store.update_text(ChatId(ME), MessageId(1), &text)).expect("edit");
+        let hits = runtime.block_on(db.store.search(UserId(ME), &asked)).expect("search");
+        prop_assert_eq!(hits.len(), 1, "{:?} for {:?}", asked, written);
+        let bold: Vec<String> = hits[0]
+            .snippet()
+            .into_iter()
+            .filter(|r| r.matched)
+            .map(|r| r.text)
+            .collect();
+        prop_assert_eq!(bold, vec![written.clone()]);
+    });
+    runtime.block_on(assert_index_in_step(&db.url));
 }
 
 #[tokio::test]
@@ -244,23 +390,48 @@ async fn edits_and_deletes_are_reflected_by_the_schema() {
     entry(&db.store, OTHER, 1, "The river was cold.").await;
 
     db.store
-        .update_text(ME, 1, "Walked the dog in the forest.")
+        .update_text(ChatId(ME), MessageId(1), "Walked the dog in the forest.")
         .await
         .expect("edit")
         .expect("changed");
 
-    assert!(db.store.search(ME, "river").await.expect("s").is_empty());
+    assert!(
+        db.store
+            .search(UserId(ME), "river")
+            .await
+            .expect("s")
+            .is_empty()
+    );
     assert_eq!(
-        ids(&db.store.search(ME, "forest").await.expect("s")),
+        ids(&db.store.search(UserId(ME), "forest").await.expect("s")),
         [mine]
     );
     assert_index_in_step(&db.url).await;
 
-    db.store.delete_user(ME).await.expect("/delete");
+    db.store.delete_user(UserId(ME)).await.expect("/delete");
 
-    assert!(db.store.search(ME, "forest").await.expect("s").is_empty());
-    assert!(db.store.search(ME, "dog").await.expect("s").is_empty());
-    assert_eq!(db.store.search(OTHER, "river").await.expect("s").len(), 1);
+    assert!(
+        db.store
+            .search(UserId(ME), "forest")
+            .await
+            .expect("s")
+            .is_empty()
+    );
+    assert!(
+        db.store
+            .search(UserId(ME), "dog")
+            .await
+            .expect("s")
+            .is_empty()
+    );
+    assert_eq!(
+        db.store
+            .search(UserId(OTHER), "river")
+            .await
+            .expect("s")
+            .len(),
+        1
+    );
     assert_index_in_step(&db.url).await;
 
     // Rows that go by the users(user_id) cascade, not by a DELETE of day_logs.
@@ -270,7 +441,13 @@ async fn edits_and_deletes_are_reflected_by_the_schema() {
         .execute(&pool)
         .await
         .expect("cascade");
-    assert!(db.store.search(OTHER, "river").await.expect("s").is_empty());
+    assert!(
+        db.store
+            .search(UserId(OTHER), "river")
+            .await
+            .expect("s")
+            .is_empty()
+    );
     assert_index_in_step(&db.url).await;
 }
 
@@ -343,7 +520,60 @@ async fn the_migration_indexes_entries_stored_before_it() {
         .expect("migrates");
 
     // Assert
-    assert_eq!(store.search(ME, "tulips").await.expect("s").len(), 1);
+    assert_eq!(
+        store.search(UserId(ME), "tulips").await.expect("s").len(),
+        1
+    );
+    assert_index_in_step(&url).await;
+}
+
+#[tokio::test]
+async fn the_fold_migration_reindexes_entries_stored_before_it() {
+    // Arrange: the schema just before the fold, with an entry written with ё.
+    let dir = tempfile::tempdir().expect("dir");
+    let older = dir.path().join("older-migrations");
+    std::fs::create_dir(&older).expect("mkdir");
+    for file in std::fs::read_dir("migrations").expect("migrations") {
+        let path = file.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        if name.as_str() < "20261201000012" {
+            std::fs::copy(&path, older.join(&name)).expect("copy");
+        }
+    }
+    let url = format!("sqlite://{}/daylog.db?mode=rwc", dir.path().display());
+    let pool = writer(&url).await;
+    sqlx::migrate::Migrator::new(older.as_path())
+        .await
+        .expect("older migrator")
+        .run(&pool)
+        .await
+        .expect("older schema");
+    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (1, 1)")
+        .execute(&pool)
+        .await
+        .expect("user");
+    sqlx::query(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text) VALUES (1, 1, 1, 'Ещё раз')",
+    )
+    .execute(&pool)
+    .await
+    .expect("old entry");
+    pool.close().await;
+
+    // Act
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("migrates");
+
+    // Assert: found by either spelling; deleting it leaves no token behind.
+    assert_eq!(store.search(UserId(ME), "еще").await.expect("s").len(), 1);
+    assert_eq!(store.search(UserId(ME), "ещё").await.expect("s").len(), 1);
+    store.delete_user(UserId(ME)).await.expect("delete");
+    assert!(store.search(UserId(ME), "еще").await.expect("s").is_empty());
     assert_index_in_step(&url).await;
 }
 
@@ -469,25 +699,25 @@ fn any_string_is_a_valid_query_of_the_users_own_entries_only() {
         }
         (db, mine)
     });
-    let my_ids: HashSet<i64> = mine.iter().map(|(id, _)| *id).collect();
+    let my_ids: HashSet<LogId> = mine.iter().map(|(id, _)| *id).collect();
 
     proptest!(ProptestConfig::with_cases(300), |(query in hostile_query())| {
-        let hits = runtime.block_on(db.store.search(ME, &query));
+        let hits = runtime.block_on(db.store.search(UserId(ME), &query));
 
         let hits = hits.map_err(|e| TestCaseError::fail(format!("{query:?}: {e}")))?;
         for hit in &hits {
-            prop_assert!(my_ids.contains(&hit.id), "{query:?} found someone else's {}", hit.id);
+            prop_assert!(my_ids.contains(&LogId(hit.id.get())), "{query:?} found someone else's {}", hit.id);
         }
         // Plain words: exactly the entries that contain all of them.
         let asked: Vec<String> = query.split_whitespace().map(str::to_owned).collect();
         if !asked.is_empty() && asked.iter().all(|w| w.chars().all(char::is_alphanumeric)) {
             let asked = words(&query);
-            let expected: HashSet<i64> = mine
+            let expected: HashSet<LogId> = mine
                 .iter()
                 .filter(|(_, have)| asked.is_subset(have))
                 .map(|(id, _)| *id)
                 .collect();
-            let found: HashSet<i64> = hits.iter().map(|h| h.id).collect();
+            let found: HashSet<LogId> = hits.iter().map(|h| h.id).collect();
             prop_assert_eq!(found, expected, "{:?}", query);
         }
     });
@@ -538,7 +768,7 @@ async fn analysed_on(db: &TestDb, user_id: i64, message_id: i64, day: &str, metr
     let id = entry(&db.store, user_id, message_id, "An entry.").await;
     assert!(
         db.store
-            .mark_analyzed(id, "An entry.", "An analysis.", metrics)
+            .mark_analyzed(LogId(id.get()), "An entry.", "An analysis.", metrics)
             .await
             .expect("analysed")
     );

@@ -17,6 +17,7 @@ use daylog::config::SqlSettings;
 use daylog::language::Language;
 use daylog::sqlcmd::{self, QueryError, Refusal};
 use daylog::store::{self, NewUser, Store};
+use daylog::store::{ChatId, UserId};
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
@@ -43,8 +44,8 @@ async fn db_with_one_user() -> Db {
     let store = Store::open_and_migrate(&url, BUSY).await.expect("store");
     store
         .upsert_user(&NewUser {
-            user_id: 1,
-            chat_id: 1,
+            user_id: UserId(1),
+            chat_id: ChatId(1),
             username: Some("someone"),
             language: Language::En,
         })

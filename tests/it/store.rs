@@ -11,6 +11,7 @@ use std::time::Duration;
 use daylog::language::Language;
 use daylog::llm::{Attempt, Outcome, Task};
 use daylog::store::{self, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store, Unfinished};
+use daylog::store::{ChatId, LogId, MessageId, UserId};
 
 struct TestDb {
     _dir: tempfile::TempDir,
@@ -34,8 +35,8 @@ async fn fresh() -> TestDb {
 async fn user(store: &Store, user_id: i64) {
     store
         .upsert_user(&NewUser {
-            user_id,
-            chat_id: user_id,
+            user_id: UserId(user_id),
+            chat_id: ChatId(user_id),
             username: Some("someone"),
             language: Language::En,
         })
@@ -59,9 +60,9 @@ fn days_ago(days: i64) -> jiff::civil::Date {
 async fn log(store: &Store, user_id: i64, message_id: i64, text: &str) -> Inserted {
     store
         .insert_log(&NewLog {
-            user_id,
-            chat_id: user_id,
-            message_id,
+            user_id: UserId(user_id),
+            chat_id: ChatId(user_id),
+            message_id: MessageId(message_id),
             text,
             local_day: Some(today()),
         })
@@ -76,8 +77,10 @@ async fn store_analysis(
     analysis: &str,
     metrics: &str,
 ) -> Result<bool, store::StoreError> {
-    let text = store.log(id).await?.expect("log").text;
-    store.mark_analyzed(id, &text, analysis, metrics).await
+    let text = store.log(LogId(id)).await?.expect("log").text;
+    store
+        .mark_analyzed(LogId(id), &text, analysis, metrics)
+        .await
 }
 
 #[tokio::test]
@@ -128,7 +131,9 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "kind",
             "file_id",
             "duration_s",
-            "transcript_sent_at"
+            "transcript_sent_at",
+            // 20261201000011: an imported entry's wall-clock time (SPEC §12).
+            "import_time"
         ])
     );
     assert_eq!(
@@ -211,7 +216,14 @@ async fn a_redelivered_message_is_stored_once() {
     let again = log(&db.store, 1, 10, "second delivery").await;
     assert!(matches!(first, Inserted::New(_)));
     assert_eq!(again, Inserted::Duplicate(first.id()));
-    assert_eq!(db.store.history(1, 10).await.expect("history").len(), 1);
+    assert_eq!(
+        db.store
+            .history(UserId(1), 10)
+            .await
+            .expect("history")
+            .len(),
+        1
+    );
     let stored = db.store.log(first.id()).await.expect("read").expect("row");
     assert_eq!(stored.text, "first delivery");
 }
@@ -229,9 +241,9 @@ async fn two_hundred_concurrent_inserts_all_succeed() {
                 let text = format!("entry {i}");
                 store
                     .insert_log(&NewLog {
-                        user_id: 1 + i % 10,
-                        chat_id: 1 + i % 10,
-                        message_id: i,
+                        user_id: UserId(1 + i % 10),
+                        chat_id: ChatId(1 + i % 10),
+                        message_id: MessageId(i),
                         text: &text,
                         local_day: None,
                     })
@@ -259,7 +271,7 @@ async fn one_user_never_sees_another_users_rows() {
     let theirs = log(&db.store, 2, 1, "theirs").await.id();
     store_analysis(
         &db.store,
-        mine,
+        mine.get(),
         "ok",
         r#"{"mood":4,"summary":"mine","defaulted":[]}"#,
     )
@@ -267,24 +279,28 @@ async fn one_user_never_sees_another_users_rows() {
     .expect("mark");
     store_analysis(
         &db.store,
-        theirs,
+        theirs.get(),
         "ok",
         r#"{"mood":1,"summary":"theirs","defaulted":[]}"#,
     )
     .await
     .expect("mark");
 
-    let history = db.store.history(1, 10).await.expect("history");
+    let history = db.store.history(UserId(1), 10).await.expect("history");
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].text, "mine");
-    let export = db.store.export(2).await.expect("export");
-    assert!(export.iter().all(|l| l.user_id == 2));
-    let days = db.store.daily_metrics(1, days_ago(6)).await.expect("days");
+    let export = db.store.export(UserId(2)).await.expect("export");
+    assert!(export.iter().all(|l| l.user_id == UserId(2)));
+    let days = db
+        .store
+        .daily_metrics(UserId(1), days_ago(6))
+        .await
+        .expect("days");
     assert_eq!(days.len(), 1);
     assert_eq!(days[0].mood, Some(4.0));
     let summaries = db
         .store
-        .recent_summaries(1, i64::MAX, 3)
+        .recent_summaries(UserId(1), LogId(i64::MAX), 3)
         .await
         .expect("summaries");
     assert_eq!(summaries, ["mine"]);
@@ -298,7 +314,7 @@ async fn daily_metrics_ignore_defaulted_values() {
     let b = log(&db.store, 1, 2, "b").await.id();
     store_analysis(
         &db.store,
-        a,
+        a.get(),
         "x",
         r#"{"mood":5,"stress":2,"sleep_hours":7.0,"defaulted":[]}"#,
     )
@@ -306,13 +322,17 @@ async fn daily_metrics_ignore_defaulted_values() {
     .expect("a");
     store_analysis(
         &db.store,
-        b,
+        b.get(),
         "x",
         r#"{"mood":3,"stress":4,"sleep_hours":null,"defaulted":["mood","sleep_hours"]}"#,
     )
     .await
     .expect("b");
-    let days = db.store.daily_metrics(1, today()).await.expect("days");
+    let days = db
+        .store
+        .daily_metrics(UserId(1), today())
+        .await
+        .expect("days");
     assert_eq!(days.len(), 1);
     assert_eq!(
         days[0].mood,
@@ -348,16 +368,25 @@ async fn delete_removes_every_row_of_that_user_only() {
         .await
         .expect("call");
 
-    assert_eq!(db.store.delete_user(1).await.expect("delete"), 1);
+    assert_eq!(db.store.delete_user(UserId(1)).await.expect("delete"), 1);
 
-    assert!(db.store.user(1).await.expect("user").is_none());
-    assert!(db.store.history(1, 10).await.expect("history").is_empty());
+    assert!(db.store.user(UserId(1)).await.expect("user").is_none());
+    assert!(
+        db.store
+            .history(UserId(1), 10)
+            .await
+            .expect("history")
+            .is_empty()
+    );
     let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM llm_calls")
         .fetch_one(db.store.read_pool())
         .await
         .expect("count");
     assert_eq!(calls, 0, "the user's LLM calls go with the logs");
-    assert_eq!(db.store.history(2, 10).await.expect("other").len(), 1);
+    assert_eq!(
+        db.store.history(UserId(2), 10).await.expect("other").len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -372,10 +401,10 @@ async fn unfinished_finds_due_pending_and_unreplied_logs() {
         .mark_retry(later, "later", Duration::from_secs(3600))
         .await
         .expect("retry");
-    store_analysis(&db.store, analysed, "x", "{}")
+    store_analysis(&db.store, analysed.get(), "x", "{}")
         .await
         .expect("analysed");
-    store_analysis(&db.store, done, "x", "{}")
+    store_analysis(&db.store, done.get(), "x", "{}")
         .await
         .expect("done");
     db.store.mark_replied(done).await.expect("replied");
@@ -385,7 +414,7 @@ async fn unfinished_finds_due_pending_and_unreplied_logs() {
         .unfinished(FrontEnd::Telegram, 100)
         .await
         .expect("unfinished");
-    let ids: Vec<(Unfinished, i64)> = work.iter().map(|(k, l)| (*k, l.id)).collect();
+    let ids: Vec<(Unfinished, LogId)> = work.iter().map(|(k, l)| (*k, l.id)).collect();
     assert_eq!(
         ids,
         [
@@ -400,12 +429,16 @@ async fn an_edit_sends_the_log_back_to_pending() {
     let db = fresh().await;
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "typo").await.id();
-    store_analysis(&db.store, id, "x", "{}")
+    store_analysis(&db.store, id.get(), "x", "{}")
         .await
         .expect("analysed");
     db.store.mark_replied(id).await.expect("replied");
 
-    let edited = db.store.update_text(1, 7, "fixed").await.expect("update");
+    let edited = db
+        .store
+        .update_text(ChatId(1), MessageId(7), "fixed")
+        .await
+        .expect("update");
     assert_eq!(edited.map(|l| l.id), Some(id));
     let stored = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(stored.text, "fixed");
@@ -413,7 +446,7 @@ async fn an_edit_sends_the_log_back_to_pending() {
     assert_eq!(stored.replied_at, None);
     assert_eq!(
         db.store
-            .update_text(1, 999, "never stored")
+            .update_text(ChatId(1), MessageId(999), "never stored")
             .await
             .expect("ok"),
         None
@@ -463,9 +496,9 @@ async fn an_entry_keeps_the_local_day_it_was_stored_with() {
     let id = db
         .store
         .insert_log(&NewLog {
-            user_id: 1,
-            chat_id: 1,
-            message_id: 1,
+            user_id: UserId(1),
+            chat_id: ChatId(1),
+            message_id: MessageId(1),
             text: "late evening",
             local_day: Some(day),
         })
@@ -473,15 +506,18 @@ async fn an_entry_keeps_the_local_day_it_was_stored_with() {
         .expect("insert")
         .id();
     let zone = daylog::time::UserZone::parse("Asia/Tokyo").expect("zone");
-    db.store.set_timezone(1, &zone).await.expect("tz");
-    db.store.update_text(1, 1, "edited").await.expect("edit");
+    db.store.set_timezone(UserId(1), &zone).await.expect("tz");
+    db.store
+        .update_text(ChatId(1), MessageId(1), "edited")
+        .await
+        .expect("edit");
     let stored = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(
         stored.local_day.as_deref(),
         Some("2026-11-30"),
         "neither /tz nor an edit moves it"
     );
-    let user = db.store.user(1).await.expect("read").expect("user");
+    let user = db.store.user(UserId(1)).await.expect("read").expect("user");
     assert_eq!(user.timezone, "Asia/Tokyo");
 }
 
@@ -514,7 +550,7 @@ async fn results_of_an_old_text_are_not_stored_over_an_edit() {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "first text").await.id();
     db.store
-        .update_text(1, 7, "edited text")
+        .update_text(ChatId(1), MessageId(7), "edited text")
         .await
         .expect("edit");
 
@@ -555,7 +591,7 @@ async fn metric_columns_follow_the_metrics_json() {
     let id = log(&db.store, 1, 1, "a").await.id();
     store_analysis(
         &db.store,
-        id,
+        id.get(),
         "x",
         r#"{"mood":4,"stress":2,"energy":3,"productivity":5,"sleep_hours":null,"defaulted":["energy","sleep_hours"]}"#,
     )
@@ -591,7 +627,10 @@ async fn an_answer_sent_for_an_old_text_does_not_mark_the_edited_log_answered() 
             .expect("q")
     );
     // …the user edits the message meanwhile…
-    db.store.update_text(1, 7, "text B").await.expect("edit");
+    db.store
+        .update_text(ChatId(1), MessageId(7), "text B")
+        .await
+        .expect("edit");
     // …and the send of A's answer completes.
     db.store.mark_replied(id).await.expect("q");
 
@@ -618,7 +657,11 @@ async fn an_edit_that_keeps_the_text_changes_nothing() {
     );
     db.store.mark_replied(id).await.expect("q");
 
-    let edited = db.store.update_text(1, 7, "same").await.expect("q");
+    let edited = db
+        .store
+        .update_text(ChatId(1), MessageId(7), "same")
+        .await
+        .expect("q");
 
     assert!(edited.is_none());
     let row = db.store.log(id).await.expect("read").expect("row");
@@ -633,17 +676,20 @@ async fn terminal_entries_take_negative_ids_that_telegram_never_meets() {
 
     let first = db
         .store
-        .insert_chat_log(1, "typed one", None)
+        .insert_chat_log(UserId(1), "typed one", None)
         .await
         .expect("one");
     let second = db
         .store
-        .insert_chat_log(1, "typed two", None)
+        .insert_chat_log(UserId(1), "typed two", None)
         .await
         .expect("two");
     let telegram = log(&db.store, 1, 1, "from the phone").await;
 
-    assert_eq!((first.message_id, second.message_id), (-1, -2));
+    assert_eq!(
+        (first.message_id, second.message_id),
+        (MessageId(-1), MessageId(-2))
+    );
     assert!(matches!(telegram, Inserted::New(_)), "{telegram:?}");
     let sources: Vec<(i64, String)> =
         sqlx::query_as("SELECT message_id, source FROM day_logs ORDER BY id")
@@ -674,13 +720,17 @@ async fn concurrent_terminal_inserts_on_two_handles_never_share_an_id() {
         } else {
             other.clone()
         };
-        async move { store.insert_chat_log(1, &format!("line {i}"), None).await }
+        async move {
+            store
+                .insert_chat_log(UserId(1), &format!("line {i}"), None)
+                .await
+        }
     });
     let logs = futures::future::join_all(inserts).await;
 
     let mut ids: Vec<i64> = logs
         .into_iter()
-        .map(|log| log.expect("stored").message_id)
+        .map(|log| log.expect("stored").message_id.get())
         .collect();
     ids.sort_unstable();
     assert_eq!(ids, (-40..=-1).collect::<Vec<_>>());
@@ -694,13 +744,13 @@ async fn each_front_end_finds_only_its_own_unfinished_logs() {
     let telegram = log(&db.store, 1, 5, "from Telegram").await.id();
     let mine = db
         .store
-        .insert_chat_log(1, "terminal of 1", None)
+        .insert_chat_log(UserId(1), "terminal of 1", None)
         .await
         .expect("1")
         .id;
     let theirs = db
         .store
-        .insert_chat_log(2, "terminal of 2", None)
+        .insert_chat_log(UserId(2), "terminal of 2", None)
         .await
         .expect("2")
         .id;
@@ -714,8 +764,14 @@ async fn each_front_end_finds_only_its_own_unfinished_logs() {
     };
 
     assert_eq!(found(FrontEnd::Telegram).await, [telegram]);
-    assert_eq!(found(FrontEnd::Terminal { user_id: 1 }).await, [mine]);
-    assert_eq!(found(FrontEnd::Terminal { user_id: 2 }).await, [theirs]);
+    assert_eq!(
+        found(FrontEnd::Terminal { user_id: UserId(1) }).await,
+        [mine]
+    );
+    assert_eq!(
+        found(FrontEnd::Terminal { user_id: UserId(2) }).await,
+        [theirs]
+    );
 }
 
 #[tokio::test]
@@ -726,7 +782,7 @@ async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
     let b = log(&db.store, 1, 2, "worked").await.id();
     store_analysis(
         &db.store,
-        a,
+        a.get(),
         "x",
         r#"{"activities":["run"],"defaulted":[]}"#,
     )
@@ -734,7 +790,7 @@ async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
     .expect("a");
     store_analysis(
         &db.store,
-        b,
+        b.get(),
         "x",
         r#"{"activities":["work","run"],"defaulted":[]}"#,
     )
@@ -743,35 +799,115 @@ async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
     let day = today();
     let names = |rows: Vec<(String, String)>| rows.into_iter().map(|r| r.1).collect::<Vec<_>>();
     assert_eq!(
-        names(db.store.day_activities(1, day).await.expect("read")),
+        names(db.store.day_activities(UserId(1), day).await.expect("read")),
         ["run", "work"]
     );
 
     // An edit of the second entry drops its metrics; `run` stays through the first.
-    db.store.update_text(1, 2, "rested").await.expect("edit");
+    db.store
+        .update_text(ChatId(1), MessageId(2), "rested")
+        .await
+        .expect("edit");
     assert_eq!(
-        names(db.store.day_activities(1, day).await.expect("read")),
+        names(db.store.day_activities(UserId(1), day).await.expect("read")),
         ["run"]
     );
     store_analysis(
         &db.store,
-        b,
+        b.get(),
         "x",
         r#"{"activities":["swim"],"defaulted":[]}"#,
     )
     .await
     .expect("b again");
     assert_eq!(
-        names(db.store.day_activities(1, day).await.expect("read")),
+        names(db.store.day_activities(UserId(1), day).await.expect("read")),
         ["run", "swim"]
     );
 
-    db.store.delete_user(1).await.expect("delete");
+    db.store.delete_user(UserId(1)).await.expect("delete");
     assert!(
         db.store
-            .day_activities(1, day)
+            .day_activities(UserId(1), day)
             .await
             .expect("read")
             .is_empty()
     );
+}
+
+/// `/lang` and `/delete` wait out a lock held longer than `busy_timeout` (a `sqlite3`
+/// shell left in a transaction) like every other write, instead of failing at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn language_and_delete_retry_a_busy_database_like_every_write() {
+    use sqlx::Connection as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/daylog.db", dir.path().display());
+    let store = Store::open_and_migrate(&url, Duration::from_millis(100))
+        .await
+        .expect("store opens");
+    user(&store, 1).await;
+    user(&store, 2).await;
+    log(&store, 2, 1, "to be deleted").await;
+    let mut locker = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("second connection");
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (99, 99)")
+        .execute(&mut locker)
+        .await
+        .expect("write under the lock");
+
+    let language = tokio::spawn({
+        let store = store.clone();
+        async move { store.set_language(UserId(1), Language::Ru).await }
+    });
+    let delete = tokio::spawn({
+        let store = store.clone();
+        async move { store.delete_user(UserId(2)).await }
+    });
+    // Longer than busy_timeout, well within the retries.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    sqlx::query("COMMIT")
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+
+    language.await.expect("task").expect("language set");
+    assert_eq!(delete.await.expect("task").expect("deleted"), 1);
+    assert_eq!(
+        store
+            .user(UserId(1))
+            .await
+            .expect("read")
+            .expect("user")
+            .language,
+        Language::Ru
+    );
+    assert!(store.user(UserId(2)).await.expect("read").is_none());
+}
+
+/// The store hands out `users.language` as a `Language`: a code written by hand (or
+/// by an older daylog) that is not one of ours reads as English, never an error.
+#[tokio::test]
+async fn a_users_language_comes_back_as_a_language() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    db.store
+        .set_language(UserId(1), Language::Ru)
+        .await
+        .expect("ru");
+    let stored = db.store.user(UserId(1)).await.expect("read").expect("user");
+    assert_eq!(stored.language, Language::Ru);
+
+    let raw = sqlx::SqlitePool::connect(&db.url).await.expect("raw");
+    sqlx::query("UPDATE users SET language = 'de-AT' WHERE user_id = 1")
+        .execute(&raw)
+        .await
+        .expect("by hand");
+    raw.close().await;
+    let stored = db.store.user(UserId(1)).await.expect("read").expect("user");
+    assert_eq!(stored.language, Language::En);
 }
