@@ -526,13 +526,16 @@ async fn schedule_one<M: Messenger>(
     // The week ends on the Sunday of the due moment, on the user's calendar.
     let (first, last) = week_ending(zone.civil(due_at).date());
     let late = now.duration_since(due_at);
-    let max_late = jiff::SignedDuration::try_from(journal.settings().reminders.max_late())
+    // A digest is delayed by a downtime, not lost (SPEC §10): unlike a reminder it is
+    // still worth reading hours later. Only one older than a pending digest may wait
+    // (`worker.max_age_hours`) is given up, as the worker would give it up anyway.
+    let max_late = jiff::SignedDuration::try_from(journal.settings().worker.max_age())
         .unwrap_or(jiff::SignedDuration::MAX);
     let claim = claim(journal, user.user_id, first);
     let create = if late > max_late {
         tracing::info!(
             user_id = user.user_id,
-            "weekly digest skipped: the bot was down at its moment"
+            "weekly digest skipped: the bot was down longer than worker.max_age_hours at its moment"
         );
         None
     } else if claim.is_none() {

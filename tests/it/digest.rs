@@ -553,3 +553,35 @@ async fn the_terminal_prints_the_week_and_writes_its_chart() {
     .expect("count");
     assert_eq!(sent, 1);
 }
+
+/// SPEC §10: "an outage or a crash delays it and never loses" a digest. A bot that was
+/// down over the Sunday moment for longer than a reminder may be late (90 minutes)
+/// still sends that week's digest, once, when it is back.
+#[tokio::test]
+async fn a_sunday_digest_missed_by_a_long_downtime_comes_late_once() {
+    // Arrange: the digest on at 19:00, two entries this week.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+
+    // Act: the bot is back only at 22:00, three hours after the digest was due.
+    app.clock.set(at("2026-12-06T22:00:00Z"));
+
+    // Assert: the week's digest comes, once, and the schedule moves to next Sunday.
+    wait_digest(&app.telegram, 1).await;
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-30' AND status = 'sent'")
+            .await
+            == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-13 19:00:00")
+    );
+}
