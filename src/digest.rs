@@ -168,6 +168,16 @@ pub async fn week<M: Messenger>(
         .insert_digest(user_id, chat_id, first, front_end, reply_to)
         .await?;
     match digest.status.as_str() {
+        // Not written yet and waiting for the worker's next try after failed ones: the
+        // providers were down a moment ago, so asking again now would only bypass the
+        // worker's growing delay (a `/week` pressed again and again in an outage).
+        "pending"
+            if digest.text.is_none()
+                && digest.attempts > 0
+                && journal.store().due_digest(digest.id).await?.is_none() =>
+        {
+            send_notice(messenger, target, texts.digest_will_follow(), user_id).await;
+        }
         "pending" => {
             run(journal, messenger, digest, target, Asked::OnDemand).await?;
         }

@@ -585,3 +585,73 @@ async fn a_sunday_digest_missed_by_a_long_downtime_comes_late_once() {
         Some("2026-12-13 19:00:00")
     );
 }
+
+/// A `/week` asked again while its digest waits for the worker's next try (the providers
+/// were down) is told it will follow; it does not bypass the worker's growing delay
+/// with a new round of provider calls.
+#[tokio::test]
+async fn week_asked_again_during_an_outage_waits_for_the_workers_retry() {
+    // Arrange: the worker's next try is far away; every provider answers 503.
+    let app = App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__WORKER__RETRY_MIN_MS".to_owned(),
+            "600000".to_owned(),
+        );
+        env.insert(
+            "DAYLOG__WORKER__RETRY_MAX_MS".to_owned(),
+            "600000".to_owned(),
+        );
+    })
+    .await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    entry(&app, 1, 1, "2026-11-30T12:00:00Z", "Monday").await;
+    app.providers.reset().await;
+    app.providers.all_down().await;
+    let first = command(&app, 1, 2, "/week").await;
+    assert_eq!(first, Texts(Language::En).digest_will_follow());
+    let asked = app
+        .providers
+        .mistral
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .len()
+        + app
+            .providers
+            .gemini
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .len();
+    assert!(asked > 0, "the first /week tried the providers");
+
+    // Act
+    let again = command(&app, 1, 3, "/week").await;
+
+    // Assert
+    assert_eq!(again, Texts(Language::En).digest_will_follow());
+    let after = app
+        .providers
+        .mistral
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .len()
+        + app
+            .providers
+            .gemini
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .len();
+    assert_eq!(
+        after, asked,
+        "no new provider calls before the worker's retry"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE status = 'pending' AND attempts = 1")
+            .await,
+        1
+    );
+}
