@@ -184,8 +184,10 @@ pub async fn week<M: Messenger>(
         // The same `/week` re-delivered after a crash: it has had its answer.
         _ if same_ask(&digest, reply_to) && digest.status != "pending" => {}
         // Asked again for a week already sent: the same digest again, nothing new
-        // written and nothing recorded (the user asked; no schedule is involved).
-        "sent" if digest.text.is_some() => {
+        // written and nothing recorded (the user asked; no schedule is involved). A
+        // digest written but failed (a 403 while the user had blocked the bot) is sent
+        // the same way: the user is back, and the AI did not refuse anything.
+        "sent" | "failed" if digest.text.is_some() => {
             let text = digest.text.clone().unwrap_or_default();
             let responses = responses(journal, language, &digest, &text).await?;
             if let Err(error) = messenger.send(target, responses).await {

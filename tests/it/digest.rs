@@ -655,3 +655,39 @@ async fn week_asked_again_during_an_outage_waits_for_the_workers_retry() {
         1
     );
 }
+
+/// A digest written but undeliverable (the user had blocked the bot) is not a refusal of
+/// the AI: the user who unblocked the bot and asks `/week` that Sunday gets it.
+#[tokio::test]
+async fn week_after_unblocking_sends_the_digest_a_403_kept_back() {
+    // Arrange: the Sunday digest written, then refused by Telegram with 403.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 5, 1, "/digest on").await;
+    entry(&app, 5, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 5, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    app.telegram.block_chat(5);
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+    wait_until("the digest failed with a 403", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 5 AND status = 'failed' AND text IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+
+    // Act: unblocked, the user asks for the week that same evening.
+    app.telegram.unblock_chat(5);
+    app.clock.set(at("2026-12-06T20:00:00Z"));
+    app.telegram.push_update(text_update(5, 4, "/week"));
+
+    // Assert: the stored digest, with its chart, and no "the AI refused".
+    wait_digest(&app.telegram, 5).await;
+    let refused = Texts(Language::En).digest_refused();
+    assert!(app.telegram.sent_to(5).iter().all(|c| c.text() != refused));
+    assert_eq!(
+        digest_requests(&app.providers).await.len(),
+        1,
+        "written once"
+    );
+}
