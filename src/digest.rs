@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use jiff::civil::{Date, Weekday};
+use tokio::task::JoinSet;
 
 use crate::analysis::{self, DayPoint, WeekContext};
 use crate::charts::{self, ChartDay};
@@ -427,10 +428,15 @@ async fn responses(
 /// The worker's hook: delivers `front_end`'s pending digests that are due (SPEC §10:
 /// "the worker delivers it when a provider answers"). Each runs in its own task, so a
 /// slow provider never holds up the worker's loop; claimed ones are left to their owner.
+///
+/// The tasks go into `tasks`, which the worker waits for when it stops (within the
+/// shutdown grace, as its logs): a digest cut off between its send and its record would
+/// be sent again by the next start.
 pub async fn deliver_due<M: Messenger>(
     journal: &Arc<Journal>,
     messenger: &Arc<M>,
     front_end: FrontEnd,
+    tasks: &mut JoinSet<()>,
 ) {
     let due = match journal.store().due_digests(front_end, BATCH).await {
         Ok(due) => due,
@@ -467,7 +473,7 @@ pub async fn deliver_due<M: Messenger>(
         };
         let journal = Arc::clone(journal);
         let messenger = Arc::clone(messenger);
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let _claim = claim;
             // Read again under the claim: whoever held it before may have finished it.
             let digest = match journal.store().due_digest(listed.id).await {
@@ -500,8 +506,13 @@ pub async fn deliver_due<M: Messenger>(
 
 /// The scheduler's hook (beside the reminders, with the same clock): every user whose
 /// Sunday digest is due gets it stored and sent when the week has at least 2 entries;
-/// the schedule moves on to the next Sunday either way.
-pub async fn schedule_tick<M: Messenger>(journal: &Arc<Journal>, messenger: &Arc<M>) {
+/// the schedule moves on to the next Sunday either way. The digests it starts go into
+/// `tasks`, which the scheduler waits for when it stops (see [`deliver_due`]).
+pub async fn schedule_tick<M: Messenger>(
+    journal: &Arc<Journal>,
+    messenger: &Arc<M>,
+    tasks: &mut JoinSet<()>,
+) {
     let now = journal.now();
     let due = match journal
         .store()
@@ -515,7 +526,7 @@ pub async fn schedule_tick<M: Messenger>(journal: &Arc<Journal>, messenger: &Arc
         }
     };
     for user in due {
-        if let Err(error) = schedule_one(journal, messenger, &user, now).await {
+        if let Err(error) = schedule_one(journal, messenger, &user, now, tasks).await {
             tracing::error!(%error, user_id = user.user_id, "could not schedule a weekly digest");
         }
     }
@@ -526,6 +537,7 @@ async fn schedule_one<M: Messenger>(
     messenger: &Arc<M>,
     user: &DueDigest,
     now: Timestamp,
+    tasks: &mut JoinSet<()>,
 ) -> Result<(), StoreError> {
     let zone = journal.zone_from_stored(user.user_id, &user.timezone);
     let time = user
@@ -582,7 +594,7 @@ async fn schedule_one<M: Messenger>(
     };
     let journal = Arc::clone(journal);
     let messenger = Arc::clone(messenger);
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let _claim = claim;
         let target = Target {
             chat_id: digest.chat_id,

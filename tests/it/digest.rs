@@ -691,3 +691,53 @@ async fn week_after_unblocking_sends_the_digest_a_403_kept_back() {
         "written once"
     );
 }
+
+/// A stop (SIGTERM) while the worker is writing a digest lets it finish within the
+/// grace period, as logs in hand do: a digest cut off between its send and its record
+/// would be sent a second time by the next start.
+#[tokio::test]
+async fn a_stop_while_a_digest_is_written_lets_it_finish_and_be_recorded() {
+    // Arrange: a digest pending after an outage; the providers back, but slow.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    entry(&app, 1, 1, "2026-11-30T12:00:00Z", "Monday").await;
+    app.providers.reset().await;
+    app.providers.all_down().await;
+    command(&app, 1, 2, "/week").await;
+    app.providers.reset().await;
+    for server in [&app.providers.mistral, &app.providers.gemini] {
+        let body = if std::ptr::eq(server, &app.providers.mistral) {
+            completion(DIGEST_TEXT)
+        } else {
+            gemini_completion(DIGEST_TEXT)
+        };
+        Mock::given(method("POST"))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(body)
+                    .set_delay(Duration::from_millis(800)),
+            )
+            .mount(server)
+            .await;
+    }
+    let providers = &app.providers;
+    wait_until("the worker is writing the digest", WAIT, || async {
+        !digest_requests(providers).await.is_empty()
+    })
+    .await;
+
+    // Act: stopped the way SIGTERM does (3 s of grace in tests).
+    let telegram = app.telegram.clone();
+    let db = app.env["DATABASE_URL"].clone();
+    let _kept = app.stop().await;
+
+    // Assert: by the time the bot has stopped, the digest was sent and recorded.
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("pool");
+    let sent: i64 = sqlx::query_scalar("SELECT count(*) FROM digests WHERE status = 'sent'")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    assert_eq!(sent, 1, "recorded before the bot stopped");
+    assert_eq!(digests_to(&telegram, 1), 1);
+}
