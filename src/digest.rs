@@ -117,17 +117,19 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     }
 }
 
-/// The user's zone or reminder time changed: a Sunday digest that is on follows it.
+/// The user's zone or reminder time changed: a Sunday digest that is on follows it
+/// (one already due is sent first, by the scheduler, which then follows the change).
 pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreError> {
     if !journal.store().digest_enabled(user_id).await? {
         return Ok(());
     }
     let zone = journal.zone_of(user_id).await;
     let time = digest_time(journal, user_id).await?;
-    let next = next_sunday_at(&zone, journal.now(), time);
+    let now = journal.now();
+    let next = next_sunday_at(&zone, now, time);
     journal
         .store()
-        .reschedule_digest(user_id, &sql_timestamp(next))
+        .reschedule_digest(user_id, &sql_timestamp(next), &sql_timestamp(now))
         .await
 }
 

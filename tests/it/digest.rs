@@ -741,3 +741,38 @@ async fn a_stop_while_a_digest_is_written_lets_it_finish_and_be_recorded() {
     assert_eq!(sent, 1, "recorded before the bot stopped");
     assert_eq!(digests_to(&telegram, 1), 1);
 }
+
+/// A `/remind` (or `/tz`) in the seconds between the Sunday moment and the scheduler's
+/// next look must not move the schedule past the digest that is due: the scheduler
+/// still sends it (and moves on from there with the new settings).
+#[tokio::test]
+async fn a_remind_just_after_the_sunday_moment_does_not_skip_the_due_digest() {
+    // Arrange: the scheduler looks only at its start (a poll far away); two entries.
+    let app = App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
+            "600000".to_owned(),
+        );
+    })
+    .await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+
+    // Act: Sunday 19:00:05, before the scheduler's next look, the user asks /remind.
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+    command(&app, 1, 4, "/remind").await;
+
+    // Assert: still due at 19:00 …
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-06 19:00:00")
+    );
+    // … and the scheduler's next look (here: after a restart) sends it.
+    let (dir, providers) = app.stop().await;
+    let app = App::spawn_on(dir, providers, |_| {}).await;
+    app.clock.set(at("2026-12-06T19:00:30Z"));
+    wait_digest(&app.telegram, 1).await;
+}
