@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use jiff::civil::{Date, Weekday};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::analysis::{self, DayPoint, WeekContext};
@@ -433,12 +434,14 @@ async fn responses(
 ///
 /// The tasks go into `tasks`, which the worker waits for when it stops (within the
 /// shutdown grace, as its logs): a digest cut off between its send and its record would
-/// be sent again by the next start.
+/// be sent again by the next start. Each holds one of the worker's `permits` while it
+/// works, so many due digests never run all at once against the providers.
 pub async fn deliver_due<M: Messenger>(
     journal: &Arc<Journal>,
     messenger: &Arc<M>,
     front_end: FrontEnd,
     tasks: &mut JoinSet<()>,
+    permits: &Arc<Semaphore>,
 ) {
     let due = match journal.store().due_digests(front_end, BATCH).await {
         Ok(due) => due,
@@ -475,8 +478,13 @@ pub async fn deliver_due<M: Messenger>(
         };
         let journal = Arc::clone(journal);
         let messenger = Arc::clone(messenger);
+        let permits = Arc::clone(permits);
         tasks.spawn(async move {
             let _claim = claim;
+            // A few at a time, sharing the worker's slots with its logs.
+            let Ok(_permit) = permits.acquire_owned().await else {
+                return;
+            };
             // Read again under the claim: whoever held it before may have finished it.
             let digest = match journal.store().due_digest(listed.id).await {
                 Ok(Some(digest)) => digest,
@@ -508,13 +516,10 @@ pub async fn deliver_due<M: Messenger>(
 
 /// The scheduler's hook (beside the reminders, with the same clock): every user whose
 /// Sunday digest is due gets it stored and sent when the week has at least 2 entries;
-/// the schedule moves on to the next Sunday either way. The digests it starts go into
-/// `tasks`, which the scheduler waits for when it stops (see [`deliver_due`]).
-pub async fn schedule_tick<M: Messenger>(
-    journal: &Arc<Journal>,
-    messenger: &Arc<M>,
-    tasks: &mut JoinSet<()>,
-) {
+/// the schedule moves on to the next Sunday either way. Writing and sending it is the
+/// worker's ([`deliver_due`]), so that a Sunday evening of many digests is written a few
+/// at a time.
+pub async fn schedule_tick(journal: &Arc<Journal>) {
     let now = journal.now();
     let due = match journal
         .store()
@@ -528,18 +533,16 @@ pub async fn schedule_tick<M: Messenger>(
         }
     };
     for user in due {
-        if let Err(error) = schedule_one(journal, messenger, &user, now, tasks).await {
+        if let Err(error) = schedule_one(journal, &user, now).await {
             tracing::error!(%error, user_id = user.user_id, "could not schedule a weekly digest");
         }
     }
 }
 
-async fn schedule_one<M: Messenger>(
+async fn schedule_one(
     journal: &Arc<Journal>,
-    messenger: &Arc<M>,
     user: &DueDigest,
     now: Timestamp,
-    tasks: &mut JoinSet<()>,
 ) -> Result<(), StoreError> {
     let zone = journal.zone_from_stored(user.user_id, &user.timezone);
     let time = user
@@ -585,36 +588,19 @@ async fn schedule_one<M: Messenger>(
         .store()
         .advance_digest(user.user_id, &user.digest_next_at, &next, create)
         .await?;
-    let (
-        DigestAdvance::Moved {
-            created: Some(digest),
-        },
-        Some(claim),
-    ) = (advanced, claim)
-    else {
-        return Ok(());
-    };
-    let journal = Arc::clone(journal);
-    let messenger = Arc::clone(messenger);
-    tasks.spawn(async move {
-        let _claim = claim;
-        let target = Target {
-            chat_id: digest.chat_id,
-            reply_to: None,
-        };
-        let id = digest.id;
-        if let Err(error) = run(
-            journal.as_ref(),
-            messenger.as_ref(),
-            digest,
-            target,
-            Asked::Background,
-        )
-        .await
-        {
-            tracing::error!(%error, digest_id = id, "could not finish a scheduled digest");
-        }
-    });
+    if let DigestAdvance::Moved {
+        created: Some(digest),
+    } = advanced
+    {
+        // Stored as due now: the worker writes and sends it at its next look, a few at
+        // a time with everything else it has in hand, and waits for it on a stop.
+        tracing::debug!(
+            digest_id = digest.id,
+            user_id = user.user_id,
+            "weekly digest stored for the worker"
+        );
+    }
+    drop(claim);
     Ok(())
 }
 

@@ -142,10 +142,7 @@ pub async fn run<M: Messenger>(
     shutdown: CancellationToken,
 ) {
     let poll = journal.settings().reminders.poll_interval();
-    // The Sunday digests being written and sent: waited for when the scheduler stops.
-    let mut digests = tokio::task::JoinSet::new();
     loop {
-        while digests.try_join_next().is_some() {}
         tokio::select! {
             () = shutdown.cancelled() => break,
             result = tick(&journal, &messenger) => match result {
@@ -159,14 +156,13 @@ pub async fn run<M: Messenger>(
         // The Sunday digests ride on the same clock and poll (SPEC §10).
         tokio::select! {
             () = shutdown.cancelled() => break,
-            () = crate::digest::schedule_tick(&journal, &messenger, &mut digests) => {}
+            () = crate::digest::schedule_tick(&journal) => {}
         }
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(poll) => {}
         }
     }
-    while digests.join_next().await.is_some() {}
     tracing::info!("reminder scheduler stopped");
 }
 

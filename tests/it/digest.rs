@@ -776,3 +776,56 @@ async fn a_remind_just_after_the_sunday_moment_does_not_skip_the_due_digest() {
     app.clock.set(at("2026-12-06T19:00:30Z"));
     wait_digest(&app.telegram, 1).await;
 }
+
+/// Many digests due at once (a Sunday evening, or the end of an outage) are written a
+/// few at a time, like the worker's logs, not all at once against the providers while
+/// the evening's entries wait behind them.
+#[tokio::test]
+async fn many_due_digests_are_written_a_few_at_a_time() {
+    // Arrange: 20 pending digests; the providers take 2 s per digest.
+    let app = App::spawn().await;
+    let week: jiff::civil::Date = "2026-11-30".parse().expect("date");
+    for user_id in 100..120 {
+        app.store
+            .upsert_user(&daylog::store::NewUser {
+                user_id,
+                chat_id: user_id,
+                username: None,
+                language: Language::En,
+            })
+            .await
+            .expect("user");
+    }
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(completion(DIGEST_TEXT))
+                .set_delay(Duration::from_secs(2)),
+        )
+        .mount(&app.providers.mistral)
+        .await;
+
+    // Act
+    for user_id in 100..120 {
+        app.store
+            .insert_digest(
+                user_id,
+                user_id,
+                week,
+                daylog::store::FrontEnd::Telegram,
+                None,
+            )
+            .await
+            .expect("digest");
+    }
+
+    // Assert: at most the worker's concurrency (16) in flight.
+    let providers = &app.providers;
+    wait_until("digests are being written", WAIT, || async {
+        digest_requests(providers).await.len() >= 16
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let in_flight = digest_requests(providers).await.len();
+    assert!(in_flight <= 16, "{in_flight} digests written at once");
+}
