@@ -104,11 +104,17 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
         _ => return Ok(Reply::new().text(texts.digest_usage())),
     };
     if on {
-        let next = next_sunday_at(&zone, journal.now(), time);
-        journal
-            .store()
-            .set_digest(user_id, Some(&sql_timestamp(next)))
-            .await?;
+        if journal.store().digest_enabled(user_id).await? {
+            // Already on: the schedule follows the settings, but a digest that is due
+            // this very moment is kept for the scheduler rather than skipped.
+            reschedule(journal, user_id).await?;
+        } else {
+            let next = next_sunday_at(&zone, journal.now(), time);
+            journal
+                .store()
+                .set_digest(user_id, Some(&sql_timestamp(next)))
+                .await?;
+        }
         tracing::info!(user_id, "weekly digest turned on");
         Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name())))
     } else {

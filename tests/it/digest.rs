@@ -829,3 +829,30 @@ async fn many_due_digests_are_written_a_few_at_a_time() {
     let in_flight = digest_requests(providers).await.len();
     assert!(in_flight <= 16, "{in_flight} digests written at once");
 }
+
+/// `/digest on` again (a user checking it is on) just after the Sunday moment keeps the
+/// digest that is due, as `/remind` does.
+#[tokio::test]
+async fn digest_on_again_just_after_the_sunday_moment_keeps_the_due_digest() {
+    // Arrange: the scheduler looks only at its start (a poll far away).
+    let app = App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
+            "600000".to_owned(),
+        );
+    })
+    .await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+
+    // Act
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+    let said = command(&app, 1, 2, "/digest on").await;
+
+    // Assert
+    assert!(said.contains("19:00"), "{said}");
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-06 19:00:00")
+    );
+}
