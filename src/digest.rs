@@ -12,8 +12,10 @@
 //!
 //! Within a process, whoever works on a digest holds an in-memory claim on its user and
 //! week, taken *before* the row is stored, so the worker never picks up a digest that a
-//! `/week` or the scheduler is writing. The scheduler reads only the users whose next
-//! digest is due, through an index on `users.digest_next_at`, never every user.
+//! `/week` is writing or the scheduler is storing. The scheduler reads only the users
+//! whose next digest is due, through an index on `users.digest_next_at`, never every
+//! user, and only stores their digests: the worker writes and sends them, a few at a
+//! time (its permits), and waits for them when the process stops.
 
 use std::sync::Arc;
 
