@@ -12,13 +12,17 @@
 //!
 //! Within a process, whoever works on a digest holds an in-memory claim on its user and
 //! week, taken *before* the row is stored, so the worker never picks up a digest that a
-//! `/week` or the scheduler is writing. The scheduler reads only the users whose next
-//! digest is due, through an index on `users.digest_next_at`, never every user.
+//! `/week` is writing or the scheduler is storing. The scheduler reads only the users
+//! whose next digest is due, through an index on `users.digest_next_at`, never every
+//! user, and only stores their digests: the worker writes and sends them, a few at a
+//! time (its permits), and waits for them when the process stops.
 
 use std::sync::Arc;
 
 use jiff::Timestamp;
 use jiff::civil::{Date, Weekday};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 
 use crate::analysis::{self, DayPoint, WeekContext};
 use crate::charts::{self, ChartDay};
@@ -104,11 +108,17 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
         _ => return Ok(Reply::new().text(texts.digest_usage())),
     };
     if on {
-        let next = next_sunday_at(&zone, journal.now(), time);
-        journal
-            .store()
-            .set_digest(user_id, Some(&sql_timestamp(next)))
-            .await?;
+        if journal.store().digest_enabled(user_id).await? {
+            // Already on: the schedule follows the settings, but a digest that is due
+            // this very moment is kept for the scheduler rather than skipped.
+            reschedule(journal, user_id).await?;
+        } else {
+            let next = next_sunday_at(&zone, journal.now(), time);
+            journal
+                .store()
+                .set_digest(user_id, Some(&sql_timestamp(next)))
+                .await?;
+        }
         tracing::info!(user_id, "weekly digest turned on");
         Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name())))
     } else {
@@ -118,17 +128,19 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     }
 }
 
-/// The user's zone or reminder time changed: a Sunday digest that is on follows it.
+/// The user's zone or reminder time changed: a Sunday digest that is on follows it
+/// (one already due is sent first, by the scheduler, which then follows the change).
 pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreError> {
     if !journal.store().digest_enabled(user_id).await? {
         return Ok(());
     }
     let zone = journal.zone_of(user_id).await;
     let time = digest_time(journal, user_id).await?;
-    let next = next_sunday_at(&zone, journal.now(), time);
+    let now = journal.now();
+    let next = next_sunday_at(&zone, now, time);
     journal
         .store()
-        .reschedule_digest(user_id, &sql_timestamp(next))
+        .reschedule_digest(user_id, &sql_timestamp(next), &sql_timestamp(now))
         .await
 }
 
@@ -170,14 +182,26 @@ pub async fn week<M: Messenger>(
         .insert_digest(user_id, chat_id, first, front_end, reply_to)
         .await?;
     match digest.status.as_str() {
+        // Not written yet and waiting for the worker's next try after failed ones: the
+        // providers were down a moment ago, so asking again now would only bypass the
+        // worker's growing delay (a `/week` pressed again and again in an outage).
+        "pending"
+            if digest.text.is_none()
+                && digest.attempts > 0
+                && journal.store().due_digest(digest.id).await?.is_none() =>
+        {
+            send_notice(messenger, target, texts.digest_will_follow(), user_id).await;
+        }
         "pending" => {
             run(journal, messenger, digest, target, Asked::OnDemand).await?;
         }
         // The same `/week` re-delivered after a crash: it has had its answer.
         _ if same_ask(&digest, reply_to) && digest.status != "pending" => {}
         // Asked again for a week already sent: the same digest again, nothing new
-        // written and nothing recorded (the user asked; no schedule is involved).
-        "sent" if digest.text.is_some() => {
+        // written and nothing recorded (the user asked; no schedule is involved). A
+        // digest written but failed (a 403 while the user had blocked the bot) is sent
+        // the same way: the user is back, and the AI did not refuse anything.
+        "sent" | "failed" if digest.text.is_some() => {
             let text = digest.text.clone().unwrap_or_default();
             let responses = responses(journal, language, &digest, &text).await?;
             if let Err(error) = messenger.send(target, responses).await {
@@ -420,10 +444,17 @@ async fn responses(
 /// The worker's hook: delivers `front_end`'s pending digests that are due (SPEC §10:
 /// "the worker delivers it when a provider answers"). Each runs in its own task, so a
 /// slow provider never holds up the worker's loop; claimed ones are left to their owner.
+///
+/// The tasks go into `tasks`, which the worker waits for when it stops (within the
+/// shutdown grace, as its logs): a digest cut off between its send and its record would
+/// be sent again by the next start. Each holds one of the worker's `permits` while it
+/// works, so many due digests never run all at once against the providers.
 pub async fn deliver_due<M: Messenger>(
     journal: &Arc<Journal>,
     messenger: &Arc<M>,
     front_end: FrontEnd,
+    tasks: &mut JoinSet<()>,
+    permits: &Arc<Semaphore>,
 ) {
     let due = match journal.store().due_digests(front_end, BATCH).await {
         Ok(due) => due,
@@ -460,8 +491,13 @@ pub async fn deliver_due<M: Messenger>(
         };
         let journal = Arc::clone(journal);
         let messenger = Arc::clone(messenger);
-        tokio::spawn(async move {
+        let permits = Arc::clone(permits);
+        tasks.spawn(async move {
             let _claim = claim;
+            // A few at a time, sharing the worker's slots with its logs.
+            let Ok(_permit) = permits.acquire_owned().await else {
+                return;
+            };
             // Read again under the claim: whoever held it before may have finished it.
             let digest = match journal.store().due_digest(listed.id).await {
                 Ok(Some(digest)) => digest,
@@ -493,8 +529,10 @@ pub async fn deliver_due<M: Messenger>(
 
 /// The scheduler's hook (beside the reminders, with the same clock): every user whose
 /// Sunday digest is due gets it stored and sent when the week has at least 2 entries;
-/// the schedule moves on to the next Sunday either way.
-pub async fn schedule_tick<M: Messenger>(journal: &Arc<Journal>, messenger: &Arc<M>) {
+/// the schedule moves on to the next Sunday either way. Writing and sending it is the
+/// worker's ([`deliver_due`]), so that a Sunday evening of many digests is written a few
+/// at a time.
+pub async fn schedule_tick(journal: &Arc<Journal>) {
     let now = journal.now();
     let due = match journal
         .store()
@@ -508,15 +546,14 @@ pub async fn schedule_tick<M: Messenger>(journal: &Arc<Journal>, messenger: &Arc
         }
     };
     for user in due {
-        if let Err(error) = schedule_one(journal, messenger, &user, now).await {
+        if let Err(error) = schedule_one(journal, &user, now).await {
             tracing::error!(%error, user_id = user.user_id, "could not schedule a weekly digest");
         }
     }
 }
 
-async fn schedule_one<M: Messenger>(
+async fn schedule_one(
     journal: &Arc<Journal>,
-    messenger: &Arc<M>,
     user: &DueDigest,
     now: Timestamp,
 ) -> Result<(), StoreError> {
@@ -531,13 +568,16 @@ async fn schedule_one<M: Messenger>(
     // The week ends on the Sunday of the due moment, on the user's calendar.
     let (first, last) = week_ending(zone.civil(due_at).date());
     let late = now.duration_since(due_at);
-    let max_late = jiff::SignedDuration::try_from(journal.settings().reminders.max_late())
+    // A digest is delayed by a downtime, not lost (SPEC §10): unlike a reminder it is
+    // still worth reading hours later. Only one older than a pending digest may wait
+    // (`worker.max_age_hours`) is given up, as the worker would give it up anyway.
+    let max_late = jiff::SignedDuration::try_from(journal.settings().worker.max_age())
         .unwrap_or(jiff::SignedDuration::MAX);
     let claim = claim(journal, user.user_id, first);
     let create = if late > max_late {
         tracing::info!(
             user_id = user.user_id,
-            "weekly digest skipped: the bot was down at its moment"
+            "weekly digest skipped: the bot was down longer than worker.max_age_hours at its moment"
         );
         None
     } else if claim.is_none() {
@@ -561,36 +601,19 @@ async fn schedule_one<M: Messenger>(
         .store()
         .advance_digest(user.user_id, &user.digest_next_at, &next, create)
         .await?;
-    let (
-        DigestAdvance::Moved {
-            created: Some(digest),
-        },
-        Some(claim),
-    ) = (advanced, claim)
-    else {
-        return Ok(());
-    };
-    let journal = Arc::clone(journal);
-    let messenger = Arc::clone(messenger);
-    tokio::spawn(async move {
-        let _claim = claim;
-        let target = Target {
-            chat_id: digest.chat_id,
-            reply_to: None,
-        };
-        let id = digest.id;
-        if let Err(error) = run(
-            journal.as_ref(),
-            messenger.as_ref(),
-            digest,
-            target,
-            Asked::Background,
-        )
-        .await
-        {
-            tracing::error!(%error, digest_id = id, "could not finish a scheduled digest");
-        }
-    });
+    if let DigestAdvance::Moved {
+        created: Some(digest),
+    } = advanced
+    {
+        // Stored as due now: the worker writes and sends it at its next look, a few at
+        // a time with everything else it has in hand, and waits for it on a stop.
+        tracing::debug!(
+            digest_id = digest.id,
+            user_id = user.user_id,
+            "weekly digest stored for the worker"
+        );
+    }
+    drop(claim);
     Ok(())
 }
 

@@ -155,7 +155,7 @@ pub async fn run<M: Messenger>(
         // The Sunday digests ride on the same clock and poll (SPEC §10).
         tokio::select! {
             () = shutdown.cancelled() => break,
-            () = crate::digest::schedule_tick(&journal, &messenger) => {}
+            () = crate::digest::schedule_tick(&journal) => {}
         }
         tokio::select! {
             () = shutdown.cancelled() => break,

@@ -1741,14 +1741,24 @@ impl Store {
         .await
     }
 
-    /// A new zone or reminder time: the Sunday digest (if on) is next due at `next_at`.
-    pub async fn reschedule_digest(&self, user_id: i64, next_at: &str) -> Result<(), StoreError> {
+    /// A new zone or reminder time: the Sunday digest (if on) is next due at `next_at`,
+    /// unless it is already due at `now` (UTC text): that one is left to the scheduler,
+    /// which sends it and moves on with the new settings, rather than skipped.
+    pub async fn reschedule_digest(
+        &self,
+        user_id: i64,
+        next_at: &str,
+        now: &str,
+    ) -> Result<(), StoreError> {
         retry_busy("reschedule_digest", || async {
             sqlx::query(
-                "UPDATE users SET digest_next_at = ?2 WHERE user_id = ?1 AND digest_enabled = 1",
+                "UPDATE users SET digest_next_at = ?2
+                 WHERE user_id = ?1 AND digest_enabled = 1
+                   AND (digest_next_at IS NULL OR digest_next_at > ?3)",
             )
             .bind(user_id)
             .bind(next_at)
+            .bind(now)
             .execute(&self.write)
             .await?;
             Ok(())

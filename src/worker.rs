@@ -62,7 +62,7 @@ pub async fn run<M: Messenger>(
             Err(error) => tracing::error!(%error, "worker could not read unfinished logs"),
         }
         while tasks.try_join_next().is_some() {}
-        crate::digest::deliver_due(&journal, &messenger, front_end).await;
+        crate::digest::deliver_due(&journal, &messenger, front_end, &mut tasks, &permits).await;
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(poll) => {}

@@ -553,3 +553,306 @@ async fn the_terminal_prints_the_week_and_writes_its_chart() {
     .expect("count");
     assert_eq!(sent, 1);
 }
+
+/// SPEC §10: "an outage or a crash delays it and never loses" a digest. A bot that was
+/// down over the Sunday moment for longer than a reminder may be late (90 minutes)
+/// still sends that week's digest, once, when it is back.
+#[tokio::test]
+async fn a_sunday_digest_missed_by_a_long_downtime_comes_late_once() {
+    // Arrange: the digest on at 19:00, two entries this week.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+
+    // Act: the bot is back only at 22:00, three hours after the digest was due.
+    app.clock.set(at("2026-12-06T22:00:00Z"));
+
+    // Assert: the week's digest comes, once, and the schedule moves to next Sunday.
+    wait_digest(&app.telegram, 1).await;
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-30' AND status = 'sent'")
+            .await
+            == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-13 19:00:00")
+    );
+}
+
+/// A `/week` asked again while its digest waits for the worker's next try (the providers
+/// were down) is told it will follow; it does not bypass the worker's growing delay
+/// with a new round of provider calls.
+#[tokio::test]
+async fn week_asked_again_during_an_outage_waits_for_the_workers_retry() {
+    // Arrange: the worker's next try is far away; every provider answers 503.
+    let app = App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__WORKER__RETRY_MIN_MS".to_owned(),
+            "600000".to_owned(),
+        );
+        env.insert(
+            "DAYLOG__WORKER__RETRY_MAX_MS".to_owned(),
+            "600000".to_owned(),
+        );
+    })
+    .await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    entry(&app, 1, 1, "2026-11-30T12:00:00Z", "Monday").await;
+    app.providers.reset().await;
+    app.providers.all_down().await;
+    let first = command(&app, 1, 2, "/week").await;
+    assert_eq!(first, Texts(Language::En).digest_will_follow());
+    let asked = app
+        .providers
+        .mistral
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .len()
+        + app
+            .providers
+            .gemini
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .len();
+    assert!(asked > 0, "the first /week tried the providers");
+
+    // Act
+    let again = command(&app, 1, 3, "/week").await;
+
+    // Assert
+    assert_eq!(again, Texts(Language::En).digest_will_follow());
+    let after = app
+        .providers
+        .mistral
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .len()
+        + app
+            .providers
+            .gemini
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .len();
+    assert_eq!(
+        after, asked,
+        "no new provider calls before the worker's retry"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE status = 'pending' AND attempts = 1")
+            .await,
+        1
+    );
+}
+
+/// A digest written but undeliverable (the user had blocked the bot) is not a refusal of
+/// the AI: the user who unblocked the bot and asks `/week` that Sunday gets it.
+#[tokio::test]
+async fn week_after_unblocking_sends_the_digest_a_403_kept_back() {
+    // Arrange: the Sunday digest written, then refused by Telegram with 403.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 5, 1, "/digest on").await;
+    entry(&app, 5, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 5, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    app.telegram.block_chat(5);
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+    wait_until("the digest failed with a 403", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 5 AND status = 'failed' AND text IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+
+    // Act: unblocked, the user asks for the week that same evening.
+    app.telegram.unblock_chat(5);
+    app.clock.set(at("2026-12-06T20:00:00Z"));
+    app.telegram.push_update(text_update(5, 4, "/week"));
+
+    // Assert: the stored digest, with its chart, and no "the AI refused".
+    wait_digest(&app.telegram, 5).await;
+    let refused = Texts(Language::En).digest_refused();
+    assert!(app.telegram.sent_to(5).iter().all(|c| c.text() != refused));
+    assert_eq!(
+        digest_requests(&app.providers).await.len(),
+        1,
+        "written once"
+    );
+}
+
+/// A stop (SIGTERM) while the worker is writing a digest lets it finish within the
+/// grace period, as logs in hand do: a digest cut off between its send and its record
+/// would be sent a second time by the next start.
+#[tokio::test]
+async fn a_stop_while_a_digest_is_written_lets_it_finish_and_be_recorded() {
+    // Arrange: a digest pending after an outage; the providers back, but slow.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    entry(&app, 1, 1, "2026-11-30T12:00:00Z", "Monday").await;
+    app.providers.reset().await;
+    app.providers.all_down().await;
+    command(&app, 1, 2, "/week").await;
+    app.providers.reset().await;
+    for server in [&app.providers.mistral, &app.providers.gemini] {
+        let body = if std::ptr::eq(server, &app.providers.mistral) {
+            completion(DIGEST_TEXT)
+        } else {
+            gemini_completion(DIGEST_TEXT)
+        };
+        Mock::given(method("POST"))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(body)
+                    .set_delay(Duration::from_millis(800)),
+            )
+            .mount(server)
+            .await;
+    }
+    let providers = &app.providers;
+    wait_until("the worker is writing the digest", WAIT, || async {
+        !digest_requests(providers).await.is_empty()
+    })
+    .await;
+
+    // Act: stopped the way SIGTERM does (3 s of grace in tests).
+    let telegram = app.telegram.clone();
+    let db = app.env["DATABASE_URL"].clone();
+    let _kept = app.stop().await;
+
+    // Assert: by the time the bot has stopped, the digest was sent and recorded.
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("pool");
+    let sent: i64 = sqlx::query_scalar("SELECT count(*) FROM digests WHERE status = 'sent'")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    assert_eq!(sent, 1, "recorded before the bot stopped");
+    assert_eq!(digests_to(&telegram, 1), 1);
+}
+
+/// A `/remind` (or `/tz`) in the seconds between the Sunday moment and the scheduler's
+/// next look must not move the schedule past the digest that is due: the scheduler
+/// still sends it (and moves on from there with the new settings).
+#[tokio::test]
+async fn a_remind_just_after_the_sunday_moment_does_not_skip_the_due_digest() {
+    // Arrange: the scheduler looks only at its start (a poll far away); two entries.
+    let app = App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
+            "600000".to_owned(),
+        );
+    })
+    .await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+
+    // Act: Sunday 19:00:05, before the scheduler's next look, the user asks /remind.
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+    command(&app, 1, 4, "/remind").await;
+
+    // Assert: still due at 19:00 …
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-06 19:00:00")
+    );
+    // … and the scheduler's next look (here: after a restart) sends it.
+    let (dir, providers) = app.stop().await;
+    let app = App::spawn_on(dir, providers, |_| {}).await;
+    app.clock.set(at("2026-12-06T19:00:30Z"));
+    wait_digest(&app.telegram, 1).await;
+}
+
+/// Many digests due at once (a Sunday evening, or the end of an outage) are written a
+/// few at a time, like the worker's logs, not all at once against the providers while
+/// the evening's entries wait behind them.
+#[tokio::test]
+async fn many_due_digests_are_written_a_few_at_a_time() {
+    // Arrange: 20 pending digests; the providers take 2 s per digest.
+    let app = App::spawn().await;
+    let week: jiff::civil::Date = "2026-11-30".parse().expect("date");
+    for user_id in 100..120 {
+        app.store
+            .upsert_user(&daylog::store::NewUser {
+                user_id: daylog::store::UserId(user_id),
+                chat_id: daylog::store::ChatId(user_id),
+                username: None,
+                language: Language::En,
+            })
+            .await
+            .expect("user");
+    }
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(completion(DIGEST_TEXT))
+                .set_delay(Duration::from_secs(2)),
+        )
+        .mount(&app.providers.mistral)
+        .await;
+
+    // Act
+    for user_id in 100..120 {
+        app.store
+            .insert_digest(
+                user_id,
+                user_id,
+                week,
+                daylog::store::FrontEnd::Telegram,
+                None,
+            )
+            .await
+            .expect("digest");
+    }
+
+    // Assert: at most the worker's concurrency (16) in flight.
+    let providers = &app.providers;
+    wait_until("digests are being written", WAIT, || async {
+        digest_requests(providers).await.len() >= 16
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let in_flight = digest_requests(providers).await.len();
+    assert!(in_flight <= 16, "{in_flight} digests written at once");
+}
+
+/// `/digest on` again (a user checking it is on) just after the Sunday moment keeps the
+/// digest that is due, as `/remind` does.
+#[tokio::test]
+async fn digest_on_again_just_after_the_sunday_moment_keeps_the_due_digest() {
+    // Arrange: the scheduler looks only at its start (a poll far away).
+    let app = App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
+            "600000".to_owned(),
+        );
+    })
+    .await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+
+    // Act
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+    let said = command(&app, 1, 2, "/digest on").await;
+
+    // Assert
+    assert!(said.contains("19:00"), "{said}");
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-06 19:00:00")
+    );
+}

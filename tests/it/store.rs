@@ -911,3 +911,29 @@ async fn a_users_language_comes_back_as_a_language() {
     let stored = db.store.user(UserId(1)).await.expect("read").expect("user");
     assert_eq!(stored.language, Language::En);
 }
+
+/// `/delete` removes the user's digests too.
+#[tokio::test]
+async fn delete_user_removes_that_users_digests_and_no_other() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    user(&db.store, 2).await;
+    let week: jiff::civil::Date = "2026-11-30".parse().expect("date");
+    for id in [1, 2] {
+        db.store
+            .insert_digest(id, id, week, FrontEnd::Telegram, None)
+            .await
+            .expect("digest");
+    }
+
+    db.store.delete_user(UserId(1)).await.expect("/delete");
+
+    assert_eq!(db.store.digest_of_week(1, week).await.expect("read"), None);
+    assert!(
+        db.store
+            .digest_of_week(2, week)
+            .await
+            .expect("read")
+            .is_some()
+    );
+}

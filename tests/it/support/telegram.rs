@@ -169,6 +169,15 @@ impl FakeTelegram {
         self.inner.lock().expect("lock").blocked_chats.push(chat);
     }
 
+    /// The user unblocked the bot: sends to `chat` succeed again.
+    pub fn unblock_chat(&self, chat: i64) {
+        self.inner
+            .lock()
+            .expect("lock")
+            .blocked_chats
+            .retain(|c| *c != chat);
+    }
+
     pub fn calls(&self) -> Vec<Call> {
         self.inner.lock().expect("lock").calls.clone()
     }
