@@ -306,9 +306,8 @@ impl Llm {
         let now = tokio::time::Instant::now();
         let mut soonest: Option<tokio::time::Instant> = None;
         for step in steps {
-            let until = self
-                .state
-                .step_budget_until(&step.id, &step.provider.key_slots())?;
+            // Its turn: the requests already waiting for the same budget go first.
+            let (until, _) = self.state.step_turn(&step.id, &step.provider.key_slots())?;
             soonest = Some(soonest.map_or(until, |s| s.min(until)));
         }
         soonest.map(|until| until.saturating_duration_since(now))
