@@ -469,7 +469,7 @@ impl<'a> TaskRun<'a> {
                     self.record_skip(step, key, until);
                     continue;
                 }
-                if let Err(until) = self.state.admit(&step.id, key) {
+                if let Err(until) = self.admit_in_turn(step, key, queued.is_some()).await {
                     drop(permit);
                     self.record_budget_skip(step, key, until);
                     again.push(key);
@@ -570,6 +570,29 @@ impl<'a> TaskRun<'a> {
             }
         }
         StepEnd::Failed { no, transient }
+    }
+
+    /// Takes one request from the key's budget. A request whose turn has come (it
+    /// waited in the budget's queue) may find the budget still spent for a moment —
+    /// the one before it sent a little late —: it waits for that moment and keeps its
+    /// place, rather than joining the back of the queue and leaving the slot unused.
+    async fn admit_in_turn(
+        &self,
+        step: &Step,
+        key: Option<usize>,
+        in_turn: bool,
+    ) -> Result<(), Instant> {
+        match self.state.admit(&step.id, key) {
+            Err(until)
+                if in_turn
+                    && until <= Instant::now() + self.spill_after
+                    && until < self.deadline =>
+            {
+                tokio::time::sleep_until(until).await;
+                self.state.admit(&step.id, key)
+            }
+            other => other,
+        }
     }
 
     /// One HTTP attempt, recorded on every path (including being dropped).
