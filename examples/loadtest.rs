@@ -15,7 +15,8 @@
 //! arrives, keyed by (chat_id, reply_parameters.message_id). Throttle is off
 //! (`DAYLOG__TELEGRAM__THROTTLE=false`): these are capacity runs, not Telegram's limits.
 //! Everything else is the shipped default (no `max_concurrency` cap, 30 analyses per
-//! user and hour) unless `--max-concurrency` / `--analyses-per-hour` raise it, which
+//! user and hour) — but the fakes of every scenario except `free-tier` enforce no
+//! limit, so the bot is given paid-tier budgets there ([`PAID_TIER`]) — unless `--max-concurrency` / `--analyses-per-hour` raise it, which
 //! the output then says.
 //!
 //! The burst scenarios (`many`, `stalled`, `failover burst`, `free-tier`) push every log
@@ -68,6 +69,36 @@ const TOKEN: &str = "123456:LOAD-token";
 const MARKER: &str = "LOADTEST-OK";
 const ANALYSIS_TEXT: &str = "LOADTEST-OK You sound tired but proud of the run. Suggestion: go to bed at 23:00 tonight and keep tomorrow's first hour free.";
 const METRICS_JSON: &str = r#"{"mood":4,"stress":2,"energy":3,"productivity":4,"sleep_hours":6.5,"activities":["run","work"],"emotions":["proud"],"summary":"A long run and a busy day."}"#;
+/// The budgets of the scenarios whose fakes enforce no limit (every one but the free
+/// tier): a paid tier, far above what a run sends. The shipped free tiers would pace
+/// Mistral to 1 request/s.
+const PAID_TIER: [(&str, &str); 6] = [
+    (
+        "DAYLOG__PROVIDERS__MISTRAL__BUDGET__REQUESTS_PER_SECOND",
+        "1000000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__REQUESTS_PER_MINUTE",
+        "100000000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__REQUESTS_PER_DAY",
+        "1000000000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__TOKENS_PER_MINUTE",
+        "1000000000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GEMINI__BUDGET__REQUESTS_PER_MINUTE",
+        "100000000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GEMINI__BUDGET__REQUESTS_PER_DAY",
+        "1000000000",
+    ),
+];
+
 /// The analysis step the failover scenario takes down.
 const PRIMARY_MODEL: &str = "mistral-small-2506";
 
@@ -1040,6 +1071,15 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         ),
         ("RUST_LOG".into(), args.rust_log.clone()),
     ];
+    if !scenario.free_tier {
+        // These fakes enforce no free tier: the bot is told so (paid-tier budgets far
+        // above what a run sends) instead of pacing itself to the shipped free tiers.
+        env.extend(
+            PAID_TIER
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+    }
     // 0 is the shipped default (no cap); anything else is a labelled raised-limit run.
     if args.max_concurrency > 0 {
         for provider in ["MISTRAL", "GEMINI", "GROQ"] {
