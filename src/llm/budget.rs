@@ -168,15 +168,20 @@ impl Budgets {
             let Some(limit) = limit.map(scaled) else {
                 continue;
             };
-            let recent: Vec<&Instant> = state
+            // Fewer sends in the last minute than the limit: room (O(1) for large,
+            // paid-tier limits; otherwise at most `limit` sends are looked at).
+            if state.sent.len() < limit {
+                continue;
+            }
+            let filling = state
                 .sent
                 .iter()
-                .filter(|t| now.duration_since(**t) < window)
-                .collect();
-            if recent.len() >= limit {
+                .rev()
+                .take_while(|t| now.duration_since(**t) < window)
+                .nth(limit - 1);
+            if let Some(oldest) = filling {
                 // Room again when the oldest send that fills the window leaves it.
-                let free_at = *recent[recent.len() - limit] + window;
-                until = until.max(Some(free_at));
+                until = until.max(Some(*oldest + window));
             }
         }
         if let Some(per_day) = declared.requests_per_day {
