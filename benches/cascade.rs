@@ -56,6 +56,12 @@ fn fixture() -> Fixture {
     let env: HashMap<String, String> = [
         ("DAYLOG__PROVIDERS__MISTRAL__BASE_URL", base.as_str()),
         ("MISTRAL_API_KEY", "bench-key"),
+        // The fake has no free tier: the shipped 1 request/s would make this measure
+        // the budget's pace (1 s per task), not the cascade.
+        (
+            "DAYLOG__PROVIDERS__MISTRAL__BUDGET__REQUESTS_PER_SECOND",
+            "1000000000",
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))

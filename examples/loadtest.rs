@@ -14,6 +14,19 @@
 //! otherwise; it stamps each update when it is handed out and each reply when it
 //! arrives, keyed by (chat_id, reply_parameters.message_id). Throttle is off
 //! (`DAYLOG__TELEGRAM__THROTTLE=false`): these are capacity runs, not Telegram's limits.
+//! Everything else is the shipped default (no `max_concurrency` cap, 30 analyses per
+//! user and hour) — but the fakes of every scenario except `free-tier` enforce no
+//! limit, so the bot is given paid-tier budgets there ([`PAID_TIER`]) — unless `--max-concurrency` / `--analyses-per-hour` raise it, which
+//! the output then says.
+//!
+//! The burst scenarios (`many`, `stalled`, `failover burst`, `free-tier`) push every log
+//! of every chat at once instead (open loop); time to reply is then the time to the
+//! reply that carries the analysis. In `free-tier` the fakes enforce the 2026 free
+//! tiers and answer 429 as each provider does (Mistral: no Retry-After; Groq:
+//! `retry-after` and `x-ratelimit-*` in its format; Gemini: `RetryInfo.retryDelay` and
+//! `QuotaFailure` in the body), and the tool reports the last analysis against the
+//! ideal the fakes' budgets allow for the analyses alone, 429s per entry, the share
+//! answered without a "later" notice, and lost entries.
 //!
 //! Printed per scenario: logs/s end to end, the bot's CPU time per log (utime + stime
 //! from `/proc/<pid>/stat`), time to reply and the bot's overhead beyond the providers'
@@ -57,6 +70,36 @@ const TOKEN: &str = "123456:LOAD-token";
 const MARKER: &str = "LOADTEST-OK";
 const ANALYSIS_TEXT: &str = "LOADTEST-OK You sound tired but proud of the run. Suggestion: go to bed at 23:00 tonight and keep tomorrow's first hour free.";
 const METRICS_JSON: &str = r#"{"mood":4,"stress":2,"energy":3,"productivity":4,"sleep_hours":6.5,"activities":["run","work"],"emotions":["proud"],"summary":"A long run and a busy day."}"#;
+/// The budgets of the scenarios whose fakes enforce no limit (every one but the free
+/// tier): a paid tier, far above what a run sends. The shipped free tiers would pace
+/// Mistral to 1 request/s.
+const PAID_TIER: [(&str, &str); 6] = [
+    (
+        "DAYLOG__PROVIDERS__MISTRAL__BUDGET__REQUESTS_PER_SECOND",
+        "1000000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__REQUESTS_PER_MINUTE",
+        "100000000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__REQUESTS_PER_DAY",
+        "1000000000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__TOKENS_PER_MINUTE",
+        "1000000000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GEMINI__BUDGET__REQUESTS_PER_MINUTE",
+        "100000000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GEMINI__BUDGET__REQUESTS_PER_DAY",
+        "1000000000",
+    ),
+];
+
 /// The analysis step the failover scenario takes down.
 const PRIMARY_MODEL: &str = "mistral-small-2506";
 
@@ -71,6 +114,14 @@ enum ScenarioName {
     Slow,
     /// mistral-small answers 503; run with cooldown on, then with cooldown off.
     Failover,
+    /// Providers at 200 ms, 200 chats × 3 logs, every log pushed at once.
+    Many,
+    /// mistral-small holds every connection (2 s request timeout); 200 chats × 3 at
+    /// 200 ms, pushed at once.
+    Stalled,
+    /// 40 chats × 1 log pushed at once against fakes that enforce the free tiers
+    /// (Mistral 1/s per key, Groq 30/min per model, Gemini 15/min per model; 300 ms).
+    FreeTier,
     All,
 }
 
@@ -106,6 +157,9 @@ struct Args {
     /// default is 1000; 100 keeps the cooldown-off run short and makes its ratio smaller.
     #[arg(long, default_value_t = 100)]
     failover_min_delay_ms: u64,
+    /// `telegram.analyses_per_hour` for the run (default: the shipped 30 per user).
+    #[arg(long)]
+    analyses_per_hour: Option<u32>,
     /// `worker.poll_interval_ms` of the bot.
     #[arg(long, default_value_t = 5000)]
     worker_poll_ms: u64,
@@ -129,9 +183,23 @@ struct Scenario {
     latency: Duration,
     /// Pause of each chat between a reply and its next log (0: closed loop at full speed).
     think: Duration,
-    primary_down: bool,
+    primary: Primary,
+    /// Every log of every chat is queued at once (open loop) instead of one per chat.
+    burst: bool,
+    /// The fakes enforce the free tiers (answering 429 as each provider does).
+    free_tier: bool,
     /// Extra environment for the bot.
     env: Vec<(String, String)>,
+}
+
+/// What the analysis cascade's first step (`mistral-small-2506`) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Primary {
+    Up,
+    /// Answers 503 at once.
+    Down,
+    /// Holds the connection and never answers.
+    Stalled,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -149,6 +217,10 @@ struct TgInner {
     handed: HashMap<(i64, i64), Instant>,
     /// Replies: (chat, message) → arrival, and whether it carried the analysis.
     replies: HashMap<(i64, i64), (Instant, bool)>,
+    /// The first reply that carried the analysis, per (chat, message).
+    answered: HashMap<(i64, i64), Instant>,
+    /// In a burst: how many logs were pushed (done when all are answered).
+    burst_total: usize,
     /// Logs still to send per chat: (next message id, how many left).
     plan: HashMap<i64, (i64, usize)>,
     chats_done: usize,
@@ -195,11 +267,24 @@ impl FakeTelegram {
 
     /// Queues the first log of every chat and plans the rest. Paced chats start spread
     /// over one think time, so they do not arrive in lock-step bursts.
-    fn start_load(self: &Arc<Self>, chats: usize, logs: usize, think: Duration) {
+    fn start_load(self: &Arc<Self>, chats: usize, logs: usize, think: Duration, burst: bool) {
         let mut inner = lock(&self.inner);
         inner.chats_total = chats;
         inner.think = think;
         inner.first_push = Some(Instant::now());
+        if burst {
+            // Open loop: every log at once, in order within each chat (message 1 of every
+            // chat first, then message 2, …), as an evening's entries arrive.
+            inner.burst_total = chats * logs;
+            for m in 1..=logs {
+                for c in 0..chats {
+                    Self::push(&mut inner, 1_000_000 + c as i64, m as i64);
+                }
+            }
+            drop(inner);
+            self.updates.notify_waiters();
+            return;
+        }
         for c in 0..chats {
             let chat = 1_000_000 + c as i64;
             inner.plan.insert(chat, (2, logs.saturating_sub(1)));
@@ -225,6 +310,12 @@ impl FakeTelegram {
     fn on_reply(self: &Arc<Self>, chat: i64, message_id: i64, analysed: bool) {
         let now = Instant::now();
         let mut inner = lock(&self.inner);
+        if analysed && !inner.answered.contains_key(&(chat, message_id)) {
+            inner.answered.insert((chat, message_id), now);
+            if inner.burst_total > 0 && inner.answered.len() == inner.burst_total {
+                self.done.notify_waiters();
+            }
+        }
         // A log gets one reply; only the first counts (it is what the user waited for).
         if inner.replies.contains_key(&(chat, message_id)) {
             return;
@@ -420,10 +511,70 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 // ---------------------------------------------------------------- fake providers ----
 
+/// A documented free tier as the fakes enforce it: `limit` requests in any sliding
+/// `window`, per key (and per model where the provider counts per model).
+#[derive(Debug, Clone, Copy)]
+struct Tier {
+    limit: usize,
+    window: Duration,
+    per_model: bool,
+}
+
+/// The free tiers of 2026 (SPEC §5, config/default.toml), as enforced by the fakes.
+fn tier(provider: &str) -> Tier {
+    match provider {
+        // 1 request/s per workspace key, all models together.
+        "mistral" => Tier {
+            limit: 1,
+            window: Duration::from_secs(1),
+            per_model: false,
+        },
+        // 30 requests/min per model.
+        "groq" => Tier {
+            limit: 30,
+            window: Duration::from_secs(60),
+            per_model: true,
+        },
+        // flash-lite: 15 requests/min per model.
+        _ => Tier {
+            limit: 15,
+            window: Duration::from_secs(60),
+            per_model: true,
+        },
+    }
+}
+
+/// Groq's daily request budget, reported in its `x-ratelimit-*-requests` headers.
+const GROQ_PER_DAY: u64 = 1000;
+
+/// Groq's reset format: `2m59.56s`, `7.66s`, `1h2m`.
+fn groq_duration(d: Duration) -> String {
+    let total = d.as_secs_f64();
+    let hours = (total / 3600.0).floor();
+    let minutes = ((total - hours * 3600.0) / 60.0).floor();
+    let seconds = total - hours * 3600.0 - minutes * 60.0;
+    let mut out = String::new();
+    if hours > 0.0 {
+        let _ = write!(out, "{hours}h");
+    }
+    if minutes > 0.0 {
+        let _ = write!(out, "{minutes}m");
+    }
+    if seconds >= 0.005 || out.is_empty() {
+        let _ = write!(out, "{:.2}s", seconds);
+    }
+    out
+}
+
 struct FakeProviders {
     latency: Duration,
     error_rate: f64,
-    primary_down: bool,
+    primary: Primary,
+    free_tier: bool,
+    /// Accepted requests per free-tier budget (provider, model or '', key), oldest first.
+    windows: Mutex<HashMap<(String, String, String), VecDeque<Instant>>>,
+    /// Accepted requests per (provider, model, key) since the start, for Groq's daily headers.
+    per_day: Mutex<HashMap<(String, String, String), u64>>,
     requests: AtomicU64,
     /// (provider, model, status) → count.
     seen: Mutex<BTreeMap<(String, String, u16), u64>>,
@@ -435,7 +586,12 @@ struct FakeProviders {
 }
 
 impl FakeProviders {
-    fn new(latency: Duration, error_rate: f64, primary_down: bool) -> anyhow::Result<Self> {
+    fn new(
+        latency: Duration,
+        error_rate: f64,
+        primary: Primary,
+        free_tier: bool,
+    ) -> anyhow::Result<Self> {
         let openai = |text: &str| -> anyhow::Result<String> {
             Ok(serde_json::to_string(&serde_json::json!({
                 "id": "cmpl-1", "object": "chat.completion", "created": 1_764_460_800, "model": "fake",
@@ -450,7 +606,10 @@ impl FakeProviders {
         Ok(Self {
             latency,
             error_rate,
-            primary_down,
+            primary,
+            free_tier,
+            windows: Mutex::new(HashMap::new()),
+            per_day: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
             seen: Mutex::new(BTreeMap::new()),
             holds_us: Mutex::new(Vec::new()),
@@ -467,6 +626,34 @@ impl FakeProviders {
             && ((n + 1.0) * self.error_rate).floor() > (n * self.error_rate).floor()
     }
 
+    /// Takes one request from the free-tier budget, or says how long until it has room.
+    fn admit(&self, provider: &str, model: &str, key: &str) -> Result<u64, Duration> {
+        let tier = tier(provider);
+        let scope = if tier.per_model { model } else { "" };
+        let budget = (provider.to_owned(), scope.to_owned(), key.to_owned());
+        let now = Instant::now();
+        let mut windows = lock(&self.windows);
+        let sent = windows.entry(budget).or_default();
+        while sent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= tier.window)
+        {
+            sent.pop_front();
+        }
+        if sent.len() >= tier.limit {
+            let oldest = sent.front().copied().unwrap_or(now);
+            return Err((oldest + tier.window).saturating_duration_since(now));
+        }
+        sent.push_back(now);
+        drop(windows);
+        let mut per_day = lock(&self.per_day);
+        let used = per_day
+            .entry((provider.to_owned(), model.to_owned(), key.to_owned()))
+            .or_default();
+        *used += 1;
+        Ok(*used)
+    }
+
     fn count(&self, provider: &str, model: &str, status: u16) {
         *lock(&self.seen)
             .entry((provider.to_owned(), model.to_owned(), status))
@@ -481,7 +668,72 @@ struct OpenAiBody {
     response_format: Option<serde::de::IgnoredAny>,
 }
 
-async fn provider(State(fake): State<Arc<FakeProviders>>, uri: Uri, body: Bytes) -> Response {
+/// The 429 each provider sends when its free tier is spent, as it sends it.
+fn rate_limited(provider: &str, model: &str, wait: Duration, used_today: u64) -> Response {
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    match provider {
+        // Mistral: no Retry-After, no reset header.
+        "mistral" => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::CONTENT_TYPE, "application/json")],
+            r#"{"object":"error","message":"Requests rate limit exceeded","type":"rate_limited","param":null,"code":"1300"}"#,
+        )
+            .into_response(),
+        "groq" => {
+            let mut response = (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::CONTENT_TYPE, "application/json")],
+                format!(
+                    r#"{{"error":{{"message":"Rate limit reached for model `{model}` in organization `org_load` service tier `on_demand` on requests per minute (RPM): Limit 30, Used 30, Requested 1. Please try again in {secs}s.","type":"requests","code":"rate_limit_exceeded"}}}}"#
+                ),
+            )
+                .into_response();
+            let headers = response.headers_mut();
+            groq_headers(headers, used_today);
+            if let Ok(v) = secs.to_string().parse() {
+                headers.insert("retry-after", v);
+            }
+            response
+        }
+        _ => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::CONTENT_TYPE, "application/json")],
+            format!(
+                r#"{{"error":{{"code":429,"message":"You exceeded your current quota, please check your plan and billing details.","status":"RESOURCE_EXHAUSTED","details":[{{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{{"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests","quotaId":"GenerateRequestsPerMinutePerProjectPerModel-FreeTier","quotaDimensions":{{"location":"global","model":"{model}"}},"quotaValue":"15"}}]}},{{"@type":"type.googleapis.com/google.rpc.Help","links":[{{"description":"Learn more about Gemini API quotas","url":"https://ai.google.dev/gemini-api/docs/rate-limits"}}]}},{{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"{secs}s"}}]}}}}"#
+            ),
+        )
+            .into_response(),
+    }
+}
+
+/// Groq's `x-ratelimit-*` headers: `-requests` count the day (Groq's RPD), `-tokens` the
+/// minute. Tokens are not enforced by the fake; their limit is reported high enough
+/// (30 × the 360 tokens of a fake answer) that requests per minute bind first.
+fn groq_headers(headers: &mut axum::http::HeaderMap, used_today: u64) {
+    let remaining = GROQ_PER_DAY.saturating_sub(used_today);
+    // The day's bucket refills one request every 86.4 s.
+    let reset = Duration::from_secs_f64(86.4 * used_today.min(GROQ_PER_DAY) as f64);
+    let pairs = [
+        ("x-ratelimit-limit-requests", GROQ_PER_DAY.to_string()),
+        ("x-ratelimit-remaining-requests", remaining.to_string()),
+        ("x-ratelimit-reset-requests", groq_duration(reset)),
+        ("x-ratelimit-limit-tokens", "10800".to_owned()),
+        ("x-ratelimit-remaining-tokens", "10440".to_owned()),
+        ("x-ratelimit-reset-tokens", "2s".to_owned()),
+    ];
+    for (name, value) in pairs {
+        if let Ok(value) = value.parse() {
+            headers.insert(name, value);
+        }
+    }
+}
+
+async fn provider(
+    State(fake): State<Arc<FakeProviders>>,
+    uri: Uri,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let arrived = Instant::now();
     let path = uri.path();
     let (name, model, json_mode) = if let Some(rest) = path.strip_prefix("/gemini/v1beta/models/") {
@@ -498,7 +750,28 @@ async fn provider(State(fake): State<Arc<FakeProviders>>, uri: Uri, body: Bytes)
             Err(_) => return (StatusCode::BAD_REQUEST, "bad body").into_response(),
         }
     };
-    let down = fake.primary_down && name == "mistral" && model == PRIMARY_MODEL;
+    let primary = name == "mistral" && model == PRIMARY_MODEL;
+    if primary && fake.primary == Primary::Stalled {
+        // Holds the connection until the bot gives up on it.
+        tokio::time::sleep(Duration::from_secs(600)).await;
+    }
+    let mut used_today = 0;
+    if fake.free_tier {
+        let key = headers
+            .get(header::AUTHORIZATION)
+            .or_else(|| headers.get("x-goog-api-key"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        match fake.admit(name, &model, &key) {
+            Ok(used) => used_today = used,
+            Err(wait) => {
+                fake.count(name, &model, 429);
+                return rate_limited(name, &model, wait, 0);
+            }
+        }
+    }
+    let down = primary && fake.primary == Primary::Down;
     if down || fake.scripted_error() {
         fake.count(name, &model, 503);
         return (
@@ -518,7 +791,11 @@ async fn provider(State(fake): State<Arc<FakeProviders>>, uri: Uri, body: Bytes)
         (_, true) => fake.openai_metrics.clone(),
         (_, false) => fake.openai_analysis.clone(),
     };
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    if fake.free_tier && name == "groq" {
+        groq_headers(response.headers_mut(), used_today);
+    }
+    response
 }
 
 // ---------------------------------------------------------------- the bot process ----
@@ -633,6 +910,19 @@ fn stop_child(child: &mut Child) -> anyhow::Result<Option<i32>> {
 #[derive(Debug, Clone, Default)]
 struct Report {
     name: String,
+    burst: bool,
+    /// Free tier: the earliest the budgets allow the last analysis.
+    ideal: Option<Duration>,
+    /// Free tier: the same with the metrics requests, which share Mistral's budget.
+    ideal_with_metrics: Option<Duration>,
+    /// From the first push to the last reply that carried an analysis.
+    last_answer: Option<Duration>,
+    /// Logs that got their analysis (after a notice or not).
+    answered_in_all: usize,
+    /// Logs whose first reply was a notice ("saved, the analysis will follow").
+    noticed: usize,
+    /// 429s the fakes answered.
+    rate_limited: u64,
     chats: usize,
     logs_per_chat: usize,
     latency_ms: u64,
@@ -657,6 +947,60 @@ struct Report {
     log_lines: usize,
     warn_lines: usize,
     folder: Option<PathBuf>,
+}
+
+/// The earliest moment `entries` analyses can be answered when every one is there at
+/// once: each budget admits `limit` requests in any sliding `window` (as the fakes
+/// enforce it), so `limit` at once and `limit` more at each window's end; each answer
+/// takes `latency`.
+fn ideal_time(entries: usize, budgets: &[(usize, Duration)], latency: Duration) -> Duration {
+    ideal_shared(entries, budgets, 0, &[], &[], latency)
+}
+
+/// Requests a budget admits from 0 up to and including `at`.
+fn admitted(budgets: &[(usize, Duration)], at: Duration) -> usize {
+    budgets
+        .iter()
+        .map(|(limit, window)| limit * (at.as_nanos() / window.as_nanos().max(1)) as usize + limit)
+        .sum()
+}
+
+/// As [`ideal_time`] for two tasks at once: `a` requests on `a_only` budgets or the
+/// `shared` ones, `b` requests on `b_only` or `shared` (the analyses on Gemini or
+/// Mistral, the metrics on Groq or Mistral).
+fn ideal_shared(
+    a: usize,
+    a_only: &[(usize, Duration)],
+    b: usize,
+    b_only: &[(usize, Duration)],
+    shared: &[(usize, Duration)],
+    latency: Duration,
+) -> Duration {
+    let all: Vec<(usize, Duration)> = a_only.iter().chain(b_only).chain(shared).copied().collect();
+    if all.is_empty() || a + b == 0 {
+        return latency;
+    }
+    let mut at = Duration::ZERO;
+    loop {
+        let need = a.saturating_sub(admitted(a_only, at)) + b.saturating_sub(admitted(b_only, at));
+        let room = if shared.is_empty() {
+            0
+        } else {
+            admitted(shared, at)
+        };
+        if need <= room {
+            return at + latency;
+        }
+        // The next moment some budget admits more.
+        at = all
+            .iter()
+            .map(|(_, window)| {
+                let passed = (at.as_nanos() / window.as_nanos().max(1)) as u32;
+                *window * (passed + 1)
+            })
+            .min()
+            .unwrap_or(at + Duration::from_secs(1));
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -691,7 +1035,8 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let providers = Arc::new(FakeProviders::new(
         scenario.latency,
         args.error_rate,
-        scenario.primary_down,
+        scenario.primary,
+        scenario.free_tier,
     )?);
     let (p_listener, p_addr) = bind().await?;
     let p_app = Router::new()
@@ -699,7 +1044,6 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         .with_state(Arc::clone(&providers));
     let p_server = tokio::spawn(serve(p_listener, p_app));
 
-    let concurrency = args.max_concurrency.to_string();
     let mut env: Vec<(String, String)> = vec![
         ("DATABASE_URL".into(), format!("sqlite://{}", db.display())),
         ("TELOXIDE_TOKEN".into(), TOKEN.into()),
@@ -719,27 +1063,47 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
             "DAYLOG__PROVIDERS__GROQ__BASE_URL".into(),
             format!("http://{p_addr}/groq/v1"),
         ),
-        (
-            "DAYLOG__PROVIDERS__MISTRAL__MAX_CONCURRENCY".into(),
-            concurrency.clone(),
-        ),
-        (
-            "DAYLOG__PROVIDERS__GEMINI__MAX_CONCURRENCY".into(),
-            concurrency.clone(),
-        ),
-        (
-            "DAYLOG__PROVIDERS__GROQ__MAX_CONCURRENCY".into(),
-            concurrency,
-        ),
+        // The one setting that is not the shipped default: Telegram's own limits, which
+        // the fake does not enforce.
         ("DAYLOG__TELEGRAM__THROTTLE".into(), "false".into()),
-        // 20 logs per chat within the hour stay under the per-user limit either way.
-        ("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "1000".into()),
         (
             "DAYLOG__WORKER__POLL_INTERVAL_MS".into(),
             args.worker_poll_ms.to_string(),
         ),
         ("RUST_LOG".into(), args.rust_log.clone()),
     ];
+    if !scenario.free_tier {
+        // These fakes enforce no free tier: the bot is told so (paid-tier budgets far
+        // above what a run sends) instead of pacing itself to the shipped free tiers.
+        env.extend(
+            PAID_TIER
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+    }
+    // 0 is the shipped default (no cap); anything else is a labelled raised-limit run.
+    if args.max_concurrency > 0 {
+        for provider in ["MISTRAL", "GEMINI", "GROQ"] {
+            env.push((
+                format!("DAYLOG__PROVIDERS__{provider}__MAX_CONCURRENCY"),
+                args.max_concurrency.to_string(),
+            ));
+        }
+    }
+    if let Some(limit) = args.analyses_per_hour {
+        env.push((
+            "DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(),
+            limit.to_string(),
+        ));
+    }
+    let keys = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map_or(0, |(_, v)| v.split(',').count())
+    };
+    let mistral_keys = keys("MISTRAL_API_KEY");
+    let gemini_keys = keys("GEMINI_API_KEY");
+    let groq_keys = keys("GROQ_API_KEY");
     env.extend(scenario.env.iter().cloned());
 
     let log_path = dir.path().join("bot.log");
@@ -786,7 +1150,12 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let done = telegram.done.notified();
     tokio::pin!(done);
     done.as_mut().enable();
-    telegram.start_load(scenario.chats, scenario.logs, scenario.think);
+    telegram.start_load(
+        scenario.chats,
+        scenario.logs,
+        scenario.think,
+        scenario.burst,
+    );
     let finished = tokio::time::timeout(Duration::from_secs(args.timeout_s), done)
         .await
         .is_ok();
@@ -799,25 +1168,45 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     p_server.abort();
 
     let total = scenario.chats * scenario.logs;
-    let (ttr, analysed, replies, elapsed) = {
+    let (ttr, analysed, replies, elapsed, noticed, last_answer) = {
         let inner = lock(&telegram.inner);
         let mut ttr = Vec::with_capacity(total);
         let mut analysed = 0;
+        let mut noticed = 0;
         for (key, (replied, ok)) in &inner.replies {
-            if let Some(handed) = inner.handed.get(key) {
-                ttr.push(replied.saturating_duration_since(*handed).as_secs_f64() * 1000.0);
+            // The time to the analysis: after a notice ("saved, will follow"), the
+            // later reply that carries it.
+            let answered = if *ok {
+                Some(replied)
+            } else {
+                inner.answered.get(key)
+            };
+            if let (Some(handed), Some(answered)) = (inner.handed.get(key), answered) {
+                ttr.push(answered.saturating_duration_since(*handed).as_secs_f64() * 1000.0);
             }
             if *ok {
                 analysed += 1;
+            } else {
+                noticed += 1;
             }
         }
         let replies = inner.replies.len();
-        let elapsed = match (inner.first_push, inner.last_reply) {
+        let last = if scenario.burst {
+            inner.answered.values().max().copied()
+        } else {
+            inner.last_reply
+        };
+        let elapsed = match (inner.first_push, last) {
             (Some(a), Some(b)) => b.saturating_duration_since(a),
             _ => Duration::ZERO,
         };
-        (ttr, analysed, replies, elapsed)
+        let last_answer = inner
+            .first_push
+            .zip(inner.answered.values().max())
+            .map(|(a, b)| b.saturating_duration_since(a));
+        (ttr, analysed, replies, elapsed, noticed, last_answer)
     };
+    let answered_in_all = lock(&telegram.inner).answered.len();
     if !finished {
         eprintln!(
             "warning: {}: only {replies} of {total} logs answered within {} s",
@@ -837,9 +1226,37 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let calls_in_db = db_count(&db, "SELECT count(*) FROM llm_calls").await?;
 
     let mut provider_calls = String::new();
+    let mut rate_limited = 0;
     for ((p, m, s), n) in lock(&providers.seen).iter() {
         let _ = write!(provider_calls, "{p}/{m} {s}: {n}; ");
+        if *s == 429 {
+            rate_limited += n;
+        }
     }
+    // The analyses alone, from the fakes' budgets and the keys this run gives each
+    // provider: Mistral's per-key budget (both analysis models together) and Gemini's
+    // flash-lite budget per key.
+    let budgets = |provider: &str, keys: usize| {
+        let t = tier(provider);
+        vec![(t.limit, t.window); keys]
+    };
+    let ideal = scenario.free_tier.then(|| {
+        let mut both = budgets("mistral", mistral_keys);
+        both.extend(budgets("gemini", gemini_keys));
+        ideal_time(total, &both, scenario.latency)
+    });
+    // With the metrics too: the reply waits for both, and the metrics' fallback
+    // (mistral-small) shares Mistral's budget with the analyses.
+    let ideal_with_metrics = scenario.free_tier.then(|| {
+        ideal_shared(
+            total,
+            &budgets("gemini", gemini_keys),
+            total,
+            &budgets("groq", groq_keys),
+            &budgets("mistral", mistral_keys),
+            scenario.latency,
+        )
+    });
     let holds = {
         let mut holds: Vec<f64> = lock(&providers.holds_us)
             .iter()
@@ -855,6 +1272,13 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let folder = if args.keep { Some(dir.keep()) } else { None };
     Ok(Report {
         name: scenario.name.clone(),
+        burst: scenario.burst,
+        ideal,
+        ideal_with_metrics,
+        last_answer,
+        answered_in_all,
+        noticed,
+        rate_limited,
         chats: scenario.chats,
         logs_per_chat: scenario.logs,
         latency_ms: scenario.latency.as_millis() as u64,
@@ -902,8 +1326,13 @@ fn print_report(r: &Report) {
         )
     };
     println!(
-        "\n== {} — {} chats × {} logs, providers at {} ms, think {} ms, throttle off ==",
-        r.name, r.chats, r.logs_per_chat, r.latency_ms, r.think_ms
+        "\n== {} — {} chats × {} logs{}, providers at {} ms, think {} ms, throttle off ==",
+        r.name,
+        r.chats,
+        r.logs_per_chat,
+        if r.burst { ", all pushed at once" } else { "" },
+        r.latency_ms,
+        r.think_ms
     );
     println!(
         "answered         {} of {} ({} with the analysis)",
@@ -917,6 +1346,35 @@ fn print_report(r: &Report) {
         r.elapsed.as_secs_f64()
     );
     println!("bot CPU          {:.3} ms per log", r.cpu_ms_per_log);
+    let total = r.logs + r.unanswered;
+    println!(
+        "later notices    {} of {} first replies were \"saved, will follow\" ({:.0} % answered without one)",
+        r.noticed,
+        r.logs,
+        100.0 * (total.saturating_sub(r.noticed)) as f64 / total.max(1) as f64
+    );
+    println!(
+        "429s             {} ({:.2} per entry); lost (no analysis by the end): {}",
+        r.rate_limited,
+        r.rate_limited as f64 / total.max(1) as f64,
+        total.saturating_sub(r.answered_in_all)
+    );
+    if let Some(ideal) = r.ideal {
+        let last = r.last_answer.unwrap_or_default();
+        println!(
+            "last analysis    {:.2} s after the burst; ideal {:.2} s (the analyses alone, from the fakes' budgets): {:.2}× the ideal",
+            last.as_secs_f64(),
+            ideal.as_secs_f64(),
+            last.as_secs_f64() / ideal.as_secs_f64().max(1e-9)
+        );
+    }
+    if let Some(bound) = r.ideal_with_metrics {
+        println!(
+            "                 with the metrics requests too (Groq, then Mistral's shared budget): {:.2} s, {:.2}× that",
+            bound.as_secs_f64(),
+            r.last_answer.unwrap_or_default().as_secs_f64() / bound.as_secs_f64().max(1e-9)
+        );
+    }
     println!("time to reply    {}", q(&r.ttr_ms));
     println!("overhead         {}", q(&r.overhead_ms));
     println!(
@@ -951,8 +1409,14 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         logs: args.logs.unwrap_or(logs),
         latency: Duration::from_millis(args.latency_ms.unwrap_or(latency_ms)),
         think: Duration::ZERO,
-        primary_down: false,
+        primary: Primary::Up,
+        burst: false,
+        free_tier: false,
         env: Vec::new(),
+    };
+    let burst = |name: &str, chats: usize, logs: usize, latency_ms: u64| Scenario {
+        burst: true,
+        ..sized(name, chats, logs, latency_ms)
     };
     let mut out = Vec::new();
     if wants(ScenarioName::Healthy) {
@@ -978,10 +1442,10 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
             ),
         ];
         let mut on = sized("failover, cooldown on", 50, 20, 0);
-        on.primary_down = true;
+        on.primary = Primary::Down;
         on.env = retry.clone();
         let mut off = sized("failover, cooldown off", 50, 20, 0);
-        off.primary_down = true;
+        off.primary = Primary::Down;
         off.env = retry;
         off.env
             .push(("DAYLOG__COOLDOWN__DURATION_MS".to_owned(), "0".to_owned()));
@@ -992,6 +1456,31 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         off_paced.name = "failover, cooldown off, paced".to_owned();
         off_paced.think = Duration::from_millis(args.think_ms);
         out.extend([on, off, on_paced, off_paced]);
+        // Every log at once, with the shipped retry delays (1 s doubling).
+        let mut on = burst("failover burst, cooldown on", 200, 3, 200);
+        on.primary = Primary::Down;
+        let mut off = burst("failover burst, cooldown off", 200, 3, 200);
+        off.primary = Primary::Down;
+        off.env
+            .push(("DAYLOG__COOLDOWN__DURATION_MS".to_owned(), "0".to_owned()));
+        out.extend([on, off]);
+    }
+    if wants(ScenarioName::Many) {
+        out.push(burst("many", 200, 3, 200));
+    }
+    if wants(ScenarioName::Stalled) {
+        let mut stalled = burst("stalled primary", 200, 3, 200);
+        stalled.primary = Primary::Stalled;
+        stalled.env.push((
+            "DAYLOG__RETRY__REQUEST_TIMEOUT_MS".to_owned(),
+            "2000".to_owned(),
+        ));
+        out.push(stalled);
+    }
+    if wants(ScenarioName::FreeTier) {
+        let mut free = burst("free-tier burst", 40, 1, 300);
+        free.free_tier = true;
+        out.push(free);
     }
     out
 }
@@ -1025,8 +1514,17 @@ async fn main() -> anyhow::Result<()> {
         bin.display()
     );
     println!(
-        "throttle off; providers.*.max_concurrency = {}; RUST_LOG={}; worker poll {} ms",
-        args.max_concurrency, args.rust_log, args.worker_poll_ms
+        "shipped defaults except telegram.throttle = false; providers.*.max_concurrency = {}{}; telegram.analyses_per_hour = {}; RUST_LOG={}; worker poll {} ms",
+        args.max_concurrency,
+        if args.max_concurrency == 0 {
+            " (shipped: no cap)"
+        } else {
+            " (RAISED)"
+        },
+        args.analyses_per_hour
+            .map_or_else(|| "30 (shipped)".to_owned(), |n| format!("{n} (RAISED)")),
+        args.rust_log,
+        args.worker_poll_ms
     );
     let mut reports = Vec::new();
     for scenario in scenarios(&args) {
@@ -1058,17 +1556,21 @@ async fn main() -> anyhow::Result<()> {
             r.db_bytes_per_1000
         );
     }
-    for suffix in ["", ", paced"] {
+    let pairs = [
+        ("failover", "", args.failover_min_delay_ms),
+        ("failover", ", paced", args.failover_min_delay_ms),
+        ("failover burst", "", 1000),
+    ];
+    for (prefix, suffix, min_delay) in pairs {
         let find = |name: String| reports.iter().find(|r| r.name == name);
-        let on = find(format!("failover, cooldown on{suffix}"));
-        let off = find(format!("failover, cooldown off{suffix}"));
+        let on = find(format!("{prefix}, cooldown on{suffix}"));
+        let off = find(format!("{prefix}, cooldown off{suffix}"));
         if let (Some(on), Some(off)) = (on, off) {
             println!(
-                "\nfailover{suffix}: p50 time to reply {:.2} ms with cooldown, {:.2} ms without: {:.0}× better (retry.min_delay_ms = {})",
+                "\n{prefix}{suffix}: p50 time to reply {:.2} ms with cooldown, {:.2} ms without: {:.0}× better (retry.min_delay_ms = {min_delay})",
                 on.ttr_ms[0],
                 off.ttr_ms[0],
                 off.ttr_ms[0] / on.ttr_ms[0].max(1e-6),
-                args.failover_min_delay_ms
             );
         }
     }

@@ -728,6 +728,11 @@ impl Journal {
             .await?)
     }
 
+    /// Completes when a log parked for lack of budget is due (the worker's wake-up).
+    pub async fn budget_returned(&self) {
+        self.llm.budget_returned().await;
+    }
+
     /// What the worker of `front_end` should finish now, each log claimed for it (logs
     /// a handler is on are left out). Listing and claiming happen under the claim gate,
     /// so a terminal entry is never seen between its insert and its claim.
@@ -1006,6 +1011,9 @@ impl Journal {
                     return Ok(superseded(log.id.get()));
                 }
                 if let Some(back_in) = budget_wait {
+                    // Stored as due no later than this (the store rounds down): the
+                    // worker is woken then, not at its next poll.
+                    self.llm.wake_at(tokio::time::Instant::now() + back_in);
                     tracing::info!(
                         log_id = log.id.get(),
                         back_in_s = back_in.as_secs(),

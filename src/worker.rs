@@ -1,7 +1,8 @@
 //! The background worker: finishes every log that an outage or a crash left unfinished
-//! (SPEC §4.6). It looks at once at start-up, then every `worker.poll_interval_ms`;
-//! pending logs come back on their own growing schedule (`next_attempt_at`), and logs
-//! that were decided but never answered are answered.
+//! (SPEC §4.6). It looks at once at start-up, then every `worker.poll_interval_ms`, and
+//! as soon as a log parked for lack of budget is due (the budget wakes it, oldest logs
+//! first); pending logs come back on their own growing schedule (`next_attempt_at`), and
+//! logs that were decided but never answered are answered.
 
 use std::sync::Arc;
 
@@ -66,6 +67,8 @@ pub async fn run<M: Messenger>(
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(poll) => {}
+            // A parked log's budget returned: its answer does not wait for the poll.
+            () = journal.budget_returned() => {}
         }
     }
     while tasks.join_next().await.is_some() {}

@@ -49,6 +49,9 @@ struct State {
     /// Multiplies the declared rates; lowered by hintless 429s.
     factor: f64,
     penalty: Duration,
+    /// Requests waiting for this budget to return (each is served one turn after the
+    /// one before it): what a spill-over decision counts, not only the next return.
+    waiting: usize,
 }
 
 impl Default for State {
@@ -61,6 +64,7 @@ impl Default for State {
             today: (0, 0),
             factor: 1.0,
             penalty: Duration::ZERO,
+            waiting: 0,
         }
     }
 }
@@ -164,15 +168,20 @@ impl Budgets {
             let Some(limit) = limit.map(scaled) else {
                 continue;
             };
-            let recent: Vec<&Instant> = state
+            // Fewer sends in the last minute than the limit: room (O(1) for large,
+            // paid-tier limits; otherwise at most `limit` sends are looked at).
+            if state.sent.len() < limit {
+                continue;
+            }
+            let filling = state
                 .sent
                 .iter()
-                .filter(|t| now.duration_since(**t) < window)
-                .collect();
-            if recent.len() >= limit {
+                .rev()
+                .take_while(|t| now.duration_since(**t) < window)
+                .nth(limit - 1);
+            if let Some(oldest) = filling {
                 // Room again when the oldest send that fills the window leaves it.
-                let free_at = *recent[recent.len() - limit] + window;
-                until = until.max(Some(free_at));
+                until = until.max(Some(*oldest + window));
             }
         }
         if let Some(per_day) = declared.requests_per_day {
@@ -182,6 +191,70 @@ impl Budgets {
             }
         }
         until
+    }
+
+    /// The pace of a budget: the shortest time between two requests its declared
+    /// rates allow (the slowest window binds). Zero when no rate is declared.
+    fn interval(&self, budget: &BudgetKey, state: &State) -> Duration {
+        let Some(declared) = self.declared.get(&budget.provider) else {
+            return Duration::ZERO;
+        };
+        [
+            (declared.requests_per_second, SECOND),
+            (declared.requests_per_minute, MINUTE),
+        ]
+        .into_iter()
+        .filter_map(|(limit, window)| {
+            let limit = (f64::from(limit?) * state.factor).floor().max(1.0);
+            Some(window.div_f64(limit))
+        })
+        .max()
+        .unwrap_or(Duration::ZERO)
+    }
+
+    /// When a request that joins the queue of this budget now would be sent: its next
+    /// return, plus one interval for each request already waiting for it. `None` when
+    /// it has room now and nobody waits.
+    pub fn turn(&self, step: &StepId, key: Option<usize>) -> Option<Instant> {
+        let budget = self.key(step, key);
+        let now = Instant::now();
+        let mut states = self.lock();
+        let state = states.entry(budget.clone()).or_default();
+        let free = self.spent_until(&budget, state, now);
+        if free.is_none() && state.waiting == 0 {
+            return None;
+        }
+        let ahead = u32::try_from(state.waiting).unwrap_or(u32::MAX);
+        let turn = free.unwrap_or(now) + self.interval(&budget, state).saturating_mul(ahead);
+        (turn > now).then_some(turn)
+    }
+
+    /// The soonest [`Budgets::turn`] over the step's keys, when no key is free now.
+    pub fn step_turn(
+        &self,
+        step: &StepId,
+        keys: &[Option<usize>],
+    ) -> Option<(Instant, Option<usize>)> {
+        let mut soonest: Option<(Instant, Option<usize>)> = None;
+        for key in keys {
+            let turn = self.turn(step, *key)?;
+            if soonest.is_none_or(|(s, _)| turn < s) {
+                soonest = Some((turn, *key));
+            }
+        }
+        soonest
+    }
+
+    /// A request starts (`true`) or stops (`false`) waiting for this budget.
+    pub fn queue(&self, step: &StepId, key: Option<usize>, join: bool) {
+        let budget = self.key(step, key);
+        let mut states = self.lock();
+        let state = states.entry(budget).or_default();
+        state.waiting = if join {
+            state.waiting.saturating_add(1)
+        } else {
+            state.waiting.saturating_sub(1)
+        };
     }
 
     /// Until when this budget is spent, if it is (nothing is recorded).
@@ -368,6 +441,37 @@ mod tests {
         // Per key: one workspace, every model; another key is another budget.
         assert!(b.admit(&step("mistral", "other"), Some(0)).is_err());
         assert!(b.admit(&s, Some(1)).is_ok());
+    }
+
+    #[test]
+    fn a_turn_counts_the_requests_already_waiting() {
+        let b = budgets(
+            "mistral",
+            BudgetSettings {
+                requests_per_second: Some(1),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("mistral", "small");
+        assert_eq!(b.turn(&s, Some(0)), None, "room now, nobody waits");
+        assert!(b.admit(&s, Some(0)).is_ok());
+        let first = b.turn(&s, Some(0)).expect("spent for a second");
+        b.queue(&s, Some(0), true);
+        b.queue(&s, Some(0), true);
+        let third = b.turn(&s, Some(0)).expect("two ahead");
+        assert_eq!(
+            third - first,
+            Duration::from_secs(2),
+            "one second per request ahead"
+        );
+        b.queue(&s, Some(0), false);
+        b.queue(&s, Some(0), false);
+        assert_eq!(b.turn(&s, Some(0)), Some(first), "they left the queue");
+        assert_eq!(
+            b.step_turn(&s, &[Some(0), Some(1)]),
+            None,
+            "another key has room"
+        );
     }
 
     #[test]

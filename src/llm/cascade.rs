@@ -307,9 +307,12 @@ impl<'a> TaskRun<'a> {
                     continue;
                 }
             }
-            match self.state.step_budget_until(&step.id, &keys) {
+            // Its turn counts the requests already waiting for the same budget: 39
+            // requests waiting for a budget that returns in a second do not all get it
+            // in a second.
+            match self.state.step_turn(&step.id, &keys) {
                 // Back soon enough: the step waits for it at the start of its round.
-                Some(until) if until > Instant::now() + self.spill_after => {
+                Some((until, _)) if until > Instant::now() + self.spill_after => {
                     self.spill(step, until);
                 }
                 _ => return Some(i),
@@ -419,9 +422,11 @@ impl<'a> TaskRun<'a> {
         let mut round = 0;
         while round < rounds {
             round += 1;
-            // Never send on a spent budget: wait for it when it returns soon (or when
+            // Never send on a spent budget: wait for its turn when it comes soon (or when
             // no step has budget), else leave the step to the next one (spill-over).
-            if let Some(until) = self.state.step_budget_until(&step.id, &keys) {
+            // While it waits it is counted in the budget's queue, up to its attempt.
+            let mut queued = None;
+            if let Some((until, key)) = self.state.step_turn(&step.id, &keys) {
                 let now = Instant::now();
                 if until >= self.deadline || (!patient && until > now + self.spill_after) {
                     self.spill(step, until);
@@ -430,6 +435,7 @@ impl<'a> TaskRun<'a> {
                         transient: true,
                     };
                 }
+                queued = Some(Queued::join(self.state, &step.id, key));
                 tokio::time::sleep_until(until).await;
                 wait += until.saturating_duration_since(now);
             }
@@ -463,7 +469,7 @@ impl<'a> TaskRun<'a> {
                     self.record_skip(step, key, until);
                     continue;
                 }
-                if let Err(until) = self.state.admit(&step.id, key) {
+                if let Err(until) = self.admit_in_turn(step, key, queued.is_some()).await {
                     drop(permit);
                     self.record_budget_skip(step, key, until);
                     again.push(key);
@@ -531,6 +537,7 @@ impl<'a> TaskRun<'a> {
                 }
             }
             keys = again;
+            drop(queued);
             if !sent_any && !keys.is_empty() {
                 // A round that sent nothing (every key's budget spent meanwhile) is no
                 // round: the budget check above waits or spills over.
@@ -563,6 +570,29 @@ impl<'a> TaskRun<'a> {
             }
         }
         StepEnd::Failed { no, transient }
+    }
+
+    /// Takes one request from the key's budget. A request whose turn has come (it
+    /// waited in the budget's queue) may find the budget still spent for a moment —
+    /// the one before it sent a little late —: it waits for that moment and keeps its
+    /// place, rather than joining the back of the queue and leaving the slot unused.
+    async fn admit_in_turn(
+        &self,
+        step: &Step,
+        key: Option<usize>,
+        in_turn: bool,
+    ) -> Result<(), Instant> {
+        match self.state.admit(&step.id, key) {
+            Err(until)
+                if in_turn
+                    && until <= Instant::now() + self.spill_after
+                    && until < self.deadline =>
+            {
+                tokio::time::sleep_until(until).await;
+                self.state.admit(&step.id, key)
+            }
+            other => other,
+        }
     }
 
     /// One HTTP attempt, recorded on every path (including being dropped).
@@ -751,6 +781,26 @@ impl<'a> TaskRun<'a> {
             wait_ms,
             error,
         });
+    }
+}
+
+/// A request waiting for a key's budget, counted in its queue until dropped.
+struct Queued<'s> {
+    state: &'s dyn SharedState,
+    step: &'s StepId,
+    key: Option<usize>,
+}
+
+impl<'s> Queued<'s> {
+    fn join(state: &'s dyn SharedState, step: &'s StepId, key: Option<usize>) -> Self {
+        state.queue(step, key, true);
+        Self { state, step, key }
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.state.queue(self.step, self.key, false);
     }
 }
 

@@ -22,6 +22,7 @@ mod retry;
 pub mod retry_after;
 mod state;
 pub mod types;
+mod wake;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -40,6 +41,7 @@ use hedge::Hedging;
 use provider::Provider;
 use retry::RetryPolicy;
 use state::{LocalState, SharedState};
+use wake::Alarms;
 use wire::{Call, Input};
 
 /// The LLM layer of one process. `Send + Sync`; share it as `Arc<Llm>`.
@@ -56,6 +58,8 @@ pub struct Llm {
     state: LocalState,
     hedging: Hedging,
     spill_after: std::time::Duration,
+    /// When logs parked for lack of budget are due: what wakes the worker.
+    alarms: Alarms,
 }
 
 impl fmt::Debug for Llm {
@@ -179,6 +183,7 @@ impl Llm {
             },
             hedging,
             spill_after: settings.budgets.spill_after(),
+            alarms: Alarms::default(),
         })
     }
 
@@ -301,12 +306,24 @@ impl Llm {
         let now = tokio::time::Instant::now();
         let mut soonest: Option<tokio::time::Instant> = None;
         for step in steps {
-            let until = self
-                .state
-                .step_budget_until(&step.id, &step.provider.key_slots())?;
+            // Its turn: the requests already waiting for the same budget go first.
+            let (until, _) = self.state.step_turn(&step.id, &step.provider.key_slots())?;
             soonest = Some(soonest.map_or(until, |s| s.min(until)));
         }
         soonest.map(|until| until.saturating_duration_since(now))
+    }
+
+    /// A log was parked until `at`, when a budget returns: [`Llm::budget_returned`]
+    /// completes then.
+    pub fn wake_at(&self, at: tokio::time::Instant) {
+        self.alarms.set(at);
+    }
+
+    /// Completes when a log parked for lack of budget becomes due (the soonest
+    /// [`Llm::wake_at`]); the worker waits for it beside its poll interval, so that a
+    /// backlog drains at the budgets' pace. Cancel-safe.
+    pub async fn budget_returned(&self) {
+        self.alarms.ring().await;
     }
 
     /// Daily budgets that became spent since the last call: store them (SPEC §5), so a

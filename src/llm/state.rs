@@ -33,6 +33,11 @@ pub(crate) trait SharedState: Send + Sync {
     fn budget_until(&self, step: &StepId, key: Option<usize>) -> Option<Instant>;
     /// The soonest return of a key's budget, when no key of the step has budget now.
     fn step_budget_until(&self, step: &StepId, keys: &[Option<usize>]) -> Option<Instant>;
+    /// When a request that waits for this step's budget now would be sent (the soonest
+    /// key, counting the requests already waiting), when no key has room for it now.
+    fn step_turn(&self, step: &StepId, keys: &[Option<usize>]) -> Option<(Instant, Option<usize>)>;
+    /// A request starts (`join`) or stops waiting for this key's budget.
+    fn queue(&self, step: &StepId, key: Option<usize>, join: bool);
     /// Takes one request from the budget, or says until when it is spent.
     fn admit(&self, step: &StepId, key: Option<usize>) -> Result<(), Instant>;
     /// Learns from one answer (`rate_limited`: a 429); how long it is now spent, if so.
@@ -89,6 +94,12 @@ impl SharedState for LocalState {
     }
     fn step_budget_until(&self, step: &StepId, keys: &[Option<usize>]) -> Option<Instant> {
         self.budgets.step_blocked_until(step, keys)
+    }
+    fn step_turn(&self, step: &StepId, keys: &[Option<usize>]) -> Option<(Instant, Option<usize>)> {
+        self.budgets.step_turn(step, keys)
+    }
+    fn queue(&self, step: &StepId, key: Option<usize>, join: bool) {
+        self.budgets.queue(step, key, join);
     }
     fn admit(&self, step: &StepId, key: Option<usize>) -> Result<(), Instant> {
         self.budgets.admit(step, key)

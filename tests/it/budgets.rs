@@ -247,3 +247,44 @@ async fn with_every_budget_spent_the_user_is_told_roughly_when() {
     assert_eq!(requests(&app.providers.gemini).await, 1);
     app.stop().await;
 }
+
+/// Item 5 of issue 10: a log parked for lack of budget is answered when the budget
+/// returns, not at the worker's next poll. The poll is an hour here and the task
+/// deadline shorter than the budget's return, so only the budget's wake-up can answer
+/// it within the test's wait; the wait is short, so the user is not told "later".
+#[tokio::test]
+async fn the_worker_is_woken_when_a_parked_logs_budget_returns() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__WORKER__POLL_INTERVAL_MS".into(), "3600000".into());
+        env.insert("DAYLOG__RETRY__DEADLINE_MS".into(), "150".into());
+    })
+    .await;
+    for server in [&app.providers.mistral, &app.providers.gemini] {
+        Mock::given(method("POST"))
+            .respond_with(
+                ResponseTemplate::new(429)
+                    .insert_header("retry-after-ms", "300")
+                    .set_body_string("{\"message\":\"rate limited\"}"),
+            )
+            .up_to_n_times(1)
+            .mount(server)
+            .await;
+    }
+    app.providers.healthy().await;
+    app.telegram
+        .push_update(text_update(35, 1, "Long day, good run."));
+    let sent = app.telegram.wait_sent(35, 1).await;
+    assert!(
+        sent[0].text().contains(support::ANALYSIS_TEXT),
+        "the analysis, with no notice before it: {}",
+        sent[0].text()
+    );
+    app.store.flush_calls().await;
+    assert!(
+        app.count("SELECT attempts FROM day_logs WHERE chat_id = 35")
+            .await
+            >= 1,
+        "it was parked once, and the worker answered it"
+    );
+    app.stop().await;
+}

@@ -360,3 +360,38 @@ async fn a_full_cap_with_no_other_step_waits_for_its_slot() {
     }
     assert_eq!(calls(&a).await, 2, "one after the other, none lost");
 }
+
+/// A budget that returns within `spill_after_ms` returns for one request, not for
+/// every request waiting for it: with one request already waiting, the next one's turn
+/// is a second later, and it spills over to the next step instead of queueing.
+#[tokio::test]
+async fn a_request_counts_those_already_waiting_for_the_budget() {
+    let a = ok_server().await;
+    let b = ok_server().await;
+    let toml = config(&a, "openai", "requests_per_second = 1", &b).replace(
+        "[providers.b]",
+        "[budgets]\nspill_after_ms = 1200\n\n[providers.b]",
+    );
+    let llm = llm(&toml);
+    let sink = RecordingSink::default();
+    let first = llm
+        .run(Task::Analysis, &request(), &sink)
+        .await
+        .expect("first answer");
+    assert_eq!(first.provider, "a");
+
+    // Both see a's budget back within a second; only one of them gets it then.
+    let request = request();
+    let (x, y) = tokio::join!(
+        llm.run(Task::Analysis, &request, &sink),
+        llm.run(Task::Analysis, &request, &sink),
+    );
+    let mut providers = vec![x.expect("x").provider, y.expect("y").provider];
+    providers.sort();
+    assert_eq!(
+        providers,
+        ["a", "b"],
+        "one waited for a's turn, one spilled over"
+    );
+    assert_eq!(calls(&a).await, 2, "no request on a spent budget");
+}
