@@ -26,6 +26,7 @@ use image::codecs::png::PngEncoder;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use crate::day::DayMetrics;
 use crate::language::Language;
 
 pub const WIDTH: u32 = 800;
@@ -34,15 +35,6 @@ const LEGEND_WIDTH: u32 = 140;
 
 const FONT: &str = "sans-serif";
 static FONT_BYTES: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
-
-/// One day of the chart. `day` is `YYYY-MM-DD`; labels show `MM-DD`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChartDay {
-    pub day: String,
-    pub mood: Option<f64>,
-    pub stress: Option<f64>,
-    pub energy: Option<f64>,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChartError {
@@ -55,7 +47,7 @@ pub enum ChartError {
 }
 
 /// Draws the `/stats` chart and returns it as PNG bytes ([`WIDTH`]×[`HEIGHT`]).
-pub fn stats_chart(days: &[ChartDay], lang: Language) -> Result<Vec<u8>, ChartError> {
+pub fn stats_chart(days: &[DayMetrics], lang: Language) -> Result<Vec<u8>, ChartError> {
     ensure_font()?;
     let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
     draw(days, lang, &mut rgb).map_err(|e| ChartError::Draw(e.to_string()))?;
@@ -105,7 +97,7 @@ const STRESS_COLOR: RGBColor = RGBColor(214, 57, 57);
 const ENERGY_COLOR: RGBColor = RGBColor(45, 110, 210);
 
 fn draw(
-    days: &[ChartDay],
+    days: &[DayMetrics],
     lang: Language,
     rgb: &mut [u8],
 ) -> Result<(), Box<dyn std::error::Error>> {
@@ -432,12 +424,13 @@ mod tests {
 
     const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
 
-    fn day(i: usize, mood: Option<f64>, stress: Option<f64>, energy: Option<f64>) -> ChartDay {
-        ChartDay {
+    fn day(i: usize, mood: Option<f64>, stress: Option<f64>, energy: Option<f64>) -> DayMetrics {
+        DayMetrics {
             day: format!("2024-{:02}-{:02}", 11 + i / 30, 1 + i % 30),
             mood,
             stress,
             energy,
+            ..DayMetrics::default()
         }
     }
 
@@ -466,7 +459,7 @@ mod tests {
 
     #[test]
     fn a_week_renders_as_a_png_of_the_right_size_with_all_three_lines() {
-        let days: Vec<ChartDay> = (0..7)
+        let days: Vec<DayMetrics> = (0..7)
             .map(|i| {
                 let v = 1.0 + (i % 5) as f64;
                 day(i, Some(v), Some(6.0 - v), Some(3.0))
@@ -501,7 +494,7 @@ mod tests {
 
     #[test]
     fn sixty_days_render() {
-        let days: Vec<ChartDay> = (0..60)
+        let days: Vec<DayMetrics> = (0..60)
             .map(|i| day(i, Some(1.0 + (i % 5) as f64), Some(2.5), Some(4.0)))
             .collect();
 
@@ -510,7 +503,7 @@ mod tests {
 
     #[test]
     fn gaps_break_lines_instead_of_bridging_or_dropping_to_zero() {
-        let full: Vec<ChartDay> = (0..5).map(|i| day(i, Some(4.0), None, None)).collect();
+        let full: Vec<DayMetrics> = (0..5).map(|i| day(i, Some(4.0), None, None)).collect();
         let mut gappy = full.clone();
         for i in [1, 3] {
             gappy[i].mood = None;
@@ -544,7 +537,7 @@ mod tests {
 
     #[test]
     fn russian_chart_is_written_for_a_look() {
-        let days: Vec<ChartDay> = (0..14)
+        let days: Vec<DayMetrics> = (0..14)
             .map(|i| {
                 let gap = i == 5 || i == 6;
                 day(

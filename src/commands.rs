@@ -5,12 +5,12 @@
 use teloxide::utils::command::BotCommands;
 
 use crate::analysis::Metrics;
-use crate::charts::{self, ChartDay, YearDay};
+use crate::charts::{self, YearDay};
 use crate::frontend::{Response, truncate_chars};
 use crate::journal::Journal;
 use crate::language::Language;
 use crate::render::Reply;
-use crate::store::{DailyMetrics, DayLog, DayMood, SearchHit, SnippetRun, StoreError, UserId};
+use crate::store::{DayLog, DayMetrics, DayMood, SearchHit, SnippetRun, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{UserZone, ZoneError};
 
@@ -475,10 +475,10 @@ fn trend(values: &[Option<f64>]) -> Option<f64> {
     Some(late - early)
 }
 
-fn stats_responses(language: Language, days: u32, rows: &[DailyMetrics]) -> Vec<Response> {
+fn stats_responses(language: Language, days: u32, rows: &[DayMetrics]) -> Vec<Response> {
     let texts = Texts(language);
     let entries: i64 = rows.iter().map(|r| r.logs).sum();
-    type Field = fn(&DailyMetrics) -> Option<f64>;
+    type Field = fn(&DayMetrics) -> Option<f64>;
     let fields: [(&str, Field); 4] = [
         ("mood", |r| r.mood),
         ("stress", |r| r.stress),
@@ -517,16 +517,7 @@ fn stats_responses(language: Language, days: u32, rows: &[DailyMetrics]) -> Vec<
         reply = reply.newline().text(line);
     }
     let mut responses = vec![Response::Text(reply)];
-    let chart_days: Vec<ChartDay> = rows
-        .iter()
-        .map(|r| ChartDay {
-            day: r.day.clone(),
-            mood: r.mood,
-            stress: r.stress,
-            energy: r.energy,
-        })
-        .collect();
-    match charts::stats_chart(&chart_days, language) {
+    match charts::stats_chart(rows, language) {
         Ok(png) => responses.push(Response::Photo {
             png,
             caption: texts.chart_caption().to_owned(),

@@ -24,8 +24,8 @@ use jiff::civil::{Date, Weekday};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::analysis::{self, DayPoint, WeekContext};
-use crate::charts::{self, ChartDay};
+use crate::analysis::{self, WeekContext};
+use crate::charts;
 use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::journal::{Claim, Journal};
 use crate::language::Language;
@@ -342,17 +342,7 @@ async fn write(
         language,
         first_day: first.to_string(),
         last_day: last.to_string(),
-        days: days
-            .iter()
-            .map(|d| DayPoint {
-                day: d.day.clone(),
-                mood: d.mood,
-                stress: d.stress,
-                energy: d.energy,
-                productivity: d.productivity,
-                sleep_hours: d.sleep_hours,
-            })
-            .collect(),
+        days,
         summaries,
         entries,
     });
@@ -392,7 +382,7 @@ async fn week_days(
     user_id: i64,
     first: Date,
     last: Date,
-) -> Result<Vec<crate::store::DailyMetrics>, StoreError> {
+) -> Result<Vec<crate::store::DayMetrics>, StoreError> {
     let last = last.to_string();
     let mut days = journal
         .store()
@@ -419,16 +409,7 @@ async fn responses(
         .paragraph()
         .text(text);
     let mut responses = vec![Response::Text(reply)];
-    let days: Vec<ChartDay> = week_days(journal, digest.user_id, first, last)
-        .await?
-        .into_iter()
-        .map(|d| ChartDay {
-            day: d.day,
-            mood: d.mood,
-            stress: d.stress,
-            energy: d.energy,
-        })
-        .collect();
+    let days = week_days(journal, digest.user_id, first, last).await?;
     match charts::stats_chart(&days, language) {
         Ok(png) => responses.push(Response::Photo {
             png,

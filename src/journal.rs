@@ -18,7 +18,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::analysis::{self, DayPoint, Metrics, UserContext};
+use crate::analysis::{self, Metrics, UserContext};
 use crate::config::Settings;
 use crate::frontend::{
     FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target, truncate_chars,
@@ -1055,17 +1055,7 @@ impl Journal {
         summaries.reverse();
         Ok(UserContext {
             language,
-            recent_days: days
-                .into_iter()
-                .map(|d| DayPoint {
-                    day: d.day,
-                    mood: d.mood,
-                    stress: d.stress,
-                    energy: d.energy,
-                    productivity: d.productivity,
-                    sleep_hours: d.sleep_hours,
-                })
-                .collect(),
+            recent_days: days,
             recent_summaries: summaries,
             spoken,
         })

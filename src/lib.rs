@@ -7,7 +7,7 @@
 //! (the life of a day log, front-end independent); `store` (SQLite, the only place that
 //! talks SQL), `sqlcmd` (`daylog sql`); `llm` (provider clients and the cascade),
 //! `analysis` (prompts, metric repair and validation); `render` (reply HTML and
-//! splitting), `charts`, `texts` (English and Russian), `language`; SPEC §10: `time` (the
+//! splitting), `charts`, `texts` (English and Russian), `day` (one day's metrics), `language`; SPEC §10: `time` (the
 //! one clock, user zones, local days), `streaks`, `good_days`. README states the layers that
 //! imports go down, never up.
 
@@ -19,6 +19,7 @@ pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod day;
 pub mod digest;
 pub mod frontend;
 pub mod good_days;

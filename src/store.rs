@@ -348,17 +348,7 @@ impl Inserted {
     }
 }
 
-/// One row of the `daily_metrics` view. Values are averages of non-defaulted metrics.
-#[derive(Debug, Clone, PartialEq, FromRow)]
-pub struct DailyMetrics {
-    pub day: String,
-    pub mood: Option<f64>,
-    pub stress: Option<f64>,
-    pub energy: Option<f64>,
-    pub productivity: Option<f64>,
-    pub sleep_hours: Option<f64>,
-    pub logs: i64,
-}
+pub use crate::day::DayMetrics;
 
 /// A user's daily reminder (`reminders`).
 #[derive(Debug, Clone, PartialEq, FromRow)]
@@ -1394,8 +1384,8 @@ impl Store {
         &self,
         user_id: UserId,
         first: jiff::civil::Date,
-    ) -> Result<Vec<DailyMetrics>, StoreError> {
-        Ok(sqlx::query_as::<_, DailyMetrics>(DAILY_METRICS_SQL)
+    ) -> Result<Vec<DayMetrics>, StoreError> {
+        Ok(sqlx::query_as::<_, DayMetrics>(DAILY_METRICS_SQL)
             .bind(user_id)
             .bind(first.to_string())
             .fetch_all(&self.read)

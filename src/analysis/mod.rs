@@ -7,6 +7,4 @@ pub mod metrics;
 pub mod prompt;
 
 pub use metrics::{Metrics, Score};
-pub use prompt::{
-    DayPoint, UserContext, WeekContext, analysis_request, digest_request, metrics_request,
-};
+pub use prompt::{UserContext, WeekContext, analysis_request, digest_request, metrics_request};

@@ -8,30 +8,19 @@
 
 use std::fmt::Write as _;
 
+use crate::day::DayMetrics;
 use crate::language::Language;
 use crate::llm::ChatRequest;
 
 /// A summary in the context is cut to this many characters (stored ones are ≤ 200).
 const MAX_CONTEXT_SUMMARY_CHARS: usize = 200;
 
-/// One day of the `daily_metrics` view, defaulted values already left out.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct DayPoint {
-    /// `YYYY-MM-DD`.
-    pub day: String,
-    pub mood: Option<f64>,
-    pub stress: Option<f64>,
-    pub energy: Option<f64>,
-    pub productivity: Option<f64>,
-    pub sleep_hours: Option<f64>,
-}
-
 /// What the analysis prompt knows about the user besides today's entry.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct UserContext {
     pub language: Language,
     /// The last 7 days, oldest first.
-    pub recent_days: Vec<DayPoint>,
+    pub recent_days: Vec<DayMetrics>,
     /// Summaries of the last 3 entries, oldest first.
     pub recent_summaries: Vec<String>,
     /// The entry is the transcript of a voice note (SPEC §11).
@@ -132,7 +121,7 @@ pub struct WeekContext {
     pub first_day: String,
     pub last_day: String,
     /// The days of the week with metrics, oldest first (defaulted values left out).
-    pub days: Vec<DayPoint>,
+    pub days: Vec<DayMetrics>,
     /// (local day, summary) of the week's entries, oldest first.
     pub summaries: Vec<(String, String)>,
     /// How many entries the week has.
@@ -231,7 +220,7 @@ fn render_context(out: &mut String, ctx: &UserContext) {
 }
 
 /// `2025-03-01: mood 4, stress 2.5, sleep 7.5 h`; `None` for a day with no values.
-fn render_day(day: &DayPoint) -> Option<String> {
+fn render_day(day: &DayMetrics) -> Option<String> {
     let fields = [
         ("mood", day.mood, ""),
         ("stress", day.stress, ""),
@@ -310,23 +299,23 @@ mod tests {
         UserContext {
             language,
             recent_days: vec![
-                DayPoint {
+                DayMetrics {
                     day: "2025-03-01".into(),
                     mood: Some(4.0),
                     stress: Some(2.5),
                     sleep_hours: Some(7.5),
-                    ..DayPoint::default()
+                    ..DayMetrics::default()
                 },
-                DayPoint {
+                DayMetrics {
                     day: "2025-03-02".into(),
-                    ..DayPoint::default()
+                    ..DayMetrics::default()
                 },
-                DayPoint {
+                DayMetrics {
                     day: "2025-03-03".into(),
                     mood: Some(2.0),
                     energy: Some(f64::NAN),
                     productivity: Some(3.666),
-                    ..DayPoint::default()
+                    ..DayMetrics::default()
                 },
             ],
             recent_summaries: vec![
