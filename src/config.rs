@@ -355,7 +355,7 @@ impl Default for BudgetsSettings {
     fn default() -> Self {
         Self {
             spill_after_ms: 1500,
-            notify_after_ms: 20_000,
+            notify_after_ms: 15_000,
         }
     }
 }

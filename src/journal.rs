@@ -797,8 +797,27 @@ impl Journal {
             .await;
             return Ok(());
         }
-        let decided =
-            with_typing(messenger, log.chat_id.get(), self.analyse(&log, language)).await?;
+        let analysing = with_typing(messenger, log.chat_id.get(), self.analyse(&log, language));
+        tokio::pin!(analysing);
+        // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the user,
+        // and the answer still follows (here, or from the worker when the log parks).
+        let mut told = false;
+        let decided = tokio::select! {
+            decided = &mut analysing => decided?,
+            () = tokio::time::sleep(self.settings.budgets.notify_after()), if !late => {
+                let reply = match self.llm.budget_wait(Task::Analysis) {
+                    Some(back_in) => {
+                        texts.saved_budget(back_in.as_secs().div_ceil(60).max(1))
+                    }
+                    None => texts.saved_slow().to_owned(),
+                };
+                tracing::info!(log_id = log.id.get(), "the analysis takes longer than notify_after_ms; user told it follows");
+                self.notify(messenger, &log, Reply::new().text(reply)).await;
+                told = true;
+                analysing.await?
+            }
+        };
+        let late = late || told;
         match decided {
             Decided::Analyzed { .. } | Decided::Blocked => {
                 self.answer_stored(messenger, log.id, language, late)

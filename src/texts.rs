@@ -99,6 +99,15 @@ impl Texts {
         }
     }
 
+    /// SPEC §4: the analysis has taken longer than `budgets.notify_after_ms` and is still
+    /// on its way.
+    pub fn saved_slow(self) -> &'static str {
+        self.pick(
+            "Saved. The analysis is taking longer than usual; it will follow here as soon as it is ready.",
+            "Сохранено. Разбор занимает больше времени, чем обычно; он придёт сюда, как только будет готов.",
+        )
+    }
+
     /// Every AI budget is spent for a while: the entry is saved, the analysis comes
     /// when budget returns, in about `minutes`.
     pub fn saved_budget(self, minutes: u64) -> String {

@@ -288,3 +288,54 @@ async fn the_worker_is_woken_when_a_parked_logs_budget_returns() {
     );
     app.stop().await;
 }
+
+/// SPEC §4, §5: an analysis that takes longer than `budgets.notify_after_ms` (here a
+/// slow provider inside the task deadline) is announced once while it is still on its
+/// way, and the analysis itself follows under the "as promised" title; one that comes
+/// sooner gets no notice.
+#[tokio::test]
+async fn a_wait_past_notify_after_is_said_and_the_analysis_still_follows() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__BUDGETS__NOTIFY_AFTER_MS".into(), "300".into());
+        env.insert("DAYLOG__RETRY__DEADLINE_MS".into(), "10000".into());
+    })
+    .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(wiremock::matchers::body_string_contains("slow evening"))
+        .and(wiremock::matchers::body_string_contains("mistral-small"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(support::completion(support::ANALYSIS_TEXT))
+                .set_delay(Duration::from_millis(1500)),
+        )
+        .mount(&app.providers.mistral)
+        .await;
+    app.providers.healthy().await;
+
+    app.telegram
+        .push_update(text_update(36, 1, "A slow evening, finally quiet."));
+    let sent = app.telegram.wait_sent(36, 2).await;
+    assert!(
+        sent[0].text().contains("longer than usual"),
+        "told first: {}",
+        sent[0].text()
+    );
+    assert!(
+        sent[1].text().contains("as promised") && sent[1].text().contains(support::ANALYSIS_TEXT),
+        "then the analysis: {}",
+        sent[1].text()
+    );
+
+    app.telegram.push_update(text_update(37, 1, "A quick one."));
+    let sent = app.telegram.wait_sent(37, 1).await;
+    assert!(
+        sent[0].text().contains(support::ANALYSIS_TEXT),
+        "a quick analysis comes with no notice: {}",
+        sent[0].text()
+    );
+    let telegram = app.telegram.clone();
+    app.stop().await;
+    assert_eq!(telegram.sent_to(36).len(), 2, "one notice, one analysis");
+    assert_eq!(telegram.sent_to(37).len(), 1);
+}
