@@ -4,14 +4,16 @@ use std::time::Duration;
 
 use sqlx::FromRow;
 
-use super::{FrontEnd, Store, StoreError, retry_busy, returned};
+use super::{
+    ChatId, DigestId, FrontEnd, MessageId, Store, StoreError, UserId, retry_busy, returned,
+};
 
 /// A weekly digest (`digests`, SPEC §10). `text` is `None` until it is written.
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct Digest {
-    pub id: i64,
-    pub user_id: i64,
-    pub chat_id: i64,
+    pub id: DigestId,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
     /// Local day `YYYY-MM-DD`, the first of the 7 it covers.
     pub week_start: String,
     pub status: String,
@@ -19,7 +21,7 @@ pub struct Digest {
     pub attempts: i64,
     pub created_at: String,
     /// The `/week` message that asked for it; `None` for the schedule or a terminal.
-    pub message_id: Option<i64>,
+    pub message_id: Option<MessageId>,
 }
 
 const DIGEST_COLUMNS: &str =
@@ -28,8 +30,8 @@ const DIGEST_COLUMNS: &str =
 /// A user whose Sunday digest is due, with what writing it needs to know.
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct DueDigest {
-    pub user_id: i64,
-    pub chat_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
     pub timezone: String,
     /// The reminder's `HH:MM` when a reminder is on (the digest comes then).
     pub reminder_time: Option<String>,
@@ -57,7 +59,7 @@ impl Store {
     // ---- weekly digests (SPEC §10) ----
 
     /// Whether the user's Sunday digest is on (`false` for a user not stored).
-    pub async fn digest_enabled(&self, user_id: i64) -> Result<bool, StoreError> {
+    pub async fn digest_enabled(&self, user_id: UserId) -> Result<bool, StoreError> {
         Ok(
             sqlx::query_scalar("SELECT digest_enabled FROM users WHERE user_id = ?1")
                 .bind(user_id)
@@ -69,7 +71,11 @@ impl Store {
 
     /// `/digest on` (next due at `next_at`) or `/digest off` (`None`). An error when
     /// the user is not stored, so that nothing says "on" that is not.
-    pub async fn set_digest(&self, user_id: i64, next_at: Option<&str>) -> Result<(), StoreError> {
+    pub async fn set_digest(
+        &self,
+        user_id: UserId,
+        next_at: Option<&str>,
+    ) -> Result<(), StoreError> {
         retry_busy("set_digest", || async {
             let done = sqlx::query(
                 "UPDATE users SET digest_enabled = ?2 IS NOT NULL, digest_next_at = ?2
@@ -92,7 +98,7 @@ impl Store {
     /// which sends it and moves on with the new settings, rather than skipped.
     pub async fn reschedule_digest(
         &self,
-        user_id: i64,
+        user_id: UserId,
         next_at: &str,
         now: &str,
     ) -> Result<(), StoreError> {
@@ -128,7 +134,7 @@ impl Store {
     /// How many entries the user has on the local days `first..=last`.
     pub async fn entries_between(
         &self,
-        user_id: i64,
+        user_id: UserId,
         first: jiff::civil::Date,
         last: jiff::civil::Date,
     ) -> Result<i64, StoreError> {
@@ -146,7 +152,7 @@ impl Store {
     /// first, at most `limit`, empty summaries left out.
     pub async fn summaries_between(
         &self,
-        user_id: i64,
+        user_id: UserId,
         first: jiff::civil::Date,
         last: jiff::civil::Date,
         limit: i64,
@@ -169,11 +175,11 @@ impl Store {
     /// (`UNIQUE (user_id, week_start)`); `true` when this call stored it.
     pub async fn insert_digest(
         &self,
-        user_id: i64,
-        chat_id: i64,
+        user_id: UserId,
+        chat_id: ChatId,
         week_start: jiff::civil::Date,
         front_end: FrontEnd,
-        message_id: Option<i64>,
+        message_id: Option<MessageId>,
     ) -> Result<(Digest, bool), StoreError> {
         let inserted = retry_busy("insert_digest", || async {
             let rows: Vec<Digest> = sqlx::query_as(&format!(
@@ -206,7 +212,7 @@ impl Store {
     /// The user's digest of `week_start`, if one is stored (read through the writer).
     pub async fn digest_of_week(
         &self,
-        user_id: i64,
+        user_id: UserId,
         week_start: jiff::civil::Date,
     ) -> Result<Option<Digest>, StoreError> {
         Ok(sqlx::query_as(&format!(
@@ -224,10 +230,10 @@ impl Store {
     /// restarts look at the same moment.
     pub async fn advance_digest(
         &self,
-        user_id: i64,
+        user_id: UserId,
         due_at: &str,
         next_at: &str,
-        create: Option<(i64, jiff::civil::Date)>,
+        create: Option<(ChatId, jiff::civil::Date)>,
     ) -> Result<DigestAdvance, StoreError> {
         retry_busy("advance_digest", || async {
             let mut tx = self.write.begin().await?;
@@ -267,7 +273,7 @@ impl Store {
 
     /// One digest if it is still pending and due, read fresh through the writer (the
     /// worker's check after claiming it: someone may have finished it meanwhile).
-    pub async fn due_digest(&self, id: i64) -> Result<Option<Digest>, StoreError> {
+    pub async fn due_digest(&self, id: DigestId) -> Result<Option<Digest>, StoreError> {
         Ok(sqlx::query_as(&format!(
             "SELECT {DIGEST_COLUMNS} FROM digests
              WHERE id = ?1 AND status = 'pending' AND next_attempt_at <= datetime('now')"
@@ -315,7 +321,7 @@ impl Store {
 
     /// The digest's text, written; stored before anything is sent. `false` when it
     /// already had one (it is never written twice).
-    pub async fn store_digest_text(&self, id: i64, text: &str) -> Result<bool, StoreError> {
+    pub async fn store_digest_text(&self, id: DigestId, text: &str) -> Result<bool, StoreError> {
         retry_busy("store_digest_text", || async {
             let done = sqlx::query(
                 "UPDATE digests SET text = ?2
@@ -331,7 +337,7 @@ impl Store {
     }
 
     /// Writing or sending failed for now: the worker tries again after `retry_in`.
-    pub async fn digest_retry(&self, id: i64, retry_in: Duration) -> Result<(), StoreError> {
+    pub async fn digest_retry(&self, id: DigestId, retry_in: Duration) -> Result<(), StoreError> {
         retry_busy("digest_retry", || async {
             sqlx::query(
                 "UPDATE digests SET attempts = attempts + 1,
@@ -348,20 +354,20 @@ impl Store {
     }
 
     /// The digest reached the user.
-    pub async fn mark_digest_sent(&self, id: i64) -> Result<(), StoreError> {
+    pub async fn mark_digest_sent(&self, id: DigestId) -> Result<(), StoreError> {
         self.finish_digest("mark_digest_sent", id, "sent").await
     }
 
     /// The digest can never be delivered (the user blocked the bot, a provider refused
     /// it, or it waited longer than `worker.max_age_hours`).
-    pub async fn mark_digest_failed(&self, id: i64) -> Result<(), StoreError> {
+    pub async fn mark_digest_failed(&self, id: DigestId) -> Result<(), StoreError> {
         self.finish_digest("mark_digest_failed", id, "failed").await
     }
 
     async fn finish_digest(
         &self,
         what: &'static str,
-        id: i64,
+        id: DigestId,
         status: &'static str,
     ) -> Result<(), StoreError> {
         retry_busy(what, || async {

@@ -29,8 +29,9 @@ use sqlx::{FromRow, Row};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
-/// Small typed ids, so that a user id, a chat id, a message id and a log id cannot be
-/// passed for one another (`entries_last_hour(user, log)`, `claim(chat, message)`).
+/// Small typed ids, so that a user id, a chat id, a message id, a log id and a digest id
+/// cannot be passed for one another (`entries_last_hour(user, log)`,
+/// `claim(chat, message)`, `insert_digest(user, chat, …)`).
 /// Stored as the plain integers of the schema (`sqlx(transparent)`).
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
@@ -78,6 +79,10 @@ id_type!(
 id_type!(
     /// A day log (`day_logs.id`).
     LogId
+);
+id_type!(
+    /// A weekly digest (`digests.id`).
+    DigestId
 );
 
 #[derive(Debug, thiserror::Error)]
