@@ -73,16 +73,16 @@ enum Asked {
 /// The in-memory claim on a user's digest of one week. Journal claims are keyed by
 /// (chat, message); message ids of Telegram are positive and those of `daylog chat`
 /// count down from −1, so keys from `i64::MIN` up never meet one.
-fn claim(journal: &Journal, user_id: i64, week_start: Date) -> Option<Claim> {
+fn claim(journal: &Journal, user_id: UserId, week_start: Date) -> Option<Claim> {
     let week = i64::from(week_start.year()) * 1000 + i64::from(week_start.day_of_year());
-    journal.claim(ChatId(user_id), MessageId(i64::MIN + week))
+    journal.claim(ChatId(user_id.get()), MessageId(i64::MIN + week))
 }
 
 /// When the user's Sunday digest comes: the reminder time, 19:00 without one.
-async fn digest_time(journal: &Journal, user_id: i64) -> Result<LocalTime, StoreError> {
+async fn digest_time(journal: &Journal, user_id: UserId) -> Result<LocalTime, StoreError> {
     Ok(journal
         .store()
-        .reminder(UserId(user_id))
+        .reminder(user_id)
         .await?
         .filter(|r| r.enabled)
         .and_then(|r| LocalTime::from_stored(&r.local_time))
@@ -91,12 +91,13 @@ async fn digest_time(journal: &Journal, user_id: i64) -> Result<LocalTime, Store
 
 /// `/digest`, `/digest on`, `/digest off`.
 pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply, StoreError> {
+    let id = UserId(user_id);
     let texts = Texts(journal.language_of(user_id).await);
     let zone = journal.zone_of(user_id).await;
-    let time = digest_time(journal, user_id).await?;
+    let time = digest_time(journal, id).await?;
     let on = match arg.trim().to_lowercase().as_str() {
         "" => {
-            let enabled = journal.store().digest_enabled(user_id).await?;
+            let enabled = journal.store().digest_enabled(id).await?;
             return Ok(Reply::new().text(if enabled {
                 texts.digest_on(&time.to_string(), zone.name())
             } else {
@@ -108,7 +109,7 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
         _ => return Ok(Reply::new().text(texts.digest_usage())),
     };
     if on {
-        if journal.store().digest_enabled(user_id).await? {
+        if journal.store().digest_enabled(id).await? {
             // Already on: the schedule follows the settings, but a digest that is due
             // this very moment is kept for the scheduler rather than skipped.
             reschedule(journal, user_id).await?;
@@ -116,13 +117,13 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
             let next = next_sunday_at(&zone, journal.now(), time);
             journal
                 .store()
-                .set_digest(user_id, Some(&sql_timestamp(next)))
+                .set_digest(id, Some(&sql_timestamp(next)))
                 .await?;
         }
         tracing::info!(user_id, "weekly digest turned on");
         Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name())))
     } else {
-        journal.store().set_digest(user_id, None).await?;
+        journal.store().set_digest(id, None).await?;
         tracing::info!(user_id, "weekly digest turned off");
         Ok(Reply::new().text(texts.digest_off()))
     }
@@ -131,16 +132,17 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
 /// The user's zone or reminder time changed: a Sunday digest that is on follows it
 /// (one already due is sent first, by the scheduler, which then follows the change).
 pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreError> {
-    if !journal.store().digest_enabled(user_id).await? {
+    let id = UserId(user_id);
+    if !journal.store().digest_enabled(id).await? {
         return Ok(());
     }
     let zone = journal.zone_of(user_id).await;
-    let time = digest_time(journal, user_id).await?;
+    let time = digest_time(journal, id).await?;
     let now = journal.now();
     let next = next_sunday_at(&zone, now, time);
     journal
         .store()
-        .reschedule_digest(user_id, &sql_timestamp(next), &sql_timestamp(now))
+        .reschedule_digest(id, &sql_timestamp(next), &sql_timestamp(now))
         .await
 }
 
@@ -155,31 +157,28 @@ pub async fn week<M: Messenger>(
     reply_to: Option<i64>,
     front_end: FrontEnd,
 ) -> Result<(), StoreError> {
+    let id = UserId(user_id);
+    let asked_by = reply_to.map(MessageId);
     let language = journal.language_of(user_id).await;
     let texts = Texts(language);
     let target = Target { chat_id, reply_to };
     let (_, today) = journal.today_of(user_id).await;
     let (first, last) = week_ending(today);
-    if journal
-        .store()
-        .entries_between(user_id, first, last)
-        .await?
-        == 0
-    {
-        send_notice(messenger, target, texts.week_empty(), user_id).await;
+    if journal.store().entries_between(id, first, last).await? == 0 {
+        send_notice(messenger, target, texts.week_empty(), id).await;
         return Ok(());
     }
-    let Some(claim) = claim(journal, user_id, first) else {
+    let Some(claim) = claim(journal, id, first) else {
         // The scheduler or the worker is writing this very digest; it comes from there.
-        let stored = journal.store().digest_of_week(user_id, first).await?;
-        if !stored.is_some_and(|d| same_ask(&d, reply_to)) {
-            send_notice(messenger, target, texts.digest_on_its_way(), user_id).await;
+        let stored = journal.store().digest_of_week(id, first).await?;
+        if !stored.is_some_and(|d| same_ask(&d, asked_by)) {
+            send_notice(messenger, target, texts.digest_on_its_way(), id).await;
         }
         return Ok(());
     };
     let (digest, _) = journal
         .store()
-        .insert_digest(user_id, chat_id, first, front_end, reply_to)
+        .insert_digest(id, ChatId(chat_id), first, front_end, asked_by)
         .await?;
     match digest.status.as_str() {
         // Not written yet and waiting for the worker's next try after failed ones: the
@@ -190,13 +189,13 @@ pub async fn week<M: Messenger>(
                 && digest.attempts > 0
                 && journal.store().due_digest(digest.id).await?.is_none() =>
         {
-            send_notice(messenger, target, texts.digest_will_follow(), user_id).await;
+            send_notice(messenger, target, texts.digest_will_follow(), id).await;
         }
         "pending" => {
             run(journal, messenger, digest, target, Asked::OnDemand).await?;
         }
         // The same `/week` re-delivered after a crash: it has had its answer.
-        _ if same_ask(&digest, reply_to) && digest.status != "pending" => {}
+        _ if same_ask(&digest, asked_by) && digest.status != "pending" => {}
         // Asked again for a week already sent: the same digest again, nothing new
         // written and nothing recorded (the user asked; no schedule is involved). A
         // digest written but failed (a 403 while the user had blocked the bot) is sent
@@ -208,23 +207,23 @@ pub async fn week<M: Messenger>(
                 tracing::warn!(%error, user_id, "digest not delivered again");
             }
         }
-        _ => send_notice(messenger, target, texts.digest_refused(), user_id).await,
+        _ => send_notice(messenger, target, texts.digest_refused(), id).await,
     }
     drop(claim);
     Ok(())
 }
 
 /// Whether `digest` was asked for by this very message (a re-delivered update).
-fn same_ask(digest: &Digest, message_id: Option<i64>) -> bool {
+fn same_ask(digest: &Digest, message_id: Option<MessageId>) -> bool {
     message_id.is_some() && digest.message_id == message_id
 }
 
-async fn send_notice<M: Messenger>(messenger: &M, target: Target, text: &str, user_id: i64) {
+async fn send_notice<M: Messenger>(messenger: &M, target: Target, text: &str, user_id: UserId) {
     if let Err(error) = messenger
         .send(target, vec![Response::Text(Reply::new().text(text))])
         .await
     {
-        tracing::warn!(%error, user_id, "digest notice not delivered");
+        tracing::warn!(%error, user_id = user_id.get(), "digest notice not delivered");
     }
 }
 
@@ -246,7 +245,7 @@ async fn run<M: Messenger>(
     target: Target,
     asked: Asked,
 ) -> Result<(), StoreError> {
-    let language = journal.language_of(digest.user_id).await;
+    let language = journal.language_of(digest.user_id.get()).await;
     let texts = Texts(language);
     let text = match digest.text.clone() {
         Some(text) => text,
@@ -262,8 +261,8 @@ async fn run<M: Messenger>(
                 let retry_in = journal.retry_delay(digest.attempts);
                 journal.store().digest_retry(digest.id, retry_in).await?;
                 tracing::warn!(
-                    digest_id = digest.id,
-                    user_id = digest.user_id,
+                    digest_id = digest.id.get(),
+                    user_id = digest.user_id.get(),
                     retry_in_s = retry_in.as_secs(),
                     "digest not written now; it stays pending"
                 );
@@ -281,7 +280,7 @@ async fn run<M: Messenger>(
             Written::Refused => {
                 journal.store().mark_digest_failed(digest.id).await?;
                 tracing::info!(
-                    digest_id = digest.id,
+                    digest_id = digest.id.get(),
                     "digest refused by the content filter"
                 );
                 if asked == Asked::OnDemand {
@@ -296,23 +295,23 @@ async fn run<M: Messenger>(
         Ok(()) => {
             if let Err(error) = journal.store().mark_digest_sent(digest.id).await {
                 // The same window as a log's answer: the worker may send it once more.
-                tracing::error!(%error, digest_id = digest.id, "digest sent but not recorded");
+                tracing::error!(%error, digest_id = digest.id.get(), "digest sent but not recorded");
             } else {
                 tracing::info!(
-                    digest_id = digest.id,
-                    user_id = digest.user_id,
+                    digest_id = digest.id.get(),
+                    user_id = digest.user_id.get(),
                     "weekly digest sent"
                 );
             }
         }
         Err(SendError::Gone(reason)) => {
-            tracing::warn!(digest_id = digest.id, user_id = digest.user_id, %reason, "digest undeliverable; weekly digests turned off");
+            tracing::warn!(digest_id = digest.id.get(), user_id = digest.user_id.get(), %reason, "digest undeliverable; weekly digests turned off");
             journal.store().mark_digest_failed(digest.id).await?;
             journal.store().set_digest(digest.user_id, None).await?;
         }
         Err(SendError::Transient(reason)) => {
             let retry_in = journal.settings().worker.retry_min();
-            tracing::warn!(digest_id = digest.id, %reason, retry_in_ms = retry_in.as_millis() as u64, "digest not delivered; the worker retries");
+            tracing::warn!(digest_id = digest.id.get(), %reason, retry_in_ms = retry_in.as_millis() as u64, "digest not delivered; the worker retries");
             journal.store().digest_retry(digest.id, retry_in).await?;
         }
     }
@@ -348,13 +347,13 @@ async fn write(
     });
     Ok(match journal.write_digest(&request).await {
         Ok(completion) if !completion.text.trim().is_empty() => {
-            tracing::info!(digest_id = digest.id, provider = %completion.provider, model = %completion.model, "digest written");
+            tracing::info!(digest_id = digest.id.get(), provider = %completion.provider, model = %completion.model, "digest written");
             Written::Text(completion.text.trim().to_owned())
         }
         Ok(_) => Written::Later,
         Err(error) if error.is_blocked() => Written::Refused,
         Err(error) => {
-            tracing::warn!(digest_id = digest.id, %error, "digest cascade failed");
+            tracing::warn!(digest_id = digest.id.get(), %error, "digest cascade failed");
             Written::Later
         }
     })
@@ -371,7 +370,7 @@ fn days_of(digest: &Digest) -> Option<(Date, Date)> {
             Some((first, last))
         }
         Err(error) => {
-            tracing::warn!(digest_id = digest.id, %error, "digest with an unreadable week_start");
+            tracing::warn!(digest_id = digest.id.get(), %error, "digest with an unreadable week_start");
             None
         }
     }
@@ -379,15 +378,12 @@ fn days_of(digest: &Digest) -> Option<(Date, Date)> {
 
 async fn week_days(
     journal: &Journal,
-    user_id: i64,
+    user_id: UserId,
     first: Date,
     last: Date,
 ) -> Result<Vec<crate::store::DayMetrics>, StoreError> {
     let last = last.to_string();
-    let mut days = journal
-        .store()
-        .daily_metrics(UserId(user_id), first)
-        .await?;
+    let mut days = journal.store().daily_metrics(user_id, first).await?;
     days.retain(|d| d.day <= last);
     Ok(days)
 }
@@ -417,7 +413,7 @@ async fn responses(
             file_name: format!("daylog-week-{first}.png"),
         }),
         // The digest goes out without its chart rather than not at all.
-        Err(error) => tracing::error!(%error, digest_id = digest.id, "digest chart failed"),
+        Err(error) => tracing::error!(%error, digest_id = digest.id.get(), "digest chart failed"),
     }
     Ok(responses)
 }
@@ -463,7 +459,7 @@ pub async fn deliver_due<M: Messenger>(
     for listed in due {
         let Some((first, _)) = days_of(&listed) else {
             if let Err(error) = journal.store().mark_digest_failed(listed.id).await {
-                tracing::error!(%error, digest_id = listed.id, "could not give up a digest");
+                tracing::error!(%error, digest_id = listed.id.get(), "could not give up a digest");
             }
             continue;
         };
@@ -484,12 +480,12 @@ pub async fn deliver_due<M: Messenger>(
                 Ok(Some(digest)) => digest,
                 Ok(None) => return,
                 Err(error) => {
-                    tracing::error!(%error, digest_id = listed.id, "could not read a digest");
+                    tracing::error!(%error, digest_id = listed.id.get(), "could not read a digest");
                     return;
                 }
             };
             let target = Target {
-                chat_id: digest.chat_id,
+                chat_id: digest.chat_id.get(),
                 reply_to: None,
             };
             let id = digest.id;
@@ -502,7 +498,7 @@ pub async fn deliver_due<M: Messenger>(
             )
             .await
             {
-                tracing::error!(%error, digest_id = id, "worker could not finish a digest");
+                tracing::error!(%error, digest_id = id.get(), "worker could not finish a digest");
             }
         });
     }
@@ -528,7 +524,7 @@ pub async fn schedule_tick(journal: &Arc<Journal>) {
     };
     for user in due {
         if let Err(error) = schedule_one(journal, &user, now).await {
-            tracing::error!(%error, user_id = user.user_id, "could not schedule a weekly digest");
+            tracing::error!(%error, user_id = user.user_id.get(), "could not schedule a weekly digest");
         }
     }
 }
@@ -538,7 +534,7 @@ async fn schedule_one(
     user: &DueDigest,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    let zone = journal.zone_from_stored(user.user_id, &user.timezone);
+    let zone = journal.zone_from_stored(user.user_id.get(), &user.timezone);
     let time = user
         .reminder_time
         .as_deref()
@@ -557,7 +553,7 @@ async fn schedule_one(
     let claim = claim(journal, user.user_id, first);
     let create = if late > max_late {
         tracing::info!(
-            user_id = user.user_id,
+            user_id = user.user_id.get(),
             "weekly digest skipped: the bot was down longer than worker.max_age_hours at its moment"
         );
         None
@@ -571,7 +567,7 @@ async fn schedule_one(
         < MIN_SCHEDULED_ENTRIES
     {
         tracing::debug!(
-            user_id = user.user_id,
+            user_id = user.user_id.get(),
             "weekly digest skipped: fewer than 2 entries"
         );
         None
@@ -589,8 +585,8 @@ async fn schedule_one(
         // Stored as due now: the worker writes and sends it at its next look, a few at
         // a time with everything else it has in hand, and waits for it on a stop.
         tracing::debug!(
-            digest_id = digest.id,
-            user_id = user.user_id,
+            digest_id = digest.id.get(),
+            user_id = user.user_id.get(),
             "weekly digest stored for the worker"
         );
     }

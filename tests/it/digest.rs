@@ -809,8 +809,8 @@ async fn many_due_digests_are_written_a_few_at_a_time() {
     for user_id in 100..120 {
         app.store
             .insert_digest(
-                user_id,
-                user_id,
+                daylog::store::UserId(user_id),
+                daylog::store::ChatId(user_id),
                 week,
                 daylog::store::FrontEnd::Telegram,
                 None,

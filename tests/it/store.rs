@@ -921,17 +921,23 @@ async fn delete_user_removes_that_users_digests_and_no_other() {
     let week: jiff::civil::Date = "2026-11-30".parse().expect("date");
     for id in [1, 2] {
         db.store
-            .insert_digest(id, id, week, FrontEnd::Telegram, None)
+            .insert_digest(UserId(id), ChatId(id), week, FrontEnd::Telegram, None)
             .await
             .expect("digest");
     }
 
     db.store.delete_user(UserId(1)).await.expect("/delete");
 
-    assert_eq!(db.store.digest_of_week(1, week).await.expect("read"), None);
+    assert_eq!(
+        db.store
+            .digest_of_week(UserId(1), week)
+            .await
+            .expect("read"),
+        None
+    );
     assert!(
         db.store
-            .digest_of_week(2, week)
+            .digest_of_week(UserId(2), week)
             .await
             .expect("read")
             .is_some()

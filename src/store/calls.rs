@@ -1,0 +1,259 @@
+//! The call recorder: `llm_calls` (written in the background through [`CallSink`]),
+//! content-policy refusals and spent daily budgets.
+
+use std::time::Duration;
+
+use sqlx::sqlite::SqlitePool;
+
+use crate::llm::{Attempt, AttemptSink, SpentBudget};
+
+use super::{LogId, Store, StoreError, retry_busy};
+
+/// Records attempts of one log's cascade into `llm_calls`.
+pub struct CallSink {
+    calls: CallRecorder,
+    day_log_id: Option<LogId>,
+}
+
+impl AttemptSink for CallSink {
+    fn record(&self, attempt: Attempt) {
+        self.calls.send(Recorded::Call(self.day_log_id, attempt));
+    }
+}
+
+/// Most `llm_calls` rows written in one statement.
+const CALL_BATCH: usize = 200;
+
+enum Recorded {
+    Call(Option<LogId>, Attempt),
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Writes `llm_calls` in the background, many rows per statement: two or more calls per
+/// log would otherwise be as many separate writes on the one writer connection.
+#[derive(Clone, Debug)]
+pub(super) struct CallRecorder {
+    queue: tokio::sync::mpsc::UnboundedSender<Recorded>,
+}
+
+impl CallRecorder {
+    /// Starts the writer task; it ends when the last [`Store`] clone is dropped.
+    pub(super) fn spawn(write: SqlitePool) -> Self {
+        let (queue, mut incoming) = tokio::sync::mpsc::unbounded_channel::<Recorded>();
+        tokio::spawn(async move {
+            while let Some(first) = incoming.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < CALL_BATCH {
+                    match incoming.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
+                let mut calls = Vec::with_capacity(batch.len());
+                let mut flushes = Vec::new();
+                for item in batch {
+                    match item {
+                        Recorded::Call(log, attempt) => calls.push((log, attempt)),
+                        Recorded::Flush(done) => flushes.push(done),
+                    }
+                }
+                if !calls.is_empty() {
+                    match insert_calls(&write, &calls).await {
+                        Ok(()) => {}
+                        Err(error) if error.is_busy() => {
+                            // Locked for longer than every retry: these rows are lost,
+                            // the logs they describe are not.
+                            tracing::warn!(%error, rows = calls.len(), "could not record LLM calls");
+                        }
+                        // One bad row (its log deleted meanwhile) must not lose the others.
+                        Err(_) => {
+                            for call in &calls {
+                                if let Err(error) =
+                                    insert_calls(&write, std::slice::from_ref(call)).await
+                                {
+                                    tracing::warn!(%error, day_log_id = call.0.map(LogId::get), "could not record an LLM call");
+                                }
+                            }
+                        }
+                    }
+                }
+                for done in flushes {
+                    let _ = done.send(());
+                }
+            }
+        });
+        Self { queue }
+    }
+
+    fn send(&self, item: Recorded) {
+        if self.queue.send(item).is_err() {
+            tracing::warn!("the LLM call recorder has stopped; a call was not recorded");
+        }
+    }
+
+    pub(super) async fn flush(&self) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.send(Recorded::Flush(done));
+        let _ = wait.await;
+    }
+}
+
+async fn insert_calls(
+    write: &SqlitePool,
+    calls: &[(Option<LogId>, Attempt)],
+) -> Result<(), StoreError> {
+    retry_busy("record_calls", || async {
+        let mut insert = sqlx::QueryBuilder::new(
+            "INSERT INTO llm_calls (day_log_id, task, provider, model, key_index, attempt,
+                 http_status, outcome, latency_ms, wait_ms, error) ",
+        );
+        insert.push_values(calls, |mut row, (log, attempt)| {
+            row.push_bind(*log)
+                .push_bind(attempt.task.as_str())
+                .push_bind(attempt.provider.clone())
+                .push_bind(attempt.model.clone())
+                .push_bind(attempt.key_index.map(|i| i as i64))
+                .push_bind(i64::from(attempt.attempt))
+                .push_bind(attempt.http_status.map(i64::from))
+                .push_bind(attempt.outcome.as_str())
+                .push_bind(attempt.latency_ms as i64)
+                .push_bind(attempt.wait_ms as i64)
+                .push_bind(attempt.error.clone());
+        });
+        insert.build().execute(write).await?;
+        Ok(())
+    })
+    .await
+}
+
+fn unix_secs(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Store {
+    // ---- Content-policy refusals (SPEC §5) ----
+
+    /// The models (provider, model) that refused this log's current text on content
+    /// policy: they are never asked about it again.
+    pub async fn refusals(&self, day_log_id: LogId) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT provider, model FROM llm_refusals WHERE day_log_id = ?1
+             ORDER BY created_at, provider, model",
+        )
+        .bind(day_log_id)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Remembers that these models refused `analysed_text` of this log. Nothing is
+    /// stored when the log's text has changed meanwhile (an edit is a new question).
+    pub async fn record_refusals(
+        &self,
+        day_log_id: LogId,
+        analysed_text: &str,
+        refused: &[(String, String)],
+    ) -> Result<(), StoreError> {
+        for (provider, model) in refused {
+            retry_busy("record_refusals", || async {
+                sqlx::query(
+                    "INSERT INTO llm_refusals (day_log_id, provider, model)
+                     SELECT id, ?2, ?3 FROM day_logs WHERE id = ?1 AND text = ?4
+                     ON CONFLICT DO NOTHING",
+                )
+                .bind(day_log_id)
+                .bind(provider)
+                .bind(model)
+                .bind(analysed_text)
+                .execute(&self.write)
+                .await?;
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    // ---- Spent daily budgets (SPEC §5) ----
+
+    /// Stores daily budgets spent until their reset; rows already over are pruned.
+    pub async fn save_spent_budgets(&self, spent: &[SpentBudget]) -> Result<(), StoreError> {
+        for s in spent {
+            let until = unix_secs(s.until);
+            let key_index = s
+                .key_index
+                .and_then(|i| i64::try_from(i).ok())
+                .unwrap_or(-1);
+            retry_busy("save_spent_budgets", || async {
+                sqlx::query(
+                    "INSERT INTO llm_budgets (provider, scope, key_index, spent_until, reason)
+                     VALUES (?1, ?2, ?3, datetime(?4, 'unixepoch'), 'per-day quota')
+                     ON CONFLICT (provider, scope, key_index) DO UPDATE SET
+                         spent_until = excluded.spent_until, reason = excluded.reason,
+                         updated_at = datetime('now')",
+                )
+                .bind(&s.provider)
+                .bind(&s.scope)
+                .bind(key_index)
+                .bind(until)
+                .execute(&self.write)
+                .await?;
+                Ok(())
+            })
+            .await?;
+        }
+        retry_busy("prune_budgets", || async {
+            sqlx::query("DELETE FROM llm_budgets WHERE spent_until <= datetime('now')")
+                .execute(&self.write)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The daily budgets stored as spent and not yet reset.
+    pub async fn spent_budgets(&self) -> Result<Vec<SpentBudget>, StoreError> {
+        let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(
+            "SELECT provider, scope, key_index, CAST(strftime('%s', spent_until) AS INTEGER)
+             FROM llm_budgets WHERE spent_until > datetime('now')
+             ORDER BY provider, scope, key_index",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(provider, scope, key_index, until)| SpentBudget {
+                provider,
+                scope,
+                key_index: usize::try_from(key_index).ok(),
+                until: std::time::SystemTime::UNIX_EPOCH
+                    + Duration::from_secs(u64::try_from(until).unwrap_or(0)),
+            })
+            .collect())
+    }
+
+    // ---- LLM calls ----
+
+    pub async fn record_call(
+        &self,
+        day_log_id: Option<LogId>,
+        attempt: &Attempt,
+    ) -> Result<(), StoreError> {
+        insert_calls(&self.write, &[(day_log_id, attempt.clone())]).await
+    }
+
+    /// A sink for the cascade that records each attempt against one log. Recording runs
+    /// in the background so the cascade never waits on the database.
+    pub fn call_sink(&self, day_log_id: Option<LogId>) -> CallSink {
+        CallSink {
+            calls: self.calls.clone(),
+            day_log_id,
+        }
+    }
+
+    /// Waits until every LLM call recorded so far through a [`CallSink`] is written.
+    pub async fn flush_calls(&self) {
+        self.calls.flush().await;
+    }
+}

@@ -1,0 +1,387 @@
+//! Weekly digests (`digests`, SPEC §10).
+
+use std::time::Duration;
+
+use sqlx::FromRow;
+
+use super::{
+    ChatId, DigestId, FrontEnd, MessageId, Store, StoreError, UserId, retry_busy, returned,
+};
+
+/// A weekly digest (`digests`, SPEC §10). `text` is `None` until it is written.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct Digest {
+    pub id: DigestId,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    /// Local day `YYYY-MM-DD`, the first of the 7 it covers.
+    pub week_start: String,
+    pub status: String,
+    pub text: Option<String>,
+    pub attempts: i64,
+    pub created_at: String,
+    /// The `/week` message that asked for it; `None` for the schedule or a terminal.
+    pub message_id: Option<MessageId>,
+}
+
+const DIGEST_COLUMNS: &str =
+    "id, user_id, chat_id, week_start, status, text, attempts, created_at, message_id";
+
+/// A user whose Sunday digest is due, with what writing it needs to know.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct DueDigest {
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub timezone: String,
+    /// The reminder's `HH:MM` when a reminder is on (the digest comes then).
+    pub reminder_time: Option<String>,
+    pub digest_next_at: String,
+}
+
+/// What [`Store::advance_digest`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DigestAdvance {
+    /// Another tick (or process) moved this user's digest on first.
+    Lost,
+    /// Moved on; `created` is the digest this call stored (`None` when none was asked
+    /// for, or the week already had one, e.g. from a `/week` that Sunday).
+    Moved { created: Option<Digest> },
+}
+
+/// The digest scheduler's query: due users, soonest first, through `users_digest_due`.
+pub const DUE_DIGESTS_SQL: &str = "SELECT u.user_id, u.chat_id, u.timezone,
+            CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
+     FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
+     WHERE u.digest_enabled = 1 AND u.digest_next_at <= ?1
+     ORDER BY u.digest_next_at LIMIT ?2";
+
+impl Store {
+    // ---- weekly digests (SPEC §10) ----
+
+    /// Whether the user's Sunday digest is on (`false` for a user not stored).
+    pub async fn digest_enabled(&self, user_id: UserId) -> Result<bool, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT digest_enabled FROM users WHERE user_id = ?1")
+                .bind(user_id)
+                .fetch_optional(&self.read)
+                .await?
+                .unwrap_or(false),
+        )
+    }
+
+    /// `/digest on` (next due at `next_at`) or `/digest off` (`None`). An error when
+    /// the user is not stored, so that nothing says "on" that is not.
+    pub async fn set_digest(
+        &self,
+        user_id: UserId,
+        next_at: Option<&str>,
+    ) -> Result<(), StoreError> {
+        retry_busy("set_digest", || async {
+            let done = sqlx::query(
+                "UPDATE users SET digest_enabled = ?2 IS NOT NULL, digest_next_at = ?2
+                 WHERE user_id = ?1",
+            )
+            .bind(user_id)
+            .bind(next_at)
+            .execute(&self.write)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// A new zone or reminder time: the Sunday digest (if on) is next due at `next_at`,
+    /// unless it is already due at `now` (UTC text): that one is left to the scheduler,
+    /// which sends it and moves on with the new settings, rather than skipped.
+    pub async fn reschedule_digest(
+        &self,
+        user_id: UserId,
+        next_at: &str,
+        now: &str,
+    ) -> Result<(), StoreError> {
+        retry_busy("reschedule_digest", || async {
+            sqlx::query(
+                "UPDATE users SET digest_next_at = ?2
+                 WHERE user_id = ?1 AND digest_enabled = 1
+                   AND (digest_next_at IS NULL OR digest_next_at > ?3)",
+            )
+            .bind(user_id)
+            .bind(next_at)
+            .bind(now)
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Users whose Sunday digest is due at `now` (UTC text), soonest first.
+    pub async fn due_digest_users(
+        &self,
+        now: &str,
+        limit: i64,
+    ) -> Result<Vec<DueDigest>, StoreError> {
+        Ok(sqlx::query_as::<_, DueDigest>(DUE_DIGESTS_SQL)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&self.read)
+            .await?)
+    }
+
+    /// How many entries the user has on the local days `first..=last`.
+    pub async fn entries_between(
+        &self,
+        user_id: UserId,
+        first: jiff::civil::Date,
+        last: jiff::civil::Date,
+    ) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM day_logs WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3",
+        )
+        .bind(user_id)
+        .bind(first.to_string())
+        .bind(last.to_string())
+        .fetch_one(&self.read)
+        .await?)
+    }
+
+    /// (local day, summary) of the user's analysed entries on `first..=last`, oldest
+    /// first, at most `limit`, empty summaries left out.
+    pub async fn summaries_between(
+        &self,
+        user_id: UserId,
+        first: jiff::civil::Date,
+        last: jiff::civil::Date,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT local_day, json_extract(metrics, '$.summary') FROM day_logs
+             WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3 AND metrics IS NOT NULL
+               AND coalesce(json_extract(metrics, '$.summary'), '') <> ''
+             ORDER BY local_day, created_at, id LIMIT ?4",
+        )
+        .bind(user_id)
+        .bind(first.to_string())
+        .bind(last.to_string())
+        .bind(limit)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Stores the digest of `week_start` as pending, or finds the one stored before
+    /// (`UNIQUE (user_id, week_start)`); `true` when this call stored it.
+    pub async fn insert_digest(
+        &self,
+        user_id: UserId,
+        chat_id: ChatId,
+        week_start: jiff::civil::Date,
+        front_end: FrontEnd,
+        message_id: Option<MessageId>,
+    ) -> Result<(Digest, bool), StoreError> {
+        let inserted = retry_busy("insert_digest", || async {
+            let rows: Vec<Digest> = sqlx::query_as(&format!(
+                "INSERT INTO digests (user_id, chat_id, week_start, front_end, message_id,
+                     next_attempt_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, datetime('now'))
+                 ON CONFLICT (user_id, week_start) DO NOTHING
+                 RETURNING {DIGEST_COLUMNS}"
+            ))
+            .bind(user_id)
+            .bind(chat_id)
+            .bind(week_start.to_string())
+            .bind(front_end.source().as_str())
+            .bind(message_id)
+            .fetch_all(&self.write)
+            .await?;
+            Ok(returned(rows))
+        })
+        .await?;
+        if let Some(digest) = inserted {
+            return Ok((digest, true));
+        }
+        let stored = self
+            .digest_of_week(user_id, week_start)
+            .await?
+            .ok_or(StoreError::Sql(sqlx::Error::RowNotFound))?;
+        Ok((stored, false))
+    }
+
+    /// The user's digest of `week_start`, if one is stored (read through the writer).
+    pub async fn digest_of_week(
+        &self,
+        user_id: UserId,
+        week_start: jiff::civil::Date,
+    ) -> Result<Option<Digest>, StoreError> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT {DIGEST_COLUMNS} FROM digests WHERE user_id = ?1 AND week_start = ?2"
+        ))
+        .bind(user_id)
+        .bind(week_start.to_string())
+        .fetch_optional(&self.write)
+        .await?)
+    }
+
+    /// The scheduler's step for one due user: moves `digest_next_at` from `due_at` to
+    /// `next_at` and, when `create` is given, stores that week's digest as pending — in
+    /// one transaction, so a digest is decided exactly once however many ticks or
+    /// restarts look at the same moment.
+    pub async fn advance_digest(
+        &self,
+        user_id: UserId,
+        due_at: &str,
+        next_at: &str,
+        create: Option<(ChatId, jiff::civil::Date)>,
+    ) -> Result<DigestAdvance, StoreError> {
+        retry_busy("advance_digest", || async {
+            let mut tx = self.write.begin().await?;
+            let moved = sqlx::query(
+                "UPDATE users SET digest_next_at = ?3
+                 WHERE user_id = ?1 AND digest_enabled = 1 AND digest_next_at = ?2",
+            )
+            .bind(user_id)
+            .bind(due_at)
+            .bind(next_at)
+            .execute(&mut *tx)
+            .await?;
+            if moved.rows_affected() == 0 {
+                tx.rollback().await?;
+                return Ok(DigestAdvance::Lost);
+            }
+            let mut created = None;
+            if let Some((chat_id, week_start)) = create {
+                let rows: Vec<Digest> = sqlx::query_as(&format!(
+                    "INSERT INTO digests (user_id, chat_id, week_start, front_end, next_attempt_at)
+                     VALUES (?1, ?2, ?3, 'telegram', datetime('now'))
+                     ON CONFLICT (user_id, week_start) DO NOTHING
+                     RETURNING {DIGEST_COLUMNS}"
+                ))
+                .bind(user_id)
+                .bind(chat_id)
+                .bind(week_start.to_string())
+                .fetch_all(&mut *tx)
+                .await?;
+                created = returned(rows);
+            }
+            tx.commit().await?;
+            Ok(DigestAdvance::Moved { created })
+        })
+        .await
+    }
+
+    /// One digest if it is still pending and due, read fresh through the writer (the
+    /// worker's check after claiming it: someone may have finished it meanwhile).
+    pub async fn due_digest(&self, id: DigestId) -> Result<Option<Digest>, StoreError> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT {DIGEST_COLUMNS} FROM digests
+             WHERE id = ?1 AND status = 'pending' AND next_attempt_at <= datetime('now')"
+        ))
+        .bind(id)
+        .fetch_optional(&self.write)
+        .await?)
+    }
+
+    /// Pending digests stored longer ago than `max_age` are given up (`failed`), as
+    /// logs are after `worker.max_age_hours`. Returns how many.
+    pub async fn fail_old_digests(&self, max_age: Duration) -> Result<u64, StoreError> {
+        retry_busy("fail_old_digests", || async {
+            let done = sqlx::query(
+                "UPDATE digests SET status = 'failed'
+                 WHERE status = 'pending'
+                   AND created_at < datetime('now', '-' || ?1 || ' seconds')",
+            )
+            .bind(max_age.as_secs_f64())
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected())
+        })
+        .await
+    }
+
+    /// Pending digests of `front_end` whose next attempt is due, oldest first.
+    pub async fn due_digests(
+        &self,
+        front_end: FrontEnd,
+        limit: i64,
+    ) -> Result<Vec<Digest>, StoreError> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT {DIGEST_COLUMNS} FROM digests
+             WHERE status = 'pending' AND next_attempt_at <= datetime('now')
+               AND front_end = ?2 AND (?3 IS NULL OR user_id = ?3)
+             ORDER BY id LIMIT ?1"
+        ))
+        .bind(limit)
+        .bind(front_end.source().as_str())
+        .bind(front_end.user_id())
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// The digest's text, written; stored before anything is sent. `false` when it
+    /// already had one (it is never written twice).
+    pub async fn store_digest_text(&self, id: DigestId, text: &str) -> Result<bool, StoreError> {
+        retry_busy("store_digest_text", || async {
+            let done = sqlx::query(
+                "UPDATE digests SET text = ?2
+                 WHERE id = ?1 AND status = 'pending' AND text IS NULL",
+            )
+            .bind(id)
+            .bind(text)
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+    }
+
+    /// Writing or sending failed for now: the worker tries again after `retry_in`.
+    pub async fn digest_retry(&self, id: DigestId, retry_in: Duration) -> Result<(), StoreError> {
+        retry_busy("digest_retry", || async {
+            sqlx::query(
+                "UPDATE digests SET attempts = attempts + 1,
+                     next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
+                 WHERE id = ?1 AND status = 'pending'",
+            )
+            .bind(id)
+            .bind(retry_in.as_secs_f64())
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The digest reached the user.
+    pub async fn mark_digest_sent(&self, id: DigestId) -> Result<(), StoreError> {
+        self.finish_digest("mark_digest_sent", id, "sent").await
+    }
+
+    /// The digest can never be delivered (the user blocked the bot, a provider refused
+    /// it, or it waited longer than `worker.max_age_hours`).
+    pub async fn mark_digest_failed(&self, id: DigestId) -> Result<(), StoreError> {
+        self.finish_digest("mark_digest_failed", id, "failed").await
+    }
+
+    async fn finish_digest(
+        &self,
+        what: &'static str,
+        id: DigestId,
+        status: &'static str,
+    ) -> Result<(), StoreError> {
+        retry_busy(what, || async {
+            sqlx::query(
+                "UPDATE digests SET status = ?2,
+                     sent_at = CASE WHEN ?2 = 'sent' THEN datetime('now') END
+                 WHERE id = ?1 AND status = 'pending'",
+            )
+            .bind(id)
+            .bind(status)
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+}

@@ -1,0 +1,709 @@
+//! Day logs: storing, editing, voice notes, history, export, import, daily metrics,
+//! `/search` and the year in pixels.
+
+use sqlx::FromRow;
+
+use super::{
+    ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, retry_busy,
+    returned,
+};
+
+#[derive(Debug, Clone)]
+pub struct NewLog<'a> {
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
+    pub text: &'a str,
+    /// The local day, fixed now; `None` falls back to the UTC date with the 4-hour rule.
+    pub local_day: Option<jiff::civil::Date>,
+}
+
+/// A voice note to store (SPEC §11): the log starts with an empty text.
+#[derive(Debug, Clone)]
+pub struct NewVoiceLog<'a> {
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
+    /// Telegram's `file_id` (for `daylog chat`, the path of the file).
+    pub file_id: &'a str,
+    pub duration_s: Option<u32>,
+    /// The local day, fixed now (SPEC §10); `None` falls back as for [`NewLog`].
+    pub local_day: Option<jiff::civil::Date>,
+}
+
+/// One imported entry (SPEC §12), ready to store: `created_at` is UTC SQL text.
+#[derive(Debug, Clone)]
+pub struct NewImportLog<'a> {
+    pub created_at: String,
+    pub local_day: jiff::civil::Date,
+    /// The wall-clock time the export gives (with `local_day`, what identifies the row).
+    pub local_time: jiff::civil::Time,
+    pub text: &'a str,
+    /// The mood score the export named, `None` when the mood is defaulted.
+    pub mood: Option<u8>,
+    pub metrics_json: String,
+}
+
+/// What [`Store::import_logs`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ImportCounts {
+    pub imported: u64,
+    pub already: u64,
+}
+
+/// What the store knows of a voice log besides [`DayLog`] (`kind = 'voice'`).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct VoiceNote {
+    pub file_id: String,
+    pub duration_s: Option<i64>,
+    /// When the transcript was shown to the user; `None` before.
+    pub transcript_sent_at: Option<String>,
+}
+
+/// Result of an idempotent insert.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inserted {
+    /// The new row, as stored (so the caller does not read it back).
+    New(Box<DayLog>),
+    /// The same `(chat_id, message_id)` was stored before: a re-delivered update.
+    Duplicate(LogId),
+}
+
+impl Inserted {
+    pub fn id(&self) -> LogId {
+        match self {
+            Self::New(log) => log.id,
+            Self::Duplicate(id) => *id,
+        }
+    }
+}
+
+pub use crate::day::DayMetrics;
+
+/// `/history`: a user's last `?2` logs, newest first. Public so that tests can check
+/// its query plan (it must search the `day_logs_user_created` index).
+pub const HISTORY_SQL: &str = concat!(
+    "SELECT ",
+    log_columns!(),
+    " FROM day_logs WHERE user_id = ?1 ORDER BY created_at DESC, id DESC LIMIT ?2"
+);
+
+/// `/stats` and the analysis context: per-day averages of a user from `?2` days ago on.
+/// Public so that tests can check its query plan.
+/// `?2` is the first local day (`YYYY-MM-DD`) of the period.
+pub const DAILY_METRICS_SQL: &str = "SELECT day, mood, stress, energy, productivity, sleep_hours, logs FROM daily_metrics \
+     WHERE user_id = ?1 AND day >= ?2 ORDER BY day";
+
+// ---- search (`/search`) and the year in pixels (`/year`) ----
+
+/// Most entries one `/search` answers with.
+pub const SEARCH_LIMIT: i64 = 5;
+
+/// Around matched words, FTS5's `snippet()` puts these private-use characters, which
+/// [`SearchHit::snippet`] turns into marked runs. An entry that itself contains them
+/// only gets its own words marked oddly: they are dropped from what is shown, and the
+/// text is escaped when rendered whatever it contains.
+const MATCH_START: char = '\u{E000}';
+const MATCH_END: char = '\u{E001}';
+/// What FTS5's `snippet()` puts where it cut the text; shown as `…`.
+const ELLIPSIS: char = '\u{E002}';
+
+/// How many of the user's newest entries that contain every word `/search` ranks. A
+/// journal rarely has this many for a real query, so the ranking is exact; a word in
+/// every entry of a huge history (100 000 of them) costs this many bm25 scores, not
+/// 100 000 (see BENCHMARKS.md).
+pub const SEARCH_CANDIDATES: i64 = 1000;
+
+/// `/search`: the user's entries that contain every word of the FTS5 query `?2` (built
+/// by [`fts_query`]): of the newest `?6` of them, the best `?5` (bm25; ties newest
+/// first), each with a snippet of about 16 words whose matches are wrapped in `?3`…`?4`
+/// and cuts marked `?7`; the snippet is of the folded text ([`fold_for_search`]), and the
+/// entry's own `text` comes along to put its letters back ([`SearchHit::snippet`]).
+/// The snippet is made for those few only, by a second lookup of the index by rowid
+/// (`CROSS JOIN` keeps SQLite from scanning every match again to join them).
+/// The `day` line is the one place that says which day a found entry belongs to.
+/// Public so that tests can check its query plan.
+pub const SEARCH_SQL: &str = "WITH candidates AS (
+         SELECT d.id, d.created_at, bm25(day_logs_fts) AS score
+         FROM day_logs_fts JOIN day_logs d ON d.id = day_logs_fts.rowid
+         WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
+         ORDER BY day_logs_fts.rowid DESC LIMIT ?6),
+     best AS (
+         SELECT id, created_at, score FROM candidates
+         ORDER BY score, created_at DESC, id DESC LIMIT ?5)
+     SELECT d.id,
+         coalesce(d.local_day, date(d.created_at)) AS day,
+         snippet(day_logs_fts, 0, ?3, ?4, ?7, 16) AS snippet,
+         d.text AS text
+     FROM best
+     CROSS JOIN day_logs d ON d.id = best.id
+     CROSS JOIN day_logs_fts ON day_logs_fts.rowid = best.id
+     WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
+     ORDER BY best.score, best.created_at DESC, best.id DESC";
+
+/// `/year`: the average mood of each day of the user's year `?2..=?3`, from the
+/// `daily_metrics` view (whose `mood` skips defaulted values). Public for query plans.
+pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
+     WHERE user_id = ?1 AND day >= ?2 AND day <= ?3 ORDER BY day";
+
+/// The FTS5 query for what a user typed: every whitespace-separated word becomes an
+/// FTS5 string (`"…"`, inner quotes doubled), and strings side by side must all match.
+/// So `NEAR`, `OR`, `*`, `-`, `:`, `^`, parentheses and quotes are only ever text to
+/// look for, never query syntax. Control characters separate words, as they do for the
+/// `unicode61` tokenizer (and a NUL would otherwise end the query early). `None` when
+/// there is no word at all. Words are folded as the index is ([`fold_for_search`]).
+pub fn fts_query(words: &str) -> Option<String> {
+    let quoted: Vec<String> = words
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|word| !word.is_empty())
+        .map(|word| format!("\"{}\"", fold_for_search(word).replace('"', "\"\"")))
+        .collect();
+    (!quoted.is_empty()).then(|| quoted.join(" "))
+}
+
+/// What the search index holds of a text, and what a query is folded to: `ё` as `е`
+/// and `Ё` as `Е` (Russian writes both for one word, and unicode61's
+/// `remove_diacritics` leaves Cyrillic alone). The same fold as the triggers of
+/// `migrations/20261201000012_search_fold.sql`; one letter for one letter, so the words
+/// of a text stay where they were and snippets show the text as written.
+pub fn fold_for_search(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            'ё' => 'е',
+            'Ё' => 'Е',
+            c => c,
+        })
+        .collect()
+}
+
+/// A run of a search snippet: matched words or the text between them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnippetRun {
+    pub text: String,
+    pub matched: bool,
+}
+
+/// One entry found by [`Store::search`].
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct SearchHit {
+    pub id: LogId,
+    /// `YYYY-MM-DD`, the day the entry belongs to.
+    pub day: String,
+    /// FTS5's snippet of the folded text, with the private match marks; read it
+    /// through [`Self::snippet`].
+    #[sqlx(rename = "snippet")]
+    raw_snippet: String,
+    /// The entry as written, whose letters the snippet shows.
+    text: String,
+}
+
+impl SearchHit {
+    /// The raw snippet with the letters of the entry as written: the fold swaps `ё` and
+    /// `е` (both two bytes in UTF-8), so the folded snippet's text is found in the folded
+    /// entry at the offset where the original has it. Should it not be found (an entry
+    /// that itself contains the private marks), the folded snippet is shown.
+    fn unfolded_snippet(&self) -> String {
+        let marks = [MATCH_START, MATCH_END, ELLIPSIS];
+        let body: String = self
+            .raw_snippet
+            .chars()
+            .filter(|c| !marks.contains(c))
+            .collect();
+        let original = fold_for_search(&self.text)
+            .find(&body)
+            .and_then(|start| self.text.get(start..start + body.len()));
+        let mut letters = original.unwrap_or(&body).chars();
+        self.raw_snippet
+            .chars()
+            .map(|c| {
+                if marks.contains(&c) {
+                    c
+                } else {
+                    letters.next().unwrap_or(c)
+                }
+            })
+            .collect()
+    }
+
+    /// The part of the entry around the matches, as runs of matched and other text.
+    pub fn snippet(&self) -> Vec<SnippetRun> {
+        let mut runs: Vec<SnippetRun> = Vec::new();
+        let mut matched = false;
+        let mut current = String::new();
+        let close = |text: &mut String, matched: bool, runs: &mut Vec<SnippetRun>| {
+            if !text.is_empty() {
+                runs.push(SnippetRun {
+                    text: std::mem::take(text),
+                    matched,
+                });
+            }
+        };
+        for c in self.unfolded_snippet().chars() {
+            match c {
+                ELLIPSIS => current.push('…'),
+                MATCH_START => {
+                    close(&mut current, matched, &mut runs);
+                    matched = true;
+                }
+                MATCH_END => {
+                    close(&mut current, matched, &mut runs);
+                    matched = false;
+                }
+                c => current.push(c),
+            }
+        }
+        close(&mut current, matched, &mut runs);
+        runs
+    }
+}
+
+/// One day of the year in pixels: `day` is `YYYY-MM-DD`, `mood` the average of the
+/// day's moods that were not defaulted (`None` when every one was, or no metrics yet).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct DayMood {
+    pub day: String,
+    pub mood: Option<f64>,
+}
+
+impl Store {
+    // ---- day logs ----
+
+    /// Stores a log as pending, or finds the one stored for the same message before.
+    pub async fn insert_log(&self, log: &NewLog<'_>) -> Result<Inserted, StoreError> {
+        retry_busy("insert_log", || async {
+            // One statement, so no transaction: the hot path is a single round trip.
+            let inserted: Vec<DayLog> = sqlx::query_as(&format!(
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, local_day)
+                 VALUES (?1, ?2, ?3, ?4, datetime('now'), ?5)
+                 ON CONFLICT (chat_id, message_id) DO NOTHING
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(log.user_id)
+            .bind(log.chat_id)
+            .bind(log.message_id)
+            .bind(log.text)
+            .bind(log.local_day.map(|day| day.to_string()))
+            .fetch_all(&self.write)
+            .await?;
+            Ok(match returned(inserted) {
+                Some(row) => Inserted::New(Box::new(row)),
+                None => Inserted::Duplicate(
+                    sqlx::query_scalar(
+                        "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
+                    )
+                    .bind(log.chat_id)
+                    .bind(log.message_id)
+                    .fetch_one(&self.write)
+                    .await?,
+                ),
+            })
+        })
+        .await
+    }
+
+    pub async fn log(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
+        Ok(sqlx::query_as::<_, DayLog>(&format!(
+            "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.read)
+        .await?)
+    }
+
+    /// An edited message: new text, and the log goes back to pending to be analysed again.
+    /// Returns the updated log, or `None` when the message was never stored or its text
+    /// did not change (an edit of formatting only).
+    pub async fn update_text(
+        &self,
+        chat_id: ChatId,
+        message_id: MessageId,
+        text: &str,
+    ) -> Result<Option<DayLog>, StoreError> {
+        retry_busy("update_text", || async {
+            let rows: Vec<DayLog> = sqlx::query_as(&format!(
+                "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
+                     attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL
+                 WHERE chat_id = ?1 AND message_id = ?2 AND text <> ?3
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(chat_id)
+            .bind(message_id)
+            .bind(text)
+            .fetch_all(&self.write)
+            .await?;
+            Ok(returned(rows))
+        })
+        .await
+    }
+
+    /// Stores a line typed in `daylog chat` by `user_id` (its own chat) as a pending log
+    /// with `source = 'chat'`. Its message id is the chat's lowest so far minus one,
+    /// chosen inside the insert: Telegram's ids are positive, so they never meet, and the
+    /// statement runs under SQLite's write lock, so two terminals on one database never
+    /// take the same id (a number read before the insert could already be taken).
+    pub async fn insert_chat_log(
+        &self,
+        user_id: UserId,
+        text: &str,
+        local_day: Option<jiff::civil::Date>,
+    ) -> Result<DayLog, StoreError> {
+        retry_busy("insert_chat_log", || async {
+            // Every row is read (there is one), so the statement runs to its end and a
+            // failure to commit is this call's error, not lost in a reset.
+            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
+                     local_day)
+                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, datetime('now'), ?3, ?4
+                 FROM day_logs WHERE chat_id = ?1
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(user_id)
+            .bind(text)
+            .bind(Source::Chat.as_str())
+            .bind(local_day.map(|day| day.to_string()))
+            .fetch_all(&self.write)
+            .await?;
+            rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
+        })
+        .await
+    }
+
+    /// Stores imported entries (SPEC §12) in one transaction: analysed, replied, with
+    /// `source = 'import'`. They take `chat_id = user_id` and negative message ids from the
+    /// same `min - 1` sequence as [`Store::insert_chat_log`], so they never meet a Telegram
+    /// id (always positive) nor a terminal one. An entry with the same local day,
+    /// wall-clock time, mood and text as an imported one already stored is counted as
+    /// already there, whatever the user's zone was then or is now (`import_time`).
+    pub async fn import_logs(
+        &self,
+        user_id: UserId,
+        logs: &[NewImportLog<'_>],
+    ) -> Result<ImportCounts, StoreError> {
+        retry_busy("import_logs", || async {
+            let mut counts = ImportCounts::default();
+            let mut tx = self.write.begin().await?;
+            for log in logs {
+                let day = log.local_day.to_string();
+                let time = log.local_time.strftime("%H:%M").to_string();
+                // A row imported before `import_time` existed has none: it is the same
+                // row when its UTC time is (it was imported in the zone of this import),
+                // and it gets its wall-clock time now.
+                let found: Option<(i64, bool)> = sqlx::query_as(
+                    "SELECT id, import_time IS NULL FROM day_logs
+                     WHERE user_id = ?1 AND source = 'import' AND local_day = ?2
+                       AND (import_time = ?3 OR (import_time IS NULL AND created_at = ?4))
+                       AND text = ?5 AND mood IS ?6
+                     LIMIT 1",
+                )
+                .bind(user_id)
+                .bind(&day)
+                .bind(&time)
+                .bind(&log.created_at)
+                .bind(log.text)
+                .bind(log.mood)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some((id, legacy)) = found {
+                    if legacy {
+                        sqlx::query("UPDATE day_logs SET import_time = ?2 WHERE id = ?1")
+                            .bind(id)
+                            .bind(&time)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    counts.already += 1;
+                    continue;
+                }
+                // The metrics go in with the row: the insert trigger of the metric
+                // columns sets them again as an update, so the columns and the day's
+                // activities follow as for an analysed entry, in the same statement.
+                let inserted = sqlx::query(
+                    "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
+                         replied_at, source, local_day, import_time, metrics)
+                     SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, ?3, 'analyzed',
+                         datetime('now'), 'import', ?4, ?5, ?6
+                     FROM day_logs WHERE chat_id = ?1",
+                )
+                .bind(user_id)
+                .bind(log.text)
+                .bind(&log.created_at)
+                .bind(&day)
+                .bind(&time)
+                .bind(&log.metrics_json)
+                .execute(&mut *tx)
+                .await?;
+                if inserted.rows_affected() != 1 {
+                    return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+                }
+                counts.imported += 1;
+            }
+            tx.commit().await?;
+            Ok(counts)
+        })
+        .await
+    }
+
+    /// Stores a voice note as a pending log with an empty text (`kind = 'voice'`), or
+    /// finds the one stored for the same message before.
+    pub async fn insert_voice_log(&self, log: &NewVoiceLog<'_>) -> Result<Inserted, StoreError> {
+        retry_busy("insert_voice_log", || async {
+            // Every row is read, so a failure to commit is this call's error.
+            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
+                     kind, file_id, duration_s, local_day)
+                 VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5, ?6)
+                 ON CONFLICT (chat_id, message_id) DO NOTHING
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(log.user_id)
+            .bind(log.chat_id)
+            .bind(log.message_id)
+            .bind(log.file_id)
+            .bind(log.duration_s)
+            .bind(log.local_day.map(|day| day.to_string()))
+            .fetch_all(&self.write)
+            .await?;
+            Ok(match rows.pop() {
+                Some(row) => Inserted::New(Box::new(row)),
+                None => Inserted::Duplicate(
+                    sqlx::query_scalar(
+                        "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
+                    )
+                    .bind(log.chat_id)
+                    .bind(log.message_id)
+                    .fetch_one(&self.write)
+                    .await?,
+                ),
+            })
+        })
+        .await
+    }
+
+    /// Stores a voice note given to `daylog chat` (`source = 'chat'`), numbered like
+    /// [`Store::insert_chat_log`]; `file` is the path it is read again from.
+    pub async fn insert_chat_voice_log(
+        &self,
+        user_id: UserId,
+        file: &str,
+        duration_s: Option<u32>,
+        local_day: Option<jiff::civil::Date>,
+    ) -> Result<DayLog, StoreError> {
+        retry_busy("insert_chat_voice_log", || async {
+            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
+                     kind, file_id, duration_s, local_day)
+                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, '', datetime('now'), ?2,
+                     'voice', ?3, ?4, ?5
+                 FROM day_logs WHERE chat_id = ?1
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(user_id)
+            .bind(Source::Chat.as_str())
+            .bind(file)
+            .bind(duration_s)
+            .bind(local_day.map(|day| day.to_string()))
+            .fetch_all(&self.write)
+            .await?;
+            rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
+        })
+        .await
+    }
+
+    /// The voice part of a log, read fresh; `None` for a text log.
+    pub async fn voice_note(&self, id: LogId) -> Result<Option<VoiceNote>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT file_id, duration_s, transcript_sent_at FROM day_logs
+             WHERE id = ?1 AND kind = 'voice' AND file_id IS NOT NULL",
+        )
+        .bind(id)
+        .fetch_optional(&self.write)
+        .await?)
+    }
+
+    /// Stores a voice note's transcript as its text, only if it has none yet and is
+    /// still pending (a second transcription never overwrites the first). The log as
+    /// stored, or `None` when nothing changed.
+    pub async fn store_transcript(
+        &self,
+        id: LogId,
+        transcript: &str,
+    ) -> Result<Option<DayLog>, StoreError> {
+        retry_busy("store_transcript", || async {
+            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+                "UPDATE day_logs SET text = ?2
+                 WHERE id = ?1 AND kind = 'voice' AND text = '' AND status = 'pending'
+                 RETURNING {LOG_COLUMNS}"
+            ))
+            .bind(id)
+            .bind(transcript)
+            .fetch_all(&self.write)
+            .await?;
+            Ok(rows.pop())
+        })
+        .await
+    }
+
+    /// The transcript reached the user (or never can): it is not shown again.
+    pub async fn mark_transcript_sent(&self, id: LogId) -> Result<(), StoreError> {
+        retry_busy("mark_transcript_sent", || async {
+            sqlx::query(
+                "UPDATE day_logs SET transcript_sent_at = datetime('now')
+                 WHERE id = ?1 AND transcript_sent_at IS NULL",
+            )
+            .bind(id)
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Entries the user stored in the hour before log `id` (for the per-user limit on
+    /// analyses: entries beyond it are saved and analysed later).
+    pub async fn entries_last_hour(&self, user_id: UserId, id: LogId) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM day_logs
+             WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')",
+        )
+        .bind(user_id)
+        .bind(id)
+        .fetch_one(&self.read)
+        .await?)
+    }
+
+    /// The user's last `limit` logs, newest first.
+    pub async fn history(&self, user_id: UserId, limit: i64) -> Result<Vec<DayLog>, StoreError> {
+        Ok(sqlx::query_as::<_, DayLog>(HISTORY_SQL)
+            .bind(user_id)
+            .bind(limit)
+            .fetch_all(&self.read)
+            .await?)
+    }
+
+    /// Every log of the user, oldest first (for `/export`).
+    pub async fn export(&self, user_id: UserId) -> Result<Vec<DayLog>, StoreError> {
+        Ok(sqlx::query_as::<_, DayLog>(&format!(
+            "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1 ORDER BY created_at, id"
+        ))
+        .bind(user_id)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Per-local-day averages from local day `first` on, oldest first.
+    pub async fn daily_metrics(
+        &self,
+        user_id: UserId,
+        first: jiff::civil::Date,
+    ) -> Result<Vec<DayMetrics>, StoreError> {
+        Ok(sqlx::query_as::<_, DayMetrics>(DAILY_METRICS_SQL)
+            .bind(user_id)
+            .bind(first.to_string())
+            .fetch_all(&self.read)
+            .await?)
+    }
+
+    /// Every local day on which the user wrote something, newest first (streaks). Reads
+    /// the `day_logs_user_day` index only.
+    pub async fn entry_days(&self, user_id: UserId) -> Result<Vec<String>, StoreError> {
+        // One index seek per day (a loose index scan), not one step per entry: a year
+        // of a busy journal is ~365 seeks instead of tens of thousands of index rows.
+        Ok(sqlx::query_scalar(
+            "WITH RECURSIVE days(day) AS (
+                 SELECT max(local_day) FROM day_logs WHERE user_id = ?1
+                 UNION ALL
+                 SELECT (SELECT max(local_day) FROM day_logs
+                         WHERE user_id = ?1 AND local_day < days.day)
+                 FROM days WHERE days.day IS NOT NULL
+             )
+             SELECT day FROM days WHERE day IS NOT NULL",
+        )
+        .bind(user_id)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// The distinct activities of each local day from `first` on (what goes with good
+    /// days, SPEC §10), from `day_activities`.
+    pub async fn day_activities(
+        &self,
+        user_id: UserId,
+        first: jiff::civil::Date,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT local_day, activity FROM day_activities
+             WHERE user_id = ?1 AND local_day >= ?2",
+        )
+        .bind(user_id)
+        .bind(first.to_string())
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Whether the user has an entry for local day `day`.
+    pub async fn has_entry_on(
+        &self,
+        user_id: UserId,
+        day: jiff::civil::Date,
+    ) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM day_logs WHERE user_id = ?1 AND local_day = ?2)",
+        )
+        .bind(user_id)
+        .bind(day.to_string())
+        .fetch_one(&self.read)
+        .await?)
+    }
+
+    /// Summaries (from stored metrics) of the user's last `limit` analysed logs before
+    /// `before_id`, newest first, skipping empty ones.
+    pub async fn recent_summaries(
+        &self,
+        user_id: UserId,
+        before_id: LogId,
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        // Newest first through (user_id, created_at), so SQLite stops after `limit` hits
+        // instead of reading the user's whole history.
+        Ok(sqlx::query_scalar(
+            "SELECT json_extract(metrics, '$.summary') FROM day_logs
+             WHERE user_id = ?1 AND id < ?2 AND metrics IS NOT NULL
+               AND coalesce(json_extract(metrics, '$.summary'), '') <> ''
+             ORDER BY created_at DESC, id DESC LIMIT ?3",
+        )
+        .bind(user_id)
+        .bind(before_id)
+        .bind(limit)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Up to [`SEARCH_LIMIT`] of the user's entries that contain every word of `words`
+    /// (what the user typed, never FTS5 syntax: see [`fts_query`]), best matches first.
+    /// No words at all finds nothing.
+    pub async fn search(&self, user_id: UserId, words: &str) -> Result<Vec<SearchHit>, StoreError> {
+        let Some(query) = fts_query(words) else {
+            return Ok(Vec::new());
+        };
+        Ok(sqlx::query_as::<_, SearchHit>(SEARCH_SQL)
+            .bind(user_id)
+            .bind(query)
+            .bind(MATCH_START.to_string())
+            .bind(MATCH_END.to_string())
+            .bind(SEARCH_LIMIT)
+            .bind(SEARCH_CANDIDATES)
+            .bind(ELLIPSIS.to_string())
+            .fetch_all(&self.read)
+            .await?)
+    }
+
+    /// The average mood of every day of `year` that has entries, oldest first.
+    pub async fn year_moods(&self, user_id: UserId, year: i32) -> Result<Vec<DayMood>, StoreError> {
+        Ok(sqlx::query_as::<_, DayMood>(YEAR_MOODS_SQL)
+            .bind(user_id)
+            .bind(format!("{year:04}-01-01"))
+            .bind(format!("{year:04}-12-31"))
+            .fetch_all(&self.read)
+            .await?)
+    }
+}

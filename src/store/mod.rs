@@ -1,0 +1,588 @@
+//! The store: SQLite through sqlx, and the only place in daylog that talks SQL.
+//!
+//! Writes go through a pool of exactly one connection, so concurrent handlers queue in
+//! the pool instead of racing for SQLite's write lock (no `SQLITE_BUSY` under load);
+//! reads use a separate pool, which WAL lets run beside the writer. Every query that
+//! serves a user filters by that user's id.
+//!
+//! A write succeeds only when it committed: statements are read to their end (see
+//! `returned`), so a commit that fails (a full disk) is an error the caller reports,
+//! never a row handed back for a write that was rolled back. `store.max_size_mb` caps
+//! the file on every connection the store opens.
+//!
+//! One file per concern, each an `impl Store` block with its row types: `users`,
+//! `logs` (entries, history, export, import, daily metrics, search, the year),
+//! `unfinished` (the worker's states and queries), `calls` (the call recorder,
+//! refusals, spent budgets), `reminders`, `digests`, `read_only` (`daylog sql`'s
+//! connection). This file holds what they share: opening and migrating, the errors,
+//! the one retry policy for writes, the typed ids. Every public item is re-exported
+//! here, so callers name `crate::store::X` whatever file it lives in.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{FromRow, Row};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Small typed ids, so that a user id, a chat id, a message id, a log id and a digest id
+/// cannot be passed for one another (`entries_last_hour(user, log)`,
+/// `claim(chat, message)`, `insert_digest(user, chat, …)`).
+/// Stored as the plain integers of the schema (`sqlx(transparent)`).
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, sqlx::Type,
+        )]
+        #[sqlx(transparent)]
+        pub struct $name(pub i64);
+
+        impl $name {
+            /// The integer as stored.
+            pub const fn get(self) -> i64 {
+                self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl From<$name> for i64 {
+            fn from(id: $name) -> i64 {
+                id.0
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A Telegram user id (`users.user_id`); a terminal user has one too.
+    UserId
+);
+id_type!(
+    /// A Telegram chat id (`day_logs.chat_id`, `users.chat_id`).
+    ChatId
+);
+id_type!(
+    /// A message id within its chat (`day_logs.message_id`); negative for terminal and
+    /// imported entries.
+    MessageId
+);
+id_type!(
+    /// A day log (`day_logs.id`).
+    LogId
+);
+id_type!(
+    /// A weekly digest (`digests.id`).
+    DigestId
+);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("DATABASE_URL must be a SQLite URL such as sqlite://data/daylog.db")]
+    NotSqlite,
+    #[error(
+        "DATABASE_URL names no database file (empty or in-memory: the data would vanish at exit); use a path such as sqlite://data/daylog.db"
+    )]
+    NoFile,
+    #[error(
+        "DATABASE_URL opens the database read-only (mode=ro or immutable): no entry could ever be saved; remove that parameter"
+    )]
+    ReadOnly,
+    #[error("DATABASE_URL is not a valid SQLite URL: {0}")]
+    BadUrl(String),
+    #[error("cannot create the database folder {path}: {source}")]
+    CreateDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the database {path} does not exist (run `daylog migrate` first)")]
+    Missing { path: String },
+    #[error("cannot open the database {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error(
+        "the database was written by a newer daylog (schema version {found}, this build knows up to {known}); upgrade daylog"
+    )]
+    NewerSchema { found: i64, known: i64 },
+    #[error("the database schema is not up to date (run `daylog migrate`)")]
+    NotMigrated,
+    #[error(
+        "migration {version} applied to the database differs from this build's (its file was changed after it ran); `daylog run` and `daylog migrate` refuse such a database"
+    )]
+    MigrationChanged { version: i64 },
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database error: {0}")]
+    Sql(#[from] sqlx::Error),
+}
+
+impl StoreError {
+    /// Another connection held the write lock for longer than `store.busy_timeout_ms`
+    /// (a `sqlite3` shell left in a transaction, a backup), or the pool queue timed out:
+    /// the same write can succeed a moment later.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Self::Sql(sqlx::Error::Database(error)) => error
+                .code()
+                .and_then(|code| code.parse::<i32>().ok())
+                // SQLITE_BUSY and SQLITE_LOCKED, with any extended code.
+                .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
+            Self::Sql(sqlx::Error::PoolTimedOut) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Pauses before the extra tries of a write that found the database busy. SQLite
+/// already waited `busy_timeout` inside each try; these give a lock held longer than
+/// that a few more chances, so an entry is not refused ("send it again") or answered
+/// twice (a reply not recorded as sent) because of someone else's transaction.
+const BUSY_RETRIES: [Duration; 4] = [
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+];
+
+/// Runs an idempotent write, trying again while the database is busy. Every write of
+/// the store goes through it (one retry policy); a transaction is retried whole.
+async fn retry_busy<T, F, Fut>(what: &'static str, mut write: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    for wait in BUSY_RETRIES {
+        match write().await {
+            Err(error) if error.is_busy() => {
+                tracing::warn!(%error, what, retry_in_ms = wait.as_millis() as u64, "database busy; trying again");
+                tokio::time::sleep(wait).await;
+            }
+            done => return done,
+        }
+    }
+    write().await
+}
+
+/// Lifecycle of a day log (`day_logs.status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "TEXT", rename_all = "lowercase")]
+pub enum LogStatus {
+    Pending,
+    Analyzed,
+    Blocked,
+    Failed,
+}
+
+impl LogStatus {
+    /// The stored value, as in the schema's CHECK constraint.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Analyzed => "analyzed",
+            Self::Blocked => "blocked",
+            Self::Failed => "failed",
+        }
+    }
+}
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct DayLog {
+    pub id: LogId,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
+    pub text: String,
+    pub created_at: String,
+    pub status: LogStatus,
+    pub analysis: Option<String>,
+    pub metrics: Option<String>,
+    pub attempts: i64,
+    pub next_attempt_at: Option<String>,
+    pub replied_at: Option<String>,
+    /// The user's local day the entry belongs to (SPEC §10), `YYYY-MM-DD`.
+    pub local_day: Option<String>,
+}
+
+/// Where a log came from (`day_logs.source`, SPEC §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Telegram,
+    /// A line typed in `daylog chat`.
+    Chat,
+    Import,
+}
+
+impl Source {
+    /// The stored value, as in the schema's CHECK constraint.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Telegram => "telegram",
+            Self::Chat => "chat",
+            Self::Import => "import",
+        }
+    }
+}
+
+/// Whose unfinished logs a worker answers (SPEC §4.6): the daemon only Telegram's, a
+/// terminal only its own user's, so no front end answers another's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrontEnd {
+    Telegram,
+    Terminal { user_id: UserId },
+}
+
+impl FrontEnd {
+    fn source(self) -> Source {
+        match self {
+            Self::Telegram => Source::Telegram,
+            Self::Terminal { .. } => Source::Chat,
+        }
+    }
+
+    fn user_id(self) -> Option<UserId> {
+        match self {
+            Self::Telegram => None,
+            Self::Terminal { user_id } => Some(user_id),
+        }
+    }
+}
+
+/// The columns of [`DayLog`], for queries that read whole logs.
+macro_rules! log_columns {
+    () => {
+        "id, user_id, chat_id, message_id, text, created_at, status, analysis, metrics, \
+         attempts, next_attempt_at, replied_at, local_day"
+    };
+}
+const LOG_COLUMNS: &str = log_columns!();
+
+mod calls;
+mod digests;
+mod logs;
+mod read_only;
+mod reminders;
+mod unfinished;
+mod users;
+
+use calls::CallRecorder;
+pub use calls::CallSink;
+pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DueDigest};
+pub use logs::{
+    DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts, Inserted, NewImportLog,
+    NewLog, NewVoiceLog, SEARCH_CANDIDATES, SEARCH_LIMIT, SEARCH_SQL, SearchHit, SnippetRun,
+    VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query,
+};
+pub use read_only::{open_read_only, read_only_options};
+pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
+pub use unfinished::Unfinished;
+pub use users::{NewUser, User};
+
+/// The shared handle on the database. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    read: SqlitePool,
+    write: SqlitePool,
+    calls: CallRecorder,
+    /// `users.timezone` of a user seen for the first time (`journal.default_timezone`).
+    default_timezone: std::sync::Arc<str>,
+}
+
+/// The file behind a `sqlite:` URL, percent-decoded the way sqlx opens it (so every
+/// command finds the same file). An empty path (`sqlite://`, which SQLite turns into a
+/// temporary database) and in-memory databases are refused: entries in them would be
+/// gone at exit.
+pub fn database_path(url: &str) -> Result<PathBuf, StoreError> {
+    let rest = url.strip_prefix("sqlite:").ok_or(StoreError::NotSqlite)?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
+    let in_memory = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
+        (key == "mode" && value == "memory") || (key == "vfs" && value == "memdb")
+    });
+    if path.trim().is_empty() || path == ":memory:" || in_memory {
+        return Err(StoreError::NoFile);
+    }
+    // Every write would fail: each entry refused ("send it again") for ever.
+    let read_only = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
+        (key == "mode" && value == "ro")
+            || (key == "immutable" && !matches!(&*value, "0" | "false" | "no" | "off"))
+    });
+    if read_only {
+        return Err(StoreError::ReadOnly);
+    }
+    let options =
+        SqliteConnectOptions::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+    // sqlx opens with SQLITE_OPEN_URI: a decoded name such as `file::memory:` or
+    // `file:x.db?mode=memory` is an in-memory database too.
+    let name = options.get_filename().to_string_lossy();
+    if name.starts_with("file:")
+        && [":memory:", "mode=memory", "vfs=memdb"]
+            .iter()
+            .any(|word| name.contains(word))
+    {
+        return Err(StoreError::NoFile);
+    }
+    Ok(options.get_filename().to_path_buf())
+}
+
+/// How the store's connections are set up: `[store]` in the settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub busy_timeout: Duration,
+    /// `PRAGMA max_page_count` from this many bytes, on every connection.
+    pub max_size_bytes: Option<u64>,
+}
+
+impl Limits {
+    /// No quota: what tests and tools that only read use.
+    pub fn busy_timeout(busy_timeout: Duration) -> Self {
+        Self {
+            busy_timeout,
+            max_size_bytes: None,
+        }
+    }
+}
+
+impl From<&crate::config::StoreSettings> for Limits {
+    fn from(settings: &crate::config::StoreSettings) -> Self {
+        Self {
+            busy_timeout: settings.busy_timeout(),
+            max_size_bytes: settings.max_size_bytes(),
+        }
+    }
+}
+
+fn parse_options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
+    SqliteConnectOptions::from_str(url).map_err(|source| StoreError::Open {
+        path: url.to_owned(),
+        source,
+    })
+}
+
+fn connect_options(url: &str, limits: Limits) -> Result<SqliteConnectOptions, StoreError> {
+    Ok(parse_options(url)?
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(limits.busy_timeout))
+}
+
+/// Pool options that apply the size quota to each connection as it opens: SQLite keeps
+/// `max_page_count` per connection, and the page size is the file's own, so it is
+/// computed after connecting. A write that would grow the file past it fails with
+/// `SQLITE_FULL`, exactly like a full disk.
+fn pool_options(limits: Limits) -> SqlitePoolOptions {
+    let options = SqlitePoolOptions::new().test_before_acquire(false);
+    let Some(bytes) = limits.max_size_bytes else {
+        return options;
+    };
+    options.after_connect(move |conn, _meta| {
+        Box::pin(async move {
+            let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
+                .fetch_one(&mut *conn)
+                .await?;
+            let pages = (bytes / page_size.max(512) as u64).clamp(1, u64::from(u32::MAX - 1));
+            sqlx::query(&format!("PRAGMA max_page_count = {pages}"))
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+    })
+}
+
+/// The row of an `INSERT/UPDATE … RETURNING` statement, read to the statement's end.
+/// Never `fetch_one`/`fetch_optional` for a write: sqlx stops stepping after the first
+/// row and resets the statement, and in autocommit mode the commit happens at that
+/// reset, whose error (a full disk, an I/O error) sqlx drops. The row would come back
+/// while the write was rolled back: an entry answered "saved" and lost.
+fn returned<T>(rows: Vec<T>) -> Option<T> {
+    rows.into_iter().next()
+}
+
+impl Store {
+    /// Opens (creating the file and its folder when missing) without migrating.
+    pub async fn open(url: &str, busy_timeout: Duration) -> Result<Self, StoreError> {
+        Self::open_with(url, Limits::busy_timeout(busy_timeout)).await
+    }
+
+    /// Opens with the configured limits (`[store]`) applied to every connection.
+    pub async fn open_with(url: &str, limits: Limits) -> Result<Self, StoreError> {
+        let file = database_path(url)?;
+        let display = file.display().to_string();
+        if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let options = connect_options(url, limits)?.create_if_missing(true);
+        let open_err = |source| StoreError::Open {
+            path: display.clone(),
+            source,
+        };
+        // `test_before_acquire` pings a connection before every query: a round trip to
+        // sqlx's per-connection thread that guards against dropped network connections,
+        // which an embedded SQLite file does not have. Off, every query saves two thread
+        // hand-offs (see BENCHMARKS.md); a broken connection still fails its query, and
+        // sqlx still checks each connection when it goes back to the pool.
+        let write = pool_options(limits)
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .map_err(open_err)?;
+        let read_options = SqliteConnectOptions::from_str(url)
+            .map_err(open_err)?
+            .foreign_keys(true)
+            .busy_timeout(limits.busy_timeout)
+            .read_only(true);
+        let read = pool_options(limits)
+            .max_connections(4)
+            .connect_with(read_options)
+            .await
+            .map_err(open_err)?;
+        let calls = CallRecorder::spawn(write.clone());
+        Ok(Self {
+            read,
+            write,
+            calls,
+            default_timezone: std::sync::Arc::from("UTC"),
+        })
+    }
+
+    /// The same store, giving users seen for the first time this zone.
+    pub fn with_default_timezone(mut self, zone: &crate::time::UserZone) -> Self {
+        self.default_timezone = std::sync::Arc::from(zone.name());
+        self
+    }
+
+    /// Opens and brings the schema up to date. Refuses a database from a newer daylog.
+    pub async fn open_and_migrate(url: &str, busy_timeout: Duration) -> Result<Self, StoreError> {
+        Self::open_and_migrate_with(url, Limits::busy_timeout(busy_timeout)).await
+    }
+
+    /// [`Store::open_with`], then migrations.
+    pub async fn open_and_migrate_with(url: &str, limits: Limits) -> Result<Self, StoreError> {
+        let store = Self::open_with(url, limits).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.check_not_newer().await?;
+        MIGRATOR.run(&self.write).await?;
+        Ok(())
+    }
+
+    /// Whether every migration this build knows has been applied.
+    pub async fn is_migrated(&self) -> Result<bool, StoreError> {
+        let applied = self.applied_versions().await?;
+        Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))
+    }
+
+    /// The checks `sqlx::migrate` makes before it runs anything: an applied migration
+    /// whose checksum is not this build's, or one that failed part-way, makes `daylog
+    /// run` refuse to start, so `doctor` must not call such a database migrated.
+    async fn check_checksums(&self) -> Result<(), StoreError> {
+        if self.applied_versions().await?.is_empty() {
+            return Ok(());
+        }
+        let applied: Vec<(i64, bool, Vec<u8>)> = sqlx::query_as(
+            "SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        for (version, success, checksum) in applied {
+            if !success {
+                // A migration that failed part-way: `migrate` refuses to go on as well.
+                return Err(StoreError::Migrate(sqlx::migrate::MigrateError::Dirty(
+                    version,
+                )));
+            }
+            if let Some(known) = MIGRATOR.iter().find(|m| m.version == version)
+                && *known.checksum != *checksum
+            {
+                return Err(StoreError::MigrationChanged { version });
+            }
+        }
+        Ok(())
+    }
+
+    async fn applied_versions(&self) -> Result<Vec<i64>, StoreError> {
+        let exists: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+        )
+        .fetch_one(&self.read)
+        .await?;
+        if exists == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = 1")
+                .fetch_all(&self.read)
+                .await?,
+        )
+    }
+
+    async fn check_not_newer(&self) -> Result<(), StoreError> {
+        let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        let found = self
+            .applied_versions()
+            .await?
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        if found > known {
+            return Err(StoreError::NewerSchema { found, known });
+        }
+        Ok(())
+    }
+
+    /// Fails with a clear error unless the schema is current (for commands that do not
+    /// migrate themselves).
+    pub async fn ensure_migrated(&self) -> Result<(), StoreError> {
+        self.check_not_newer().await?;
+        self.check_checksums().await?;
+        if self.is_migrated().await? {
+            Ok(())
+        } else {
+            Err(StoreError::NotMigrated)
+        }
+    }
+
+    pub async fn close(&self) {
+        if tokio::time::timeout(Duration::from_secs(5), self.calls.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!("LLM calls still queued at shutdown were not recorded");
+        }
+        self.write.close().await;
+        self.read.close().await;
+    }
+
+    /// The connection pool for read-only ad-hoc queries by the owner (`daylog sql` opens
+    /// its own read-only connection instead).
+    pub fn read_pool(&self) -> &SqlitePool {
+        &self.read
+    }
+}
+
+/// Names of the columns of a table or view, in order (for schema checks).
+pub async fn columns(pool: &SqlitePool, table: &str) -> Result<Vec<String>, StoreError> {
+    let rows = sqlx::query("SELECT name FROM pragma_table_info(?1) ORDER BY cid")
+        .bind(table)
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+}

@@ -1,0 +1,237 @@
+//! The worker's side of a log: the analysis outcome and reply states, and the queries
+//! for what is still unfinished (pending logs due a try, answers not yet sent).
+
+use std::time::Duration;
+
+use super::{DayLog, FrontEnd, LOG_COLUMNS, LogId, LogStatus, Store, StoreError, retry_busy};
+
+/// What the worker has to finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfinished {
+    /// Pending and due: run the analysis again.
+    Analyse,
+    /// Analysed (or blocked/failed) but the reply never went out: send it.
+    Reply,
+}
+
+impl Unfinished {
+    fn classify(log: DayLog) -> (Self, DayLog) {
+        let kind = if log.status == LogStatus::Pending {
+            Self::Analyse
+        } else {
+            Self::Reply
+        };
+        (kind, log)
+    }
+}
+
+/// A pending log whose next try is due.
+const UNFINISHED_PENDING: &str =
+    "status = 'pending' AND coalesce(next_attempt_at, '') <= datetime('now')";
+/// A decided log whose answer has not gone out and is not waiting for a delivery retry.
+const UNFINISHED_REPLY: &str = "status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
+     AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))";
+
+impl Store {
+    /// Stores the analysis of `analysed_text`. Returns `false`, changing nothing, when the
+    /// log's text is no longer that text (edited meanwhile) or it is no longer pending.
+    pub async fn mark_analyzed(
+        &self,
+        id: LogId,
+        analysed_text: &str,
+        analysis: &str,
+        metrics_json: &str,
+    ) -> Result<bool, StoreError> {
+        retry_busy("mark_analyzed", || async {
+            let done = sqlx::query(
+                "UPDATE day_logs SET status = 'analyzed', analysis = ?3, metrics = ?4,
+                     attempts = attempts + 1, next_attempt_at = NULL, replied_at = NULL
+                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
+            )
+            .bind(id)
+            .bind(analysed_text)
+            .bind(analysis)
+            .bind(metrics_json)
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+    }
+
+    /// The analysis of `analysed_text` failed for now: try again after `retry_in`.
+    /// `false` when the log changed meanwhile (see [`Store::mark_analyzed`]).
+    pub async fn mark_retry(
+        &self,
+        id: LogId,
+        analysed_text: &str,
+        retry_in: Duration,
+    ) -> Result<bool, StoreError> {
+        retry_busy("mark_retry", || async {
+            let done = sqlx::query(
+                "UPDATE day_logs SET attempts = attempts + 1,
+                     next_attempt_at = datetime('now', '+' || ?3 || ' seconds')
+                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
+            )
+            .bind(id)
+            .bind(analysed_text)
+            .bind(retry_in.as_secs_f64())
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+    }
+
+    /// Postpones a pending log without counting an attempt (the per-user hourly limit).
+    pub async fn defer(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
+        self.schedule(
+            "defer",
+            "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
+             WHERE id = ?1 AND status = 'pending'",
+            id,
+            retry_in,
+        )
+        .await
+    }
+
+    /// The answer could not be delivered for now (Telegram unreachable): the worker
+    /// tries again after `retry_in` instead of on every poll.
+    pub async fn delay_reply(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
+        self.schedule(
+            "delay_reply",
+            "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
+             WHERE id = ?1 AND status <> 'pending' AND replied_at IS NULL",
+            id,
+            retry_in,
+        )
+        .await
+    }
+
+    /// Runs one of the `next_attempt_at` updates above (`?1` the id, `?2` seconds).
+    async fn schedule(
+        &self,
+        what: &'static str,
+        sql: &'static str,
+        id: LogId,
+        retry_in: Duration,
+    ) -> Result<(), StoreError> {
+        retry_busy(what, || async {
+            sqlx::query(sql)
+                .bind(id)
+                .bind(retry_in.as_secs_f64())
+                .execute(&self.write)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// A content-policy refusal of `analysed_text`: never retried. Metrics may still have
+    /// been extracted. `false` when the log changed meanwhile.
+    pub async fn mark_blocked(
+        &self,
+        id: LogId,
+        analysed_text: &str,
+        metrics_json: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        retry_busy("mark_blocked", || async {
+            let done = sqlx::query(
+                "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?3, metrics),
+                     attempts = attempts + 1, next_attempt_at = NULL, replied_at = NULL
+                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
+            )
+            .bind(id)
+            .bind(analysed_text)
+            .bind(metrics_json)
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+    }
+
+    /// Given up on `text` after `worker.max_age_hours`. `false` when the log changed
+    /// meanwhile (an edit: it is pending again, with a fresh text).
+    pub async fn mark_failed(&self, id: LogId, text: &str) -> Result<bool, StoreError> {
+        retry_busy("mark_failed", || async {
+            let done = sqlx::query(
+                "UPDATE day_logs SET status = 'failed', next_attempt_at = NULL, replied_at = NULL
+                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
+            )
+            .bind(id)
+            .bind(text)
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+    }
+
+    /// The final answer for this log reached the user. A log that went back to pending
+    /// meanwhile (edited) is left alone: its new answer is still owed.
+    pub async fn mark_replied(&self, id: LogId) -> Result<(), StoreError> {
+        retry_busy("mark_replied", || async {
+            sqlx::query(
+                "UPDATE day_logs SET replied_at = datetime('now')
+                 WHERE id = ?1 AND status <> 'pending'",
+            )
+            .bind(id)
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Logs the worker of `front_end` must finish: pending ones whose retry is due, and
+    /// any that were decided (analysed, blocked, failed) but whose answer never went out
+    /// (and is not waiting for a delivery retry). Only that front end's own logs (SPEC
+    /// §4.6). Oldest first.
+    pub async fn unfinished(
+        &self,
+        front_end: FrontEnd,
+        limit: i64,
+    ) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
+        const OWN: &str = "source = ?2 AND (?3 IS NULL OR user_id = ?3)";
+        let rows = sqlx::query_as::<_, DayLog>(&format!(
+            "SELECT {LOG_COLUMNS} FROM day_logs WHERE {UNFINISHED_PENDING} AND {OWN}
+             UNION ALL
+             SELECT {LOG_COLUMNS} FROM day_logs WHERE {UNFINISHED_REPLY} AND {OWN}
+             ORDER BY id LIMIT ?1"
+        ))
+        .bind(limit)
+        .bind(front_end.source().as_str())
+        .bind(front_end.user_id())
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows.into_iter().map(Unfinished::classify).collect())
+    }
+
+    /// The same test as [`Store::unfinished`] for one log, read fresh through the writer:
+    /// what is left to do on it now, if anything (another task may have finished it).
+    pub async fn unfinished_one(
+        &self,
+        id: LogId,
+    ) -> Result<Option<(Unfinished, DayLog)>, StoreError> {
+        let log = sqlx::query_as::<_, DayLog>(&format!(
+            "SELECT {LOG_COLUMNS} FROM day_logs
+             WHERE id = ?1 AND (({UNFINISHED_PENDING}) OR ({UNFINISHED_REPLY}))"
+        ))
+        .bind(id)
+        .fetch_optional(&self.write)
+        .await?;
+        Ok(log.map(Unfinished::classify))
+    }
+
+    /// Seconds since the log was stored.
+    pub async fn log_age(&self, id: LogId) -> Result<Option<Duration>, StoreError> {
+        let secs: Option<f64> = sqlx::query_scalar(
+            "SELECT (julianday('now') - julianday(created_at)) * 86400.0 FROM day_logs WHERE id = ?1",
+        )
+        .bind(id)
+        .fetch_optional(&self.read)
+        .await?;
+        Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
+    }
+}

@@ -1,0 +1,129 @@
+//! Users: who writes, in which language and time zone; deleting one with everything theirs.
+
+use sqlx::FromRow;
+
+use crate::language::Language;
+
+use super::{ChatId, Store, StoreError, UserId, retry_busy, returned};
+
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct User {
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub username: Option<String>,
+    /// `users.language`, read as a [`Language`] (an unknown code is English).
+    #[sqlx(try_from = "String")]
+    pub language: Language,
+    pub timezone: String,
+    pub created_at: String,
+}
+
+impl User {
+    pub fn language(&self) -> Language {
+        self.language
+    }
+}
+
+/// What a handler knows about the sender of a message.
+#[derive(Debug, Clone)]
+pub struct NewUser<'a> {
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub username: Option<&'a str>,
+    /// Used only when the user is first seen; `/lang` changes it later.
+    pub language: Language,
+}
+
+impl Store {
+    // ---- users ----
+
+    /// Creates the user or refreshes its chat and username; keeps a chosen language.
+    pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
+        retry_busy("upsert_user", || async {
+            let rows = sqlx::query_as::<_, User>(
+                "INSERT INTO users (user_id, chat_id, username, language, timezone)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id,
+                 username = excluded.username
+             RETURNING user_id, chat_id, username, language, timezone, created_at",
+            )
+            .bind(user.user_id)
+            .bind(user.chat_id)
+            .bind(user.username)
+            .bind(user.language.code())
+            .bind(&*self.default_timezone)
+            .fetch_all(&self.write)
+            .await?;
+            returned(rows).ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
+        })
+        .await
+    }
+
+    pub async fn user(&self, user_id: UserId) -> Result<Option<User>, StoreError> {
+        Ok(sqlx::query_as::<_, User>(
+            "SELECT user_id, chat_id, username, language, timezone, created_at
+             FROM users WHERE user_id = ?1",
+        )
+        .bind(user_id)
+        .fetch_optional(&self.read)
+        .await?)
+    }
+
+    pub async fn set_language(
+        &self,
+        user_id: UserId,
+        language: Language,
+    ) -> Result<(), StoreError> {
+        retry_busy("set_language", || async {
+            let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
+                .bind(user_id)
+                .bind(language.code())
+                .execute(&self.write)
+                .await?;
+            if done.rows_affected() == 0 {
+                // No such user (its insert failed, e.g. on a full disk): nothing was
+                // saved, so the caller must not say that the language is set.
+                return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// `/tz`: the user's zone from now on (entries already stored keep their day).
+    pub async fn set_timezone(
+        &self,
+        user_id: UserId,
+        zone: &crate::time::UserZone,
+    ) -> Result<(), StoreError> {
+        retry_busy("set_timezone", || async {
+            sqlx::query("UPDATE users SET timezone = ?2 WHERE user_id = ?1")
+                .bind(user_id)
+                .bind(zone.name())
+                .execute(&self.write)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
+    /// many logs went.
+    pub async fn delete_user(&self, user_id: UserId) -> Result<u64, StoreError> {
+        retry_busy("delete_user", || async {
+            let mut tx = self.write.begin().await?;
+            let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            sqlx::query("DELETE FROM users WHERE user_id = ?1")
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(logs)
+        })
+        .await
+    }
+}
