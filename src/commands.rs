@@ -434,8 +434,7 @@ fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply 
             .text(format!("{excerpt}{more}"));
         let line = log
             .metrics
-            .as_deref()
-            .and_then(Metrics::from_stored_json)
+            .as_ref()
             .map(|m| m.compact_line(language))
             .unwrap_or_default();
         if !line.is_empty() {
@@ -551,10 +550,9 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
         "local_time",
     ]);
     for log in logs {
-        let metrics = log.metrics.as_deref().and_then(Metrics::from_stored_json);
+        let metrics = log.metrics.as_ref();
         let score = |f: fn(&Metrics) -> u8, name: &str| {
             metrics
-                .as_ref()
                 .filter(|m| !m.is_defaulted(name))
                 .map(|m| f(m).to_string())
                 .unwrap_or_default()
@@ -570,24 +568,15 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
             score(Metrics::energy, "energy"),
             score(Metrics::productivity, "productivity"),
             metrics
-                .as_ref()
                 .and_then(Metrics::sleep_hours)
                 .map(|h| h.to_string())
                 .unwrap_or_default(),
             metrics
-                .as_ref()
                 .map(|m| m.activities().join("; "))
                 .unwrap_or_default(),
+            metrics.map(|m| m.emotions().join("; ")).unwrap_or_default(),
+            metrics.map(|m| m.summary().to_owned()).unwrap_or_default(),
             metrics
-                .as_ref()
-                .map(|m| m.emotions().join("; "))
-                .unwrap_or_default(),
-            metrics
-                .as_ref()
-                .map(|m| m.summary().to_owned())
-                .unwrap_or_default(),
-            metrics
-                .as_ref()
                 .map(|m| m.defaulted().join("; "))
                 .unwrap_or_default(),
             log.local_day.clone().unwrap_or_default(),

@@ -27,6 +27,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{FromRow, Row};
 
+use crate::analysis::metrics::Metrics;
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// Small typed ids, so that a user id, a chat id, a message id, a log id and a digest id
@@ -197,7 +199,9 @@ impl LogStatus {
         }
     }
 }
-#[derive(Debug, Clone, PartialEq, FromRow)]
+/// One stored entry, parsed at the boundary: `metrics` is the stored JSON read back
+/// once here (see [`DayLogRow`]).
+#[derive(Debug, Clone, PartialEq)]
 pub struct DayLog {
     pub id: LogId,
     pub user_id: UserId,
@@ -207,12 +211,68 @@ pub struct DayLog {
     pub created_at: String,
     pub status: LogStatus,
     pub analysis: Option<String>,
-    pub metrics: Option<String>,
+    /// `None` when nothing is stored yet, or when the stored text is not a metrics
+    /// object (a warning is logged; callers treat it as no metrics).
+    pub metrics: Option<Metrics>,
     pub attempts: i64,
     pub next_attempt_at: Option<String>,
     pub replied_at: Option<String>,
     /// The user's local day the entry belongs to (SPEC §10), `YYYY-MM-DD`.
     pub local_day: Option<String>,
+}
+
+/// A `day_logs` row as SQLite holds it, before [`DayLog`] parses its columns.
+#[derive(FromRow)]
+struct DayLogRow {
+    id: LogId,
+    user_id: UserId,
+    chat_id: ChatId,
+    message_id: MessageId,
+    text: String,
+    created_at: String,
+    status: LogStatus,
+    analysis: Option<String>,
+    metrics: Option<String>,
+    attempts: i64,
+    next_attempt_at: Option<String>,
+    replied_at: Option<String>,
+    local_day: Option<String>,
+}
+
+impl From<DayLogRow> for DayLog {
+    fn from(row: DayLogRow) -> Self {
+        let metrics = row.metrics.as_deref().and_then(|text| {
+            let parsed = Metrics::from_stored_json(text);
+            if parsed.is_none() {
+                tracing::warn!(
+                    log_id = row.id.get(),
+                    "stored metrics are not a metrics object; read as none"
+                );
+            }
+            parsed
+        });
+        Self {
+            id: row.id,
+            user_id: row.user_id,
+            chat_id: row.chat_id,
+            message_id: row.message_id,
+            text: row.text,
+            created_at: row.created_at,
+            status: row.status,
+            analysis: row.analysis,
+            metrics,
+            attempts: row.attempts,
+            next_attempt_at: row.next_attempt_at,
+            replied_at: row.replied_at,
+            local_day: row.local_day,
+        }
+    }
+}
+
+impl<'r> FromRow<'r, sqlx::sqlite::SqliteRow> for DayLog {
+    fn from_row(row: &'r sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
+        DayLogRow::from_row(row).map(Self::from)
+    }
 }
 
 /// Where a log came from (`day_logs.source`, SPEC §7).

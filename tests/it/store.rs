@@ -209,6 +209,35 @@ async fn the_file_and_its_folder_are_created_and_times_are_plain_utc_text() {
 }
 
 #[tokio::test]
+async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let good = log(&db.store, 1, 10, "a calm day").await.id();
+    let bad = log(&db.store, 1, 11, "a strange row").await.id();
+    let metrics = r#"{"mood":4,"stress":2,"energy":3,"productivity":5,"sleep_hours":7.5}"#;
+    assert!(
+        store_analysis(&db.store, good.get(), "fine", metrics)
+            .await
+            .expect("store")
+    );
+    assert!(
+        store_analysis(&db.store, bad.get(), "odd", "[1]")
+            .await
+            .expect("store")
+    );
+
+    let stored = db.store.log(good).await.expect("read").expect("row");
+    let parsed = stored.metrics.expect("parsed metrics");
+    assert_eq!(
+        (parsed.mood(), parsed.stress(), parsed.sleep_hours()),
+        (4, 2, Some(7.5))
+    );
+    let stored = db.store.log(bad).await.expect("read").expect("row");
+    assert_eq!(stored.status, LogStatus::Analyzed);
+    assert_eq!(stored.metrics, None);
+}
+
+#[tokio::test]
 async fn a_redelivered_message_is_stored_once() {
     let db = fresh().await;
     user(&db.store, 1).await;
