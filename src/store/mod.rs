@@ -199,7 +199,7 @@ impl LogStatus {
         }
     }
 }
-/// One stored entry, parsed at the boundary: `metrics` is the stored JSON read back
+/// One stored entry, parsed at the boundary: `created_at` and `metrics` are read back
 /// once here (see [`DayLogRow`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DayLog {
@@ -208,7 +208,10 @@ pub struct DayLog {
     pub chat_id: ChatId,
     pub message_id: MessageId,
     pub text: String,
-    pub created_at: String,
+    /// When the entry was received (stored as UTC `YYYY-MM-DD HH:MM:SS`, SPEC §7). A
+    /// stored text that is not such a moment reads as the Unix epoch, with a warning,
+    /// so the row stays readable.
+    pub created_at: jiff::Timestamp,
     pub status: LogStatus,
     pub analysis: Option<String>,
     /// `None` when nothing is stored yet, or when the stored text is not a metrics
@@ -251,13 +254,20 @@ impl From<DayLogRow> for DayLog {
             }
             parsed
         });
+        let created_at = crate::time::parse_sql_timestamp(&row.created_at).unwrap_or_else(|| {
+            tracing::warn!(
+                log_id = row.id.get(),
+                "stored created_at is not a UTC timestamp; read as the epoch"
+            );
+            jiff::Timestamp::UNIX_EPOCH
+        });
         Self {
             id: row.id,
             user_id: row.user_id,
             chat_id: row.chat_id,
             message_id: row.message_id,
             text: row.text,
-            created_at: row.created_at,
+            created_at,
             status: row.status,
             analysis: row.analysis,
             metrics,
