@@ -18,7 +18,6 @@
 //! the one retry policy for writes, the typed ids. Every public item is re-exported
 //! here, so callers name `crate::store::X` whatever file it lives in.
 
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -28,6 +27,7 @@ use sqlx::sqlite::{
 use sqlx::{FromRow, Row};
 
 use crate::analysis::metrics::Metrics;
+use crate::config::{DatabaseUrlError, database_path};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -89,18 +89,9 @@ id_type!(
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("DATABASE_URL must be a SQLite URL such as sqlite://data/daylog.db")]
-    NotSqlite,
-    #[error(
-        "DATABASE_URL names no database file (empty or in-memory: the data would vanish at exit); use a path such as sqlite://data/daylog.db"
-    )]
-    NoFile,
-    #[error(
-        "DATABASE_URL opens the database read-only (mode=ro or immutable): no entry could ever be saved; remove that parameter"
-    )]
-    ReadOnly,
-    #[error("DATABASE_URL is not a valid SQLite URL: {0}")]
-    BadUrl(String),
+    /// `DATABASE_URL` names no file the store could keep entries in.
+    #[error(transparent)]
+    Url(#[from] DatabaseUrlError),
     #[error("cannot create the database folder {path}: {source}")]
     CreateDir {
         path: String,
@@ -367,43 +358,6 @@ pub struct Store {
     calls: CallRecorder,
     /// `users.timezone` of a user seen for the first time (`journal.default_timezone`).
     default_timezone: std::sync::Arc<str>,
-}
-
-/// The file behind a `sqlite:` URL, percent-decoded the way sqlx opens it (so every
-/// command finds the same file). An empty path (`sqlite://`, which SQLite turns into a
-/// temporary database) and in-memory databases are refused: entries in them would be
-/// gone at exit.
-pub fn database_path(url: &str) -> Result<PathBuf, StoreError> {
-    let rest = url.strip_prefix("sqlite:").ok_or(StoreError::NotSqlite)?;
-    let rest = rest.strip_prefix("//").unwrap_or(rest);
-    let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
-    let in_memory = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
-        (key == "mode" && value == "memory") || (key == "vfs" && value == "memdb")
-    });
-    if path.trim().is_empty() || path == ":memory:" || in_memory {
-        return Err(StoreError::NoFile);
-    }
-    // Every write would fail: each entry refused ("send it again") for ever.
-    let read_only = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
-        (key == "mode" && value == "ro")
-            || (key == "immutable" && !matches!(&*value, "0" | "false" | "no" | "off"))
-    });
-    if read_only {
-        return Err(StoreError::ReadOnly);
-    }
-    let options =
-        SqliteConnectOptions::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
-    // sqlx opens with SQLITE_OPEN_URI: a decoded name such as `file::memory:` or
-    // `file:x.db?mode=memory` is an in-memory database too.
-    let name = options.get_filename().to_string_lossy();
-    if name.starts_with("file:")
-        && [":memory:", "mode=memory", "vfs=memdb"]
-            .iter()
-            .any(|word| name.contains(word))
-    {
-        return Err(StoreError::NoFile);
-    }
-    Ok(options.get_filename().to_path_buf())
 }
 
 /// How the store's connections are set up: `[store]` in the settings.

@@ -210,7 +210,7 @@ async fn the_file_and_its_folder_are_created_and_times_are_plain_utc_text() {
         .expect("raw created_at");
     assert_eq!(raw.len(), "YYYY-MM-DD HH:MM:SS".len());
     assert_eq!(daylog::time::sql_timestamp(stored.created_at), raw);
-    let path = store::database_path(&db.url).expect("a file URL");
+    let path = daylog::config::database_path(&db.url).expect("a file URL");
     assert!(path.exists());
 }
 
