@@ -80,12 +80,7 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Config(_) | Self::Usage(_) => 2,
-            Self::Store(
-                StoreError::NotSqlite
-                | StoreError::NoFile
-                | StoreError::ReadOnly
-                | StoreError::BadUrl(_),
-            ) => 2,
+            Self::Store(StoreError::Url(_)) => 2,
             Self::Store(_) | Self::Other(_) => 1,
         }
     }
@@ -315,7 +310,7 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
             "no analysis step has a key: entries are saved but never analysed".to_owned()
         },
     ));
-    let missing = store::database_path(&settings.database_url)
+    let missing = crate::config::database_path(&settings.database_url)
         .ok()
         .filter(|path| !path.exists());
     if let Some(path) = missing {

@@ -405,13 +405,11 @@ pub fn failure_sentence(language: Language) -> &'static str {
     Texts(language).internal_error()
 }
 
-/// A stored UTC `created_at` on the user's wall clock (`YYYY-MM-DD HH:MM`), or as
-/// stored when it cannot be read.
-fn local_created(zone: &UserZone, created_at: &str) -> String {
-    match crate::time::parse_sql_timestamp(created_at) {
-        Some(at) => zone.civil(at).strftime("%Y-%m-%d %H:%M").to_string(),
-        None => created_at.get(..16).unwrap_or(created_at).to_owned(),
-    }
+/// A log's `created_at` on the user's wall clock (`YYYY-MM-DD HH:MM`).
+fn local_created(zone: &UserZone, created_at: jiff::Timestamp) -> String {
+    zone.civil(created_at)
+        .strftime("%Y-%m-%d %H:%M")
+        .to_string()
 }
 
 fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply {
@@ -434,8 +432,7 @@ fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply 
             .text(format!("{excerpt}{more}"));
         let line = log
             .metrics
-            .as_deref()
-            .and_then(Metrics::from_stored_json)
+            .as_ref()
             .map(|m| m.compact_line(language))
             .unwrap_or_default();
         if !line.is_empty() {
@@ -448,7 +445,7 @@ fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply 
 /// The local day an entry belongs to, and when it was written on the user's clock
 /// (`2026-11-30 · 01:30` for an entry of the night after the 30th).
 fn history_heading(zone: &UserZone, log: &DayLog) -> String {
-    let written = local_created(zone, &log.created_at);
+    let written = local_created(zone, log.created_at);
     match log.local_day.as_deref() {
         Some(day) if !written.starts_with(day) => {
             format!("{day} · {}", written.get(11..).unwrap_or(&written))
@@ -551,17 +548,16 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
         "local_time",
     ]);
     for log in logs {
-        let metrics = log.metrics.as_deref().and_then(Metrics::from_stored_json);
+        let metrics = log.metrics.as_ref();
         let score = |f: fn(&Metrics) -> u8, name: &str| {
             metrics
-                .as_ref()
                 .filter(|m| !m.is_defaulted(name))
                 .map(|m| f(m).to_string())
                 .unwrap_or_default()
         };
         let _ = writer.write_record([
             log.id.to_string(),
-            log.created_at.clone(),
+            crate::time::sql_timestamp(log.created_at),
             log.status.as_str().to_owned(),
             log.text.clone(),
             log.analysis.clone().unwrap_or_default(),
@@ -570,28 +566,19 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
             score(Metrics::energy, "energy"),
             score(Metrics::productivity, "productivity"),
             metrics
-                .as_ref()
                 .and_then(Metrics::sleep_hours)
                 .map(|h| h.to_string())
                 .unwrap_or_default(),
             metrics
-                .as_ref()
                 .map(|m| m.activities().join("; "))
                 .unwrap_or_default(),
+            metrics.map(|m| m.emotions().join("; ")).unwrap_or_default(),
+            metrics.map(|m| m.summary().to_owned()).unwrap_or_default(),
             metrics
-                .as_ref()
-                .map(|m| m.emotions().join("; "))
-                .unwrap_or_default(),
-            metrics
-                .as_ref()
-                .map(|m| m.summary().to_owned())
-                .unwrap_or_default(),
-            metrics
-                .as_ref()
                 .map(|m| m.defaulted().join("; "))
                 .unwrap_or_default(),
             log.local_day.clone().unwrap_or_default(),
-            local_created(zone, &log.created_at),
+            local_created(zone, log.created_at),
         ]);
     }
     writer.into_inner().unwrap_or_default()

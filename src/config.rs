@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
@@ -528,7 +529,7 @@ impl Settings {
             ));
         }
         // An empty or in-memory path would be a database that vanishes at exit.
-        crate::store::database_path(&database_url)
+        database_path(&database_url)
             .map_err(|e| ConfigError::invalid("DATABASE_URL", e.to_string()))?;
         let telegram_api_url = match env.var("TELOXIDE_API_URL").filter(|v| !v.trim().is_empty()) {
             None => None,
@@ -994,6 +995,62 @@ fn read_secrets(file: &FileSettings, env: &dyn Env) -> (Secrets, Vec<String>) {
         },
         warnings,
     )
+}
+
+/// Why `DATABASE_URL` names no file the store could keep entries in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DatabaseUrlError {
+    #[error("DATABASE_URL must be a SQLite URL such as sqlite://data/daylog.db")]
+    NotSqlite,
+    #[error(
+        "DATABASE_URL names no database file (empty or in-memory: the data would vanish at exit); use a path such as sqlite://data/daylog.db"
+    )]
+    NoFile,
+    #[error(
+        "DATABASE_URL opens the database read-only (mode=ro or immutable): no entry could ever be saved; remove that parameter"
+    )]
+    ReadOnly,
+    #[error("DATABASE_URL is not a valid SQLite URL: {0}")]
+    BadUrl(String),
+}
+
+/// The file behind a `sqlite:` URL, percent-decoded the way sqlx opens it (so every
+/// command finds the same file). An empty path (`sqlite://`, which SQLite turns into a
+/// temporary database) and in-memory databases are refused: entries in them would be
+/// gone at exit.
+pub fn database_path(url: &str) -> Result<PathBuf, DatabaseUrlError> {
+    let rest = url
+        .strip_prefix("sqlite:")
+        .ok_or(DatabaseUrlError::NotSqlite)?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
+    let in_memory = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
+        (key == "mode" && value == "memory") || (key == "vfs" && value == "memdb")
+    });
+    if path.trim().is_empty() || path == ":memory:" || in_memory {
+        return Err(DatabaseUrlError::NoFile);
+    }
+    // Every write would fail: each entry refused ("send it again") for ever.
+    let read_only = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
+        (key == "mode" && value == "ro")
+            || (key == "immutable" && !matches!(&*value, "0" | "false" | "no" | "off"))
+    });
+    if read_only {
+        return Err(DatabaseUrlError::ReadOnly);
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+        .map_err(|e| DatabaseUrlError::BadUrl(e.to_string()))?;
+    // sqlx opens with SQLITE_OPEN_URI: a decoded name such as `file::memory:` or
+    // `file:x.db?mode=memory` is an in-memory database too.
+    let name = options.get_filename().to_string_lossy();
+    if name.starts_with("file:")
+        && [":memory:", "mode=memory", "vfs=memdb"]
+            .iter()
+            .any(|word| name.contains(word))
+    {
+        return Err(DatabaseUrlError::NoFile);
+    }
+    Ok(options.get_filename().to_path_buf())
 }
 
 #[cfg(test)]

@@ -1167,11 +1167,7 @@ impl Journal {
         let texts = Texts(language);
         Some(match log.status {
             LogStatus::Analyzed => {
-                let metrics = log
-                    .metrics
-                    .as_deref()
-                    .and_then(Metrics::from_stored_json)
-                    .unwrap_or_else(Metrics::defaults);
+                let metrics = log.metrics.clone().unwrap_or_else(Metrics::defaults);
                 let analysis = log.analysis.as_deref().unwrap_or_default();
                 let streak = self.streak_for_note(log.user_id.get()).await;
                 analysis_reply(

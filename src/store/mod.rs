@@ -18,7 +18,6 @@
 //! the one retry policy for writes, the typed ids. Every public item is re-exported
 //! here, so callers name `crate::store::X` whatever file it lives in.
 
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -26,6 +25,9 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{FromRow, Row};
+
+use crate::analysis::metrics::Metrics;
+use crate::config::{DatabaseUrlError, database_path};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -87,18 +89,9 @@ id_type!(
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("DATABASE_URL must be a SQLite URL such as sqlite://data/daylog.db")]
-    NotSqlite,
-    #[error(
-        "DATABASE_URL names no database file (empty or in-memory: the data would vanish at exit); use a path such as sqlite://data/daylog.db"
-    )]
-    NoFile,
-    #[error(
-        "DATABASE_URL opens the database read-only (mode=ro or immutable): no entry could ever be saved; remove that parameter"
-    )]
-    ReadOnly,
-    #[error("DATABASE_URL is not a valid SQLite URL: {0}")]
-    BadUrl(String),
+    /// `DATABASE_URL` names no file the store could keep entries in.
+    #[error(transparent)]
+    Url(#[from] DatabaseUrlError),
     #[error("cannot create the database folder {path}: {source}")]
     CreateDir {
         path: String,
@@ -197,22 +190,90 @@ impl LogStatus {
         }
     }
 }
-#[derive(Debug, Clone, PartialEq, FromRow)]
+/// One stored entry, parsed at the boundary: `created_at` and `metrics` are read back
+/// once here (see [`DayLogRow`]).
+#[derive(Debug, Clone, PartialEq)]
 pub struct DayLog {
     pub id: LogId,
     pub user_id: UserId,
     pub chat_id: ChatId,
     pub message_id: MessageId,
     pub text: String,
-    pub created_at: String,
+    /// When the entry was received (stored as UTC `YYYY-MM-DD HH:MM:SS`, SPEC §7). A
+    /// stored text that is not such a moment reads as the Unix epoch, with a warning,
+    /// so the row stays readable.
+    pub created_at: jiff::Timestamp,
     pub status: LogStatus,
     pub analysis: Option<String>,
-    pub metrics: Option<String>,
+    /// `None` when nothing is stored yet, or when the stored text is not a metrics
+    /// object (a warning is logged; callers treat it as no metrics).
+    pub metrics: Option<Metrics>,
     pub attempts: i64,
     pub next_attempt_at: Option<String>,
     pub replied_at: Option<String>,
     /// The user's local day the entry belongs to (SPEC §10), `YYYY-MM-DD`.
     pub local_day: Option<String>,
+}
+
+/// A `day_logs` row as SQLite holds it, before [`DayLog`] parses its columns.
+#[derive(FromRow)]
+struct DayLogRow {
+    id: LogId,
+    user_id: UserId,
+    chat_id: ChatId,
+    message_id: MessageId,
+    text: String,
+    created_at: String,
+    status: LogStatus,
+    analysis: Option<String>,
+    metrics: Option<String>,
+    attempts: i64,
+    next_attempt_at: Option<String>,
+    replied_at: Option<String>,
+    local_day: Option<String>,
+}
+
+impl From<DayLogRow> for DayLog {
+    fn from(row: DayLogRow) -> Self {
+        let metrics = row.metrics.as_deref().and_then(|text| {
+            let parsed = Metrics::from_stored_json(text);
+            if parsed.is_none() {
+                tracing::warn!(
+                    log_id = row.id.get(),
+                    "stored metrics are not a metrics object; read as none"
+                );
+            }
+            parsed
+        });
+        let created_at = crate::time::parse_sql_timestamp(&row.created_at).unwrap_or_else(|| {
+            tracing::warn!(
+                log_id = row.id.get(),
+                "stored created_at is not a UTC timestamp; read as the epoch"
+            );
+            jiff::Timestamp::UNIX_EPOCH
+        });
+        Self {
+            id: row.id,
+            user_id: row.user_id,
+            chat_id: row.chat_id,
+            message_id: row.message_id,
+            text: row.text,
+            created_at,
+            status: row.status,
+            analysis: row.analysis,
+            metrics,
+            attempts: row.attempts,
+            next_attempt_at: row.next_attempt_at,
+            replied_at: row.replied_at,
+            local_day: row.local_day,
+        }
+    }
+}
+
+impl<'r> FromRow<'r, sqlx::sqlite::SqliteRow> for DayLog {
+    fn from_row(row: &'r sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
+        DayLogRow::from_row(row).map(Self::from)
+    }
 }
 
 /// Where a log came from (`day_logs.source`, SPEC §7).
@@ -297,43 +358,6 @@ pub struct Store {
     calls: CallRecorder,
     /// `users.timezone` of a user seen for the first time (`journal.default_timezone`).
     default_timezone: std::sync::Arc<str>,
-}
-
-/// The file behind a `sqlite:` URL, percent-decoded the way sqlx opens it (so every
-/// command finds the same file). An empty path (`sqlite://`, which SQLite turns into a
-/// temporary database) and in-memory databases are refused: entries in them would be
-/// gone at exit.
-pub fn database_path(url: &str) -> Result<PathBuf, StoreError> {
-    let rest = url.strip_prefix("sqlite:").ok_or(StoreError::NotSqlite)?;
-    let rest = rest.strip_prefix("//").unwrap_or(rest);
-    let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
-    let in_memory = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
-        (key == "mode" && value == "memory") || (key == "vfs" && value == "memdb")
-    });
-    if path.trim().is_empty() || path == ":memory:" || in_memory {
-        return Err(StoreError::NoFile);
-    }
-    // Every write would fail: each entry refused ("send it again") for ever.
-    let read_only = url::form_urlencoded::parse(params.as_bytes()).any(|(key, value)| {
-        (key == "mode" && value == "ro")
-            || (key == "immutable" && !matches!(&*value, "0" | "false" | "no" | "off"))
-    });
-    if read_only {
-        return Err(StoreError::ReadOnly);
-    }
-    let options =
-        SqliteConnectOptions::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
-    // sqlx opens with SQLITE_OPEN_URI: a decoded name such as `file::memory:` or
-    // `file:x.db?mode=memory` is an in-memory database too.
-    let name = options.get_filename().to_string_lossy();
-    if name.starts_with("file:")
-        && [":memory:", "mode=memory", "vfs=memdb"]
-            .iter()
-            .any(|word| name.contains(word))
-    {
-        return Err(StoreError::NoFile);
-    }
-    Ok(options.get_filename().to_path_buf())
 }
 
 /// How the store's connections are set up: `[store]` in the settings.

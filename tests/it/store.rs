@@ -203,9 +203,61 @@ async fn the_file_and_its_folder_are_created_and_times_are_plain_utc_text() {
     let id = log(&db.store, 1, 10, "a calm day").await.id();
     let stored = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(stored.status, LogStatus::Pending);
-    assert_eq!(stored.created_at.len(), "YYYY-MM-DD HH:MM:SS".len());
-    let path = store::database_path(&db.url).expect("a file URL");
+    let raw: String = sqlx::query_scalar("SELECT created_at FROM day_logs WHERE id = ?1")
+        .bind(id)
+        .fetch_one(db.store.read_pool())
+        .await
+        .expect("raw created_at");
+    assert_eq!(raw.len(), "YYYY-MM-DD HH:MM:SS".len());
+    assert_eq!(daylog::time::sql_timestamp(stored.created_at), raw);
+    let path = daylog::config::database_path(&db.url).expect("a file URL");
     assert!(path.exists());
+}
+
+#[tokio::test]
+async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let good = log(&db.store, 1, 10, "a calm day").await.id();
+    let bad = log(&db.store, 1, 11, "a strange row").await.id();
+    let metrics = r#"{"mood":4,"stress":2,"energy":3,"productivity":5,"sleep_hours":7.5}"#;
+    assert!(
+        store_analysis(&db.store, good.get(), "fine", metrics)
+            .await
+            .expect("store")
+    );
+    assert!(
+        store_analysis(&db.store, bad.get(), "odd", "[1]")
+            .await
+            .expect("store")
+    );
+
+    let stored = db.store.log(good).await.expect("read").expect("row");
+    let parsed = stored.metrics.expect("parsed metrics");
+    assert_eq!(
+        (parsed.mood(), parsed.stress(), parsed.sleep_hours()),
+        (4, 2, Some(7.5))
+    );
+    let stored = db.store.log(bad).await.expect("read").expect("row");
+    assert_eq!(stored.status, LogStatus::Analyzed);
+    assert_eq!(stored.metrics, None);
+}
+
+#[tokio::test]
+async fn a_log_whose_created_at_is_not_a_timestamp_stays_readable() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let id = log(&db.store, 1, 10, "a calm day").await.id();
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query("UPDATE day_logs SET created_at = 'yesterday' WHERE id = ?1")
+        .bind(id)
+        .execute(&writer)
+        .await
+        .expect("corrupt");
+    writer.close().await;
+    let stored = db.store.log(id).await.expect("read").expect("row");
+    assert_eq!(stored.created_at, jiff::Timestamp::UNIX_EPOCH);
+    assert_eq!(stored.text, "a calm day");
 }
 
 #[tokio::test]
