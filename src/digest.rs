@@ -446,14 +446,34 @@ pub async fn deliver_due<M: Messenger>(
     // Only when there is something to do, so an idle worker never writes.
     match journal
         .store()
-        .fail_old_digests(journal.settings().worker.max_age())
+        .fail_old_digests(front_end, journal.settings().worker.max_age())
         .await
     {
-        Ok(0) => {}
-        Ok(n) => tracing::warn!(
-            count = n,
-            "digests pending longer than worker.max_age_hours given up"
-        ),
+        Ok(given_up) if given_up.is_empty() => {}
+        Ok(given_up) => {
+            tracing::warn!(
+                count = given_up.len(),
+                "digests pending longer than worker.max_age_hours given up"
+            );
+            // Only a `/week` that asked was told the digest would follow.
+            for digest in given_up {
+                let Some(message_id) = digest.message_id else {
+                    continue;
+                };
+                let texts = Texts(journal.language_of(digest.user_id.get()).await);
+                let target = Target {
+                    chat_id: digest.chat_id.get(),
+                    reply_to: Some(message_id.get()),
+                };
+                send_notice(
+                    messenger.as_ref(),
+                    target,
+                    texts.digest_given_up(),
+                    digest.user_id,
+                )
+                .await;
+            }
+        }
         Err(error) => tracing::error!(%error, "could not give up old digests"),
     }
     for listed in due {

@@ -731,6 +731,15 @@ impl Texts {
         )
     }
 
+    /// A `/week` digest that was to follow could not be written within
+    /// `worker.max_age_hours`.
+    pub fn digest_given_up(self) -> &'static str {
+        self.pick(
+            "Sorry: the AI services stayed away too long, so this week's digest was not written. Your entries are all saved; send /week to try again.",
+            "Извини: ИИ-сервисы слишком долго не отвечали, и обзор этой недели так и не был написан. Все записи сохранены; отправь /week, чтобы попробовать снова.",
+        )
+    }
+
     pub fn digest_on_its_way(self) -> &'static str {
         self.pick(
             "Your weekly digest is being written; it comes in a moment.",

@@ -283,19 +283,27 @@ impl Store {
         .await?)
     }
 
-    /// Pending digests stored longer ago than `max_age` are given up (`failed`), as
-    /// logs are after `worker.max_age_hours`. Returns how many.
-    pub async fn fail_old_digests(&self, max_age: Duration) -> Result<u64, StoreError> {
+    /// Gives up `front_end`'s digests pending longer than `max_age` and returns them, so
+    /// that a user who asked for one and was told it would follow hears that it will not.
+    pub async fn fail_old_digests(
+        &self,
+        front_end: FrontEnd,
+        max_age: Duration,
+    ) -> Result<Vec<Digest>, StoreError> {
         retry_busy("fail_old_digests", || async {
-            let done = sqlx::query(
+            // Read to the end: a RETURNING write commits at its statement's end.
+            Ok(sqlx::query_as(&format!(
                 "UPDATE digests SET status = 'failed'
                  WHERE status = 'pending'
-                   AND created_at < datetime('now', '-' || ?1 || ' seconds')",
-            )
+                   AND created_at < datetime('now', '-' || ?1 || ' seconds')
+                   AND front_end = ?2 AND (?3 IS NULL OR user_id = ?3)
+                 RETURNING {DIGEST_COLUMNS}"
+            ))
             .bind(max_age.as_secs_f64())
-            .execute(&self.write)
-            .await?;
-            Ok(done.rows_affected())
+            .bind(front_end.source().as_str())
+            .bind(front_end.user_id())
+            .fetch_all(&self.write)
+            .await?)
         })
         .await
     }

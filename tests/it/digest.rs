@@ -856,3 +856,67 @@ async fn digest_on_again_just_after_the_sunday_moment_keeps_the_due_digest() {
         Some("2026-12-06 19:00:00")
     );
 }
+
+/// A `/week` digest still unwritten after `worker.max_age_hours` is given up: the user
+/// who asked (and was told it would follow) hears that it will not come, once; a
+/// scheduled one, never announced, is given up silently.
+#[tokio::test]
+async fn a_digest_given_up_after_max_age_is_said_to_the_user_who_asked() {
+    // Arrange: two pending digests created three days ago, one asked by message 7.
+    let app = App::spawn().await;
+    let week: jiff::civil::Date = "2026-11-23".parse().expect("date");
+    for user_id in [40, 41] {
+        app.store
+            .upsert_user(&daylog::store::NewUser {
+                user_id: daylog::store::UserId(user_id),
+                chat_id: daylog::store::ChatId(user_id),
+                username: None,
+                language: Language::En,
+            })
+            .await
+            .expect("user");
+    }
+    let raw = raw_pool(&app).await;
+    for (user_id, asked_by) in [(40, Some(7)), (41, None)] {
+        let (digest, _) = app
+            .store
+            .insert_digest(
+                daylog::store::UserId(user_id),
+                daylog::store::ChatId(user_id),
+                week,
+                daylog::store::FrontEnd::Telegram,
+                asked_by.map(daylog::store::MessageId),
+            )
+            .await
+            .expect("digest");
+        sqlx::query("UPDATE digests SET created_at = datetime('now', '-3 days') WHERE id = ?1")
+            .bind(digest.id.get())
+            .execute(&raw)
+            .await
+            .expect("age it");
+    }
+
+    // Act: the worker's next look gives them up.
+    wait_until("both given up", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE status = 'failed'")
+            .await
+            == 2
+    })
+    .await;
+    let sent = app.telegram.wait_sent(40, 1).await;
+
+    // Assert
+    assert!(
+        sent[0].text().contains("was not written"),
+        "{}",
+        sent[0].text()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let telegram = app.telegram.clone();
+    app.stop().await;
+    assert_eq!(telegram.sent_to(40).len(), 1, "told once");
+    assert!(
+        telegram.sent_to(41).is_empty(),
+        "a scheduled digest goes silently"
+    );
+}
