@@ -801,20 +801,16 @@ impl Journal {
         tokio::pin!(analysing);
         // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the user,
         // and the answer still follows (here, or from the worker when the log parks).
-        let mut told = false;
-        let decided = tokio::select! {
-            decided = &mut analysing => decided?,
+        let (decided, told) = tokio::select! {
+            decided = &mut analysing => (decided?, false),
             () = tokio::time::sleep(self.settings.budgets.notify_after()), if !late => {
                 let reply = match self.llm.budget_wait(Task::Analysis) {
-                    Some(back_in) => {
-                        texts.saved_budget(back_in.as_secs().div_ceil(60).max(1))
-                    }
+                    Some(back_in) => texts.saved_budget(back_in),
                     None => texts.saved_slow().to_owned(),
                 };
                 tracing::info!(log_id = log.id.get(), "the analysis takes longer than notify_after_ms; user told it follows");
                 self.notify(messenger, &log, Reply::new().text(reply)).await;
-                told = true;
-                analysing.await?
+                (analysing.await?, true)
             }
         };
         let late = late || told;
@@ -835,11 +831,10 @@ impl Journal {
             Decided::WaitingForBudget { back_in }
                 if !late && back_in > self.settings.budgets.notify_after() =>
             {
-                let minutes = back_in.as_secs().div_ceil(60).max(1);
                 self.notify(
                     messenger,
                     &log,
-                    Reply::new().text(texts.saved_budget(minutes)),
+                    Reply::new().text(texts.saved_budget(back_in)),
                 )
                 .await;
             }

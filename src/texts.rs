@@ -109,8 +109,9 @@ impl Texts {
     }
 
     /// Every AI budget is spent for a while: the entry is saved, the analysis comes
-    /// when budget returns, in about `minutes`.
-    pub fn saved_budget(self, minutes: u64) -> String {
+    /// when budget returns, in about `wait` (whole minutes, rounded up, at least one).
+    pub fn saved_budget(self, wait: std::time::Duration) -> String {
+        let minutes = wait.as_secs().div_ceil(60).max(1);
         match self.0 {
             Language::Ru => format!(
                 "Сохранено. Бесплатные лимиты AI-сервисов сейчас исчерпаны; разбор придёт примерно через {minutes} мин."
