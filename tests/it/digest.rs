@@ -138,6 +138,21 @@ async fn digest_next_at(app: &App, user: i64) -> Option<String> {
         .expect("user row")
 }
 
+/// Users `ids`, each in its own private chat, in English.
+async fn add_users(app: &App, ids: impl IntoIterator<Item = i64>) {
+    for user_id in ids {
+        app.store
+            .upsert_user(&daylog::store::NewUser {
+                user_id: daylog::store::UserId(user_id),
+                chat_id: daylog::store::ChatId(user_id),
+                username: None,
+                language: Language::En,
+            })
+            .await
+            .expect("user");
+    }
+}
+
 async fn raw_pool(app: &App) -> sqlx::SqlitePool {
     sqlx::SqlitePool::connect(&app.env["DATABASE_URL"])
         .await
@@ -785,17 +800,7 @@ async fn many_due_digests_are_written_a_few_at_a_time() {
     // Arrange: 20 pending digests; the providers take 2 s per digest.
     let app = App::spawn().await;
     let week: jiff::civil::Date = "2026-11-30".parse().expect("date");
-    for user_id in 100..120 {
-        app.store
-            .upsert_user(&daylog::store::NewUser {
-                user_id: daylog::store::UserId(user_id),
-                chat_id: daylog::store::ChatId(user_id),
-                username: None,
-                language: Language::En,
-            })
-            .await
-            .expect("user");
-    }
+    add_users(&app, 100..120).await;
     Mock::given(method("POST"))
         .respond_with(
             ResponseTemplate::new(200)
@@ -865,17 +870,7 @@ async fn a_digest_given_up_after_max_age_is_said_to_the_user_who_asked() {
     // Arrange: two pending digests created three days ago, one asked by message 7.
     let app = App::spawn().await;
     let week: jiff::civil::Date = "2026-11-23".parse().expect("date");
-    for user_id in [40, 41] {
-        app.store
-            .upsert_user(&daylog::store::NewUser {
-                user_id: daylog::store::UserId(user_id),
-                chat_id: daylog::store::ChatId(user_id),
-                username: None,
-                language: Language::En,
-            })
-            .await
-            .expect("user");
-    }
+    add_users(&app, [40, 41]).await;
     let raw = raw_pool(&app).await;
     for (user_id, asked_by) in [(40, Some(7)), (41, None)] {
         let (digest, _) = app
