@@ -1105,6 +1105,23 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let gemini_keys = keys("GEMINI_API_KEY");
     let groq_keys = keys("GROQ_API_KEY");
     env.extend(scenario.env.iter().cloned());
+    // The metrics cascade the bot will run, read the way the bot reads it: Groq counts
+    // per model, so each Groq model of the cascade is a budget of its own.
+    let settings =
+        daylog::config::Settings::load_from(&env.iter().cloned().collect::<HashMap<_, _>>())
+            .context("the bot's settings for this scenario")?;
+    let groq_metric_models = {
+        let mut models: Vec<&str> = settings
+            .metrics
+            .steps
+            .iter()
+            .filter(|step| step.provider == "groq")
+            .map(|step| step.model.as_str())
+            .collect();
+        models.sort_unstable();
+        models.dedup();
+        models.len()
+    };
 
     let log_path = dir.path().join("bot.log");
     let log_file = std::fs::File::create(&log_path)?;
@@ -1245,14 +1262,15 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         both.extend(budgets("gemini", gemini_keys));
         ideal_time(total, &both, scenario.latency)
     });
-    // With the metrics too: the reply waits for both, and the metrics' fallback
-    // (mistral-small) shares Mistral's budget with the analyses.
+    // With the metrics too: the reply waits for both; the metrics have each Groq model
+    // of their cascade per key, and their last fallback (mistral-small) shares Mistral's
+    // budget with the analyses.
     let ideal_with_metrics = scenario.free_tier.then(|| {
         ideal_shared(
             total,
             &budgets("gemini", gemini_keys),
             total,
-            &budgets("groq", groq_keys),
+            &budgets("groq", groq_keys * groq_metric_models),
             &budgets("mistral", mistral_keys),
             scenario.latency,
         )
