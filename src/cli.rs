@@ -198,19 +198,6 @@ pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
     warnings
 }
 
-/// What SQLite's `quick_check` finds wrong with the file (its first finding), if
-/// anything: a damaged page that the migrations check alone never reads.
-async fn damage(store: &Store) -> Option<String> {
-    match sqlx::query_scalar::<_, String>("PRAGMA quick_check(1)")
-        .fetch_all(store.read_pool())
-        .await
-    {
-        Ok(found) if found.iter().all(|line| line == "ok") => None,
-        Ok(found) => Some(found.join("; ").replace('\n', " ")),
-        Err(error) => Some(error.to_string()),
-    }
-}
-
 fn fail(error: &CliError) -> ExitCode {
     let mut text = error.to_string();
     if let CliError::Other(e) = error {
@@ -328,7 +315,7 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
                 let migrated = store.ensure_migrated().await;
                 let ok = migrated.is_ok();
                 lines.push(match migrated {
-                    Ok(()) => match damage(&store).await {
+                    Ok(()) => match store.damage().await {
                         None => (true, "database reachable and migrated".to_owned()),
                         Some(found) => (
                             false,

@@ -600,6 +600,19 @@ impl Store {
     pub fn read_pool(&self) -> &SqlitePool {
         &self.read
     }
+
+    /// What SQLite's `quick_check` finds wrong with the file (its first finding), if
+    /// anything: a damaged page that the migrations check alone never reads.
+    pub async fn damage(&self) -> Option<String> {
+        match sqlx::query_scalar::<_, String>("PRAGMA quick_check(1)")
+            .fetch_all(&self.read)
+            .await
+        {
+            Ok(found) if found.iter().all(|line| line == "ok") => None,
+            Ok(found) => Some(found.join("; ").replace('\n', " ")),
+            Err(error) => Some(error.to_string()),
+        }
+    }
 }
 
 /// Names of the columns of a table or view, in order (for schema checks).
