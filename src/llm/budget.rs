@@ -560,6 +560,45 @@ mod tests {
         assert_eq!(state.penalty, Duration::ZERO);
     }
 
+    /// A 429 that says nothing lowers what the budget admits (not only a number inside
+    /// it), and successes raise it again a little at a time. The penalty pauses are
+    /// cleared by hand: they are what `hintless_429s_slow_down…` tests.
+    #[test]
+    fn hintless_429s_lower_the_admitted_rate_and_successes_raise_it_slowly() {
+        let b = budgets(
+            "mistral",
+            BudgetSettings {
+                requests_per_minute: Some(8),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("mistral", "m");
+        let admitted = |b: &Budgets| {
+            {
+                let mut states = b.lock();
+                let state = states.entry(b.key(&s, Some(0))).or_default();
+                state.sent.clear();
+                state.spent_until = None;
+            }
+            std::iter::from_fn(|| b.admit(&s, Some(0)).ok()).take(100).count()
+        };
+        assert_eq!(admitted(&b), 8, "the declared rate");
+        for _ in 0..2 {
+            b.learn(&s, Some(0), &Hint::default(), true);
+        }
+        assert_eq!(admitted(&b), 2, "two hintless 429s: a quarter");
+        b.learn(&s, Some(0), &Hint::default(), false);
+        assert_eq!(admitted(&b), 2, "one success is not enough to go up");
+        for _ in 0..5 {
+            b.learn(&s, Some(0), &Hint::default(), false);
+        }
+        assert_eq!(admitted(&b), 4, "raised slowly: a twentieth per success");
+        for _ in 0..20 {
+            b.learn(&s, Some(0), &Hint::default(), false);
+        }
+        assert_eq!(admitted(&b), 8, "and never above the declared rate");
+    }
+
     #[test]
     fn the_daily_reset_is_within_a_day() {
         for secs in [
