@@ -285,11 +285,25 @@ impl Budgets {
             return Err(until);
         }
         state.sent.push_back(now);
-        let day = day_number(SystemTime::now());
+        let wall = SystemTime::now();
+        let day = day_number(wall);
         if state.today.0 == day {
             state.today.1 = state.today.1.saturating_add(1);
         } else {
             state.today = (day, 1);
+        }
+        if let Some(per_day) = self
+            .declared
+            .get(&budget.provider)
+            .and_then(|d| d.requests_per_day)
+            && state.today.1 >= per_day
+        {
+            // The day's last request: the budget is spent until the daily reset, and
+            // stored like one the provider reported, so a restart does not spend it again.
+            let until = now + until_daily_reset(wall);
+            state.spent_until = Some(state.spent_until.map_or(until, |u| u.max(until)));
+            state.daily = true;
+            state.persisted = false;
         }
         Ok(())
     }
@@ -558,6 +572,48 @@ mod tests {
         let state = states.get(&b.key(&s, Some(0))).expect("state");
         assert!((state.factor - 0.30).abs() < 1e-9);
         assert_eq!(state.penalty, Duration::ZERO);
+    }
+
+    /// A declared daily budget, used up by this process's own requests, is spent until
+    /// the daily reset — and is handed out to be stored like one a provider reported, so
+    /// that a restart does not spend it again (issue 10 item 4).
+    #[test]
+    fn a_declared_daily_budget_used_up_is_spent_until_the_reset_and_stored() {
+        let b = budgets(
+            "groq",
+            BudgetSettings {
+                per: BudgetPer::Model,
+                requests_per_day: Some(2),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("groq", "m");
+        assert!(b.admit(&s, Some(0)).is_ok());
+        assert!(b.take_new_daily().is_empty(), "one of two left");
+        assert!(b.admit(&s, Some(0)).is_ok());
+        let until = b.admit(&s, Some(0)).expect_err("the day's two are used");
+        let reset = until_daily_reset(SystemTime::now());
+        assert!(
+            until.saturating_duration_since(Instant::now()) + MINUTE > reset,
+            "spent until the daily reset"
+        );
+        assert!(b.admit(&step("groq", "other"), Some(0)).is_ok(), "per model");
+        let daily = b.take_new_daily();
+        assert_eq!(daily.len(), 1, "{daily:?}");
+        assert_eq!(
+            (daily[0].provider.as_str(), daily[0].scope.as_str()),
+            ("groq", "m")
+        );
+        let restarted = budgets(
+            "groq",
+            BudgetSettings {
+                per: BudgetPer::Model,
+                requests_per_day: Some(2),
+                ..BudgetSettings::default()
+            },
+        );
+        restarted.restore(&daily);
+        assert!(restarted.admit(&s, Some(0)).is_err(), "still spent after a restart");
     }
 
     /// A 429 that says nothing lowers what the budget admits (not only a number inside
