@@ -597,7 +597,10 @@ mod tests {
             until.saturating_duration_since(Instant::now()) + MINUTE > reset,
             "spent until the daily reset"
         );
-        assert!(b.admit(&step("groq", "other"), Some(0)).is_ok(), "per model");
+        assert!(
+            b.admit(&step("groq", "other"), Some(0)).is_ok(),
+            "per model"
+        );
         let daily = b.take_new_daily();
         assert_eq!(daily.len(), 1, "{daily:?}");
         assert_eq!(
@@ -613,7 +616,10 @@ mod tests {
             },
         );
         restarted.restore(&daily);
-        assert!(restarted.admit(&s, Some(0)).is_err(), "still spent after a restart");
+        assert!(
+            restarted.admit(&s, Some(0)).is_err(),
+            "still spent after a restart"
+        );
     }
 
     /// A 429 that says nothing lowers what the budget admits (not only a number inside
@@ -636,7 +642,9 @@ mod tests {
                 state.sent.clear();
                 state.spent_until = None;
             }
-            std::iter::from_fn(|| b.admit(&s, Some(0)).ok()).take(100).count()
+            std::iter::from_fn(|| b.admit(&s, Some(0)).ok())
+                .take(100)
+                .count()
         };
         assert_eq!(admitted(&b), 8, "the declared rate");
         for _ in 0..2 {

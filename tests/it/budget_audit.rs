@@ -273,17 +273,37 @@ async fn nonsense_hints_are_treated_exactly_as_a_hintless_429() {
     let openai_429 = || ResponseTemplate::new(429).set_body_string("{\"message\":\"nope\"}");
     let header = |name: &'static str, value: &'static str| openai_429().insert_header(name, value);
     let nonsense: Vec<(&str, &str, ResponseTemplate)> = vec![
-        ("negative retry-after", "openai", header("retry-after", "-5")),
-        ("unparsable retry-after", "openai", header("retry-after", "soon")),
+        (
+            "negative retry-after",
+            "openai",
+            header("retry-after", "-5"),
+        ),
+        (
+            "unparsable retry-after",
+            "openai",
+            header("retry-after", "soon"),
+        ),
         ("retry-after NaN", "openai", header("retry-after", "NaN")),
-        ("non-finite retry-after", "openai", header("retry-after", "1e400")),
+        (
+            "non-finite retry-after",
+            "openai",
+            header("retry-after", "1e400"),
+        ),
         (
             "retry-after in the past",
             "openai",
             header("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"),
         ),
-        ("negative retry-after-ms", "openai", header("retry-after-ms", "-250")),
-        ("unparsable retry-after-ms", "openai", header("retry-after-ms", "1.5.6")),
+        (
+            "negative retry-after-ms",
+            "openai",
+            header("retry-after-ms", "-250"),
+        ),
+        (
+            "unparsable retry-after-ms",
+            "openai",
+            header("retry-after-ms", "1.5.6"),
+        ),
         (
             "a reset in the past",
             "openai",
@@ -326,7 +346,9 @@ async fn nonsense_hints_are_treated_exactly_as_a_hintless_429() {
         (
             "QuotaFailure without violations",
             "gemini",
-            gemini_429(r#"[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":"x"}]"#),
+            gemini_429(
+                r#"[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":"x"}]"#,
+            ),
         ),
         ("details not a list", "gemini", gemini_429(r#""x""#)),
     ];
@@ -336,7 +358,10 @@ async fn nonsense_hints_are_treated_exactly_as_a_hintless_429() {
     );
     // The 429 rules for a hintless 429 on a step's only key, as the control runs show.
     for (kind, (a_calls, trace)) in [("openai", &openai), ("gemini", &gemini)] {
-        assert_eq!(*a_calls, 2, "{kind}: tried again after a short pause: {trace:?}");
+        assert_eq!(
+            *a_calls, 2,
+            "{kind}: tried again after a short pause: {trace:?}"
+        );
     }
     let runs = nonsense.into_iter().map(|(name, kind, answer)| async move {
         (name, kind, as_a_hintless_429(kind, answer).await)
