@@ -490,3 +490,61 @@ async fn with_no_budget_back_before_the_deadline_nothing_is_sent() {
         ]
     );
 }
+
+/// Item 5 of issue 10 at the cascade's level: a burst larger than a budget allows is
+/// sent at the budget's pace (one request a second here), in the order the requests
+/// came — the oldest first — with no request on the spent budget meanwhile.
+#[tokio::test]
+async fn a_burst_drains_at_the_budgets_pace_oldest_first() {
+    let a = ok_server().await;
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str("[budgets]\nspill_after_ms = 10000\nnotify_after_ms = 600000\n");
+    toml.push_str(&provider("a", "openai", &format!("{}/v1", a.uri())));
+    toml.push_str("[providers.a.budget]\nrequests_per_second = 1\n");
+    toml.push_str(&analysis_steps(&[("a", "m1")]));
+    let llm = std::sync::Arc::new(llm(&toml));
+    let sink = std::sync::Arc::new(RecordingSink::default());
+
+    // Started one after the other: each has joined the budget's queue before the next
+    // starts (a current-thread runtime runs spawned tasks in order, up to their wait).
+    let mut tasks = Vec::new();
+    for n in 0..4 {
+        let (llm, sink) = (std::sync::Arc::clone(&llm), std::sync::Arc::clone(&sink));
+        tasks.push(tokio::spawn(async move {
+            let request = ChatRequest {
+                user: format!("entry number {n}"),
+                ..request()
+            };
+            llm.run(Task::Analysis, &request, &*sink).await
+        }));
+        tokio::task::yield_now().await;
+    }
+    for task in futures::future::join_all(tasks).await {
+        assert_eq!(task.expect("task").expect("answer").provider, "a");
+    }
+
+    let sent: Vec<usize> = a
+        .received_requests()
+        .await
+        .expect("recording on")
+        .iter()
+        .map(|r| {
+            let body = String::from_utf8_lossy(&r.body);
+            (0..4)
+                .find(|n| body.contains(&format!("entry number {n}")))
+                .expect("one of the entries")
+        })
+        .collect();
+    assert_eq!(sent, [0, 1, 2, 3], "one request each, oldest first");
+    let waits: Vec<u64> = sink
+        .attempts()
+        .into_iter()
+        .filter(|a| a.outcome == Outcome::Ok)
+        .map(|a| a.wait_ms)
+        .collect();
+    assert!(
+        waits.windows(2).all(|w| w[0] < w[1]),
+        "each waited for the one before it: {waits:?}"
+    );
+    assert_eq!(sink.count("m1", Outcome::Retryable), 0, "no 429 asked for");
+}
