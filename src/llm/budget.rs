@@ -285,11 +285,25 @@ impl Budgets {
             return Err(until);
         }
         state.sent.push_back(now);
-        let day = day_number(SystemTime::now());
+        let wall = SystemTime::now();
+        let day = day_number(wall);
         if state.today.0 == day {
             state.today.1 = state.today.1.saturating_add(1);
         } else {
             state.today = (day, 1);
+        }
+        if let Some(per_day) = self
+            .declared
+            .get(&budget.provider)
+            .and_then(|d| d.requests_per_day)
+            && state.today.1 >= per_day
+        {
+            // The day's last request: the budget is spent until the daily reset, and
+            // stored like one the provider reported, so a restart does not spend it again.
+            let until = now + until_daily_reset(wall);
+            state.spent_until = Some(state.spent_until.map_or(until, |u| u.max(until)));
+            state.daily = true;
+            state.persisted = false;
         }
         Ok(())
     }
@@ -558,6 +572,95 @@ mod tests {
         let state = states.get(&b.key(&s, Some(0))).expect("state");
         assert!((state.factor - 0.30).abs() < 1e-9);
         assert_eq!(state.penalty, Duration::ZERO);
+    }
+
+    /// A declared daily budget, used up by this process's own requests, is spent until
+    /// the daily reset — and is handed out to be stored like one a provider reported, so
+    /// that a restart does not spend it again (issue 10 item 4).
+    #[test]
+    fn a_declared_daily_budget_used_up_is_spent_until_the_reset_and_stored() {
+        let b = budgets(
+            "groq",
+            BudgetSettings {
+                per: BudgetPer::Model,
+                requests_per_day: Some(2),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("groq", "m");
+        assert!(b.admit(&s, Some(0)).is_ok());
+        assert!(b.take_new_daily().is_empty(), "one of two left");
+        assert!(b.admit(&s, Some(0)).is_ok());
+        let until = b.admit(&s, Some(0)).expect_err("the day's two are used");
+        let reset = until_daily_reset(SystemTime::now());
+        assert!(
+            until.saturating_duration_since(Instant::now()) + MINUTE > reset,
+            "spent until the daily reset"
+        );
+        assert!(
+            b.admit(&step("groq", "other"), Some(0)).is_ok(),
+            "per model"
+        );
+        let daily = b.take_new_daily();
+        assert_eq!(daily.len(), 1, "{daily:?}");
+        assert_eq!(
+            (daily[0].provider.as_str(), daily[0].scope.as_str()),
+            ("groq", "m")
+        );
+        let restarted = budgets(
+            "groq",
+            BudgetSettings {
+                per: BudgetPer::Model,
+                requests_per_day: Some(2),
+                ..BudgetSettings::default()
+            },
+        );
+        restarted.restore(&daily);
+        assert!(
+            restarted.admit(&s, Some(0)).is_err(),
+            "still spent after a restart"
+        );
+    }
+
+    /// A 429 that says nothing lowers what the budget admits (not only a number inside
+    /// it), and successes raise it again a little at a time. The penalty pauses are
+    /// cleared by hand: they are what `hintless_429s_slow_down…` tests.
+    #[test]
+    fn hintless_429s_lower_the_admitted_rate_and_successes_raise_it_slowly() {
+        let b = budgets(
+            "mistral",
+            BudgetSettings {
+                requests_per_minute: Some(8),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("mistral", "m");
+        let admitted = |b: &Budgets| {
+            {
+                let mut states = b.lock();
+                let state = states.entry(b.key(&s, Some(0))).or_default();
+                state.sent.clear();
+                state.spent_until = None;
+            }
+            std::iter::from_fn(|| b.admit(&s, Some(0)).ok())
+                .take(100)
+                .count()
+        };
+        assert_eq!(admitted(&b), 8, "the declared rate");
+        for _ in 0..2 {
+            b.learn(&s, Some(0), &Hint::default(), true);
+        }
+        assert_eq!(admitted(&b), 2, "two hintless 429s: a quarter");
+        b.learn(&s, Some(0), &Hint::default(), false);
+        assert_eq!(admitted(&b), 2, "one success is not enough to go up");
+        for _ in 0..5 {
+            b.learn(&s, Some(0), &Hint::default(), false);
+        }
+        assert_eq!(admitted(&b), 4, "raised slowly: a twentieth per success");
+        for _ in 0..20 {
+            b.learn(&s, Some(0), &Hint::default(), false);
+        }
+        assert_eq!(admitted(&b), 8, "and never above the declared rate");
     }
 
     #[test]

@@ -303,6 +303,24 @@ mod tests {
         assert_eq!(hint.spent_for(true, ms(1)), None);
     }
 
+    /// Rate-limit values as a broken or hostile provider might send them.
+    fn nonsense() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,24}",
+            "-?[0-9]{1,40}(\\.[0-9]{0,8})?([eE][-+]?[0-9]{1,4})?",
+            "-?([0-9]{1,30}(\\.[0-9]{0,4})?(h|m|s|ms|us|µs|ns|d|x)){1,5}",
+            Just("NaN".to_owned()),
+            Just("inf".to_owned()),
+            Just("Sun, 06 Nov 1994 08:49:37 GMT".to_owned()),
+            Just("Fri, 31 Dec 9999 23:59:59 GMT".to_owned()),
+        ]
+    }
+
+    /// A remaining count: often 0 (so that the resets count), else anything.
+    fn count() -> impl Strategy<Value = String> {
+        prop_oneof![Just("0".to_owned()), "-?[0-9]{1,25}", ".{0,8}"]
+    }
+
     proptest! {
         #[test]
         fn nonsense_never_panics_and_stays_bounded(
@@ -330,6 +348,64 @@ mod tests {
                     prop_assert!(d <= MAX_WAIT);
                 }
             }
+        }
+
+        /// Arbitrary strings and number-like nonsense (huge, negative, exponents, Go
+        /// durations with absurd parts): a reset is never a panic, and a parsed one is a
+        /// finite wait within [`MAX_WAIT`] that the clock can add.
+        #[test]
+        fn any_reset_is_a_bounded_finite_wait(raw in nonsense()) {
+            if let Some(d) = parse_reset(&raw) {
+                prop_assert!(d <= MAX_WAIT, "{raw:?}: {d:?}");
+                prop_assert!(std::time::Instant::now().checked_add(d).is_some());
+            }
+        }
+
+        /// Every header and body shape at once, filled with nonsense, through to the
+        /// budget registry: the wait it learns is bounded, and learning never panics.
+        #[test]
+        fn any_hint_teaches_a_bounded_wait(
+            remaining_requests in count(),
+            reset_requests in nonsense(),
+            remaining_tokens in count(),
+            reset_tokens in nonsense(),
+            retry_after in nonsense(),
+            retry_after_ms in nonsense(),
+            delay in nonsense(),
+            quota in ".{0,24}",
+            rate_limited in any::<bool>(),
+        ) {
+            let map = headers(&[
+                ("x-ratelimit-remaining-requests", remaining_requests.as_str()),
+                ("x-ratelimit-reset-requests", reset_requests.as_str()),
+                ("x-ratelimit-remaining-tokens", remaining_tokens.as_str()),
+                ("x-ratelimit-reset-tokens", reset_tokens.as_str()),
+                ("retry-after", retry_after.as_str()),
+                ("retry-after-ms", retry_after_ms.as_str()),
+            ]);
+            let body = serde_json::json!({"error": {"code": 429, "details": [
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay},
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                 "violations": [{"quotaId": quota}]},
+            ]}});
+            let hint = with_body(from_headers(&map, SystemTime::now()), &body.to_string());
+            for wait in [hint.reset_requests, hint.reset_tokens, hint.retry_after].into_iter().flatten() {
+                prop_assert!(wait <= MAX_WAIT, "{hint:?}");
+            }
+            let daily_reset = crate::llm::budget::until_daily_reset(SystemTime::now());
+            if let Some(d) = hint.spent_for(rate_limited, daily_reset) {
+                prop_assert!(d <= MAX_WAIT && !d.is_zero(), "{hint:?}: {d:?}");
+            }
+            let budgets = crate::llm::budget::Budgets::new(std::collections::HashMap::new());
+            let step = crate::llm::cooldown::StepId {
+                no: 0,
+                provider: "p".to_owned(),
+                model: "m".to_owned(),
+            };
+            if let Some(d) = budgets.learn(&step, Some(0), &hint, rate_limited) {
+                prop_assert!(d <= MAX_WAIT, "{hint:?}: {d:?}");
+            }
+            let _ = budgets.admit(&step, Some(0));
         }
 
         #[test]

@@ -308,4 +308,29 @@ mod tests {
         assert_eq!(err.retry_after(), Some(Duration::from_secs(37)));
         assert!(err.to_string().contains("RESOURCE_EXHAUSTED"));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Whatever a 429 body's `retryDelay` says — text, huge, negative, exponents —
+            /// the wait the cascade honours is never a panic and never above a day.
+            #[test]
+            fn any_retry_delay_is_a_bounded_wait(
+                delay in ".{0,24}|-?[0-9]{1,40}(\\.[0-9]{0,6})?([eE][-+]?[0-9]{1,4})?s",
+                status in prop_oneof![Just(429u16), Just(503u16)],
+            ) {
+                let body = serde_json::json!({"error": {"code": status, "details": [
+                    {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}
+                ]}})
+                .to_string();
+                let wait = Gemini.retry_after(&HeaderMap::new(), &body);
+                prop_assert!(wait.is_none_or(|d| d <= retry_after::MAX_WAIT), "{wait:?}");
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+                let err = Gemini.classify_error(status, &body, wait);
+                prop_assert_eq!(err.retry_after(), wait);
+            }
+        }
+    }
 }

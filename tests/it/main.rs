@@ -16,6 +16,7 @@
 mod support;
 
 mod bot_e2e;
+mod budget_audit;
 mod budgets;
 mod chat;
 mod cli;
