@@ -34,7 +34,7 @@ use crate::store::{
     ChatId, Digest, DigestAdvance, DueDigest, FrontEnd, MessageId, StoreError, UserId,
 };
 use crate::texts::Texts;
-use crate::time::{LocalTime, UserZone, parse_sql_timestamp, sql_timestamp};
+use crate::time::{LocalTime, UserZone};
 
 /// Due users (scheduler) or due digests (worker) read per look; more wait for the next.
 const BATCH: i64 = 200;
@@ -115,10 +115,7 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
             reschedule(journal, user_id).await?;
         } else {
             let next = next_sunday_at(&zone, journal.now(), time);
-            journal
-                .store()
-                .set_digest(id, Some(&sql_timestamp(next)))
-                .await?;
+            journal.store().set_digest(id, Some(next)).await?;
         }
         tracing::info!(user_id, "weekly digest turned on");
         Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name())))
@@ -140,10 +137,7 @@ pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreErro
     let time = digest_time(journal, id).await?;
     let now = journal.now();
     let next = next_sunday_at(&zone, now, time);
-    journal
-        .store()
-        .reschedule_digest(id, &sql_timestamp(next), &sql_timestamp(now))
-        .await
+    journal.store().reschedule_digest(id, next, now).await
 }
 
 /// `/week`: the digest of the last 7 local days, sent through `messenger` to `chat_id`
@@ -531,11 +525,7 @@ pub async fn deliver_due<M: Messenger>(
 /// at a time.
 pub async fn schedule_tick(journal: &Arc<Journal>) {
     let now = journal.now();
-    let due = match journal
-        .store()
-        .due_digest_users(&sql_timestamp(now), BATCH)
-        .await
-    {
+    let due = match journal.store().due_digest_users(now, BATCH).await {
         Ok(due) => due,
         Err(error) => {
             tracing::error!(%error, "digest scheduler could not read due digests");
@@ -560,8 +550,17 @@ async fn schedule_one(
         .as_deref()
         .and_then(LocalTime::from_stored)
         .unwrap_or(LocalTime::EVENING);
-    let due_at = parse_sql_timestamp(&user.digest_next_at).unwrap_or(now);
-    let next = sql_timestamp(next_sunday_at(&zone, now.max(due_at), time));
+    let due_at = user.digest_next_at.at();
+    if due_at > now {
+        // Its text sorted as due but it spells a later moment (a hand edit with a UTC
+        // offset): it goes to that moment, written as the store writes moments.
+        journal
+            .store()
+            .advance_digest(user.user_id, &user.digest_next_at, due_at, None)
+            .await?;
+        return Ok(());
+    }
+    let next = next_sunday_at(&zone, now.max(due_at), time);
     // The week ends on the Sunday of the due moment, on the user's calendar.
     let (first, last) = week_ending(zone.civil(due_at).date());
     let late = now.duration_since(due_at);
@@ -596,7 +595,7 @@ async fn schedule_one(
     };
     let advanced = journal
         .store()
-        .advance_digest(user.user_id, &user.digest_next_at, &next, create)
+        .advance_digest(user.user_id, &user.digest_next_at, next, create)
         .await?;
     if let DigestAdvance::Moved {
         created: Some(digest),

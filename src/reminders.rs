@@ -24,7 +24,7 @@ use crate::journal::Journal;
 use crate::render::Reply;
 use crate::store::{DueReminder, StoreError, UserId};
 use crate::texts::Texts;
-use crate::time::{LocalTime, UserZone, sql_timestamp};
+use crate::time::{LocalTime, UserZone};
 
 /// Due reminders read per look; more wait for the next tick (soonest first).
 const BATCH: i64 = 1000;
@@ -98,7 +98,7 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     let next = zone.next_at(journal.now(), time);
     journal
         .store()
-        .set_reminder(UserId(user_id), &time.to_string(), &sql_timestamp(next))
+        .set_reminder(UserId(user_id), time, next)
         .await?;
     tracing::info!(user_id, "reminder set");
     Ok(Reply::new().text(texts.remind_set(&time.to_string(), zone.name())))
@@ -120,7 +120,7 @@ pub async fn zone_changed(
         let next = zone.next_at(journal.now(), time);
         journal
             .store()
-            .reschedule_reminder(UserId(user_id), &sql_timestamp(next))
+            .reschedule_reminder(UserId(user_id), next)
             .await?;
     }
     Ok(())
@@ -171,10 +171,7 @@ pub async fn tick<M: Messenger>(
     messenger: &Arc<M>,
 ) -> Result<Tick, StoreError> {
     let now = journal.now();
-    let due = journal
-        .store()
-        .due_reminders(&sql_timestamp(now), BATCH)
-        .await?;
+    let due = journal.store().due_reminders(now, BATCH).await?;
     let mut done = Tick::default();
     let mut sending = JoinSet::new();
     for reminder in due {
@@ -214,7 +211,7 @@ fn count(done: &mut Tick, sent: bool) {
 struct ToSend {
     reminder: DueReminder,
     day: jiff::civil::Date,
-    advanced_to: String,
+    advanced_to: Timestamp,
 }
 
 /// Decides one due reminder and records the decision; `Some` when it is to be sent.
@@ -232,7 +229,16 @@ async fn prepare(
         journal.store().disable_reminder(reminder.user_id).await?;
         return Ok(None);
     };
-    let due_at = crate::time::parse_sql_timestamp(&reminder.next_due_at).unwrap_or(now);
+    let due_at = reminder.next_due_at.at();
+    if due_at > now {
+        // Its text sorted as due but it spells a later moment (a hand edit with a UTC
+        // offset): it goes to that moment, written as the store writes moments.
+        journal
+            .store()
+            .advance_reminder(reminder.user_id, &reminder.next_due_at, None, due_at)
+            .await?;
+        return Ok(None);
+    }
     let day = journal.local_day(&zone, due_at);
     let has_entry = journal.store().has_entry_on(reminder.user_id, day).await?;
     let decision = decide(
@@ -244,10 +250,9 @@ async fn prepare(
         has_entry,
     );
     // Never the same moment again: the next time strictly after both.
-    let next = sql_timestamp(zone.next_at(now.max(due_at), time));
-    let day_text = day.to_string();
+    let next = zone.next_at(now.max(due_at), time);
     let sent_day = match &decision {
-        Decision::Send { .. } => Some(day_text.as_str()),
+        Decision::Send { day } => Some(*day),
         Decision::Skip(reason) => {
             tracing::debug!(
                 user_id = reminder.user_id.get(),
@@ -259,7 +264,7 @@ async fn prepare(
     };
     let won = journal
         .store()
-        .advance_reminder(reminder.user_id, &reminder.next_due_at, sent_day, &next)
+        .advance_reminder(reminder.user_id, &reminder.next_due_at, sent_day, next)
         .await?;
     Ok(match decision {
         Decision::Send { day } if won => Some(ToSend {
@@ -304,7 +309,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
                     reminder.user_id,
                     &reminder.next_due_at,
                     reminder.last_sent_day.as_deref(),
-                    &advanced_to,
+                    advanced_to,
                 )
                 .await
             {

@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use sqlx::FromRow;
 
+use crate::time::sql_timestamp;
+
 use super::{
-    ChatId, DigestId, FrontEnd, MessageId, Store, StoreError, UserId, retry_busy, returned,
+    ChatId, DigestId, DueAt, FrontEnd, MessageId, Store, StoreError, UserId, retry_busy, returned,
 };
 
 /// A weekly digest (`digests`, SPEC §10). `text` is `None` until it is written.
@@ -28,14 +31,42 @@ const DIGEST_COLUMNS: &str =
     "id, user_id, chat_id, week_start, status, text, attempts, created_at, message_id";
 
 /// A user whose Sunday digest is due, with what writing it needs to know.
-#[derive(Debug, Clone, PartialEq, FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DueDigest {
     pub user_id: UserId,
     pub chat_id: ChatId,
     pub timezone: String,
     /// The reminder's `HH:MM` when a reminder is on (the digest comes then).
     pub reminder_time: Option<String>,
-    pub digest_next_at: String,
+    /// When it was due; also the key that [`Store::advance_digest`] moves it on by.
+    pub digest_next_at: DueAt,
+}
+
+/// A row of [`DUE_DIGESTS_SQL`], before [`DueDigest`] parses it.
+#[derive(FromRow)]
+struct DueDigestRow {
+    user_id: UserId,
+    chat_id: ChatId,
+    timezone: String,
+    reminder_time: Option<String>,
+    digest_next_at: String,
+}
+
+impl DueDigestRow {
+    fn read(self, now: Timestamp) -> DueDigest {
+        DueDigest {
+            digest_next_at: DueAt::read(
+                self.digest_next_at,
+                now,
+                self.user_id,
+                "users.digest_next_at",
+            ),
+            user_id: self.user_id,
+            chat_id: self.chat_id,
+            timezone: self.timezone,
+            reminder_time: self.reminder_time,
+        }
+    }
 }
 
 /// What [`Store::advance_digest`] did.
@@ -49,11 +80,18 @@ pub enum DigestAdvance {
 }
 
 /// The digest scheduler's query: due users, soonest first, through `users_digest_due`.
+/// As in [`super::DUE_REMINDERS_SQL`], the second half takes the rows whose text cannot
+/// be a moment, so that they are due now instead of never.
 pub const DUE_DIGESTS_SQL: &str = "SELECT u.user_id, u.chat_id, u.timezone,
             CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
      FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
      WHERE u.digest_enabled = 1 AND u.digest_next_at <= ?1
-     ORDER BY u.digest_next_at LIMIT ?2";
+     UNION ALL
+     SELECT u.user_id, u.chat_id, u.timezone,
+            CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
+     FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
+     WHERE u.digest_enabled = 1 AND u.digest_next_at >= ':'
+     ORDER BY digest_next_at LIMIT ?2";
 
 impl Store {
     // ---- weekly digests (SPEC §10) ----
@@ -74,15 +112,16 @@ impl Store {
     pub async fn set_digest(
         &self,
         user_id: UserId,
-        next_at: Option<&str>,
+        next_at: Option<Timestamp>,
     ) -> Result<(), StoreError> {
+        let next_at = next_at.map(sql_timestamp);
         retry_busy("set_digest", || async {
             let done = sqlx::query(
                 "UPDATE users SET digest_enabled = ?2 IS NOT NULL, digest_next_at = ?2
                  WHERE user_id = ?1",
             )
             .bind(user_id)
-            .bind(next_at)
+            .bind(&next_at)
             .execute(&self.write)
             .await?;
             if done.rows_affected() == 0 {
@@ -94,14 +133,16 @@ impl Store {
     }
 
     /// A new zone or reminder time: the Sunday digest (if on) is next due at `next_at`,
-    /// unless it is already due at `now` (UTC text): that one is left to the scheduler,
-    /// which sends it and moves on with the new settings, rather than skipped.
+    /// unless it is already due at `now`: that one is left to the scheduler, which
+    /// sends it and moves on with the new settings, rather than skipped.
     pub async fn reschedule_digest(
         &self,
         user_id: UserId,
-        next_at: &str,
-        now: &str,
+        next_at: Timestamp,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let next_at = sql_timestamp(next_at);
+        let now = sql_timestamp(now);
         retry_busy("reschedule_digest", || async {
             sqlx::query(
                 "UPDATE users SET digest_next_at = ?2
@@ -109,8 +150,8 @@ impl Store {
                    AND (digest_next_at IS NULL OR digest_next_at > ?3)",
             )
             .bind(user_id)
-            .bind(next_at)
-            .bind(now)
+            .bind(&next_at)
+            .bind(&now)
             .execute(&self.write)
             .await?;
             Ok(())
@@ -118,17 +159,18 @@ impl Store {
         .await
     }
 
-    /// Users whose Sunday digest is due at `now` (UTC text), soonest first.
+    /// Users whose Sunday digest is due at `now`, soonest first (see [`DUE_DIGESTS_SQL`]).
     pub async fn due_digest_users(
         &self,
-        now: &str,
+        now: Timestamp,
         limit: i64,
     ) -> Result<Vec<DueDigest>, StoreError> {
-        Ok(sqlx::query_as::<_, DueDigest>(DUE_DIGESTS_SQL)
-            .bind(now)
+        let rows = sqlx::query_as::<_, DueDigestRow>(DUE_DIGESTS_SQL)
+            .bind(sql_timestamp(now))
             .bind(limit)
             .fetch_all(&self.read)
-            .await?)
+            .await?;
+        Ok(rows.into_iter().map(|row| row.read(now)).collect())
     }
 
     /// How many entries the user has on the local days `first..=last`.
@@ -224,17 +266,18 @@ impl Store {
         .await?)
     }
 
-    /// The scheduler's step for one due user: moves `digest_next_at` from `due_at` to
-    /// `next_at` and, when `create` is given, stores that week's digest as pending — in
-    /// one transaction, so a digest is decided exactly once however many ticks or
-    /// restarts look at the same moment.
+    /// The scheduler's step for one due user: moves `digest_next_at` from `due_at` (the
+    /// very text it was read with) to `next_at` and, when `create` is given, stores that
+    /// week's digest as pending — in one transaction, so a digest is decided exactly
+    /// once however many ticks or restarts look at the same moment.
     pub async fn advance_digest(
         &self,
         user_id: UserId,
-        due_at: &str,
-        next_at: &str,
+        due_at: &DueAt,
+        next_at: Timestamp,
         create: Option<(ChatId, jiff::civil::Date)>,
     ) -> Result<DigestAdvance, StoreError> {
+        let next_at = sql_timestamp(next_at);
         retry_busy("advance_digest", || async {
             let mut tx = self.write.begin().await?;
             let moved = sqlx::query(
@@ -242,8 +285,8 @@ impl Store {
                  WHERE user_id = ?1 AND digest_enabled = 1 AND digest_next_at = ?2",
             )
             .bind(user_id)
-            .bind(due_at)
-            .bind(next_at)
+            .bind(due_at.key())
+            .bind(&next_at)
             .execute(&mut *tx)
             .await?;
             if moved.rows_affected() == 0 {

@@ -169,6 +169,44 @@ where
     write().await
 }
 
+/// When a scheduler row (a reminder, a user's Sunday digest) is due, as the store read
+/// it: the moment callers decide with, and, private, the stored text itself as the key
+/// of the compare-and-set that moves the row on. The key is what the row held, not a
+/// formatting of the moment, so a row whose text is another spelling of a moment (a
+/// hand edit, fractional seconds) or no moment at all still matches, and moves on once;
+/// callers never see or parse the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueAt {
+    at: jiff::Timestamp,
+    stored: String,
+}
+
+impl DueAt {
+    /// A due row's stored text, read at `now`: text that is no moment is due now (with
+    /// a warning naming the row, never its text), as the scheduler's query returned it.
+    fn read(stored: String, now: jiff::Timestamp, user_id: UserId, column: &'static str) -> Self {
+        let at = crate::time::parse_sql_timestamp(&stored).unwrap_or_else(|| {
+            tracing::warn!(
+                user_id = user_id.get(),
+                column,
+                "stored due time is not a moment; treated as due now"
+            );
+            now
+        });
+        Self { at, stored }
+    }
+
+    /// The moment the row is due.
+    pub fn at(&self) -> jiff::Timestamp {
+        self.at
+    }
+
+    /// The compare-and-set key: exactly the text that was read.
+    fn key(&self) -> &str {
+        &self.stored
+    }
+}
+
 /// Lifecycle of a day log (`day_logs.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "TEXT", rename_all = "lowercase")]
