@@ -9,10 +9,11 @@ use crate::time::sql_timestamp;
 
 use super::{
     ChatId, DigestId, DueAt, FrontEnd, MessageId, Store, StoreError, UserId, retry_busy, returned,
+    stored_moment,
 };
 
 /// A weekly digest (`digests`, SPEC §10). `text` is `None` until it is written.
-#[derive(Debug, Clone, PartialEq, FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Digest {
     pub id: DigestId,
     pub user_id: UserId,
@@ -22,9 +23,46 @@ pub struct Digest {
     pub status: String,
     pub text: Option<String>,
     pub attempts: i64,
-    pub created_at: String,
+    /// When it was stored (read as [`super::DayLog::created_at`] is).
+    pub created_at: Timestamp,
     /// The `/week` message that asked for it; `None` for the schedule or a terminal.
     pub message_id: Option<MessageId>,
+}
+
+/// A `digests` row as SQLite holds it, before [`Digest`] parses its columns.
+#[derive(FromRow)]
+struct DigestRow {
+    id: DigestId,
+    user_id: UserId,
+    chat_id: ChatId,
+    week_start: String,
+    status: String,
+    text: Option<String>,
+    attempts: i64,
+    created_at: String,
+    message_id: Option<MessageId>,
+}
+
+impl From<DigestRow> for Digest {
+    fn from(row: DigestRow) -> Self {
+        Self {
+            created_at: stored_moment("digests", row.id.get(), "created_at", &row.created_at),
+            id: row.id,
+            user_id: row.user_id,
+            chat_id: row.chat_id,
+            week_start: row.week_start,
+            status: row.status,
+            text: row.text,
+            attempts: row.attempts,
+            message_id: row.message_id,
+        }
+    }
+}
+
+impl<'r> FromRow<'r, sqlx::sqlite::SqliteRow> for Digest {
+    fn from_row(row: &'r sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
+        DigestRow::from_row(row).map(Self::from)
+    }
 }
 
 const DIGEST_COLUMNS: &str =

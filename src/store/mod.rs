@@ -207,6 +207,27 @@ impl DueAt {
     }
 }
 
+/// A stored moment of a row (`created_at`, `replied_at`, …): what
+/// [`crate::time::parse_sql_timestamp`] reads, and for text that is no moment the Unix
+/// epoch, with a warning naming the row and column (never the text), so that the row
+/// stays readable.
+fn stored_moment(
+    table: &'static str,
+    id: i64,
+    column: &'static str,
+    text: &str,
+) -> jiff::Timestamp {
+    crate::time::parse_sql_timestamp(text).unwrap_or_else(|| {
+        tracing::warn!(
+            table,
+            id,
+            column,
+            "stored time is not a moment; read as the epoch"
+        );
+        jiff::Timestamp::UNIX_EPOCH
+    })
+}
+
 /// Lifecycle of a day log (`day_logs.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "TEXT", rename_all = "lowercase")]
@@ -247,8 +268,10 @@ pub struct DayLog {
     /// object (a warning is logged; callers treat it as no metrics).
     pub metrics: Option<Metrics>,
     pub attempts: i64,
-    pub next_attempt_at: Option<String>,
-    pub replied_at: Option<String>,
+    /// When the worker looks at it next (read as [`DayLog::created_at`] is).
+    pub next_attempt_at: Option<jiff::Timestamp>,
+    /// When its final reply was sent (read as [`DayLog::created_at`] is).
+    pub replied_at: Option<jiff::Timestamp>,
     /// The user's local day the entry belongs to (SPEC §10), `YYYY-MM-DD`.
     pub local_day: Option<String>,
 }
@@ -283,13 +306,16 @@ impl From<DayLogRow> for DayLog {
             }
             parsed
         });
-        let created_at = crate::time::parse_sql_timestamp(&row.created_at).unwrap_or_else(|| {
-            tracing::warn!(
-                log_id = row.id.get(),
-                "stored created_at is not a UTC timestamp; read as the epoch"
-            );
-            jiff::Timestamp::UNIX_EPOCH
-        });
+        let moment = |column, text: &str| stored_moment("day_logs", row.id.get(), column, text);
+        let created_at = moment("created_at", &row.created_at);
+        let next_attempt_at = row
+            .next_attempt_at
+            .as_deref()
+            .map(|text| moment("next_attempt_at", text));
+        let replied_at = row
+            .replied_at
+            .as_deref()
+            .map(|text| moment("replied_at", text));
         Self {
             id: row.id,
             user_id: row.user_id,
@@ -301,8 +327,8 @@ impl From<DayLogRow> for DayLog {
             analysis: row.analysis,
             metrics,
             attempts: row.attempts,
-            next_attempt_at: row.next_attempt_at,
-            replied_at: row.replied_at,
+            next_attempt_at,
+            replied_at,
             local_day: row.local_day,
         }
     }

@@ -4,18 +4,43 @@ use sqlx::FromRow;
 
 use crate::language::Language;
 
-use super::{ChatId, Store, StoreError, UserId, retry_busy, returned};
+use super::{ChatId, Store, StoreError, UserId, retry_busy, returned, stored_moment};
 
-#[derive(Debug, Clone, PartialEq, FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct User {
     pub user_id: UserId,
     pub chat_id: ChatId,
     pub username: Option<String>,
     /// `users.language`, read as a [`Language`] (an unknown code is English).
-    #[sqlx(try_from = "String")]
     pub language: Language,
     pub timezone: String,
-    pub created_at: String,
+    /// When the user was first seen (read as [`super::DayLog::created_at`] is).
+    pub created_at: jiff::Timestamp,
+}
+
+/// A `users` row as SQLite holds it, before [`User`] parses its columns.
+#[derive(FromRow)]
+struct UserRow {
+    user_id: UserId,
+    chat_id: ChatId,
+    username: Option<String>,
+    #[sqlx(try_from = "String")]
+    language: Language,
+    timezone: String,
+    created_at: String,
+}
+
+impl From<UserRow> for User {
+    fn from(row: UserRow) -> Self {
+        Self {
+            created_at: stored_moment("users", row.user_id.get(), "created_at", &row.created_at),
+            user_id: row.user_id,
+            chat_id: row.chat_id,
+            username: row.username,
+            language: row.language,
+            timezone: row.timezone,
+        }
+    }
 }
 
 impl User {
@@ -40,7 +65,7 @@ impl Store {
     /// Creates the user or refreshes its chat and username; keeps a chosen language.
     pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
         retry_busy("upsert_user", || async {
-            let rows = sqlx::query_as::<_, User>(
+            let rows = sqlx::query_as::<_, UserRow>(
                 "INSERT INTO users (user_id, chat_id, username, language, timezone)
                  VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id,
@@ -54,19 +79,22 @@ impl Store {
             .bind(&*self.default_timezone)
             .fetch_all(&self.write)
             .await?;
-            returned(rows).ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
+            returned(rows)
+                .map(User::from)
+                .ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
         })
         .await
     }
 
     pub async fn user(&self, user_id: UserId) -> Result<Option<User>, StoreError> {
-        Ok(sqlx::query_as::<_, User>(
+        let row = sqlx::query_as::<_, UserRow>(
             "SELECT user_id, chat_id, username, language, timezone, created_at
              FROM users WHERE user_id = ?1",
         )
         .bind(user_id)
         .fetch_optional(&self.read)
-        .await?)
+        .await?;
+        Ok(row.map(User::from))
     }
 
     pub async fn set_language(

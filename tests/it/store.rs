@@ -260,6 +260,44 @@ async fn a_log_whose_created_at_is_not_a_timestamp_stays_readable() {
     assert_eq!(stored.text, "a calm day");
 }
 
+/// Every stored moment a caller sees is a `Timestamp`, parsed once in the store: the
+/// canonical text, another spelling of a moment (a hand edit) as that moment, and text
+/// that is no moment as the epoch, the row still readable.
+#[tokio::test]
+async fn stored_moments_are_read_as_timestamps_whatever_their_spelling() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let id = log(&db.store, 1, 10, "a calm day").await.id();
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query(
+        "UPDATE day_logs SET next_attempt_at = '2026-12-01T21:00:00.5Z',
+             replied_at = 'later' WHERE id = ?1",
+    )
+    .bind(id)
+    .execute(&writer)
+    .await
+    .expect("hand edit");
+    sqlx::query("UPDATE users SET created_at = '2026-11-30 08:00:00' WHERE user_id = 1")
+        .execute(&writer)
+        .await
+        .expect("hand edit");
+    user(&db.store, 2).await;
+    sqlx::query("UPDATE users SET created_at = 'long ago' WHERE user_id = 2")
+        .execute(&writer)
+        .await
+        .expect("hand edit");
+    writer.close().await;
+    let at = |text: &str| -> jiff::Timestamp { text.parse().expect("moment") };
+
+    let stored = db.store.log(id).await.expect("read").expect("row");
+    assert_eq!(stored.next_attempt_at, Some(at("2026-12-01T21:00:00.5Z")));
+    assert_eq!(stored.replied_at, Some(jiff::Timestamp::UNIX_EPOCH));
+    let first = db.store.user(UserId(1)).await.expect("read").expect("user");
+    assert_eq!(first.created_at, at("2026-11-30T08:00:00Z"));
+    let second = db.store.user(UserId(2)).await.expect("read").expect("user");
+    assert_eq!(second.created_at, jiff::Timestamp::UNIX_EPOCH);
+}
+
 #[tokio::test]
 async fn a_redelivered_message_is_stored_once() {
     let db = fresh().await;
