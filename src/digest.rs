@@ -85,7 +85,7 @@ async fn digest_time(journal: &Journal, user_id: UserId) -> Result<LocalTime, St
         .reminder(user_id)
         .await?
         .filter(|r| r.enabled)
-        .and_then(|r| LocalTime::from_stored(&r.local_time))
+        .and_then(|r| r.local_time)
         .unwrap_or(LocalTime::EVENING))
 }
 
@@ -544,12 +544,8 @@ async fn schedule_one(
     user: &DueDigest,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    let zone = journal.zone_from_stored(user.user_id.get(), &user.timezone);
-    let time = user
-        .reminder_time
-        .as_deref()
-        .and_then(LocalTime::from_stored)
-        .unwrap_or(LocalTime::EVENING);
+    let zone = &user.timezone;
+    let time = user.reminder_time.unwrap_or(LocalTime::EVENING);
     let due_at = user.digest_next_at.at();
     if due_at > now {
         // Its text sorted as due but it spells a later moment (a hand edit with a UTC
@@ -560,7 +556,7 @@ async fn schedule_one(
             .await?;
         return Ok(());
     }
-    let next = next_sunday_at(&zone, now.max(due_at), time);
+    let next = next_sunday_at(zone, now.max(due_at), time);
     // The week ends on the Sunday of the due moment, on the user's calendar.
     let (first, last) = week_ending(zone.civil(due_at).date());
     let late = now.duration_since(due_at);

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::journal::Journal;
 use crate::render::Reply;
-use crate::store::{DueReminder, StoreError, UserId};
+use crate::store::{DueReminder, Reminder, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{LocalTime, UserZone};
 
@@ -58,14 +58,14 @@ pub fn decide(
     now: Timestamp,
     max_late: Duration,
     day: jiff::civil::Date,
-    last_sent_day: Option<&str>,
+    last_sent_day: Option<jiff::civil::Date>,
     has_entry: bool,
 ) -> Decision {
     let late = now.duration_since(due_at);
     if late > jiff::SignedDuration::try_from(max_late).unwrap_or(jiff::SignedDuration::MAX) {
         return Decision::Skip(SkipReason::TooLate);
     }
-    if last_sent_day == Some(day.to_string().as_str()) {
+    if last_sent_day == Some(day) {
         return Decision::Skip(SkipReason::AlreadySent);
     }
     if has_entry {
@@ -83,7 +83,11 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     if arg.is_empty() {
         let reminder = journal.store().reminder(UserId(user_id)).await?;
         return Ok(Reply::new().text(match reminder {
-            Some(r) if r.enabled => texts.remind_show(&r.local_time, zone.name()),
+            Some(Reminder {
+                enabled: true,
+                local_time: Some(time),
+                ..
+            }) => texts.remind_show(&time.to_string(), zone.name()),
             _ => texts.remind_none().to_owned(),
         }));
     }
@@ -113,7 +117,7 @@ pub async fn zone_changed(
     let Some(reminder) = journal.store().reminder(UserId(user_id)).await? else {
         return Ok(());
     };
-    let Some(time) = LocalTime::from_stored(&reminder.local_time) else {
+    let Some(time) = reminder.local_time else {
         return Ok(());
     };
     if reminder.enabled {
@@ -220,8 +224,8 @@ async fn prepare(
     reminder: &DueReminder,
     now: Timestamp,
 ) -> Result<Option<ToSend>, StoreError> {
-    let zone = journal.zone_from_stored(reminder.user_id.get(), &reminder.timezone);
-    let Some(time) = LocalTime::from_stored(&reminder.local_time) else {
+    let zone = &reminder.timezone;
+    let Some(time) = reminder.local_time else {
         tracing::warn!(
             user_id = reminder.user_id.get(),
             "unreadable reminder time; turning it off"
@@ -239,14 +243,14 @@ async fn prepare(
             .await?;
         return Ok(None);
     }
-    let day = journal.local_day(&zone, due_at);
+    let day = journal.local_day(zone, due_at);
     let has_entry = journal.store().has_entry_on(reminder.user_id, day).await?;
     let decision = decide(
         due_at,
         now,
         journal.settings().reminders.max_late(),
         day,
-        reminder.last_sent_day.as_deref(),
+        reminder.last_sent_day,
         has_entry,
     );
     // Never the same moment again: the next time strictly after both.
@@ -308,7 +312,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
                 .restore_reminder(
                     reminder.user_id,
                     &reminder.next_due_at,
-                    reminder.last_sent_day.as_deref(),
+                    reminder.last_sent_day,
                     advanced_to,
                 )
                 .await
@@ -336,6 +340,7 @@ mod tests {
         let day: jiff::civil::Date = "2026-12-01".parse().expect("day");
         let margin = Duration::from_secs(90 * 60);
         let at = |s: &str| -> Timestamp { s.parse().expect("now") };
+        let at_day = |s: &str| -> jiff::civil::Date { s.parse().expect("day") };
         let table = [
             (
                 "on time",
@@ -347,7 +352,7 @@ mod tests {
             (
                 "89 min late",
                 at("2026-12-02T06:29:00Z"),
-                Some("2026-11-30"),
+                Some(at_day("2026-11-30")),
                 false,
                 Decision::Send { day },
             ),
@@ -361,7 +366,7 @@ mod tests {
             (
                 "sent already",
                 at("2026-12-02T05:00:10Z"),
-                Some("2026-12-01"),
+                Some(day),
                 false,
                 Decision::Skip(SkipReason::AlreadySent),
             ),

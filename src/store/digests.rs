@@ -5,11 +5,11 @@ use std::time::Duration;
 use jiff::Timestamp;
 use sqlx::FromRow;
 
-use crate::time::sql_timestamp;
+use crate::time::{LocalTime, UserZone, sql_timestamp};
 
 use super::{
     ChatId, DigestId, DueAt, FrontEnd, MessageId, Store, StoreError, UserId, retry_busy, returned,
-    stored_moment,
+    stored_local_time, stored_moment,
 };
 
 /// A weekly digest (`digests`, SPEC §10). `text` is `None` until it is written.
@@ -73,9 +73,10 @@ const DIGEST_COLUMNS: &str =
 pub struct DueDigest {
     pub user_id: UserId,
     pub chat_id: ChatId,
-    pub timezone: String,
-    /// The reminder's `HH:MM` when a reminder is on (the digest comes then).
-    pub reminder_time: Option<String>,
+    pub timezone: UserZone,
+    /// The reminder's time when a reminder is on (the digest comes then); `None` also
+    /// when the stored time is not `HH:MM` (a warning is logged).
+    pub reminder_time: Option<LocalTime>,
     /// When it was due; also the key that [`Store::advance_digest`] moves it on by.
     pub digest_next_at: DueAt,
 }
@@ -91,7 +92,7 @@ struct DueDigestRow {
 }
 
 impl DueDigestRow {
-    fn read(self, now: Timestamp) -> DueDigest {
+    fn read(self, store: &Store, now: Timestamp) -> DueDigest {
         DueDigest {
             digest_next_at: DueAt::read(
                 self.digest_next_at,
@@ -99,10 +100,12 @@ impl DueDigestRow {
                 self.user_id,
                 "users.digest_next_at",
             ),
+            timezone: store.stored_zone(self.user_id, &self.timezone),
+            reminder_time: self.reminder_time.and_then(|text| {
+                stored_local_time("reminders", self.user_id.get(), "local_time", &text)
+            }),
             user_id: self.user_id,
             chat_id: self.chat_id,
-            timezone: self.timezone,
-            reminder_time: self.reminder_time,
         }
     }
 }
@@ -208,7 +211,7 @@ impl Store {
             .bind(limit)
             .fetch_all(&self.read)
             .await?;
-        Ok(rows.into_iter().map(|row| row.read(now)).collect())
+        Ok(rows.into_iter().map(|row| row.read(self, now)).collect())
     }
 
     /// How many entries the user has on the local days `first..=last`.

@@ -228,6 +228,41 @@ fn stored_moment(
     })
 }
 
+/// A stored local day (`YYYY-MM-DD`); `None`, with a warning naming the row and column,
+/// for text that is no date.
+fn stored_date(
+    table: &'static str,
+    id: i64,
+    column: &'static str,
+    text: &str,
+) -> Option<jiff::civil::Date> {
+    let date = text.parse().ok();
+    if date.is_none() {
+        tracing::warn!(table, id, column, "stored day is not a date; read as none");
+    }
+    date
+}
+
+/// A stored daily time (`HH:MM`); `None`, with a warning naming the row and column, for
+/// text that is not one.
+fn stored_local_time(
+    table: &'static str,
+    id: i64,
+    column: &'static str,
+    text: &str,
+) -> Option<crate::time::LocalTime> {
+    let time = crate::time::LocalTime::from_stored(text);
+    if time.is_none() {
+        tracing::warn!(
+            table,
+            id,
+            column,
+            "stored time of day is not HH:MM; read as none"
+        );
+    }
+    time
+}
+
 /// Lifecycle of a day log (`day_logs.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "TEXT", rename_all = "lowercase")]
@@ -420,8 +455,9 @@ pub struct Store {
     read: SqlitePool,
     write: SqlitePool,
     calls: CallRecorder,
-    /// `users.timezone` of a user seen for the first time (`journal.default_timezone`).
-    default_timezone: std::sync::Arc<str>,
+    /// `users.timezone` of a user seen for the first time (`journal.default_timezone`),
+    /// and the zone of one whose stored zone names none.
+    default_zone: crate::time::UserZone,
 }
 
 /// How the store's connections are set up: `[store]` in the settings.
@@ -544,14 +580,27 @@ impl Store {
             read,
             write,
             calls,
-            default_timezone: std::sync::Arc::from("UTC"),
+            default_zone: crate::time::UserZone::utc(),
         })
     }
 
-    /// The same store, giving users seen for the first time this zone.
+    /// The same store, giving users seen for the first time this zone (and those whose
+    /// stored zone names none).
     pub fn with_default_timezone(mut self, zone: &crate::time::UserZone) -> Self {
-        self.default_timezone = std::sync::Arc::from(zone.name());
+        self.default_zone = zone.clone();
         self
+    }
+
+    /// A stored `users.timezone`: the zone it names in its canonical spelling, else
+    /// (a hand edit) the default zone, with a warning naming the user.
+    fn stored_zone(&self, user_id: UserId, text: &str) -> crate::time::UserZone {
+        crate::time::UserZone::from_stored(text).unwrap_or_else(|| {
+            tracing::warn!(
+                user_id = user_id.get(),
+                "users.timezone is not a valid zone; using the default"
+            );
+            self.default_zone.clone()
+        })
     }
 
     /// Opens and brings the schema up to date. Refuses a database from a newer daylog.

@@ -3,19 +3,52 @@
 use jiff::Timestamp;
 use sqlx::FromRow;
 
+use jiff::civil::Date;
+
 use crate::language::Language;
-use crate::time::{LocalTime, sql_timestamp};
+use crate::time::{LocalTime, UserZone, sql_timestamp};
 
-use super::{ChatId, DueAt, Store, StoreError, UserId, retry_busy};
+use super::{
+    ChatId, DueAt, Store, StoreError, UserId, retry_busy, stored_date, stored_local_time,
+    stored_moment,
+};
 
-/// A user's daily reminder (`reminders`).
-#[derive(Debug, Clone, PartialEq, FromRow)]
+/// A user's daily reminder (`reminders`), parsed: a stored value that does not parse is
+/// `None`, with a warning.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Reminder {
     pub user_id: UserId,
-    pub local_time: String,
+    pub local_time: Option<LocalTime>,
     pub enabled: bool,
-    pub last_sent_day: Option<String>,
-    pub next_due_at: Option<String>,
+    pub last_sent_day: Option<Date>,
+    pub next_due_at: Option<Timestamp>,
+}
+
+/// A `reminders` row as SQLite holds it.
+#[derive(FromRow)]
+struct ReminderRow {
+    user_id: UserId,
+    local_time: String,
+    enabled: bool,
+    last_sent_day: Option<String>,
+    next_due_at: Option<String>,
+}
+
+impl From<ReminderRow> for Reminder {
+    fn from(row: ReminderRow) -> Self {
+        let id = row.user_id.get();
+        Self {
+            local_time: stored_local_time("reminders", id, "local_time", &row.local_time),
+            last_sent_day: row
+                .last_sent_day
+                .and_then(|text| stored_date("reminders", id, "last_sent_day", &text)),
+            next_due_at: row
+                .next_due_at
+                .map(|text| stored_moment("reminders", id, "next_due_at", &text)),
+            user_id: row.user_id,
+            enabled: row.enabled,
+        }
+    }
 }
 
 /// A reminder whose time has come, with what sending it needs to know of its user.
@@ -24,9 +57,11 @@ pub struct DueReminder {
     pub user_id: UserId,
     pub chat_id: ChatId,
     pub language: Language,
-    pub timezone: String,
-    pub local_time: String,
-    pub last_sent_day: Option<String>,
+    pub timezone: UserZone,
+    /// `None` when the stored time is not `HH:MM` (a hand edit; a warning is logged).
+    pub local_time: Option<LocalTime>,
+    /// `None` also when the stored day is not a date (a warning is logged).
+    pub last_sent_day: Option<Date>,
     /// When it was due; also the key that [`Store::advance_reminder`] moves it on by.
     pub next_due_at: DueAt,
 }
@@ -45,15 +80,18 @@ struct DueReminderRow {
 }
 
 impl DueReminderRow {
-    fn read(self, now: Timestamp) -> DueReminder {
+    fn read(self, store: &Store, now: Timestamp) -> DueReminder {
+        let id = self.user_id.get();
         DueReminder {
             next_due_at: DueAt::read(self.next_due_at, now, self.user_id, "reminders.next_due_at"),
+            timezone: store.stored_zone(self.user_id, &self.timezone),
+            local_time: stored_local_time("reminders", id, "local_time", &self.local_time),
+            last_sent_day: self
+                .last_sent_day
+                .and_then(|text| stored_date("reminders", id, "last_sent_day", &text)),
             user_id: self.user_id,
             chat_id: self.chat_id,
             language: self.language,
-            timezone: self.timezone,
-            local_time: self.local_time,
-            last_sent_day: self.last_sent_day,
         }
     }
 }
@@ -80,13 +118,14 @@ impl Store {
     // ---- reminders ----
 
     pub async fn reminder(&self, user_id: UserId) -> Result<Option<Reminder>, StoreError> {
-        Ok(sqlx::query_as::<_, Reminder>(
+        let row = sqlx::query_as::<_, ReminderRow>(
             "SELECT user_id, local_time, enabled, last_sent_day, next_due_at
              FROM reminders WHERE user_id = ?1",
         )
         .bind(user_id)
         .fetch_optional(&self.read)
-        .await?)
+        .await?;
+        Ok(row.map(Reminder::from))
     }
 
     /// `/remind HH:MM`: on, at that time, next due at `next_due_at`. The day of the last
@@ -157,7 +196,7 @@ impl Store {
             .bind(limit)
             .fetch_all(&self.read)
             .await?;
-        Ok(rows.into_iter().map(|row| row.read(now)).collect())
+        Ok(rows.into_iter().map(|row| row.read(self, now)).collect())
     }
 
     /// Moves a due reminder on to `next_due_at`, recording `sent_day` as sent when
@@ -168,7 +207,7 @@ impl Store {
         &self,
         user_id: UserId,
         due_at: &DueAt,
-        sent_day: Option<jiff::civil::Date>,
+        sent_day: Option<Date>,
         next_due_at: Timestamp,
     ) -> Result<bool, StoreError> {
         let sent_day = sent_day.map(|day| day.to_string());
@@ -199,9 +238,10 @@ impl Store {
         &self,
         user_id: UserId,
         due_at: &DueAt,
-        last_sent_day: Option<&str>,
+        last_sent_day: Option<Date>,
         advanced_to: Timestamp,
     ) -> Result<(), StoreError> {
+        let last_sent_day = last_sent_day.map(|day| day.to_string());
         let due_at = sql_timestamp(due_at.at());
         let advanced_to = sql_timestamp(advanced_to);
         retry_busy("restore_reminder", || async {
@@ -211,7 +251,7 @@ impl Store {
             )
             .bind(user_id)
             .bind(&due_at)
-            .bind(last_sent_day)
+            .bind(&last_sent_day)
             .bind(&advanced_to)
             .execute(&self.write)
             .await?;

@@ -13,7 +13,8 @@ pub struct User {
     pub username: Option<String>,
     /// `users.language`, read as a [`Language`] (an unknown code is English).
     pub language: Language,
-    pub timezone: String,
+    /// `users.timezone`, read as a zone (one that names none is the default zone).
+    pub timezone: crate::time::UserZone,
     /// When the user was first seen (read as [`super::DayLog::created_at`] is).
     pub created_at: jiff::Timestamp,
 }
@@ -30,15 +31,15 @@ struct UserRow {
     created_at: String,
 }
 
-impl From<UserRow> for User {
-    fn from(row: UserRow) -> Self {
-        Self {
-            created_at: stored_moment("users", row.user_id.get(), "created_at", &row.created_at),
-            user_id: row.user_id,
-            chat_id: row.chat_id,
-            username: row.username,
-            language: row.language,
-            timezone: row.timezone,
+impl UserRow {
+    fn read(self, store: &Store) -> User {
+        User {
+            created_at: stored_moment("users", self.user_id.get(), "created_at", &self.created_at),
+            timezone: store.stored_zone(self.user_id, &self.timezone),
+            user_id: self.user_id,
+            chat_id: self.chat_id,
+            username: self.username,
+            language: self.language,
         }
     }
 }
@@ -76,11 +77,11 @@ impl Store {
             .bind(user.chat_id)
             .bind(user.username)
             .bind(user.language.code())
-            .bind(&*self.default_timezone)
+            .bind(self.default_zone.name())
             .fetch_all(&self.write)
             .await?;
             returned(rows)
-                .map(User::from)
+                .map(|row| row.read(self))
                 .ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
         })
         .await
@@ -94,7 +95,7 @@ impl Store {
         .bind(user_id)
         .fetch_optional(&self.read)
         .await?;
-        Ok(row.map(User::from))
+        Ok(row.map(|row| row.read(self)))
     }
 
     pub async fn set_language(

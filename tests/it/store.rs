@@ -282,10 +282,20 @@ async fn stored_moments_are_read_as_timestamps_whatever_their_spelling() {
         .await
         .expect("hand edit");
     user(&db.store, 2).await;
-    sqlx::query("UPDATE users SET created_at = 'long ago' WHERE user_id = 2")
-        .execute(&writer)
-        .await
-        .expect("hand edit");
+    sqlx::query(
+        "UPDATE users SET created_at = 'long ago', timezone = 'Mars/Olympus' WHERE user_id = 2",
+    )
+    .execute(&writer)
+    .await
+    .expect("hand edit");
+    sqlx::query(
+        "INSERT INTO reminders (user_id, local_time, enabled, last_sent_day, next_due_at)
+         VALUES (1, '21:00', 1, '2026-11-30', '2026-12-01 21:00:00'),
+                (2, 'nine', 1, 'monday', 'soon')",
+    )
+    .execute(&writer)
+    .await
+    .expect("reminders");
     writer.close().await;
     let at = |text: &str| -> jiff::Timestamp { text.parse().expect("moment") };
 
@@ -296,6 +306,25 @@ async fn stored_moments_are_read_as_timestamps_whatever_their_spelling() {
     assert_eq!(first.created_at, at("2026-11-30T08:00:00Z"));
     let second = db.store.user(UserId(2)).await.expect("read").expect("user");
     assert_eq!(second.created_at, jiff::Timestamp::UNIX_EPOCH);
+    assert_eq!(second.timezone.name(), "UTC", "the default zone");
+
+    let good = db
+        .store
+        .reminder(UserId(1))
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(good.local_time, daylog::time::LocalTime::parse("21:00"));
+    assert_eq!(good.last_sent_day, Some("2026-11-30".parse().expect("day")));
+    assert_eq!(good.next_due_at, Some(at("2026-12-01T21:00:00Z")));
+    let bad = db
+        .store
+        .reminder(UserId(2))
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!((bad.local_time, bad.last_sent_day), (None, None));
+    assert_eq!(bad.next_due_at, Some(jiff::Timestamp::UNIX_EPOCH));
 }
 
 #[tokio::test]
@@ -621,7 +650,7 @@ async fn an_entry_keeps_the_local_day_it_was_stored_with() {
         "neither /tz nor an edit moves it"
     );
     let user = db.store.user(UserId(1)).await.expect("read").expect("user");
-    assert_eq!(user.timezone, "Asia/Tokyo");
+    assert_eq!(user.timezone.name(), "Asia/Tokyo");
 }
 
 #[tokio::test]
