@@ -31,7 +31,7 @@ use crate::journal::{Claim, Journal};
 use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{
-    ChatId, Digest, DigestAdvance, DueDigest, FrontEnd, MessageId, StoreError, UserId,
+    ChatId, Digest, DigestAdvance, DigestStatus, DueDigest, FrontEnd, MessageId, StoreError, UserId,
 };
 use crate::texts::Texts;
 use crate::time::{LocalTime, UserZone};
@@ -174,27 +174,27 @@ pub async fn week<M: Messenger>(
         .store()
         .insert_digest(id, ChatId(chat_id), first, front_end, asked_by)
         .await?;
-    match digest.status.as_str() {
+    match digest.status {
         // Not written yet and waiting for the worker's next try after failed ones: the
         // providers were down a moment ago, so asking again now would only bypass the
         // worker's growing delay (a `/week` pressed again and again in an outage).
-        "pending"
+        DigestStatus::Pending
             if digest.text.is_none()
                 && digest.attempts > 0
                 && journal.store().due_digest(digest.id).await?.is_none() =>
         {
             send_notice(messenger, target, texts.digest_will_follow(), id).await;
         }
-        "pending" => {
+        DigestStatus::Pending => {
             run(journal, messenger, digest, target, Asked::OnDemand).await?;
         }
         // The same `/week` re-delivered after a crash: it has had its answer.
-        _ if same_ask(&digest, asked_by) && digest.status != "pending" => {}
+        _ if same_ask(&digest, asked_by) => {}
         // Asked again for a week already sent: the same digest again, nothing new
         // written and nothing recorded (the user asked; no schedule is involved). A
         // digest written but failed (a 403 while the user had blocked the bot) is sent
         // the same way: the user is back, and the AI did not refuse anything.
-        "sent" | "failed" if digest.text.is_some() => {
+        DigestStatus::Sent | DigestStatus::Failed if digest.text.is_some() => {
             let text = digest.text.clone().unwrap_or_default();
             let responses = responses(journal, language, &digest, &text).await?;
             if let Err(error) = messenger.send(target, responses).await {
@@ -354,20 +354,13 @@ async fn write(
 }
 
 /// The digest's 7 local days; `None` for a `week_start` that is not a date (written by
-/// hand), which is logged.
+/// hand, which the store logged).
 fn days_of(digest: &Digest) -> Option<(Date, Date)> {
-    match digest.week_start.parse::<Date>() {
-        Ok(first) => {
-            let last = first
-                .checked_add(jiff::Span::new().days(6))
-                .unwrap_or(first);
-            Some((first, last))
-        }
-        Err(error) => {
-            tracing::warn!(digest_id = digest.id.get(), %error, "digest with an unreadable week_start");
-            None
-        }
-    }
+    let first = digest.week_start?;
+    let last = first
+        .checked_add(jiff::Span::new().days(6))
+        .unwrap_or(first);
+    Some((first, last))
 }
 
 async fn week_days(

@@ -9,7 +9,7 @@ use crate::time::{LocalTime, UserZone, sql_timestamp};
 
 use super::{
     ChatId, DigestId, DueAt, FrontEnd, MessageId, Store, StoreError, UserId, retry_busy, returned,
-    stored_local_time, stored_moment,
+    stored_date, stored_local_time, stored_moment,
 };
 
 /// A weekly digest (`digests`, SPEC §10). `text` is `None` until it is written.
@@ -18,15 +18,37 @@ pub struct Digest {
     pub id: DigestId,
     pub user_id: UserId,
     pub chat_id: ChatId,
-    /// Local day `YYYY-MM-DD`, the first of the 7 it covers.
-    pub week_start: String,
-    pub status: String,
+    /// The first local day of the 7 it covers; `None` when the stored text is no date (a
+    /// hand edit; a warning is logged): such a digest cannot be written.
+    pub week_start: Option<jiff::civil::Date>,
+    pub status: DigestStatus,
     pub text: Option<String>,
     pub attempts: i64,
     /// When it was stored (read as [`super::DayLog::created_at`] is).
     pub created_at: Timestamp,
     /// The `/week` message that asked for it; `None` for the schedule or a terminal.
     pub message_id: Option<MessageId>,
+}
+
+/// Lifecycle of a digest (`digests.status`, SPEC §10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "TEXT", rename_all = "lowercase")]
+pub enum DigestStatus {
+    /// Decided and not delivered yet (written once `text` is set).
+    Pending,
+    Sent,
+    Failed,
+}
+
+impl DigestStatus {
+    /// The stored value, as in the schema's CHECK constraint.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Sent => "sent",
+            Self::Failed => "failed",
+        }
+    }
 }
 
 /// A `digests` row as SQLite holds it, before [`Digest`] parses its columns.
@@ -36,7 +58,7 @@ struct DigestRow {
     user_id: UserId,
     chat_id: ChatId,
     week_start: String,
-    status: String,
+    status: DigestStatus,
     text: Option<String>,
     attempts: i64,
     created_at: String,
@@ -50,7 +72,7 @@ impl From<DigestRow> for Digest {
             id: row.id,
             user_id: row.user_id,
             chat_id: row.chat_id,
-            week_start: row.week_start,
+            week_start: stored_date("digests", row.id.get(), "week_start", &row.week_start),
             status: row.status,
             text: row.text,
             attempts: row.attempts,
@@ -447,20 +469,22 @@ impl Store {
 
     /// The digest reached the user.
     pub async fn mark_digest_sent(&self, id: DigestId) -> Result<(), StoreError> {
-        self.finish_digest("mark_digest_sent", id, "sent").await
+        self.finish_digest("mark_digest_sent", id, DigestStatus::Sent)
+            .await
     }
 
     /// The digest can never be delivered (the user blocked the bot, a provider refused
     /// it, or it waited longer than `worker.max_age_hours`).
     pub async fn mark_digest_failed(&self, id: DigestId) -> Result<(), StoreError> {
-        self.finish_digest("mark_digest_failed", id, "failed").await
+        self.finish_digest("mark_digest_failed", id, DigestStatus::Failed)
+            .await
     }
 
     async fn finish_digest(
         &self,
         what: &'static str,
         id: DigestId,
-        status: &'static str,
+        status: DigestStatus,
     ) -> Result<(), StoreError> {
         retry_busy(what, || async {
             sqlx::query(
@@ -469,7 +493,7 @@ impl Store {
                  WHERE id = ?1 AND status = 'pending'",
             )
             .bind(id)
-            .bind(status)
+            .bind(status.as_str())
             .execute(&self.write)
             .await?;
             Ok(())

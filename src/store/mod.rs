@@ -438,7 +438,7 @@ mod users;
 
 use calls::CallRecorder;
 pub use calls::CallSink;
-pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DueDigest};
+pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DigestStatus, DueDigest};
 pub use logs::{
     DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts, Inserted, NewImportLog,
     NewLog, NewVoiceLog, SEARCH_CANDIDATES, SEARCH_LIMIT, SEARCH_SQL, SearchHit, SnippetRun,

@@ -1075,3 +1075,60 @@ async fn delete_user_removes_that_users_digests_and_no_other() {
             .is_some()
     );
 }
+
+/// A digest is read with its week as a date, its status as an enum and its stored time
+/// as a moment; a week that is no date is `None` (the worker gives such a digest up).
+#[tokio::test]
+async fn digests_are_read_typed_and_a_week_that_is_no_date_as_none() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let week: jiff::civil::Date = "2026-11-30".parse().expect("day");
+    let (digest, created) = db
+        .store
+        .insert_digest(UserId(1), ChatId(1), week, FrontEnd::Telegram, None)
+        .await
+        .expect("insert");
+    assert!(created);
+    assert_eq!(digest.week_start, Some(week));
+    assert_eq!(digest.status, store::DigestStatus::Pending);
+    assert_eq!(
+        daylog::time::sql_timestamp(digest.created_at).len(),
+        "YYYY-MM-DD HH:MM:SS".len()
+    );
+    assert_ne!(digest.created_at, jiff::Timestamp::UNIX_EPOCH);
+    db.store.mark_digest_sent(digest.id).await.expect("sent");
+    let sent = db
+        .store
+        .digest_of_week(UserId(1), week)
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(sent.status, store::DigestStatus::Sent);
+
+    let (other, _) = db
+        .store
+        .insert_digest(
+            UserId(1),
+            ChatId(1),
+            "2026-12-07".parse().expect("day"),
+            FrontEnd::Telegram,
+            None,
+        )
+        .await
+        .expect("insert");
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query("UPDATE digests SET week_start = 'someday' WHERE id = ?1")
+        .bind(other.id)
+        .execute(&writer)
+        .await
+        .expect("hand edit");
+    writer.close().await;
+    let due = db
+        .store
+        .due_digests(FrontEnd::Telegram, 10)
+        .await
+        .expect("due");
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].id, other.id);
+    assert_eq!(due[0].week_start, None);
+}
