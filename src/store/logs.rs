@@ -5,7 +5,7 @@ use sqlx::FromRow;
 
 use super::{
     ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, retry_busy,
-    returned, stored_moment,
+    returned, stored_date, stored_moment,
 };
 use crate::time::sql_timestamp;
 
@@ -624,10 +624,11 @@ impl Store {
 
     /// Every local day on which the user wrote something, newest first (streaks). Reads
     /// the `day_logs_user_day` index only.
-    pub async fn entry_days(&self, user_id: UserId) -> Result<Vec<String>, StoreError> {
+    /// A stored day that is no date is left out, with a warning naming the user.
+    pub async fn entry_days(&self, user_id: UserId) -> Result<Vec<jiff::civil::Date>, StoreError> {
         // One index seek per day (a loose index scan), not one step per entry: a year
         // of a busy journal is ~365 seeks instead of tens of thousands of index rows.
-        Ok(sqlx::query_scalar(
+        let days: Vec<String> = sqlx::query_scalar(
             "WITH RECURSIVE days(day) AS (
                  SELECT max(local_day) FROM day_logs WHERE user_id = ?1
                  UNION ALL
@@ -639,7 +640,11 @@ impl Store {
         )
         .bind(user_id)
         .fetch_all(&self.read)
-        .await?)
+        .await?;
+        Ok(days
+            .iter()
+            .filter_map(|text| stored_date("day_logs", user_id.get(), "local_day", text))
+            .collect())
     }
 
     /// The distinct activities of each local day from `first` on (what goes with good

@@ -307,8 +307,9 @@ pub struct DayLog {
     pub next_attempt_at: Option<jiff::Timestamp>,
     /// When its final reply was sent (read as [`DayLog::created_at`] is).
     pub replied_at: Option<jiff::Timestamp>,
-    /// The user's local day the entry belongs to (SPEC §10), `YYYY-MM-DD`.
-    pub local_day: Option<String>,
+    /// The user's local day the entry belongs to (SPEC §10); `None` for entries stored
+    /// before local days, or (with a warning) when the stored text is no date.
+    pub local_day: Option<jiff::civil::Date>,
 }
 
 /// A `day_logs` row as SQLite holds it, before [`DayLog`] parses its columns.
@@ -364,7 +365,9 @@ impl From<DayLogRow> for DayLog {
             attempts: row.attempts,
             next_attempt_at,
             replied_at,
-            local_day: row.local_day,
+            local_day: row
+                .local_day
+                .and_then(|text| stored_date("day_logs", row.id.get(), "local_day", &text)),
         }
     }
 }

@@ -645,8 +645,8 @@ async fn an_entry_keeps_the_local_day_it_was_stored_with() {
         .expect("edit");
     let stored = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(
-        stored.local_day.as_deref(),
-        Some("2026-11-30"),
+        stored.local_day,
+        Some(day),
         "neither /tz nor an edit moves it"
     );
     let user = db.store.user(UserId(1)).await.expect("read").expect("user");
@@ -1131,4 +1131,30 @@ async fn digests_are_read_typed_and_a_week_that_is_no_date_as_none() {
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].id, other.id);
     assert_eq!(due[0].week_start, None);
+}
+
+/// Local days come back as dates: a log's day is `None` and the streak's days leave it
+/// out when the stored text is no date (a hand edit), the row still readable.
+#[tokio::test]
+async fn a_local_day_that_is_no_date_is_read_as_none_and_left_out_of_the_days() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let good = log(&db.store, 1, 10, "a calm day").await.id();
+    let bad = log(&db.store, 1, 11, "another").await.id();
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query("UPDATE day_logs SET local_day = 'junk' WHERE id = ?1")
+        .bind(bad)
+        .execute(&writer)
+        .await
+        .expect("hand edit");
+    writer.close().await;
+
+    let stored = db.store.log(good).await.expect("read").expect("row");
+    assert_eq!(stored.local_day, Some(today()));
+    let stored = db.store.log(bad).await.expect("read").expect("row");
+    assert_eq!((stored.local_day, stored.text.as_str()), (None, "another"));
+    assert_eq!(
+        db.store.entry_days(UserId(1)).await.expect("days"),
+        vec![today()]
+    );
 }
