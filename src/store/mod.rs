@@ -10,6 +10,15 @@
 //! never a row handed back for a write that was rolled back. `store.max_size_mb` caps
 //! the file on every connection the store opens.
 //!
+//! Rows come back parsed, once, here (a private `…Row` type read into the public one):
+//! moments as `jiff::Timestamp` (through `crate::time::parse_sql_timestamp`), local days
+//! as `jiff::civil::Date`, daily times as `LocalTime`, zones as `UserZone`, statuses as
+//! enums; writes take those types and format them with the one formatter
+//! (`crate::time::sql_timestamp`). A stored value that does not parse (a hand edit) is
+//! never an error: it is logged with its row's id, never its text, and read as the
+//! fallback its field documents. The schedulers' due times ([`DueAt`]) keep the text
+//! they were read from as the key of the update that moves them on.
+//!
 //! One file per concern, each an `impl Store` block with its row types: `users`,
 //! `logs` (entries, history, export, import, daily metrics, search, the year),
 //! `unfinished` (the worker's states and queries), `calls` (the call recorder,
