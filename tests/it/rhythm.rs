@@ -616,3 +616,32 @@ async fn a_due_time_that_is_no_moment_is_due_now_sent_once_and_moved_on() {
     assert_eq!(reminders_to(&app, 7), 1);
     app.stop().await;
 }
+
+/// A due time whose text sorts before its moment (a hand edit with a UTC offset west of
+/// Greenwich) is not sent early: the scheduler moves it to its moment, written as the
+/// store writes moments, and sends it then, once.
+#[tokio::test]
+async fn a_due_time_spelt_with_an_offset_is_sent_at_its_moment_not_when_its_text_sorts() {
+    // Arrange: 18:00 at UTC−03:00 is 21:00 UTC; the clock shows 19:00 UTC.
+    let app = App::spawn().await;
+    app.clock.set(at("2026-12-01T19:00:00Z"));
+    user_with_reminder(&app, 8, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    edit_next_due_at(&app, 8, "2026-12-01 18:00:00-03:00").await;
+
+    // Act
+    wait_until("the due time written at its moment", WAIT, || async {
+        reminder_row(&app, 8).await.2.as_deref() == Some("2026-12-01 21:00:00")
+    })
+    .await;
+    assert_eq!(reminders_to(&app, 8), 0, "not two hours early");
+    app.clock.set(at("2026-12-01T21:00:03Z"));
+    wait_until("the reminder moved to tomorrow", WAIT, || async {
+        reminder_row(&app, 8).await.2.as_deref() == Some("2026-12-02 21:00:00")
+    })
+    .await;
+    a_later_tick_has_run(&app, 80, at("2026-12-01T21:00:10Z")).await;
+
+    // Assert
+    assert_eq!(reminders_to(&app, 8), 1);
+    app.stop().await;
+}
