@@ -446,8 +446,8 @@ fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply 
 /// (`2026-11-30 · 01:30` for an entry of the night after the 30th).
 fn history_heading(zone: &UserZone, log: &DayLog) -> String {
     let written = local_created(zone, log.created_at);
-    match log.local_day.as_deref() {
-        Some(day) if !written.starts_with(day) => {
+    match log.local_day.map(|day| day.to_string()) {
+        Some(day) if !written.starts_with(&day) => {
             format!("{day} · {}", written.get(11..).unwrap_or(&written))
         }
         _ => written,
@@ -577,7 +577,7 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
             metrics
                 .map(|m| m.defaulted().join("; "))
                 .unwrap_or_default(),
-            log.local_day.clone().unwrap_or_default(),
+            log.local_day.map(|day| day.to_string()).unwrap_or_default(),
             local_created(zone, log.created_at),
         ]);
     }

@@ -31,10 +31,10 @@ use crate::journal::{Claim, Journal};
 use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{
-    ChatId, Digest, DigestAdvance, DueDigest, FrontEnd, MessageId, StoreError, UserId,
+    ChatId, Digest, DigestAdvance, DigestStatus, DueDigest, FrontEnd, MessageId, StoreError, UserId,
 };
 use crate::texts::Texts;
-use crate::time::{LocalTime, UserZone, parse_sql_timestamp, sql_timestamp};
+use crate::time::{LocalTime, UserZone};
 
 /// Due users (scheduler) or due digests (worker) read per look; more wait for the next.
 const BATCH: i64 = 200;
@@ -85,7 +85,7 @@ async fn digest_time(journal: &Journal, user_id: UserId) -> Result<LocalTime, St
         .reminder(user_id)
         .await?
         .filter(|r| r.enabled)
-        .and_then(|r| LocalTime::from_stored(&r.local_time))
+        .and_then(|r| r.local_time)
         .unwrap_or(LocalTime::EVENING))
 }
 
@@ -115,10 +115,7 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
             reschedule(journal, user_id).await?;
         } else {
             let next = next_sunday_at(&zone, journal.now(), time);
-            journal
-                .store()
-                .set_digest(id, Some(&sql_timestamp(next)))
-                .await?;
+            journal.store().set_digest(id, Some(next)).await?;
         }
         tracing::info!(user_id, "weekly digest turned on");
         Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name())))
@@ -140,10 +137,7 @@ pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreErro
     let time = digest_time(journal, id).await?;
     let now = journal.now();
     let next = next_sunday_at(&zone, now, time);
-    journal
-        .store()
-        .reschedule_digest(id, &sql_timestamp(next), &sql_timestamp(now))
-        .await
+    journal.store().reschedule_digest(id, next, now).await
 }
 
 /// `/week`: the digest of the last 7 local days, sent through `messenger` to `chat_id`
@@ -180,27 +174,27 @@ pub async fn week<M: Messenger>(
         .store()
         .insert_digest(id, ChatId(chat_id), first, front_end, asked_by)
         .await?;
-    match digest.status.as_str() {
+    match digest.status {
         // Not written yet and waiting for the worker's next try after failed ones: the
         // providers were down a moment ago, so asking again now would only bypass the
         // worker's growing delay (a `/week` pressed again and again in an outage).
-        "pending"
+        DigestStatus::Pending
             if digest.text.is_none()
                 && digest.attempts > 0
                 && journal.store().due_digest(digest.id).await?.is_none() =>
         {
             send_notice(messenger, target, texts.digest_will_follow(), id).await;
         }
-        "pending" => {
+        DigestStatus::Pending => {
             run(journal, messenger, digest, target, Asked::OnDemand).await?;
         }
         // The same `/week` re-delivered after a crash: it has had its answer.
-        _ if same_ask(&digest, asked_by) && digest.status != "pending" => {}
+        _ if same_ask(&digest, asked_by) => {}
         // Asked again for a week already sent: the same digest again, nothing new
         // written and nothing recorded (the user asked; no schedule is involved). A
         // digest written but failed (a 403 while the user had blocked the bot) is sent
         // the same way: the user is back, and the AI did not refuse anything.
-        "sent" | "failed" if digest.text.is_some() => {
+        DigestStatus::Sent | DigestStatus::Failed if digest.text.is_some() => {
             let text = digest.text.clone().unwrap_or_default();
             let responses = responses(journal, language, &digest, &text).await?;
             if let Err(error) = messenger.send(target, responses).await {
@@ -360,20 +354,13 @@ async fn write(
 }
 
 /// The digest's 7 local days; `None` for a `week_start` that is not a date (written by
-/// hand), which is logged.
+/// hand, which the store logged).
 fn days_of(digest: &Digest) -> Option<(Date, Date)> {
-    match digest.week_start.parse::<Date>() {
-        Ok(first) => {
-            let last = first
-                .checked_add(jiff::Span::new().days(6))
-                .unwrap_or(first);
-            Some((first, last))
-        }
-        Err(error) => {
-            tracing::warn!(digest_id = digest.id.get(), %error, "digest with an unreadable week_start");
-            None
-        }
-    }
+    let first = digest.week_start?;
+    let last = first
+        .checked_add(jiff::Span::new().days(6))
+        .unwrap_or(first);
+    Some((first, last))
 }
 
 async fn week_days(
@@ -531,11 +518,7 @@ pub async fn deliver_due<M: Messenger>(
 /// at a time.
 pub async fn schedule_tick(journal: &Arc<Journal>) {
     let now = journal.now();
-    let due = match journal
-        .store()
-        .due_digest_users(&sql_timestamp(now), BATCH)
-        .await
-    {
+    let due = match journal.store().due_digest_users(now, BATCH).await {
         Ok(due) => due,
         Err(error) => {
             tracing::error!(%error, "digest scheduler could not read due digests");
@@ -554,14 +537,19 @@ async fn schedule_one(
     user: &DueDigest,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    let zone = journal.zone_from_stored(user.user_id.get(), &user.timezone);
-    let time = user
-        .reminder_time
-        .as_deref()
-        .and_then(LocalTime::from_stored)
-        .unwrap_or(LocalTime::EVENING);
-    let due_at = parse_sql_timestamp(&user.digest_next_at).unwrap_or(now);
-    let next = sql_timestamp(next_sunday_at(&zone, now.max(due_at), time));
+    let zone = &user.timezone;
+    let time = user.reminder_time.unwrap_or(LocalTime::EVENING);
+    let due_at = user.digest_next_at.at();
+    if due_at > now {
+        // Its text sorted as due but it spells a later moment (a hand edit with a UTC
+        // offset): it goes to that moment, written as the store writes moments.
+        journal
+            .store()
+            .advance_digest(user.user_id, &user.digest_next_at, due_at, None)
+            .await?;
+        return Ok(());
+    }
+    let next = next_sunday_at(zone, now.max(due_at), time);
     // The week ends on the Sunday of the due moment, on the user's calendar.
     let (first, last) = week_ending(zone.civil(due_at).date());
     let late = now.duration_since(due_at);
@@ -596,7 +584,7 @@ async fn schedule_one(
     };
     let advanced = journal
         .store()
-        .advance_digest(user.user_id, &user.digest_next_at, &next, create)
+        .advance_digest(user.user_id, &user.digest_next_at, next, create)
         .await?;
     if let DigestAdvance::Moved {
         created: Some(digest),

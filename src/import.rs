@@ -18,7 +18,7 @@ use crate::journal::Journal;
 use crate::language::Language;
 use crate::store::{NewImportLog, StoreError, UserId};
 use crate::texts::Texts;
-use crate::time::{UserZone, sql_timestamp};
+use crate::time::UserZone;
 
 /// Files (and any one line) larger than this are refused before parsing.
 pub const MAX_FILE_BYTES: usize = 10 * 1024 * 1024;
@@ -267,7 +267,7 @@ pub fn to_store<'a>(rows: &'a [ImportRow], zone: &UserZone) -> Vec<NewImportLog<
         .filter_map(|row| {
             let at = zone.to_timestamp(row.date.to_datetime(row.time))?;
             Some(NewImportLog {
-                created_at: sql_timestamp(at),
+                created_at: at,
                 local_day: row.date,
                 local_time: row.time,
                 text: &row.text,

@@ -223,22 +223,10 @@ impl Journal {
         self.clock.now()
     }
 
-    /// The zone a stored `users.timezone` names; the configured default when it names
-    /// none (a value written by hand).
-    pub fn zone_from_stored(&self, user_id: i64, stored: &str) -> UserZone {
-        UserZone::from_stored(stored).unwrap_or_else(|| {
-            tracing::warn!(
-                user_id,
-                "users.timezone is not a valid zone; using the default"
-            );
-            self.settings.journal.default_zone()
-        })
-    }
-
     /// The user's zone (the default for a user not seen yet).
     pub async fn zone_of(&self, user_id: i64) -> UserZone {
         match self.store.user(UserId(user_id)).await {
-            Ok(Some(user)) => self.zone_from_stored(user_id, &user.timezone),
+            Ok(Some(user)) => user.timezone,
             Ok(None) => self.settings.journal.default_zone(),
             Err(error) => {
                 tracing::warn!(%error, user_id, "could not read the user's zone");
@@ -331,8 +319,7 @@ impl Journal {
             })
             .await
             .map_err(EntryError::NotSaved)?;
-        let zone = self.zone_from_stored(msg.user_id, &user.timezone);
-        let local_day = self.local_day(&zone, msg.sent_at.unwrap_or_else(|| self.now()));
+        let local_day = self.local_day(&user.timezone, msg.sent_at.unwrap_or_else(|| self.now()));
         let inserted = self
             .store
             .insert_log(&NewLog {
@@ -374,7 +361,7 @@ impl Journal {
             })
             .await
             .map_err(EntryError::NotSaved)?;
-        let local_day = self.local_day(&self.zone_from_stored(user_id, &user.timezone), read_at);
+        let local_day = self.local_day(&user.timezone, read_at);
         let (log, claim) = {
             let _storing = self.claim_gate.read().await;
             let log = self
@@ -458,10 +445,9 @@ impl Journal {
                 message_id: MessageId(voice.message_id),
                 file_id: &voice.file_id,
                 duration_s: voice.duration_s,
-                local_day: Some(self.local_day(
-                    &self.zone_from_stored(voice.user_id, &user.timezone),
-                    voice.sent_at.unwrap_or_else(|| self.now()),
-                )),
+                local_day: Some(
+                    self.local_day(&user.timezone, voice.sent_at.unwrap_or_else(|| self.now())),
+                ),
             })
             .await
             .map_err(EntryError::NotSaved)?;
@@ -505,10 +491,7 @@ impl Journal {
             }
             return Ok(());
         }
-        let local_day = self.local_day(
-            &self.zone_from_stored(voice.user_id, &user.timezone),
-            voice.sent_at.unwrap_or_else(|| self.now()),
-        );
+        let local_day = self.local_day(&user.timezone, voice.sent_at.unwrap_or_else(|| self.now()));
         let (log, claim) = {
             let _storing = self.claim_gate.read().await;
             let log = self

@@ -22,9 +22,9 @@ use tokio_util::sync::CancellationToken;
 use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::journal::Journal;
 use crate::render::Reply;
-use crate::store::{DueReminder, StoreError, UserId};
+use crate::store::{DueReminder, Reminder, StoreError, UserId};
 use crate::texts::Texts;
-use crate::time::{LocalTime, UserZone, sql_timestamp};
+use crate::time::{LocalTime, UserZone};
 
 /// Due reminders read per look; more wait for the next tick (soonest first).
 const BATCH: i64 = 1000;
@@ -58,14 +58,14 @@ pub fn decide(
     now: Timestamp,
     max_late: Duration,
     day: jiff::civil::Date,
-    last_sent_day: Option<&str>,
+    last_sent_day: Option<jiff::civil::Date>,
     has_entry: bool,
 ) -> Decision {
     let late = now.duration_since(due_at);
     if late > jiff::SignedDuration::try_from(max_late).unwrap_or(jiff::SignedDuration::MAX) {
         return Decision::Skip(SkipReason::TooLate);
     }
-    if last_sent_day == Some(day.to_string().as_str()) {
+    if last_sent_day == Some(day) {
         return Decision::Skip(SkipReason::AlreadySent);
     }
     if has_entry {
@@ -83,7 +83,11 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     if arg.is_empty() {
         let reminder = journal.store().reminder(UserId(user_id)).await?;
         return Ok(Reply::new().text(match reminder {
-            Some(r) if r.enabled => texts.remind_show(&r.local_time, zone.name()),
+            Some(Reminder {
+                enabled: true,
+                local_time: Some(time),
+                ..
+            }) => texts.remind_show(&time.to_string(), zone.name()),
             _ => texts.remind_none().to_owned(),
         }));
     }
@@ -98,7 +102,7 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     let next = zone.next_at(journal.now(), time);
     journal
         .store()
-        .set_reminder(UserId(user_id), &time.to_string(), &sql_timestamp(next))
+        .set_reminder(UserId(user_id), time, next)
         .await?;
     tracing::info!(user_id, "reminder set");
     Ok(Reply::new().text(texts.remind_set(&time.to_string(), zone.name())))
@@ -113,14 +117,14 @@ pub async fn zone_changed(
     let Some(reminder) = journal.store().reminder(UserId(user_id)).await? else {
         return Ok(());
     };
-    let Some(time) = LocalTime::from_stored(&reminder.local_time) else {
+    let Some(time) = reminder.local_time else {
         return Ok(());
     };
     if reminder.enabled {
         let next = zone.next_at(journal.now(), time);
         journal
             .store()
-            .reschedule_reminder(UserId(user_id), &sql_timestamp(next))
+            .reschedule_reminder(UserId(user_id), next)
             .await?;
     }
     Ok(())
@@ -171,10 +175,7 @@ pub async fn tick<M: Messenger>(
     messenger: &Arc<M>,
 ) -> Result<Tick, StoreError> {
     let now = journal.now();
-    let due = journal
-        .store()
-        .due_reminders(&sql_timestamp(now), BATCH)
-        .await?;
+    let due = journal.store().due_reminders(now, BATCH).await?;
     let mut done = Tick::default();
     let mut sending = JoinSet::new();
     for reminder in due {
@@ -214,7 +215,7 @@ fn count(done: &mut Tick, sent: bool) {
 struct ToSend {
     reminder: DueReminder,
     day: jiff::civil::Date,
-    advanced_to: String,
+    advanced_to: Timestamp,
 }
 
 /// Decides one due reminder and records the decision; `Some` when it is to be sent.
@@ -223,8 +224,8 @@ async fn prepare(
     reminder: &DueReminder,
     now: Timestamp,
 ) -> Result<Option<ToSend>, StoreError> {
-    let zone = journal.zone_from_stored(reminder.user_id.get(), &reminder.timezone);
-    let Some(time) = LocalTime::from_stored(&reminder.local_time) else {
+    let zone = &reminder.timezone;
+    let Some(time) = reminder.local_time else {
         tracing::warn!(
             user_id = reminder.user_id.get(),
             "unreadable reminder time; turning it off"
@@ -232,22 +233,30 @@ async fn prepare(
         journal.store().disable_reminder(reminder.user_id).await?;
         return Ok(None);
     };
-    let due_at = crate::time::parse_sql_timestamp(&reminder.next_due_at).unwrap_or(now);
-    let day = journal.local_day(&zone, due_at);
+    let due_at = reminder.next_due_at.at();
+    if due_at > now {
+        // Its text sorted as due but it spells a later moment (a hand edit with a UTC
+        // offset): it goes to that moment, written as the store writes moments.
+        journal
+            .store()
+            .advance_reminder(reminder.user_id, &reminder.next_due_at, None, due_at)
+            .await?;
+        return Ok(None);
+    }
+    let day = journal.local_day(zone, due_at);
     let has_entry = journal.store().has_entry_on(reminder.user_id, day).await?;
     let decision = decide(
         due_at,
         now,
         journal.settings().reminders.max_late(),
         day,
-        reminder.last_sent_day.as_deref(),
+        reminder.last_sent_day,
         has_entry,
     );
     // Never the same moment again: the next time strictly after both.
-    let next = sql_timestamp(zone.next_at(now.max(due_at), time));
-    let day_text = day.to_string();
+    let next = zone.next_at(now.max(due_at), time);
     let sent_day = match &decision {
-        Decision::Send { .. } => Some(day_text.as_str()),
+        Decision::Send { day } => Some(*day),
         Decision::Skip(reason) => {
             tracing::debug!(
                 user_id = reminder.user_id.get(),
@@ -259,7 +268,7 @@ async fn prepare(
     };
     let won = journal
         .store()
-        .advance_reminder(reminder.user_id, &reminder.next_due_at, sent_day, &next)
+        .advance_reminder(reminder.user_id, &reminder.next_due_at, sent_day, next)
         .await?;
     Ok(match decision {
         Decision::Send { day } if won => Some(ToSend {
@@ -303,8 +312,8 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
                 .restore_reminder(
                     reminder.user_id,
                     &reminder.next_due_at,
-                    reminder.last_sent_day.as_deref(),
-                    &advanced_to,
+                    reminder.last_sent_day,
+                    advanced_to,
                 )
                 .await
             {
@@ -331,6 +340,7 @@ mod tests {
         let day: jiff::civil::Date = "2026-12-01".parse().expect("day");
         let margin = Duration::from_secs(90 * 60);
         let at = |s: &str| -> Timestamp { s.parse().expect("now") };
+        let at_day = |s: &str| -> jiff::civil::Date { s.parse().expect("day") };
         let table = [
             (
                 "on time",
@@ -342,7 +352,7 @@ mod tests {
             (
                 "89 min late",
                 at("2026-12-02T06:29:00Z"),
-                Some("2026-11-30"),
+                Some(at_day("2026-11-30")),
                 false,
                 Decision::Send { day },
             ),
@@ -356,7 +366,7 @@ mod tests {
             (
                 "sent already",
                 at("2026-12-02T05:00:10Z"),
-                Some("2026-12-01"),
+                Some(day),
                 false,
                 Decision::Skip(SkipReason::AlreadySent),
             ),

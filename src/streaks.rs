@@ -14,10 +14,10 @@ pub struct Streaks {
 }
 
 impl Streaks {
-    /// From the local days with entries (`YYYY-MM-DD`, any order, repeats allowed;
-    /// unreadable ones are skipped) and the user's today.
-    pub fn from_days(days: &[String], today: Date) -> Self {
-        let mut days: Vec<Date> = days.iter().filter_map(|d| d.parse().ok()).collect();
+    /// From the local days with entries (any order, repeats allowed) and the user's
+    /// today.
+    pub fn from_days(days: &[Date], today: Date) -> Self {
+        let mut days = days.to_vec();
         days.sort_unstable();
         days.dedup();
         let mut longest = 0u32;
@@ -54,7 +54,7 @@ mod tests {
     use super::*;
 
     fn streaks(days: &[&str], today: &str) -> Streaks {
-        let days: Vec<String> = days.iter().map(|d| (*d).to_owned()).collect();
+        let days: Vec<Date> = days.iter().map(|d| d.parse().expect("day")).collect();
         Streaks::from_days(&days, today.parse().expect("today"))
     }
 
@@ -91,8 +91,8 @@ mod tests {
                 3,
                 3,
             ),
-            // Unreadable days are skipped, order does not matter.
-            (&["2026-12-01", "junk", "2026-11-30"], "2026-12-01", 2, 2),
+            // Order does not matter (the store leaves out days that are no date).
+            (&["2026-12-01", "2026-11-30"], "2026-12-01", 2, 2),
         ];
         for (days, today, current, longest) in table {
             assert_eq!(

@@ -69,9 +69,23 @@ pub fn sql_timestamp(at: Timestamp) -> String {
     at.strftime("%Y-%m-%d %H:%M:%S").to_string()
 }
 
-/// Reads a stored UTC `YYYY-MM-DD HH:MM:SS`.
+/// Reads a stored moment: the UTC `YYYY-MM-DD HH:MM:SS` that [`sql_timestamp`] writes,
+/// or another ISO 8601 spelling of one such as SQLite's date functions also read (a
+/// row edited by hand): `T` for the space, fractional seconds, no seconds, a trailing
+/// `Z` or UTC offset; without an offset it is UTC. `None` for anything else.
 pub fn parse_sql_timestamp(text: &str) -> Option<Timestamp> {
-    let civil = DateTime::strptime("%Y-%m-%d %H:%M:%S", text.trim()).ok()?;
+    let text = text.trim();
+    if let Ok(civil) = DateTime::strptime("%Y-%m-%d %H:%M:%S", text) {
+        return Offset::UTC.to_timestamp(civil).ok();
+    }
+    // A bare date is no moment here, although jiff would read it as midnight.
+    if text.len() <= 10 {
+        return None;
+    }
+    if let Ok(at) = text.parse::<Timestamp>() {
+        return Some(at);
+    }
+    let civil = text.parse::<DateTime>().ok()?;
     Offset::UTC.to_timestamp(civil).ok()
 }
 
@@ -600,6 +614,39 @@ mod tests {
         assert_eq!(sql_timestamp(at), "2026-12-01 20:59:50");
         assert_eq!(parse_sql_timestamp("2026-12-01 20:59:50"), Some(at));
         assert_eq!(parse_sql_timestamp("yesterday"), None);
+    }
+
+    #[test]
+    fn other_spellings_of_a_stored_moment_are_read_as_that_moment() {
+        let at = ts("2026-12-01T20:59:50Z");
+        for text in [
+            " 2026-12-01 20:59:50 ",
+            "2026-12-01T20:59:50",
+            "2026-12-01T20:59:50Z",
+            "2026-12-01 20:59:50Z",
+            "2026-12-01 23:59:50+03:00",
+        ] {
+            assert_eq!(parse_sql_timestamp(text), Some(at), "{text:?}");
+        }
+        assert_eq!(
+            parse_sql_timestamp("2026-12-01 20:59:50.250"),
+            Some(ts("2026-12-01T20:59:50.25Z"))
+        );
+        assert_eq!(
+            parse_sql_timestamp("2026-12-01 20:59"),
+            Some(ts("2026-12-01T20:59:00Z"))
+        );
+        for garbage in [
+            "",
+            "soon",
+            "2026-12-01",
+            "2026-13-01 20:59:50",
+            "2026-12-01 25:00:00",
+            "20:59:50",
+            "1764622790",
+        ] {
+            assert_eq!(parse_sql_timestamp(garbage), None, "{garbage:?}");
+        }
     }
 
     #[test]

@@ -2,40 +2,134 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use sqlx::FromRow;
 
+use crate::time::{LocalTime, UserZone, sql_timestamp};
+
 use super::{
-    ChatId, DigestId, FrontEnd, MessageId, Store, StoreError, UserId, retry_busy, returned,
+    ChatId, DigestId, DueAt, FrontEnd, MessageId, Store, StoreError, UserId, retry_busy, returned,
+    stored_date, stored_local_time, stored_moment,
 };
 
 /// A weekly digest (`digests`, SPEC §10). `text` is `None` until it is written.
-#[derive(Debug, Clone, PartialEq, FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Digest {
     pub id: DigestId,
     pub user_id: UserId,
     pub chat_id: ChatId,
-    /// Local day `YYYY-MM-DD`, the first of the 7 it covers.
-    pub week_start: String,
-    pub status: String,
+    /// The first local day of the 7 it covers; `None` when the stored text is no date (a
+    /// hand edit; a warning is logged): such a digest cannot be written.
+    pub week_start: Option<jiff::civil::Date>,
+    pub status: DigestStatus,
     pub text: Option<String>,
     pub attempts: i64,
-    pub created_at: String,
+    /// When it was stored (read as [`super::DayLog::created_at`] is).
+    pub created_at: Timestamp,
     /// The `/week` message that asked for it; `None` for the schedule or a terminal.
     pub message_id: Option<MessageId>,
+}
+
+/// Lifecycle of a digest (`digests.status`, SPEC §10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "TEXT", rename_all = "lowercase")]
+pub enum DigestStatus {
+    /// Decided and not delivered yet (written once `text` is set).
+    Pending,
+    Sent,
+    Failed,
+}
+
+impl DigestStatus {
+    /// The stored value, as in the schema's CHECK constraint.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Sent => "sent",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// A `digests` row as SQLite holds it, before [`Digest`] parses its columns.
+#[derive(FromRow)]
+struct DigestRow {
+    id: DigestId,
+    user_id: UserId,
+    chat_id: ChatId,
+    week_start: String,
+    status: DigestStatus,
+    text: Option<String>,
+    attempts: i64,
+    created_at: String,
+    message_id: Option<MessageId>,
+}
+
+impl From<DigestRow> for Digest {
+    fn from(row: DigestRow) -> Self {
+        Self {
+            created_at: stored_moment("digests", row.id.get(), "created_at", &row.created_at),
+            id: row.id,
+            user_id: row.user_id,
+            chat_id: row.chat_id,
+            week_start: stored_date("digests", row.id.get(), "week_start", &row.week_start),
+            status: row.status,
+            text: row.text,
+            attempts: row.attempts,
+            message_id: row.message_id,
+        }
+    }
+}
+
+impl<'r> FromRow<'r, sqlx::sqlite::SqliteRow> for Digest {
+    fn from_row(row: &'r sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
+        DigestRow::from_row(row).map(Self::from)
+    }
 }
 
 const DIGEST_COLUMNS: &str =
     "id, user_id, chat_id, week_start, status, text, attempts, created_at, message_id";
 
 /// A user whose Sunday digest is due, with what writing it needs to know.
-#[derive(Debug, Clone, PartialEq, FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DueDigest {
     pub user_id: UserId,
     pub chat_id: ChatId,
-    pub timezone: String,
-    /// The reminder's `HH:MM` when a reminder is on (the digest comes then).
-    pub reminder_time: Option<String>,
-    pub digest_next_at: String,
+    pub timezone: UserZone,
+    /// The reminder's time when a reminder is on (the digest comes then); `None` also
+    /// when the stored time is not `HH:MM` (a warning is logged).
+    pub reminder_time: Option<LocalTime>,
+    /// When it was due; also the key that [`Store::advance_digest`] moves it on by.
+    pub digest_next_at: DueAt,
+}
+
+/// A row of [`DUE_DIGESTS_SQL`], before [`DueDigest`] parses it.
+#[derive(FromRow)]
+struct DueDigestRow {
+    user_id: UserId,
+    chat_id: ChatId,
+    timezone: String,
+    reminder_time: Option<String>,
+    digest_next_at: String,
+}
+
+impl DueDigestRow {
+    fn read(self, store: &Store, now: Timestamp) -> DueDigest {
+        DueDigest {
+            digest_next_at: DueAt::read(
+                self.digest_next_at,
+                now,
+                self.user_id,
+                "users.digest_next_at",
+            ),
+            timezone: store.stored_zone(self.user_id, &self.timezone),
+            reminder_time: self.reminder_time.and_then(|text| {
+                stored_local_time("reminders", self.user_id.get(), "local_time", &text)
+            }),
+            user_id: self.user_id,
+            chat_id: self.chat_id,
+        }
+    }
 }
 
 /// What [`Store::advance_digest`] did.
@@ -49,11 +143,18 @@ pub enum DigestAdvance {
 }
 
 /// The digest scheduler's query: due users, soonest first, through `users_digest_due`.
+/// As in [`super::DUE_REMINDERS_SQL`], the second half takes the rows whose text cannot
+/// be a moment, so that they are due now instead of never.
 pub const DUE_DIGESTS_SQL: &str = "SELECT u.user_id, u.chat_id, u.timezone,
             CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
      FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
      WHERE u.digest_enabled = 1 AND u.digest_next_at <= ?1
-     ORDER BY u.digest_next_at LIMIT ?2";
+     UNION ALL
+     SELECT u.user_id, u.chat_id, u.timezone,
+            CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
+     FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
+     WHERE u.digest_enabled = 1 AND u.digest_next_at >= ':'
+     ORDER BY digest_next_at LIMIT ?2";
 
 impl Store {
     // ---- weekly digests (SPEC §10) ----
@@ -74,15 +175,16 @@ impl Store {
     pub async fn set_digest(
         &self,
         user_id: UserId,
-        next_at: Option<&str>,
+        next_at: Option<Timestamp>,
     ) -> Result<(), StoreError> {
+        let next_at = next_at.map(sql_timestamp);
         retry_busy("set_digest", || async {
             let done = sqlx::query(
                 "UPDATE users SET digest_enabled = ?2 IS NOT NULL, digest_next_at = ?2
                  WHERE user_id = ?1",
             )
             .bind(user_id)
-            .bind(next_at)
+            .bind(&next_at)
             .execute(&self.write)
             .await?;
             if done.rows_affected() == 0 {
@@ -94,14 +196,16 @@ impl Store {
     }
 
     /// A new zone or reminder time: the Sunday digest (if on) is next due at `next_at`,
-    /// unless it is already due at `now` (UTC text): that one is left to the scheduler,
-    /// which sends it and moves on with the new settings, rather than skipped.
+    /// unless it is already due at `now`: that one is left to the scheduler, which
+    /// sends it and moves on with the new settings, rather than skipped.
     pub async fn reschedule_digest(
         &self,
         user_id: UserId,
-        next_at: &str,
-        now: &str,
+        next_at: Timestamp,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
+        let next_at = sql_timestamp(next_at);
+        let now = sql_timestamp(now);
         retry_busy("reschedule_digest", || async {
             sqlx::query(
                 "UPDATE users SET digest_next_at = ?2
@@ -109,8 +213,8 @@ impl Store {
                    AND (digest_next_at IS NULL OR digest_next_at > ?3)",
             )
             .bind(user_id)
-            .bind(next_at)
-            .bind(now)
+            .bind(&next_at)
+            .bind(&now)
             .execute(&self.write)
             .await?;
             Ok(())
@@ -118,17 +222,18 @@ impl Store {
         .await
     }
 
-    /// Users whose Sunday digest is due at `now` (UTC text), soonest first.
+    /// Users whose Sunday digest is due at `now`, soonest first (see [`DUE_DIGESTS_SQL`]).
     pub async fn due_digest_users(
         &self,
-        now: &str,
+        now: Timestamp,
         limit: i64,
     ) -> Result<Vec<DueDigest>, StoreError> {
-        Ok(sqlx::query_as::<_, DueDigest>(DUE_DIGESTS_SQL)
-            .bind(now)
+        let rows = sqlx::query_as::<_, DueDigestRow>(DUE_DIGESTS_SQL)
+            .bind(sql_timestamp(now))
             .bind(limit)
             .fetch_all(&self.read)
-            .await?)
+            .await?;
+        Ok(rows.into_iter().map(|row| row.read(self, now)).collect())
     }
 
     /// How many entries the user has on the local days `first..=last`.
@@ -224,17 +329,18 @@ impl Store {
         .await?)
     }
 
-    /// The scheduler's step for one due user: moves `digest_next_at` from `due_at` to
-    /// `next_at` and, when `create` is given, stores that week's digest as pending — in
-    /// one transaction, so a digest is decided exactly once however many ticks or
-    /// restarts look at the same moment.
+    /// The scheduler's step for one due user: moves `digest_next_at` from `due_at` (the
+    /// very text it was read with) to `next_at` and, when `create` is given, stores that
+    /// week's digest as pending — in one transaction, so a digest is decided exactly
+    /// once however many ticks or restarts look at the same moment.
     pub async fn advance_digest(
         &self,
         user_id: UserId,
-        due_at: &str,
-        next_at: &str,
+        due_at: &DueAt,
+        next_at: Timestamp,
         create: Option<(ChatId, jiff::civil::Date)>,
     ) -> Result<DigestAdvance, StoreError> {
+        let next_at = sql_timestamp(next_at);
         retry_busy("advance_digest", || async {
             let mut tx = self.write.begin().await?;
             let moved = sqlx::query(
@@ -242,8 +348,8 @@ impl Store {
                  WHERE user_id = ?1 AND digest_enabled = 1 AND digest_next_at = ?2",
             )
             .bind(user_id)
-            .bind(due_at)
-            .bind(next_at)
+            .bind(due_at.key())
+            .bind(&next_at)
             .execute(&mut *tx)
             .await?;
             if moved.rows_affected() == 0 {
@@ -363,20 +469,22 @@ impl Store {
 
     /// The digest reached the user.
     pub async fn mark_digest_sent(&self, id: DigestId) -> Result<(), StoreError> {
-        self.finish_digest("mark_digest_sent", id, "sent").await
+        self.finish_digest("mark_digest_sent", id, DigestStatus::Sent)
+            .await
     }
 
     /// The digest can never be delivered (the user blocked the bot, a provider refused
     /// it, or it waited longer than `worker.max_age_hours`).
     pub async fn mark_digest_failed(&self, id: DigestId) -> Result<(), StoreError> {
-        self.finish_digest("mark_digest_failed", id, "failed").await
+        self.finish_digest("mark_digest_failed", id, DigestStatus::Failed)
+            .await
     }
 
     async fn finish_digest(
         &self,
         what: &'static str,
         id: DigestId,
-        status: &'static str,
+        status: DigestStatus,
     ) -> Result<(), StoreError> {
         retry_busy(what, || async {
             sqlx::query(
@@ -385,7 +493,7 @@ impl Store {
                  WHERE id = ?1 AND status = 'pending'",
             )
             .bind(id)
-            .bind(status)
+            .bind(status.as_str())
             .execute(&self.write)
             .await?;
             Ok(())

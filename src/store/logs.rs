@@ -5,8 +5,9 @@ use sqlx::FromRow;
 
 use super::{
     ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, retry_busy,
-    returned,
+    returned, stored_date, stored_moment,
 };
+use crate::time::sql_timestamp;
 
 #[derive(Debug, Clone)]
 pub struct NewLog<'a> {
@@ -31,10 +32,10 @@ pub struct NewVoiceLog<'a> {
     pub local_day: Option<jiff::civil::Date>,
 }
 
-/// One imported entry (SPEC §12), ready to store: `created_at` is UTC SQL text.
+/// One imported entry (SPEC §12), ready to store.
 #[derive(Debug, Clone)]
 pub struct NewImportLog<'a> {
-    pub created_at: String,
+    pub created_at: jiff::Timestamp,
     pub local_day: jiff::civil::Date,
     /// The wall-clock time the export gives (with `local_day`, what identifies the row).
     pub local_time: jiff::civil::Time,
@@ -52,12 +53,21 @@ pub struct ImportCounts {
 }
 
 /// What the store knows of a voice log besides [`DayLog`] (`kind = 'voice'`).
-#[derive(Debug, Clone, PartialEq, FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct VoiceNote {
     pub file_id: String,
     pub duration_s: Option<i64>,
-    /// When the transcript was shown to the user; `None` before.
-    pub transcript_sent_at: Option<String>,
+    /// When the transcript was shown to the user; `None` before (read as
+    /// [`DayLog::created_at`] is).
+    pub transcript_sent_at: Option<jiff::Timestamp>,
+}
+
+/// The columns of [`VoiceNote`] as SQLite holds them.
+#[derive(FromRow)]
+struct VoiceNoteRow {
+    file_id: String,
+    duration_s: Option<i64>,
+    transcript_sent_at: Option<String>,
 }
 
 /// Result of an idempotent insert.
@@ -383,6 +393,7 @@ impl Store {
             let mut counts = ImportCounts::default();
             let mut tx = self.write.begin().await?;
             for log in logs {
+                let created_at = sql_timestamp(log.created_at);
                 let day = log.local_day.to_string();
                 let time = log.local_time.strftime("%H:%M").to_string();
                 // A row imported before `import_time` existed has none: it is the same
@@ -398,7 +409,7 @@ impl Store {
                 .bind(user_id)
                 .bind(&day)
                 .bind(&time)
-                .bind(&log.created_at)
+                .bind(&created_at)
                 .bind(log.text)
                 .bind(log.mood)
                 .fetch_optional(&mut *tx)
@@ -426,7 +437,7 @@ impl Store {
                 )
                 .bind(user_id)
                 .bind(log.text)
-                .bind(&log.created_at)
+                .bind(&created_at)
                 .bind(&day)
                 .bind(&time)
                 .bind(&log.metrics_json)
@@ -511,13 +522,21 @@ impl Store {
 
     /// The voice part of a log, read fresh; `None` for a text log.
     pub async fn voice_note(&self, id: LogId) -> Result<Option<VoiceNote>, StoreError> {
-        Ok(sqlx::query_as(
+        let row: Option<VoiceNoteRow> = sqlx::query_as(
             "SELECT file_id, duration_s, transcript_sent_at FROM day_logs
              WHERE id = ?1 AND kind = 'voice' AND file_id IS NOT NULL",
         )
         .bind(id)
         .fetch_optional(&self.write)
-        .await?)
+        .await?;
+        Ok(row.map(|row| VoiceNote {
+            file_id: row.file_id,
+            duration_s: row.duration_s,
+            transcript_sent_at: row
+                .transcript_sent_at
+                .as_deref()
+                .map(|text| stored_moment("day_logs", id.get(), "transcript_sent_at", text)),
+        }))
     }
 
     /// Stores a voice note's transcript as its text, only if it has none yet and is
@@ -605,10 +624,11 @@ impl Store {
 
     /// Every local day on which the user wrote something, newest first (streaks). Reads
     /// the `day_logs_user_day` index only.
-    pub async fn entry_days(&self, user_id: UserId) -> Result<Vec<String>, StoreError> {
+    /// A stored day that is no date is left out, with a warning naming the user.
+    pub async fn entry_days(&self, user_id: UserId) -> Result<Vec<jiff::civil::Date>, StoreError> {
         // One index seek per day (a loose index scan), not one step per entry: a year
         // of a busy journal is ~365 seeks instead of tens of thousands of index rows.
-        Ok(sqlx::query_scalar(
+        let days: Vec<String> = sqlx::query_scalar(
             "WITH RECURSIVE days(day) AS (
                  SELECT max(local_day) FROM day_logs WHERE user_id = ?1
                  UNION ALL
@@ -620,7 +640,11 @@ impl Store {
         )
         .bind(user_id)
         .fetch_all(&self.read)
-        .await?)
+        .await?;
+        Ok(days
+            .iter()
+            .filter_map(|text| stored_date("day_logs", user_id.get(), "local_day", text))
+            .collect())
     }
 
     /// The distinct activities of each local day from `first` on (what goes with good

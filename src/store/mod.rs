@@ -10,6 +10,15 @@
 //! never a row handed back for a write that was rolled back. `store.max_size_mb` caps
 //! the file on every connection the store opens.
 //!
+//! Rows come back parsed, once, here (a private `…Row` type read into the public one):
+//! moments as `jiff::Timestamp` (through `crate::time::parse_sql_timestamp`), local days
+//! as `jiff::civil::Date`, daily times as `LocalTime`, zones as `UserZone`, statuses as
+//! enums; writes take those types and format them with the one formatter
+//! (`crate::time::sql_timestamp`). A stored value that does not parse (a hand edit) is
+//! never an error: it is logged with its row's id, never its text, and read as the
+//! fallback its field documents. The schedulers' due times ([`DueAt`]) keep the text
+//! they were read from as the key of the update that moves them on.
+//!
 //! One file per concern, each an `impl Store` block with its row types: `users`,
 //! `logs` (entries, history, export, import, daily metrics, search, the year),
 //! `unfinished` (the worker's states and queries), `calls` (the call recorder,
@@ -169,6 +178,100 @@ where
     write().await
 }
 
+/// When a scheduler row (a reminder, a user's Sunday digest) is due, as the store read
+/// it: the moment callers decide with, and, private, the stored text itself as the key
+/// of the compare-and-set that moves the row on. The key is what the row held, not a
+/// formatting of the moment, so a row whose text is another spelling of a moment (a
+/// hand edit, fractional seconds) or no moment at all still matches, and moves on once;
+/// callers never see or parse the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueAt {
+    at: jiff::Timestamp,
+    stored: String,
+}
+
+impl DueAt {
+    /// A due row's stored text, read at `now`: text that is no moment is due now (with
+    /// a warning naming the row, never its text), as the scheduler's query returned it.
+    fn read(stored: String, now: jiff::Timestamp, user_id: UserId, column: &'static str) -> Self {
+        let at = crate::time::parse_sql_timestamp(&stored).unwrap_or_else(|| {
+            tracing::warn!(
+                user_id = user_id.get(),
+                column,
+                "stored due time is not a moment; treated as due now"
+            );
+            now
+        });
+        Self { at, stored }
+    }
+
+    /// The moment the row is due.
+    pub fn at(&self) -> jiff::Timestamp {
+        self.at
+    }
+
+    /// The compare-and-set key: exactly the text that was read.
+    fn key(&self) -> &str {
+        &self.stored
+    }
+}
+
+/// A stored moment of a row (`created_at`, `replied_at`, …): what
+/// [`crate::time::parse_sql_timestamp`] reads, and for text that is no moment the Unix
+/// epoch, with a warning naming the row and column (never the text), so that the row
+/// stays readable.
+fn stored_moment(
+    table: &'static str,
+    id: i64,
+    column: &'static str,
+    text: &str,
+) -> jiff::Timestamp {
+    crate::time::parse_sql_timestamp(text).unwrap_or_else(|| {
+        tracing::warn!(
+            table,
+            id,
+            column,
+            "stored time is not a moment; read as the epoch"
+        );
+        jiff::Timestamp::UNIX_EPOCH
+    })
+}
+
+/// A stored local day (`YYYY-MM-DD`); `None`, with a warning naming the row and column,
+/// for text that is no date.
+fn stored_date(
+    table: &'static str,
+    id: i64,
+    column: &'static str,
+    text: &str,
+) -> Option<jiff::civil::Date> {
+    let date = text.parse().ok();
+    if date.is_none() {
+        tracing::warn!(table, id, column, "stored day is not a date; read as none");
+    }
+    date
+}
+
+/// A stored daily time (`HH:MM`); `None`, with a warning naming the row and column, for
+/// text that is not one.
+fn stored_local_time(
+    table: &'static str,
+    id: i64,
+    column: &'static str,
+    text: &str,
+) -> Option<crate::time::LocalTime> {
+    let time = crate::time::LocalTime::from_stored(text);
+    if time.is_none() {
+        tracing::warn!(
+            table,
+            id,
+            column,
+            "stored time of day is not HH:MM; read as none"
+        );
+    }
+    time
+}
+
 /// Lifecycle of a day log (`day_logs.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "TEXT", rename_all = "lowercase")]
@@ -209,10 +312,13 @@ pub struct DayLog {
     /// object (a warning is logged; callers treat it as no metrics).
     pub metrics: Option<Metrics>,
     pub attempts: i64,
-    pub next_attempt_at: Option<String>,
-    pub replied_at: Option<String>,
-    /// The user's local day the entry belongs to (SPEC §10), `YYYY-MM-DD`.
-    pub local_day: Option<String>,
+    /// When the worker looks at it next (read as [`DayLog::created_at`] is).
+    pub next_attempt_at: Option<jiff::Timestamp>,
+    /// When its final reply was sent (read as [`DayLog::created_at`] is).
+    pub replied_at: Option<jiff::Timestamp>,
+    /// The user's local day the entry belongs to (SPEC §10); `None` for entries stored
+    /// before local days, or (with a warning) when the stored text is no date.
+    pub local_day: Option<jiff::civil::Date>,
 }
 
 /// A `day_logs` row as SQLite holds it, before [`DayLog`] parses its columns.
@@ -245,13 +351,16 @@ impl From<DayLogRow> for DayLog {
             }
             parsed
         });
-        let created_at = crate::time::parse_sql_timestamp(&row.created_at).unwrap_or_else(|| {
-            tracing::warn!(
-                log_id = row.id.get(),
-                "stored created_at is not a UTC timestamp; read as the epoch"
-            );
-            jiff::Timestamp::UNIX_EPOCH
-        });
+        let moment = |column, text: &str| stored_moment("day_logs", row.id.get(), column, text);
+        let created_at = moment("created_at", &row.created_at);
+        let next_attempt_at = row
+            .next_attempt_at
+            .as_deref()
+            .map(|text| moment("next_attempt_at", text));
+        let replied_at = row
+            .replied_at
+            .as_deref()
+            .map(|text| moment("replied_at", text));
         Self {
             id: row.id,
             user_id: row.user_id,
@@ -263,9 +372,11 @@ impl From<DayLogRow> for DayLog {
             analysis: row.analysis,
             metrics,
             attempts: row.attempts,
-            next_attempt_at: row.next_attempt_at,
-            replied_at: row.replied_at,
-            local_day: row.local_day,
+            next_attempt_at,
+            replied_at,
+            local_day: row
+                .local_day
+                .and_then(|text| stored_date("day_logs", row.id.get(), "local_day", &text)),
         }
     }
 }
@@ -339,7 +450,7 @@ mod users;
 
 use calls::CallRecorder;
 pub use calls::CallSink;
-pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DueDigest};
+pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DigestStatus, DueDigest};
 pub use logs::{
     DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts, Inserted, NewImportLog,
     NewLog, NewVoiceLog, SEARCH_CANDIDATES, SEARCH_LIMIT, SEARCH_SQL, SearchHit, SnippetRun,
@@ -356,8 +467,9 @@ pub struct Store {
     read: SqlitePool,
     write: SqlitePool,
     calls: CallRecorder,
-    /// `users.timezone` of a user seen for the first time (`journal.default_timezone`).
-    default_timezone: std::sync::Arc<str>,
+    /// `users.timezone` of a user seen for the first time (`journal.default_timezone`),
+    /// and the zone of one whose stored zone names none.
+    default_zone: crate::time::UserZone,
 }
 
 /// How the store's connections are set up: `[store]` in the settings.
@@ -480,14 +592,27 @@ impl Store {
             read,
             write,
             calls,
-            default_timezone: std::sync::Arc::from("UTC"),
+            default_zone: crate::time::UserZone::utc(),
         })
     }
 
-    /// The same store, giving users seen for the first time this zone.
+    /// The same store, giving users seen for the first time this zone (and those whose
+    /// stored zone names none).
     pub fn with_default_timezone(mut self, zone: &crate::time::UserZone) -> Self {
-        self.default_timezone = std::sync::Arc::from(zone.name());
+        self.default_zone = zone.clone();
         self
+    }
+
+    /// A stored `users.timezone`: the zone it names in its canonical spelling, else
+    /// (a hand edit) the default zone, with a warning naming the user.
+    fn stored_zone(&self, user_id: UserId, text: &str) -> crate::time::UserZone {
+        crate::time::UserZone::from_stored(text).unwrap_or_else(|| {
+            tracing::warn!(
+                user_id = user_id.get(),
+                "users.timezone is not a valid zone; using the default"
+            );
+            self.default_zone.clone()
+        })
     }
 
     /// Opens and brings the schema up to date. Refuses a database from a newer daylog.

@@ -1,54 +1,131 @@
 //! Daily reminders (`reminders`).
 
+use jiff::Timestamp;
 use sqlx::FromRow;
 
+use jiff::civil::Date;
+
 use crate::language::Language;
+use crate::time::{LocalTime, UserZone, sql_timestamp};
 
-use super::{ChatId, Store, StoreError, UserId, retry_busy};
+use super::{
+    ChatId, DueAt, Store, StoreError, UserId, retry_busy, stored_date, stored_local_time,
+    stored_moment,
+};
 
-/// A user's daily reminder (`reminders`).
-#[derive(Debug, Clone, PartialEq, FromRow)]
+/// A user's daily reminder (`reminders`), parsed: a stored value that does not parse is
+/// `None`, with a warning.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Reminder {
     pub user_id: UserId,
-    pub local_time: String,
+    pub local_time: Option<LocalTime>,
     pub enabled: bool,
-    pub last_sent_day: Option<String>,
-    pub next_due_at: Option<String>,
+    pub last_sent_day: Option<Date>,
+    pub next_due_at: Option<Timestamp>,
+}
+
+/// A `reminders` row as SQLite holds it.
+#[derive(FromRow)]
+struct ReminderRow {
+    user_id: UserId,
+    local_time: String,
+    enabled: bool,
+    last_sent_day: Option<String>,
+    next_due_at: Option<String>,
+}
+
+impl From<ReminderRow> for Reminder {
+    fn from(row: ReminderRow) -> Self {
+        let id = row.user_id.get();
+        Self {
+            local_time: stored_local_time("reminders", id, "local_time", &row.local_time),
+            last_sent_day: row
+                .last_sent_day
+                .and_then(|text| stored_date("reminders", id, "last_sent_day", &text)),
+            next_due_at: row
+                .next_due_at
+                .map(|text| stored_moment("reminders", id, "next_due_at", &text)),
+            user_id: row.user_id,
+            enabled: row.enabled,
+        }
+    }
 }
 
 /// A reminder whose time has come, with what sending it needs to know of its user.
-#[derive(Debug, Clone, PartialEq, FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DueReminder {
     pub user_id: UserId,
     pub chat_id: ChatId,
-    #[sqlx(try_from = "String")]
     pub language: Language,
-    pub timezone: String,
-    pub local_time: String,
-    pub last_sent_day: Option<String>,
-    pub next_due_at: String,
+    pub timezone: UserZone,
+    /// `None` when the stored time is not `HH:MM` (a hand edit; a warning is logged).
+    pub local_time: Option<LocalTime>,
+    /// `None` also when the stored day is not a date (a warning is logged).
+    pub last_sent_day: Option<Date>,
+    /// When it was due; also the key that [`Store::advance_reminder`] moves it on by.
+    pub next_due_at: DueAt,
+}
+
+/// A row of [`DUE_REMINDERS_SQL`], before [`DueReminder`] parses it.
+#[derive(FromRow)]
+struct DueReminderRow {
+    user_id: UserId,
+    chat_id: ChatId,
+    #[sqlx(try_from = "String")]
+    language: Language,
+    timezone: String,
+    local_time: String,
+    last_sent_day: Option<String>,
+    next_due_at: String,
+}
+
+impl DueReminderRow {
+    fn read(self, store: &Store, now: Timestamp) -> DueReminder {
+        let id = self.user_id.get();
+        DueReminder {
+            next_due_at: DueAt::read(self.next_due_at, now, self.user_id, "reminders.next_due_at"),
+            timezone: store.stored_zone(self.user_id, &self.timezone),
+            local_time: stored_local_time("reminders", id, "local_time", &self.local_time),
+            last_sent_day: self
+                .last_sent_day
+                .and_then(|text| stored_date("reminders", id, "last_sent_day", &text)),
+            user_id: self.user_id,
+            chat_id: self.chat_id,
+            language: self.language,
+        }
+    }
 }
 
 /// The scheduler's query: due reminders, soonest first. Public so that tests and the
 /// benchmark can check that it searches the `reminders_due` index.
+///
+/// The second half takes the rows whose text cannot be a moment (it starts after the
+/// digits: a hand edit), which no `<=` on text would ever reach; they are due now, so
+/// that they are sent and moved on rather than stuck. Both halves search the index.
 pub const DUE_REMINDERS_SQL: &str =
     "SELECT r.user_id, u.chat_id, u.language, u.timezone, r.local_time,
             r.last_sent_day, r.next_due_at
      FROM reminders r JOIN users u ON u.user_id = r.user_id
      WHERE r.enabled = 1 AND r.next_due_at <= ?1
-     ORDER BY r.next_due_at LIMIT ?2";
+     UNION ALL
+     SELECT r.user_id, u.chat_id, u.language, u.timezone, r.local_time,
+            r.last_sent_day, r.next_due_at
+     FROM reminders r JOIN users u ON u.user_id = r.user_id
+     WHERE r.enabled = 1 AND r.next_due_at >= ':'
+     ORDER BY next_due_at LIMIT ?2";
 
 impl Store {
     // ---- reminders ----
 
     pub async fn reminder(&self, user_id: UserId) -> Result<Option<Reminder>, StoreError> {
-        Ok(sqlx::query_as::<_, Reminder>(
+        let row = sqlx::query_as::<_, ReminderRow>(
             "SELECT user_id, local_time, enabled, last_sent_day, next_due_at
              FROM reminders WHERE user_id = ?1",
         )
         .bind(user_id)
         .fetch_optional(&self.read)
-        .await?)
+        .await?;
+        Ok(row.map(Reminder::from))
     }
 
     /// `/remind HH:MM`: on, at that time, next due at `next_due_at`. The day of the last
@@ -56,9 +133,11 @@ impl Store {
     pub async fn set_reminder(
         &self,
         user_id: UserId,
-        local_time: &str,
-        next_due_at: &str,
+        local_time: LocalTime,
+        next_due_at: Timestamp,
     ) -> Result<(), StoreError> {
+        let local_time = local_time.to_string();
+        let next_due_at = sql_timestamp(next_due_at);
         retry_busy("set_reminder", || async {
             sqlx::query(
                 "INSERT INTO reminders (user_id, local_time, enabled, next_due_at)
@@ -67,8 +146,8 @@ impl Store {
                      enabled = 1, next_due_at = excluded.next_due_at",
             )
             .bind(user_id)
-            .bind(local_time)
-            .bind(next_due_at)
+            .bind(&local_time)
+            .bind(&next_due_at)
             .execute(&self.write)
             .await?;
             Ok(())
@@ -92,12 +171,13 @@ impl Store {
     pub async fn reschedule_reminder(
         &self,
         user_id: UserId,
-        next_due_at: &str,
+        next_due_at: Timestamp,
     ) -> Result<(), StoreError> {
+        let next_due_at = sql_timestamp(next_due_at);
         retry_busy("reschedule_reminder", || async {
             sqlx::query("UPDATE reminders SET next_due_at = ?2 WHERE user_id = ?1 AND enabled = 1")
                 .bind(user_id)
-                .bind(next_due_at)
+                .bind(&next_due_at)
                 .execute(&self.write)
                 .await?;
             Ok(())
@@ -105,29 +185,33 @@ impl Store {
         .await
     }
 
-    /// Reminders due at `now` (UTC `YYYY-MM-DD HH:MM:SS`), soonest first.
+    /// Reminders due at `now`, soonest first (see [`DUE_REMINDERS_SQL`]).
     pub async fn due_reminders(
         &self,
-        now: &str,
+        now: Timestamp,
         limit: i64,
     ) -> Result<Vec<DueReminder>, StoreError> {
-        Ok(sqlx::query_as::<_, DueReminder>(DUE_REMINDERS_SQL)
-            .bind(now)
+        let rows = sqlx::query_as::<_, DueReminderRow>(DUE_REMINDERS_SQL)
+            .bind(sql_timestamp(now))
             .bind(limit)
             .fetch_all(&self.read)
-            .await?)
+            .await?;
+        Ok(rows.into_iter().map(|row| row.read(self, now)).collect())
     }
 
     /// Moves a due reminder on to `next_due_at`, recording `sent_day` as sent when
     /// given — in one statement, before anything is sent, so that two ticks (or a
-    /// restart) can never both send it. `false` when someone else moved it first.
+    /// restart) can never both send it. `false` when someone else moved it first (it no
+    /// longer holds the text `due_at` was read from).
     pub async fn advance_reminder(
         &self,
         user_id: UserId,
-        due_at: &str,
-        sent_day: Option<&str>,
-        next_due_at: &str,
+        due_at: &DueAt,
+        sent_day: Option<Date>,
+        next_due_at: Timestamp,
     ) -> Result<bool, StoreError> {
+        let sent_day = sent_day.map(|day| day.to_string());
+        let next_due_at = sql_timestamp(next_due_at);
         retry_busy("advance_reminder", || async {
             let done = sqlx::query(
                 "UPDATE reminders SET next_due_at = ?4, last_sent_day = coalesce(?3, last_sent_day)
@@ -135,9 +219,9 @@ impl Store {
                    AND (?3 IS NULL OR coalesce(last_sent_day, '') <> ?3)",
             )
             .bind(user_id)
-            .bind(due_at)
-            .bind(sent_day)
-            .bind(next_due_at)
+            .bind(due_at.key())
+            .bind(&sent_day)
+            .bind(&next_due_at)
             .execute(&self.write)
             .await?;
             Ok(done.rows_affected() == 1)
@@ -146,23 +230,29 @@ impl Store {
     }
 
     /// Undoes [`Store::advance_reminder`] after a delivery that failed for a passing
-    /// reason, so the next tick tries again (within `reminders.max_late_minutes`).
+    /// reason, so the next tick tries again (within `reminders.max_late_minutes`). The
+    /// reminder goes back to the moment it was due, written as the store writes moments:
+    /// one that was stored as no moment (due "now" when read) then grows late like any
+    /// other and is moved on, instead of being due now at every tick.
     pub async fn restore_reminder(
         &self,
         user_id: UserId,
-        due_at: &str,
-        last_sent_day: Option<&str>,
-        advanced_to: &str,
+        due_at: &DueAt,
+        last_sent_day: Option<Date>,
+        advanced_to: Timestamp,
     ) -> Result<(), StoreError> {
+        let last_sent_day = last_sent_day.map(|day| day.to_string());
+        let due_at = sql_timestamp(due_at.at());
+        let advanced_to = sql_timestamp(advanced_to);
         retry_busy("restore_reminder", || async {
             sqlx::query(
                 "UPDATE reminders SET next_due_at = ?2, last_sent_day = ?3
                  WHERE user_id = ?1 AND enabled = 1 AND next_due_at = ?4",
             )
             .bind(user_id)
-            .bind(due_at)
-            .bind(last_sent_day)
-            .bind(advanced_to)
+            .bind(&due_at)
+            .bind(&last_sent_day)
+            .bind(&advanced_to)
             .execute(&self.write)
             .await?;
             Ok(())

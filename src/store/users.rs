@@ -4,18 +4,44 @@ use sqlx::FromRow;
 
 use crate::language::Language;
 
-use super::{ChatId, Store, StoreError, UserId, retry_busy, returned};
+use super::{ChatId, Store, StoreError, UserId, retry_busy, returned, stored_moment};
 
-#[derive(Debug, Clone, PartialEq, FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct User {
     pub user_id: UserId,
     pub chat_id: ChatId,
     pub username: Option<String>,
     /// `users.language`, read as a [`Language`] (an unknown code is English).
-    #[sqlx(try_from = "String")]
     pub language: Language,
-    pub timezone: String,
-    pub created_at: String,
+    /// `users.timezone`, read as a zone (one that names none is the default zone).
+    pub timezone: crate::time::UserZone,
+    /// When the user was first seen (read as [`super::DayLog::created_at`] is).
+    pub created_at: jiff::Timestamp,
+}
+
+/// A `users` row as SQLite holds it, before [`User`] parses its columns.
+#[derive(FromRow)]
+struct UserRow {
+    user_id: UserId,
+    chat_id: ChatId,
+    username: Option<String>,
+    #[sqlx(try_from = "String")]
+    language: Language,
+    timezone: String,
+    created_at: String,
+}
+
+impl UserRow {
+    fn read(self, store: &Store) -> User {
+        User {
+            created_at: stored_moment("users", self.user_id.get(), "created_at", &self.created_at),
+            timezone: store.stored_zone(self.user_id, &self.timezone),
+            user_id: self.user_id,
+            chat_id: self.chat_id,
+            username: self.username,
+            language: self.language,
+        }
+    }
 }
 
 impl User {
@@ -40,7 +66,7 @@ impl Store {
     /// Creates the user or refreshes its chat and username; keeps a chosen language.
     pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
         retry_busy("upsert_user", || async {
-            let rows = sqlx::query_as::<_, User>(
+            let rows = sqlx::query_as::<_, UserRow>(
                 "INSERT INTO users (user_id, chat_id, username, language, timezone)
                  VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id,
@@ -51,22 +77,25 @@ impl Store {
             .bind(user.chat_id)
             .bind(user.username)
             .bind(user.language.code())
-            .bind(&*self.default_timezone)
+            .bind(self.default_zone.name())
             .fetch_all(&self.write)
             .await?;
-            returned(rows).ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
+            returned(rows)
+                .map(|row| row.read(self))
+                .ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
         })
         .await
     }
 
     pub async fn user(&self, user_id: UserId) -> Result<Option<User>, StoreError> {
-        Ok(sqlx::query_as::<_, User>(
+        let row = sqlx::query_as::<_, UserRow>(
             "SELECT user_id, chat_id, username, language, timezone, created_at
              FROM users WHERE user_id = ?1",
         )
         .bind(user_id)
         .fetch_optional(&self.read)
-        .await?)
+        .await?;
+        Ok(row.map(|row| row.read(self)))
     }
 
     pub async fn set_language(

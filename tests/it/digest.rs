@@ -915,3 +915,72 @@ async fn a_digest_given_up_after_max_age_is_said_to_the_user_who_asked() {
         "a scheduled digest goes silently"
     );
 }
+
+/// The digest scheduler's compare-and-set is keyed on the text it read: a due time
+/// stored in another spelling of its moment (fractional seconds, a hand edit) comes
+/// once and the schedule moves on to the next Sunday.
+#[tokio::test]
+async fn a_due_time_in_another_spelling_of_its_moment_sends_the_digest_once() {
+    // Arrange: the digest on at 19:00, two entries this week, the due time re-spelt.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    sqlx::query("UPDATE users SET digest_next_at = '2026-12-06 19:00:00.500' WHERE user_id = 1")
+        .execute(&raw_pool(&app).await)
+        .await
+        .expect("hand edit");
+
+    // Act
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+
+    // Assert
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-30' AND status = 'sent'")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-13 19:00:00")
+    );
+    // The worker polls every 100 ms: a few polls show nothing more is sent.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+}
+
+/// A due time that is no moment at all (a hand edit) does not wedge the schedule: it is
+/// due now, that week's digest comes once, and the next is on Sunday as usual.
+#[tokio::test]
+async fn a_due_time_that_is_no_moment_is_due_now_and_the_schedule_goes_on() {
+    // Arrange: Tuesday, the digest on, two entries in the last 7 days.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+
+    // Act
+    sqlx::query("UPDATE users SET digest_next_at = 'soon' WHERE user_id = 1")
+        .execute(&raw_pool(&app).await)
+        .await
+        .expect("hand edit");
+
+    // Assert: the 7 days ending today, once; next on Sunday at 19:00.
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-25' AND status = 'sent'")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-06 19:00:00")
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+}

@@ -16,7 +16,6 @@ use daylog::language::Language;
 use daylog::store::NewUser;
 use daylog::store::{ChatId, MessageId, UserId};
 use daylog::texts::Texts;
-use daylog::time::sql_timestamp;
 use jiff::Timestamp;
 use support::telegram::{Call, location_update, text_update, text_update_at};
 use support::{App, wait_until};
@@ -76,7 +75,11 @@ async fn user_with_reminder(app: &App, user: i64, zone: &str, time: &str, due: T
         .await
         .expect("tz");
     app.store
-        .set_reminder(UserId(user), time, &sql_timestamp(due))
+        .set_reminder(
+            UserId(user),
+            daylog::time::LocalTime::parse(time).expect("time"),
+            due,
+        )
         .await
         .expect("reminder");
 }
@@ -520,5 +523,125 @@ async fn stats_names_what_goes_with_good_days() {
         stats.contains("Current streak: 6 days; longest: 6 days"),
         "{stats}"
     );
+    app.stop().await;
+}
+
+/// Sets a reminder's `next_due_at` to `text` as a hand edit would, past the store.
+async fn edit_next_due_at(app: &App, user: i64, text: &str) {
+    sqlx::query("UPDATE reminders SET next_due_at = ?2 WHERE user_id = ?1")
+        .bind(user)
+        .bind(text)
+        .execute(
+            &sqlx::SqlitePool::connect(&app.env["DATABASE_URL"])
+                .await
+                .expect("raw"),
+        )
+        .await
+        .expect("hand edit");
+}
+
+/// Makes the sentinel `user` due at `due` and waits for its reminder: a tick that
+/// sends it has looked at every other reminder as well.
+async fn a_later_tick_has_run(app: &App, user: i64, due: Timestamp) {
+    let before = reminders_to(app, user);
+    user_with_reminder(app, user, "UTC", "21:00", due).await;
+    app.clock.set(due);
+    app.telegram
+        .wait_for("the sentinel's reminder", WAIT, |calls| {
+            calls
+                .iter()
+                .filter(|c| is_reminder(c) && c.chat_id() == Some(user))
+                .count()
+                > before
+        })
+        .await;
+}
+
+/// The scheduler's compare-and-set is keyed on the text it read, not on a formatting of
+/// the moment: a due time stored in another spelling of its moment (fractional seconds,
+/// as a hand edit may leave it) is sent once and moved on like any other.
+#[tokio::test]
+async fn a_due_time_in_another_spelling_of_its_moment_is_sent_once_and_moved_on() {
+    // Arrange: 21:00 UTC, stored with fractional seconds.
+    let app = App::spawn().await;
+    user_with_reminder(&app, 6, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    edit_next_due_at(&app, 6, "2026-12-01 21:00:00.250").await;
+
+    // Act
+    app.clock.set(at("2026-12-01T21:00:03Z"));
+    wait_until("the reminder moved to tomorrow", WAIT, || async {
+        reminder_row(&app, 6).await.2.as_deref() == Some("2026-12-02 21:00:00")
+    })
+    .await;
+    a_later_tick_has_run(&app, 60, at("2026-12-01T21:00:10Z")).await;
+
+    // Assert
+    assert_eq!(reminder_row(&app, 6).await.1.as_deref(), Some("2026-12-01"));
+    assert_eq!(reminders_to(&app, 6), 1);
+    app.stop().await;
+}
+
+/// A due time that is no moment at all (a hand edit) does not wedge the reminder: it is
+/// due now, sent once, and the schedule goes on in the canonical format.
+#[tokio::test]
+async fn a_due_time_that_is_no_moment_is_due_now_sent_once_and_moved_on() {
+    // Arrange: noon UTC; the reminder at 21:00 was edited into nonsense.
+    let app = App::spawn().await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    user_with_reminder(&app, 7, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    edit_next_due_at(&app, 7, "soon").await;
+
+    // Act: the next tick, then 21:00 the same day.
+    app.telegram
+        .wait_for("the reminder found due", WAIT, |calls| {
+            calls
+                .iter()
+                .any(|c| is_reminder(c) && c.chat_id() == Some(7))
+        })
+        .await;
+    assert_eq!(
+        reminder_row(&app, 7).await.2.as_deref(),
+        Some("2026-12-01 21:00:00"),
+        "moved on to its next time"
+    );
+    app.clock.set(at("2026-12-01T21:00:03Z"));
+    wait_until("the reminder moved to tomorrow", WAIT, || async {
+        reminder_row(&app, 7).await.2.as_deref() == Some("2026-12-02 21:00:00")
+    })
+    .await;
+    a_later_tick_has_run(&app, 70, at("2026-12-01T21:00:10Z")).await;
+
+    // Assert: that local day had its one reminder.
+    assert_eq!(reminder_row(&app, 7).await.1.as_deref(), Some("2026-12-01"));
+    assert_eq!(reminders_to(&app, 7), 1);
+    app.stop().await;
+}
+
+/// A due time whose text sorts before its moment (a hand edit with a UTC offset west of
+/// Greenwich) is not sent early: the scheduler moves it to its moment, written as the
+/// store writes moments, and sends it then, once.
+#[tokio::test]
+async fn a_due_time_spelt_with_an_offset_is_sent_at_its_moment_not_when_its_text_sorts() {
+    // Arrange: 18:00 at UTC−03:00 is 21:00 UTC; the clock shows 19:00 UTC.
+    let app = App::spawn().await;
+    app.clock.set(at("2026-12-01T19:00:00Z"));
+    user_with_reminder(&app, 8, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    edit_next_due_at(&app, 8, "2026-12-01 18:00:00-03:00").await;
+
+    // Act
+    wait_until("the due time written at its moment", WAIT, || async {
+        reminder_row(&app, 8).await.2.as_deref() == Some("2026-12-01 21:00:00")
+    })
+    .await;
+    assert_eq!(reminders_to(&app, 8), 0, "not two hours early");
+    app.clock.set(at("2026-12-01T21:00:03Z"));
+    wait_until("the reminder moved to tomorrow", WAIT, || async {
+        reminder_row(&app, 8).await.2.as_deref() == Some("2026-12-02 21:00:00")
+    })
+    .await;
+    a_later_tick_has_run(&app, 80, at("2026-12-01T21:00:10Z")).await;
+
+    // Assert
+    assert_eq!(reminders_to(&app, 8), 1);
     app.stop().await;
 }

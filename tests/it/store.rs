@@ -260,6 +260,73 @@ async fn a_log_whose_created_at_is_not_a_timestamp_stays_readable() {
     assert_eq!(stored.text, "a calm day");
 }
 
+/// Every stored moment a caller sees is a `Timestamp`, parsed once in the store: the
+/// canonical text, another spelling of a moment (a hand edit) as that moment, and text
+/// that is no moment as the epoch, the row still readable.
+#[tokio::test]
+async fn stored_moments_are_read_as_timestamps_whatever_their_spelling() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let id = log(&db.store, 1, 10, "a calm day").await.id();
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query(
+        "UPDATE day_logs SET next_attempt_at = '2026-12-01T21:00:00.5Z',
+             replied_at = 'later' WHERE id = ?1",
+    )
+    .bind(id)
+    .execute(&writer)
+    .await
+    .expect("hand edit");
+    sqlx::query("UPDATE users SET created_at = '2026-11-30 08:00:00' WHERE user_id = 1")
+        .execute(&writer)
+        .await
+        .expect("hand edit");
+    user(&db.store, 2).await;
+    sqlx::query(
+        "UPDATE users SET created_at = 'long ago', timezone = 'Mars/Olympus' WHERE user_id = 2",
+    )
+    .execute(&writer)
+    .await
+    .expect("hand edit");
+    sqlx::query(
+        "INSERT INTO reminders (user_id, local_time, enabled, last_sent_day, next_due_at)
+         VALUES (1, '21:00', 1, '2026-11-30', '2026-12-01 21:00:00'),
+                (2, 'nine', 1, 'monday', 'soon')",
+    )
+    .execute(&writer)
+    .await
+    .expect("reminders");
+    writer.close().await;
+    let at = |text: &str| -> jiff::Timestamp { text.parse().expect("moment") };
+
+    let stored = db.store.log(id).await.expect("read").expect("row");
+    assert_eq!(stored.next_attempt_at, Some(at("2026-12-01T21:00:00.5Z")));
+    assert_eq!(stored.replied_at, Some(jiff::Timestamp::UNIX_EPOCH));
+    let first = db.store.user(UserId(1)).await.expect("read").expect("user");
+    assert_eq!(first.created_at, at("2026-11-30T08:00:00Z"));
+    let second = db.store.user(UserId(2)).await.expect("read").expect("user");
+    assert_eq!(second.created_at, jiff::Timestamp::UNIX_EPOCH);
+    assert_eq!(second.timezone.name(), "UTC", "the default zone");
+
+    let good = db
+        .store
+        .reminder(UserId(1))
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(good.local_time, daylog::time::LocalTime::parse("21:00"));
+    assert_eq!(good.last_sent_day, Some("2026-11-30".parse().expect("day")));
+    assert_eq!(good.next_due_at, Some(at("2026-12-01T21:00:00Z")));
+    let bad = db
+        .store
+        .reminder(UserId(2))
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!((bad.local_time, bad.last_sent_day), (None, None));
+    assert_eq!(bad.next_due_at, Some(jiff::Timestamp::UNIX_EPOCH));
+}
+
 #[tokio::test]
 async fn a_redelivered_message_is_stored_once() {
     let db = fresh().await;
@@ -538,6 +605,19 @@ async fn the_hot_queries_use_their_indexes() {
     .await;
     assert!(reminders.contains("reminders_due"), "{reminders}");
     assert!(!reminders.contains("SCAN r"), "{reminders}");
+    // The scheduler's own queries, both halves (due, and no moment at all) searched.
+    for (sql, index, scan) in [
+        (daylog::store::DUE_REMINDERS_SQL, "reminders_due", "SCAN r"),
+        (daylog::store::DUE_DIGESTS_SQL, "users_digest_due", "SCAN u"),
+    ] {
+        let sql = sql
+            .replace("?1", "'2026-12-01 21:00:00'")
+            .replace("?2", "1000");
+        let due = plan(sql.leak()).await;
+        assert_eq!(due.matches(index).count(), 2, "{due}");
+        assert!(!due.contains(scan), "{due}");
+        assert!(!due.contains("TEMP B-TREE"), "{due}");
+    }
 }
 
 #[tokio::test]
@@ -565,12 +645,12 @@ async fn an_entry_keeps_the_local_day_it_was_stored_with() {
         .expect("edit");
     let stored = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(
-        stored.local_day.as_deref(),
-        Some("2026-11-30"),
+        stored.local_day,
+        Some(day),
         "neither /tz nor an edit moves it"
     );
     let user = db.store.user(UserId(1)).await.expect("read").expect("user");
-    assert_eq!(user.timezone, "Asia/Tokyo");
+    assert_eq!(user.timezone.name(), "Asia/Tokyo");
 }
 
 #[tokio::test]
@@ -993,5 +1073,88 @@ async fn delete_user_removes_that_users_digests_and_no_other() {
             .await
             .expect("read")
             .is_some()
+    );
+}
+
+/// A digest is read with its week as a date, its status as an enum and its stored time
+/// as a moment; a week that is no date is `None` (the worker gives such a digest up).
+#[tokio::test]
+async fn digests_are_read_typed_and_a_week_that_is_no_date_as_none() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let week: jiff::civil::Date = "2026-11-30".parse().expect("day");
+    let (digest, created) = db
+        .store
+        .insert_digest(UserId(1), ChatId(1), week, FrontEnd::Telegram, None)
+        .await
+        .expect("insert");
+    assert!(created);
+    assert_eq!(digest.week_start, Some(week));
+    assert_eq!(digest.status, store::DigestStatus::Pending);
+    assert_eq!(
+        daylog::time::sql_timestamp(digest.created_at).len(),
+        "YYYY-MM-DD HH:MM:SS".len()
+    );
+    assert_ne!(digest.created_at, jiff::Timestamp::UNIX_EPOCH);
+    db.store.mark_digest_sent(digest.id).await.expect("sent");
+    let sent = db
+        .store
+        .digest_of_week(UserId(1), week)
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(sent.status, store::DigestStatus::Sent);
+
+    let (other, _) = db
+        .store
+        .insert_digest(
+            UserId(1),
+            ChatId(1),
+            "2026-12-07".parse().expect("day"),
+            FrontEnd::Telegram,
+            None,
+        )
+        .await
+        .expect("insert");
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query("UPDATE digests SET week_start = 'someday' WHERE id = ?1")
+        .bind(other.id)
+        .execute(&writer)
+        .await
+        .expect("hand edit");
+    writer.close().await;
+    let due = db
+        .store
+        .due_digests(FrontEnd::Telegram, 10)
+        .await
+        .expect("due");
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].id, other.id);
+    assert_eq!(due[0].week_start, None);
+}
+
+/// Local days come back as dates: a log's day is `None` and the streak's days leave it
+/// out when the stored text is no date (a hand edit), the row still readable.
+#[tokio::test]
+async fn a_local_day_that_is_no_date_is_read_as_none_and_left_out_of_the_days() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let good = log(&db.store, 1, 10, "a calm day").await.id();
+    let bad = log(&db.store, 1, 11, "another").await.id();
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query("UPDATE day_logs SET local_day = 'junk' WHERE id = ?1")
+        .bind(bad)
+        .execute(&writer)
+        .await
+        .expect("hand edit");
+    writer.close().await;
+
+    let stored = db.store.log(good).await.expect("read").expect("row");
+    assert_eq!(stored.local_day, Some(today()));
+    let stored = db.store.log(bad).await.expect("read").expect("row");
+    assert_eq!((stored.local_day, stored.text.as_str()), (None, "another"));
+    assert_eq!(
+        db.store.entry_days(UserId(1)).await.expect("days"),
+        vec![today()]
     );
 }
