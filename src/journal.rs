@@ -125,6 +125,16 @@ pub enum Decided {
     Superseded,
 }
 
+/// The author of a log as the path that brought it to its analysis read them: their
+/// language and zone, read once per entry (from the user row the insert returned, or one
+/// read by the worker) instead of again by the context, the streak and the reply — each
+/// read is a round trip to the store's thread, the largest cost per entry.
+#[derive(Clone)]
+struct Author {
+    language: Language,
+    zone: UserZone,
+}
+
 /// A message is claimed by its chat and message id.
 type ClaimKey = (ChatId, MessageId);
 
@@ -266,9 +276,16 @@ impl Journal {
         Ok(Streaks::from_days(&days, today))
     }
 
-    /// The current streak for an analysis reply's note; 0 when it cannot be read.
-    async fn streak_for_note(&self, user_id: i64) -> u32 {
-        match self.streaks(user_id).await {
+    /// The current streak for an analysis reply's note, in the author's zone; 0 when it
+    /// cannot be read.
+    async fn streak_for_note(&self, user_id: i64, zone: &UserZone) -> u32 {
+        let today = self.local_day(zone, self.now());
+        let streaks = self
+            .store
+            .entry_days(UserId(user_id))
+            .await
+            .map(|days| Streaks::from_days(&days, today));
+        match streaks {
             Ok(streaks) => streaks.current,
             Err(error) => {
                 tracing::warn!(%error, user_id, "could not read the streak");
@@ -311,6 +328,29 @@ impl Journal {
         }
     }
 
+    /// A log's author as stored, with the fallbacks of [`Journal::language_of`] and
+    /// [`Journal::zone_of`] (English and the default zone for a user the store does not
+    /// have or cannot read), in one read.
+    async fn author_of(&self, user_id: i64) -> Author {
+        match self.store.user(UserId(user_id)).await {
+            Ok(Some(user)) => Author {
+                language: user.language(),
+                zone: self.zone_from_stored(user_id, &user.timezone),
+            },
+            Ok(None) => Author {
+                language: Language::default(),
+                zone: self.settings.journal.default_zone(),
+            },
+            Err(error) => {
+                tracing::warn!(%error, user_id, "could not read the user's language and zone");
+                Author {
+                    language: Language::default(),
+                    zone: self.settings.journal.default_zone(),
+                }
+            }
+        }
+    }
+
     /// A new text message: store, analyse, answer (SPEC §4).
     pub async fn on_text<M: Messenger>(
         &self,
@@ -333,6 +373,10 @@ impl Journal {
             .map_err(EntryError::NotSaved)?;
         let zone = self.zone_from_stored(msg.user_id, &user.timezone);
         let local_day = self.local_day(&zone, msg.sent_at.unwrap_or_else(|| self.now()));
+        let author = Author {
+            language: user.language(),
+            zone,
+        };
         let inserted = self
             .store
             .insert_log(&NewLog {
@@ -352,7 +396,7 @@ impl Journal {
                 return Ok(());
             }
         };
-        self.stored(messenger, log, user.language(), claim).await
+        self.stored(messenger, log, &author, claim).await
     }
 
     /// A line typed in `daylog chat` by its terminal user: store, analyse, answer. The
@@ -374,7 +418,11 @@ impl Journal {
             })
             .await
             .map_err(EntryError::NotSaved)?;
-        let local_day = self.local_day(&self.zone_from_stored(user_id, &user.timezone), read_at);
+        let author = Author {
+            language: user.language(),
+            zone: self.zone_from_stored(user_id, &user.timezone),
+        };
+        let local_day = self.local_day(&author.zone, read_at);
         let (log, claim) = {
             let _storing = self.claim_gate.read().await;
             let log = self
@@ -393,7 +441,7 @@ impl Journal {
             );
             return Ok(());
         };
-        self.stored(messenger, log, user.language(), claim).await
+        self.stored(messenger, log, &author, claim).await
     }
 
     /// Why a voice note is refused before anything is stored, if it is: longer than
@@ -450,6 +498,10 @@ impl Journal {
             })
             .await
             .map_err(EntryError::NotSaved)?;
+        let author = Author {
+            language: user.language(),
+            zone: self.zone_from_stored(voice.user_id, &user.timezone),
+        };
         let inserted = self
             .store
             .insert_voice_log(&NewVoiceLog {
@@ -458,10 +510,9 @@ impl Journal {
                 message_id: MessageId(voice.message_id),
                 file_id: &voice.file_id,
                 duration_s: voice.duration_s,
-                local_day: Some(self.local_day(
-                    &self.zone_from_stored(voice.user_id, &user.timezone),
-                    voice.sent_at.unwrap_or_else(|| self.now()),
-                )),
+                local_day: Some(
+                    self.local_day(&author.zone, voice.sent_at.unwrap_or_else(|| self.now())),
+                ),
             })
             .await
             .map_err(EntryError::NotSaved)?;
@@ -472,7 +523,7 @@ impl Journal {
                 return Ok(());
             }
         };
-        self.voice_stored(messenger, log, &voice.file_id, user.language(), claim)
+        self.voice_stored(messenger, log, &voice.file_id, &author, claim)
             .await
     }
 
@@ -505,10 +556,11 @@ impl Journal {
             }
             return Ok(());
         }
-        let local_day = self.local_day(
-            &self.zone_from_stored(voice.user_id, &user.timezone),
-            voice.sent_at.unwrap_or_else(|| self.now()),
-        );
+        let author = Author {
+            language: user.language(),
+            zone: self.zone_from_stored(voice.user_id, &user.timezone),
+        };
+        let local_day = self.local_day(&author.zone, voice.sent_at.unwrap_or_else(|| self.now()));
         let (log, claim) = {
             let _storing = self.claim_gate.read().await;
             let log = self
@@ -531,7 +583,7 @@ impl Journal {
             );
             return Ok(());
         };
-        self.voice_stored(messenger, log, &voice.file_id, user.language(), claim)
+        self.voice_stored(messenger, log, &voice.file_id, &author, claim)
             .await
     }
 
@@ -540,7 +592,7 @@ impl Journal {
         messenger: &M,
         log: DayLog,
         file_id: &str,
-        language: Language,
+        author: &Author,
         claim: Claim,
     ) -> Result<(), EntryError> {
         tracing::info!(
@@ -549,7 +601,7 @@ impl Journal {
             "voice note stored"
         );
         Ok(self
-            .transcribe_and_answer(messenger, log, file_id, language, false, claim)
+            .transcribe_and_answer(messenger, log, file_id, author, false, claim)
             .await?)
     }
 
@@ -560,10 +612,11 @@ impl Journal {
         messenger: &M,
         log: DayLog,
         file_id: &str,
-        language: Language,
+        author: &Author,
         late: bool,
         claim: Claim,
     ) -> Result<(), StoreError> {
+        let language = author.language;
         let texts = Texts(language);
         let transcribed = with_typing(
             messenger,
@@ -577,7 +630,7 @@ impl Journal {
                     // The analysis follows the transcript, never overtakes it.
                     return self.postpone(&log).await;
                 }
-                self.analyse_and_answer(messenger, *log, language, late, claim)
+                self.analyse_and_answer(messenger, *log, author, late, claim)
                     .await
             }
             Transcribed::Pending => {
@@ -714,7 +767,7 @@ impl Journal {
         &self,
         messenger: &M,
         log: DayLog,
-        language: Language,
+        author: &Author,
         claim: Claim,
     ) -> Result<(), EntryError> {
         tracing::info!(
@@ -724,7 +777,7 @@ impl Journal {
             "day log stored"
         );
         Ok(self
-            .analyse_and_answer(messenger, log, language, false, claim)
+            .analyse_and_answer(messenger, log, author, false, claim)
             .await?)
     }
 
@@ -772,9 +825,9 @@ impl Journal {
             // (the text changed), and the worker analyses the new text after it.
             return Ok(());
         };
-        let language = self.language_of(msg.user_id).await;
+        let author = self.author_of(msg.user_id).await;
         Ok(self
-            .analyse_and_answer(messenger, log, language, false, claim)
+            .analyse_and_answer(messenger, log, &author, false, claim)
             .await?)
     }
 
@@ -782,11 +835,11 @@ impl Journal {
         &self,
         messenger: &M,
         log: DayLog,
-        language: Language,
+        author: &Author,
         late: bool,
         _claim: Claim,
     ) -> Result<(), StoreError> {
-        let texts = Texts(language);
+        let texts = Texts(author.language);
         if !late && self.over_hourly_limit(&log).await? {
             self.store.defer(log.id, Duration::from_secs(3600)).await?;
             self.notify(
@@ -797,7 +850,7 @@ impl Journal {
             .await;
             return Ok(());
         }
-        let analysing = with_typing(messenger, log.chat_id.get(), self.analyse(&log, language));
+        let analysing = with_typing(messenger, log.chat_id.get(), self.analyse(&log, author));
         tokio::pin!(analysing);
         // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the user,
         // and the answer still follows (here, or from the worker when the log parks).
@@ -816,8 +869,7 @@ impl Journal {
         let late = late || told;
         match decided {
             Decided::Analyzed { .. } | Decided::Blocked => {
-                self.answer_stored(messenger, log.id, language, late)
-                    .await?;
+                self.answer_stored(messenger, log.id, author, late).await?;
             }
             Decided::Pending if !late => {
                 self.notify(messenger, &log, Reply::new().text(texts.saved_pending()))
@@ -933,9 +985,9 @@ impl Journal {
     }
 
     /// One analysis round: analysis and metrics concurrently, the result stored.
-    pub async fn analyse(&self, log: &DayLog, language: Language) -> Result<Decided, StoreError> {
+    async fn analyse(&self, log: &DayLog, author: &Author) -> Result<Decided, StoreError> {
         let text = truncate_chars(&log.text, self.settings.telegram.max_text_chars);
-        let context = self.context(log, language).await?;
+        let context = self.context(log, author).await?;
         let analysis_request = analysis::analysis_request(&context, text);
         let metrics_request = analysis::metrics_request(text);
         // Models that refused this text before are not asked again (SPEC §5); new
@@ -1058,8 +1110,8 @@ impl Journal {
         )
     }
 
-    async fn context(&self, log: &DayLog, language: Language) -> Result<UserContext, StoreError> {
-        let (_, today) = self.today_of(log.user_id.get()).await;
+    async fn context(&self, log: &DayLog, author: &Author) -> Result<UserContext, StoreError> {
+        let today = self.local_day(&author.zone, self.now());
         let week_start = today
             .checked_sub(jiff::Span::new().days(6))
             .unwrap_or(today);
@@ -1068,7 +1120,7 @@ impl Journal {
         let mut summaries = self.store.recent_summaries(log.user_id, log.id, 3).await?;
         summaries.reverse();
         Ok(UserContext {
-            language,
+            language: author.language,
             recent_days: days,
             recent_summaries: summaries,
             spoken,
@@ -1088,7 +1140,8 @@ impl Journal {
         let Some((kind, log)) = self.store.unfinished_one(id).await? else {
             return Ok(());
         };
-        let language = self.language_of(log.user_id.get()).await;
+        let author = self.author_of(log.user_id.get()).await;
+        let language = author.language;
         let voice = self.store.voice_note(log.id).await?;
         // A transcript stored before a crash (or a lost delivery) is shown before anything
         // that follows from it.
@@ -1113,22 +1166,15 @@ impl Journal {
                     if !self.store.mark_failed(log.id, &log.text).await? {
                         return Ok(()); // edited meanwhile: the new text gets its chance
                     }
-                    return self.answer_stored(messenger, log.id, language, true).await;
+                    return self.answer_stored(messenger, log.id, &author, true).await;
                 }
                 if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
                     // Stored, never transcribed: start from the recording.
                     return self
-                        .transcribe_and_answer(
-                            messenger,
-                            log,
-                            &voice.file_id,
-                            language,
-                            true,
-                            claim,
-                        )
+                        .transcribe_and_answer(messenger, log, &voice.file_id, &author, true, claim)
                         .await;
                 }
-                self.analyse_and_answer(messenger, log, language, true, claim)
+                self.analyse_and_answer(messenger, log, &author, true, claim)
                     .await
             }
             Unfinished::Reply if self.unrecorded().contains(&log.id) => {
@@ -1145,7 +1191,7 @@ impl Journal {
                 Ok(())
             }
             Unfinished::Reply => {
-                if let Some(reply) = self.final_reply(&log, language, true).await {
+                if let Some(reply) = self.final_reply(&log, &author, true).await {
                     self.answer(messenger, &log, reply).await;
                 }
                 Ok(())
@@ -1158,13 +1204,14 @@ impl Journal {
     /// sentence; `None` while it is pending. The one place that decides it: the live
     /// path (through [`Journal::answer_stored`]) and the worker's resend both ask here.
     /// `late`: the worker's answer, titled as such.
-    async fn final_reply(&self, log: &DayLog, language: Language, late: bool) -> Option<Reply> {
+    async fn final_reply(&self, log: &DayLog, author: &Author, late: bool) -> Option<Reply> {
+        let language = author.language;
         let texts = Texts(language);
         Some(match log.status {
             LogStatus::Analyzed => {
                 let metrics = log.metrics.clone().unwrap_or_else(Metrics::defaults);
                 let analysis = log.analysis.as_deref().unwrap_or_default();
-                let streak = self.streak_for_note(log.user_id.get()).await;
+                let streak = self.streak_for_note(log.user_id.get(), &author.zone).await;
                 analysis_reply(
                     language,
                     analysis,
@@ -1186,13 +1233,13 @@ impl Journal {
         &self,
         messenger: &M,
         log_id: LogId,
-        language: Language,
+        author: &Author,
         late: bool,
     ) -> Result<(), StoreError> {
         let Some(log) = self.store.log(log_id).await? else {
             return Ok(());
         };
-        if let Some(reply) = self.final_reply(&log, language, late).await {
+        if let Some(reply) = self.final_reply(&log, author, late).await {
             self.answer(messenger, &log, reply).await;
         }
         Ok(())
