@@ -135,6 +135,25 @@ struct Author {
     zone: UserZone,
 }
 
+/// What the path that brings a log to its analysis knows of it without asking the store
+/// (as [`Author`], each question saved is a round trip to the store's thread).
+#[derive(Debug, Clone, Copy, Default)]
+struct Known {
+    /// Whether the log is a voice note; `None`: the store is asked.
+    spoken: Option<bool>,
+    /// Inserted by this very call, so no refusal can be recorded for it yet (refusals
+    /// of a deleted log with the same id went with it: `ON DELETE CASCADE`).
+    new: bool,
+}
+
+impl Known {
+    /// A text entry the caller has just inserted.
+    const NEW_TEXT: Self = Self {
+        spoken: Some(false),
+        new: true,
+    };
+}
+
 /// A message is claimed by its chat and message id.
 type ClaimKey = (ChatId, MessageId);
 
@@ -630,7 +649,7 @@ impl Journal {
                     // The analysis follows the transcript, never overtakes it.
                     return self.postpone(&log).await;
                 }
-                self.analyse_and_answer(messenger, *log, author, late, claim)
+                self.analyse_and_answer(messenger, *log, author, Known::default(), late, claim)
                     .await
             }
             Transcribed::Pending => {
@@ -777,7 +796,7 @@ impl Journal {
             "day log stored"
         );
         Ok(self
-            .analyse_and_answer(messenger, log, author, false, claim)
+            .analyse_and_answer(messenger, log, author, Known::NEW_TEXT, false, claim)
             .await?)
     }
 
@@ -827,7 +846,7 @@ impl Journal {
         };
         let author = self.author_of(msg.user_id).await;
         Ok(self
-            .analyse_and_answer(messenger, log, &author, false, claim)
+            .analyse_and_answer(messenger, log, &author, Known::default(), false, claim)
             .await?)
     }
 
@@ -836,6 +855,7 @@ impl Journal {
         messenger: &M,
         log: DayLog,
         author: &Author,
+        known: Known,
         late: bool,
         _claim: Claim,
     ) -> Result<(), StoreError> {
@@ -850,7 +870,11 @@ impl Journal {
             .await;
             return Ok(());
         }
-        let analysing = with_typing(messenger, log.chat_id.get(), self.analyse(&log, author));
+        let analysing = with_typing(
+            messenger,
+            log.chat_id.get(),
+            self.analyse(&log, author, known),
+        );
         tokio::pin!(analysing);
         // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the user,
         // and the answer still follows (here, or from the worker when the log parks).
@@ -985,9 +1009,14 @@ impl Journal {
     }
 
     /// One analysis round: analysis and metrics concurrently, the result stored.
-    async fn analyse(&self, log: &DayLog, author: &Author) -> Result<Decided, StoreError> {
+    async fn analyse(
+        &self,
+        log: &DayLog,
+        author: &Author,
+        known: Known,
+    ) -> Result<Decided, StoreError> {
         let text = truncate_chars(&log.text, self.settings.telegram.max_text_chars);
-        let context = self.context(log, author).await?;
+        let context = self.context(log, author, known).await?;
         let analysis_request = analysis::analysis_request(&context, text);
         let metrics_request = analysis::metrics_request(text);
         // Models that refused this text before are not asked again (SPEC §5); new
@@ -1001,7 +1030,11 @@ impl Journal {
                 }
             })
             .await;
-        let refused = self.store.refusals(log.id).await?;
+        let refused = if known.new {
+            Vec::new()
+        } else {
+            self.store.refusals(log.id).await?
+        };
         let sink = RefusalWatch::new(self.store.call_sink(Some(log.id)));
         let (analysis, metrics) = tokio::join!(
             self.llm
@@ -1110,13 +1143,21 @@ impl Journal {
         )
     }
 
-    async fn context(&self, log: &DayLog, author: &Author) -> Result<UserContext, StoreError> {
+    async fn context(
+        &self,
+        log: &DayLog,
+        author: &Author,
+        known: Known,
+    ) -> Result<UserContext, StoreError> {
         let today = self.local_day(&author.zone, self.now());
         let week_start = today
             .checked_sub(jiff::Span::new().days(6))
             .unwrap_or(today);
         let days = self.store.daily_metrics(log.user_id, week_start).await?;
-        let spoken = self.store.voice_note(log.id).await?.is_some();
+        let spoken = match known.spoken {
+            Some(spoken) => spoken,
+            None => self.store.voice_note(log.id).await?.is_some(),
+        };
         let mut summaries = self.store.recent_summaries(log.user_id, log.id, 3).await?;
         summaries.reverse();
         Ok(UserContext {
@@ -1168,13 +1209,18 @@ impl Journal {
                     }
                     return self.answer_stored(messenger, log.id, &author, true).await;
                 }
+                let spoken = voice.is_some();
                 if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
                     // Stored, never transcribed: start from the recording.
                     return self
                         .transcribe_and_answer(messenger, log, &voice.file_id, &author, true, claim)
                         .await;
                 }
-                self.analyse_and_answer(messenger, log, &author, true, claim)
+                let known = Known {
+                    spoken: Some(spoken),
+                    new: false,
+                };
+                self.analyse_and_answer(messenger, log, &author, known, true, claim)
                     .await
             }
             Unfinished::Reply if self.unrecorded().contains(&log.id) => {
