@@ -870,30 +870,51 @@ impl Journal {
             .await;
             return Ok(());
         }
-        let analysing = with_typing(
-            messenger,
-            log.chat_id.get(),
-            self.analyse(&log, author, known),
-        );
-        tokio::pin!(analysing);
-        // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the user,
-        // and the answer still follows (here, or from the worker when the log parks).
-        let (decided, told) = tokio::select! {
-            decided = &mut analysing => (decided?, false),
-            () = tokio::time::sleep(self.settings.budgets.notify_after()), if !late => {
-                let reply = match self.llm.budget_wait(Task::Analysis) {
-                    Some(back_in) => texts.saved_budget(back_in),
-                    None => texts.saved_slow().to_owned(),
-                };
-                tracing::info!(log_id = log.id.get(), "the analysis takes longer than notify_after_ms; user told it follows");
-                self.notify(messenger, &log, Reply::new().text(reply)).await;
-                (analysing.await?, true)
+        // In a block, so that the analysis (which borrows the log) is gone before the
+        // decision takes the log over.
+        let (decided, told) = {
+            let analysing = with_typing(
+                messenger,
+                log.chat_id.get(),
+                self.analyse(&log, author, known),
+            );
+            tokio::pin!(analysing);
+            // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the user,
+            // and the answer still follows (here, or from the worker when the log parks).
+            tokio::select! {
+                decided = &mut analysing => (decided?, false),
+                () = tokio::time::sleep(self.settings.budgets.notify_after()), if !late => {
+                    let reply = match self.llm.budget_wait(Task::Analysis) {
+                        Some(back_in) => texts.saved_budget(back_in),
+                        None => texts.saved_slow().to_owned(),
+                    };
+                    tracing::info!(log_id = log.id.get(), "the analysis takes longer than notify_after_ms; user told it follows");
+                    self.notify(messenger, &log, Reply::new().text(reply)).await;
+                    (analysing.await?, true)
+                }
             }
         };
         let late = late || told;
         match decided {
-            Decided::Analyzed { .. } | Decided::Blocked => {
-                self.answer_stored(messenger, log.id, author, late).await?;
+            // The log as the decision just stored it (its text unchanged, or the store
+            // would have refused the decision: `Superseded`), so it is not read back; an
+            // edit after this point is caught by `mark_replied`, and the worker answers
+            // the new text.
+            Decided::Analyzed { analysis, metrics } => {
+                let log = DayLog {
+                    status: LogStatus::Analyzed,
+                    analysis: Some(analysis),
+                    metrics: Some(metrics),
+                    ..log
+                };
+                self.answer_decided(messenger, &log, author, late).await;
+            }
+            Decided::Blocked => {
+                let log = DayLog {
+                    status: LogStatus::Blocked,
+                    ..log
+                };
+                self.answer_decided(messenger, &log, author, late).await;
             }
             Decided::Pending if !late => {
                 self.notify(messenger, &log, Reply::new().text(texts.saved_pending()))
@@ -1248,7 +1269,8 @@ impl Journal {
     /// A log's final answer, decided from what is stored about it: its analysis (with
     /// the metrics line and the notes), the content filter's refusal, or the give-up
     /// sentence; `None` while it is pending. The one place that decides it: the live
-    /// path (through [`Journal::answer_stored`]) and the worker's resend both ask here.
+    /// path (with the log as its decision was stored), the worker's give-up (through
+    /// [`Journal::answer_stored`]) and its resend all ask here.
     /// `late`: the worker's answer, titled as such.
     async fn final_reply(&self, log: &DayLog, author: &Author, late: bool) -> Option<Reply> {
         let language = author.language;
@@ -1285,10 +1307,21 @@ impl Journal {
         let Some(log) = self.store.log(log_id).await? else {
             return Ok(());
         };
-        if let Some(reply) = self.final_reply(&log, author, late).await {
-            self.answer(messenger, &log, reply).await;
-        }
+        self.answer_decided(messenger, &log, author, late).await;
         Ok(())
+    }
+
+    /// Sends the final answer about a log whose decision is stored.
+    async fn answer_decided<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        author: &Author,
+        late: bool,
+    ) {
+        if let Some(reply) = self.final_reply(log, author, late).await {
+            self.answer(messenger, log, reply).await;
+        }
     }
 }
 
