@@ -125,6 +125,35 @@ pub enum Decided {
     Superseded,
 }
 
+/// The author of a log as the path that brought it to its analysis read them: their
+/// language and zone, read once per entry (from the user row the insert returned, or one
+/// read by the worker) instead of again by the context, the streak and the reply — each
+/// read is a round trip to the store's thread, the largest cost per entry.
+#[derive(Clone)]
+struct Author {
+    language: Language,
+    zone: UserZone,
+}
+
+/// What the path that brings a log to its analysis knows of it without asking the store
+/// (as [`Author`], each question saved is a round trip to the store's thread).
+#[derive(Debug, Clone, Copy, Default)]
+struct Known {
+    /// Whether the log is a voice note; `None`: the store is asked.
+    spoken: Option<bool>,
+    /// Inserted by this very call, so no refusal can be recorded for it yet (refusals
+    /// of a deleted log with the same id went with it: `ON DELETE CASCADE`).
+    new: bool,
+}
+
+impl Known {
+    /// A text entry the caller has just inserted.
+    const NEW_TEXT: Self = Self {
+        spoken: Some(false),
+        new: true,
+    };
+}
+
 /// A message is claimed by its chat and message id.
 type ClaimKey = (ChatId, MessageId);
 
@@ -254,9 +283,16 @@ impl Journal {
         Ok(Streaks::from_days(&days, today))
     }
 
-    /// The current streak for an analysis reply's note; 0 when it cannot be read.
-    async fn streak_for_note(&self, user_id: i64) -> u32 {
-        match self.streaks(user_id).await {
+    /// The current streak for an analysis reply's note, in the author's zone; 0 when it
+    /// cannot be read.
+    async fn streak_for_note(&self, user_id: i64, zone: &UserZone) -> u32 {
+        let today = self.local_day(zone, self.now());
+        let streaks = self
+            .store
+            .entry_days(UserId(user_id))
+            .await
+            .map(|days| Streaks::from_days(&days, today));
+        match streaks {
             Ok(streaks) => streaks.current,
             Err(error) => {
                 tracing::warn!(%error, user_id, "could not read the streak");
@@ -299,6 +335,29 @@ impl Journal {
         }
     }
 
+    /// A log's author as stored, with the fallbacks of [`Journal::language_of`] and
+    /// [`Journal::zone_of`] (English and the default zone for a user the store does not
+    /// have or cannot read), in one read.
+    async fn author_of(&self, user_id: i64) -> Author {
+        match self.store.user(UserId(user_id)).await {
+            Ok(Some(user)) => Author {
+                language: user.language(),
+                zone: user.timezone.clone(),
+            },
+            Ok(None) => Author {
+                language: Language::default(),
+                zone: self.settings.journal.default_zone(),
+            },
+            Err(error) => {
+                tracing::warn!(%error, user_id, "could not read the user's language and zone");
+                Author {
+                    language: Language::default(),
+                    zone: self.settings.journal.default_zone(),
+                }
+            }
+        }
+    }
+
     /// A new text message: store, analyse, answer (SPEC §4).
     pub async fn on_text<M: Messenger>(
         &self,
@@ -319,7 +378,12 @@ impl Journal {
             })
             .await
             .map_err(EntryError::NotSaved)?;
-        let local_day = self.local_day(&user.timezone, msg.sent_at.unwrap_or_else(|| self.now()));
+        let zone = user.timezone.clone();
+        let local_day = self.local_day(&zone, msg.sent_at.unwrap_or_else(|| self.now()));
+        let author = Author {
+            language: user.language(),
+            zone,
+        };
         let inserted = self
             .store
             .insert_log(&NewLog {
@@ -339,7 +403,7 @@ impl Journal {
                 return Ok(());
             }
         };
-        self.stored(messenger, log, user.language(), claim).await
+        self.stored(messenger, log, &author, claim).await
     }
 
     /// A line typed in `daylog chat` by its terminal user: store, analyse, answer. The
@@ -361,7 +425,11 @@ impl Journal {
             })
             .await
             .map_err(EntryError::NotSaved)?;
-        let local_day = self.local_day(&user.timezone, read_at);
+        let author = Author {
+            language: user.language(),
+            zone: user.timezone.clone(),
+        };
+        let local_day = self.local_day(&author.zone, read_at);
         let (log, claim) = {
             let _storing = self.claim_gate.read().await;
             let log = self
@@ -380,7 +448,7 @@ impl Journal {
             );
             return Ok(());
         };
-        self.stored(messenger, log, user.language(), claim).await
+        self.stored(messenger, log, &author, claim).await
     }
 
     /// Why a voice note is refused before anything is stored, if it is: longer than
@@ -437,6 +505,10 @@ impl Journal {
             })
             .await
             .map_err(EntryError::NotSaved)?;
+        let author = Author {
+            language: user.language(),
+            zone: user.timezone.clone(),
+        };
         let inserted = self
             .store
             .insert_voice_log(&NewVoiceLog {
@@ -446,7 +518,7 @@ impl Journal {
                 file_id: &voice.file_id,
                 duration_s: voice.duration_s,
                 local_day: Some(
-                    self.local_day(&user.timezone, voice.sent_at.unwrap_or_else(|| self.now())),
+                    self.local_day(&author.zone, voice.sent_at.unwrap_or_else(|| self.now())),
                 ),
             })
             .await
@@ -458,7 +530,7 @@ impl Journal {
                 return Ok(());
             }
         };
-        self.voice_stored(messenger, log, &voice.file_id, user.language(), claim)
+        self.voice_stored(messenger, log, &voice.file_id, &author, claim)
             .await
     }
 
@@ -491,7 +563,11 @@ impl Journal {
             }
             return Ok(());
         }
-        let local_day = self.local_day(&user.timezone, voice.sent_at.unwrap_or_else(|| self.now()));
+        let author = Author {
+            language: user.language(),
+            zone: user.timezone.clone(),
+        };
+        let local_day = self.local_day(&author.zone, voice.sent_at.unwrap_or_else(|| self.now()));
         let (log, claim) = {
             let _storing = self.claim_gate.read().await;
             let log = self
@@ -514,7 +590,7 @@ impl Journal {
             );
             return Ok(());
         };
-        self.voice_stored(messenger, log, &voice.file_id, user.language(), claim)
+        self.voice_stored(messenger, log, &voice.file_id, &author, claim)
             .await
     }
 
@@ -523,7 +599,7 @@ impl Journal {
         messenger: &M,
         log: DayLog,
         file_id: &str,
-        language: Language,
+        author: &Author,
         claim: Claim,
     ) -> Result<(), EntryError> {
         tracing::info!(
@@ -532,7 +608,7 @@ impl Journal {
             "voice note stored"
         );
         Ok(self
-            .transcribe_and_answer(messenger, log, file_id, language, false, claim)
+            .transcribe_and_answer(messenger, log, file_id, author, false, claim)
             .await?)
     }
 
@@ -543,10 +619,11 @@ impl Journal {
         messenger: &M,
         log: DayLog,
         file_id: &str,
-        language: Language,
+        author: &Author,
         late: bool,
         claim: Claim,
     ) -> Result<(), StoreError> {
+        let language = author.language;
         let texts = Texts(language);
         let transcribed = with_typing(
             messenger,
@@ -560,7 +637,7 @@ impl Journal {
                     // The analysis follows the transcript, never overtakes it.
                     return self.postpone(&log).await;
                 }
-                self.analyse_and_answer(messenger, *log, language, late, claim)
+                self.analyse_and_answer(messenger, *log, author, Known::default(), late, claim)
                     .await
             }
             Transcribed::Pending => {
@@ -697,7 +774,7 @@ impl Journal {
         &self,
         messenger: &M,
         log: DayLog,
-        language: Language,
+        author: &Author,
         claim: Claim,
     ) -> Result<(), EntryError> {
         tracing::info!(
@@ -707,7 +784,7 @@ impl Journal {
             "day log stored"
         );
         Ok(self
-            .analyse_and_answer(messenger, log, language, false, claim)
+            .analyse_and_answer(messenger, log, author, Known::NEW_TEXT, false, claim)
             .await?)
     }
 
@@ -755,9 +832,9 @@ impl Journal {
             // (the text changed), and the worker analyses the new text after it.
             return Ok(());
         };
-        let language = self.language_of(msg.user_id).await;
+        let author = self.author_of(msg.user_id).await;
         Ok(self
-            .analyse_and_answer(messenger, log, language, false, claim)
+            .analyse_and_answer(messenger, log, &author, Known::default(), false, claim)
             .await?)
     }
 
@@ -765,11 +842,12 @@ impl Journal {
         &self,
         messenger: &M,
         log: DayLog,
-        language: Language,
+        author: &Author,
+        known: Known,
         late: bool,
         _claim: Claim,
     ) -> Result<(), StoreError> {
-        let texts = Texts(language);
+        let texts = Texts(author.language);
         if !late && self.over_hourly_limit(&log).await? {
             self.store.defer(log.id, Duration::from_secs(3600)).await?;
             self.notify(
@@ -780,27 +858,51 @@ impl Journal {
             .await;
             return Ok(());
         }
-        let analysing = with_typing(messenger, log.chat_id.get(), self.analyse(&log, language));
-        tokio::pin!(analysing);
-        // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the user,
-        // and the answer still follows (here, or from the worker when the log parks).
-        let (decided, told) = tokio::select! {
-            decided = &mut analysing => (decided?, false),
-            () = tokio::time::sleep(self.settings.budgets.notify_after()), if !late => {
-                let reply = match self.llm.budget_wait(Task::Analysis) {
-                    Some(back_in) => texts.saved_budget(back_in),
-                    None => texts.saved_slow().to_owned(),
-                };
-                tracing::info!(log_id = log.id.get(), "the analysis takes longer than notify_after_ms; user told it follows");
-                self.notify(messenger, &log, Reply::new().text(reply)).await;
-                (analysing.await?, true)
+        // In a block, so that the analysis (which borrows the log) is gone before the
+        // decision takes the log over.
+        let (decided, told) = {
+            let analysing = with_typing(
+                messenger,
+                log.chat_id.get(),
+                self.analyse(&log, author, known),
+            );
+            tokio::pin!(analysing);
+            // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the user,
+            // and the answer still follows (here, or from the worker when the log parks).
+            tokio::select! {
+                decided = &mut analysing => (decided?, false),
+                () = tokio::time::sleep(self.settings.budgets.notify_after()), if !late => {
+                    let reply = match self.llm.budget_wait(Task::Analysis) {
+                        Some(back_in) => texts.saved_budget(back_in),
+                        None => texts.saved_slow().to_owned(),
+                    };
+                    tracing::info!(log_id = log.id.get(), "the analysis takes longer than notify_after_ms; user told it follows");
+                    self.notify(messenger, &log, Reply::new().text(reply)).await;
+                    (analysing.await?, true)
+                }
             }
         };
         let late = late || told;
         match decided {
-            Decided::Analyzed { .. } | Decided::Blocked => {
-                self.answer_stored(messenger, log.id, language, late)
-                    .await?;
+            // The log as the decision just stored it (its text unchanged, or the store
+            // would have refused the decision: `Superseded`), so it is not read back; an
+            // edit after this point is caught by `mark_replied`, and the worker answers
+            // the new text.
+            Decided::Analyzed { analysis, metrics } => {
+                let log = DayLog {
+                    status: LogStatus::Analyzed,
+                    analysis: Some(analysis),
+                    metrics: Some(metrics),
+                    ..log
+                };
+                self.answer_decided(messenger, &log, author, late).await;
+            }
+            Decided::Blocked => {
+                let log = DayLog {
+                    status: LogStatus::Blocked,
+                    ..log
+                };
+                self.answer_decided(messenger, &log, author, late).await;
             }
             Decided::Pending if !late => {
                 self.notify(messenger, &log, Reply::new().text(texts.saved_pending()))
@@ -916,9 +1018,14 @@ impl Journal {
     }
 
     /// One analysis round: analysis and metrics concurrently, the result stored.
-    pub async fn analyse(&self, log: &DayLog, language: Language) -> Result<Decided, StoreError> {
+    async fn analyse(
+        &self,
+        log: &DayLog,
+        author: &Author,
+        known: Known,
+    ) -> Result<Decided, StoreError> {
         let text = truncate_chars(&log.text, self.settings.telegram.max_text_chars);
-        let context = self.context(log, language).await?;
+        let context = self.context(log, author, known).await?;
         let analysis_request = analysis::analysis_request(&context, text);
         let metrics_request = analysis::metrics_request(text);
         // Models that refused this text before are not asked again (SPEC §5); new
@@ -932,7 +1039,11 @@ impl Journal {
                 }
             })
             .await;
-        let refused = self.store.refusals(log.id).await?;
+        let refused = if known.new {
+            Vec::new()
+        } else {
+            self.store.refusals(log.id).await?
+        };
         let sink = RefusalWatch::new(self.store.call_sink(Some(log.id)));
         let (analysis, metrics) = tokio::join!(
             self.llm
@@ -1041,17 +1152,25 @@ impl Journal {
         )
     }
 
-    async fn context(&self, log: &DayLog, language: Language) -> Result<UserContext, StoreError> {
-        let (_, today) = self.today_of(log.user_id.get()).await;
+    async fn context(
+        &self,
+        log: &DayLog,
+        author: &Author,
+        known: Known,
+    ) -> Result<UserContext, StoreError> {
+        let today = self.local_day(&author.zone, self.now());
         let week_start = today
             .checked_sub(jiff::Span::new().days(6))
             .unwrap_or(today);
         let days = self.store.daily_metrics(log.user_id, week_start).await?;
-        let spoken = self.store.voice_note(log.id).await?.is_some();
+        let spoken = match known.spoken {
+            Some(spoken) => spoken,
+            None => self.store.voice_note(log.id).await?.is_some(),
+        };
         let mut summaries = self.store.recent_summaries(log.user_id, log.id, 3).await?;
         summaries.reverse();
         Ok(UserContext {
-            language,
+            language: author.language,
             recent_days: days,
             recent_summaries: summaries,
             spoken,
@@ -1071,7 +1190,8 @@ impl Journal {
         let Some((kind, log)) = self.store.unfinished_one(id).await? else {
             return Ok(());
         };
-        let language = self.language_of(log.user_id.get()).await;
+        let author = self.author_of(log.user_id.get()).await;
+        let language = author.language;
         let voice = self.store.voice_note(log.id).await?;
         // A transcript stored before a crash (or a lost delivery) is shown before anything
         // that follows from it.
@@ -1096,22 +1216,20 @@ impl Journal {
                     if !self.store.mark_failed(log.id, &log.text).await? {
                         return Ok(()); // edited meanwhile: the new text gets its chance
                     }
-                    return self.answer_stored(messenger, log.id, language, true).await;
+                    return self.answer_stored(messenger, log.id, &author, true).await;
                 }
+                let spoken = voice.is_some();
                 if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
                     // Stored, never transcribed: start from the recording.
                     return self
-                        .transcribe_and_answer(
-                            messenger,
-                            log,
-                            &voice.file_id,
-                            language,
-                            true,
-                            claim,
-                        )
+                        .transcribe_and_answer(messenger, log, &voice.file_id, &author, true, claim)
                         .await;
                 }
-                self.analyse_and_answer(messenger, log, language, true, claim)
+                let known = Known {
+                    spoken: Some(spoken),
+                    new: false,
+                };
+                self.analyse_and_answer(messenger, log, &author, known, true, claim)
                     .await
             }
             Unfinished::Reply if self.unrecorded().contains(&log.id) => {
@@ -1128,7 +1246,7 @@ impl Journal {
                 Ok(())
             }
             Unfinished::Reply => {
-                if let Some(reply) = self.final_reply(&log, language, true).await {
+                if let Some(reply) = self.final_reply(&log, &author, true).await {
                     self.answer(messenger, &log, reply).await;
                 }
                 Ok(())
@@ -1139,15 +1257,17 @@ impl Journal {
     /// A log's final answer, decided from what is stored about it: its analysis (with
     /// the metrics line and the notes), the content filter's refusal, or the give-up
     /// sentence; `None` while it is pending. The one place that decides it: the live
-    /// path (through [`Journal::answer_stored`]) and the worker's resend both ask here.
+    /// path (with the log as its decision was stored), the worker's give-up (through
+    /// [`Journal::answer_stored`]) and its resend all ask here.
     /// `late`: the worker's answer, titled as such.
-    async fn final_reply(&self, log: &DayLog, language: Language, late: bool) -> Option<Reply> {
+    async fn final_reply(&self, log: &DayLog, author: &Author, late: bool) -> Option<Reply> {
+        let language = author.language;
         let texts = Texts(language);
         Some(match log.status {
             LogStatus::Analyzed => {
                 let metrics = log.metrics.clone().unwrap_or_else(Metrics::defaults);
                 let analysis = log.analysis.as_deref().unwrap_or_default();
-                let streak = self.streak_for_note(log.user_id.get()).await;
+                let streak = self.streak_for_note(log.user_id.get(), &author.zone).await;
                 analysis_reply(
                     language,
                     analysis,
@@ -1169,16 +1289,27 @@ impl Journal {
         &self,
         messenger: &M,
         log_id: LogId,
-        language: Language,
+        author: &Author,
         late: bool,
     ) -> Result<(), StoreError> {
         let Some(log) = self.store.log(log_id).await? else {
             return Ok(());
         };
-        if let Some(reply) = self.final_reply(&log, language, late).await {
-            self.answer(messenger, &log, reply).await;
-        }
+        self.answer_decided(messenger, &log, author, late).await;
         Ok(())
+    }
+
+    /// Sends the final answer about a log whose decision is stored.
+    async fn answer_decided<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        author: &Author,
+        late: bool,
+    ) {
+        if let Some(reply) = self.final_reply(log, author, late).await {
+            self.answer(messenger, log, reply).await;
+        }
     }
 }
 

@@ -33,6 +33,7 @@ mod llm_logs;
 mod llm_providers;
 mod process;
 mod rhythm;
+mod round_trips;
 mod search;
 mod sql_fences;
 mod store;
