@@ -52,6 +52,14 @@ impl App {
         let settings = Arc::new(settings);
         let client = crate::http_client().map_err(StartError::Client)?;
         let llm = Arc::new(Llm::with_client(&settings, client.clone()).map_err(StartError::Llm)?);
+        // What the last run learned of each step's latency, so hedging does not start
+        // from nothing after every restart. Without it hedging starts as on a new file.
+        match store.recent_latencies().await {
+            Ok(samples) => llm.learn_latencies(&samples),
+            Err(error) => {
+                tracing::warn!(%error, "could not read recent latencies; hedging starts fresh")
+            }
+        }
         let journal = Arc::new(Journal::new(
             Arc::clone(&settings),
             store.clone(),

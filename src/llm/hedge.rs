@@ -7,6 +7,9 @@
 //! attempt is about to give up anyway buys nothing). Until [`MIN_SAMPLES`] answers are
 //! known it is [`START`], under the same cap.
 //!
+//! A restarted process starts from the latencies of the last answers stored in
+//! `llm_calls` ([`LatencySample`]), not from [`START`].
+//!
 //! Latencies are kept per step, shared by every request and both tasks (a step's number
 //! is the same for equal provider/model pairs), behind one short mutex each, never held
 //! across an await.
@@ -38,6 +41,16 @@ pub(crate) fn auto_threshold(recent: &[Duration], request_timeout: Duration) -> 
     let rank = (sorted.len() * 95).div_ceil(100).max(1);
     let p95 = sorted[rank - 1];
     p95.mul_f64(1.5).max(FLOOR).min(cap)
+}
+
+/// One usable answer's latency as the call records keep it (`llm_calls`, outcome `ok`):
+/// what a restarted process learns its hedging thresholds from before it has answers
+/// of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatencySample {
+    pub provider: String,
+    pub model: String,
+    pub latency: Duration,
 }
 
 /// The recent latencies of one step, and its threshold computed from them.

@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 pub use budget::SpentBudget;
 pub use error::{AttemptError, CascadeError, LlmError};
+pub use hedge::LatencySample;
 pub use types::{Attempt, AttemptSink, Audio, ChatRequest, Completion, NullSink, Outcome, Task};
 
 use crate::config::{Settings, StepSettings};
@@ -335,6 +336,28 @@ impl Llm {
     /// Restores the daily budgets stored before a restart.
     pub fn restore_budgets(&self, spent: &[SpentBudget]) {
         self.state.restore(spent);
+    }
+
+    /// Teaches the automatic hedging the latencies stored before a restart (oldest
+    /// first; each step keeps its last few), so a fresh process does not hedge a step
+    /// it already knows at the start value, nor wait that long on one that was slow.
+    /// Samples of steps no cascade has any more are ignored.
+    pub fn learn_latencies(&self, samples: &[LatencySample]) {
+        let steps: Vec<&StepId> = self
+            .analysis
+            .iter()
+            .chain(&self.metrics)
+            .chain(&self.transcription)
+            .map(|step| &step.id)
+            .collect();
+        for sample in samples {
+            if let Some(step) = steps
+                .iter()
+                .find(|id| id.provider == sample.provider && id.model == sample.model)
+            {
+                self.hedging.record(step.no, sample.latency);
+            }
+        }
     }
 
     /// Every budget this process knows to be spent now (`true`: a daily one).

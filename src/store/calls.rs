@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sqlx::sqlite::SqlitePool;
 
-use crate::llm::{Attempt, AttemptSink, SpentBudget};
+use crate::llm::{Attempt, AttemptSink, LatencySample, SpentBudget};
 
 use super::{LogId, Store, StoreError, retry_busy};
 
@@ -23,6 +23,9 @@ impl AttemptSink for CallSink {
 
 /// Most `llm_calls` rows written in one statement.
 const CALL_BATCH: usize = 200;
+/// How many of the latest calls a restart reads its hedging latencies from: enough for
+/// each step's window (32 answers) at a few steps and tasks.
+pub const LATENCY_LOOKBACK: i64 = 2000;
 
 enum Recorded {
     Call(Option<LogId>, Attempt),
@@ -229,6 +232,28 @@ impl Store {
                 key_index: usize::try_from(key_index).ok(),
                 until: std::time::SystemTime::UNIX_EPOCH
                     + Duration::from_secs(u64::try_from(until).unwrap_or(0)),
+            })
+            .collect())
+    }
+
+    /// The latencies of the usable answers among the last [`LATENCY_LOOKBACK`] calls,
+    /// oldest first: what a restarted process's hedging starts from. A range of the
+    /// primary key, so a year of calls costs no more than a week's.
+    pub async fn recent_latencies(&self) -> Result<Vec<LatencySample>, StoreError> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT provider, model, latency_ms FROM llm_calls
+             WHERE id > (SELECT coalesce(max(id), 0) FROM llm_calls) - ?1 AND outcome = 'ok'
+             ORDER BY id",
+        )
+        .bind(LATENCY_LOOKBACK)
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(provider, model, latency_ms)| LatencySample {
+                provider,
+                model,
+                latency: Duration::from_millis(u64::try_from(latency_ms).unwrap_or(0)),
             })
             .collect())
     }

@@ -24,6 +24,7 @@ mod cli_config;
 mod digest;
 mod disk_full;
 mod faults;
+mod hedge_restart;
 mod hostile_text;
 mod import;
 mod import_bot;
