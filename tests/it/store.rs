@@ -1206,6 +1206,7 @@ async fn a_local_day_that_is_no_date_is_left_out_of_the_days_and_found_without_o
     }
     let first: jiff::civil::Date = "2026-01-01".parse().expect("day");
     let last: jiff::civil::Date = "2026-06-20".parse().expect("day");
+    let logs = crate::support::llm::LogCapture::this_thread();
 
     let days = db
         .store
@@ -1242,4 +1243,23 @@ async fn a_local_day_that_is_no_date_is_left_out_of_the_days_and_found_without_o
         hits.iter().map(|h| (h.id, h.day)).collect::<Vec<_>>(),
         [(good, Some(day)), (bad, None)]
     );
+    let logs = logs.text();
+    for (table, column) in [
+        ("daily_metrics", "day"),
+        ("day_activities", "local_day"),
+        ("day_logs", "local_day"),
+    ] {
+        assert!(
+            logs.contains(&format!("table=\"{table}\""))
+                && logs.contains(&format!("column=\"{column}\"")),
+            "{table}.{column}: {logs}"
+        );
+    }
+    assert_eq!(
+        logs.matches("stored day is not a date").count(),
+        5,
+        "metrics, year, activities, summary, hit: {logs}"
+    );
+    assert!(logs.contains(&format!("id={}", bad.get())), "{logs}");
+    assert!(!logs.contains("edited"), "never the stored text: {logs}");
 }
