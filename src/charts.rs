@@ -26,7 +26,7 @@ use image::codecs::png::PngEncoder;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::day::DayMetrics;
+use crate::day::{DayMetrics, DayMood};
 use crate::language::Language;
 
 pub const WIDTH: u32 = 800;
@@ -106,7 +106,7 @@ fn draw(
     root.fill(&WHITE)?;
 
     let n = days.len();
-    let labels: Vec<String> = days.iter().map(|d| short_day(&d.day)).collect();
+    let labels: Vec<String> = days.iter().map(|d| short_day(d.day)).collect();
     // Half a slot of room on each side; the y range leaves room for the dots at 1 and 5.
     let x_range = -0.5..(n.max(1) as f64 - 0.5);
     let y_range = 0.8..5.2;
@@ -209,14 +209,6 @@ fn draw(
 
 // ---- the year in pixels (`/year`) ----
 
-/// One day of the year in pixels: `day` is `YYYY-MM-DD`, `mood` the day's average mood
-/// (`None`: no mood that was not defaulted).
-#[derive(Debug, Clone, PartialEq)]
-pub struct YearDay {
-    pub day: String,
-    pub mood: Option<f64>,
-}
-
 /// Side of one day's square and the gap between squares, in pixels.
 const CELL: i32 = 30;
 const PITCH: i32 = 34;
@@ -297,18 +289,20 @@ fn year_texts(lang: Language) -> YearTexts {
 }
 
 /// Draws the year in pixels of `year` ([`YEAR_WIDTH`]×[`YEAR_HEIGHT`] PNG): a row per
-/// month, a square per day, coloured by [`mood_color`]; days of other years, and
-/// strings that are not `YYYY-MM-DD`, are ignored. Days a month does not have (30
-/// February) get no square at all, so they never read as "no entry".
-pub fn year_chart(year: i32, days: &[YearDay], lang: Language) -> Result<Vec<u8>, ChartError> {
+/// month, a square per day, coloured by [`mood_color`]; days of other years are
+/// ignored. Days a month does not have (30 February) get no square at all, so they
+/// never read as "no entry".
+pub fn year_chart(year: i32, days: &[DayMood], lang: Language) -> Result<Vec<u8>, ChartError> {
     ensure_font()?;
     let mut moods = [[None::<f64>; 31]; 12];
-    for d in days {
-        if let Some((y, m, day)) = parse_day(&d.day)
-            && y == year
-            && day <= days_in_month(year, m)
+    for d in days.iter().filter(|d| i32::from(d.day.year()) == year) {
+        // A `Date`'s month is 1–12 and its day 1–31: every one has its cell.
+        let index = |n: i8| usize::from(n.unsigned_abs()).checked_sub(1);
+        if let Some(cell) = index(d.day.month())
+            .and_then(|month| moods.get_mut(month))
+            .and_then(|row| row.get_mut(index(d.day.day())?))
         {
-            moods[m as usize - 1][day as usize - 1] = d.mood;
+            *cell = d.mood;
         }
     }
     let (width, height) = (YEAR_WIDTH, YEAR_HEIGHT);
@@ -317,23 +311,6 @@ pub fn year_chart(year: i32, days: &[YearDay], lang: Language) -> Result<Vec<u8>
     let mut png = Vec::new();
     PngEncoder::new(&mut png).write_image(&rgb, width, height, image::ColorType::Rgb8)?;
     Ok(png)
-}
-
-/// `2026-03-09` → (2026, 3, 9), with month 1–12 and day 1–31.
-fn parse_day(day: &str) -> Option<(i32, u32, u32)> {
-    let mut parts = day.splitn(3, '-');
-    let year = parts.next()?.parse().ok()?;
-    let month = parts
-        .next()?
-        .parse()
-        .ok()
-        .filter(|m| (1..=12).contains(m))?;
-    let day = parts
-        .next()?
-        .parse()
-        .ok()
-        .filter(|d| (1..=31).contains(d))?;
-    Some((year, month, day))
 }
 
 fn draw_year(
@@ -410,12 +387,9 @@ fn draw_year(
     Ok(())
 }
 
-/// `2024-11-28` → `11-28`; anything else is shown as given.
-fn short_day(day: &str) -> String {
-    match day.get(5..10) {
-        Some(md) if day.len() == 10 && day.as_bytes()[4] == b'-' => md.to_string(),
-        _ => day.to_string(),
-    }
+/// The label of a day under the `/stats` chart: 2024-11-28 → `11-28`.
+fn short_day(day: jiff::civil::Date) -> String {
+    format!("{:02}-{:02}", day.month(), day.day())
 }
 
 #[cfg(test)]
@@ -425,8 +399,10 @@ mod tests {
     const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
 
     fn day(i: usize, mood: Option<f64>, stress: Option<f64>, energy: Option<f64>) -> DayMetrics {
+        // From 2024-11-01 on, one day after another.
+        let first = jiff::civil::date(2024, 11, 1);
         DayMetrics {
-            day: format!("2024-{:02}-{:02}", 11 + i / 30, 1 + i % 30),
+            day: first.checked_add(jiff::Span::new().days(i as i64)).unwrap(),
             mood,
             stress,
             energy,
@@ -565,9 +541,9 @@ mod tests {
         RGBColor(p[0], p[1], p[2])
     }
 
-    fn year_day(day: &str, mood: Option<f64>) -> YearDay {
-        YearDay {
-            day: day.to_owned(),
+    fn year_day(day: &str, mood: Option<f64>) -> DayMood {
+        DayMood {
+            day: day.parse().unwrap(),
             mood,
         }
     }
@@ -582,7 +558,6 @@ mod tests {
             year_day("2026-12-31", Some(5.0)),
             year_day("2026-06-15", None),
             year_day("2025-03-03", Some(5.0)),
-            year_day("not a day", Some(5.0)),
         ];
 
         let png = year_chart(2026, &days, Language::En).unwrap();
@@ -605,7 +580,8 @@ mod tests {
     #[test]
     fn days_a_month_does_not_have_get_no_square() {
         let leap = year_chart(2024, &[], Language::En).unwrap();
-        let common = year_chart(2026, &[year_day("2026-02-29", Some(5.0))], Language::Ru).unwrap();
+        // No day of 2026 is 29 February: a `DayMood` cannot name one.
+        let common = year_chart(2026, &[year_day("2026-03-01", Some(5.0))], Language::Ru).unwrap();
 
         assert_eq!(cell_color(&leap, 2, 29), NO_MOOD_COLOR);
         assert_eq!(cell_color(&leap, 2, 30), WHITE);
@@ -656,8 +632,7 @@ mod tests {
 
     #[test]
     fn short_day_keeps_month_and_day() {
-        assert_eq!(short_day("2024-11-28"), "11-28");
-        assert_eq!(short_day("yesterday"), "yesterday");
-        assert_eq!(short_day("2024-11-2я"), "2024-11-2я");
+        assert_eq!(short_day(jiff::civil::date(2024, 11, 28)), "11-28");
+        assert_eq!(short_day(jiff::civil::date(2025, 3, 9)), "03-09");
     }
 }

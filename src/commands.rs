@@ -5,7 +5,7 @@
 use teloxide::utils::command::BotCommands;
 
 use crate::analysis::Metrics;
-use crate::charts::{self, YearDay};
+use crate::charts;
 use crate::frontend::{Response, truncate_chars};
 use crate::journal::Journal;
 use crate::language::Language;
@@ -168,7 +168,7 @@ pub async fn respond(
                 .await?;
             let goes_with =
                 crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
-                    rows.iter().map(|r| (r.day.clone(), r.mood)),
+                    rows.iter().map(|r| (r.day, r.mood)),
                     activities,
                 ));
             let mut responses = stats_responses(language, days, &rows);
@@ -329,10 +329,12 @@ fn search_reply(language: Language, hits: &[SearchHit]) -> Reply {
     }
     let mut reply = Reply::new().bold(texts.search_title(hits.len()));
     for hit in hits {
-        reply = snippet(
-            reply.paragraph().bold(hit.day.clone()).newline(),
-            hit.snippet(),
-        );
+        // A stored day that is no date (the store logged it): the entry, without it.
+        let heading = match hit.day {
+            Some(day) => reply.paragraph().bold(day.to_string()).newline(),
+            None => reply.paragraph(),
+        };
+        reply = snippet(heading, hit.snippet());
     }
     reply
 }
@@ -368,14 +370,7 @@ fn year_arg(arg: &str) -> Option<i32> {
 
 fn year_responses(language: Language, year: i32, moods: &[DayMood]) -> Vec<Response> {
     let texts = Texts(language);
-    let days: Vec<YearDay> = moods
-        .iter()
-        .map(|d| YearDay {
-            day: d.day.clone(),
-            mood: d.mood,
-        })
-        .collect();
-    match charts::year_chart(year, &days, language) {
+    match charts::year_chart(year, moods, language) {
         Ok(png) => vec![Response::Photo {
             png,
             caption: texts.year_caption(year),

@@ -333,8 +333,8 @@ async fn write(
         .await?;
     let request = analysis::digest_request(&WeekContext {
         language,
-        first_day: first.to_string(),
-        last_day: last.to_string(),
+        first_day: first,
+        last_day: last,
         days,
         summaries,
         entries,
@@ -369,7 +369,6 @@ async fn week_days(
     first: Date,
     last: Date,
 ) -> Result<Vec<crate::store::DayMetrics>, StoreError> {
-    let last = last.to_string();
     let mut days = journal.store().daily_metrics(user_id, first).await?;
     days.retain(|d| d.day <= last);
     Ok(days)

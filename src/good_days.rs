@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use jiff::civil::Date;
+
 const MIN_DAYS: usize = 3;
 const MIN_DIFFERENCE: f64 = 0.3;
 const MAX_NAMED: usize = 3;
@@ -25,17 +27,17 @@ pub struct GoesWith {
 /// none) and the activities any of its entries listed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DayMood {
-    pub day: String,
+    pub day: Date,
     pub mood: Option<f64>,
     pub activities: Vec<String>,
 }
 
 /// Joins the per-day moods (the `daily_metrics` rows) with the per-day activities.
 pub fn days_with_activities(
-    moods: impl IntoIterator<Item = (String, Option<f64>)>,
-    activities: Vec<(String, String)>,
+    moods: impl IntoIterator<Item = (Date, Option<f64>)>,
+    activities: Vec<(Date, String)>,
 ) -> Vec<DayMood> {
-    let mut by_day: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut by_day: BTreeMap<Date, Vec<String>> = BTreeMap::new();
     for (day, activity) in activities {
         by_day.entry(day).or_default().push(activity);
     }
@@ -102,9 +104,9 @@ pub fn goes_with_good_days(days: &[DayMood]) -> Vec<GoesWith> {
 mod tests {
     use super::*;
 
-    fn entry(day: &str, mood: Option<f64>, activities: &[&str]) -> DayMood {
+    fn entry(day: i8, mood: Option<f64>, activities: &[&str]) -> DayMood {
         DayMood {
-            day: day.to_owned(),
+            day: jiff::civil::date(2026, 11, day),
             mood,
             activities: activities.iter().map(|a| (*a).to_owned()).collect(),
         }
@@ -114,10 +116,10 @@ mod tests {
     fn six_days() -> Vec<DayMood> {
         let mut entries = Vec::new();
         for d in 1..=3 {
-            entries.push(entry(&format!("2026-11-0{d}"), Some(4.5), &["run", "work"]));
+            entries.push(entry(d, Some(4.5), &["run", "work"]));
         }
         for d in 4..=6 {
-            entries.push(entry(&format!("2026-11-0{d}"), Some(3.0), &["work"]));
+            entries.push(entry(d, Some(3.0), &["work"]));
         }
         entries
     }
@@ -162,16 +164,12 @@ mod tests {
         let mut entries = Vec::new();
         // Activities a..e on days 1–3 with decreasing moods; days 4–6 at 2.0 without.
         for d in 1..=3 {
-            entries.push(entry(
-                &format!("2026-11-0{d}"),
-                Some(4.0),
-                &["a", "b", "c", "d"],
-            ));
+            entries.push(entry(d, Some(4.0), &["a", "b", "c", "d"]));
         }
         for d in 4..=6 {
-            entries.push(entry(&format!("2026-11-0{d}"), Some(2.0), &[]));
+            entries.push(entry(d, Some(2.0), &[]));
         }
-        entries.push(entry("2026-11-07", Some(5.0), &["a"]));
+        entries.push(entry(7, Some(5.0), &["a"]));
         let found = goes_with_good_days(&entries);
         assert_eq!(found.len(), 3);
         assert_eq!(found[0].activity, "a");
@@ -181,13 +179,13 @@ mod tests {
     fn moods_and_activities_join_by_day() {
         let days = days_with_activities(
             [
-                ("2026-11-01".to_owned(), Some(4.0)),
-                ("2026-11-02".to_owned(), None),
+                (jiff::civil::date(2026, 11, 1), Some(4.0)),
+                (jiff::civil::date(2026, 11, 2), None),
             ],
             vec![
-                ("2026-11-01".to_owned(), "run".to_owned()),
-                ("2026-11-01".to_owned(), "work".to_owned()),
-                ("2026-11-02".to_owned(), "run".to_owned()),
+                (jiff::civil::date(2026, 11, 1), "run".to_owned()),
+                (jiff::civil::date(2026, 11, 1), "work".to_owned()),
+                (jiff::civil::date(2026, 11, 2), "run".to_owned()),
             ],
         );
         assert_eq!(days[0].activities, ["run", "work"]);

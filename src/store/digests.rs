@@ -8,8 +8,8 @@ use sqlx::FromRow;
 use crate::time::{LocalTime, UserZone, sql_timestamp};
 
 use super::{
-    ChatId, DigestId, DueAt, FrontEnd, MessageId, Store, StoreError, UserId, retry_busy, returned,
-    stored_date, stored_local_time, stored_moment,
+    ChatId, DigestId, DueAt, FrontEnd, MessageId, Store, StoreError, UserId, listed_date,
+    retry_busy, returned, stored_date, stored_local_time, stored_moment,
 };
 
 /// A weekly digest (`digests`, SPEC §10). `text` is `None` until it is written.
@@ -254,16 +254,18 @@ impl Store {
     }
 
     /// (local day, summary) of the user's analysed entries on `first..=last`, oldest
-    /// first, at most `limit`, empty summaries left out.
+    /// first, at most `limit`, empty summaries left out. An entry whose stored day is no
+    /// date (text that sorts between two dates) is left out too, with a warning naming
+    /// it: the digest could not say which day it was.
     pub async fn summaries_between(
         &self,
         user_id: UserId,
         first: jiff::civil::Date,
         last: jiff::civil::Date,
         limit: i64,
-    ) -> Result<Vec<(String, String)>, StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT local_day, json_extract(metrics, '$.summary') FROM day_logs
+    ) -> Result<Vec<(jiff::civil::Date, String)>, StoreError> {
+        let rows: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT id, local_day, json_extract(metrics, '$.summary') FROM day_logs
              WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3 AND metrics IS NOT NULL
                AND coalesce(json_extract(metrics, '$.summary'), '') <> ''
              ORDER BY local_day, created_at, id LIMIT ?4",
@@ -273,7 +275,14 @@ impl Store {
         .bind(last.to_string())
         .bind(limit)
         .fetch_all(&self.read)
-        .await?)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, day, summary)| {
+                let day = listed_date("day_logs", user_id, Some(id), "local_day", &day)?;
+                Some((day, summary))
+            })
+            .collect())
     }
 
     /// Stores the digest of `week_start` as pending, or finds the one stored before

@@ -4,8 +4,8 @@
 use sqlx::FromRow;
 
 use super::{
-    ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, retry_busy,
-    returned, stored_date, stored_moment,
+    ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, listed_date,
+    retry_busy, returned, stored_date, stored_moment,
 };
 use crate::time::sql_timestamp;
 
@@ -88,7 +88,52 @@ impl Inserted {
     }
 }
 
-pub use crate::day::DayMetrics;
+pub use crate::day::{DayMetrics, DayMood};
+
+/// A [`DayMetrics`] as the `daily_metrics` view holds it: the day as text.
+#[derive(FromRow)]
+struct DayMetricsRow {
+    day: String,
+    mood: Option<f64>,
+    stress: Option<f64>,
+    energy: Option<f64>,
+    productivity: Option<f64>,
+    sleep_hours: Option<f64>,
+    logs: i64,
+}
+
+impl DayMetricsRow {
+    /// The day of `user_id`; `None` (logged) for a day that is no date, which no chart
+    /// or prompt could place.
+    fn read(self, user_id: UserId) -> Option<DayMetrics> {
+        Some(DayMetrics {
+            day: listed_date("daily_metrics", user_id, None, "day", &self.day)?,
+            mood: self.mood,
+            stress: self.stress,
+            energy: self.energy,
+            productivity: self.productivity,
+            sleep_hours: self.sleep_hours,
+            logs: self.logs,
+        })
+    }
+}
+
+/// A [`DayMood`] as the `daily_metrics` view holds it.
+#[derive(FromRow)]
+struct DayMoodRow {
+    day: String,
+    mood: Option<f64>,
+}
+
+impl DayMoodRow {
+    /// As [`DayMetricsRow::read`]: a day that is no date gets no square.
+    fn read(self, user_id: UserId) -> Option<DayMood> {
+        Some(DayMood {
+            day: listed_date("daily_metrics", user_id, None, "day", &self.day)?,
+            mood: self.mood,
+        })
+    }
+}
 
 /// `/history`: a user's last `?2` logs, newest first. Public so that tests can check
 /// its query plan (it must search the `day_logs_user_created` index).
@@ -194,17 +239,37 @@ pub struct SnippetRun {
 }
 
 /// One entry found by [`Store::search`].
-#[derive(Debug, Clone, PartialEq, FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SearchHit {
     pub id: LogId,
-    /// `YYYY-MM-DD`, the day the entry belongs to.
-    pub day: String,
+    /// The day the entry belongs to; `None` when the stored day is no date (logged):
+    /// the entry is still found, shown without its day.
+    pub day: Option<jiff::civil::Date>,
     /// FTS5's snippet of the folded text, with the private match marks; read it
     /// through [`Self::snippet`].
-    #[sqlx(rename = "snippet")]
     raw_snippet: String,
     /// The entry as written, whose letters the snippet shows.
     text: String,
+}
+
+/// A [`SearchHit`] as [`SEARCH_SQL`] returns it: the day as text.
+#[derive(FromRow)]
+struct SearchHitRow {
+    id: LogId,
+    day: String,
+    snippet: String,
+    text: String,
+}
+
+impl From<SearchHitRow> for SearchHit {
+    fn from(row: SearchHitRow) -> Self {
+        Self {
+            day: stored_date("day_logs", row.id.get(), "local_day", &row.day),
+            id: row.id,
+            raw_snippet: row.snippet,
+            text: row.text,
+        }
+    }
 }
 
 impl SearchHit {
@@ -265,14 +330,6 @@ impl SearchHit {
         close(&mut current, matched, &mut runs);
         runs
     }
-}
-
-/// One day of the year in pixels: `day` is `YYYY-MM-DD`, `mood` the average of the
-/// day's moods that were not defaulted (`None` when every one was, or no metrics yet).
-#[derive(Debug, Clone, PartialEq, FromRow)]
-pub struct DayMood {
-    pub day: String,
-    pub mood: Option<f64>,
 }
 
 impl Store {
@@ -609,17 +666,22 @@ impl Store {
         .await?)
     }
 
-    /// Per-local-day averages from local day `first` on, oldest first.
+    /// Per-local-day averages from local day `first` on, oldest first. A stored day
+    /// that is no date is left out, with a warning naming the user.
     pub async fn daily_metrics(
         &self,
         user_id: UserId,
         first: jiff::civil::Date,
     ) -> Result<Vec<DayMetrics>, StoreError> {
-        Ok(sqlx::query_as::<_, DayMetrics>(DAILY_METRICS_SQL)
+        let rows = sqlx::query_as::<_, DayMetricsRow>(DAILY_METRICS_SQL)
             .bind(user_id)
             .bind(first.to_string())
             .fetch_all(&self.read)
-            .await?)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| row.read(user_id))
+            .collect())
     }
 
     /// Every local day on which the user wrote something, newest first (streaks). Reads
@@ -643,25 +705,33 @@ impl Store {
         .await?;
         Ok(days
             .iter()
-            .filter_map(|text| stored_date("day_logs", user_id.get(), "local_day", text))
+            .filter_map(|text| listed_date("day_logs", user_id, None, "local_day", text))
             .collect())
     }
 
-    /// The distinct activities of each local day from `first` on (what goes with good
-    /// days, SPEC §10), from `day_activities`.
+    /// The distinct (local day, activity) of each local day from `first` on (what goes
+    /// with good days, SPEC §10), from `day_activities`. A stored day that is no date is
+    /// left out, with a warning naming the user.
     pub async fn day_activities(
         &self,
         user_id: UserId,
         first: jiff::civil::Date,
-    ) -> Result<Vec<(String, String)>, StoreError> {
-        Ok(sqlx::query_as(
+    ) -> Result<Vec<(jiff::civil::Date, String)>, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
             "SELECT local_day, activity FROM day_activities
              WHERE user_id = ?1 AND local_day >= ?2",
         )
         .bind(user_id)
         .bind(first.to_string())
         .fetch_all(&self.read)
-        .await?)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(day, activity)| {
+                let day = listed_date("day_activities", user_id, None, "local_day", &day)?;
+                Some((day, activity))
+            })
+            .collect())
     }
 
     /// Whether the user has an entry for local day `day`.
@@ -709,7 +779,7 @@ impl Store {
         let Some(query) = fts_query(words) else {
             return Ok(Vec::new());
         };
-        Ok(sqlx::query_as::<_, SearchHit>(SEARCH_SQL)
+        let rows = sqlx::query_as::<_, SearchHitRow>(SEARCH_SQL)
             .bind(user_id)
             .bind(query)
             .bind(MATCH_START.to_string())
@@ -718,16 +788,22 @@ impl Store {
             .bind(SEARCH_CANDIDATES)
             .bind(ELLIPSIS.to_string())
             .fetch_all(&self.read)
-            .await?)
+            .await?;
+        Ok(rows.into_iter().map(SearchHit::from).collect())
     }
 
-    /// The average mood of every day of `year` that has entries, oldest first.
+    /// The average mood of every day of `year` that has entries, oldest first. A
+    /// stored day that is no date is left out, with a warning naming the user.
     pub async fn year_moods(&self, user_id: UserId, year: i32) -> Result<Vec<DayMood>, StoreError> {
-        Ok(sqlx::query_as::<_, DayMood>(YEAR_MOODS_SQL)
+        let rows = sqlx::query_as::<_, DayMoodRow>(YEAR_MOODS_SQL)
             .bind(user_id)
             .bind(format!("{year:04}-01-01"))
             .bind(format!("{year:04}-12-31"))
             .fetch_all(&self.read)
-            .await?)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| row.read(user_id))
+            .collect())
     }
 }

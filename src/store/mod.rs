@@ -16,8 +16,11 @@
 //! enums; writes take those types and format them with the one formatter
 //! (`crate::time::sql_timestamp`). A stored value that does not parse (a hand edit) is
 //! never an error: it is logged with its row's id, never its text, and read as the
-//! fallback its field documents. The schedulers' due times ([`DueAt`]) keep the text
-//! they were read from as the key of the update that moves them on.
+//! fallback its field documents; a row that means nothing without its local day (a
+//! day of `daily_metrics` or the year, an activity's day, a summary of the week, a
+//! streak's day) is left out instead, with the same warning. The schedulers' due
+//! times ([`DueAt`]) keep the text they were read from as the key of the update that
+//! moves them on.
 //!
 //! One file per concern, each an `impl Store` block with its row types: `users`,
 //! `logs` (entries, history, export, import, daily metrics, search, the year),
@@ -248,6 +251,30 @@ fn stored_date(
     let date = text.parse().ok();
     if date.is_none() {
         tracing::warn!(table, id, column, "stored day is not a date; read as none");
+    }
+    date
+}
+
+/// A stored local day of a row that means nothing without it (a day of the charts and
+/// the prompts, a streak's day, a day's activity, a summary of the week): `None`, with a
+/// warning naming the table, user, row (where it has an id) and column, never the text,
+/// for text that is no date; the caller leaves the row out.
+fn listed_date(
+    table: &'static str,
+    user_id: UserId,
+    id: Option<i64>,
+    column: &'static str,
+    text: &str,
+) -> Option<jiff::civil::Date> {
+    let date = text.parse().ok();
+    if date.is_none() {
+        tracing::warn!(
+            table,
+            user_id = user_id.get(),
+            id,
+            column,
+            "stored day is not a date; the row is left out"
+        );
     }
     date
 }

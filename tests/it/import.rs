@@ -186,7 +186,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         .await
         .expect("search");
     assert_eq!(hits.len(), 1);
-    assert_eq!(hits[0].day, "2025-01-21");
+    assert_eq!(hits[0].day, Some(Date::new(2025, 1, 21).expect("date")));
     let daily = db
         .journal
         .store()
@@ -194,9 +194,12 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         .await
         .expect("daily");
     // The terminal entry above is of today, outside the export's 2025.
-    let imported_days = daily.iter().filter(|m| m.day.starts_with("2025")).count();
+    let imported_days = daily.iter().filter(|m| m.day.year() == 2025).count();
     assert_eq!(imported_days, usize::try_from(DAYS).expect("small"));
-    let day = |d: &str| daily.iter().find(|m| m.day == d).expect("day listed");
+    let day = |d: &str| {
+        let d: Date = d.parse().expect("date");
+        daily.iter().find(|m| m.day == d).expect("day listed")
+    };
     // i = 7: "sleepy" is no Daylio mood, so the mood is defaulted and skipped.
     assert_eq!(day("2025-01-08").mood, None);
     // i = 0: "rad" at night and "awful" in the morning.

@@ -149,7 +149,7 @@ async fn every_word_must_match_and_matches_are_bold_in_the_snippet() {
         .fetch_one(db.store.read_pool())
         .await
         .expect("today");
-    assert_eq!(hits[0].day, today);
+    assert_eq!(hits[0].day, Some(today.parse().expect("date")));
 }
 
 #[tokio::test]
@@ -761,6 +761,37 @@ async fn the_search_answer_escapes_the_entry_and_bolds_only_the_matches() {
     assert_eq!(nothing, "None of your entries contains all of these words.");
     assert!(no_words.starts_with("Usage: /search"), "{no_words}");
     assert_eq!(syntax, nothing);
+}
+
+/// A found entry whose stored day is no date (a hand edit) is still shown, without a
+/// day line, never with the stored text as its day; a good day is shown as a date.
+#[tokio::test]
+async fn a_found_entry_whose_day_is_no_date_is_shown_without_its_day() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let good = entry(&db.store, ME, 1, "tulips in the park").await;
+    let bad = entry(&db.store, ME, 2, "tulips at home").await;
+    let pool = writer(&db.url).await;
+    for (id, day) in [(good, "2026-04-05"), (bad, "junk day")] {
+        sqlx::query("UPDATE day_logs SET local_day = ?2 WHERE id = ?1")
+            .bind(id)
+            .bind(day)
+            .execute(&pool)
+            .await
+            .expect("hand edit");
+    }
+    pool.close().await;
+    let journal = journal(&db).await;
+
+    let found = answer_html(&journal, Command::Search("tulips".into())).await;
+
+    assert!(found.starts_with("<b>Found: 2"), "{found}");
+    assert!(
+        found.contains("<b>2026-04-05</b>\n<b>tulips</b> in the park"),
+        "{found}"
+    );
+    assert!(found.contains("\n\n<b>tulips</b> at home"), "{found}");
+    assert!(!found.contains("junk"), "{found}");
 }
 
 /// Stores an analysed entry of `user_id` on `day` with the given metrics JSON.

@@ -929,7 +929,10 @@ async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
     .await
     .expect("b");
     let day = today();
-    let names = |rows: Vec<(String, String)>| rows.into_iter().map(|r| r.1).collect::<Vec<_>>();
+    let names = |rows: Vec<(jiff::civil::Date, String)>| {
+        assert!(rows.iter().all(|(on, _)| *on == day), "{rows:?}");
+        rows.into_iter().map(|r| r.1).collect::<Vec<_>>()
+    };
     assert_eq!(
         names(db.store.day_activities(UserId(1), day).await.expect("read")),
         ["run", "work"]
@@ -1157,4 +1160,106 @@ async fn a_local_day_that_is_no_date_is_read_as_none_and_left_out_of_the_days() 
         db.store.entry_days(UserId(1)).await.expect("days"),
         vec![today()]
     );
+}
+
+/// The days of the charts, the prompts and the digest are dates: a stored local day that
+/// is no date (a hand edit, here text that sorts inside every range asked for) leaves its
+/// row out of the day's metrics, the year, the activities and the week's summaries,
+/// while the same entry is still found by `/search`, without a day.
+#[tokio::test]
+async fn a_local_day_that_is_no_date_is_left_out_of_the_days_and_found_without_one() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let day: jiff::civil::Date = "2026-06-14".parse().expect("day");
+    let mut ids = Vec::new();
+    for (message_id, text) in [(1, "a long walk"), (2, "another walk")] {
+        let inserted = db
+            .store
+            .insert_log(&NewLog {
+                user_id: UserId(1),
+                chat_id: ChatId(1),
+                message_id: MessageId(message_id),
+                text,
+                local_day: Some(day),
+            })
+            .await
+            .expect("insert");
+        ids.push(inserted.id());
+    }
+    let (good, bad) = (ids[0], ids[1]);
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query("UPDATE day_logs SET local_day = '2026-06-14 (edited)' WHERE id = ?1")
+        .bind(bad)
+        .execute(&writer)
+        .await
+        .expect("hand edit");
+    writer.close().await;
+    for (id, mood) in [(good, 4), (bad, 1)] {
+        let metrics = format!(
+            r#"{{"mood":{mood},"activities":["walk"],"summary":"walked {mood}","defaulted":[]}}"#
+        );
+        assert!(
+            store_analysis(&db.store, id.get(), "ok", &metrics)
+                .await
+                .expect("mark")
+        );
+    }
+    let first: jiff::civil::Date = "2026-01-01".parse().expect("day");
+    let last: jiff::civil::Date = "2026-06-20".parse().expect("day");
+    let logs = crate::support::llm::LogCapture::this_thread();
+
+    let days = db
+        .store
+        .daily_metrics(UserId(1), first)
+        .await
+        .expect("days");
+    let year = db.store.year_moods(UserId(1), 2026).await.expect("year");
+    let activities = db
+        .store
+        .day_activities(UserId(1), first)
+        .await
+        .expect("activities");
+    let summaries = db
+        .store
+        .summaries_between(UserId(1), first, last, 10)
+        .await
+        .expect("summaries");
+    let mut hits = db.store.search(UserId(1), "walk").await.expect("search");
+    hits.sort_by_key(|hit| hit.id);
+
+    assert_eq!(
+        days.iter()
+            .map(|d| (d.day, d.mood, d.logs))
+            .collect::<Vec<_>>(),
+        [(day, Some(4.0), 1)]
+    );
+    assert_eq!(
+        year.iter().map(|d| (d.day, d.mood)).collect::<Vec<_>>(),
+        [(day, Some(4.0))]
+    );
+    assert_eq!(activities, [(day, "walk".to_owned())]);
+    assert_eq!(summaries, [(day, "walked 4".to_owned())]);
+    assert_eq!(
+        hits.iter().map(|h| (h.id, h.day)).collect::<Vec<_>>(),
+        [(good, Some(day)), (bad, None)]
+    );
+    let logs = logs.text();
+    for (table, column) in [
+        ("daily_metrics", "day"),
+        ("day_activities", "local_day"),
+        ("day_logs", "local_day"),
+    ] {
+        assert!(
+            logs.contains(&format!("table=\"{table}\""))
+                && logs.contains(&format!("column=\"{column}\"")),
+            "{table}.{column}: {logs}"
+        );
+    }
+    assert_eq!(
+        logs.matches("stored day is not a date").count(),
+        5,
+        "metrics, year, activities, summary, hit: {logs}"
+    );
+    assert!(logs.contains(&format!("id={}", bad.get())), "{logs}");
+    assert!(!logs.contains("edited"), "never the stored text: {logs}");
 }
