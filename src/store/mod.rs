@@ -216,6 +216,13 @@ impl DueAt {
     }
 }
 
+/// The bounds `?3`, `?4` of the schedulers' due queries: the text of `now`'s UTC day
+/// spelt with a `T` (`YYYY-MM-DDT` up to `YYYY-MM-DDU`), a band no canonical moment is in.
+fn t_band(now: jiff::Timestamp) -> (String, String) {
+    let day = now.strftime("%Y-%m-%d");
+    (format!("{day}T"), format!("{day}U"))
+}
+
 /// A stored moment of a row (`created_at`, `replied_at`, …): what
 /// [`crate::time::parse_sql_timestamp`] reads, and for text that is no moment the Unix
 /// epoch, with a warning naming the row and column (never the text), so that the row
