@@ -681,3 +681,34 @@ async fn a_due_time_spelt_with_a_t_is_sent_at_its_moment_not_after_midnight() {
     }
     app.stop().await;
 }
+
+/// A due time that is no moment but starts with digits that sort after every moment of
+/// these years (`21:30`, the reminder's time written into the wrong column by hand) is
+/// as wedging as one that starts with a letter: it too is due now, sent once, and moved
+/// on in the canonical format, instead of never being read again.
+#[tokio::test]
+async fn a_due_time_of_digits_that_is_no_moment_is_due_now_not_never() {
+    // Arrange: noon UTC; the reminder at 21:00 was edited into its own local time.
+    let app = App::spawn().await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    user_with_reminder(&app, 11, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    edit_next_due_at(&app, 11, "21:30").await;
+
+    // Act
+    app.telegram
+        .wait_for("the reminder found due", WAIT, |calls| {
+            calls
+                .iter()
+                .any(|c| is_reminder(c) && c.chat_id() == Some(11))
+        })
+        .await;
+
+    // Assert
+    wait_until("the reminder moved on to its next time", WAIT, || async {
+        reminder_row(&app, 11).await.2.as_deref() == Some("2026-12-01 21:00:00")
+    })
+    .await;
+    a_later_tick_has_run(&app, 110, at("2026-12-01T12:00:10Z")).await;
+    assert_eq!(reminders_to(&app, 11), 1);
+    app.stop().await;
+}

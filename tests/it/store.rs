@@ -614,7 +614,8 @@ async fn the_hot_queries_use_their_indexes() {
             .replace("?1", "'2026-12-01 21:00:00'")
             .replace("?2", "1000")
             .replace("?3", "'2026-12-01T'")
-            .replace("?4", "'2026-12-01U'");
+            .replace("?4", "'2026-12-01U'")
+            .replace("?5", "'2026-12-09 21:00:00'");
         let due = plan(sql.leak()).await;
         assert_eq!(due.matches(index).count(), 3, "{due}");
         assert!(!due.contains(scan), "{due}");
