@@ -541,11 +541,14 @@ async fn schedule_one(
     let due_at = user.digest_next_at.at();
     if due_at > now {
         // Its text sorted as due but it spells a later moment (a hand edit with a UTC
-        // offset): it goes to that moment, written as the store writes moments.
-        journal
-            .store()
-            .advance_digest(user.user_id, &user.digest_next_at, due_at, None)
-            .await?;
+        // offset): it goes to that moment, written as the store writes moments. One
+        // written so already is a hand edit far ahead, read at every tick: left as it is.
+        if !user.digest_next_at.is_canonical() {
+            journal
+                .store()
+                .advance_digest(user.user_id, &user.digest_next_at, due_at, None)
+                .await?;
+        }
         return Ok(());
     }
     let next = next_sunday_at(zone, now.max(due_at), time);

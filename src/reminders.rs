@@ -236,11 +236,14 @@ async fn prepare(
     let due_at = reminder.next_due_at.at();
     if due_at > now {
         // Its text sorted as due but it spells a later moment (a hand edit with a UTC
-        // offset): it goes to that moment, written as the store writes moments.
-        journal
-            .store()
-            .advance_reminder(reminder.user_id, &reminder.next_due_at, None, due_at)
-            .await?;
+        // offset): it goes to that moment, written as the store writes moments. One
+        // written so already is a hand edit far ahead, read at every tick: left as it is.
+        if !reminder.next_due_at.is_canonical() {
+            journal
+                .store()
+                .advance_reminder(reminder.user_id, &reminder.next_due_at, None, due_at)
+                .await?;
+        }
         return Ok(None);
     }
     let day = journal.local_day(zone, due_at);

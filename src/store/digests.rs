@@ -143,8 +143,10 @@ pub enum DigestAdvance {
 }
 
 /// The digest scheduler's query: due users, soonest first, through `users_digest_due`.
-/// As in [`super::DUE_REMINDERS_SQL`], the second half takes the rows whose text cannot
-/// be a moment, so that they are due now instead of never.
+/// As in [`super::DUE_REMINDERS_SQL`], the second half takes the rows whose text sorts
+/// beyond any due time written (`?5`), text that cannot be a moment, so that they are
+/// due now instead of never, and the third today's rows
+/// spelt with a `T`, so that they come at their moment and not after midnight.
 pub const DUE_DIGESTS_SQL: &str = "SELECT u.user_id, u.chat_id, u.timezone,
             CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
      FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
@@ -153,7 +155,12 @@ pub const DUE_DIGESTS_SQL: &str = "SELECT u.user_id, u.chat_id, u.timezone,
      SELECT u.user_id, u.chat_id, u.timezone,
             CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
      FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
-     WHERE u.digest_enabled = 1 AND u.digest_next_at >= ':'
+     WHERE u.digest_enabled = 1 AND u.digest_next_at >= ?5
+     UNION ALL
+     SELECT u.user_id, u.chat_id, u.timezone,
+            CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
+     FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
+     WHERE u.digest_enabled = 1 AND u.digest_next_at >= ?3 AND u.digest_next_at < ?4
      ORDER BY digest_next_at LIMIT ?2";
 
 impl Store {
@@ -228,9 +235,13 @@ impl Store {
         now: Timestamp,
         limit: i64,
     ) -> Result<Vec<DueDigest>, StoreError> {
+        let (t_from, t_to) = super::t_band(now);
         let rows = sqlx::query_as::<_, DueDigestRow>(DUE_DIGESTS_SQL)
             .bind(sql_timestamp(now))
             .bind(limit)
+            .bind(t_from)
+            .bind(t_to)
+            .bind(super::far_bound(now))
             .fetch_all(&self.read)
             .await?;
         Ok(rows.into_iter().map(|row| row.read(self, now)).collect())

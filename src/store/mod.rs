@@ -213,10 +213,33 @@ impl DueAt {
         self.at
     }
 
+    /// Whether the row holds the moment as the store writes moments (nothing to
+    /// rewrite when it is not due yet).
+    pub fn is_canonical(&self) -> bool {
+        crate::time::sql_timestamp(self.at) == self.stored
+    }
+
     /// The compare-and-set key: exactly the text that was read.
     fn key(&self) -> &str {
         &self.stored
     }
+}
+
+/// The bounds `?3`, `?4` of the schedulers' due queries: the text of `now`'s UTC day
+/// spelt with a `T` (`YYYY-MM-DDT` up to `YYYY-MM-DDU`), a band no canonical moment is in.
+fn t_band(now: jiff::Timestamp) -> (String, String) {
+    let day = now.strftime("%Y-%m-%d");
+    (format!("{day}T"), format!("{day}U"))
+}
+
+/// The bound `?5` of the schedulers' due queries: a week and a day from `now`. No due
+/// time the scheduler writes is that far (a digest's is the next Sunday), so text at or
+/// after it is a hand edit, read every tick: no moment (due now), or a moment that far.
+fn far_bound(now: jiff::Timestamp) -> String {
+    let far = now
+        .checked_add(jiff::SignedDuration::from_hours(8 * 24))
+        .unwrap_or(jiff::Timestamp::MAX);
+    crate::time::sql_timestamp(far)
 }
 
 /// A stored moment of a row (`created_at`, `replied_at`, …): what

@@ -99,9 +99,15 @@ impl DueReminderRow {
 /// The scheduler's query: due reminders, soonest first. Public so that tests and the
 /// benchmark can check that it searches the `reminders_due` index.
 ///
-/// The second half takes the rows whose text cannot be a moment (it starts after the
-/// digits: a hand edit), which no `<=` on text would ever reach; they are due now, so
-/// that they are sent and moved on rather than stuck. Both halves search the index.
+/// The second half takes the rows whose text sorts at or after `?5`, a week and a day
+/// from now, beyond any due time the scheduler writes: text that cannot be a moment (a
+/// hand edit: `soon`, or digits such as `21:30` that sort after every moment of these
+/// years), which no `<=` on text would ever reach; they are due now, so that they are
+/// sent and moved on rather than stuck. The third takes today's (UTC) rows
+/// spelt with a `T` (`?3` is `YYYY-MM-DDT`, `?4` `YYYY-MM-DDU`): that text sorts after
+/// every moment of its day, so the first half would reach it only after midnight, too
+/// late to send; read now, it is sent if due, else written at its moment. Every half
+/// searches the index, the third only its own narrow band.
 pub const DUE_REMINDERS_SQL: &str =
     "SELECT r.user_id, u.chat_id, u.language, u.timezone, r.local_time,
             r.last_sent_day, r.next_due_at
@@ -111,7 +117,12 @@ pub const DUE_REMINDERS_SQL: &str =
      SELECT r.user_id, u.chat_id, u.language, u.timezone, r.local_time,
             r.last_sent_day, r.next_due_at
      FROM reminders r JOIN users u ON u.user_id = r.user_id
-     WHERE r.enabled = 1 AND r.next_due_at >= ':'
+     WHERE r.enabled = 1 AND r.next_due_at >= ?5
+     UNION ALL
+     SELECT r.user_id, u.chat_id, u.language, u.timezone, r.local_time,
+            r.last_sent_day, r.next_due_at
+     FROM reminders r JOIN users u ON u.user_id = r.user_id
+     WHERE r.enabled = 1 AND r.next_due_at >= ?3 AND r.next_due_at < ?4
      ORDER BY next_due_at LIMIT ?2";
 
 impl Store {
@@ -191,9 +202,13 @@ impl Store {
         now: Timestamp,
         limit: i64,
     ) -> Result<Vec<DueReminder>, StoreError> {
+        let (t_from, t_to) = super::t_band(now);
         let rows = sqlx::query_as::<_, DueReminderRow>(DUE_REMINDERS_SQL)
             .bind(sql_timestamp(now))
             .bind(limit)
+            .bind(t_from)
+            .bind(t_to)
+            .bind(super::far_bound(now))
             .fetch_all(&self.read)
             .await?;
         Ok(rows.into_iter().map(|row| row.read(self, now)).collect())

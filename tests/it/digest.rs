@@ -984,3 +984,70 @@ async fn a_due_time_that_is_no_moment_is_due_now_and_the_schedule_goes_on() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(digests_to(&app.telegram, 1), 1);
 }
+
+/// A due time spelt with a `T` (a hand edit) sorts after every moment of its day as
+/// text: the digest still comes at its moment, once, not after midnight.
+#[tokio::test]
+async fn a_due_time_spelt_with_a_t_sends_the_digest_at_its_moment() {
+    // Arrange: the digest on at 19:00, two entries this week, the due time re-spelt.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    sqlx::query("UPDATE users SET digest_next_at = '2026-12-06T19:00:00Z' WHERE user_id = 1")
+        .execute(&raw_pool(&app).await)
+        .await
+        .expect("hand edit");
+
+    // Act
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+
+    // Assert
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-30' AND status = 'sent'")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-13 19:00:00")
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+}
+
+/// A due time of digits that is no moment (`23:00`, a hand edit) and sorts after every
+/// moment of these years does not wedge the schedule either: due now, sent once.
+#[tokio::test]
+async fn a_due_time_of_digits_that_is_no_moment_is_due_now_not_never() {
+    // Arrange: Tuesday, the digest on, two entries in the last 7 days.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+
+    // Act
+    sqlx::query("UPDATE users SET digest_next_at = '23:00' WHERE user_id = 1")
+        .execute(&raw_pool(&app).await)
+        .await
+        .expect("hand edit");
+
+    // Assert: the 7 days ending today, once; next on Sunday at 19:00.
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-25' AND status = 'sent'")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-06 19:00:00")
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+}

@@ -645,3 +645,70 @@ async fn a_due_time_spelt_with_an_offset_is_sent_at_its_moment_not_when_its_text
     assert_eq!(reminders_to(&app, 8), 1);
     app.stop().await;
 }
+
+/// A due time spelt with a `T` (ISO 8601's own form, as `toISOString` writes it: a hand
+/// edit that `parse_sql_timestamp` reads as its moment) sorts after every moment of its
+/// day as text: it is still sent at its moment, once, not skipped as too late when its
+/// text finally sorts after midnight.
+#[tokio::test]
+async fn a_due_time_spelt_with_a_t_is_sent_at_its_moment_not_after_midnight() {
+    // Arrange: both 21:00 UTC; the clock just after it.
+    let app = App::spawn().await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    user_with_reminder(&app, 9, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    user_with_reminder(&app, 10, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    edit_next_due_at(&app, 9, "2026-12-01T21:00:00").await;
+    edit_next_due_at(&app, 10, "2026-12-01T21:00:00.000Z").await;
+
+    // Act
+    app.clock.set(at("2026-12-01T21:00:03Z"));
+    for user in [9, 10] {
+        wait_until("the reminder moved to tomorrow", WAIT, || async {
+            reminder_row(&app, user).await.2.as_deref() == Some("2026-12-02 21:00:00")
+        })
+        .await;
+    }
+    a_later_tick_has_run(&app, 90, at("2026-12-01T21:00:10Z")).await;
+
+    // Assert
+    for user in [9, 10] {
+        assert_eq!(
+            reminder_row(&app, user).await.1.as_deref(),
+            Some("2026-12-01"),
+            "user {user}"
+        );
+        assert_eq!(reminders_to(&app, user), 1, "user {user}");
+    }
+    app.stop().await;
+}
+
+/// A due time that is no moment but starts with digits that sort after every moment of
+/// these years (`21:30`, the reminder's time written into the wrong column by hand) is
+/// as wedging as one that starts with a letter: it too is due now, sent once, and moved
+/// on in the canonical format, instead of never being read again.
+#[tokio::test]
+async fn a_due_time_of_digits_that_is_no_moment_is_due_now_not_never() {
+    // Arrange: noon UTC; the reminder at 21:00 was edited into its own local time.
+    let app = App::spawn().await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    user_with_reminder(&app, 11, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    edit_next_due_at(&app, 11, "21:30").await;
+
+    // Act
+    app.telegram
+        .wait_for("the reminder found due", WAIT, |calls| {
+            calls
+                .iter()
+                .any(|c| is_reminder(c) && c.chat_id() == Some(11))
+        })
+        .await;
+
+    // Assert
+    wait_until("the reminder moved on to its next time", WAIT, || async {
+        reminder_row(&app, 11).await.2.as_deref() == Some("2026-12-01 21:00:00")
+    })
+    .await;
+    a_later_tick_has_run(&app, 110, at("2026-12-01T12:00:10Z")).await;
+    assert_eq!(reminders_to(&app, 11), 1);
+    app.stop().await;
+}

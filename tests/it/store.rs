@@ -605,16 +605,19 @@ async fn the_hot_queries_use_their_indexes() {
     .await;
     assert!(reminders.contains("reminders_due"), "{reminders}");
     assert!(!reminders.contains("SCAN r"), "{reminders}");
-    // The scheduler's own queries, both halves (due, and no moment at all) searched.
+    // The scheduler's own queries, every half (due, no moment at all, today's `T`) searched.
     for (sql, index, scan) in [
         (daylog::store::DUE_REMINDERS_SQL, "reminders_due", "SCAN r"),
         (daylog::store::DUE_DIGESTS_SQL, "users_digest_due", "SCAN u"),
     ] {
         let sql = sql
             .replace("?1", "'2026-12-01 21:00:00'")
-            .replace("?2", "1000");
+            .replace("?2", "1000")
+            .replace("?3", "'2026-12-01T'")
+            .replace("?4", "'2026-12-01U'")
+            .replace("?5", "'2026-12-09 21:00:00'");
         let due = plan(sql.leak()).await;
-        assert_eq!(due.matches(index).count(), 2, "{due}");
+        assert_eq!(due.matches(index).count(), 3, "{due}");
         assert!(!due.contains(scan), "{due}");
         assert!(!due.contains("TEMP B-TREE"), "{due}");
     }
