@@ -916,138 +916,98 @@ async fn a_digest_given_up_after_max_age_is_said_to_the_user_who_asked() {
     );
 }
 
-/// The digest scheduler's compare-and-set is keyed on the text it read: a due time
-/// stored in another spelling of its moment (fractional seconds, a hand edit) comes
-/// once and the schedule moves on to the next Sunday.
-#[tokio::test]
-async fn a_due_time_in_another_spelling_of_its_moment_sends_the_digest_once() {
-    // Arrange: the digest on at 19:00, two entries this week, the due time re-spelt.
+/// Tuesday 2026-12-01 12:00 UTC, the digest on (19:00), entries on Monday and Tuesday.
+async fn digest_on_with_two_entries() -> App {
     let app = App::spawn().await;
     healthy(&app.providers).await;
     app.clock.set(at("2026-12-01T12:00:00Z"));
     command(&app, 1, 1, "/digest on").await;
     entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
     entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
-    sqlx::query("UPDATE users SET digest_next_at = '2026-12-06 19:00:00.500' WHERE user_id = 1")
-        .execute(&raw_pool(&app).await)
+    app
+}
+
+/// `users.digest_next_at` of user 1 edited by hand to `due`.
+async fn edit_digest_due(app: &App, due: &str) {
+    sqlx::query("UPDATE users SET digest_next_at = ?1 WHERE user_id = 1")
+        .bind(due)
+        .execute(&raw_pool(app).await)
         .await
         .expect("hand edit");
+}
+
+/// The digest of the week from `week_start` is recorded as sent, it reached the user
+/// once, and the next one is due at `next`.
+async fn digest_sent_once_and_next_at(app: &App, week_start: &str, next: &str) {
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count(&format!(
+            "SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '{week_start}' AND status = 'sent'"
+        ))
+        .await
+            == 1
+    })
+    .await;
+    assert_eq!(digest_next_at(app, 1).await.as_deref(), Some(next));
+    // The worker polls every 100 ms: a few polls show nothing more is sent.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+}
+
+/// The digest scheduler's compare-and-set is keyed on the text it read: a due time
+/// stored in another spelling of its moment (fractional seconds, a hand edit) comes
+/// once and the schedule moves on to the next Sunday.
+#[tokio::test]
+async fn a_due_time_in_another_spelling_of_its_moment_sends_the_digest_once() {
+    // Arrange
+    let app = digest_on_with_two_entries().await;
+    edit_digest_due(&app, "2026-12-06 19:00:00.500").await;
 
     // Act
     app.clock.set(at("2026-12-06T19:00:05Z"));
 
     // Assert
-    wait_until("the digest is recorded as sent", WAIT, || async {
-        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-30' AND status = 'sent'")
-            .await
-            == 1
-    })
-    .await;
-    assert_eq!(
-        digest_next_at(&app, 1).await.as_deref(),
-        Some("2026-12-13 19:00:00")
-    );
-    // The worker polls every 100 ms: a few polls show nothing more is sent.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(digests_to(&app.telegram, 1), 1);
+    digest_sent_once_and_next_at(&app, "2026-11-30", "2026-12-13 19:00:00").await;
 }
 
 /// A due time that is no moment at all (a hand edit) does not wedge the schedule: it is
 /// due now, that week's digest comes once, and the next is on Sunday as usual.
 #[tokio::test]
 async fn a_due_time_that_is_no_moment_is_due_now_and_the_schedule_goes_on() {
-    // Arrange: Tuesday, the digest on, two entries in the last 7 days.
-    let app = App::spawn().await;
-    healthy(&app.providers).await;
-    app.clock.set(at("2026-12-01T12:00:00Z"));
-    command(&app, 1, 1, "/digest on").await;
-    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
-    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    // Arrange
+    let app = digest_on_with_two_entries().await;
 
     // Act
-    sqlx::query("UPDATE users SET digest_next_at = 'soon' WHERE user_id = 1")
-        .execute(&raw_pool(&app).await)
-        .await
-        .expect("hand edit");
+    edit_digest_due(&app, "soon").await;
 
     // Assert: the 7 days ending today, once; next on Sunday at 19:00.
-    wait_until("the digest is recorded as sent", WAIT, || async {
-        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-25' AND status = 'sent'")
-            .await
-            == 1
-    })
-    .await;
-    assert_eq!(
-        digest_next_at(&app, 1).await.as_deref(),
-        Some("2026-12-06 19:00:00")
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(digests_to(&app.telegram, 1), 1);
+    digest_sent_once_and_next_at(&app, "2026-11-25", "2026-12-06 19:00:00").await;
 }
 
 /// A due time spelt with a `T` (a hand edit) sorts after every moment of its day as
 /// text: the digest still comes at its moment, once, not after midnight.
 #[tokio::test]
 async fn a_due_time_spelt_with_a_t_sends_the_digest_at_its_moment() {
-    // Arrange: the digest on at 19:00, two entries this week, the due time re-spelt.
-    let app = App::spawn().await;
-    healthy(&app.providers).await;
-    app.clock.set(at("2026-12-01T12:00:00Z"));
-    command(&app, 1, 1, "/digest on").await;
-    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
-    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
-    sqlx::query("UPDATE users SET digest_next_at = '2026-12-06T19:00:00Z' WHERE user_id = 1")
-        .execute(&raw_pool(&app).await)
-        .await
-        .expect("hand edit");
+    // Arrange
+    let app = digest_on_with_two_entries().await;
+    edit_digest_due(&app, "2026-12-06T19:00:00Z").await;
 
     // Act
     app.clock.set(at("2026-12-06T19:00:05Z"));
 
     // Assert
-    wait_until("the digest is recorded as sent", WAIT, || async {
-        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-30' AND status = 'sent'")
-            .await
-            == 1
-    })
-    .await;
-    assert_eq!(
-        digest_next_at(&app, 1).await.as_deref(),
-        Some("2026-12-13 19:00:00")
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(digests_to(&app.telegram, 1), 1);
+    digest_sent_once_and_next_at(&app, "2026-11-30", "2026-12-13 19:00:00").await;
 }
 
 /// A due time of digits that is no moment (`23:00`, a hand edit) and sorts after every
 /// moment of these years does not wedge the schedule either: due now, sent once.
 #[tokio::test]
 async fn a_due_time_of_digits_that_is_no_moment_is_due_now_not_never() {
-    // Arrange: Tuesday, the digest on, two entries in the last 7 days.
-    let app = App::spawn().await;
-    healthy(&app.providers).await;
-    app.clock.set(at("2026-12-01T12:00:00Z"));
-    command(&app, 1, 1, "/digest on").await;
-    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
-    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    // Arrange
+    let app = digest_on_with_two_entries().await;
 
     // Act
-    sqlx::query("UPDATE users SET digest_next_at = '23:00' WHERE user_id = 1")
-        .execute(&raw_pool(&app).await)
-        .await
-        .expect("hand edit");
+    edit_digest_due(&app, "23:00").await;
 
     // Assert: the 7 days ending today, once; next on Sunday at 19:00.
-    wait_until("the digest is recorded as sent", WAIT, || async {
-        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-25' AND status = 'sent'")
-            .await
-            == 1
-    })
-    .await;
-    assert_eq!(
-        digest_next_at(&app, 1).await.as_deref(),
-        Some("2026-12-06 19:00:00")
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(digests_to(&app.telegram, 1), 1);
+    digest_sent_once_and_next_at(&app, "2026-11-25", "2026-12-06 19:00:00").await;
 }

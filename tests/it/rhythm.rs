@@ -557,6 +557,19 @@ async fn a_later_tick_has_run(app: &App, user: i64, due: Timestamp) {
         .await;
 }
 
+/// At 21:00:03 UTC the reminder of each of `users` is sent and moved on to tomorrow's
+/// 21:00; then a later tick (`tick_user`'s message, at 21:00:10) has run.
+async fn sent_at_nine_and_moved_to_tomorrow(app: &App, users: &[i64], tick_user: i64) {
+    app.clock.set(at("2026-12-01T21:00:03Z"));
+    for &user in users {
+        wait_until("the reminder moved to tomorrow", WAIT, || async {
+            reminder_row(app, user).await.2.as_deref() == Some("2026-12-02 21:00:00")
+        })
+        .await;
+    }
+    a_later_tick_has_run(app, tick_user, at("2026-12-01T21:00:10Z")).await;
+}
+
 /// The scheduler's compare-and-set is keyed on the text it read, not on a formatting of
 /// the moment: a due time stored in another spelling of its moment (fractional seconds,
 /// as a hand edit may leave it) is sent once and moved on like any other.
@@ -568,12 +581,7 @@ async fn a_due_time_in_another_spelling_of_its_moment_is_sent_once_and_moved_on(
     edit_next_due_at(&app, 6, "2026-12-01 21:00:00.250").await;
 
     // Act
-    app.clock.set(at("2026-12-01T21:00:03Z"));
-    wait_until("the reminder moved to tomorrow", WAIT, || async {
-        reminder_row(&app, 6).await.2.as_deref() == Some("2026-12-02 21:00:00")
-    })
-    .await;
-    a_later_tick_has_run(&app, 60, at("2026-12-01T21:00:10Z")).await;
+    sent_at_nine_and_moved_to_tomorrow(&app, &[6], 60).await;
 
     // Assert
     assert_eq!(reminder_row(&app, 6).await.1.as_deref(), Some("2026-12-01"));
@@ -604,12 +612,7 @@ async fn a_due_time_that_is_no_moment_is_due_now_sent_once_and_moved_on() {
         Some("2026-12-01 21:00:00"),
         "moved on to its next time"
     );
-    app.clock.set(at("2026-12-01T21:00:03Z"));
-    wait_until("the reminder moved to tomorrow", WAIT, || async {
-        reminder_row(&app, 7).await.2.as_deref() == Some("2026-12-02 21:00:00")
-    })
-    .await;
-    a_later_tick_has_run(&app, 70, at("2026-12-01T21:00:10Z")).await;
+    sent_at_nine_and_moved_to_tomorrow(&app, &[7], 70).await;
 
     // Assert: that local day had its one reminder.
     assert_eq!(reminder_row(&app, 7).await.1.as_deref(), Some("2026-12-01"));
@@ -634,12 +637,7 @@ async fn a_due_time_spelt_with_an_offset_is_sent_at_its_moment_not_when_its_text
     })
     .await;
     assert_eq!(reminders_to(&app, 8), 0, "not two hours early");
-    app.clock.set(at("2026-12-01T21:00:03Z"));
-    wait_until("the reminder moved to tomorrow", WAIT, || async {
-        reminder_row(&app, 8).await.2.as_deref() == Some("2026-12-02 21:00:00")
-    })
-    .await;
-    a_later_tick_has_run(&app, 80, at("2026-12-01T21:00:10Z")).await;
+    sent_at_nine_and_moved_to_tomorrow(&app, &[8], 80).await;
 
     // Assert
     assert_eq!(reminders_to(&app, 8), 1);
@@ -661,14 +659,7 @@ async fn a_due_time_spelt_with_a_t_is_sent_at_its_moment_not_after_midnight() {
     edit_next_due_at(&app, 10, "2026-12-01T21:00:00.000Z").await;
 
     // Act
-    app.clock.set(at("2026-12-01T21:00:03Z"));
-    for user in [9, 10] {
-        wait_until("the reminder moved to tomorrow", WAIT, || async {
-            reminder_row(&app, user).await.2.as_deref() == Some("2026-12-02 21:00:00")
-        })
-        .await;
-    }
-    a_later_tick_has_run(&app, 90, at("2026-12-01T21:00:10Z")).await;
+    sent_at_nine_and_moved_to_tomorrow(&app, &[9, 10], 90).await;
 
     // Assert
     for user in [9, 10] {
