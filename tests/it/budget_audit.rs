@@ -18,14 +18,6 @@ use support::llm::*;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-fn request() -> ChatRequest {
-    ChatRequest {
-        system: "You are a kind journaling assistant.".into(),
-        user: "A long day.".into(),
-        json: false,
-    }
-}
-
 const KEYS: [(&str, &str); 2] = [("A_API_KEY", "key-a"), ("B_API_KEY", "key-b")];
 
 /// Provider `a` of `a_kind` (with `budget` lines under its budget table) then an always
@@ -50,15 +42,6 @@ fn llm(toml: &str) -> Llm {
 
 fn ok() -> ResponseTemplate {
     json_reply(200, "openai/chat_completion.json")
-}
-
-async fn server_with(answer: ResponseTemplate) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(answer)
-        .mount(&server)
-        .await;
-    server
 }
 
 async fn ok_server() -> MockServer {
@@ -191,12 +174,12 @@ async fn each_header_and_body_shape_teaches_the_wait_it_names() {
         let llm = llm(&config(&a, shape.kind, "per = \"model\"", &b, ""));
         let sink = RecordingSink::default();
         let first = llm
-            .run(Task::Analysis, &request(), &sink)
+            .run(Task::Analysis, &request(false), &sink)
             .await
             .expect("first answer");
         let skips_before = sink.count("m1", Outcome::SkippedBudget);
         let second = llm
-            .run(Task::Analysis, &request(), &sink)
+            .run(Task::Analysis, &request(false), &sink)
             .await
             .expect("second answer");
         let skip = sink
@@ -243,7 +226,7 @@ async fn as_a_hintless_429(kind: &str, answer: ResponseTemplate) -> (usize, Vec<
     let llm = llm(&config(&a, kind, "", &b, ""));
     let sink = RecordingSink::default();
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("the cascade goes on to b");
     assert_eq!(answer.provider, "b");
@@ -393,7 +376,7 @@ async fn a_huge_retry_after_is_a_day_at_most_and_the_cascade_goes_on() {
         let sink = RecordingSink::default();
         for _ in 0..2 {
             let answer = llm
-                .run(Task::Analysis, &request(), &sink)
+                .run(Task::Analysis, &request(false), &sink)
                 .await
                 .expect("answered by b");
             assert_eq!(answer.provider, "b", "{name}: {value}");
@@ -431,7 +414,7 @@ async fn with_no_step_in_budget_the_request_waits_for_the_soonest_one() {
     let mut providers = Vec::new();
     for _ in 0..3 {
         let answer = llm
-            .run(Task::Analysis, &request(), &sink)
+            .run(Task::Analysis, &request(false), &sink)
             .await
             .expect("answer");
         providers.push(answer.provider);
@@ -464,7 +447,7 @@ async fn with_no_budget_back_before_the_deadline_nothing_is_sent() {
     let sink = RecordingSink::default();
     for expected in ["a", "b"] {
         let answer = llm
-            .run(Task::Analysis, &request(), &sink)
+            .run(Task::Analysis, &request(false), &sink)
             .await
             .expect("answer");
         assert_eq!(answer.provider, expected);
@@ -472,7 +455,7 @@ async fn with_no_budget_back_before_the_deadline_nothing_is_sent() {
     let before = sink.attempts().len();
 
     let err = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect_err("no budget within the deadline");
 
@@ -513,7 +496,7 @@ async fn a_burst_drains_at_the_budgets_pace_oldest_first() {
         tasks.push(tokio::spawn(async move {
             let request = ChatRequest {
                 user: format!("entry number {n}"),
-                ..request()
+                ..request(false)
             };
             llm.run(Task::Analysis, &request, &*sink).await
         }));

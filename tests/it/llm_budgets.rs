@@ -11,18 +11,10 @@
 
 use crate::support;
 
-use daylog::llm::{ChatRequest, Llm, Outcome, Task};
+use daylog::llm::{Llm, Outcome, Task};
 use support::llm::*;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
-
-fn request() -> ChatRequest {
-    ChatRequest {
-        system: "You are a kind journaling assistant.".into(),
-        user: "A long day.".into(),
-        json: false,
-    }
-}
 
 const KEYS: [(&str, &str); 3] = [
     ("A_API_KEY", "key-a"),
@@ -59,15 +51,6 @@ async fn ok_server() -> MockServer {
     server
 }
 
-async fn server_with(answer: ResponseTemplate) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(answer)
-        .mount(&server)
-        .await;
-    server
-}
-
 async fn calls(server: &MockServer) -> usize {
     server
         .received_requests()
@@ -79,11 +62,11 @@ async fn calls(server: &MockServer) -> usize {
 /// Two runs; the answers' providers.
 async fn two_runs(llm: &Llm, sink: &RecordingSink) -> (String, String) {
     let first = llm
-        .run(Task::Analysis, &request(), sink)
+        .run(Task::Analysis, &request(false), sink)
         .await
         .expect("first answer");
     let second = llm
-        .run(Task::Analysis, &request(), sink)
+        .run(Task::Analysis, &request(false), sink)
         .await
         .expect("second answer");
     (first.provider, second.provider)
@@ -232,7 +215,7 @@ async fn nonsense_hints_fall_back_to_the_429_rules() {
     let llm = llm(&config(&a, "openai", "", &b));
     let sink = RecordingSink::default();
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("an answer from b");
     assert_eq!(answer.provider, "b");
@@ -298,12 +281,12 @@ async fn a_full_concurrency_cap_spills_over_instead_of_queueing() {
     let sink = std::sync::Arc::new(RecordingSink::default());
     let first = {
         let (llm, sink) = (std::sync::Arc::clone(&llm), std::sync::Arc::clone(&sink));
-        tokio::spawn(async move { llm.run(Task::Analysis, &request(), &*sink).await })
+        tokio::spawn(async move { llm.run(Task::Analysis, &request(false), &*sink).await })
     };
     until_received(&a, 1, std::slice::from_ref(&first)).await;
 
     let second = llm
-        .run(Task::Analysis, &request(), &*sink)
+        .run(Task::Analysis, &request(false), &*sink)
         .await
         .expect("second answer");
 
@@ -326,7 +309,7 @@ async fn without_a_cap_twenty_concurrent_requests_all_reach_the_first_step() {
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let (llm, sink) = (std::sync::Arc::clone(&llm), std::sync::Arc::clone(&sink));
-            tokio::spawn(async move { llm.run(Task::Analysis, &request(), &*sink).await })
+            tokio::spawn(async move { llm.run(Task::Analysis, &request(false), &*sink).await })
         })
         .collect();
 
@@ -351,7 +334,7 @@ async fn a_full_cap_with_no_other_step_waits_for_its_slot() {
     let tasks: Vec<_> = (0..2)
         .map(|_| {
             let (llm, sink) = (std::sync::Arc::clone(&llm), std::sync::Arc::clone(&sink));
-            tokio::spawn(async move { llm.run(Task::Analysis, &request(), &*sink).await })
+            tokio::spawn(async move { llm.run(Task::Analysis, &request(false), &*sink).await })
         })
         .collect();
 
@@ -375,13 +358,13 @@ async fn a_request_counts_those_already_waiting_for_the_budget() {
     let llm = llm(&toml);
     let sink = RecordingSink::default();
     let first = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("first answer");
     assert_eq!(first.provider, "a");
 
     // Both see a's budget back within a second; only one of them gets it then.
-    let request = request();
+    let request = request(false);
     let (x, y) = tokio::join!(
         llm.run(Task::Analysis, &request, &sink),
         llm.run(Task::Analysis, &request, &sink),

@@ -13,18 +13,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use daylog::llm::{CascadeError, ChatRequest, Llm, NullSink, Outcome, Task};
+use daylog::llm::{CascadeError, Llm, NullSink, Outcome, Task};
 use support::llm::*;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
-
-fn request() -> ChatRequest {
-    ChatRequest {
-        system: "You are a kind journaling assistant.".into(),
-        user: "Slept badly, long day at work, went for a run.".into(),
-        json: false,
-    }
-}
 
 /// One openai-kind provider per server, named a, b, c…; each step is (provider, model).
 fn config(servers: &[&MockServer], steps: &[(&str, &str)], retry: &str) -> String {
@@ -107,7 +99,7 @@ async fn two_503s_then_200_is_three_calls_and_success() {
 
     // Act
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
 
@@ -146,7 +138,7 @@ async fn a_400_is_one_call_then_the_next_step() {
     let sink = RecordingSink::default();
 
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
 
@@ -180,7 +172,7 @@ async fn a_401_moves_to_the_next_key_without_retry() {
     let llm = Llm::new(&settings(&toml, &[("A_API_KEY", "bad-key,good-key")])).unwrap();
     let sink = RecordingSink::default();
 
-    llm.run(Task::Analysis, &request(), &sink)
+    llm.run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
 
@@ -220,7 +212,7 @@ async fn a_429_or_503_moves_to_the_next_key_at_once() {
     let sink = RecordingSink::default();
 
     // Act
-    llm.run(Task::Analysis, &request(), &sink)
+    llm.run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
 
@@ -258,7 +250,7 @@ async fn retry_after_is_a_lower_bound_on_the_wait() {
     let sink = RecordingSink::default();
 
     let started = Instant::now();
-    llm.run(Task::Analysis, &request(), &sink)
+    llm.run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
 
@@ -288,10 +280,10 @@ async fn a_long_retry_after_cools_the_key_and_moves_on_at_once() {
     let llm = Llm::new(&settings(&toml, &[("A_API_KEY", "k1,k2")])).unwrap();
     let sink = RecordingSink::default();
 
-    llm.run(Task::Analysis, &request(), &sink)
+    llm.run(Task::Analysis, &request(false), &sink)
         .await
         .expect("first");
-    llm.run(Task::Analysis, &request(), &sink)
+    llm.run(Task::Analysis, &request(false), &sink)
         .await
         .expect("second");
 
@@ -324,11 +316,11 @@ async fn a_failed_step_is_skipped_by_the_next_task() {
     ));
     let sink = RecordingSink::default();
 
-    llm.run(Task::Analysis, &request(), &sink)
+    llm.run(Task::Analysis, &request(false), &sink)
         .await
         .expect("first");
     let after_first = calls(&dead).await;
-    llm.run(Task::Analysis, &request(), &sink)
+    llm.run(Task::Analysis, &request(false), &sink)
         .await
         .expect("second");
 
@@ -351,12 +343,12 @@ async fn when_everything_cools_the_soonest_free_step_is_tried_once() {
     let sink = RecordingSink::default();
 
     let err = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .unwrap_err();
     assert!(matches!(err, CascadeError::Exhausted { ref errors } if errors.len() == 4));
     let err = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .unwrap_err();
 
@@ -383,7 +375,7 @@ async fn the_deadline_bounds_a_task_with_slow_servers() {
     let sink = RecordingSink::default();
 
     let err = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .unwrap_err();
 
@@ -417,7 +409,7 @@ async fn a_malformed_200_is_unusable_retried_once_then_next_step() {
     let sink = RecordingSink::default();
 
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
 
@@ -443,10 +435,10 @@ async fn a_server_that_never_answers_gets_one_attempt_then_the_next_step() {
     let sink = RecordingSink::default();
 
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
-    llm.run(Task::Analysis, &request(), &sink)
+    llm.run(Task::Analysis, &request(false), &sink)
         .await
         .expect("second");
 
@@ -483,7 +475,7 @@ async fn a_refused_connection_cools_the_step() {
     let sink = RecordingSink::default();
 
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
 
@@ -511,7 +503,7 @@ async fn hedging_answers_from_the_next_step_and_cancels_the_slow_one() {
 
     let started = Instant::now();
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
     let took = started.elapsed();
@@ -561,7 +553,7 @@ async fn auto_hedging_learns_a_steps_latency_and_hedges_when_it_turns_slow() {
     let mut models = Vec::new();
     for _ in 0..6 {
         let answer = llm
-            .run(Task::Analysis, &request(), &sink)
+            .run(Task::Analysis, &request(false), &sink)
             .await
             .expect("answer");
         models.push(answer.model);
@@ -603,7 +595,7 @@ async fn with_auto_hedging_one_request_that_finds_a_step_stalled_spares_the_next
     // Act: one request after another.
     for _ in 0..3 {
         let answer = llm
-            .run(Task::Analysis, &request(), &sink)
+            .run(Task::Analysis, &request(false), &sink)
             .await
             .expect("answer");
         assert_eq!(answer.model, "m2");
@@ -637,7 +629,7 @@ async fn twenty_concurrent_tasks_pay_for_a_dead_primary_once() {
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let (llm, sink) = (Arc::clone(&llm), Arc::clone(&sink));
-            tokio::spawn(async move { llm.run(Task::Analysis, &request(), &*sink).await })
+            tokio::spawn(async move { llm.run(Task::Analysis, &request(false), &*sink).await })
         })
         .collect();
     for task in futures::future::join_all(tasks).await {
@@ -679,7 +671,7 @@ async fn a_gemini_prompt_block_ends_the_task_as_blocked_without_retry() {
     let sink = RecordingSink::default();
 
     let err = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .unwrap_err();
 
@@ -719,7 +711,7 @@ async fn a_gemini_blocked_candidate_falls_through_to_the_next_step() {
     let sink = RecordingSink::default();
 
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
 
@@ -735,7 +727,7 @@ async fn missing_keys_mean_no_usable_provider() {
     let llm = Llm::new(&settings(&toml, &[])).unwrap();
 
     let err = llm
-        .run(Task::Analysis, &request(), &daylog::llm::NullSink)
+        .run(Task::Analysis, &request(false), &daylog::llm::NullSink)
         .await
         .unwrap_err();
 
@@ -781,7 +773,7 @@ async fn the_gemini_claude_example_falls_back_to_claude() {
 
     // Act
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
 
@@ -831,7 +823,7 @@ async fn a_stalled_primary_that_hedging_always_outruns_still_cools_down() {
     // Act: more requests than `failures_to_trip`, one after another.
     for _ in 0..5 {
         let answer = llm
-            .run(Task::Analysis, &request(), &NullSink)
+            .run(Task::Analysis, &request(false), &NullSink)
             .await
             .expect("answer");
         assert_eq!(answer.model, "m2");
@@ -861,7 +853,7 @@ async fn when_the_hedge_fails_fast_the_third_step_does_not_wait_for_the_stalled_
 
     let sink = RecordingSink::default();
     let answer = llm
-        .run(Task::Analysis, &request(), &sink)
+        .run(Task::Analysis, &request(false), &sink)
         .await
         .expect("answer");
 
@@ -907,7 +899,7 @@ async fn a_block_is_not_final_while_another_step_failed_only_for_now() {
     .unwrap();
 
     let err = llm
-        .run(Task::Analysis, &request(), &NullSink)
+        .run(Task::Analysis, &request(false), &NullSink)
         .await
         .unwrap_err();
 
@@ -940,11 +932,11 @@ async fn a_block_stays_final_when_the_other_step_was_only_skipped_for_a_bad_key(
     .unwrap();
 
     let first = llm
-        .run(Task::Analysis, &request(), &NullSink)
+        .run(Task::Analysis, &request(false), &NullSink)
         .await
         .unwrap_err();
     let second = llm
-        .run(Task::Analysis, &request(), &NullSink)
+        .run(Task::Analysis, &request(false), &NullSink)
         .await
         .unwrap_err();
 

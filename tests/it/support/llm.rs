@@ -42,6 +42,16 @@ pub fn request(json: bool) -> daylog::llm::ChatRequest {
     }
 }
 
+/// A fake provider that gives every POST `answer`.
+pub async fn server_with(answer: ResponseTemplate) -> wiremock::MockServer {
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(answer)
+        .mount(&server)
+        .await;
+    server
+}
+
 /// One provider named `p` of `kind` at `base_url`, one analysis step with `model`.
 pub fn one_step(kind: &str, base_url: &str, model: &str) -> String {
     let mut toml = FAST_RETRY.to_owned();
