@@ -23,8 +23,11 @@ pub fn default_filter(chat: bool) -> &'static str {
 /// Installs the global subscriber, with `default` as the filter unless `RUST_LOG` sets
 /// one. A second call (tests) is a no-op.
 pub fn init(format: LogFormat, default: &str) {
+    // Colours only for a person at a terminal: a log file, journald or `docker logs`
+    // would keep the escape codes as text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(env_filter(default))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Pretty => builder.try_init(),

@@ -51,6 +51,17 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The log of a daemon that writes to a file, journald or `docker logs` is plain text:
+/// no terminal colour codes when stderr is not a terminal.
+#[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let w = Workdir::new();
+    let migrate = w.run(&["migrate"], &[]);
+    let log = stderr(&migrate);
+    assert!(log.contains("database is up to date"), "{log}");
+    assert!(!log.contains('\u{1b}'), "{log:?}");
+}
+
 #[test]
 fn migrate_then_sql_lists_the_public_tables() {
     let w = Workdir::new();
