@@ -52,14 +52,7 @@ impl App {
         let settings = Arc::new(settings);
         let client = crate::http_client().map_err(StartError::Client)?;
         let llm = Arc::new(Llm::with_client(&settings, client.clone()).map_err(StartError::Llm)?);
-        // What the last run learned of each step's latency, so hedging does not start
-        // from nothing after every restart. Without it hedging starts as on a new file.
-        match store.recent_latencies().await {
-            Ok(samples) => llm.learn_latencies(&samples),
-            Err(error) => {
-                tracing::warn!(%error, "could not read recent latencies; hedging starts fresh")
-            }
-        }
+        learn_from_last_run(&store, &llm).await;
         let journal = Arc::new(Journal::new(
             Arc::clone(&settings),
             store.clone(),
@@ -113,6 +106,23 @@ impl App {
         let talked = crate::chat::run(Arc::clone(&self.journal), user).await;
         self.store.close().await;
         talked
+    }
+}
+
+/// What an earlier run of this database learned, handed to the LLM layer before anything
+/// is asked of it: the daily budgets it found spent (so a restart does not spend a dead
+/// daily quota again) and each step's recent latencies (so hedging does not start from
+/// nothing). A read that fails costs only that knowledge, never the start.
+async fn learn_from_last_run(store: &Store, llm: &Llm) {
+    match store.spent_budgets().await {
+        Ok(spent) => llm.restore_budgets(&spent),
+        Err(error) => tracing::warn!(%error, "could not read the spent daily budgets"),
+    }
+    match store.recent_latencies().await {
+        Ok(samples) => llm.learn_latencies(&samples),
+        Err(error) => {
+            tracing::warn!(%error, "could not read recent latencies; hedging starts fresh")
+        }
     }
 }
 

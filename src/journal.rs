@@ -188,9 +188,6 @@ pub struct Journal {
     /// re-send the answer on every poll for as long as the disk stays full.
     unrecorded: Mutex<HashSet<LogId>>,
     clock: Arc<dyn Clock>,
-    /// Daily budgets stored by an earlier run are read back once, before the first
-    /// analysis, so a restart does not spend a dead daily quota again.
-    budgets_restored: tokio::sync::OnceCell<()>,
 }
 
 impl Journal {
@@ -204,7 +201,6 @@ impl Journal {
             claim_gate: tokio::sync::RwLock::new(()),
             unrecorded: Mutex::default(),
             clock: Arc::new(SystemClock),
-            budgets_restored: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -1031,14 +1027,6 @@ impl Journal {
         // Models that refused this text before are not asked again (SPEC §5); new
         // refusals are remembered before the outcome is stored, so the worker's next
         // round already leaves them out.
-        self.budgets_restored
-            .get_or_init(|| async {
-                match self.store.spent_budgets().await {
-                    Ok(spent) => self.llm.restore_budgets(&spent),
-                    Err(error) => tracing::warn!(%error, "could not read the spent daily budgets"),
-                }
-            })
-            .await;
         let refused = if known.new {
             Vec::new()
         } else {

@@ -511,22 +511,12 @@ async fn the_terminal_prints_the_week_and_writes_its_chart() {
     healthy(&providers).await;
     let telegram = FakeTelegram::start().await;
     let db = format!("sqlite://{}/daylog.db", dir.path().display());
-    let settings = Arc::new(
-        daylog::config::Settings::load_from(&support::test_env(&db, &telegram, &providers))
-            .expect("settings"),
-    );
-    let store = daylog::store::Store::open_and_migrate(&db, settings.store.busy_timeout())
-        .await
-        .expect("store");
-    let llm = Arc::new(
-        daylog::llm::Llm::with_client(&settings, daylog::http_client().expect("client"))
-            .expect("llm"),
-    );
-    let journal = Arc::new(daylog::journal::Journal::new(
-        Arc::clone(&settings),
-        store.clone(),
-        llm,
-    ));
+    let app = daylog::app::App::build(support::settings(&support::test_env(
+        &db, &telegram, &providers,
+    )))
+    .await
+    .expect("app");
+    let (journal, store) = (Arc::clone(app.journal()), app.store().clone());
     let screen = Screen::default();
     let files = dir.path().to_path_buf();
     let terminal = Arc::new(daylog::chat::Terminal::new(
