@@ -225,21 +225,30 @@ impl DueAt {
     }
 }
 
-/// The bounds `?3`, `?4` of the schedulers' due queries: the text of `now`'s UTC day
-/// spelt with a `T` (`YYYY-MM-DDT` up to `YYYY-MM-DDU`), a band no canonical moment is in.
-fn t_band(now: jiff::Timestamp) -> (String, String) {
+/// The schedulers' due queries ([`DUE_REMINDERS_SQL`], [`DUE_DIGESTS_SQL`]) with their
+/// five parameters bound for `now`: `?1` now, `?2` the limit; `?3`, `?4` the text of
+/// `now`'s UTC day spelt with a `T` (`YYYY-MM-DDT` up to `YYYY-MM-DDU`), a band no
+/// canonical moment is in; `?5` a week and a day from `now`. No due time the scheduler
+/// writes is that far (a digest's is the next Sunday), so text at or after it is a hand
+/// edit, read every tick: no moment (due now), or a moment that far.
+fn due_query<'q, O>(
+    sql: &'q str,
+    now: jiff::Timestamp,
+    limit: i64,
+) -> sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>
+where
+    O: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow>,
+{
     let day = now.strftime("%Y-%m-%d");
-    (format!("{day}T"), format!("{day}U"))
-}
-
-/// The bound `?5` of the schedulers' due queries: a week and a day from `now`. No due
-/// time the scheduler writes is that far (a digest's is the next Sunday), so text at or
-/// after it is a hand edit, read every tick: no moment (due now), or a moment that far.
-fn far_bound(now: jiff::Timestamp) -> String {
     let far = now
         .checked_add(jiff::SignedDuration::from_hours(8 * 24))
         .unwrap_or(jiff::Timestamp::MAX);
-    crate::time::sql_timestamp(far)
+    sqlx::query_as(sql)
+        .bind(crate::time::sql_timestamp(now))
+        .bind(limit)
+        .bind(format!("{day}T"))
+        .bind(format!("{day}U"))
+        .bind(crate::time::sql_timestamp(far))
 }
 
 /// A stored moment of a row (`created_at`, `replied_at`, …): what

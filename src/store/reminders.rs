@@ -202,13 +202,7 @@ impl Store {
         now: Timestamp,
         limit: i64,
     ) -> Result<Vec<DueReminder>, StoreError> {
-        let (t_from, t_to) = super::t_band(now);
-        let rows = sqlx::query_as::<_, DueReminderRow>(DUE_REMINDERS_SQL)
-            .bind(sql_timestamp(now))
-            .bind(limit)
-            .bind(t_from)
-            .bind(t_to)
-            .bind(super::far_bound(now))
+        let rows: Vec<DueReminderRow> = super::due_query(DUE_REMINDERS_SQL, now, limit)
             .fetch_all(&self.read)
             .await?;
         Ok(rows.into_iter().map(|row| row.read(self, now)).collect())
