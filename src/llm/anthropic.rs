@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ApiKey;
 use crate::llm::error::{LlmError, body_message};
-use crate::llm::wire::{Call, WireFormat, secret_header};
+use crate::llm::wire::{Call, WireFormat, body_count, secret_header};
 
 const API_VERSION: &str = "2023-06-01";
 /// The Messages API requires `max_tokens`; used when the step sets none.
@@ -29,6 +29,13 @@ impl WireFormat for Anthropic {
         call: &Call<'_>,
     ) -> Result<RequestBuilder, LlmError> {
         request(client, base_url, key, call)
+    }
+
+    fn used_tokens(&self, body: &[u8]) -> Option<u64> {
+        body_count(
+            body,
+            &[&["usage", "input_tokens"], &["usage", "output_tokens"]],
+        )
     }
 
     fn parse_success(

@@ -9,6 +9,13 @@
 //! the declared rates (halved, down to a tenth) and pauses the budget for a growing
 //! penalty (1 s, doubling to 60 s); each success raises the rates again by a twentieth
 //! and clears the penalty — additive increase, multiplicative decrease.
+//!
+//! Tokens per minute, where declared, are a budget too: a request is admitted with an
+//! estimate of the tokens it takes ([`crate::llm::ChatRequest::estimated_tokens`] plus
+//! the answer it may get), and the estimate is replaced by what the answer's `usage`
+//! reports ([`Hint::used_tokens`]); a 429 gives its tokens back (the provider did not
+//! count a request it refused). A request larger than the whole minute's budget is sent
+//! alone, once the minute is empty: the provider then says what it thinks of it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -44,6 +51,10 @@ struct State {
     persisted: bool,
     /// Sends within the last minute, oldest first.
     sent: VecDeque<Instant>,
+    /// Tokens taken within the last minute, oldest first (only where a request takes
+    /// some: a declared `tokens_per_minute` and a chat request), and their sum.
+    tokens: VecDeque<(Instant, u32)>,
+    tokens_used: u64,
     /// Sends on the current UTC day: (day number, count).
     today: (u64, u32),
     /// Multiplies the declared rates; lowered by hintless 429s.
@@ -61,6 +72,8 @@ impl Default for State {
             daily: false,
             persisted: false,
             sent: VecDeque::new(),
+            tokens: VecDeque::new(),
+            tokens_used: 0,
             today: (0, 0),
             factor: 1.0,
             penalty: Duration::ZERO,
@@ -78,6 +91,14 @@ pub struct SpentBudget {
     /// The key's index in the provider's key list; never the key.
     pub key_index: Option<usize>,
     pub until: SystemTime,
+}
+
+/// What [`Budgets::admit`] took for one request: handed back to [`Budgets::learn`] so
+/// the estimate can be replaced by what the answer used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Taken {
+    at: Instant,
+    tokens: u32,
 }
 
 #[derive(Debug)]
@@ -109,6 +130,35 @@ fn day_number(now: SystemTime) -> u64 {
         / 86_400
 }
 
+/// When a request of `tokens` fits in a minute's budget of `limit` tokens, given what
+/// the last minute took; `None` when it fits now. A request larger than the whole budget
+/// fits once the minute has taken nothing.
+fn tokens_room(state: &State, limit: u64, tokens: u64) -> Option<Instant> {
+    if state.tokens_used + tokens <= limit || state.tokens_used == 0 {
+        return None;
+    }
+    let mut left = state.tokens_used;
+    for (at, taken) in &state.tokens {
+        left = left.saturating_sub(u64::from(*taken));
+        if left + tokens <= limit {
+            return Some(*at + MINUTE);
+        }
+    }
+    state.tokens.back().map(|(at, _)| *at + MINUTE)
+}
+
+/// Replaces the estimate a request was admitted with by what it used.
+fn settle(state: &mut State, taken: Taken, used: u32) {
+    if let Some(entry) = state
+        .tokens
+        .iter_mut()
+        .find(|(at, tokens)| *at == taken.at && *tokens == taken.tokens)
+    {
+        state.tokens_used = state.tokens_used - u64::from(entry.1) + u64::from(used);
+        entry.1 = used;
+    }
+}
+
 impl Budgets {
     pub fn new(declared: HashMap<String, BudgetSettings>) -> Self {
         Self {
@@ -138,14 +188,27 @@ impl Budgets {
         }
     }
 
-    /// When the budget has room again, or `None` if it has room now.
-    fn spent_until(&self, budget: &BudgetKey, state: &mut State, now: Instant) -> Option<Instant> {
+    /// When the budget has room again for a request of `tokens`, or `None` if it has
+    /// room now.
+    fn spent_until(
+        &self,
+        budget: &BudgetKey,
+        state: &mut State,
+        now: Instant,
+        tokens: u32,
+    ) -> Option<Instant> {
         while state
             .sent
             .front()
             .is_some_and(|t| now.duration_since(*t) >= MINUTE)
         {
             state.sent.pop_front();
+        }
+        while let Some((at, taken)) = state.tokens.front()
+            && now.duration_since(*at) >= MINUTE
+        {
+            state.tokens_used = state.tokens_used.saturating_sub(u64::from(*taken));
+            state.tokens.pop_front();
         }
         let mut until = state.spent_until.filter(|u| *u > now);
         if until.is_none() {
@@ -184,6 +247,11 @@ impl Budgets {
                 until = until.max(Some(*oldest + window));
             }
         }
+        if let Some(limit) = declared.tokens_per_minute.map(scaled)
+            && tokens > 0
+        {
+            until = until.max(tokens_room(state, limit as u64, u64::from(tokens)));
+        }
         if let Some(per_day) = declared.requests_per_day {
             let wall = SystemTime::now();
             if state.today.0 == day_number(wall) && state.today.1 >= per_day {
@@ -193,17 +261,23 @@ impl Budgets {
         until
     }
 
-    /// The pace of a budget: the shortest time between two requests its declared
-    /// rates allow (the slowest window binds). Zero when no rate is declared.
-    fn interval(&self, budget: &BudgetKey, state: &State) -> Duration {
+    /// The pace of a budget for requests of `tokens`: the shortest time between two of
+    /// them its declared rates allow (the slowest window binds). Zero when no rate is
+    /// declared.
+    fn interval(&self, budget: &BudgetKey, state: &State, tokens: u32) -> Duration {
         let Some(declared) = self.declared.get(&budget.provider) else {
             return Duration::ZERO;
         };
+        let token_windows = declared
+            .tokens_per_minute
+            .filter(|_| tokens > 0)
+            .map(|limit| (Some(limit), MINUTE.mul_f64(f64::from(tokens))));
         [
             (declared.requests_per_second, SECOND),
             (declared.requests_per_minute, MINUTE),
         ]
         .into_iter()
+        .chain(token_windows)
         .filter_map(|(limit, window)| {
             let limit = (f64::from(limit?) * state.factor).floor().max(1.0);
             Some(window.div_f64(limit))
@@ -212,20 +286,21 @@ impl Budgets {
         .unwrap_or(Duration::ZERO)
     }
 
-    /// When a request that joins the queue of this budget now would be sent: its next
-    /// return, plus one interval for each request already waiting for it. `None` when
-    /// it has room now and nobody waits.
-    pub fn turn(&self, step: &StepId, key: Option<usize>) -> Option<Instant> {
+    /// When a request of `tokens` that joins the queue of this budget now would be
+    /// sent: its next return, plus one interval for each request already waiting for
+    /// it. `None` when it has room now and nobody waits.
+    pub fn turn(&self, step: &StepId, key: Option<usize>, tokens: u32) -> Option<Instant> {
         let budget = self.key(step, key);
         let now = Instant::now();
         let mut states = self.lock();
         let state = states.entry(budget.clone()).or_default();
-        let free = self.spent_until(&budget, state, now);
+        let free = self.spent_until(&budget, state, now, tokens);
         if free.is_none() && state.waiting == 0 {
             return None;
         }
         let ahead = u32::try_from(state.waiting).unwrap_or(u32::MAX);
-        let turn = free.unwrap_or(now) + self.interval(&budget, state).saturating_mul(ahead);
+        let turn =
+            free.unwrap_or(now) + self.interval(&budget, state, tokens).saturating_mul(ahead);
         (turn > now).then_some(turn)
     }
 
@@ -234,10 +309,11 @@ impl Budgets {
         &self,
         step: &StepId,
         keys: &[Option<usize>],
+        tokens: u32,
     ) -> Option<(Instant, Option<usize>)> {
         let mut soonest: Option<(Instant, Option<usize>)> = None;
         for key in keys {
-            let turn = self.turn(step, *key)?;
+            let turn = self.turn(step, *key, tokens)?;
             if soonest.is_none_or(|(s, _)| turn < s) {
                 soonest = Some((turn, *key));
             }
@@ -257,34 +333,51 @@ impl Budgets {
         };
     }
 
-    /// Until when this budget is spent, if it is (nothing is recorded).
-    pub fn blocked_until(&self, step: &StepId, key: Option<usize>) -> Option<Instant> {
+    /// Until when this budget is spent for a request of `tokens`, if it is (nothing is
+    /// recorded).
+    pub fn blocked_until(&self, step: &StepId, key: Option<usize>, tokens: u32) -> Option<Instant> {
         let budget = self.key(step, key);
         let mut states = self.lock();
         let state = states.entry(budget.clone()).or_default();
-        self.spent_until(&budget, state, Instant::now())
+        self.spent_until(&budget, state, Instant::now(), tokens)
     }
 
     /// The soonest moment a key of the step has budget, when none has it now.
-    pub fn step_blocked_until(&self, step: &StepId, keys: &[Option<usize>]) -> Option<Instant> {
+    pub fn step_blocked_until(
+        &self,
+        step: &StepId,
+        keys: &[Option<usize>],
+        tokens: u32,
+    ) -> Option<Instant> {
         let mut soonest: Option<Instant> = None;
         for key in keys {
-            let until = self.blocked_until(step, *key)?;
+            let until = self.blocked_until(step, *key, tokens)?;
             soonest = Some(soonest.map_or(until, |s| s.min(until)));
         }
         soonest
     }
 
-    /// Takes one request from the budget, or says until when it is spent.
-    pub fn admit(&self, step: &StepId, key: Option<usize>) -> Result<(), Instant> {
+    /// Takes one request of `tokens` (0: none counted) from the budget, or says until
+    /// when it is spent.
+    pub fn admit(&self, step: &StepId, key: Option<usize>, tokens: u32) -> Result<Taken, Instant> {
         let budget = self.key(step, key);
         let now = Instant::now();
         let mut states = self.lock();
         let state = states.entry(budget.clone()).or_default();
-        if let Some(until) = self.spent_until(&budget, state, now) {
+        if let Some(until) = self.spent_until(&budget, state, now, tokens) {
             return Err(until);
         }
         state.sent.push_back(now);
+        let counts_tokens = tokens > 0
+            && self
+                .declared
+                .get(&budget.provider)
+                .is_some_and(|d| d.tokens_per_minute.is_some());
+        let tokens = if counts_tokens { tokens } else { 0 };
+        if tokens > 0 {
+            state.tokens.push_back((now, tokens));
+            state.tokens_used += u64::from(tokens);
+        }
         let wall = SystemTime::now();
         let day = day_number(wall);
         if state.today.0 == day {
@@ -305,15 +398,18 @@ impl Budgets {
             state.daily = true;
             state.persisted = false;
         }
-        Ok(())
+        Ok(Taken { at: now, tokens })
     }
 
     /// Learns from one answer: `rate_limited` for a 429. Returns how long the budget is
     /// now known to be spent, if it is.
+    /// `taken` is what [`Budgets::admit`] took for it: its tokens become what the
+    /// answer says it used (none for a 429).
     pub fn learn(
         &self,
         step: &StepId,
         key: Option<usize>,
+        taken: Option<Taken>,
         hint: &Hint,
         rate_limited: bool,
     ) -> Option<Duration> {
@@ -322,6 +418,17 @@ impl Budgets {
         let daily_reset = until_daily_reset(SystemTime::now());
         let mut states = self.lock();
         let state = states.entry(budget).or_default();
+        if let Some(taken) = taken.filter(|t| t.tokens > 0) {
+            let used = if rate_limited {
+                Some(0)
+            } else {
+                hint.used_tokens
+                    .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+            };
+            if let Some(used) = used {
+                settle(state, taken, used);
+            }
+        }
         let spent = hint.spent_for(rate_limited, daily_reset);
         match (spent, rate_limited) {
             (Some(wait), _) => {
@@ -449,12 +556,12 @@ mod tests {
             },
         );
         let s = step("mistral", "small");
-        assert!(b.admit(&s, Some(0)).is_ok());
-        let until = b.admit(&s, Some(0)).expect_err("spent for a second");
+        assert!(b.admit(&s, Some(0), 0).is_ok());
+        let until = b.admit(&s, Some(0), 0).expect_err("spent for a second");
         assert!(until > Instant::now());
         // Per key: one workspace, every model; another key is another budget.
-        assert!(b.admit(&step("mistral", "other"), Some(0)).is_err());
-        assert!(b.admit(&s, Some(1)).is_ok());
+        assert!(b.admit(&step("mistral", "other"), Some(0), 0).is_err());
+        assert!(b.admit(&s, Some(1), 0).is_ok());
     }
 
     #[test]
@@ -467,12 +574,12 @@ mod tests {
             },
         );
         let s = step("mistral", "small");
-        assert_eq!(b.turn(&s, Some(0)), None, "room now, nobody waits");
-        assert!(b.admit(&s, Some(0)).is_ok());
-        let first = b.turn(&s, Some(0)).expect("spent for a second");
+        assert_eq!(b.turn(&s, Some(0), 0), None, "room now, nobody waits");
+        assert!(b.admit(&s, Some(0), 0).is_ok());
+        let first = b.turn(&s, Some(0), 0).expect("spent for a second");
         b.queue(&s, Some(0), true);
         b.queue(&s, Some(0), true);
-        let third = b.turn(&s, Some(0)).expect("two ahead");
+        let third = b.turn(&s, Some(0), 0).expect("two ahead");
         assert_eq!(
             third - first,
             Duration::from_secs(2),
@@ -480,9 +587,9 @@ mod tests {
         );
         b.queue(&s, Some(0), false);
         b.queue(&s, Some(0), false);
-        assert_eq!(b.turn(&s, Some(0)), Some(first), "they left the queue");
+        assert_eq!(b.turn(&s, Some(0), 0), Some(first), "they left the queue");
         assert_eq!(
-            b.step_turn(&s, &[Some(0), Some(1)]),
+            b.step_turn(&s, &[Some(0), Some(1)], 0),
             None,
             "another key has room"
         );
@@ -498,9 +605,9 @@ mod tests {
                 ..BudgetSettings::default()
             },
         );
-        assert!(b.admit(&step("groq", "a"), Some(0)).is_ok());
-        assert!(b.admit(&step("groq", "a"), Some(0)).is_err());
-        assert!(b.admit(&step("groq", "b"), Some(0)).is_ok());
+        assert!(b.admit(&step("groq", "a"), Some(0), 0).is_ok());
+        assert!(b.admit(&step("groq", "a"), Some(0), 0).is_err());
+        assert!(b.admit(&step("groq", "b"), Some(0), 0).is_ok());
     }
 
     #[test]
@@ -513,10 +620,10 @@ mod tests {
             ..Hint::default()
         };
         assert_eq!(
-            b.learn(&s, Some(0), &hint, false),
+            b.learn(&s, Some(0), None, &hint, false),
             Some(Duration::from_secs(30))
         );
-        assert!(b.admit(&s, Some(0)).is_err());
+        assert!(b.admit(&s, Some(0), 0).is_err());
         assert!(
             b.take_new_daily().is_empty(),
             "a minute's reset is not daily"
@@ -532,14 +639,14 @@ mod tests {
             per_day: true,
             ..Hint::default()
         };
-        let spent = b.learn(&s, Some(0), &hint, true).expect("spent");
+        let spent = b.learn(&s, Some(0), None, &hint, true).expect("spent");
         assert!(spent >= Duration::from_secs(20));
         let daily = b.take_new_daily();
         assert_eq!(daily.len(), 1);
         assert!(b.take_new_daily().is_empty(), "handed out once");
         let restarted = Budgets::new(HashMap::new());
         restarted.restore(&daily);
-        assert!(restarted.admit(&s, Some(0)).is_err());
+        assert!(restarted.admit(&s, Some(0), 0).is_err());
         assert!(restarted.take_new_daily().is_empty(), "already stored");
     }
 
@@ -554,20 +661,20 @@ mod tests {
         );
         let s = step("mistral", "m");
         assert_eq!(
-            b.learn(&s, Some(0), &Hint::default(), true),
+            b.learn(&s, Some(0), None, &Hint::default(), true),
             Some(MIN_PENALTY)
         );
         assert_eq!(
-            b.learn(&s, Some(0), &Hint::default(), true),
+            b.learn(&s, Some(0), None, &Hint::default(), true),
             Some(MIN_PENALTY * 2)
         );
-        assert!(b.admit(&s, Some(0)).is_err(), "paused");
+        assert!(b.admit(&s, Some(0), 0).is_err(), "paused");
         {
             let states = b.lock();
             let state = states.get(&b.key(&s, Some(0))).expect("state");
             assert!((state.factor - 0.25).abs() < 1e-9);
         }
-        assert_eq!(b.learn(&s, Some(0), &Hint::default(), false), None);
+        assert_eq!(b.learn(&s, Some(0), None, &Hint::default(), false), None);
         let states = b.lock();
         let state = states.get(&b.key(&s, Some(0))).expect("state");
         assert!((state.factor - 0.30).abs() < 1e-9);
@@ -588,17 +695,17 @@ mod tests {
             },
         );
         let s = step("groq", "m");
-        assert!(b.admit(&s, Some(0)).is_ok());
+        assert!(b.admit(&s, Some(0), 0).is_ok());
         assert!(b.take_new_daily().is_empty(), "one of two left");
-        assert!(b.admit(&s, Some(0)).is_ok());
-        let until = b.admit(&s, Some(0)).expect_err("the day's two are used");
+        assert!(b.admit(&s, Some(0), 0).is_ok());
+        let until = b.admit(&s, Some(0), 0).expect_err("the day's two are used");
         let reset = until_daily_reset(SystemTime::now());
         assert!(
             until.saturating_duration_since(Instant::now()) + MINUTE > reset,
             "spent until the daily reset"
         );
         assert!(
-            b.admit(&step("groq", "other"), Some(0)).is_ok(),
+            b.admit(&step("groq", "other"), Some(0), 0).is_ok(),
             "per model"
         );
         let daily = b.take_new_daily();
@@ -617,7 +724,7 @@ mod tests {
         );
         restarted.restore(&daily);
         assert!(
-            restarted.admit(&s, Some(0)).is_err(),
+            restarted.admit(&s, Some(0), 0).is_err(),
             "still spent after a restart"
         );
     }
@@ -642,25 +749,102 @@ mod tests {
                 state.sent.clear();
                 state.spent_until = None;
             }
-            std::iter::from_fn(|| b.admit(&s, Some(0)).ok())
+            std::iter::from_fn(|| b.admit(&s, Some(0), 0).ok())
                 .take(100)
                 .count()
         };
         assert_eq!(admitted(&b), 8, "the declared rate");
         for _ in 0..2 {
-            b.learn(&s, Some(0), &Hint::default(), true);
+            b.learn(&s, Some(0), None, &Hint::default(), true);
         }
         assert_eq!(admitted(&b), 2, "two hintless 429s: a quarter");
-        b.learn(&s, Some(0), &Hint::default(), false);
+        b.learn(&s, Some(0), None, &Hint::default(), false);
         assert_eq!(admitted(&b), 2, "one success is not enough to go up");
         for _ in 0..5 {
-            b.learn(&s, Some(0), &Hint::default(), false);
+            b.learn(&s, Some(0), None, &Hint::default(), false);
         }
         assert_eq!(admitted(&b), 4, "raised slowly: a twentieth per success");
         for _ in 0..20 {
-            b.learn(&s, Some(0), &Hint::default(), false);
+            b.learn(&s, Some(0), None, &Hint::default(), false);
         }
         assert_eq!(admitted(&b), 8, "and never above the declared rate");
+    }
+
+    fn groq_tokens(per_minute: u32) -> (Budgets, StepId) {
+        let b = budgets(
+            "groq",
+            BudgetSettings {
+                per: BudgetPer::Model,
+                tokens_per_minute: Some(per_minute),
+                ..BudgetSettings::default()
+            },
+        );
+        (b, step("groq", "qwen"))
+    }
+
+    #[test]
+    fn declared_tokens_per_minute_admit_what_fits_then_say_when() {
+        let (b, s) = groq_tokens(1000);
+        let first = b.admit(&s, Some(0), 400).expect("room");
+        assert!(b.admit(&s, Some(0), 400).is_ok());
+        let until = b.admit(&s, Some(0), 400).expect_err("800 of 1000 taken");
+        assert_eq!(until, first.at + MINUTE, "room when the first leaves the minute");
+        assert!(b.admit(&s, Some(0), 200).is_ok(), "a smaller one still fits");
+        assert_eq!(b.turn(&s, Some(0), 400), Some(first.at + MINUTE));
+        // Per model: another model's minute is its own.
+        assert!(b.admit(&step("groq", "llama"), Some(0), 400).is_ok());
+        // A request that takes no tokens (a transcription) is not held back by them.
+        assert!(b.admit(&s, Some(0), 0).is_ok());
+    }
+
+    #[test]
+    fn what_the_answer_used_replaces_the_estimate() {
+        let (b, s) = groq_tokens(1000);
+        let first = b.admit(&s, Some(0), 600).expect("room");
+        assert!(b.admit(&s, Some(0), 600).is_err(), "1200 > 1000");
+        let used = Hint {
+            used_tokens: Some(100),
+            ..Hint::default()
+        };
+        b.learn(&s, Some(0), Some(first), &used, false);
+        let second = b.admit(&s, Some(0), 600).expect("100 + 600 fit");
+        // An answer that took more than estimated takes more.
+        let used = Hint {
+            used_tokens: Some(850),
+            ..Hint::default()
+        };
+        b.learn(&s, Some(0), Some(second), &used, false);
+        assert!(b.admit(&s, Some(0), 100).is_err(), "100 + 850 + 100 > 1000");
+        // A 429 gives its request's tokens back: the provider did not count it.
+        let (b, s) = groq_tokens(1000);
+        let refused = b.admit(&s, Some(0), 600).expect("room");
+        b.learn(&s, Some(0), Some(refused), &Hint::default(), true);
+        {
+            let mut states = b.lock();
+            let state = states.entry(b.key(&s, Some(0))).or_default();
+            state.spent_until = None;
+            assert_eq!(state.tokens_used, 0);
+        }
+        assert!(b.admit(&s, Some(0), 600).is_ok());
+    }
+
+    #[test]
+    fn a_request_larger_than_the_minute_goes_alone() {
+        let (b, s) = groq_tokens(1000);
+        assert!(b.admit(&s, Some(0), 5000).is_ok(), "an empty minute sends it");
+        let until = b.admit(&s, Some(0), 5000).expect_err("not beside another");
+        assert!(until > Instant::now() + Duration::from_secs(59));
+    }
+
+    #[test]
+    fn the_pace_of_tokens_counts_in_a_turn() {
+        let (b, s) = groq_tokens(6000);
+        let taken = b.admit(&s, Some(0), 6000).expect("room");
+        // Two wait before a third: each 750-token request is 7.5 s of the minute.
+        b.queue(&s, Some(0), true);
+        b.queue(&s, Some(0), true);
+        let turn = b.turn(&s, Some(0), 750).expect("spent");
+        assert_eq!(turn, taken.at + MINUTE + Duration::from_millis(15_000));
     }
 
     #[test]

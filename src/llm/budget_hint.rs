@@ -26,6 +26,9 @@ pub struct Hint {
     pub retry_after: Option<Duration>,
     /// The answer named a per-day quota as the one exceeded.
     pub per_day: bool,
+    /// The tokens a usable answer says it took (its body's `usage`): what its request
+    /// really cost a tokens-per-minute budget.
+    pub used_tokens: Option<u64>,
 }
 
 impl Hint {
@@ -70,6 +73,7 @@ pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Hint {
         reset_tokens: text("x-ratelimit-reset-tokens").and_then(parse_reset),
         retry_after: retry_after::parse(headers, now),
         per_day: false,
+        used_tokens: None,
     }
 }
 
@@ -402,10 +406,10 @@ mod tests {
                 provider: "p".to_owned(),
                 model: "m".to_owned(),
             };
-            if let Some(d) = budgets.learn(&step, Some(0), &hint, rate_limited) {
+            if let Some(d) = budgets.learn(&step, Some(0), None, &hint, rate_limited) {
                 prop_assert!(d <= MAX_WAIT, "{hint:?}: {d:?}");
             }
-            let _ = budgets.admit(&step, Some(0));
+            let _ = budgets.admit(&step, Some(0), 0);
         }
 
         #[test]

@@ -29,6 +29,7 @@ use reqwest::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::llm::budget::Taken;
 use crate::llm::cooldown::StepId;
 use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
 use crate::llm::error::{AttemptError, CascadeError, LlmError};
@@ -36,7 +37,7 @@ use crate::llm::hedge::Hedging;
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::llm::state::SharedState;
-use crate::llm::types::{Attempt, AttemptSink, Completion, Outcome, Task};
+use crate::llm::types::{Attempt, AttemptSink, Completion, EXPECTED_ANSWER_TOKENS, Outcome, Task};
 use crate::llm::wire::{Call, Input};
 
 /// One step of a cascade: one model of one provider.
@@ -310,7 +311,7 @@ impl<'a> TaskRun<'a> {
             // Its turn counts the requests already waiting for the same budget: 39
             // requests waiting for a budget that returns in a second do not all get it
             // in a second.
-            match self.state.step_turn(&step.id, &keys) {
+            match self.state.step_turn(&step.id, &keys, self.tokens(step)) {
                 // Back soon enough: the step waits for it at the start of its round.
                 Some((until, _)) if until > Instant::now() + self.spill_after => {
                     self.spill(step, until);
@@ -426,7 +427,7 @@ impl<'a> TaskRun<'a> {
             // no step has budget), else leave the step to the next one (spill-over).
             // While it waits it is counted in the budget's queue, up to its attempt.
             let mut queued = None;
-            if let Some((until, key)) = self.state.step_turn(&step.id, &keys) {
+            if let Some((until, key)) = self.state.step_turn(&step.id, &keys, self.tokens(step)) {
                 let now = Instant::now();
                 if until >= self.deadline || (!patient && until > now + self.spill_after) {
                     self.spill(step, until);
@@ -469,14 +470,17 @@ impl<'a> TaskRun<'a> {
                     self.record_skip(step, key, until);
                     continue;
                 }
-                if let Err(until) = self.admit_in_turn(step, key, queued.is_some()).await {
-                    drop(permit);
-                    self.record_budget_skip(step, key, until);
-                    again.push(key);
-                    continue;
-                }
+                let taken = match self.admit_in_turn(step, key, queued.is_some()).await {
+                    Ok(taken) => taken,
+                    Err(until) => {
+                        drop(permit);
+                        self.record_budget_skip(step, key, until);
+                        again.push(key);
+                        continue;
+                    }
+                };
                 sent_any = true;
-                let result = self.attempt(step, key, round, wait).await;
+                let result = self.attempt(step, key, taken, round, wait).await;
                 wait = Duration::ZERO;
                 drop(permit);
                 let error = match result {
@@ -502,7 +506,7 @@ impl<'a> TaskRun<'a> {
                     max_delay: self.policy.max_delay,
                     budget_spent: self
                         .state
-                        .budget_until(&step.id, key)
+                        .budget_until(&step.id, key, self.tokens(step))
                         .is_some_and(|until| until > Instant::now() + self.spill_after),
                 };
                 let next = decision::next(&facts);
@@ -546,7 +550,7 @@ impl<'a> TaskRun<'a> {
             }
             // Every key left has spent its budget (a 429 said so): spill over at once
             // unless it returns soon; no backoff on a budget known to be spent.
-            if let Some(until) = self.state.step_budget_until(&step.id, &keys)
+            if let Some(until) = self.state.step_budget_until(&step.id, &keys, self.tokens(step))
                 && !patient
                 && until > Instant::now() + self.spill_after
             {
@@ -581,17 +585,30 @@ impl<'a> TaskRun<'a> {
         step: &Step,
         key: Option<usize>,
         in_turn: bool,
-    ) -> Result<(), Instant> {
-        match self.state.admit(&step.id, key) {
+    ) -> Result<Taken, Instant> {
+        let tokens = self.tokens(step);
+        match self.state.admit(&step.id, key, tokens) {
             Err(until)
                 if in_turn
                     && until <= Instant::now() + self.spill_after
                     && until < self.deadline =>
             {
                 tokio::time::sleep_until(until).await;
-                self.state.admit(&step.id, key)
+                self.state.admit(&step.id, key, tokens)
             }
             other => other,
+        }
+    }
+
+    /// What one request of this task on `step` is expected to take from a
+    /// tokens-per-minute budget: the request's text and the answer it may get. A
+    /// transcription counts none (its budgets are requests and audio seconds).
+    fn tokens(&self, step: &Step) -> u32 {
+        match self.input {
+            Input::Chat(request) => request
+                .estimated_tokens()
+                .saturating_add(step.max_tokens.unwrap_or(EXPECTED_ANSWER_TOKENS)),
+            Input::Audio(_) => 0,
         }
     }
 
@@ -600,6 +617,7 @@ impl<'a> TaskRun<'a> {
         &self,
         step: &Step,
         key: Option<usize>,
+        taken: Taken,
         attempt: u32,
         wait: Duration,
     ) -> Result<(u16, String), LlmError> {
@@ -639,7 +657,9 @@ impl<'a> TaskRun<'a> {
             };
             let rate_limited = matches!(result, Err(LlmError::RateLimited { .. }));
             if (rate_limited || result.is_ok())
-                && let Some(spent) = self.state.learn(&step.id, key, &hint, rate_limited)
+                && let Some(spent) =
+                    self.state
+                        .learn(&step.id, key, Some(taken), &hint, rate_limited)
             {
                 tracing::debug!(
                     provider = %step.id.provider, model = %step.id.model, key_index = ?key,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::ApiKey;
 use crate::llm::error::{LlmError, body_message};
 use crate::llm::retry_after;
-use crate::llm::wire::{Call, WireFormat, header_wait, secret_header};
+use crate::llm::wire::{Call, WireFormat, body_count, header_wait, secret_header};
 
 /// The Gemini `generateContent` wire format.
 #[derive(Debug)]
@@ -27,6 +27,10 @@ impl WireFormat for Gemini {
         call: &Call<'_>,
     ) -> Result<RequestBuilder, LlmError> {
         request(client, base_url, key, call)
+    }
+
+    fn used_tokens(&self, body: &[u8]) -> Option<u64> {
+        body_count(body, &[&["usageMetadata", "totalTokenCount"]])
     }
 
     fn parse_success(

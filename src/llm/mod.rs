@@ -308,7 +308,10 @@ impl Llm {
         let mut soonest: Option<tokio::time::Instant> = None;
         for step in steps {
             // Its turn: the requests already waiting for the same budget go first.
-            let (until, _) = self.state.step_turn(&step.id, &step.provider.key_slots())?;
+            // Tokens are left out: the wait for any request, not for one of a given size.
+            let (until, _) = self
+                .state
+                .step_turn(&step.id, &step.provider.key_slots(), 0)?;
             soonest = Some(soonest.map_or(until, |s| s.min(until)));
         }
         soonest.map(|until| until.saturating_duration_since(now))

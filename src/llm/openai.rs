@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::ApiKey;
 use crate::llm::error::{LlmError, body_message};
 use crate::llm::types::Audio;
-use crate::llm::wire::{Call, WireFormat, secret_header};
+use crate::llm::wire::{Call, WireFormat, body_count, secret_header};
 
 /// The OpenAI-compatible wire format.
 #[derive(Debug)]
@@ -39,6 +39,10 @@ impl WireFormat for OpenAi {
         _call: &Call<'_>,
     ) -> Result<String, LlmError> {
         parse_success(status, body)
+    }
+
+    fn used_tokens(&self, body: &[u8]) -> Option<u64> {
+        body_count(body, &[&["usage", "total_tokens"]])
     }
 
     fn transcription_request(

@@ -149,8 +149,9 @@ impl Provider {
             Ok(answer) => answer,
             Err(e) => return (Err(e), Hint::default()),
         };
-        let hint = budget_hint::from_headers(&headers, SystemTime::now());
+        let mut hint = budget_hint::from_headers(&headers, SystemTime::now());
         if status.is_success() {
+            hint.used_tokens = self.wire.used_tokens(&body);
             let result = parse(status, &body).map(|text| (status.as_u16(), text));
             (result, hint)
         } else {
@@ -210,6 +211,29 @@ fn redact(text: &str, key: Option<&ApiKey>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_wire_format_reads_the_tokens_an_answer_took() {
+        let fixture = |name: &str| {
+            std::fs::read(format!(
+                "{}/tests/fixtures/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap_or_default()
+        };
+        let rows = [
+            (ProviderKind::Openai, fixture("openai/chat_completion.json"), Some(50)),
+            (ProviderKind::Gemini, fixture("gemini/generate_content.json"), Some(30)),
+            (ProviderKind::Anthropic, fixture("anthropic/message.json"), Some(45)),
+            // No usage, a usage that is no number, no JSON: nothing said.
+            (ProviderKind::Openai, br#"{"choices":[]}"#.to_vec(), None),
+            (ProviderKind::Openai, br#"{"usage":{"total_tokens":"many"}}"#.to_vec(), None),
+            (ProviderKind::Gemini, b"<html>".to_vec(), None),
+        ];
+        for (kind, body, expected) in rows {
+            assert_eq!(wire_format(kind).used_tokens(&body), expected, "{kind:?}");
+        }
+    }
 
     #[test]
     fn redaction_removes_an_echoed_key() {

@@ -6,7 +6,7 @@
 
 use tokio::time::Instant;
 
-use crate::llm::budget::{Budgets, SpentBudget};
+use crate::llm::budget::{Budgets, SpentBudget, Taken};
 use crate::llm::budget_hint::Hint;
 use crate::llm::cooldown::{Cooldowns, StepId};
 
@@ -29,22 +29,36 @@ pub(crate) trait SharedState: Send + Sync {
     fn cool_step(&self, step: &StepId, until: Instant);
 
     // ---- budgets ----
-    /// Until when this key's budget is spent, if it is.
-    fn budget_until(&self, step: &StepId, key: Option<usize>) -> Option<Instant>;
+    // `tokens` is what one request is expected to take from a tokens-per-minute budget
+    // (0: it takes none, as a transcription).
+    /// Until when this key's budget is spent for a request of `tokens`, if it is.
+    fn budget_until(&self, step: &StepId, key: Option<usize>, tokens: u32) -> Option<Instant>;
     /// The soonest return of a key's budget, when no key of the step has budget now.
-    fn step_budget_until(&self, step: &StepId, keys: &[Option<usize>]) -> Option<Instant>;
+    fn step_budget_until(
+        &self,
+        step: &StepId,
+        keys: &[Option<usize>],
+        tokens: u32,
+    ) -> Option<Instant>;
     /// When a request that waits for this step's budget now would be sent (the soonest
     /// key, counting the requests already waiting), when no key has room for it now.
-    fn step_turn(&self, step: &StepId, keys: &[Option<usize>]) -> Option<(Instant, Option<usize>)>;
+    fn step_turn(
+        &self,
+        step: &StepId,
+        keys: &[Option<usize>],
+        tokens: u32,
+    ) -> Option<(Instant, Option<usize>)>;
     /// A request starts (`join`) or stops waiting for this key's budget.
     fn queue(&self, step: &StepId, key: Option<usize>, join: bool);
     /// Takes one request from the budget, or says until when it is spent.
-    fn admit(&self, step: &StepId, key: Option<usize>) -> Result<(), Instant>;
-    /// Learns from one answer (`rate_limited`: a 429); how long it is now spent, if so.
+    fn admit(&self, step: &StepId, key: Option<usize>, tokens: u32) -> Result<Taken, Instant>;
+    /// Learns from one answer (`rate_limited`: a 429) to the request `taken` admitted;
+    /// how long the budget is now spent, if so.
     fn learn(
         &self,
         step: &StepId,
         key: Option<usize>,
+        taken: Option<Taken>,
         hint: &Hint,
         rate_limited: bool,
     ) -> Option<std::time::Duration>;
@@ -89,29 +103,40 @@ impl SharedState for LocalState {
     fn cool_step(&self, step: &StepId, until: Instant) {
         self.cooldowns.trip_step(step, until);
     }
-    fn budget_until(&self, step: &StepId, key: Option<usize>) -> Option<Instant> {
-        self.budgets.blocked_until(step, key)
+    fn budget_until(&self, step: &StepId, key: Option<usize>, tokens: u32) -> Option<Instant> {
+        self.budgets.blocked_until(step, key, tokens)
     }
-    fn step_budget_until(&self, step: &StepId, keys: &[Option<usize>]) -> Option<Instant> {
-        self.budgets.step_blocked_until(step, keys)
+    fn step_budget_until(
+        &self,
+        step: &StepId,
+        keys: &[Option<usize>],
+        tokens: u32,
+    ) -> Option<Instant> {
+        self.budgets.step_blocked_until(step, keys, tokens)
     }
-    fn step_turn(&self, step: &StepId, keys: &[Option<usize>]) -> Option<(Instant, Option<usize>)> {
-        self.budgets.step_turn(step, keys)
+    fn step_turn(
+        &self,
+        step: &StepId,
+        keys: &[Option<usize>],
+        tokens: u32,
+    ) -> Option<(Instant, Option<usize>)> {
+        self.budgets.step_turn(step, keys, tokens)
     }
     fn queue(&self, step: &StepId, key: Option<usize>, join: bool) {
         self.budgets.queue(step, key, join);
     }
-    fn admit(&self, step: &StepId, key: Option<usize>) -> Result<(), Instant> {
-        self.budgets.admit(step, key)
+    fn admit(&self, step: &StepId, key: Option<usize>, tokens: u32) -> Result<Taken, Instant> {
+        self.budgets.admit(step, key, tokens)
     }
     fn learn(
         &self,
         step: &StepId,
         key: Option<usize>,
+        taken: Option<Taken>,
         hint: &Hint,
         rate_limited: bool,
     ) -> Option<std::time::Duration> {
-        self.budgets.learn(step, key, hint, rate_limited)
+        self.budgets.learn(step, key, taken, hint, rate_limited)
     }
     fn take_new_daily(&self) -> Vec<SpentBudget> {
         self.budgets.take_new_daily()

@@ -33,6 +33,23 @@ pub struct ChatRequest {
     pub json: bool,
 }
 
+/// Tokens an answer is expected to take when its step sets no `max_tokens`: an
+/// analysis of a few sentences, or the metrics' JSON object.
+pub(crate) const EXPECTED_ANSWER_TOKENS: u32 = 256;
+
+impl ChatRequest {
+    /// A cautious estimate of the tokens the request's text takes: a quarter of its
+    /// UTF-8 bytes (English runs about four bytes a token, Cyrillic more), plus a few
+    /// for the messages' framing. Budgets count it before sending; the answer's `usage`
+    /// then says what it took.
+    pub fn estimated_tokens(&self) -> u32 {
+        let bytes = self.system.len() + self.user.len();
+        u32::try_from(bytes.div_ceil(4))
+            .unwrap_or(u32::MAX)
+            .saturating_add(16)
+    }
+}
+
 /// A recording to transcribe, held in memory only (SPEC §11: the audio is never written
 /// to disk). Cloning shares the bytes.
 #[derive(Clone, PartialEq)]

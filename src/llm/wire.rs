@@ -55,6 +55,11 @@ pub(crate) trait WireFormat: fmt::Debug + Send + Sync {
         call: &Call<'_>,
     ) -> Result<String, LlmError>;
 
+    /// The tokens a 2xx body says its request took (`usage`), for a tokens-per-minute
+    /// budget; `None` when it does not say. Read apart from [`WireFormat::parse_success`]
+    /// so that an answer's cost is known whether or not its text is usable.
+    fn used_tokens(&self, body: &[u8]) -> Option<u64>;
+
     /// The request for one transcription attempt (SPEC §11). Only the `openai` wire
     /// format has one; a step of another kind answers `BadRequest`, so the cascade moves
     /// on to the next step.
@@ -95,6 +100,20 @@ pub(crate) trait WireFormat: fmt::Debug + Send + Sync {
         body: &str,
         retry_after: Option<Duration>,
     ) -> LlmError;
+}
+
+/// The sum of the numbers at `paths` (each a list of object keys) in a JSON body;
+/// `None` when none of them is there.
+pub(crate) fn body_count(body: &[u8], paths: &[&[&str]]) -> Option<u64> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    paths
+        .iter()
+        .filter_map(|path| {
+            path.iter()
+                .try_fold(&value, |v, key| v.get(key))
+                .and_then(serde_json::Value::as_u64)
+        })
+        .reduce(u64::saturating_add)
 }
 
 /// The wait the `Retry-After` / `retry-after-ms` headers ask for.

@@ -378,3 +378,69 @@ async fn a_request_counts_those_already_waiting_for_the_budget() {
     );
     assert_eq!(calls(&a).await, 2, "no request on a spent budget");
 }
+
+/// `request(false)` as the budgets estimate it: its text (30 bytes: 8 tokens, plus 16
+/// for the framing) and an answer of 256 tokens.
+const ESTIMATED_TOKENS: u32 = 280;
+
+/// Tokens per minute (Groq's free tier counts them per model): a request is admitted
+/// with an estimate of what it takes, so a burst that would pass the minute's tokens
+/// spills over before it costs a 429.
+#[tokio::test]
+async fn declared_tokens_per_minute_spill_a_burst_over_before_a_429() {
+    let a = slow_server(std::time::Duration::from_millis(300)).await;
+    let b = ok_server().await;
+    // Room for two estimates, not three.
+    let budget = format!(
+        "per = \"model\"\ntokens_per_minute = {}",
+        ESTIMATED_TOKENS * 2 + 40
+    );
+    let llm = llm(&config(&a, "openai", &budget, &b));
+    let sink = RecordingSink::default();
+
+    let request = request(false);
+    let runs = (0..3).map(|_| llm.run(Task::Analysis, &request, &sink));
+    let mut providers: Vec<String> = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .map(|r| r.expect("answered").provider)
+        .collect();
+    providers.sort();
+
+    assert_eq!(providers, ["a", "a", "b"]);
+    assert_eq!(calls(&a).await, 2, "no request past the minute's tokens");
+    assert_eq!(sink.count("m1", Outcome::SkippedBudget), 1);
+}
+
+/// The answer's `usage` replaces the estimate: a request that took fewer tokens leaves
+/// room for more (the fixture reports 50), one that took more leaves less.
+#[tokio::test]
+async fn the_tokens_an_answer_reports_are_what_its_request_cost() {
+    let budget = format!("tokens_per_minute = {}", ESTIMATED_TOKENS * 2 + 40);
+
+    let a = ok_server().await;
+    let b = ok_server().await;
+    let llm = llm(&config(&a, "openai", &budget, &b));
+    let sink = RecordingSink::default();
+    for n in 0..5 {
+        let answer = llm
+            .run(Task::Analysis, &request(false), &sink)
+            .await
+            .expect("answered");
+        assert_eq!(answer.provider, "a", "request {n}: 50 tokens each fit");
+    }
+
+    let big = server_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "A long answer."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 400, "total_tokens": 500}
+    })))
+    .await;
+    let llm = self::llm(&config(&big, "openai", &budget, &b));
+    let (first, second) = two_runs(&llm, &sink).await;
+    assert_eq!(
+        (first.as_str(), second.as_str()),
+        ("a", "b"),
+        "500 taken: 280 more do not fit in 600"
+    );
+    assert_eq!(calls(&big).await, 1);
+}
