@@ -122,6 +122,10 @@ enum ScenarioName {
     /// 40 chats × 1 log pushed at once against fakes that enforce the free tiers
     /// (Mistral 1/s per key, Groq 30/min per model, Gemini 15/min per model; 300 ms).
     FreeTier,
+    /// As `free-tier`, and Groq's fake also enforces its 6 000 tokens/min per model
+    /// (a 429 naming TPM); run with the shipped bot, then with the bot not counting
+    /// tokens (labelled).
+    FreeTierTokens,
     All,
 }
 
@@ -188,6 +192,8 @@ struct Scenario {
     burst: bool,
     /// The fakes enforce the free tiers (answering 429 as each provider does).
     free_tier: bool,
+    /// Groq's fake also enforces its 6 000 tokens per minute per model.
+    groq_tokens: bool,
     /// Extra environment for the bot.
     env: Vec<(String, String)>,
 }
@@ -546,6 +552,18 @@ fn tier(provider: &str) -> Tier {
 
 /// Groq's daily request budget, reported in its `x-ratelimit-*-requests` headers.
 const GROQ_PER_DAY: u64 = 1000;
+/// Groq's tokens per minute per model (free tier), enforced by the fake only in
+/// `free-tier-tokens`.
+const GROQ_TOKENS_PER_MINUTE: u64 = 6000;
+/// The tokens the fake's answers take (its `usage.completion_tokens`).
+const ANSWER_TOKENS: u64 = 60;
+
+/// The tokens Groq's fake counts a request at: a quarter of its body's bytes for the
+/// prompt, and the answer it gives.
+fn groq_request_tokens(body: &[u8]) -> (u64, u64) {
+    let prompt = (body.len() as u64).div_ceil(4);
+    (prompt, prompt + ANSWER_TOKENS)
+}
 
 /// Groq's reset format: `2m59.56s`, `7.66s`, `1h2m`.
 fn groq_duration(d: Duration) -> String {
@@ -571,6 +589,12 @@ struct FakeProviders {
     error_rate: f64,
     primary: Primary,
     free_tier: bool,
+    /// Groq's fake also enforces its tokens per minute.
+    groq_tokens: bool,
+    /// Tokens taken per Groq (model, key) within the last minute, oldest first.
+    token_windows: Mutex<HashMap<(String, String), VecDeque<(Instant, u64)>>>,
+    /// The most tokens one Groq request asked for (what the ideal counts Groq's minute in).
+    groq_request_max: AtomicU64,
     /// Accepted requests per free-tier budget (provider, model or '', key), oldest first.
     windows: Mutex<HashMap<(String, String, String), VecDeque<Instant>>>,
     /// Accepted requests per (provider, model, key) since the start, for Groq's daily headers.
@@ -591,6 +615,7 @@ impl FakeProviders {
         error_rate: f64,
         primary: Primary,
         free_tier: bool,
+        groq_tokens: bool,
     ) -> anyhow::Result<Self> {
         let openai = |text: &str| -> anyhow::Result<String> {
             Ok(serde_json::to_string(&serde_json::json!({
@@ -608,6 +633,9 @@ impl FakeProviders {
             error_rate,
             primary,
             free_tier,
+            groq_tokens,
+            token_windows: Mutex::new(HashMap::new()),
+            groq_request_max: AtomicU64::new(0),
             windows: Mutex::new(HashMap::new()),
             per_day: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
@@ -652,6 +680,38 @@ impl FakeProviders {
             .or_default();
         *used += 1;
         Ok(*used)
+    }
+
+    /// Takes `tokens` from Groq's minute for this model and key: what is left then, or
+    /// (used, how long until it fits) when it does not fit.
+    fn take_tokens(&self, model: &str, key: &str, tokens: u64) -> Result<u64, (u64, Duration)> {
+        let now = Instant::now();
+        let mut windows = lock(&self.token_windows);
+        let taken = windows
+            .entry((model.to_owned(), key.to_owned()))
+            .or_default();
+        while taken
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) >= Duration::from_secs(60))
+        {
+            taken.pop_front();
+        }
+        let used: u64 = taken.iter().map(|(_, n)| n).sum();
+        self.groq_request_max.fetch_max(tokens, Ordering::Relaxed);
+        if used + tokens > GROQ_TOKENS_PER_MINUTE {
+            let mut left = used;
+            let mut wait = Duration::from_secs(60);
+            for (t, n) in taken.iter() {
+                left -= n;
+                if left + tokens <= GROQ_TOKENS_PER_MINUTE {
+                    wait = (*t + Duration::from_secs(60)).saturating_duration_since(now);
+                    break;
+                }
+            }
+            return Err((used, wait));
+        }
+        taken.push_back((now, tokens));
+        Ok(GROQ_TOKENS_PER_MINUTE - used - tokens)
     }
 
     fn count(&self, provider: &str, model: &str, status: u16) {
@@ -756,6 +816,8 @@ async fn provider(
         tokio::time::sleep(Duration::from_secs(600)).await;
     }
     let mut used_today = 0;
+    // Groq's minute of tokens, when the fake enforces it: (prompt tokens, what is left).
+    let mut groq_tokens: Option<(u64, u64)> = None;
     if fake.free_tier {
         let key = headers
             .get(header::AUTHORIZATION)
@@ -763,6 +825,16 @@ async fn provider(
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
+        if fake.groq_tokens && name == "groq" {
+            let (prompt, requested) = groq_request_tokens(&body);
+            match fake.take_tokens(&model, &key, requested) {
+                Ok(left) => groq_tokens = Some((prompt, left)),
+                Err((used, wait)) => {
+                    fake.count(name, &model, 429);
+                    return groq_out_of_tokens(&model, used, requested, wait);
+                }
+            }
+        }
         match fake.admit(name, &model, &key) {
             Ok(used) => used_today = used,
             Err(wait) => {
@@ -791,9 +863,69 @@ async fn provider(
         (_, true) => fake.openai_metrics.clone(),
         (_, false) => fake.openai_analysis.clone(),
     };
+    // With its tokens counted, Groq's answer says what it took.
+    let body = match groq_tokens {
+        Some((prompt, _)) => serde_json::json!({
+            "id": "cmpl-1", "object": "chat.completion", "created": 1_764_460_800, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": METRICS_JSON}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": ANSWER_TOKENS, "total_tokens": prompt + ANSWER_TOKENS}
+        })
+        .to_string(),
+        None => body,
+    };
     let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
     if fake.free_tier && name == "groq" {
         groq_headers(response.headers_mut(), used_today);
+        if let Some((_, left)) = groq_tokens {
+            // Refilled at the minute's pace, as Groq's bucket is.
+            let refill = Duration::from_millis(
+                (GROQ_TOKENS_PER_MINUTE - left) * 60_000 / GROQ_TOKENS_PER_MINUTE,
+            );
+            for (name, value) in [
+                (
+                    "x-ratelimit-limit-tokens",
+                    GROQ_TOKENS_PER_MINUTE.to_string(),
+                ),
+                ("x-ratelimit-remaining-tokens", left.to_string()),
+                ("x-ratelimit-reset-tokens", groq_duration(refill)),
+            ] {
+                if let Ok(value) = value.parse() {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+        }
+    }
+    response
+}
+
+/// Groq's 429 for a minute's tokens spent, as it sends it.
+fn groq_out_of_tokens(model: &str, used: u64, requested: u64, wait: Duration) -> Response {
+    let secs = wait.as_secs_f64().max(0.01);
+    let mut response = (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!(
+            r#"{{"error":{{"message":"Rate limit reached for model `{model}` in organization `org_load` service tier `on_demand` on tokens per minute (TPM): Limit {GROQ_TOKENS_PER_MINUTE}, Used {used}, Requested {requested}. Please try again in {secs:.3}s.","type":"tokens","code":"rate_limit_exceeded"}}}}"#
+        ),
+    )
+        .into_response();
+    let headers = response.headers_mut();
+    let pairs = [
+        ("retry-after", (secs.ceil() as u64).to_string()),
+        (
+            "x-ratelimit-limit-tokens",
+            GROQ_TOKENS_PER_MINUTE.to_string(),
+        ),
+        (
+            "x-ratelimit-remaining-tokens",
+            GROQ_TOKENS_PER_MINUTE.saturating_sub(used).to_string(),
+        ),
+        ("x-ratelimit-reset-tokens", groq_duration(wait)),
+    ];
+    for (name, value) in pairs {
+        if let Ok(value) = value.parse() {
+            headers.insert(name, value);
+        }
     }
     response
 }
@@ -1037,6 +1169,7 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         args.error_rate,
         scenario.primary,
         scenario.free_tier,
+        scenario.groq_tokens,
     )?);
     let (p_listener, p_addr) = bind().await?;
     let p_app = Router::new()
@@ -1265,12 +1398,25 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     // With the metrics too: the reply waits for both; the metrics have each Groq model
     // of their cascade per key, and their last fallback (mistral-small) shares Mistral's
     // budget with the analyses.
+    // Where the fake counts Groq's tokens too, a Groq model admits a minute's tokens'
+    // worth of the largest request it saw, if that is fewer than its 30.
+    let groq = {
+        let mut groq = budgets("groq", groq_keys * groq_metric_models);
+        let largest = providers.groq_request_max.load(Ordering::Relaxed);
+        if scenario.groq_tokens && largest > 0 {
+            let fit = usize::try_from(GROQ_TOKENS_PER_MINUTE / largest).unwrap_or(usize::MAX);
+            for (limit, _) in &mut groq {
+                *limit = (*limit).min(fit.max(1));
+            }
+        }
+        groq
+    };
     let ideal_with_metrics = scenario.free_tier.then(|| {
         ideal_shared(
             total,
             &budgets("gemini", gemini_keys),
             total,
-            &budgets("groq", groq_keys * groq_metric_models),
+            &groq,
             &budgets("mistral", mistral_keys),
             scenario.latency,
         )
@@ -1430,6 +1576,7 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         primary: Primary::Up,
         burst: false,
         free_tier: false,
+        groq_tokens: false,
         env: Vec::new(),
     };
     let burst = |name: &str, chats: usize, logs: usize, latency_ms: u64| Scenario {
@@ -1499,6 +1646,26 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         let mut free = burst("free-tier burst", 40, 1, 300);
         free.free_tier = true;
         out.push(free);
+    }
+    if wants(ScenarioName::FreeTierTokens) {
+        let mut free = burst(
+            "free-tier burst, Groq's tokens per minute enforced too",
+            40,
+            1,
+            300,
+        );
+        free.free_tier = true;
+        free.groq_tokens = true;
+        // Beside it, labelled: the same bot told a token budget it never reaches, as if
+        // it did not count tokens (what it did before it enforced them).
+        let mut blind = free.clone();
+        blind.name =
+            "free-tier burst, Groq's tokens enforced, the bot not counting them".to_owned();
+        blind.env.push((
+            "DAYLOG__PROVIDERS__GROQ__BUDGET__TOKENS_PER_MINUTE".to_owned(),
+            "1000000000".to_owned(),
+        ));
+        out.extend([free, blind]);
     }
     out
 }

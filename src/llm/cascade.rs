@@ -37,7 +37,7 @@ use crate::llm::hedge::Hedging;
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::llm::state::SharedState;
-use crate::llm::types::{Attempt, AttemptSink, Completion, EXPECTED_ANSWER_TOKENS, Outcome, Task};
+use crate::llm::types::{Attempt, AttemptSink, Completion, Outcome, Task};
 use crate::llm::wire::{Call, Input};
 
 /// One step of a cascade: one model of one provider.
@@ -550,7 +550,9 @@ impl<'a> TaskRun<'a> {
             }
             // Every key left has spent its budget (a 429 said so): spill over at once
             // unless it returns soon; no backoff on a budget known to be spent.
-            if let Some(until) = self.state.step_budget_until(&step.id, &keys, self.tokens(step))
+            if let Some(until) = self
+                .state
+                .step_budget_until(&step.id, &keys, self.tokens(step))
                 && !patient
                 && until > Instant::now() + self.spill_after
             {
@@ -605,9 +607,10 @@ impl<'a> TaskRun<'a> {
     /// transcription counts none (its budgets are requests and audio seconds).
     fn tokens(&self, step: &Step) -> u32 {
         match self.input {
-            Input::Chat(request) => request
-                .estimated_tokens()
-                .saturating_add(step.max_tokens.unwrap_or(EXPECTED_ANSWER_TOKENS)),
+            Input::Chat(request) => request.estimated_tokens().saturating_add(
+                step.max_tokens
+                    .unwrap_or_else(|| request.expected_answer_tokens()),
+            ),
             Input::Audio(_) => 0,
         }
     }

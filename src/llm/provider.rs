@@ -222,12 +222,28 @@ mod tests {
             .unwrap_or_default()
         };
         let rows = [
-            (ProviderKind::Openai, fixture("openai/chat_completion.json"), Some(50)),
-            (ProviderKind::Gemini, fixture("gemini/generate_content.json"), Some(30)),
-            (ProviderKind::Anthropic, fixture("anthropic/message.json"), Some(45)),
+            (
+                ProviderKind::Openai,
+                fixture("openai/chat_completion.json"),
+                Some(50),
+            ),
+            (
+                ProviderKind::Gemini,
+                fixture("gemini/generate_content.json"),
+                Some(30),
+            ),
+            (
+                ProviderKind::Anthropic,
+                fixture("anthropic/message.json"),
+                Some(45),
+            ),
             // No usage, a usage that is no number, no JSON: nothing said.
             (ProviderKind::Openai, br#"{"choices":[]}"#.to_vec(), None),
-            (ProviderKind::Openai, br#"{"usage":{"total_tokens":"many"}}"#.to_vec(), None),
+            (
+                ProviderKind::Openai,
+                br#"{"usage":{"total_tokens":"many"}}"#.to_vec(),
+                None,
+            ),
             (ProviderKind::Gemini, b"<html>".to_vec(), None),
         ];
         for (kind, body, expected) in rows {

@@ -33,10 +33,6 @@ pub struct ChatRequest {
     pub json: bool,
 }
 
-/// Tokens an answer is expected to take when its step sets no `max_tokens`: an
-/// analysis of a few sentences, or the metrics' JSON object.
-pub(crate) const EXPECTED_ANSWER_TOKENS: u32 = 256;
-
 impl ChatRequest {
     /// A cautious estimate of the tokens the request's text takes: a quarter of its
     /// UTF-8 bytes (English runs about four bytes a token, Cyrillic more), plus a few
@@ -47,6 +43,12 @@ impl ChatRequest {
         u32::try_from(bytes.div_ceil(4))
             .unwrap_or(u32::MAX)
             .saturating_add(16)
+    }
+
+    /// The tokens its answer is expected to take when the step sets no `max_tokens`:
+    /// the metrics' JSON object (eight short fields) or an analysis of a few sentences.
+    pub fn expected_answer_tokens(&self) -> u32 {
+        if self.json { 128 } else { 256 }
     }
 }
 

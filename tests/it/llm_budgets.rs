@@ -383,37 +383,53 @@ async fn a_request_counts_those_already_waiting_for_the_budget() {
 /// for the framing) and an answer of 256 tokens.
 const ESTIMATED_TOKENS: u32 = 280;
 
-/// Tokens per minute (Groq's free tier counts them per model): a request is admitted
-/// with an estimate of what it takes, so a burst that would pass the minute's tokens
-/// spills over before it costs a 429.
+/// Tokens per minute (Groq's free tier counts them per model) count what the answers
+/// took: requests in flight together are not held back by a guess (the provider's 429
+/// would say when), and once their answers have taken the minute the next request
+/// spills over without a request.
 #[tokio::test]
-async fn declared_tokens_per_minute_spill_a_burst_over_before_a_429() {
-    let a = slow_server(std::time::Duration::from_millis(300)).await;
+async fn declared_tokens_per_minute_spill_over_once_the_answers_took_them() {
+    let a = server_with(
+        ResponseTemplate::new(200)
+            .set_body_json(serde_json::json!({
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "An answer."}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 200, "total_tokens": 300}
+            }))
+            .set_delay(std::time::Duration::from_millis(200)),
+    )
+    .await;
     let b = ok_server().await;
-    // Room for two estimates, not three.
-    let budget = format!(
-        "per = \"model\"\ntokens_per_minute = {}",
-        ESTIMATED_TOKENS * 2 + 40
-    );
-    let llm = llm(&config(&a, "openai", &budget, &b));
+    // Three answers of 300 fit in 1000; a fourth estimate of 280 does not.
+    let llm = llm(&config(
+        &a,
+        "openai",
+        "per = \"model\"\ntokens_per_minute = 1000",
+        &b,
+    ));
     let sink = RecordingSink::default();
 
     let request = request(false);
     let runs = (0..3).map(|_| llm.run(Task::Analysis, &request, &sink));
-    let mut providers: Vec<String> = futures::future::join_all(runs)
+    for answer in futures::future::join_all(runs).await {
+        assert_eq!(
+            answer.expect("answered").provider,
+            "a",
+            "in flight together"
+        );
+    }
+    let fourth = llm
+        .run(Task::Analysis, &request, &sink)
         .await
-        .into_iter()
-        .map(|r| r.expect("answered").provider)
-        .collect();
-    providers.sort();
+        .expect("answered");
 
-    assert_eq!(providers, ["a", "a", "b"]);
-    assert_eq!(calls(&a).await, 2, "no request past the minute's tokens");
+    assert_eq!(fourth.provider, "b");
+    assert_eq!(calls(&a).await, 3, "no request past the minute's tokens");
     assert_eq!(sink.count("m1", Outcome::SkippedBudget), 1);
 }
 
-/// The answer's `usage` replaces the estimate: a request that took fewer tokens leaves
-/// room for more (the fixture reports 50), one that took more leaves less.
+/// The answer's `usage` is what its request cost, not the estimate: a request that
+/// took fewer tokens leaves room for more (the fixture reports 50), one that took more
+/// leaves less.
 #[tokio::test]
 async fn the_tokens_an_answer_reports_are_what_its_request_cost() {
     let budget = format!("tokens_per_minute = {}", ESTIMATED_TOKENS * 2 + 40);

@@ -158,9 +158,10 @@ impl Providers {
 }
 
 /// Free tiers the fakes do not have: under the shipped budgets (Mistral's 1 request/s,
-/// Groq's 30 a minute) a test that sends a few entries would mostly wait, correctly, for
-/// its turn. The shipped defaults stay as they are; [`shipped_budgets`] puts them back.
-const GENEROUS_BUDGETS: [(&str, &str); 5] = [
+/// Groq's 30 requests and 6 000 tokens a minute) a test that sends a few entries would
+/// mostly wait, correctly, for its turn. The shipped defaults stay as they are;
+/// [`shipped_budgets`] puts them back.
+const GENEROUS_BUDGETS: [(&str, &str); 6] = [
     (
         "DAYLOG__PROVIDERS__MISTRAL__BUDGET__REQUESTS_PER_SECOND",
         "100000",
@@ -172,6 +173,10 @@ const GENEROUS_BUDGETS: [(&str, &str); 5] = [
     (
         "DAYLOG__PROVIDERS__GROQ__BUDGET__REQUESTS_PER_DAY",
         "100000",
+    ),
+    (
+        "DAYLOG__PROVIDERS__GROQ__BUDGET__TOKENS_PER_MINUTE",
+        "100000000",
     ),
     (
         "DAYLOG__PROVIDERS__GEMINI__BUDGET__REQUESTS_PER_MINUTE",
