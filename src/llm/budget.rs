@@ -6,7 +6,7 @@
 //!
 //! Learning: a reset the provider names (headers, Gemini's body) makes the budget spent
 //! until then; a per-day quota until the daily reset. A 429 that names nothing lowers
-//! the declared rates (halved, down to a tenth) and pauses the budget for a growing
+//! the declared request rates (halved, down to a tenth) and pauses the budget for a growing
 //! penalty (1 s, doubling to 60 s); each success raises the rates again by a twentieth
 //! and clears the penalty — additive increase, multiplicative decrease.
 //!
@@ -17,7 +17,8 @@
 //! still in flight are not counted by a guess: in a burst, a guess that is too high
 //! would send work elsewhere that the provider would have taken, and one that is too
 //! low saves nothing; the provider's 429 says when, and is learned like any other. A 429
-//! takes nothing. A request larger than the whole minute is sent once the minute has
+//! takes nothing; an attempt cancelled in flight (a hedge that lost, the deadline) takes
+//! its estimate, since the provider counted it. A request larger than the whole minute is sent once the minute has
 //! taken nothing: the provider then says what it thinks of it.
 
 use std::collections::{HashMap, VecDeque};
@@ -238,10 +239,12 @@ impl Budgets {
                 until = until.max(Some(*oldest + window));
             }
         }
-        if let Some(limit) = declared.tokens_per_minute.map(scaled)
+        // Measured, not guessed: the tokens are what the answers said they took, so a
+        // 429 does not scale them down (it pauses the budget until when it says).
+        if let Some(limit) = declared.tokens_per_minute
             && tokens > 0
         {
-            until = until.max(tokens_room(state, limit as u64, u64::from(tokens)));
+            until = until.max(tokens_room(state, u64::from(limit), u64::from(tokens)));
         }
         if let Some(per_day) = declared.requests_per_day {
             let wall = SystemTime::now();
@@ -259,20 +262,20 @@ impl Budgets {
         let Some(declared) = self.declared.get(&budget.provider) else {
             return Duration::ZERO;
         };
-        let token_windows = declared
+        let tokens_pace = declared
             .tokens_per_minute
             .filter(|_| tokens > 0)
-            .map(|limit| (Some(limit), MINUTE.mul_f64(f64::from(tokens))));
+            .map(|limit| MINUTE.mul_f64(f64::from(tokens) / f64::from(limit.max(1))));
         [
             (declared.requests_per_second, SECOND),
             (declared.requests_per_minute, MINUTE),
         ]
         .into_iter()
-        .chain(token_windows)
         .filter_map(|(limit, window)| {
             let limit = (f64::from(limit?) * state.factor).floor().max(1.0);
             Some(window.div_f64(limit))
         })
+        .chain(tokens_pace)
         .max()
         .unwrap_or(Duration::ZERO)
     }
@@ -290,8 +293,11 @@ impl Budgets {
             return None;
         }
         let ahead = u32::try_from(state.waiting).unwrap_or(u32::MAX);
-        let turn =
-            free.unwrap_or(now) + self.interval(&budget, state, tokens).saturating_mul(ahead);
+        let behind = self
+            .interval(&budget, state, tokens)
+            .saturating_mul(ahead)
+            .min(crate::llm::retry_after::MAX_WAIT);
+        let turn = free.unwrap_or(now) + behind;
         (turn > now).then_some(turn)
     }
 
@@ -387,15 +393,29 @@ impl Budgets {
         Ok(Taken { tokens })
     }
 
+    /// Counts what one request `taken` let through cost its tokens-per-minute budget:
+    /// `used` as its answer's `usage` says, or its estimate when nothing says (a
+    /// cancelled attempt, an answer without `usage`). A request the provider refused
+    /// (a 429) is not counted.
+    pub fn spend_tokens(&self, step: &StepId, key: Option<usize>, taken: Taken, used: Option<u64>) {
+        if taken.tokens == 0 {
+            return;
+        }
+        let used = used.map_or(taken.tokens, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        let budget = self.key(step, key);
+        let mut states = self.lock();
+        let state = states.entry(budget).or_default();
+        // Taken under the lock, so the ledger stays oldest first.
+        state.tokens.push_back((Instant::now(), used));
+        state.tokens_used += u64::from(used);
+    }
+
     /// Learns from one answer: `rate_limited` for a 429. Returns how long the budget is
     /// now known to be spent, if it is.
-    /// `taken` is what [`Budgets::admit`] let through for it: a usable answer counts
-    /// the tokens it says it took (its estimate when it does not say), a 429 none.
     pub fn learn(
         &self,
         step: &StepId,
         key: Option<usize>,
-        taken: Option<Taken>,
         hint: &Hint,
         rate_limited: bool,
     ) -> Option<Duration> {
@@ -404,24 +424,16 @@ impl Budgets {
         let daily_reset = until_daily_reset(SystemTime::now());
         let mut states = self.lock();
         let state = states.entry(budget).or_default();
-        if let Some(taken) = taken.filter(|t| t.tokens > 0 && !rate_limited) {
-            let used = hint
-                .used_tokens
-                .map_or(taken.tokens, |n| u32::try_from(n).unwrap_or(u32::MAX));
-            state.tokens.push_back((now, used));
-            state.tokens_used += u64::from(used);
-        }
         let spent = hint.spent_for(rate_limited, daily_reset);
         match (spent, rate_limited) {
             (Some(wait), _) => {
                 let until = now + wait;
+                // A 429 that says until when is that budget spent, not a sign that its
+                // rate is lower than declared: it pauses, it does not slow.
                 if state.spent_until.is_none_or(|u| u < until) {
                     state.spent_until = Some(until);
                     state.daily = rate_limited && hint.per_day;
                     state.persisted = false;
-                }
-                if rate_limited {
-                    state.factor = (state.factor * 0.5).max(MIN_FACTOR);
                 }
             }
             (None, true) => {
@@ -602,7 +614,7 @@ mod tests {
             ..Hint::default()
         };
         assert_eq!(
-            b.learn(&s, Some(0), None, &hint, false),
+            b.learn(&s, Some(0), &hint, false),
             Some(Duration::from_secs(30))
         );
         assert!(b.admit(&s, Some(0), 0).is_err());
@@ -621,7 +633,7 @@ mod tests {
             per_day: true,
             ..Hint::default()
         };
-        let spent = b.learn(&s, Some(0), None, &hint, true).expect("spent");
+        let spent = b.learn(&s, Some(0), &hint, true).expect("spent");
         assert!(spent >= Duration::from_secs(20));
         let daily = b.take_new_daily();
         assert_eq!(daily.len(), 1);
@@ -643,11 +655,11 @@ mod tests {
         );
         let s = step("mistral", "m");
         assert_eq!(
-            b.learn(&s, Some(0), None, &Hint::default(), true),
+            b.learn(&s, Some(0), &Hint::default(), true),
             Some(MIN_PENALTY)
         );
         assert_eq!(
-            b.learn(&s, Some(0), None, &Hint::default(), true),
+            b.learn(&s, Some(0), &Hint::default(), true),
             Some(MIN_PENALTY * 2)
         );
         assert!(b.admit(&s, Some(0), 0).is_err(), "paused");
@@ -656,7 +668,7 @@ mod tests {
             let state = states.get(&b.key(&s, Some(0))).expect("state");
             assert!((state.factor - 0.25).abs() < 1e-9);
         }
-        assert_eq!(b.learn(&s, Some(0), None, &Hint::default(), false), None);
+        assert_eq!(b.learn(&s, Some(0), &Hint::default(), false), None);
         let states = b.lock();
         let state = states.get(&b.key(&s, Some(0))).expect("state");
         assert!((state.factor - 0.30).abs() < 1e-9);
@@ -737,17 +749,17 @@ mod tests {
         };
         assert_eq!(admitted(&b), 8, "the declared rate");
         for _ in 0..2 {
-            b.learn(&s, Some(0), None, &Hint::default(), true);
+            b.learn(&s, Some(0), &Hint::default(), true);
         }
         assert_eq!(admitted(&b), 2, "two hintless 429s: a quarter");
-        b.learn(&s, Some(0), None, &Hint::default(), false);
+        b.learn(&s, Some(0), &Hint::default(), false);
         assert_eq!(admitted(&b), 2, "one success is not enough to go up");
         for _ in 0..5 {
-            b.learn(&s, Some(0), None, &Hint::default(), false);
+            b.learn(&s, Some(0), &Hint::default(), false);
         }
         assert_eq!(admitted(&b), 4, "raised slowly: a twentieth per success");
         for _ in 0..20 {
-            b.learn(&s, Some(0), None, &Hint::default(), false);
+            b.learn(&s, Some(0), &Hint::default(), false);
         }
         assert_eq!(admitted(&b), 8, "and never above the declared rate");
     }
@@ -768,11 +780,7 @@ mod tests {
     /// `used` (`None`: the answer does not say).
     fn answered(b: &Budgets, s: &StepId, estimate: u32, used: Option<u64>) -> Result<(), Instant> {
         let taken = b.admit(s, Some(0), estimate)?;
-        let hint = Hint {
-            used_tokens: used,
-            ..Hint::default()
-        };
-        b.learn(s, Some(0), Some(taken), &hint, false);
+        b.spend_tokens(s, Some(0), taken, used);
         Ok(())
     }
 
@@ -792,7 +800,10 @@ mod tests {
         assert_eq!(b.turn(&s, Some(0), 300), Some(until));
         // Per model: another model's minute is its own.
         assert!(b.admit(&step("groq", "llama"), Some(0), 300).is_ok());
-        // A request that takes no tokens (a transcription) is not held back by them.
+        // A request that takes no tokens (a transcription) is not held back by them,
+        // even when the minute is over-full.
+        assert!(answered(&b, &s, 100, Some(1200)).is_ok());
+        assert!(b.admit(&s, Some(0), 1).is_err());
         assert!(b.admit(&s, Some(0), 0).is_ok());
     }
 
@@ -805,12 +816,18 @@ mod tests {
             "600 counted + 600 > 1000"
         );
 
+        // A 429 that says when pauses the budget; it does not lower its tokens or rate.
         let (b, s) = groq_tokens(1000);
-        let refused = b.admit(&s, Some(0), 600).expect("room");
-        b.learn(&s, Some(0), Some(refused), &Hint::default(), true);
+        let _refused = b.admit(&s, Some(0), 600).expect("room");
+        let hint = Hint {
+            retry_after: Some(Duration::from_millis(1)),
+            ..Hint::default()
+        };
+        b.learn(&s, Some(0), &hint, true);
         let mut states = b.lock();
         let state = states.entry(b.key(&s, Some(0))).or_default();
         assert_eq!(state.tokens_used, 0, "the provider did not count it");
+        assert!((state.factor - 1.0).abs() < f64::EPSILON, "not slowed");
     }
 
     #[test]

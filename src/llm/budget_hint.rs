@@ -406,7 +406,7 @@ mod tests {
                 provider: "p".to_owned(),
                 model: "m".to_owned(),
             };
-            if let Some(d) = budgets.learn(&step, Some(0), None, &hint, rate_limited) {
+            if let Some(d) = budgets.learn(&step, Some(0), &hint, rate_limited) {
                 prop_assert!(d <= MAX_WAIT, "{hint:?}: {d:?}");
             }
             let _ = budgets.admit(&step, Some(0), 0);

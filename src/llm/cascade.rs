@@ -631,6 +631,7 @@ impl<'a> TaskRun<'a> {
             run: self,
             step,
             key,
+            taken,
             attempt,
             wait,
             started,
@@ -660,23 +661,21 @@ impl<'a> TaskRun<'a> {
             };
             let rate_limited = matches!(result, Err(LlmError::RateLimited { .. }));
             if (rate_limited || result.is_ok())
-                && let Some(spent) =
-                    self.state
-                        .learn(&step.id, key, Some(taken), &hint, rate_limited)
+                && let Some(spent) = self.state.learn(&step.id, key, &hint, rate_limited)
             {
                 tracing::debug!(
                     provider = %step.id.provider, model = %step.id.model, key_index = ?key,
                     spent_ms = duration_ms(spent), "budget spent for now"
                 );
             }
-            result
+            (result, hint.used_tokens)
         };
-        let result = match hedge_after {
+        let (result, used_tokens) = match hedge_after {
             None => response.await,
             Some(after) => {
                 tokio::pin!(response);
                 tokio::select! {
-                    result = &mut response => result,
+                    answer = &mut response => answer,
                     () = tokio::time::sleep(after) => {
                         if self.hedging.is_auto() {
                             // Slower than its own recent answers: stalled, as far as
@@ -694,6 +693,16 @@ impl<'a> TaskRun<'a> {
         };
         if result.is_ok() {
             self.hedging.record(step.id.no, started.elapsed());
+        }
+        // What the provider counted: every answer it gave (a 2xx, usable or not), and a
+        // request it held until the timeout; not one it refused or failed to serve.
+        let counted = matches!(
+            result,
+            Ok(_)
+                | Err(LlmError::Unusable { .. } | LlmError::Blocked { .. } | LlmError::Timeout(_))
+        );
+        if counted {
+            self.state.spend_tokens(&step.id, key, taken, used_tokens);
         }
         in_flight.finish(&result);
         result
@@ -833,6 +842,8 @@ struct InFlight<'r, 'a> {
     run: &'r TaskRun<'a>,
     step: &'r Step,
     key: Option<usize>,
+    /// What its budget let through: a cancelled attempt still took its tokens.
+    taken: Taken,
     attempt: u32,
     wait: Duration,
     started: Instant,
@@ -866,6 +877,10 @@ impl Drop for InFlight<'_, '_> {
         if self.finished {
             return;
         }
+        // The provider has it: it counts, at its estimate.
+        self.run
+            .state
+            .spend_tokens(&self.step.id, self.key, self.taken, None);
         let why = if Instant::now() >= self.run.deadline {
             "cancelled: the task deadline passed"
         } else {

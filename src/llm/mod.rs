@@ -308,7 +308,8 @@ impl Llm {
         let mut soonest: Option<tokio::time::Instant> = None;
         for step in steps {
             // Its turn: the requests already waiting for the same budget go first.
-            // Tokens are left out: the wait for any request, not for one of a given size.
+            // Tokens are left out: the wait for any request, not for one of a given size
+            // (the analysis steps shipped declare no tokens per minute).
             let (until, _) = self
                 .state
                 .step_turn(&step.id, &step.provider.key_slots(), 0)?;

@@ -52,13 +52,14 @@ pub(crate) trait SharedState: Send + Sync {
     fn queue(&self, step: &StepId, key: Option<usize>, join: bool);
     /// Takes one request from the budget, or says until when it is spent.
     fn admit(&self, step: &StepId, key: Option<usize>, tokens: u32) -> Result<Taken, Instant>;
-    /// Learns from one answer (`rate_limited`: a 429) to the request `taken` admitted;
-    /// how long the budget is now spent, if so.
+    /// Counts what a request that [`SharedState::admit`] let through took of a
+    /// tokens-per-minute budget: `used` from its answer, else its estimate.
+    fn spend_tokens(&self, step: &StepId, key: Option<usize>, taken: Taken, used: Option<u64>);
+    /// Learns from one answer (`rate_limited`: a 429); how long it is now spent, if so.
     fn learn(
         &self,
         step: &StepId,
         key: Option<usize>,
-        taken: Option<Taken>,
         hint: &Hint,
         rate_limited: bool,
     ) -> Option<std::time::Duration>;
@@ -128,15 +129,17 @@ impl SharedState for LocalState {
     fn admit(&self, step: &StepId, key: Option<usize>, tokens: u32) -> Result<Taken, Instant> {
         self.budgets.admit(step, key, tokens)
     }
+    fn spend_tokens(&self, step: &StepId, key: Option<usize>, taken: Taken, used: Option<u64>) {
+        self.budgets.spend_tokens(step, key, taken, used);
+    }
     fn learn(
         &self,
         step: &StepId,
         key: Option<usize>,
-        taken: Option<Taken>,
         hint: &Hint,
         rate_limited: bool,
     ) -> Option<std::time::Duration> {
-        self.budgets.learn(step, key, taken, hint, rate_limited)
+        self.budgets.learn(step, key, hint, rate_limited)
     }
     fn take_new_daily(&self) -> Vec<SpentBudget> {
         self.budgets.take_new_daily()

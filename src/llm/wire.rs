@@ -56,8 +56,8 @@ pub(crate) trait WireFormat: fmt::Debug + Send + Sync {
     ) -> Result<String, LlmError>;
 
     /// The tokens a 2xx body says its request took (`usage`), for a tokens-per-minute
-    /// budget; `None` when it does not say. Read apart from [`WireFormat::parse_success`]
-    /// so that an answer's cost is known whether or not its text is usable.
+    /// budget; `None` when it does not say. Read apart from [`WireFormat::parse_success`],
+    /// so that an answer whose text is unusable is counted at what it took too.
     fn used_tokens(&self, body: &[u8]) -> Option<u64>;
 
     /// The request for one transcription attempt (SPEC §11). Only the `openai` wire

@@ -393,17 +393,18 @@ async fn declared_tokens_per_minute_spill_over_once_the_answers_took_them() {
         ResponseTemplate::new(200)
             .set_body_json(serde_json::json!({
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "An answer."}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 100, "completion_tokens": 200, "total_tokens": 300}
+                "usage": {"prompt_tokens": 100, "completion_tokens": 100, "total_tokens": 200}
             }))
             .set_delay(std::time::Duration::from_millis(200)),
     )
     .await;
     let b = ok_server().await;
-    // Three answers of 300 fit in 1000; a fourth estimate of 280 does not.
+    // Three estimates of 280 (840) would not fit in 700 together, but the three go; their
+    // answers take 600, beside which a fourth estimate does not fit.
     let llm = llm(&config(
         &a,
         "openai",
-        "per = \"model\"\ntokens_per_minute = 1000",
+        "per = \"model\"\ntokens_per_minute = 700",
         &b,
     ));
     let sink = RecordingSink::default();
@@ -459,4 +460,34 @@ async fn the_tokens_an_answer_reports_are_what_its_request_cost() {
         "500 taken: 280 more do not fit in 600"
     );
     assert_eq!(calls(&big).await, 1);
+}
+
+/// A hedged attempt that lost the race was still sent: the provider counted it, so its
+/// estimate counts against the minute's tokens, and the next request does not find a
+/// budget that is not there.
+#[tokio::test]
+async fn an_attempt_cancelled_in_flight_still_took_its_tokens() {
+    let a = slow_server(std::time::Duration::from_secs(3)).await;
+    let b = ok_server().await;
+    // Room for one estimate; a fixed hedge after 50 ms lets b answer first.
+    let toml = config(
+        &a,
+        "openai",
+        &format!("tokens_per_minute = {}", ESTIMATED_TOKENS + 100),
+        &b,
+    )
+    .replace("hedge_after_ms = 0", "hedge_after_ms = 50");
+    let llm = llm(&toml);
+    let sink = RecordingSink::default();
+
+    let (first, second) = two_runs(&llm, &sink).await;
+
+    assert_eq!((first.as_str(), second.as_str()), ("b", "b"));
+    assert_eq!(sink.count("m1", Outcome::Cancelled), 1);
+    assert_eq!(
+        calls(&a).await,
+        1,
+        "the cancelled one took the minute's tokens"
+    );
+    assert_eq!(sink.count("m1", Outcome::SkippedBudget), 1);
 }
