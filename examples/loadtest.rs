@@ -201,6 +201,10 @@ struct Scenario {
     free_tier: bool,
     /// Groq's fake also enforces its 6 000 tokens per minute per model.
     groq_tokens: bool,
+    /// The bot ran before: its database holds the last answers of every step at the
+    /// scenario's latency (as `llm_calls`), which a restarted bot learns its hedging
+    /// thresholds from.
+    history: bool,
     /// Extra environment for the bot.
     env: Vec<(String, String)>,
 }
@@ -1033,6 +1037,54 @@ async fn db_bytes(path: &Path, checkpoint: bool) -> anyhow::Result<u64> {
     Ok(u64::try_from(pages * size).unwrap_or(0))
 }
 
+/// What a bot that ran before has stored: the database migrated by `daylog migrate`,
+/// and the last [`REMEMBERED_ANSWERS`] answers of every analysis and metrics step, each
+/// taking `latency`, as `llm_calls` rows.
+async fn remember_answers(
+    bin: &Path,
+    env: &[(String, String)],
+    db: &Path,
+    settings: &daylog::config::Settings,
+    latency: Duration,
+) -> anyhow::Result<()> {
+    let status = Command::new(bin)
+        .arg("migrate")
+        .env_clear()
+        .current_dir(db.parent().unwrap_or(Path::new("."))) // no stray .env is read
+        .envs(env.iter().cloned())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    anyhow::ensure!(status.success(), "daylog migrate failed: {status}");
+    let mut conn = SqliteConnectOptions::from_str(&format!("sqlite://{}", db.display()))?
+        .connect()
+        .await?;
+    let steps = [
+        ("analysis", &settings.analysis.steps),
+        ("metrics", &settings.metrics.steps),
+    ];
+    for (task, steps) in steps {
+        for step in steps {
+            for _ in 0..REMEMBERED_ANSWERS {
+                sqlx::query(
+                    "INSERT INTO llm_calls (task, provider, model, key_index, attempt, http_status, outcome, latency_ms)
+                     VALUES (?1, ?2, ?3, 0, 1, 200, 'ok', ?4)",
+                )
+                .bind(task)
+                .bind(&step.provider)
+                .bind(&step.model)
+                .bind(i64::try_from(latency.as_millis()).unwrap_or(i64::MAX))
+                .execute(&mut conn)
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How many answers per step [`remember_answers`] stores: the hedging window.
+const REMEMBERED_ANSWERS: usize = 32;
+
 async fn db_count(path: &Path, sql: &str) -> anyhow::Result<i64> {
     let options =
         SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?.read_only(true);
@@ -1276,6 +1328,10 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         models.dedup();
         models.len()
     };
+
+    if scenario.history {
+        remember_answers(bin, &env, &db, &settings, scenario.latency).await?;
+    }
 
     let log_path = dir.path().join("bot.log");
     let log_file = std::fs::File::create(&log_path)?;
@@ -1598,6 +1654,7 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         burst: false,
         free_tier: false,
         groq_tokens: false,
+        history: false,
         env: Vec::new(),
     };
     let burst = |name: &str, chats: usize, logs: usize, latency_ms: u64| Scenario {
@@ -1661,7 +1718,12 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
             "DAYLOG__RETRY__REQUEST_TIMEOUT_MS".to_owned(),
             "2000".to_owned(),
         ));
-        out.push(stalled);
+        // Beside it: a bot that has answered before (restarted, or running when the
+        // primary stalls), whose thresholds come from its stored latencies.
+        let mut known = stalled.clone();
+        known.name = "stalled primary, the bot restarted with its last answers stored".to_owned();
+        known.history = true;
+        out.extend([stalled, known]);
     }
     if wants(ScenarioName::FreeTier) {
         let mut free = burst("free-tier burst", 40, 1, 300);
