@@ -674,15 +674,38 @@ impl<'a> TaskRun<'a> {
             None => response.await,
             Some(after) => {
                 tokio::pin!(response);
+                // Its own threshold (`true`), or another attempt's finding that the
+                // step has stalled (`false`), whichever comes first.
+                let stall = self.hedging.stall_signal(step.id.no);
+                let slow = async {
+                    match stall {
+                        Some(stall) => tokio::select! {
+                            () = tokio::time::sleep(after) => true,
+                            () = stall => false,
+                        },
+                        None => {
+                            tokio::time::sleep(after).await;
+                            true
+                        }
+                    }
+                };
                 tokio::select! {
                     answer = &mut response => answer,
-                    () = tokio::time::sleep(after) => {
+                    own = slow => {
                         if self.hedging.is_auto() {
                             // Slower than its own recent answers: stalled, as far as
                             // anyone can tell until this attempt times out. Later
-                            // requests start elsewhere; an answer clears it.
+                            // requests start elsewhere; an answer clears it. With no
+                            // answer from the step since this attempt started, the
+                            // attempts still waiting on it hedge now too.
                             self.state
                                 .cool_step(&step.id, started + self.policy.request_timeout);
+                            if own && self.hedging.passed(step.id.no, started) {
+                                tracing::info!(
+                                    provider = %step.id.provider, model = %step.id.model,
+                                    "step stalled: every attempt waiting on it hedges"
+                                );
+                            }
                         }
                         // Nobody listening means the task is over; nothing to do then.
                         let _ = self.hedge.send(step.id.no);

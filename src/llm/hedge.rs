@@ -10,6 +10,12 @@
 //! A restarted process starts from the latencies of the last answers stored in
 //! `llm_calls` ([`LatencySample`]), not from [`START`].
 //!
+//! A step is stalled, not merely slow once, when an attempt passes its threshold and the
+//! step has given no answer since that attempt started: then every attempt still
+//! waiting on it hedges at once ([`Hedging::passed`]), instead of each waiting out its
+//! own threshold. One slow answer among a loaded step's many does not do that: the
+//! others keep answering.
+//!
 //! Latencies are kept per step, shared by every request and both tasks (a step's number
 //! is the same for equal provider/model pairs), behind one short mutex each, never held
 //! across an await.
@@ -17,6 +23,10 @@
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
+use tokio::time::Instant;
 
 use crate::config::HedgeAfter;
 
@@ -58,6 +68,15 @@ pub struct LatencySample {
 struct Recent {
     samples: VecDeque<Duration>,
     threshold: Duration,
+    /// When the step last gave a usable answer in this process.
+    last_answer: Option<Instant>,
+}
+
+/// One step's learned hedging: its recent latencies, and the signal that it stalled.
+#[derive(Debug)]
+struct StepHedging {
+    recent: Mutex<Recent>,
+    stalled: Notify,
 }
 
 /// The hedging rule of one process: fixed, off, or learned per step.
@@ -66,7 +85,7 @@ pub(crate) struct Hedging {
     setting: HedgeAfter,
     request_timeout: Duration,
     /// Indexed by step number; empty unless the setting is `auto`.
-    steps: Vec<Mutex<Recent>>,
+    steps: Vec<StepHedging>,
 }
 
 impl Hedging {
@@ -75,11 +94,13 @@ impl Hedging {
         let start = auto_threshold(&[], request_timeout);
         let steps = match setting {
             HedgeAfter::Auto => (0..steps)
-                .map(|_| {
-                    Mutex::new(Recent {
+                .map(|_| StepHedging {
+                    recent: Mutex::new(Recent {
                         samples: VecDeque::with_capacity(WINDOW),
                         threshold: start,
-                    })
+                        last_answer: None,
+                    }),
+                    stalled: Notify::new(),
                 })
                 .collect(),
             HedgeAfter::Off | HedgeAfter::After(_) => Vec::new(),
@@ -103,18 +124,54 @@ impl Hedging {
             HedgeAfter::Off => None,
             HedgeAfter::After(after) => Some(after),
             HedgeAfter::Auto => Some(match self.steps.get(no) {
-                Some(recent) => lock(recent).threshold,
+                Some(step) => lock(&step.recent).threshold,
                 None => auto_threshold(&[], self.request_timeout),
             }),
         }
     }
 
-    /// A usable answer from step `no` that took `latency`.
+    /// A usable answer from step `no` that took `latency`, just now.
     pub fn record(&self, no: usize, latency: Duration) {
-        let Some(recent) = self.steps.get(no) else {
+        self.learn(no, latency, true);
+    }
+
+    /// A latency of step `no` stored before a restart: it teaches the threshold, but
+    /// is no answer of this process.
+    pub fn restore(&self, no: usize, latency: Duration) {
+        self.learn(no, latency, false);
+    }
+
+    /// Resolves when step `no` is found stalled by another attempt ([`Hedging::passed`]);
+    /// `None` unless the threshold is learned. Take it when the attempt starts: it is
+    /// woken by every stall found after that, even before it is first polled.
+    pub fn stall_signal(&self, no: usize) -> Option<Notified<'_>> {
+        self.steps.get(no).map(|step| step.stalled.notified())
+    }
+
+    /// An attempt on step `no` that started at `started` passed its threshold. When
+    /// the step has given no answer since then, it is stalled: every attempt waiting on
+    /// it is told to hedge now. Returns whether it was.
+    pub fn passed(&self, no: usize, started: Instant) -> bool {
+        let Some(step) = self.steps.get(no) else {
+            return false;
+        };
+        let silent = lock(&step.recent)
+            .last_answer
+            .is_none_or(|answer| answer < started);
+        if silent {
+            step.stalled.notify_waiters();
+        }
+        silent
+    }
+
+    fn learn(&self, no: usize, latency: Duration, now: bool) {
+        let Some(step) = self.steps.get(no) else {
             return;
         };
-        let mut recent = lock(recent);
+        let mut recent = lock(&step.recent);
+        if now {
+            recent.last_answer = Some(Instant::now());
+        }
         if recent.samples.len() == WINDOW {
             recent.samples.pop_front();
         }

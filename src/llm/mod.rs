@@ -359,7 +359,7 @@ impl Llm {
                 .iter()
                 .find(|id| id.provider == sample.provider && id.model == sample.model)
             {
-                self.hedging.record(step.no, sample.latency);
+                self.hedging.restore(step.no, sample.latency);
             }
         }
     }
