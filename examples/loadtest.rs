@@ -1139,6 +1139,8 @@ struct Report {
     logs_per_s: f64,
     cpu_ms_per_log: f64,
     ttr_ms: [f64; 4],
+    /// In a burst: from the push (when every entry was sent) to its analysis.
+    ttr_pushed_ms: Option<[f64; 4]>,
     overhead_ms: [f64; 4],
     idle_rss_kib: u64,
     peak_rss_kib: u64,
@@ -1395,9 +1397,11 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     p_server.abort();
 
     let total = scenario.chats * scenario.logs;
-    let (ttr, analysed, replies, elapsed, noticed, last_answer) = {
+    let (ttr, ttr_pushed, analysed, replies, elapsed, noticed, last_answer) = {
         let inner = lock(&telegram.inner);
         let mut ttr = Vec::with_capacity(total);
+        // In a burst every entry was sent at the push: the time a user waited.
+        let mut ttr_pushed = Vec::with_capacity(total);
         let mut analysed = 0;
         let mut noticed = 0;
         for (key, (replied, ok)) in &inner.replies {
@@ -1410,6 +1414,11 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
             };
             if let (Some(handed), Some(answered)) = (inner.handed.get(key), answered) {
                 ttr.push(answered.saturating_duration_since(*handed).as_secs_f64() * 1000.0);
+            }
+            if let (true, Some(pushed), Some(answered)) =
+                (scenario.burst, inner.first_push, answered)
+            {
+                ttr_pushed.push(answered.saturating_duration_since(pushed).as_secs_f64() * 1000.0);
             }
             if *ok {
                 analysed += 1;
@@ -1431,7 +1440,15 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
             .first_push
             .zip(inner.answered.values().max())
             .map(|(a, b)| b.saturating_duration_since(a));
-        (ttr, analysed, replies, elapsed, noticed, last_answer)
+        (
+            ttr,
+            ttr_pushed,
+            analysed,
+            replies,
+            elapsed,
+            noticed,
+            last_answer,
+        )
     };
     let answered_in_all = lock(&telegram.inner).answered.len();
     if !finished {
@@ -1531,6 +1548,7 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         logs_per_s: replies as f64 / elapsed.as_secs_f64().max(1e-9),
         cpu_ms_per_log: cpu_ms / replies.max(1) as f64,
         ttr_ms: quantiles(ttr),
+        ttr_pushed_ms: (!ttr_pushed.is_empty()).then(|| quantiles(ttr_pushed)),
         overhead_ms: quantiles(overhead),
         idle_rss_kib,
         peak_rss_kib,
@@ -1617,6 +1635,10 @@ fn print_report(r: &Report) {
         );
     }
     println!("time to reply    {}", q(&r.ttr_ms));
+    if let Some(pushed) = &r.ttr_pushed_ms {
+        // The bot's intake (when it fetched each update) is not in the line above.
+        println!("  from the push  {}", q(pushed));
+    }
     println!("overhead         {}", q(&r.overhead_ms));
     println!(
         "RSS              idle {:.1} MiB, peak {:.1} MiB",
