@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use daylog::llm::{CascadeError, Llm, NullSink, Outcome, Task};
+use daylog::llm::{CascadeError, Completion, Llm, NullSink, Outcome, Task};
 use support::llm::*;
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -608,116 +608,101 @@ async fn with_auto_hedging_one_request_that_finds_a_step_stalled_spares_the_next
     assert_eq!(sink.count("m1", Outcome::SkippedCooldown), 2);
 }
 
+/// Entries sent to a primary that answers each one (by a word its request carries)
+/// after its own delay, with a fast second step and auto hedging that has learned
+/// nothing yet, so hedges at 2 s.
+struct ByEntry {
+    llm: Arc<Llm>,
+    sink: Arc<RecordingSink>,
+    _servers: (MockServer, MockServer),
+}
+
+impl ByEntry {
+    async fn start(delays: &[(&str, Duration)]) -> Self {
+        let primary = MockServer::start().await;
+        for (word, delay) in delays {
+            Mock::given(method("POST"))
+                .and(wiremock::matchers::body_string_contains(*word))
+                .respond_with(json_reply(200, "openai/chat_completion.json").set_delay(*delay))
+                .mount(&primary)
+                .await;
+        }
+        let fast = ok_server().await;
+        let retry = retry_with(&[
+            ("hedge_after_ms", "\"auto\""),
+            ("request_timeout_ms", "30000"),
+        ]);
+        let llm = Arc::new(llm(&config(
+            &[&primary, &fast],
+            &[("a", "m1"), ("b", "m2")],
+            &retry,
+        )));
+        Self {
+            llm,
+            sink: Arc::new(RecordingSink::default()),
+            _servers: (primary, fast),
+        }
+    }
+
+    fn send(&self, word: &str) -> tokio::task::JoinHandle<Result<Completion, CascadeError>> {
+        let (llm, sink) = (Arc::clone(&self.llm), Arc::clone(&self.sink));
+        let request = daylog::llm::ChatRequest {
+            user: word.to_owned(),
+            ..request(false)
+        };
+        tokio::spawn(async move { llm.run(Task::Analysis, &request, &*sink).await })
+    }
+}
+
+async fn model(task: tokio::task::JoinHandle<Result<Completion, CascadeError>>) -> String {
+    task.await.expect("task").expect("answer").model
+}
+
 #[tokio::test]
 async fn when_one_attempt_finds_a_step_stalled_the_attempts_waiting_on_it_hedge_too() {
     // Arrange: the primary holds the first entry for 10 s and would answer the second,
-    // sent a second later, after 1.5 s. Nothing is learned yet: auto hedges at 2 s.
-    let primary = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(wiremock::matchers::body_string_contains("first-entry"))
-        .respond_with(
-            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_secs(10)),
-        )
-        .mount(&primary)
-        .await;
-    Mock::given(method("POST"))
-        .and(wiremock::matchers::body_string_contains("second-entry"))
-        .respond_with(
-            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_millis(1500)),
-        )
-        .mount(&primary)
-        .await;
-    let fast = ok_server().await;
-    let retry = retry_with(&[
-        ("hedge_after_ms", "\"auto\""),
-        ("request_timeout_ms", "30000"),
-    ]);
-    let llm = Arc::new(llm(&config(
-        &[&primary, &fast],
-        &[("a", "m1"), ("b", "m2")],
-        &retry,
-    )));
-    let sink = Arc::new(RecordingSink::default());
-    let entry = |text: &str| daylog::llm::ChatRequest {
-        user: text.to_owned(),
-        ..request(false)
-    };
-    let run = |text: &'static str| {
-        let (llm, sink) = (Arc::clone(&llm), Arc::clone(&sink));
-        let request = entry(text);
-        tokio::spawn(async move { llm.run(Task::Analysis, &request, &*sink).await })
-    };
+    // sent a second later, after 1.5 s.
+    let run = ByEntry::start(&[
+        ("first-entry", Duration::from_secs(10)),
+        ("second-entry", Duration::from_millis(1500)),
+    ])
+    .await;
 
     // Act
-    let first = run("first-entry");
+    let first = run.send("first-entry");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let second = run("second-entry");
+    let second = run.send("second-entry");
 
     // Assert: at 2 s the first attempt finds the step silent since it started, so the
     // second hedges then too, rather than at its own 2 s (3 s), after its answer (2.5 s).
-    let first = first.await.expect("task").expect("answer");
-    let second = second.await.expect("task").expect("answer");
-    assert_eq!(
-        (first.model.as_str(), second.model.as_str()),
-        ("m2", "m2"),
-        "{:?}",
-        sink.attempts()
-    );
-    assert_eq!(sink.count("m1", Outcome::Cancelled), 2);
+    let models = [model(first).await, model(second).await];
+    assert_eq!(models, ["m2", "m2"], "{:?}", run.sink.attempts());
+    assert_eq!(run.sink.count("m1", Outcome::Cancelled), 2);
 }
 
 #[tokio::test]
 async fn one_slow_attempt_on_a_step_that_keeps_answering_does_not_make_the_others_hedge() {
     // Arrange: as above, but a third entry, sent just after the first, is answered at
     // once: the step is slow for one request, not stalled.
-    let primary = MockServer::start().await;
-    for (text, delay) in [
+    let run = ByEntry::start(&[
         ("first-entry", Duration::from_secs(10)),
         ("second-entry", Duration::from_millis(1500)),
         ("quick-entry", Duration::ZERO),
-    ] {
-        Mock::given(method("POST"))
-            .and(wiremock::matchers::body_string_contains(text))
-            .respond_with(json_reply(200, "openai/chat_completion.json").set_delay(delay))
-            .mount(&primary)
-            .await;
-    }
-    let fast = ok_server().await;
-    let retry = retry_with(&[
-        ("hedge_after_ms", "\"auto\""),
-        ("request_timeout_ms", "30000"),
-    ]);
-    let llm = Arc::new(llm(&config(
-        &[&primary, &fast],
-        &[("a", "m1"), ("b", "m2")],
-        &retry,
-    )));
-    let sink = Arc::new(RecordingSink::default());
-    let run = |text: &'static str| {
-        let (llm, sink) = (Arc::clone(&llm), Arc::clone(&sink));
-        let request = daylog::llm::ChatRequest {
-            user: text.to_owned(),
-            ..request(false)
-        };
-        tokio::spawn(async move { llm.run(Task::Analysis, &request, &*sink).await })
-    };
+    ])
+    .await;
 
     // Act
-    let first = run("first-entry");
+    let first = run.send("first-entry");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let quick = run("quick-entry");
+    let quick = run.send("quick-entry");
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let second = run("second-entry");
+    let second = run.send("second-entry");
 
     // Assert: the first hedges on its own at 2 s; the second, still waiting on a step
     // that answered since the first started, keeps its own threshold and is answered.
-    let models = [
-        first.await.expect("task").expect("answer").model,
-        quick.await.expect("task").expect("answer").model,
-        second.await.expect("task").expect("answer").model,
-    ];
-    assert_eq!(models, ["m2", "m1", "m1"], "{:?}", sink.attempts());
-    assert_eq!(sink.count("m1", Outcome::Cancelled), 1);
+    let models = [model(first).await, model(quick).await, model(second).await];
+    assert_eq!(models, ["m2", "m1", "m1"], "{:?}", run.sink.attempts());
+    assert_eq!(run.sink.count("m1", Outcome::Cancelled), 1);
 }
 
 #[tokio::test]
