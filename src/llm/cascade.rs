@@ -692,18 +692,21 @@ impl<'a> TaskRun<'a> {
                 tokio::select! {
                     answer = &mut response => answer,
                     own = slow => {
-                        if self.hedging.is_auto() {
+                        if own && self.hedging.is_auto() {
                             // Slower than its own recent answers: stalled, as far as
                             // anyone can tell until this attempt times out. Later
                             // requests start elsewhere; an answer clears it. With no
                             // answer from the step since this attempt started, the
-                            // attempts still waiting on it hedge now too.
+                            // attempts still waiting on it hedge now too — unless this
+                            // one is slow by nature (a digest, a long recording).
                             self.state
                                 .cool_step(&step.id, started + self.policy.request_timeout);
-                            if own && self.hedging.passed(step.id.no, started) {
-                                tracing::info!(
+                            if matches!(self.task, Task::Analysis | Task::Metrics)
+                                && self.hedging.passed(step.id.no, started)
+                            {
+                                tracing::debug!(
                                     provider = %step.id.provider, model = %step.id.model,
-                                    "step stalled: every attempt waiting on it hedges"
+                                    "step silent past its threshold: attempts waiting on it hedge"
                                 );
                             }
                         }

@@ -250,6 +250,49 @@ mod tests {
         assert_eq!(hedging.threshold(0), Some(ms(300)));
     }
 
+    #[tokio::test]
+    async fn a_step_silent_since_an_attempt_started_is_stalled_for_every_attempt() {
+        use std::future::Future;
+        use std::pin::pin;
+        use std::task::{Context, Waker};
+
+        let hedging = Hedging::new(HedgeAfter::Auto, ms(30_000), 2);
+        let woken = |signal: &mut std::pin::Pin<&mut Notified<'_>>| {
+            let mut cx = Context::from_waker(Waker::noop());
+            signal.as_mut().poll(&mut cx).is_ready()
+        };
+        // (answers of this process before the attempt started, stored ones, stalled?)
+        let rows = [
+            (false, false, true),
+            (false, true, true),
+            (true, false, false),
+        ];
+        for (answered, restored, stalled) in rows {
+            let hedging = Hedging::new(HedgeAfter::Auto, ms(30_000), 1);
+            if restored {
+                hedging.restore(0, ms(200));
+            }
+            if answered {
+                hedging.record(0, ms(200));
+            }
+            let started = Instant::now();
+            if answered {
+                hedging.record(0, ms(200));
+            }
+            // Taken when a waiting attempt started, never polled before the finding.
+            let mut signal = pin!(hedging.stall_signal(0).expect("auto"));
+            assert_eq!(hedging.passed(0, started), stalled);
+            assert_eq!(woken(&mut signal), stalled, "{answered} {restored}");
+        }
+        // Another step, and a fixed threshold, have no signal to give.
+        let mut other = pin!(hedging.stall_signal(1).expect("auto"));
+        assert!(hedging.passed(0, Instant::now()));
+        assert!(!woken(&mut other));
+        let fixed = Hedging::new(HedgeAfter::After(ms(8000)), ms(30_000), 1);
+        assert!(fixed.stall_signal(0).is_none());
+        assert!(!fixed.passed(0, Instant::now()));
+    }
+
     #[test]
     fn fixed_and_off_do_not_learn() {
         let fixed = Hedging::new(HedgeAfter::After(ms(8000)), ms(30_000), 1);
