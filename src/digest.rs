@@ -304,7 +304,9 @@ async fn run<M: Messenger>(
             journal.store().set_digest(digest.user_id, None).await?;
         }
         Err(SendError::Transient(reason)) => {
-            let retry_in = journal.settings().worker.retry_min();
+            // As a log's answer: a Telegram outage is waited out at a growing pace, not
+            // knocked on every `retry_min_ms` until the digest is too old.
+            let retry_in = journal.retry_delay(digest.attempts);
             tracing::warn!(digest_id = digest.id.get(), %reason, retry_in_ms = retry_in.as_millis() as u64, "digest not delivered; the worker retries");
             journal.store().digest_retry(digest.id, retry_in).await?;
         }

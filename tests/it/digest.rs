@@ -389,6 +389,63 @@ async fn a_digest_asked_during_an_outage_is_delivered_once_when_a_provider_answe
 }
 
 #[tokio::test]
+async fn a_digest_telegram_did_not_take_is_retried_at_a_growing_delay() {
+    // Arrange: the worker's first retry after 2 s, doubling.
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__WORKER__RETRY_MIN_MS".into(), "2000".into());
+        env.insert("DAYLOG__WORKER__RETRY_MAX_MS".into(), "60000".into());
+    })
+    .await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    entry(&app, 1, 1, "2026-11-30T12:00:00Z", "Monday").await;
+    // Telegram's "Bad Gateway" in the body of a 200: the bot sorts it as the 502 it is,
+    // and teloxide does not first sleep the 10 s it waits on an HTTP 5xx.
+    let bad_gateway =
+        serde_json::json!({"ok": false, "error_code": 502, "description": "Bad Gateway"});
+    for _ in 0..2 {
+        app.telegram
+            .fail_next("SendMessage", Some(1), 200, bad_gateway.clone());
+    }
+    let pending_after = |attempts: i64| {
+        format!(
+            "SELECT count(*) FROM digests WHERE status = 'pending' AND text IS NOT NULL AND attempts = {attempts}"
+        )
+    };
+    let due_now = || async {
+        sqlx::query("UPDATE digests SET next_attempt_at = datetime('now', '-1 seconds')")
+            .execute(&raw_pool(&app).await)
+            .await
+            .expect("hand edit");
+    };
+
+    // Act: /week; the digest is written, and Telegram refuses it twice (the first
+    // retry is made due at once rather than waited for).
+    app.telegram.push_update(text_update(1, 2, "/week"));
+    wait_until("the first delivery failed", WAIT, || async {
+        app.count(&pending_after(1)).await == 1
+    })
+    .await;
+    due_now().await;
+    wait_until("the second delivery failed", WAIT, || async {
+        app.count(&pending_after(2)).await == 1
+    })
+    .await;
+
+    // Assert: the second wait is twice the first (4 s, not 2 s) …
+    let ahead = app
+        .count(
+            "SELECT CAST(strftime('%s', next_attempt_at) AS INTEGER) - CAST(strftime('%s', 'now') AS INTEGER) FROM digests",
+        )
+        .await;
+    assert!(ahead >= 3, "the second retry is {ahead} s ahead");
+    // … and the digest still arrives, once.
+    due_now().await;
+    wait_digest(&app.telegram, 1).await;
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+}
+
+#[tokio::test]
 async fn a_user_who_blocked_the_bot_has_the_digest_turned_off() {
     // Arrange
     let app = App::spawn().await;
