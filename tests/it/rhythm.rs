@@ -247,6 +247,9 @@ async fn no_reminder_on_a_local_day_that_already_has_an_entry() {
 #[tokio::test]
 async fn a_reminder_missed_by_more_than_max_late_is_skipped_not_sent_late() {
     let app = App::spawn().await;
+    // The clock starts at the real time, which may be any moment of 1 December itself:
+    // it is set before the reminder is stored, so the reminder is not due early.
+    app.clock.set(at("2026-12-01T17:00:00Z"));
     user_with_reminder(
         &app,
         4,
@@ -270,6 +273,9 @@ async fn a_reminder_missed_by_more_than_max_late_is_skipped_not_sent_late() {
 #[tokio::test]
 async fn a_user_who_blocked_the_bot_has_reminders_turned_off() {
     let app = App::spawn().await;
+    // The clock starts at the real time, which may be any moment of 1 December itself:
+    // it is set before the reminder is stored, so the reminder is not due early.
+    app.clock.set(at("2026-12-01T20:00:00Z"));
     user_with_reminder(&app, 5, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
     app.telegram.block_chat(5);
     app.clock.set(at("2026-12-01T21:00:03Z"));
@@ -288,6 +294,9 @@ async fn two_hundred_reminders_due_at_once_are_all_sent_under_the_throttle() {
     })
     .await;
     const USERS: i64 = 200;
+    // The clock starts at the real time, which may be any moment of 1 December itself:
+    // it is set before the reminder is stored, so the reminder is not due early.
+    app.clock.set(at("2026-12-01T20:00:00Z"));
     for user in 100..100 + USERS {
         user_with_reminder(&app, user, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
     }
@@ -577,6 +586,9 @@ async fn sent_at_nine_and_moved_to_tomorrow(app: &App, users: &[i64], tick_user:
 async fn a_due_time_in_another_spelling_of_its_moment_is_sent_once_and_moved_on() {
     // Arrange: 21:00 UTC, stored with fractional seconds.
     let app = App::spawn().await;
+    // The clock starts at the real time, which may be any moment of 1 December itself:
+    // it is set before the reminder is stored, so the reminder is not due early.
+    app.clock.set(at("2026-12-01T20:00:00Z"));
     user_with_reminder(&app, 6, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
     edit_next_due_at(&app, 6, "2026-12-01 21:00:00.250").await;
 
