@@ -786,7 +786,7 @@ fn rate_limited(provider: &str, model: &str, wait: Duration, used_today: u64) ->
             )
                 .into_response();
             let headers = response.headers_mut();
-            groq_headers(headers, used_today);
+            groq_headers(headers, used_today, None);
             if let Ok(v) = secs.to_string().parse() {
                 headers.insert("retry-after", v);
             }
@@ -803,26 +803,45 @@ fn rate_limited(provider: &str, model: &str, wait: Duration, used_today: u64) ->
     }
 }
 
-/// Groq's `x-ratelimit-*` headers: `-requests` count the day (Groq's RPD), `-tokens` the
-/// minute. Tokens are not enforced by the fake; their limit is reported high enough
-/// (30 × the 360 tokens of a fake answer) that requests per minute bind first.
-fn groq_headers(headers: &mut axum::http::HeaderMap, used_today: u64) {
-    let remaining = GROQ_PER_DAY.saturating_sub(used_today);
-    // The day's bucket refills one request every 86.4 s.
-    let reset = Duration::from_secs_f64(86.4 * used_today.min(GROQ_PER_DAY) as f64);
-    let pairs = [
-        ("x-ratelimit-limit-requests", GROQ_PER_DAY.to_string()),
-        ("x-ratelimit-remaining-requests", remaining.to_string()),
-        ("x-ratelimit-reset-requests", groq_duration(reset)),
-        ("x-ratelimit-limit-tokens", "10800".to_owned()),
-        ("x-ratelimit-remaining-tokens", "10440".to_owned()),
-        ("x-ratelimit-reset-tokens", "2s".to_owned()),
-    ];
+/// Sets each header whose value parses.
+fn insert_headers(
+    headers: &mut axum::http::HeaderMap,
+    pairs: impl IntoIterator<Item = (&'static str, String)>,
+) {
     for (name, value) in pairs {
         if let Ok(value) = value.parse() {
             headers.insert(name, value);
         }
     }
+}
+
+/// Groq's `x-ratelimit-*` headers: `-requests` count the day (Groq's RPD), `-tokens` the
+/// minute. `tokens` is the minute's (remaining, reset) where the fake counts tokens;
+/// otherwise their limit is reported high enough (30 × the 360 tokens of a fake answer)
+/// that requests per minute bind first.
+fn groq_headers(
+    headers: &mut axum::http::HeaderMap,
+    used_today: u64,
+    tokens: Option<(u64, Duration)>,
+) {
+    let remaining = GROQ_PER_DAY.saturating_sub(used_today);
+    // The day's bucket refills one request every 86.4 s.
+    let reset = Duration::from_secs_f64(86.4 * used_today.min(GROQ_PER_DAY) as f64);
+    let (limit, left, refill) = match tokens {
+        Some((left, refill)) => (GROQ_TOKENS_PER_MINUTE, left, groq_duration(refill)),
+        None => (10_800, 10_440, "2s".to_owned()),
+    };
+    insert_headers(
+        headers,
+        [
+            ("x-ratelimit-limit-requests", GROQ_PER_DAY.to_string()),
+            ("x-ratelimit-remaining-requests", remaining.to_string()),
+            ("x-ratelimit-reset-requests", groq_duration(reset)),
+            ("x-ratelimit-limit-tokens", limit.to_string()),
+            ("x-ratelimit-remaining-tokens", left.to_string()),
+            ("x-ratelimit-reset-tokens", refill),
+        ],
+    );
 }
 
 async fn provider(
@@ -915,24 +934,10 @@ async fn provider(
     };
     let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
     if fake.free_tier && name == "groq" {
-        groq_headers(response.headers_mut(), used_today);
-        if let Some((_, left)) = groq_tokens {
-            // The fake's minute is a sliding window (as the bot's own ledger): whole
-            // again a minute after this request, the newest in it.
-            let refill = Duration::from_secs(60);
-            for (name, value) in [
-                (
-                    "x-ratelimit-limit-tokens",
-                    GROQ_TOKENS_PER_MINUTE.to_string(),
-                ),
-                ("x-ratelimit-remaining-tokens", left.to_string()),
-                ("x-ratelimit-reset-tokens", groq_duration(refill)),
-            ] {
-                if let Ok(value) = value.parse() {
-                    response.headers_mut().insert(name, value);
-                }
-            }
-        }
+        // The fake's minute is a sliding window (as the bot's own ledger): whole again a
+        // minute after this request, the newest in it.
+        let tokens = groq_tokens.map(|(_, left)| (left, Duration::from_secs(60)));
+        groq_headers(response.headers_mut(), used_today, tokens);
     }
     response
 }
@@ -948,24 +953,21 @@ fn groq_out_of_tokens(model: &str, used: u64, requested: u64, wait: Duration) ->
         ),
     )
         .into_response();
-    let headers = response.headers_mut();
-    let pairs = [
-        ("retry-after", (secs.ceil() as u64).to_string()),
-        (
-            "x-ratelimit-limit-tokens",
-            GROQ_TOKENS_PER_MINUTE.to_string(),
-        ),
-        (
-            "x-ratelimit-remaining-tokens",
-            GROQ_TOKENS_PER_MINUTE.saturating_sub(used).to_string(),
-        ),
-        ("x-ratelimit-reset-tokens", groq_duration(wait)),
-    ];
-    for (name, value) in pairs {
-        if let Ok(value) = value.parse() {
-            headers.insert(name, value);
-        }
-    }
+    insert_headers(
+        response.headers_mut(),
+        [
+            ("retry-after", (secs.ceil() as u64).to_string()),
+            (
+                "x-ratelimit-limit-tokens",
+                GROQ_TOKENS_PER_MINUTE.to_string(),
+            ),
+            (
+                "x-ratelimit-remaining-tokens",
+                GROQ_TOKENS_PER_MINUTE.saturating_sub(used).to_string(),
+            ),
+            ("x-ratelimit-reset-tokens", groq_duration(wait)),
+        ],
+    );
     response
 }
 
@@ -1073,6 +1075,8 @@ async fn remember_answers(
     let mut conn = SqliteConnectOptions::from_str(&format!("sqlite://{}", db.display()))?
         .connect()
         .await?;
+    // One transaction: a row each, one commit.
+    let mut tx = sqlx::Connection::begin(&mut conn).await?;
     let steps = [
         ("analysis", &settings.analysis.steps),
         ("metrics", &settings.metrics.steps),
@@ -1088,11 +1092,12 @@ async fn remember_answers(
                 .bind(&step.provider)
                 .bind(&step.model)
                 .bind(i64::try_from(latency.as_millis()).unwrap_or(i64::MAX))
-                .execute(&mut conn)
+                .execute(&mut *tx)
                 .await?;
             }
         }
     }
+    tx.commit().await?;
     Ok(())
 }
 

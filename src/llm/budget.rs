@@ -18,8 +18,9 @@
 //! would send work elsewhere that the provider would have taken, and one that is too
 //! low saves nothing; the provider's 429 says when, and is learned like any other. A 429
 //! takes nothing; an attempt cancelled in flight (a hedge that lost, the deadline) takes
-//! its estimate, since the provider counted it. A request larger than the whole minute is sent once the minute has
-//! taken nothing: the provider then says what it thinks of it.
+//! its estimate, since the provider counted it. A request larger than the whole minute
+//! is sent once the minute has taken nothing: the provider then says what it thinks of
+//! it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -97,12 +98,19 @@ pub struct SpentBudget {
     pub until: SystemTime,
 }
 
-/// What [`Budgets::admit`] let through: handed back to [`Budgets::learn`] with the
-/// answer, which then counts the tokens it took.
+/// What [`Budgets::admit`] let through: handed back to [`Budgets::spend_tokens`] with
+/// what the answer took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Taken {
     /// The request's estimate where its budget counts tokens, else 0.
     tokens: u32,
+}
+
+impl Taken {
+    /// Whether the request's budget counts tokens (so its answer's `usage` is wanted).
+    pub fn counts_tokens(self) -> bool {
+        self.tokens > 0
+    }
 }
 
 #[derive(Debug)]
@@ -398,7 +406,7 @@ impl Budgets {
     /// cancelled attempt, an answer without `usage`). A request the provider refused
     /// (a 429) is not counted.
     pub fn spend_tokens(&self, step: &StepId, key: Option<usize>, taken: Taken, used: Option<u64>) {
-        if taken.tokens == 0 {
+        if !taken.counts_tokens() {
             return;
         }
         let used = used.map_or(taken.tokens, |n| u32::try_from(n).unwrap_or(u32::MAX));

@@ -648,6 +648,7 @@ impl<'a> TaskRun<'a> {
                         max_tokens: step.max_tokens,
                         temperature: step.temperature,
                         request,
+                        count_tokens: taken.counts_tokens(),
                     };
                     step.provider
                         .complete_hinted(self.client, api_key, &call, timeout)

@@ -132,13 +132,13 @@ impl Hedging {
 
     /// A usable answer from step `no` that took `latency`, just now.
     pub fn record(&self, no: usize, latency: Duration) {
-        self.learn(no, latency, true);
+        self.learn(no, latency, Some(Instant::now()));
     }
 
     /// A latency of step `no` stored before a restart: it teaches the threshold, but
     /// is no answer of this process.
     pub fn restore(&self, no: usize, latency: Duration) {
-        self.learn(no, latency, false);
+        self.learn(no, latency, None);
     }
 
     /// Resolves when step `no` is found stalled by another attempt ([`Hedging::passed`]);
@@ -164,13 +164,14 @@ impl Hedging {
         silent
     }
 
-    fn learn(&self, no: usize, latency: Duration, now: bool) {
+    /// `answered_at`: when the answer came, for an answer of this process.
+    fn learn(&self, no: usize, latency: Duration, answered_at: Option<Instant>) {
         let Some(step) = self.steps.get(no) else {
             return;
         };
         let mut recent = lock(&step.recent);
-        if now {
-            recent.last_answer = Some(Instant::now());
+        if answered_at.is_some() {
+            recent.last_answer = answered_at;
         }
         if recent.samples.len() == WINDOW {
             recent.samples.pop_front();

@@ -281,6 +281,7 @@ impl Llm {
             max_tokens: Some(16),
             temperature: None,
             request: &request,
+            count_tokens: false,
         };
         match p
             .complete(

@@ -101,7 +101,7 @@ impl Provider {
             Ok(builder) => builder,
             Err(e) => return (Err(e), Hint::default()),
         };
-        self.exchange(builder, key, timeout, |status, body| {
+        self.exchange(builder, key, timeout, call.count_tokens, |status, body| {
             self.wire.parse_success(status, body, call)
         })
         .await
@@ -125,7 +125,8 @@ impl Provider {
                 Ok(builder) => builder,
                 Err(e) => return (Err(e), Hint::default()),
             };
-        self.exchange(builder, key, timeout, |status, body| {
+        // Transcriptions are budgeted in requests and audio seconds, not tokens.
+        self.exchange(builder, key, timeout, false, |status, body| {
             self.wire.parse_transcription(status, body)
         })
         .await
@@ -133,12 +134,13 @@ impl Provider {
 
     /// Sends one request and reads its answer: `parse` for a 2xx body, the wire format's
     /// classification (with the key redacted from the body) otherwise; and what the
-    /// answer said about the budget.
+    /// answer said about the budget (the tokens it took only when `count_tokens`).
     async fn exchange(
         &self,
         builder: RequestBuilder,
         key: Option<&ApiKey>,
         timeout: Duration,
+        count_tokens: bool,
         parse: impl FnOnce(StatusCode, &[u8]) -> Result<String, LlmError>,
     ) -> (Result<(u16, String), LlmError>, Hint) {
         let sent = tokio::time::timeout(timeout, send(builder, timeout))
@@ -151,7 +153,9 @@ impl Provider {
         };
         let mut hint = budget_hint::from_headers(&headers, SystemTime::now());
         if status.is_success() {
-            hint.used_tokens = self.wire.used_tokens(&body);
+            if count_tokens {
+                hint.used_tokens = self.wire.used_tokens(&body);
+            }
             let result = parse(status, &body).map(|text| (status.as_u16(), text));
             (result, hint)
         } else {

@@ -25,6 +25,9 @@ pub(crate) struct Call<'a> {
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
     pub request: &'a ChatRequest,
+    /// Whether the answer's `usage` is wanted: its budget counts tokens. Otherwise the
+    /// body is read for its text only.
+    pub count_tokens: bool,
 }
 
 /// What a task sends: a chat request, or a recording to transcribe.

@@ -15,8 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use daylog::llm::{ChatRequest, Llm, Outcome, Task};
 use support::llm::*;
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{MockServer, ResponseTemplate};
 
 const KEYS: [(&str, &str); 2] = [("A_API_KEY", "key-a"), ("B_API_KEY", "key-b")];
 
@@ -42,24 +41,6 @@ fn llm(toml: &str) -> Llm {
 
 fn ok() -> ResponseTemplate {
     json_reply(200, "openai/chat_completion.json")
-}
-
-async fn ok_server() -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(ok())
-        .mount(&server)
-        .await;
-    server
-}
-
-async fn calls(server: &MockServer) -> usize {
-    server
-        .received_requests()
-        .await
-        .expect("recording on")
-        .len()
 }
 
 /// The milliseconds a `skipped_budget` record says the budget stays spent.

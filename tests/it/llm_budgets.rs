@@ -13,8 +13,7 @@ use crate::support;
 
 use daylog::llm::{Llm, Outcome, Task};
 use support::llm::*;
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{MockServer, ResponseTemplate};
 
 const KEYS: [(&str, &str); 3] = [
     ("A_API_KEY", "key-a"),
@@ -39,24 +38,6 @@ fn config(a: &MockServer, a_kind: &str, a_budget: &str, b: &MockServer) -> Strin
 
 fn llm(toml: &str) -> Llm {
     Llm::new(&settings(toml, &KEYS)).expect("llm")
-}
-
-async fn ok_server() -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(json_reply(200, "openai/chat_completion.json"))
-        .mount(&server)
-        .await;
-    server
-}
-
-async fn calls(server: &MockServer) -> usize {
-    server
-        .received_requests()
-        .await
-        .expect("recording on")
-        .len()
 }
 
 /// Two runs; the answers' providers.

@@ -40,16 +40,6 @@ fn llm(toml: &str) -> Llm {
     Llm::new(&settings(toml, &KEYS)).expect("llm")
 }
 
-async fn ok_server() -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(json_reply(200, "openai/chat_completion.json"))
-        .mount(&server)
-        .await;
-    server
-}
-
 async fn status_server(status: u16) -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
@@ -57,14 +47,6 @@ async fn status_server(status: u16) -> MockServer {
         .mount(&server)
         .await;
     server
-}
-
-async fn calls(server: &MockServer) -> usize {
-    server
-        .received_requests()
-        .await
-        .expect("recording on")
-        .len()
 }
 
 fn retry_with(overrides: &[(&str, &str)]) -> String {

@@ -59,6 +59,9 @@ async fn reminder_row(app: &App, user: i64) -> (i64, Option<String>, Option<Stri
 }
 
 /// A user with a reminder at `time`, next due at `due`, set up directly in the store.
+/// The test clock starts at the real time, which may be any moment of the days these
+/// tests are dated (1 December itself): set it before `due` first, or the reminder may
+/// be due, and sent, before the test moves the clock.
 async fn user_with_reminder(app: &App, user: i64, zone: &str, time: &str, due: Timestamp) {
     app.store
         .upsert_user(&NewUser {
@@ -247,8 +250,7 @@ async fn no_reminder_on_a_local_day_that_already_has_an_entry() {
 #[tokio::test]
 async fn a_reminder_missed_by_more_than_max_late_is_skipped_not_sent_late() {
     let app = App::spawn().await;
-    // The clock starts at the real time, which may be any moment of 1 December itself:
-    // it is set before the reminder is stored, so the reminder is not due early.
+    // Before the reminder is due (see `user_with_reminder`).
     app.clock.set(at("2026-12-01T17:00:00Z"));
     user_with_reminder(
         &app,
@@ -273,8 +275,7 @@ async fn a_reminder_missed_by_more_than_max_late_is_skipped_not_sent_late() {
 #[tokio::test]
 async fn a_user_who_blocked_the_bot_has_reminders_turned_off() {
     let app = App::spawn().await;
-    // The clock starts at the real time, which may be any moment of 1 December itself:
-    // it is set before the reminder is stored, so the reminder is not due early.
+    // Before the reminder is due (see `user_with_reminder`).
     app.clock.set(at("2026-12-01T20:00:00Z"));
     user_with_reminder(&app, 5, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
     app.telegram.block_chat(5);
@@ -294,8 +295,7 @@ async fn two_hundred_reminders_due_at_once_are_all_sent_under_the_throttle() {
     })
     .await;
     const USERS: i64 = 200;
-    // The clock starts at the real time, which may be any moment of 1 December itself:
-    // it is set before the reminder is stored, so the reminder is not due early.
+    // Before the reminder is due (see `user_with_reminder`).
     app.clock.set(at("2026-12-01T20:00:00Z"));
     for user in 100..100 + USERS {
         user_with_reminder(&app, user, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
@@ -586,8 +586,7 @@ async fn sent_at_nine_and_moved_to_tomorrow(app: &App, users: &[i64], tick_user:
 async fn a_due_time_in_another_spelling_of_its_moment_is_sent_once_and_moved_on() {
     // Arrange: 21:00 UTC, stored with fractional seconds.
     let app = App::spawn().await;
-    // The clock starts at the real time, which may be any moment of 1 December itself:
-    // it is set before the reminder is stored, so the reminder is not due early.
+    // Before the reminder is due (see `user_with_reminder`).
     app.clock.set(at("2026-12-01T20:00:00Z"));
     user_with_reminder(&app, 6, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
     edit_next_due_at(&app, 6, "2026-12-01 21:00:00.250").await;

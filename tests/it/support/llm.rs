@@ -52,6 +52,26 @@ pub async fn server_with(answer: ResponseTemplate) -> wiremock::MockServer {
     server
 }
 
+/// A healthy OpenAI-compatible provider: every chat completion answered at once.
+pub async fn ok_server() -> wiremock::MockServer {
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .and(wiremock::matchers::path("/v1/chat/completions"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    server
+}
+
+/// How many requests `server` has received.
+pub async fn calls(server: &wiremock::MockServer) -> usize {
+    server
+        .received_requests()
+        .await
+        .expect("recording on")
+        .len()
+}
+
 /// One provider named `p` of `kind` at `base_url`, one analysis step with `model`.
 pub fn one_step(kind: &str, base_url: &str, model: &str) -> String {
     let mut toml = FAST_RETRY.to_owned();
