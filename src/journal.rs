@@ -12,8 +12,15 @@
 //! claimed its log, so it never sees one unclaimed. Results are
 //! stored only if the text they were made from is still the log's text, so an edit
 //! that lands mid-analysis is analysed again rather than overwritten.
+//!
+//! A front end's handler only stores: `accept_*` returns an [`Accepted`] entry, which
+//! [`Journal::answer_accepted`] analyses and answers — after the chat's earlier entries
+//! (`lanes`), and in a task of its own, so the chat's next update is stored at once
+//! rather than held in memory behind an analysis.
 
-use std::collections::HashSet;
+mod lanes;
+
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -33,6 +40,7 @@ use crate::store::{
 use crate::streaks::Streaks;
 use crate::texts::Texts;
 use crate::time::{Clock, SystemClock, UserZone};
+use lanes::{Lanes, Turn};
 
 /// A failure while handling an entry, sorted by what the user must be told.
 #[derive(Debug, thiserror::Error)]
@@ -157,10 +165,22 @@ impl Known {
 /// A message is claimed by its chat and message id.
 type ClaimKey = (ChatId, MessageId);
 
+/// The claimed messages, each with whether an edit came that could not claim it.
+type Claims = Arc<Mutex<HashMap<ClaimKey, bool>>>;
+
 /// An in-memory claim on a message's log, released on drop.
 pub struct Claim {
     key: ClaimKey,
-    set: Arc<Mutex<HashSet<ClaimKey>>>,
+    set: Claims,
+}
+
+impl Claim {
+    /// Whether the message was edited since it was claimed (or since the last call):
+    /// its holder answers the new text too, rather than leaving it to the worker.
+    fn take_edited(&self) -> bool {
+        let mut set = self.set.lock().unwrap_or_else(PoisonError::into_inner);
+        set.get_mut(&self.key).is_some_and(std::mem::take)
+    }
 }
 
 impl Drop for Claim {
@@ -179,7 +199,7 @@ pub struct Journal {
     settings: Arc<Settings>,
     store: Store,
     llm: Arc<Llm>,
-    claims: Arc<Mutex<HashSet<ClaimKey>>>,
+    claims: Claims,
     /// Held (shared) by an insert that claims its log only after it (a terminal entry),
     /// and (exclusively) by the worker while it lists and claims unfinished logs.
     claim_gate: tokio::sync::RwLock<()>,
@@ -187,7 +207,43 @@ pub struct Journal {
     /// does not send them again, it only retries the record. Without it the worker would
     /// re-send the answer on every poll for as long as the disk stays full.
     unrecorded: Mutex<HashSet<LogId>>,
+    /// The order of each chat's analyses (SPEC §8: a chat's updates in order).
+    lanes: Lanes,
     clock: Arc<dyn Clock>,
+}
+
+/// An entry its handler has stored and claimed; its analysis and answer are still to
+/// come ([`Journal::answer_accepted`]), in its turn among the chat's entries.
+pub struct Accepted {
+    log: DayLog,
+    author: Author,
+    work: Work,
+    claim: Claim,
+    turn: Turn,
+}
+
+/// What an accepted entry still needs before its analysis.
+enum Work {
+    Text(Known),
+    /// A voice note: its recording, to transcribe first.
+    Voice {
+        file_id: String,
+    },
+}
+
+impl Accepted {
+    /// Where its answer (or a failure's sentence) goes: a reply to the entry.
+    pub fn target(&self) -> Target {
+        Target {
+            chat_id: self.log.chat_id.get(),
+            reply_to: Some(self.log.message_id.get()),
+        }
+    }
+
+    /// The language its author is answered in.
+    pub fn language(&self) -> Language {
+        self.author.language
+    }
 }
 
 impl Journal {
@@ -200,6 +256,7 @@ impl Journal {
             claims: Arc::default(),
             claim_gate: tokio::sync::RwLock::new(()),
             unrecorded: Mutex::default(),
+            lanes: Lanes::default(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -307,10 +364,23 @@ impl Journal {
     pub fn claim(&self, chat_id: ChatId, message_id: MessageId) -> Option<Claim> {
         let key = (chat_id, message_id);
         let mut set = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        set.insert(key).then(|| Claim {
+        if set.contains_key(&key) {
+            return None;
+        }
+        set.insert(key, false);
+        Some(Claim {
             key,
             set: Arc::clone(&self.claims),
         })
+    }
+
+    /// Tells the holder of a claimed message that its text changed (see
+    /// [`Claim::take_edited`]).
+    fn mark_edited(&self, chat_id: ChatId, message_id: MessageId) {
+        let mut set = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(edited) = set.get_mut(&(chat_id, message_id)) {
+            *edited = true;
+        }
     }
 
     /// The user's language, as stored (English when unknown).
@@ -354,15 +424,24 @@ impl Journal {
         }
     }
 
-    /// A new text message: store, analyse, answer (SPEC §4).
+    /// A new text message: store, analyse, answer (SPEC §4), here and now.
     pub async fn on_text<M: Messenger>(
         &self,
         messenger: &M,
         msg: Incoming,
     ) -> Result<(), EntryError> {
+        if let Some(accepted) = self.accept_text(msg).await? {
+            self.answer_accepted(messenger, accepted).await;
+        }
+        Ok(())
+    }
+
+    /// A new text message, stored (SPEC §4.1); `None` when there is nothing to answer
+    /// (a re-delivered update, or one being handled right now).
+    pub async fn accept_text(&self, msg: Incoming) -> Result<Option<Accepted>, EntryError> {
         // Claimed before the insert, so the worker cannot take a log that is seconds old.
         let Some(claim) = self.claim(ChatId(msg.chat_id), MessageId(msg.message_id)) else {
-            return Ok(()); // the same message is being handled right now
+            return Ok(None); // the same message is being handled right now
         };
         let user = self
             .store
@@ -396,10 +475,15 @@ impl Journal {
             Inserted::Duplicate(id) => {
                 // A re-delivered update: the first delivery (or the worker) answers.
                 tracing::debug!(log_id = id.get(), "duplicate update ignored");
-                return Ok(());
+                return Ok(None);
             }
         };
-        self.stored(messenger, log, &author, claim).await
+        Ok(Some(self.accepted(
+            log,
+            author,
+            Work::Text(Known::NEW_TEXT),
+            claim,
+        )))
     }
 
     /// A line typed in `daylog chat` by its terminal user: store, analyse, answer. The
@@ -444,7 +528,9 @@ impl Journal {
             );
             return Ok(());
         };
-        self.stored(messenger, log, &author, claim).await
+        let accepted = self.accepted(log, author, Work::Text(Known::NEW_TEXT), claim);
+        self.answer_accepted(messenger, accepted).await;
+        Ok(())
     }
 
     /// Why a voice note is refused before anything is stored, if it is: longer than
@@ -460,13 +546,14 @@ impl Journal {
         None
     }
 
-    /// A voice or audio message: refuse it if too long or too large (nothing stored);
-    /// else store it first, then transcribe, show the transcript, analyse, answer.
-    pub async fn on_voice<M: Messenger>(
+    /// A voice or audio message: refuse it if too long or too large (nothing stored,
+    /// `None`); else store it. Its answer ([`Journal::answer_accepted`]) transcribes it,
+    /// shows the transcript, analyses, answers.
+    pub async fn accept_voice<M: Messenger>(
         &self,
         messenger: &M,
         voice: IncomingVoice,
-    ) -> Result<(), EntryError> {
+    ) -> Result<Option<Accepted>, EntryError> {
         let language = match self.store.user(UserId(voice.user_id)).await {
             Ok(Some(user)) => user.language(),
             _ => Language::from_code(voice.language_code.as_deref()),
@@ -486,10 +573,10 @@ impl Journal {
             if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
                 tracing::warn!(%error, chat_id = voice.chat_id, "refusal not delivered");
             }
-            return Ok(());
+            return Ok(None);
         }
         let Some(claim) = self.claim(ChatId(voice.chat_id), MessageId(voice.message_id)) else {
-            return Ok(());
+            return Ok(None);
         };
         let user = self
             .store
@@ -523,11 +610,13 @@ impl Journal {
             Inserted::New(log) => *log,
             Inserted::Duplicate(id) => {
                 tracing::debug!(log_id = id.get(), "duplicate voice update ignored");
-                return Ok(());
+                return Ok(None);
             }
         };
-        self.voice_stored(messenger, log, &voice.file_id, &author, claim)
-            .await
+        let work = Work::Voice {
+            file_id: voice.file_id,
+        };
+        Ok(Some(self.accepted(log, author, work, claim)))
     }
 
     /// A voice note given to `daylog chat` (`/voice path`): the same path as Telegram's,
@@ -586,26 +675,103 @@ impl Journal {
             );
             return Ok(());
         };
-        self.voice_stored(messenger, log, &voice.file_id, &author, claim)
-            .await
+        let work = Work::Voice {
+            file_id: voice.file_id,
+        };
+        let accepted = self.accepted(log, author, work, claim);
+        self.answer_accepted(messenger, accepted).await;
+        Ok(())
     }
 
-    async fn voice_stored<M: Messenger>(
-        &self,
-        messenger: &M,
-        log: DayLog,
-        file_id: &str,
-        author: &Author,
-        claim: Claim,
-    ) -> Result<(), EntryError> {
+    /// A log just stored and claimed, given its turn in the chat.
+    fn accepted(&self, log: DayLog, author: Author, work: Work, claim: Claim) -> Accepted {
+        let what = match work {
+            Work::Text(_) => "day log stored",
+            Work::Voice { .. } => "voice note stored",
+        };
         tracing::info!(
             log_id = log.id.get(),
             user_id = log.user_id.get(),
-            "voice note stored"
+            chars = log.text.chars().count(),
+            "{what}"
         );
-        Ok(self
-            .transcribe_and_answer(messenger, log, file_id, author, false, claim)
-            .await?)
+        let turn = self.lanes.take(log.chat_id);
+        Accepted {
+            log,
+            author,
+            work,
+            claim,
+            turn,
+        }
+    }
+
+    /// Analyses and answers an accepted entry once the chat's earlier ones are done. A
+    /// failure after the store is told to the user here, in the entry's turn.
+    pub async fn answer_accepted<M: Messenger>(&self, messenger: &M, accepted: Accepted) {
+        let target = accepted.target();
+        let Accepted {
+            log,
+            author,
+            work,
+            claim,
+            mut turn,
+        } = accepted;
+        let waited = turn.begin().await;
+        if let Err(error) = self
+            .answer_in_turn(messenger, log, &author, work, &claim, waited)
+            .await
+        {
+            let error = EntryError::Later(error);
+            tracing::error!(%error, chat_id = target.chat_id, "day log handling failed");
+            let reply = Reply::new().text(error.sentence(author.language));
+            if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
+                tracing::warn!(%error, chat_id = target.chat_id, "reply not delivered");
+            }
+        }
+        drop(turn); // the chat's next entry goes now
+    }
+
+    async fn answer_in_turn<M: Messenger>(
+        &self,
+        messenger: &M,
+        mut log: DayLog,
+        author: &Author,
+        work: Work,
+        claim: &Claim,
+        waited: bool,
+    ) -> Result<(), StoreError> {
+        if waited {
+            // It waited behind an earlier entry: it may have been edited (the edit could
+            // not claim it, and this read has its text) or deleted meanwhile.
+            claim.take_edited();
+            match self.store.log(log.id).await? {
+                Some(now) if now.status == LogStatus::Pending => log = now,
+                _ => return Ok(()),
+            }
+        }
+        let mut known = match work {
+            Work::Text(known) => known,
+            Work::Voice { file_id } => {
+                return self
+                    .transcribe_and_answer(messenger, log, &file_id, author, false, claim)
+                    .await;
+            }
+        };
+        loop {
+            let id = log.id;
+            self.analyse_and_answer(messenger, log, author, known, false, claim)
+                .await?;
+            // Edited while it was analysed: the old text's result was not stored, and
+            // the new text is answered now, as the edit itself would have been.
+            if !claim.take_edited() {
+                return Ok(());
+            }
+            match self.store.log(id).await? {
+                Some(now) if now.status == LogStatus::Pending => log = now,
+                _ => return Ok(()),
+            }
+            known = Known::default();
+        }
     }
 
     /// Transcribes a stored voice note, shows the transcript, then analyses it as text.
@@ -617,7 +783,7 @@ impl Journal {
         file_id: &str,
         author: &Author,
         late: bool,
-        claim: Claim,
+        claim: &Claim,
     ) -> Result<(), StoreError> {
         let language = author.language;
         let texts = Texts(language);
@@ -765,25 +931,6 @@ impl Journal {
         shown
     }
 
-    /// A new log is stored and claimed: analyse it and answer.
-    async fn stored<M: Messenger>(
-        &self,
-        messenger: &M,
-        log: DayLog,
-        author: &Author,
-        claim: Claim,
-    ) -> Result<(), EntryError> {
-        tracing::info!(
-            log_id = log.id.get(),
-            user_id = log.user_id.get(),
-            chars = log.text.chars().count(),
-            "day log stored"
-        );
-        Ok(self
-            .analyse_and_answer(messenger, log, author, Known::NEW_TEXT, false, claim)
-            .await?)
-    }
-
     /// Completes when a log parked for lack of budget is due (the worker's wake-up).
     pub async fn budget_returned(&self) {
         self.llm.budget_returned().await;
@@ -809,29 +956,30 @@ impl Journal {
     }
 
     /// An edited message: new text, analysed again. A message never stored is a new log.
-    pub async fn on_edit<M: Messenger>(
-        &self,
-        messenger: &M,
-        msg: Incoming,
-    ) -> Result<(), EntryError> {
+    pub async fn accept_edit(&self, msg: Incoming) -> Result<Option<Accepted>, EntryError> {
         let Some(log) = self
             .store
             .update_text(ChatId(msg.chat_id), MessageId(msg.message_id), &msg.text)
             .await
             .map_err(EntryError::NotSaved)?
         else {
-            return self.on_text(messenger, msg).await;
+            return self.accept_text(msg).await;
         };
         tracing::info!(log_id = log.id.get(), "day log edited");
         let Some(claim) = self.claim(ChatId(msg.chat_id), MessageId(msg.message_id)) else {
-            // An analysis of the old text is running: its result will not be stored
-            // (the text changed), and the worker analyses the new text after it.
-            return Ok(());
+            // Its entry waits for its turn (and reads the new text when it comes), or an
+            // analysis of the old text is running: that result will not be stored (the
+            // text changed), and the claim's holder analyses the new text after it.
+            self.mark_edited(ChatId(msg.chat_id), MessageId(msg.message_id));
+            return Ok(None);
         };
         let author = self.author_of(msg.user_id).await;
-        Ok(self
-            .analyse_and_answer(messenger, log, &author, Known::default(), false, claim)
-            .await?)
+        Ok(Some(self.accepted(
+            log,
+            author,
+            Work::Text(Known::default()),
+            claim,
+        )))
     }
 
     async fn analyse_and_answer<M: Messenger>(
@@ -841,7 +989,7 @@ impl Journal {
         author: &Author,
         known: Known,
         late: bool,
-        _claim: Claim,
+        _claim: &Claim,
     ) -> Result<(), StoreError> {
         let texts = Texts(author.language);
         if !late && self.over_hourly_limit(&log).await? {
@@ -1210,14 +1358,21 @@ impl Journal {
                 if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
                     // Stored, never transcribed: start from the recording.
                     return self
-                        .transcribe_and_answer(messenger, log, &voice.file_id, &author, true, claim)
+                        .transcribe_and_answer(
+                            messenger,
+                            log,
+                            &voice.file_id,
+                            &author,
+                            true,
+                            &claim,
+                        )
                         .await;
                 }
                 let known = Known {
                     spoken: Some(spoken),
                     new: false,
                 };
-                self.analyse_and_answer(messenger, log, &author, known, true, claim)
+                self.analyse_and_answer(messenger, log, &author, known, true, &claim)
                     .await
             }
             Unfinished::Reply if self.unrecorded().contains(&log.id) => {

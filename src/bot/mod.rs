@@ -2,8 +2,13 @@
 //! and a [`Messenger`] that sends [`Response`]s as Telegram messages.
 //!
 //! Updates of one chat are handled in order (teloxide's default distribution by chat),
-//! different chats concurrently. Cancelling the stop token (the process does that on
-//! SIGINT and SIGTERM, see `app`) stops polling, lets in-flight work finish within
+//! different chats concurrently. An entry's handler only stores it and hands its
+//! analysis to [`Answers`], which answers a chat's entries in the order they came: the
+//! chat's next update is stored at once rather than held in memory behind an analysis
+//! (commands are not held behind analyses either: their replies may come first). An
+//! update is confirmed to Telegram only once it is taken — an entry once stored — see
+//! `intake`. Cancelling the stop token (the process does that on SIGINT and SIGTERM,
+//! see `app`) stops polling, lets in-flight work finish within
 //! `telegram.shutdown_grace_ms`, and returns.
 //!
 //! Start-up calls (`getMe`, the command menu, the webhook check) are retried with backoff
@@ -28,20 +33,23 @@ use teloxide::types::{
     BotCommand, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, MessageId,
     ParseMode, ReplyParameters,
 };
-use teloxide::update_listeners::Polling;
 use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::commands::{self, Command};
 use crate::config::Settings;
 use crate::frontend::{FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target};
-use crate::journal::{EntryError, Incoming, IncomingVoice, Journal};
+use crate::journal::{Accepted, EntryError, Incoming, IncomingVoice, Journal};
 use crate::language::Language;
 use crate::llm::Audio;
 use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
 use crate::store::{FrontEnd, UserId};
 use crate::texts::Texts;
 use crate::worker;
+use intake::{Intake, Listener, Ticket};
+
+mod intake;
 
 /// What the bot needs of a Bot API client: `Bot`, or `Throttle<Bot>` when
 /// `telegram.throttle` is on. Downloads (voice notes) go through the same client and
@@ -369,6 +377,8 @@ fn sender_id(msg: &Message) -> Option<i64> {
 
 /// The handler tree: every update kind the bot answers, in one place.
 pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
+    // Every update holds its batch's confirmation until it is taken (see `intake`).
+    let ticketed = dptree::map(|update: Update, intake: Intake| intake.ticket(&update));
     let messages = Update::filter_message()
         .branch(
             dptree::filter(|msg: Message, journal: Arc<Journal>| !allowed(&msg, &journal))
@@ -399,10 +409,7 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
         .filter_map(|msg: Message| msg.text().map(str::to_owned))
         .endpoint(on_edit::<B>);
     let callbacks = Update::filter_callback_query().endpoint(on_callback::<B>);
-    dptree::entry()
-        .branch(messages)
-        .branch(edits)
-        .branch(callbacks)
+    ticketed.branch(messages).branch(edits).branch(callbacks)
 }
 
 /// `/something`: a command, even one this bot does not know — never a journal entry.
@@ -418,7 +425,9 @@ async fn on_unknown_command<B: TgBot>(
     msg: Message,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    ticket: Ticket,
 ) -> HandlerResult {
+    ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     answer_in_language(&msg, &journal, &messenger, Texts::unknown_command).await;
     Ok(())
 }
@@ -427,7 +436,12 @@ fn allowed(msg: &Message, journal: &Journal) -> bool {
     sender_id(msg).is_some_and(|id| journal.is_allowed(id))
 }
 
-async fn refuse<B: TgBot>(msg: Message, messenger: Arc<Telegram<B>>) -> HandlerResult {
+async fn refuse<B: TgBot>(
+    msg: Message,
+    messenger: Arc<Telegram<B>>,
+    ticket: Ticket,
+) -> HandlerResult {
+    ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let language = Language::from_code(msg.from.as_ref().and_then(|u| u.language_code.as_deref()));
     tracing::info!(
         chat_id = msg.chat.id.0,
@@ -438,13 +452,39 @@ async fn refuse<B: TgBot>(msg: Message, messenger: Arc<Telegram<B>>) -> HandlerR
     Ok(())
 }
 
+/// The analyses that entries' handlers hand off ([`Journal::answer_accepted`]), tracked
+/// so that a stop lets them finish within the grace period, as it does the handlers.
+#[derive(Clone, Default)]
+pub struct Answers(TaskTracker);
+
+impl Answers {
+    fn hand_off<B: TgBot>(
+        &self,
+        journal: Arc<Journal>,
+        messenger: Arc<Telegram<B>>,
+        accepted: Accepted,
+    ) {
+        self.0.spawn(async move {
+            journal.answer_accepted(messenger.as_ref(), accepted).await;
+        });
+    }
+
+    /// Waits until every analysis handed off has ended (none may be handed off after).
+    async fn finished(&self) {
+        self.0.close();
+        self.0.wait().await;
+    }
+}
+
 async fn on_text<B: TgBot>(
     msg: Message,
     text: String,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    answers: Answers,
+    ticket: Ticket,
 ) -> HandlerResult {
-    handle_entry(&msg, text, &journal, &messenger, false).await;
+    handle_entry(&msg, text, journal, messenger, &answers, &ticket, false).await;
     Ok(())
 }
 
@@ -453,10 +493,16 @@ async fn on_voice<B: TgBot>(
     voice: IncomingVoice,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    answers: Answers,
+    ticket: Ticket,
 ) -> HandlerResult {
     let language = Language::from_code(voice.language_code.as_deref());
-    if let Err(error) = journal.on_voice(messenger.as_ref(), voice).await {
-        report_entry_error(&messenger, &msg, language, &error).await;
+    let accepted = journal.accept_voice(messenger.as_ref(), voice).await;
+    ticket.taken(); // stored, or told it is not
+    match accepted {
+        Ok(Some(accepted)) => answers.hand_off(journal, messenger, accepted),
+        Ok(None) => {}
+        Err(error) => report_entry_error(&messenger, reply_target(&msg), language, &error).await,
     }
     Ok(())
 }
@@ -466,17 +512,22 @@ async fn on_edit<B: TgBot>(
     text: String,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    answers: Answers,
+    ticket: Ticket,
 ) -> HandlerResult {
-    handle_entry(&msg, text, &journal, &messenger, true).await;
+    handle_entry(&msg, text, journal, messenger, &answers, &ticket, true).await;
     Ok(())
 }
 
-/// A new or edited day log, with a sentence for the user when it goes wrong.
+/// A new or edited day log: stored here, answered by [`Answers`]; a sentence for the
+/// user when it cannot be stored.
 async fn handle_entry<B: TgBot>(
     msg: &Message,
     text: String,
-    journal: &Journal,
-    messenger: &Telegram<B>,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+    answers: &Answers,
+    ticket: &Ticket,
     edited: bool,
 ) {
     let Some(incoming) = incoming(msg, text) else {
@@ -484,28 +535,35 @@ async fn handle_entry<B: TgBot>(
     };
     let user_id = incoming.user_id;
     let client_language = Language::from_code(incoming.language_code.as_deref());
-    let result = if edited {
-        journal.on_edit(messenger, incoming).await
+    let accepted = if edited {
+        journal.accept_edit(incoming).await
     } else {
-        journal.on_text(messenger, incoming).await
+        journal.accept_text(incoming).await
     };
-    if let Err(error) = result {
-        // Like every other reply: the stored language (`/lang`); the client's only for a
-        // user the store does not know (yet).
-        let language = journal.language_or(user_id, client_language).await;
-        report_entry_error(messenger, msg, language, &error).await;
+    ticket.taken(); // stored, or told it is not
+    match accepted {
+        Ok(Some(accepted)) => answers.hand_off(journal, messenger, accepted),
+        Ok(None) => {}
+        Err(error) => {
+            // Like every other reply: the stored language (`/lang`); the client's only
+            // for a user the store does not know (yet).
+            let language = journal.language_or(user_id, client_language).await;
+            report_entry_error(&messenger, reply_target(msg), language, &error).await;
+        }
     }
 }
 
 async fn report_entry_error<B: TgBot>(
     messenger: &Telegram<B>,
-    msg: &Message,
+    target: Target,
     language: Language,
     error: &EntryError,
 ) {
-    tracing::error!(%error, chat_id = msg.chat.id.0, "day log handling failed");
+    tracing::error!(%error, chat_id = target.chat_id, "day log handling failed");
     let reply = Reply::new().text(error.sentence(language));
-    send_logged(messenger, msg, vec![Response::Text(reply)]).await;
+    if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
+        tracing::warn!(%error, chat_id = target.chat_id, "reply not delivered");
+    }
 }
 
 /// A shared location sets the user's time zone (SPEC §10), confirmed in a reply.
@@ -514,7 +572,9 @@ async fn on_location<B: TgBot>(
     location: teloxide::types::Location,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    ticket: Ticket,
 ) -> HandlerResult {
+    ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
     };
@@ -570,13 +630,15 @@ async fn on_document<B: TgBot>(
     document: teloxide::types::Document,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    ticket: Ticket,
 ) -> HandlerResult {
+    ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
     };
     let asked = messenger.take_import_ask(user_id, journal.now());
     if !is_import_caption(&msg) && !asked {
-        return on_other(msg, journal, messenger).await;
+        return on_other(msg, journal, messenger, ticket).await;
     }
     import_document(msg, document, journal, messenger).await
 }
@@ -634,7 +696,9 @@ async fn on_other<B: TgBot>(
     msg: Message,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    ticket: Ticket,
 ) -> HandlerResult {
+    ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     answer_in_language(&msg, &journal, &messenger, Texts::only_text).await;
     Ok(())
 }
@@ -659,7 +723,9 @@ async fn on_command<B: TgBot>(
     command: Command,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    ticket: Ticket,
 ) -> HandlerResult {
+    ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
     };
@@ -709,7 +775,9 @@ async fn on_callback<B: TgBot>(
     query: CallbackQuery,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    ticket: Ticket,
 ) -> HandlerResult {
+    ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let user_id = i64::try_from(query.from.id.0).unwrap_or_default();
     let language = journal.language_of(user_id).await;
     let _ = bot.answer_callback_query(query.id.clone()).await;
@@ -744,12 +812,16 @@ async fn on_callback<B: TgBot>(
     Ok(())
 }
 
-async fn send_logged<B: TgBot>(messenger: &Telegram<B>, msg: &Message, responses: Vec<Response>) {
-    let target = Target {
+/// Where an answer to `msg` goes: a reply to it.
+fn reply_target(msg: &Message) -> Target {
+    Target {
         chat_id: msg.chat.id.0,
         reply_to: Some(i64::from(msg.id.0)),
-    };
-    if let Err(error) = messenger.send(target, responses).await {
+    }
+}
+
+async fn send_logged<B: TgBot>(messenger: &Telegram<B>, msg: &Message, responses: Vec<Response>) {
+    if let Err(error) = messenger.send(reply_target(msg), responses).await {
         tracing::warn!(%error, chat_id = msg.chat.id.0, "reply not delivered");
     }
 }
@@ -922,8 +994,15 @@ pub async fn serve<B: TgBot>(
         Arc::clone(&messenger),
         stop.clone(),
     ));
+    let answers = Answers::default();
+    let intake = Intake::default();
     let mut dispatcher = Dispatcher::builder(bot.clone(), schema::<B>())
-        .dependencies(dptree::deps![Arc::clone(&journal), Arc::clone(&messenger)])
+        .dependencies(dptree::deps![
+            Arc::clone(&journal),
+            Arc::clone(&messenger),
+            answers.clone(),
+            intake.clone()
+        ])
         .default_handler(|_| async {})
         .build();
     let shutdown = dispatcher.shutdown_token();
@@ -943,7 +1022,7 @@ pub async fn serve<B: TgBot>(
             }
         }
     });
-    let listener = Polling::builder(bot.clone()).timeout(POLL_TIMEOUT).build();
+    let listener = Listener::new(bot.clone(), intake, POLL_TIMEOUT);
     let listener_errors =
         LoggingErrorHandler::with_custom_text("polling Telegram failed; retrying");
     tracing::info!("daylog is running");
@@ -968,6 +1047,15 @@ pub async fn serve<B: TgBot>(
             }
         },
     };
+    if tokio::time::timeout_at(stopped_at + grace, answers.finished())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_ms = grace.as_millis() as u64,
+            "analyses did not finish in time; their logs resume at the next start"
+        );
+    }
     stop.cancel();
     if tokio::time::timeout_at(stopped_at + grace, worker)
         .await

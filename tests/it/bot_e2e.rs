@@ -779,6 +779,147 @@ async fn an_edit_during_a_background_analysis_is_analysed_and_the_old_text_never
     app.stop().await;
 }
 
+/// How long a slow provider takes in the tests of a chat's order: ample time for the
+/// store to take the entries behind the first one, even on a loaded machine.
+const SLOW_ANSWER: Duration = Duration::from_secs(3);
+
+/// Slow answers are still answers (not timeouts), and the worker stays out of the way.
+fn slow_answers_allowed(env: &mut std::collections::HashMap<String, String>) {
+    env.insert("DAYLOG__RETRY__REQUEST_TIMEOUT_MS".into(), "10000".into());
+    env.insert("DAYLOG__RETRY__DEADLINE_MS".into(), "30000".into());
+    env.insert("DAYLOG__WORKER__POLL_INTERVAL_MS".into(), "60000".into());
+}
+
+/// What the mistral fake was asked, each request's body as text.
+async fn analysis_bodies(app: &App) -> Vec<String> {
+    let requests = app
+        .providers
+        .mistral
+        .received_requests()
+        .await
+        .unwrap_or_default();
+    requests
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_chats_next_entry_is_stored_while_its_first_is_analysed_and_the_answers_keep_their_order()
+{
+    // Arrange: every answer takes 3 s, so the first entry's analysis is still out…
+    let app = App::spawn_with(slow_answers_allowed).await;
+    app.providers.slow(SLOW_ANSWER).await;
+
+    // Act: two entries of one chat, one right after the other.
+    app.telegram.push_update(text_update(41, 1, "first entry"));
+    app.telegram.push_update(text_update(41, 2, "second entry"));
+
+    // Assert: …when the second is already stored. Held in memory behind the first
+    // analysis, it would be lost to a crash (Telegram has been told it arrived).
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 41")
+            .await
+            == 2
+    })
+    .await;
+    assert!(
+        app.telegram.sent_to(41).is_empty(),
+        "both stored before the first answer"
+    );
+    let sent = app.telegram.wait_sent(41, 2).await;
+    let replies_to: Vec<_> = sent.iter().map(|c| c.reply_to()).collect();
+    assert_eq!(replies_to, vec![Some(1), Some(2)], "answered in order");
+    assert!(visible(sent[1].text()).contains(ANALYSIS_TEXT));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_entry_edited_while_it_is_analysed_is_answered_at_once_with_the_new_text() {
+    let app = App::spawn_with(slow_answers_allowed).await;
+    app.providers.slow(SLOW_ANSWER).await;
+    app.telegram.push_update(text_update(43, 1, "Slept badly."));
+    wait_until(|| async { app.providers.analysis_requests().await > 0 }).await;
+
+    app.telegram
+        .push_update(edited_update(43, 1, "Slept badly, but the run helped."));
+
+    // One answer, to the new text, live: not the worker's "as promised" a poll later
+    // (its poll is a minute here).
+    let sent = app.telegram.wait_sent(43, 1).await;
+    let text = visible(sent[0].text());
+    assert!(text.contains(ANALYSIS_TEXT), "{text}");
+    assert!(!text.contains("as promised"), "answered live: {text}");
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE text = 'Slept badly, but the run helped.' AND status = 'analyzed' AND replied_at IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+    assert!(
+        analysis_bodies(&app)
+            .await
+            .iter()
+            .any(|b| b.contains("the run helped")),
+        "the new text is analysed"
+    );
+    assert_eq!(
+        app.telegram.sent_to(43).len(),
+        1,
+        "the old text is never answered"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_entry_edited_while_it_waits_for_its_turn_is_analysed_as_edited() {
+    let app = App::spawn_with(slow_answers_allowed).await;
+    app.providers.slow(SLOW_ANSWER).await;
+    app.telegram.push_update(text_update(42, 1, "first entry"));
+    app.telegram
+        .push_update(text_update(42, 2, "second, with a tpyo"));
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 42")
+            .await
+            == 2
+    })
+    .await;
+
+    // While the first is analysed, the second is edited.
+    app.telegram
+        .push_update(edited_update(42, 2, "second, without a typo"));
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE text = 'second, without a typo'")
+            .await
+            == 1
+    })
+    .await;
+    assert!(
+        app.telegram.sent_to(42).is_empty(),
+        "edited before the first answer"
+    );
+
+    let sent = app.telegram.wait_sent(42, 2).await;
+    assert_eq!(sent[1].reply_to(), Some(2));
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE text = 'second, without a typo' AND status = 'analyzed' AND replied_at IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+    let bodies = analysis_bodies(&app).await;
+    assert!(
+        bodies.iter().any(|b| b.contains("without a typo")),
+        "the new text is analysed"
+    );
+    assert!(
+        !bodies.iter().any(|b| b.contains("tpyo")),
+        "the old text, never: it was read again when its turn came"
+    );
+    assert_eq!(app.telegram.sent_to(42).len(), 2, "one answer each");
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn unknown_and_edited_commands_are_never_journal_entries() {
     let app = App::spawn().await;

@@ -1,5 +1,6 @@
 //! The real `daylog` binary as a process: signals (also against a Bot API that hangs or
-//! has passing trouble at start-up), a crash in the middle of an analysis, and
+//! has passing trouble at start-up), a crash in the middle of an analysis (also with
+//! the chat's next entry behind it), and
 //! terminals (`daylog chat`) sharing a database.
 
 #![expect(
@@ -125,6 +126,76 @@ async fn a_crash_in_the_middle_of_an_analysis_is_answered_once_after_restart() {
             .expect("row");
     assert_eq!(status, "analyzed");
     assert!(replied.is_some());
+}
+
+/// A chat's second entry, sent while its first is analysed, is confirmed to Telegram at
+/// once (teloxide fetches the next batch): a crash then must not lose it, so it has to
+/// be stored by then, not held in memory behind the first analysis.
+#[tokio::test]
+async fn a_crash_while_a_chats_first_entry_is_analysed_loses_not_the_entry_after_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let telegram = FakeTelegram::start().await;
+
+    // First life: slow providers; both entries arrive while the first is analysed.
+    let slow = Providers::start().await;
+    slow.slow(Duration::from_secs(30)).await;
+    let mut env = test_env(&db, &telegram, &slow);
+    env.insert("DAYLOG__RETRY__REQUEST_TIMEOUT_MS".into(), "60000".into());
+    env.insert("DAYLOG__RETRY__DEADLINE_MS".into(), "60000".into());
+    let mut first = spawn_bot(&env);
+    wait_polling(&telegram).await;
+    telegram.push_update(text_update(32, 1, "First entry of the evening."));
+    let second_entry = telegram.push_update(text_update(32, 2, "And one more thing."));
+    telegram.wait_confirmed(second_entry).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while slow.analysis_requests().await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "analysis never started"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Storing is a few milliseconds; an entry not stored within seconds is held back.
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE chat_id = 32")
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+        if stored == 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second entry is not stored while the first is analysed"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    pool.close().await;
+    first.kill().expect("kill -9");
+    let _ = first.wait();
+    assert!(
+        telegram.sent_to(32).is_empty(),
+        "nothing answered before the crash"
+    );
+
+    // Second life: Telegram delivers neither again; the worker answers both.
+    let healthy = Providers::start().await;
+    healthy.healthy().await;
+    let mut second = spawn_bot(&test_env(&db, &telegram, &healthy));
+    let sent = telegram.wait_sent(32, 2).await;
+    let mut answered: Vec<_> = sent.iter().map(|c| c.reply_to()).collect();
+    answered.sort();
+    assert_eq!(answered, vec![Some(1), Some(2)], "both entries answered");
+    assert!(sent.iter().all(|c| c.text().contains(ANALYSIS_TEXT)));
+
+    signal(&second, "TERM");
+    assert_eq!(
+        wait_exit(&mut second, Duration::from_secs(15)).await.code(),
+        Some(0)
+    );
 }
 
 #[tokio::test]

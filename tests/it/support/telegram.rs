@@ -67,6 +67,9 @@ struct Inner {
     downloads: Vec<String>,
     /// Downloads that answer 500 before one succeeds.
     download_failures: usize,
+    /// The highest `offset` a `getUpdates` has sent: every update below it is confirmed,
+    /// and Telegram never delivers it again.
+    confirmed_below: i64,
 }
 
 #[derive(Clone)]
@@ -115,6 +118,19 @@ impl FakeTelegram {
         drop(inner);
         self.changed.notify_waiters();
         id
+    }
+
+    /// Waits until the bot has confirmed update `id` (asked for the updates after it).
+    pub async fn wait_confirmed(&self, id: i64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let notified = self.changed.notified();
+            if self.inner.lock().expect("lock").confirmed_below > id {
+                return;
+            }
+            assert!(Instant::now() < deadline, "update {id} never confirmed");
+            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+        }
     }
 
     /// The next call of `method` (to `chat`, if given) answers `status` with `body`.
@@ -460,7 +476,16 @@ async fn download(
 }
 
 async fn get_updates(fake: &FakeTelegram, body: &Value) -> Response {
-    let offset = body["offset"].as_i64().unwrap_or(0);
+    // As Telegram does: an offset confirms every update below it, for good — a bot that
+    // starts again with no offset is not given them again.
+    let offset = {
+        let mut inner = fake.inner.lock().expect("lock");
+        inner.confirmed_below = inner
+            .confirmed_below
+            .max(body["offset"].as_i64().unwrap_or(0));
+        inner.confirmed_below
+    };
+    fake.changed.notify_waiters();
     // Long polling, but short: the fake answers within half a second so that shutdown
     // in tests is quick.
     let deadline = Instant::now() + Duration::from_millis(500);

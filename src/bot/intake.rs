@@ -1,0 +1,326 @@
+//! Long polling that confirms an update to Telegram only once the bot has taken it.
+//!
+//! Telegram forgets an update for good as soon as `getUpdates` is called with an offset
+//! above it. teloxide's own polling asks for the next batch as soon as the last one is
+//! handed to the dispatcher — before its handlers have stored its entries — so a crash
+//! in those milliseconds lost them (the kill -9 fault tests found it). This listener
+//! sends the request that confirms a batch only when every update of it is *taken*: its
+//! [`Ticket`] dropped (its handler ended) or [`Ticket::taken`] called (an entry once it
+//! is stored; a slow command at its start). A chat's update can also wait behind that
+//! chat's own slow handler (a `/week` being written): after [`CONFIRM_WAIT`] the batch is
+//! confirmed anyway, with a warning, so that one chat never holds back every other.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
+use teloxide::RequestError;
+use teloxide::payloads::GetUpdatesSetters as _;
+use teloxide::requests::Request as _;
+use teloxide::stop::{StopFlag, StopToken, mk_stop_token};
+use teloxide::types::{AllowedUpdate, Update};
+use teloxide::update_listeners::{AsUpdateStream, UpdateListener};
+use tokio::sync::Notify;
+
+use super::TgBot;
+
+/// How long a batch's confirmation waits for its updates to be taken.
+pub const CONFIRM_WAIT: Duration = Duration::from_secs(2);
+
+/// The longest pause after failed polls (1 s, doubling).
+const MAX_BACKOFF: Duration = Duration::from_secs(32);
+
+/// The updates handed to the dispatcher and not yet taken.
+#[derive(Clone, Default)]
+pub struct Intake(Arc<Shared>);
+
+#[derive(Default)]
+struct Shared {
+    open: Mutex<HashSet<u32>>,
+    changed: Notify,
+}
+
+impl Intake {
+    fn open(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+        self.0.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn handed(&self, update: &Update) {
+        self.open().insert(update.id.0);
+    }
+
+    /// The ticket of an update the dispatcher is handling.
+    pub fn ticket(&self, update: &Update) -> Ticket {
+        Ticket(Arc::new(Held {
+            id: update.id.0,
+            intake: self.clone(),
+        }))
+    }
+
+    fn take(&self, id: u32) {
+        if self.open().remove(&id) {
+            self.0.changed.notify_waiters();
+        }
+    }
+
+    /// Waits until every update handed out has been taken; `false` if `within` passed.
+    async fn settled(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let changed = self.0.changed.notified();
+            if self.open().is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.open().is_empty();
+            }
+        }
+    }
+
+    /// Updates handed out and not taken.
+    fn pending(&self) -> usize {
+        self.open().len()
+    }
+}
+
+/// An update's hold on its batch's confirmation, released when the last clone drops
+/// (the dispatcher drops its handler's dependencies when the handler ends) or by
+/// [`Ticket::taken`].
+#[derive(Clone)]
+pub struct Ticket(Arc<Held>);
+
+struct Held {
+    id: u32,
+    intake: Intake,
+}
+
+impl Ticket {
+    /// The update is safe with the bot (stored, or nothing to store): Telegram may
+    /// forget it.
+    pub fn taken(&self) {
+        self.0.intake.take(self.0.id);
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.intake.take(self.id);
+    }
+}
+
+/// The long-polling listener; `poll_timeout` is `getUpdates`' own (whole seconds).
+pub struct Listener<B> {
+    bot: B,
+    intake: Intake,
+    poll_timeout: Duration,
+    allowed: Option<Vec<AllowedUpdate>>,
+    token: StopToken,
+    flag: StopFlag,
+}
+
+impl<B: TgBot> Listener<B> {
+    pub fn new(bot: B, intake: Intake, poll_timeout: Duration) -> Self {
+        let (token, flag) = mk_stop_token();
+        Self {
+            bot,
+            intake,
+            poll_timeout,
+            allowed: None,
+            token,
+            flag,
+        }
+    }
+}
+
+impl<B: TgBot> UpdateListener for Listener<B> {
+    type Err = RequestError;
+
+    fn stop_token(&mut self) -> StopToken {
+        self.token.clone()
+    }
+
+    fn hint_allowed_updates(&mut self, hint: &mut dyn Iterator<Item = AllowedUpdate>) {
+        self.allowed = Some(hint.collect());
+    }
+}
+
+impl<'a, B: TgBot> AsUpdateStream<'a> for Listener<B> {
+    type StreamErr = RequestError;
+    type Stream = BoxStream<'a, Result<Update, RequestError>>;
+
+    fn as_stream(&'a mut self) -> Self::Stream {
+        let polling = Polling {
+            bot: self.bot.clone(),
+            intake: self.intake.clone(),
+            poll_timeout: u32::try_from(self.poll_timeout.as_secs()).unwrap_or(u32::MAX),
+            allowed: self.allowed.clone(),
+            flag: self.flag.clone(),
+            offset: None,
+            failures: 0,
+            ended: false,
+        };
+        futures::stream::unfold(polling, Polling::next_batch)
+            .flat_map(futures::stream::iter)
+            .boxed()
+    }
+}
+
+struct Polling<B> {
+    bot: B,
+    intake: Intake,
+    poll_timeout: u32,
+    allowed: Option<Vec<AllowedUpdate>>,
+    flag: StopFlag,
+    /// The offset that confirms the last batch; `None` before the first.
+    offset: Option<i32>,
+    failures: u32,
+    ended: bool,
+}
+
+type Batch = Vec<Result<Update, RequestError>>;
+
+impl<B: TgBot> Polling<B> {
+    async fn next_batch(mut self) -> Option<(Batch, Self)> {
+        if self.ended {
+            return None;
+        }
+        // The request below confirms the last batch: its updates must be taken first.
+        let stopping = tokio::select! {
+            biased;
+            () = self.flag.clone() => true,
+            settled = self.intake.settled(CONFIRM_WAIT) => {
+                if !settled {
+                    tracing::warn!(
+                        untaken = self.intake.pending(),
+                        "updates not taken in time are confirmed to Telegram anyway"
+                    );
+                }
+                false
+            }
+        };
+        if stopping {
+            self.confirm_and_end().await;
+            return None;
+        }
+        let mut request = self.bot.get_updates().timeout(self.poll_timeout);
+        if let Some(offset) = self.offset {
+            request = request.offset(offset);
+        }
+        if let Some(allowed) = self.allowed.clone() {
+            request = request.allowed_updates(allowed);
+        }
+        let answer = tokio::select! {
+            biased;
+            () = self.flag.clone() => {
+                self.confirm_and_end().await;
+                return None;
+            }
+            answer = request.send() => answer,
+        };
+        match answer {
+            Ok(updates) => {
+                self.failures = 0;
+                if let Some(last) = updates.last() {
+                    self.offset = Some(last.id.as_offset());
+                }
+                for update in &updates {
+                    self.intake.handed(update);
+                }
+                Some((updates.into_iter().map(Ok).collect(), self))
+            }
+            Err(error) => {
+                let pause = match &error {
+                    RequestError::RetryAfter(seconds) => seconds.duration(),
+                    _ => Duration::from_secs(1 << self.failures.min(5)).min(MAX_BACKOFF),
+                };
+                self.failures = self.failures.saturating_add(1);
+                tokio::select! {
+                    () = self.flag.clone() => self.ended = true,
+                    () = tokio::time::sleep(pause) => {}
+                }
+                Some((vec![Err(error)], self))
+            }
+        }
+    }
+
+    /// At a stop: once what was handed out is taken (or the wait is over), tells
+    /// Telegram so, so that the next start is not given it again.
+    async fn confirm_and_end(&mut self) {
+        self.ended = true;
+        let Some(offset) = self.offset else {
+            return;
+        };
+        if !self.intake.settled(CONFIRM_WAIT).await {
+            tracing::warn!(
+                untaken = self.intake.pending(),
+                "stopping with updates not taken; they are confirmed to Telegram anyway"
+            );
+        }
+        let confirm = self
+            .bot
+            .get_updates()
+            .offset(offset)
+            .limit(1)
+            .timeout(0)
+            .send();
+        match tokio::time::timeout(CONFIRM_WAIT, confirm).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "the last updates could not be confirmed at the stop");
+            }
+            Err(_) => tracing::debug!("confirming the last updates at the stop timed out"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn update(id: u32) -> Update {
+        let json = serde_json::json!({"update_id": id, "message": {
+            "message_id": 1, "date": 0, "chat": {"id": 1, "type": "private", "first_name": "a"},
+            "from": {"id": 1, "is_bot": false, "first_name": "a"}, "text": "hi"}});
+        serde_json::from_value(json).expect("an update")
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_settled_when_every_ticket_is_taken_or_dropped() {
+        let intake = Intake::default();
+        let (first, second) = (update(1), update(2));
+        intake.handed(&first);
+        intake.handed(&second);
+        let stored = intake.ticket(&first);
+        let handled = intake.ticket(&second);
+        let clone = handled.clone();
+        assert!(!intake.settled(Duration::from_millis(10)).await);
+
+        stored.taken();
+        drop(handled);
+        assert!(
+            !intake.settled(Duration::from_millis(10)).await,
+            "a clone still holds it"
+        );
+        drop(clone);
+        assert!(intake.settled(Duration::from_millis(10)).await);
+        drop(stored);
+        assert_eq!(intake.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_wait_ends_as_soon_as_the_last_is_taken() {
+        let intake = Intake::default();
+        let first = update(7);
+        intake.handed(&first);
+        let ticket = intake.ticket(&first);
+        let waiting = tokio::spawn({
+            let intake = intake.clone();
+            async move { intake.settled(Duration::from_secs(30)).await }
+        });
+        tokio::task::yield_now().await;
+        ticket.taken();
+        assert!(waiting.await.expect("the wait"));
+    }
+}
