@@ -222,6 +222,25 @@ pub struct Accepted {
     turn: Turn,
 }
 
+/// A log the worker is to finish ([`Journal::finish`]): claimed, with its turn in its
+/// chat.
+pub struct Pickup {
+    id: LogId,
+    claim: Claim,
+    turn: Turn,
+}
+
+impl Pickup {
+    pub fn id(&self) -> LogId {
+        self.id
+    }
+
+    /// Waits until the chat's earlier entries are done.
+    pub async fn wait_turn(&mut self) {
+        self.turn.begin().await;
+    }
+}
+
 /// What an accepted entry still needs before its analysis.
 enum Work {
     Text(Known),
@@ -939,18 +958,25 @@ impl Journal {
     /// What the worker of `front_end` should finish now, each log claimed for it (logs
     /// a handler is on are left out). Listing and claiming happen under the claim gate,
     /// so a terminal entry is never seen between its insert and its claim.
+    /// Each is given its turn in its chat in the order of the logs (oldest first), so a
+    /// chat's entries left over by a crash are answered in the order they came.
     pub async fn claim_unfinished(
         &self,
         front_end: FrontEnd,
         limit: i64,
-    ) -> Result<Vec<(DayLog, Claim)>, StoreError> {
+    ) -> Result<Vec<Pickup>, StoreError> {
         let _listing = self.claim_gate.write().await;
         let batch = self.store.unfinished(front_end, limit).await?;
         Ok(batch
             .into_iter()
             .filter_map(|(_, log)| {
                 let claim = self.claim(log.chat_id, log.message_id)?;
-                Some((log, claim))
+                let turn = self.lanes.take(log.chat_id);
+                Some(Pickup {
+                    id: log.id,
+                    claim,
+                    turn,
+                })
             })
             .collect())
     }
@@ -1318,9 +1344,14 @@ impl Journal {
     pub async fn finish<M: Messenger>(
         &self,
         messenger: &M,
-        id: LogId,
-        claim: Claim,
+        pickup: Pickup,
     ) -> Result<(), StoreError> {
+        let Pickup {
+            id,
+            claim,
+            mut turn,
+        } = pickup;
+        turn.begin().await; // normally begun already (Pickup::wait_turn)
         // Read again under the claim: a handler may have finished it since the worker
         // listed it, and answering twice is what the claim is there to prevent.
         let Some((kind, log)) = self.store.unfinished_one(id).await? else {

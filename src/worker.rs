@@ -37,23 +37,30 @@ pub async fn run<M: Messenger>(
                     tracing::debug!(count = batch.len(), "worker found unfinished logs");
                 }
                 // Claims not used now are dropped with the batch: what is not started
-                // now is finished at the next look or the next start.
-                for (log, claim) in batch {
+                // now is finished at the next look or the next start. A log waits for
+                // its chat's earlier ones before it takes a permit, so one chat's
+                // backlog does not hold the permits of every other chat.
+                for mut pickup in batch {
                     if shutdown.is_cancelled() {
                         break;
                     }
-                    let permit = tokio::select! {
-                        permit = Arc::clone(&permits).acquire_owned() => permit,
-                        () = shutdown.cancelled() => break,
-                    };
-                    let Ok(permit) = permit else {
-                        break;
-                    };
                     let journal = Arc::clone(&journal);
                     let messenger = Arc::clone(&messenger);
+                    let permits = Arc::clone(&permits);
+                    let shutdown = shutdown.clone();
                     tasks.spawn(async move {
-                        let id = log.id;
-                        if let Err(error) = journal.finish(messenger.as_ref(), id, claim).await {
+                        let id = pickup.id();
+                        let permit = tokio::select! {
+                            permit = async {
+                                pickup.wait_turn().await;
+                                permits.acquire_owned().await
+                            } => permit,
+                            () = shutdown.cancelled() => return,
+                        };
+                        let Ok(permit) = permit else {
+                            return;
+                        };
+                        if let Err(error) = journal.finish(messenger.as_ref(), pickup).await {
                             tracing::error!(log_id = id.get(), %error, "worker could not finish a log");
                         }
                         drop(permit);

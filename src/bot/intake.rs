@@ -20,7 +20,7 @@ use teloxide::RequestError;
 use teloxide::payloads::GetUpdatesSetters as _;
 use teloxide::requests::Request as _;
 use teloxide::stop::{StopFlag, StopToken, mk_stop_token};
-use teloxide::types::{AllowedUpdate, Update};
+use teloxide::types::{AllowedUpdate, Update, UpdateKind};
 use teloxide::update_listeners::{AsUpdateStream, UpdateListener};
 use tokio::sync::Notify;
 
@@ -48,7 +48,10 @@ impl Intake {
     }
 
     fn handed(&self, update: &Update) {
-        self.open().insert(update.id.0);
+        // teloxide drops what it cannot parse before any handler, so no ticket comes.
+        if !matches!(update.kind, UpdateKind::Error(_)) {
+            self.open().insert(update.id.0);
+        }
     }
 
     /// The ticket of an update the dispatcher is handling.
@@ -63,6 +66,17 @@ impl Intake {
         if self.open().remove(&id) {
             self.0.changed.notify_waiters();
         }
+    }
+
+    /// Forgets what was not taken: it is being confirmed anyway, and must not hold back
+    /// the batches after it too.
+    fn give_up(&self) {
+        self.open().clear();
+    }
+
+    /// The lowest update handed out and not taken.
+    fn lowest_open(&self) -> Option<u32> {
+        self.open().iter().min().copied()
     }
 
     /// Waits until every update handed out has been taken; `false` if `within` passed.
@@ -196,6 +210,7 @@ impl<B: TgBot> Polling<B> {
                         untaken = self.intake.pending(),
                         "updates not taken in time are confirmed to Telegram anyway"
                     );
+                    self.intake.give_up();
                 }
                 false
             }
@@ -237,7 +252,7 @@ impl<B: TgBot> Polling<B> {
                 };
                 self.failures = self.failures.saturating_add(1);
                 tokio::select! {
-                    () = self.flag.clone() => self.ended = true,
+                    () = self.flag.clone() => self.confirm_and_end().await,
                     () = tokio::time::sleep(pause) => {}
                 }
                 Some((vec![Err(error)], self))
@@ -246,17 +261,22 @@ impl<B: TgBot> Polling<B> {
     }
 
     /// At a stop: once what was handed out is taken (or the wait is over), tells
-    /// Telegram so, so that the next start is not given it again.
+    /// Telegram so, so that the next start is not given it again — except what is still
+    /// not taken, from the lowest such update on: the next start gets it again (a
+    /// stored entry again is a no-op; a command may run twice).
     async fn confirm_and_end(&mut self) {
         self.ended = true;
-        let Some(offset) = self.offset else {
+        let Some(mut offset) = self.offset else {
             return;
         };
-        if !self.intake.settled(CONFIRM_WAIT).await {
+        if !self.intake.settled(CONFIRM_WAIT).await
+            && let Some(lowest) = self.intake.lowest_open()
+        {
             tracing::warn!(
                 untaken = self.intake.pending(),
-                "stopping with updates not taken; they are confirmed to Telegram anyway"
+                "stopping with updates not taken; the next start is given them again"
             );
+            offset = i32::try_from(lowest).unwrap_or(offset);
         }
         let confirm = self
             .bot
@@ -281,9 +301,15 @@ mod tests {
 
     fn update(id: u32) -> Update {
         let json = serde_json::json!({"update_id": id, "message": {
-            "message_id": 1, "date": 0, "chat": {"id": 1, "type": "private", "first_name": "a"},
+            "message_id": 1, "date": 1_764_460_800_i64, "chat": {"id": 1, "type": "private", "first_name": "a"},
             "from": {"id": 1, "is_bot": false, "first_name": "a"}, "text": "hi"}});
-        serde_json::from_value(json).expect("an update")
+        let update: Update = serde_json::from_str(&json.to_string()).expect("an update");
+        assert!(
+            !matches!(update.kind, UpdateKind::Error(_)),
+            "{:?}",
+            update.kind
+        );
+        update
     }
 
     #[tokio::test]
@@ -307,6 +333,23 @@ mod tests {
         assert!(intake.settled(Duration::from_millis(10)).await);
         drop(stored);
         assert_eq!(intake.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn what_a_timed_out_wait_confirms_holds_back_no_later_batch() {
+        let intake = Intake::default();
+        let (stuck, later) = (update(3), update(5));
+        intake.handed(&stuck);
+        intake.handed(&later);
+        let _stuck = intake.ticket(&stuck); // behind its chat's slow handler
+        assert_eq!(
+            intake.lowest_open(),
+            Some(3),
+            "a stop confirms below it only"
+        );
+        assert!(!intake.settled(Duration::from_millis(10)).await);
+        intake.give_up();
+        assert!(intake.settled(Duration::from_millis(10)).await);
     }
 
     #[tokio::test]

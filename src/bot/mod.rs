@@ -22,9 +22,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use backon::{ExponentialBuilder, Retryable as _};
+use dptree::HandlerDescription as _;
 use futures::StreamExt as _;
 use teloxide::adaptors::throttle::Limits;
-use teloxide::dispatching::{UpdateHandler, dialogue::GetChatId};
+use teloxide::dispatching::{DpHandlerDescription, UpdateHandler, dialogue::GetChatId};
 use teloxide::error_handlers::LoggingErrorHandler;
 use teloxide::net::Download;
 use teloxide::prelude::*;
@@ -377,8 +378,13 @@ fn sender_id(msg: &Message) -> Option<i64> {
 
 /// The handler tree: every update kind the bot answers, in one place.
 pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
-    // Every update holds its batch's confirmation until it is taken (see `intake`).
-    let ticketed = dptree::map(|update: Update, intake: Intake| intake.ticket(&update));
+    // Every update holds its batch's confirmation until it is taken (see `intake`). An
+    // entry-like description, so the updates asked of Telegram are still only those the
+    // branches below handle (a plain `map` counts as wanting every kind).
+    let ticketed = dptree::map_with_description(
+        DpHandlerDescription::entry(),
+        |update: Update, intake: Intake| intake.ticket(&update),
+    );
     let messages = Update::filter_message()
         .branch(
             dptree::filter(|msg: Message, journal: Arc<Journal>| !allowed(&msg, &journal))

@@ -921,6 +921,19 @@ async fn an_entry_edited_while_it_waits_for_its_turn_is_analysed_as_edited() {
 }
 
 #[tokio::test]
+async fn the_bot_asks_telegram_only_for_the_updates_it_handles() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(44, 1, "A quiet day."));
+    app.telegram.wait_sent(44, 1).await;
+    assert_eq!(
+        app.telegram.allowed_updates(),
+        vec!["callback_query", "edited_message", "message"]
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn unknown_and_edited_commands_are_never_journal_entries() {
     let app = App::spawn().await;
     app.providers.healthy().await;

@@ -70,6 +70,8 @@ struct Inner {
     /// The highest `offset` a `getUpdates` has sent: every update below it is confirmed,
     /// and Telegram never delivers it again.
     confirmed_below: i64,
+    /// The `allowed_updates` of the last `getUpdates` that sent any.
+    allowed_updates: Value,
 }
 
 #[derive(Clone)]
@@ -118,6 +120,23 @@ impl FakeTelegram {
         drop(inner);
         self.changed.notify_waiters();
         id
+    }
+
+    /// The kinds of update the bot asked for, sorted (empty: it never said).
+    pub fn allowed_updates(&self) -> Vec<String> {
+        let inner = self.inner.lock().expect("lock");
+        let mut kinds: Vec<String> = inner
+            .allowed_updates
+            .as_array()
+            .map(|kinds| {
+                kinds
+                    .iter()
+                    .filter_map(|k| k.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        kinds.sort();
+        kinds
     }
 
     /// Waits until the bot has confirmed update `id` (asked for the updates after it).
@@ -480,6 +499,9 @@ async fn get_updates(fake: &FakeTelegram, body: &Value) -> Response {
     // starts again with no offset is not given them again.
     let offset = {
         let mut inner = fake.inner.lock().expect("lock");
+        if !body["allowed_updates"].is_null() {
+            inner.allowed_updates = body["allowed_updates"].clone();
+        }
         inner.confirmed_below = inner
             .confirmed_below
             .max(body["offset"].as_i64().unwrap_or(0));
