@@ -790,6 +790,19 @@ fn slow_answers_allowed(env: &mut std::collections::HashMap<String, String>) {
     env.insert("DAYLOG__WORKER__POLL_INTERVAL_MS".into(), "60000".into());
 }
 
+/// A bot with slow providers, and two entries of `chat` (messages 1 and 2) pushed one
+/// right after the other; returns once both are stored.
+async fn two_entries_behind_a_slow_analysis(chat: i64, second: &str) -> App {
+    let app = App::spawn_with(slow_answers_allowed).await;
+    app.providers.slow(SLOW_ANSWER).await;
+    app.telegram
+        .push_update(text_update(chat, 1, "first entry"));
+    app.telegram.push_update(text_update(chat, 2, second));
+    let stored = format!("SELECT count(*) FROM day_logs WHERE chat_id = {chat}");
+    wait_until(|| async { app.count(&stored).await == 2 }).await;
+    app
+}
+
 /// What the mistral fake was asked, each request's body as text.
 async fn analysis_bodies(app: &App) -> Vec<String> {
     let requests = app
@@ -807,22 +820,10 @@ async fn analysis_bodies(app: &App) -> Vec<String> {
 #[tokio::test]
 async fn a_chats_next_entry_is_stored_while_its_first_is_analysed_and_the_answers_keep_their_order()
 {
-    // Arrange: every answer takes 3 s, so the first entry's analysis is still out…
-    let app = App::spawn_with(slow_answers_allowed).await;
-    app.providers.slow(SLOW_ANSWER).await;
-
-    // Act: two entries of one chat, one right after the other.
-    app.telegram.push_update(text_update(41, 1, "first entry"));
-    app.telegram.push_update(text_update(41, 2, "second entry"));
-
-    // Assert: …when the second is already stored. Held in memory behind the first
-    // analysis, it would be lost to a crash (Telegram has been told it arrived).
-    wait_until(|| async {
-        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 41")
-            .await
-            == 2
-    })
-    .await;
+    // Every answer takes 3 s, so the first entry's analysis is still out when the
+    // second is already stored. Held in memory behind the first analysis, it would be
+    // lost to a crash (Telegram has been told it arrived).
+    let app = two_entries_behind_a_slow_analysis(41, "second entry").await;
     assert!(
         app.telegram.sent_to(41).is_empty(),
         "both stored before the first answer"
@@ -873,17 +874,7 @@ async fn an_entry_edited_while_it_is_analysed_is_answered_at_once_with_the_new_t
 
 #[tokio::test]
 async fn an_entry_edited_while_it_waits_for_its_turn_is_analysed_as_edited() {
-    let app = App::spawn_with(slow_answers_allowed).await;
-    app.providers.slow(SLOW_ANSWER).await;
-    app.telegram.push_update(text_update(42, 1, "first entry"));
-    app.telegram
-        .push_update(text_update(42, 2, "second, with a tpyo"));
-    wait_until(|| async {
-        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 42")
-            .await
-            == 2
-    })
-    .await;
+    let app = two_entries_behind_a_slow_analysis(42, "second, with a tpyo").await;
 
     // While the first is analysed, the second is edited.
     app.telegram

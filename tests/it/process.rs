@@ -69,6 +69,29 @@ async fn sigterm_and_sigint_stop_the_bot_with_exit_0() {
     }
 }
 
+/// A bot whose providers take 30 s (and may), polling: its analyses stay in flight.
+async fn slow_first_life(db: &str, telegram: &FakeTelegram) -> (Providers, Child) {
+    let slow = Providers::start().await;
+    slow.slow(Duration::from_secs(30)).await;
+    let mut env = test_env(db, telegram, &slow);
+    env.insert("DAYLOG__RETRY__REQUEST_TIMEOUT_MS".into(), "60000".into());
+    env.insert("DAYLOG__RETRY__DEADLINE_MS".into(), "60000".into());
+    let bot = spawn_bot(&env);
+    wait_polling(telegram).await;
+    (slow, bot)
+}
+
+async fn wait_analysis_started(providers: &Providers) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while providers.analysis_requests().await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "analysis never started"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_crash_in_the_middle_of_an_analysis_is_answered_once_after_restart() {
     let dir = tempfile::tempdir().expect("dir");
@@ -76,22 +99,9 @@ async fn a_crash_in_the_middle_of_an_analysis_is_answered_once_after_restart() {
     let telegram = FakeTelegram::start().await;
 
     // First life: the providers are slow, so the analysis is in flight when we kill it.
-    let slow = Providers::start().await;
-    slow.slow(Duration::from_secs(30)).await;
-    let mut env = test_env(&db, &telegram, &slow);
-    env.insert("DAYLOG__RETRY__REQUEST_TIMEOUT_MS".into(), "60000".into());
-    env.insert("DAYLOG__RETRY__DEADLINE_MS".into(), "60000".into());
-    let mut first = spawn_bot(&env);
-    wait_polling(&telegram).await;
+    let (slow, mut first) = slow_first_life(&db, &telegram).await;
     telegram.push_update(text_update(31, 1, "Crash-test day."));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while slow.analysis_requests().await == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "analysis never started"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait_analysis_started(&slow).await;
     first.kill().expect("kill -9");
     let _ = first.wait();
     assert!(
@@ -138,24 +148,11 @@ async fn a_crash_while_a_chats_first_entry_is_analysed_loses_not_the_entry_after
     let telegram = FakeTelegram::start().await;
 
     // First life: slow providers; both entries arrive while the first is analysed.
-    let slow = Providers::start().await;
-    slow.slow(Duration::from_secs(30)).await;
-    let mut env = test_env(&db, &telegram, &slow);
-    env.insert("DAYLOG__RETRY__REQUEST_TIMEOUT_MS".into(), "60000".into());
-    env.insert("DAYLOG__RETRY__DEADLINE_MS".into(), "60000".into());
-    let mut first = spawn_bot(&env);
-    wait_polling(&telegram).await;
+    let (slow, mut first) = slow_first_life(&db, &telegram).await;
     telegram.push_update(text_update(32, 1, "First entry of the evening."));
     let second_entry = telegram.push_update(text_update(32, 2, "And one more thing."));
     telegram.wait_confirmed(second_entry).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while slow.analysis_requests().await == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "analysis never started"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    wait_analysis_started(&slow).await;
     // Storing is a few milliseconds; an entry not stored within seconds is held back.
     let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -181,14 +178,14 @@ async fn a_crash_while_a_chats_first_entry_is_analysed_loses_not_the_entry_after
         "nothing answered before the crash"
     );
 
-    // Second life: Telegram delivers neither again; the worker answers both.
+    // Second life: Telegram delivers neither again; the worker answers both, in the
+    // order they came.
     let healthy = Providers::start().await;
     healthy.healthy().await;
     let mut second = spawn_bot(&test_env(&db, &telegram, &healthy));
     let sent = telegram.wait_sent(32, 2).await;
-    let mut answered: Vec<_> = sent.iter().map(|c| c.reply_to()).collect();
-    answered.sort();
-    assert_eq!(answered, vec![Some(1), Some(2)], "both entries answered");
+    let answered: Vec<_> = sent.iter().map(|c| c.reply_to()).collect();
+    assert_eq!(answered, vec![Some(1), Some(2)], "both answered, in order");
     assert!(sent.iter().all(|c| c.text().contains(ANALYSIS_TEXT)));
 
     signal(&second, "TERM");
