@@ -475,6 +475,23 @@ impl Answers {
         });
     }
 
+    /// Runs a command's `work` in its own task, in `chat`'s turn: after what the chat
+    /// sent before it, and before what it sends next (a slow `/week` holds no update
+    /// of the chat in memory, and so none unconfirmed).
+    fn in_turn<F>(&self, journal: &Journal, chat: i64, work: F)
+    where
+        F: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let mut turn = journal.take_turn(chat);
+        self.0.spawn(async move {
+            turn.begin().await;
+            if let Err(error) = work.await {
+                tracing::error!(%error, chat_id = chat, "command handling failed");
+            }
+            drop(turn);
+        });
+    }
+
     /// Waits until every analysis handed off has ended (none may be handed off after).
     async fn finished(&self) {
         self.0.close();
@@ -636,6 +653,7 @@ async fn on_document<B: TgBot>(
     document: teloxide::types::Document,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    answers: Answers,
     ticket: Ticket,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
@@ -646,7 +664,10 @@ async fn on_document<B: TgBot>(
     if !is_import_caption(&msg) && !asked {
         return on_other(msg, journal, messenger, ticket).await;
     }
-    import_document(msg, document, journal, messenger).await
+    let chat = msg.chat.id.0;
+    let work = import_document(msg, document, Arc::clone(&journal), messenger);
+    answers.in_turn(&journal, chat, work);
+    Ok(())
 }
 
 /// Downloads a Daylio export and imports it; answers with the three numbers or why not.
@@ -729,9 +750,22 @@ async fn on_command<B: TgBot>(
     command: Command,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    answers: Answers,
     ticket: Ticket,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
+    let chat = msg.chat.id.0;
+    let work = run_command(msg, command, Arc::clone(&journal), messenger);
+    answers.in_turn(&journal, chat, work);
+    Ok(())
+}
+
+async fn run_command<B: TgBot>(
+    msg: Message,
+    command: Command,
+    journal: Arc<Journal>,
+    messenger: Arc<Telegram<B>>,
+) -> HandlerResult {
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
     };

@@ -1058,3 +1058,73 @@ async fn a_due_time_of_digits_that_is_no_moment_is_due_now_not_never() {
     // Assert: the 7 days ending today, once; next on Sunday at 19:00.
     digest_sent_once_and_next_at(&app, "2026-11-25", "2026-12-06 19:00:00").await;
 }
+
+#[tokio::test]
+async fn an_entry_sent_during_a_slow_week_is_stored_at_once_and_answered_after_it() {
+    // Arrange: an entry this week, then digests that take 3 s to write.
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__RETRY__REQUEST_TIMEOUT_MS".into(), "10000".into());
+        env.insert("DAYLOG__RETRY__DEADLINE_MS".into(), "30000".into());
+    })
+    .await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    entry(&app, 1, 1, "2026-11-30T12:00:00Z", "Walked by the river").await;
+    for server in [&app.providers.mistral, &app.providers.gemini] {
+        server.reset().await;
+    }
+    for (server, body) in [
+        (&app.providers.mistral, completion(DIGEST_TEXT)),
+        (&app.providers.gemini, gemini_completion(DIGEST_TEXT)),
+    ] {
+        Mock::given(method("POST"))
+            .and(body_string_contains(DIGEST_MARK))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(body)
+                    .set_delay(Duration::from_secs(3)),
+            )
+            .with_priority(1)
+            .mount(server)
+            .await;
+    }
+    app.providers.healthy().await;
+
+    // Act: /week, and while it is written, an entry.
+    let before = app.telegram.sent_to(1).len();
+    app.telegram.push_update(text_update(1, 10, "/week"));
+    wait_until("the digest to be asked for", WAIT, || async {
+        !digest_requests(&app.providers).await.is_empty()
+    })
+    .await;
+    app.telegram
+        .push_update(text_update(1, 11, "A late thought."));
+
+    // Assert: the entry is stored while the digest is still out (not held unconfirmed
+    // behind the command), and answered after the digest, in the order they came.
+    wait_until("the entry to be stored", WAIT, || async {
+        app.count("SELECT count(*) FROM day_logs WHERE message_id = 11")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        digests_to(&app.telegram, 1),
+        0,
+        "the digest is still being written"
+    );
+    wait_until("the entry's answer", WAIT, || async {
+        app.telegram.sent_to(1)[before..]
+            .iter()
+            .any(|c| c.reply_to() == Some(11))
+    })
+    .await;
+    let sent = app.telegram.sent_to(1)[before..].to_vec();
+    let digest = sent.iter().position(is_digest).expect("the digest");
+    let answer = sent
+        .iter()
+        .position(|c| c.reply_to() == Some(11))
+        .expect("the answer");
+    assert!(digest < answer, "the digest first, as /week came first");
+    app.stop().await;
+}
