@@ -40,8 +40,7 @@ use crate::store::{
 use crate::streaks::Streaks;
 use crate::texts::Texts;
 use crate::time::{Clock, SystemClock, UserZone};
-use lanes::Lanes;
-pub use lanes::Turn;
+use lanes::{Lanes, Turn};
 
 /// A failure while handling an entry, sorted by what the user must be told.
 #[derive(Debug, thiserror::Error)]
@@ -949,12 +948,6 @@ impl Journal {
             tracing::error!(log_id = log.id.get(), %error, "transcript sent but not recorded");
         }
         shown
-    }
-
-    /// The next turn in `chat` (see `lanes`), for a front end's work that must keep its
-    /// place among the chat's entries (a command).
-    pub fn take_turn(&self, chat: i64) -> Turn {
-        self.lanes.take(ChatId(chat))
     }
 
     /// Completes when a log parked for lack of budget is due (the worker's wake-up).

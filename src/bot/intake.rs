@@ -6,9 +6,11 @@
 //! in those milliseconds lost them (the kill -9 fault tests found it). This listener
 //! sends the request that confirms a batch only when every update of it is *taken*: its
 //! [`Ticket`] dropped (its handler ended) or [`Ticket::taken`] called (an entry once it
-//! is stored; a slow command at its start). A chat's update can also wait behind that
-//! chat's own slow handler (a `/week` being written): after [`CONFIRM_WAIT`] the batch is
-//! confirmed anyway, with a warning, so that one chat never holds back every other.
+//! is stored; any other at its start). A chat's update can also wait behind that chat's
+//! own handler (a Telegram send held by a 429): after [`CONFIRM_WAIT`] the batch is
+//! confirmed anyway, with a warning, so that one chat never holds back every other. The
+//! slow handlers (an analysis, `/week`, an import) hand their work to tasks, so that
+//! does not happen in their shadow.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -5,9 +5,9 @@
 //! different chats concurrently. An entry's handler only stores it and hands its
 //! analysis to [`Answers`], which answers a chat's entries in the order they came: the
 //! chat's next update is stored at once rather than held in memory behind an analysis
-//! (commands are not held behind analyses either: their replies may come first). An
-//! update is confirmed to Telegram only once it is taken — an entry once stored — see
-//! `intake`. Cancelling the stop token (the process does that on SIGINT and SIGTERM,
+//! (commands are not held behind analyses either: their replies may come first; a slow
+//! one — `/week`, an import — runs in a task of its own too). An update is confirmed to
+//! Telegram only once it is taken — an entry once stored — see `intake`. Cancelling the stop token (the process does that on SIGINT and SIGTERM,
 //! see `app`) stops polling, lets in-flight work finish within
 //! `telegram.shutdown_grace_ms`, and returns.
 //!
@@ -475,20 +475,18 @@ impl Answers {
         });
     }
 
-    /// Runs a command's `work` in its own task, in `chat`'s turn: after what the chat
-    /// sent before it, and before what it sends next (a slow `/week` holds no update
-    /// of the chat in memory, and so none unconfirmed).
-    fn in_turn<F>(&self, journal: &Journal, chat: i64, work: F)
+    /// Runs a slow command's `work` (a `/week`: a whole cascade; an import) in its own
+    /// task, so that its chat's next update is not held in memory behind it — where it
+    /// would wait unstored, and after [`intake::CONFIRM_WAIT`] unconfirmed no longer.
+    /// Its reply may come after the chat's later messages are answered.
+    fn slow_command<F>(&self, chat: i64, work: F)
     where
         F: Future<Output = HandlerResult> + Send + 'static,
     {
-        let mut turn = journal.take_turn(chat);
         self.0.spawn(async move {
-            turn.begin().await;
             if let Err(error) = work.await {
                 tracing::error!(%error, chat_id = chat, "command handling failed");
             }
-            drop(turn);
         });
     }
 
@@ -665,8 +663,7 @@ async fn on_document<B: TgBot>(
         return on_other(msg, journal, messenger, ticket).await;
     }
     let chat = msg.chat.id.0;
-    let work = import_document(msg, document, Arc::clone(&journal), messenger);
-    answers.in_turn(&journal, chat, work);
+    answers.slow_command(chat, import_document(msg, document, journal, messenger));
     Ok(())
 }
 
@@ -754,9 +751,14 @@ async fn on_command<B: TgBot>(
     ticket: Ticket,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
-    let chat = msg.chat.id.0;
-    let work = run_command(msg, command, Arc::clone(&journal), messenger);
-    answers.in_turn(&journal, chat, work);
+    // The others are quick, and run here, in order with the chat's updates: a `/lang`
+    // or `/tz` applies to the entry sent after it, an `/import` ask to the file.
+    let slow = command == Command::Week
+        || matches!(command, Command::Import(_)) && msg.document().is_some();
+    if !slow {
+        return run_command(msg, command, journal, messenger).await;
+    }
+    answers.slow_command(msg.chat.id.0, run_command(msg, command, journal, messenger));
     Ok(())
 }
 

@@ -1,5 +1,4 @@
-//! The order of one chat's answers once their entries are stored (and of its commands,
-//! which take their turn the same way).
+//! The order of one chat's answers once their entries are stored.
 //!
 //! A front end's handler stores an entry and returns at once, so the chat's next update
 //! is stored too instead of waiting in memory — teloxide has confirmed it to Telegram by
