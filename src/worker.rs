@@ -36,10 +36,11 @@ pub async fn run<M: Messenger>(
                 if !batch.is_empty() {
                     tracing::debug!(count = batch.len(), "worker found unfinished logs");
                 }
-                // Claims not used now are dropped with the batch: what is not started
-                // now is finished at the next look or the next start. A log waits for
-                // its chat's earlier ones before it takes a permit, so one chat's
-                // backlog does not hold the permits of every other chat.
+                // Each log gets a task; one cut short by the stop keeps its log for the
+                // next start. A log waits for its chat's earlier ones before it takes a
+                // permit, so one chat's backlog does not hold the permits of every other
+                // chat (a log holding a permit may still make a new entry of its chat
+                // wait, in order, behind the other chats' leftovers).
                 for mut pickup in batch {
                     if shutdown.is_cancelled() {
                         break;

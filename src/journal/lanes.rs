@@ -83,26 +83,30 @@ impl Turn {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        {
-            let mut tails = lock(&self.tails);
-            // Still the chat's last turn: nobody waits for it, so the chat leaves the map.
-            if tails
-                .get(&self.chat)
-                .is_some_and(|(n, _)| *n == self.number)
-            {
-                tails.remove(&self.chat);
-            }
-        }
-        // Dropped before it began (its task cancelled): the turn after it must still
-        // wait for the one before it, so this one ends only when that one has.
+        // Dropped before it began (its task cancelled): the turn after it — also one
+        // taken later — must still wait for the one before it, so this one ends, and
+        // leaves the chat's lane, only when that one has.
         if let (Some(before), Some(done)) = (self.before.take(), self.done.take())
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
+            let (tails, chat, number) = (Arc::clone(&self.tails), self.chat, self.number);
             runtime.spawn(async move {
                 let _ = before.await;
+                leave(&tails, chat, number);
                 drop(done);
             });
+            return;
         }
+        leave(&self.tails, self.chat, self.number);
+    }
+}
+
+/// Turn `number` has ended: if it is still its chat's last, nobody waits for it, and
+/// the chat leaves the map.
+fn leave(tails: &Mutex<Tails>, chat: ChatId, number: u64) {
+    let mut tails = lock(tails);
+    if tails.get(&chat).is_some_and(|(n, _)| *n == number) {
+        tails.remove(&chat);
     }
 }
 
@@ -173,6 +177,22 @@ mod tests {
         drop(first);
         assert!(third.begin().await);
         drop(third);
+        assert_eq!(lanes.busy(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_last_turn_dropped_before_it_began_still_orders_the_turns_taken_after_it() {
+        let lanes = Lanes::default();
+        let running = lanes.take(chat(1));
+        let cancelled = lanes.take(chat(1));
+        drop(cancelled);
+        let mut later = lanes.take(chat(1));
+        let waiting = tokio::time::timeout(Duration::from_millis(20), later.begin()).await;
+        assert!(waiting.is_err(), "the later one waits for the running one");
+        drop(running);
+        assert!(later.begin().await);
+        drop(later);
+        tokio::task::yield_now().await;
         assert_eq!(lanes.busy(), 0);
     }
 
