@@ -250,21 +250,6 @@ enum Work {
     },
 }
 
-impl Accepted {
-    /// Where its answer (or a failure's sentence) goes: a reply to the entry.
-    pub fn target(&self) -> Target {
-        Target {
-            chat_id: self.log.chat_id.get(),
-            reply_to: Some(self.log.message_id.get()),
-        }
-    }
-
-    /// The language its author is answered in.
-    pub fn language(&self) -> Language {
-        self.author.language
-    }
-}
-
 impl Journal {
     pub fn new(settings: Arc<Settings>, store: Store, llm: Arc<Llm>) -> Self {
         let store = store.with_default_timezone(&settings.journal.default_zone());
@@ -727,7 +712,10 @@ impl Journal {
     /// Analyses and answers an accepted entry once the chat's earlier ones are done. A
     /// failure after the store is told to the user here, in the entry's turn.
     pub async fn answer_accepted<M: Messenger>(&self, messenger: &M, accepted: Accepted) {
-        let target = accepted.target();
+        let target = Target {
+            chat_id: accepted.log.chat_id.get(),
+            reply_to: Some(accepted.log.message_id.get()),
+        };
         let Accepted {
             log,
             author,
@@ -763,9 +751,9 @@ impl Journal {
             // It waited behind an earlier entry: it may have been edited (the edit could
             // not claim it, and this read has its text) or deleted meanwhile.
             claim.take_edited();
-            match self.store.log(log.id).await? {
-                Some(now) if now.status == LogStatus::Pending => log = now,
-                _ => return Ok(()),
+            match self.still_pending(log.id).await? {
+                Some(now) => log = now,
+                None => return Ok(()),
             }
         }
         let mut known = match work {
@@ -785,12 +773,22 @@ impl Journal {
             if !claim.take_edited() {
                 return Ok(());
             }
-            match self.store.log(id).await? {
-                Some(now) if now.status == LogStatus::Pending => log = now,
-                _ => return Ok(()),
+            match self.still_pending(id).await? {
+                Some(now) => log = now,
+                None => return Ok(()),
             }
             known = Known::default();
         }
+    }
+
+    /// The log as stored now, if it is still waiting for its analysis (not deleted, not
+    /// finished by someone else).
+    async fn still_pending(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
+        Ok(self
+            .store
+            .log(id)
+            .await?
+            .filter(|log| log.status == LogStatus::Pending))
     }
 
     /// Transcribes a stored voice note, shows the transcript, then analyses it as text.

@@ -7,9 +7,11 @@
 //! chat's next update is stored at once rather than held in memory behind an analysis
 //! (commands are not held behind analyses either: their replies may come first; a slow
 //! one — `/week`, an import — runs in a task of its own too). An update is confirmed to
-//! Telegram only once it is taken — an entry once stored — see `intake`. Cancelling the stop token (the process does that on SIGINT and SIGTERM,
-//! see `app`) stops polling, lets in-flight work finish within
-//! `telegram.shutdown_grace_ms`, and returns.
+//! Telegram only once it is taken — an entry once stored — see `intake`.
+//!
+//! Cancelling the stop token (the process does that on SIGINT and SIGTERM, see `app`)
+//! stops polling, lets in-flight work finish within `telegram.shutdown_grace_ms`, and
+//! returns.
 //!
 //! Start-up calls (`getMe`, the command menu, the webhook check) are retried with backoff
 //! while Telegram has passing trouble (5xx, 429, the network): only 401/404 mean a bad
@@ -464,15 +466,23 @@ async fn refuse<B: TgBot>(
 pub struct Answers(TaskTracker);
 
 impl Answers {
+    /// What an entry's handler does once the store has answered: the update is taken
+    /// (stored, or about to be told it is not), and a stored entry is answered in a
+    /// task of its own. The error of an entry not stored is the caller's to tell.
     fn hand_off<B: TgBot>(
         &self,
+        ticket: &Ticket,
+        accepted: Result<Option<Accepted>, EntryError>,
         journal: Arc<Journal>,
         messenger: Arc<Telegram<B>>,
-        accepted: Accepted,
-    ) {
-        self.0.spawn(async move {
-            journal.answer_accepted(messenger.as_ref(), accepted).await;
-        });
+    ) -> Result<(), EntryError> {
+        ticket.taken();
+        if let Some(accepted) = accepted? {
+            self.0.spawn(async move {
+                journal.answer_accepted(messenger.as_ref(), accepted).await;
+            });
+        }
+        Ok(())
     }
 
     /// Runs a slow command's `work` (a `/week`: a whole cascade; an import) in its own
@@ -519,11 +529,9 @@ async fn on_voice<B: TgBot>(
 ) -> HandlerResult {
     let language = Language::from_code(voice.language_code.as_deref());
     let accepted = journal.accept_voice(messenger.as_ref(), voice).await;
-    ticket.taken(); // stored, or told it is not
-    match accepted {
-        Ok(Some(accepted)) => answers.hand_off(journal, messenger, accepted),
-        Ok(None) => {}
-        Err(error) => report_entry_error(&messenger, reply_target(&msg), language, &error).await,
+    let handed = answers.hand_off(&ticket, accepted, journal, Arc::clone(&messenger));
+    if let Err(error) = handed {
+        report_entry_error(&messenger, reply_target(&msg), language, &error).await;
     }
     Ok(())
 }
@@ -561,16 +569,17 @@ async fn handle_entry<B: TgBot>(
     } else {
         journal.accept_text(incoming).await
     };
-    ticket.taken(); // stored, or told it is not
-    match accepted {
-        Ok(Some(accepted)) => answers.hand_off(journal, messenger, accepted),
-        Ok(None) => {}
-        Err(error) => {
-            // Like every other reply: the stored language (`/lang`); the client's only
-            // for a user the store does not know (yet).
-            let language = journal.language_or(user_id, client_language).await;
-            report_entry_error(&messenger, reply_target(msg), language, &error).await;
-        }
+    let handed = answers.hand_off(
+        ticket,
+        accepted,
+        Arc::clone(&journal),
+        Arc::clone(&messenger),
+    );
+    if let Err(error) = handed {
+        // Like every other reply: the stored language (`/lang`); the client's only for a
+        // user the store does not know (yet).
+        let language = journal.language_or(user_id, client_language).await;
+        report_entry_error(&messenger, reply_target(msg), language, &error).await;
     }
 }
 

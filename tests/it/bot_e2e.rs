@@ -758,13 +758,8 @@ async fn an_edit_during_a_background_analysis_is_analysed_and_the_old_text_never
             == 1
     })
     .await;
-    let requests = app
-        .providers
-        .mistral
-        .received_requests()
-        .await
-        .unwrap_or_default();
-    let last = String::from_utf8_lossy(&requests.last().expect("a request").body).to_string();
+    let bodies = analysis_bodies(&app).await;
+    let last = bodies.last().expect("a request");
     assert!(
         last.contains("new text"),
         "the stored analysis is of the new text"

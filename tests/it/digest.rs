@@ -31,18 +31,26 @@ fn at(text: &str) -> Timestamp {
 
 /// Both analysis providers answer digest requests with `text` (before any other mock).
 async fn answer_digest(providers: &Providers, text: &str) {
-    Mock::given(method("POST"))
-        .and(body_string_contains(DIGEST_MARK))
-        .respond_with(ResponseTemplate::new(200).set_body_json(completion(text)))
-        .with_priority(1)
-        .mount(&providers.mistral)
-        .await;
-    Mock::given(method("POST"))
-        .and(body_string_contains(DIGEST_MARK))
-        .respond_with(ResponseTemplate::new(200).set_body_json(gemini_completion(text)))
-        .with_priority(1)
-        .mount(&providers.gemini)
-        .await;
+    answer_digest_after(providers, text, Duration::ZERO).await;
+}
+
+/// As [`answer_digest`], each answer taking `delay`.
+async fn answer_digest_after(providers: &Providers, text: &str, delay: Duration) {
+    for (server, body) in [
+        (&providers.mistral, completion(text)),
+        (&providers.gemini, gemini_completion(text)),
+    ] {
+        Mock::given(method("POST"))
+            .and(body_string_contains(DIGEST_MARK))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(body)
+                    .set_delay(delay),
+            )
+            .with_priority(1)
+            .mount(server)
+            .await;
+    }
 }
 
 /// Every healthy answer, the digest included.
@@ -1073,21 +1081,7 @@ async fn an_entry_sent_during_a_slow_week_is_stored_and_answered_at_once() {
     for server in [&app.providers.mistral, &app.providers.gemini] {
         server.reset().await;
     }
-    for (server, body) in [
-        (&app.providers.mistral, completion(DIGEST_TEXT)),
-        (&app.providers.gemini, gemini_completion(DIGEST_TEXT)),
-    ] {
-        Mock::given(method("POST"))
-            .and(body_string_contains(DIGEST_MARK))
-            .respond_with(
-                ResponseTemplate::new(200)
-                    .set_body_json(body)
-                    .set_delay(Duration::from_secs(3)),
-            )
-            .with_priority(1)
-            .mount(server)
-            .await;
-    }
+    answer_digest_after(&app.providers, DIGEST_TEXT, Duration::from_secs(3)).await;
     app.providers.healthy().await;
 
     // Act: /week, and while it is written, an entry.

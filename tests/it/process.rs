@@ -81,6 +81,14 @@ async fn slow_first_life(db: &str, telegram: &FakeTelegram) -> (Providers, Child
     (slow, bot)
 }
 
+/// A bot whose providers answer at once (kept alive by the caller).
+async fn healthy_life(db: &str, telegram: &FakeTelegram) -> (Providers, Child) {
+    let healthy = Providers::start().await;
+    healthy.healthy().await;
+    let bot = spawn_bot(&test_env(db, telegram, &healthy));
+    (healthy, bot)
+}
+
 async fn wait_analysis_started(providers: &Providers) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while providers.analysis_requests().await == 0 {
@@ -110,9 +118,7 @@ async fn a_crash_in_the_middle_of_an_analysis_is_answered_once_after_restart() {
     );
 
     // Second life: healthy providers; the worker picks the log up at start-up.
-    let healthy = Providers::start().await;
-    healthy.healthy().await;
-    let mut second = spawn_bot(&test_env(&db, &telegram, &healthy));
+    let (_healthy, mut second) = healthy_life(&db, &telegram).await;
     let sent = telegram.wait_sent(31, 1).await;
     assert!(
         sent[0].text().contains("Your analysis"),
@@ -180,9 +186,7 @@ async fn a_crash_while_a_chats_first_entry_is_analysed_loses_not_the_entry_after
 
     // Second life: Telegram delivers neither again; the worker answers both, in the
     // order they came.
-    let healthy = Providers::start().await;
-    healthy.healthy().await;
-    let mut second = spawn_bot(&test_env(&db, &telegram, &healthy));
+    let (_healthy, mut second) = healthy_life(&db, &telegram).await;
     let sent = telegram.wait_sent(32, 2).await;
     let answered: Vec<_> = sent.iter().map(|c| c.reply_to()).collect();
     assert_eq!(answered, vec![Some(1), Some(2)], "both answered, in order");
