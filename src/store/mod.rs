@@ -132,6 +132,9 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("database error: {0}")]
     Sql(#[from] sqlx::Error),
+    /// The commit returned but could not be synced to disk: not promised as kept.
+    #[error("cannot sync the database to disk: {0}")]
+    Sync(#[source] std::io::Error),
 }
 
 impl StoreError {
@@ -179,6 +182,18 @@ where
         }
     }
     write().await
+}
+
+impl Store {
+    /// After a commit that is about to be promised (an entry stored, an edit, an
+    /// import, a deletion): returns once it is on disk, not only in the WAL
+    /// ([`durable`]).
+    async fn made_durable(&self) -> Result<(), StoreError> {
+        self.durable.after_commit().await.map_err(|error| {
+            tracing::error!(%error, "a commit could not be synced to disk");
+            StoreError::Sync(error)
+        })
+    }
 }
 
 /// When a scheduler row (a reminder, a user's Sunday digest) is due, as the store read
@@ -501,6 +516,7 @@ const LOG_COLUMNS: &str = log_columns!();
 
 mod calls;
 mod digests;
+mod durable;
 mod logs;
 mod read_only;
 mod reminders;
@@ -526,6 +542,8 @@ pub struct Store {
     read: SqlitePool,
     write: SqlitePool,
     calls: CallRecorder,
+    /// Where a promised commit waits for the disk ([`durable`]).
+    durable: std::sync::Arc<durable::WalSync>,
     /// `users.timezone` of a user seen for the first time (`journal.default_timezone`),
     /// and the zone of one whose stored zone names none.
     default_zone: crate::time::UserZone,
@@ -651,6 +669,7 @@ impl Store {
             read,
             write,
             calls,
+            durable: std::sync::Arc::new(durable::WalSync::for_database(file)),
             default_zone: crate::time::UserZone::utc(),
         })
     }

@@ -139,7 +139,7 @@ impl Store {
     /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
     /// many logs went.
     pub async fn delete_user(&self, user_id: UserId) -> Result<u64, StoreError> {
-        retry_busy("delete_user", || async {
+        let written = retry_busy("delete_user", || async {
             let mut tx = self.write.begin().await?;
             let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
                 .bind(user_id)
@@ -153,6 +153,8 @@ impl Store {
             tx.commit().await?;
             Ok(logs)
         })
-        .await
+        .await?;
+        self.made_durable().await?;
+        Ok(written)
     }
 }

@@ -1,0 +1,158 @@
+//! Making a commit survive a power cut before it is promised to anyone (SPEC §9).
+//!
+//! The store runs SQLite in WAL mode at `synchronous = NORMAL`: a commit is in the WAL
+//! file when it returns, so a crash of the process loses nothing, but the WAL reaches
+//! the disk only at a checkpoint. A power cut or a kernel crash could take back the
+//! newest commits — on a quiet bot, hours of them — after Telegram was told to forget
+//! the updates they stored and the users were told "saved".
+//!
+//! So a write that is about to be promised (an entry stored, an edit, an import, a
+//! deletion) waits, after its commit, for one `fdatasync` of the WAL file. What a
+//! process crash cannot lose is exactly what the page cache holds; syncing the WAL file
+//! puts that on the disk, every commit before it included (SQLite does not reset the
+//! WAL before the database file holds its pages on disk). Writes that only record
+//! progress (an analysis, a reply sent) do not wait: a power cut costs at most that
+//! step again, and the next durable write syncs them too.
+//!
+//! Callers that wait together share one sync (group commit): while one runs, the
+//! others queue, and the next sync covers all of them. A burst of entries costs a few
+//! syncs, not one each, and the single writer connection never waits for the disk.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The sync itself: blocking, run on tokio's blocking threads.
+type SyncFile = Arc<dyn Fn() -> io::Result<()> + Send + Sync>;
+
+/// One database's durable point: how many commits asked to be made durable, and how
+/// many a finished sync covers.
+pub(super) struct WalSync {
+    sync: SyncFile,
+    /// Commits that asked, counted as they ask (after their commit returned).
+    asked: AtomicU64,
+    /// The `asked` count a finished sync read before it started: every commit counted
+    /// up to there is on disk. Held while a sync runs, so the waiters queue behind it.
+    synced: tokio::sync::Mutex<u64>,
+}
+
+impl std::fmt::Debug for WalSync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalSync")
+            .field("asked", &self.asked.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl WalSync {
+    /// For the database file `db`: syncs its `-wal` file. A WAL file that does not
+    /// exist has nothing unsynced in it (SQLite removes it only after a checkpoint
+    /// that synced the database file).
+    pub fn for_database(db: PathBuf) -> Self {
+        let mut wal = db.into_os_string();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        Self::with(Arc::new(move || match std::fs::File::open(&wal) {
+            Ok(file) => file.sync_data(),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(error),
+        }))
+    }
+
+    fn with(sync: SyncFile) -> Self {
+        Self {
+            sync,
+            asked: AtomicU64::new(0),
+            synced: tokio::sync::Mutex::new(0),
+        }
+    }
+
+    /// Returns once every commit that returned before this call is on disk.
+    pub async fn after_commit(&self) -> io::Result<()> {
+        let mine = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut synced = self.synced.lock().await;
+        if *synced >= mine {
+            return Ok(()); // a sync that started after this commit has finished
+        }
+        // Every commit counted by now is in the WAL already: this sync covers it.
+        let covers = self.asked.load(Ordering::SeqCst);
+        let sync = Arc::clone(&self.sync);
+        tokio::task::spawn_blocking(move || sync())
+            .await
+            .map_err(io::Error::other)??;
+        *synced = covers;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::time::Duration;
+
+    /// A sync that counts itself; the first one waits until `release` is set.
+    fn counting() -> (Arc<WalSync>, Arc<AtomicUsize>, Arc<AtomicBool>) {
+        let count = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(AtomicBool::new(false));
+        let (counted, released) = (Arc::clone(&count), Arc::clone(&release));
+        let sync = WalSync::with(Arc::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            while !released.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(())
+        }));
+        (Arc::new(sync), count, release)
+    }
+
+    #[tokio::test]
+    async fn each_commit_alone_gets_a_sync_of_its_own() -> io::Result<()> {
+        let (sync, count, release) = counting();
+        release.store(true, Ordering::SeqCst);
+        sync.after_commit().await?;
+        sync.after_commit().await?;
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            2,
+            "no commit relies on an older sync"
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commits_waiting_together_share_a_sync() -> io::Result<()> {
+        let (sync, count, release) = counting();
+        let spawn = || {
+            let sync = Arc::clone(&sync);
+            tokio::spawn(async move { sync.after_commit().await })
+        };
+        let first = spawn();
+        while count.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // Fifty commits ask while the first sync runs: it cannot cover them.
+        let waiting: Vec<_> = (0..50).map(|_| spawn()).collect();
+        while sync.asked.load(Ordering::SeqCst) < 51 {
+            tokio::task::yield_now().await;
+        }
+        release.store(true, Ordering::SeqCst);
+        first.await.map_err(io::Error::other)??;
+        for one in waiting {
+            one.await.map_err(io::Error::other)??;
+        }
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            2,
+            "the second sync covers the fifty"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_is_the_commits_error() {
+        let sync = WalSync::with(Arc::new(|| Err(io::Error::other("disk gone"))));
+        assert!(sync.after_commit().await.is_err());
+    }
+}
