@@ -135,6 +135,14 @@ pub(crate) async fn run(
 /// The provider's `max_concurrency` cap has no free slot.
 struct Full;
 
+/// Why a key was not sent on after all: its budget is spent until then, or it began
+/// to cool down until then.
+#[derive(Debug, Clone, Copy)]
+enum Unsent {
+    Budget(Instant),
+    Cooling(Instant),
+}
+
 enum Mode {
     /// Every free key, each with the full retry budget.
     Normal,
@@ -470,12 +478,20 @@ impl<'a> TaskRun<'a> {
                     self.record_skip(step, key, until);
                     continue;
                 }
-                let taken = match self.admit_in_turn(step, key, queued.is_some()).await {
+                let taken = match self
+                    .admit_in_turn(step, key, queued.is_some(), &cooling)
+                    .await
+                {
                     Ok(taken) => taken,
-                    Err(until) => {
+                    Err(Unsent::Budget(until)) => {
                         drop(permit);
                         self.record_budget_skip(step, key, until);
                         again.push(key);
+                        continue;
+                    }
+                    Err(Unsent::Cooling(until)) => {
+                        drop(permit);
+                        self.record_skip(step, key, until);
                         continue;
                     }
                 };
@@ -582,12 +598,16 @@ impl<'a> TaskRun<'a> {
     /// waited in the budget's queue) may find the budget still spent for a moment —
     /// the one before it sent a little late —: it waits for that moment and keeps its
     /// place, rather than joining the back of the queue and leaving the slot unused.
+    ///
+    /// A key that began to cool while it waited (another request's failure, a 429
+    /// that named its wait) is not sent on: `cooling` is asked again after the wait.
     async fn admit_in_turn(
         &self,
         step: &Step,
         key: Option<usize>,
         in_turn: bool,
-    ) -> Result<Taken, Instant> {
+        cooling: &impl Fn(Option<usize>) -> Option<Instant>,
+    ) -> Result<Taken, Unsent> {
         let tokens = self.tokens(step);
         match self.state.admit(&step.id, key, tokens) {
             Err(until)
@@ -596,9 +616,14 @@ impl<'a> TaskRun<'a> {
                     && until < self.deadline =>
             {
                 tokio::time::sleep_until(until).await;
-                self.state.admit(&step.id, key, tokens)
+                if let Some(cooling) = cooling(key) {
+                    return Err(Unsent::Cooling(cooling));
+                }
+                self.state
+                    .admit(&step.id, key, tokens)
+                    .map_err(Unsent::Budget)
             }
-            other => other,
+            other => other.map_err(Unsent::Budget),
         }
     }
 
@@ -938,4 +963,94 @@ impl Drop for InFlight<'_, '_> {
 
 fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::config::{BudgetSettings, HedgeAfter, ProviderKind, ProviderSettings};
+    use crate::llm::budget::Budgets;
+    use crate::llm::cooldown::Cooldowns;
+    use crate::llm::state::LocalState;
+    use crate::llm::types::{ChatRequest, NullSink};
+
+    /// A request whose turn came finds its one-per-second budget taken a moment
+    /// before, waits for it — and meanwhile the key began to cool down (another
+    /// request's failure). It must not be sent then. (Real time: the budget returns
+    /// within its second.)
+    #[tokio::test]
+    async fn a_key_that_cools_while_a_request_waits_for_its_budget_is_not_sent_on() {
+        let budget = BudgetSettings {
+            requests_per_second: Some(1),
+            ..BudgetSettings::default()
+        };
+        let settings = ProviderSettings {
+            kind: ProviderKind::Openai,
+            base_url: url::Url::parse("http://127.0.0.1:9/v1").unwrap_or_else(|_| unreachable!()),
+            require_key: false,
+            key_env: None,
+            max_concurrency: 0,
+            budget: budget.clone(),
+        };
+        let step = Step {
+            id: StepId {
+                no: 0,
+                provider: "a".to_owned(),
+                model: "m".to_owned(),
+            },
+            provider: Arc::new(Provider::new("a", &settings, &[])),
+            max_tokens: None,
+            temperature: None,
+        };
+        let state = LocalState {
+            cooldowns: Cooldowns::new(Duration::from_secs(60), 3),
+            budgets: Budgets::new(HashMap::from([("a".to_owned(), budget)])),
+        };
+        let policy = RetryPolicy {
+            max_attempts: 1,
+            min_delay: Duration::ZERO,
+            max_delay: Duration::ZERO,
+            request_timeout: Duration::from_secs(10),
+            deadline: Duration::from_secs(60),
+        };
+        let hedging = Hedging::new(HedgeAfter::Off, policy.request_timeout, 1);
+        let request = ChatRequest {
+            system: String::new(),
+            user: "a day".to_owned(),
+            json: false,
+        };
+        let (hedge, _hedges) = mpsc::unbounded_channel();
+        let client = Client::new();
+        let run = TaskRun {
+            client: &client,
+            policy: &policy,
+            state: &state,
+            hedging: &hedging,
+            spill_after: Duration::from_millis(1500),
+            spent: Mutex::new(Vec::new()),
+            task: Task::Analysis,
+            input: Input::Chat(&request),
+            sink: &NullSink,
+            deadline: Instant::now() + policy.deadline,
+            hedge,
+            errors: Mutex::new(Vec::new()),
+            real_attempts: AtomicU32::new(0),
+        };
+        // The request before it took this second's budget.
+        assert!(state.admit(&step.id, None, run.tokens(&step)).is_ok());
+        let cooling = |key| state.key_cooling_until(&step.id, key);
+        let waiting = run.admit_in_turn(&step, None, true, &cooling);
+        let cool = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            state.cool_key(&step.id, None, Instant::now() + Duration::from_secs(60));
+        };
+        let (admitted, ()) = tokio::join!(waiting, cool);
+
+        assert!(
+            matches!(admitted, Err(Unsent::Cooling(_))),
+            "sent on a cooling key: {admitted:?}"
+        );
+    }
 }
