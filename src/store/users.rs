@@ -64,7 +64,17 @@ impl Store {
     // ---- users ----
 
     /// Creates the user or refreshes its chat and username; keeps a chosen language.
+    ///
+    /// A known user writing from the same chat under the same name — nearly every
+    /// update — is only read: no write, so no turn of the one writer connection before
+    /// the entry itself is stored.
     pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
+        if let Some(known) = self.user(user.user_id).await?
+            && known.chat_id == user.chat_id
+            && known.username.as_deref() == user.username
+        {
+            return Ok(known);
+        }
         retry_busy("upsert_user", || async {
             let rows = sqlx::query_as::<_, UserRow>(
                 "INSERT INTO users (user_id, chat_id, username, language, timezone)
