@@ -6,13 +6,19 @@
 //! in those milliseconds lost them (the kill -9 fault tests found it). This listener
 //! sends the request that confirms a batch only when every update of it is *taken*: its
 //! [`Ticket`] dropped (its handler ended) or [`Ticket::taken`] called (an entry once it
-//! is stored; any other at its start). A chat's update can also wait behind that chat's
-//! own handler (a Telegram send held by a 429): after [`CONFIRM_WAIT`] the batch is
-//! confirmed anyway, with a warning, so that one chat never holds back every other. The
-//! slow handlers (an analysis, `/week`, an import) hand their work to tasks, so that
-//! does not happen in their shadow.
+//! is stored; any other at its start).
+//!
+//! A chat's update can also wait behind that chat's own handler (a Telegram send held
+//! by a 429). Such an update must not hold back every other chat, nor be confirmed
+//! while it is only in memory: after [`CONFIRM_WAIT`] the listener *holds* — it asks
+//! Telegram for the updates from the lowest one not taken on, so nothing from there is
+//! confirmed, hands on only the updates it has not handed before, and polls again
+//! every [`HOLD_POLL`]. Only an update still not taken after [`HOLD_MAX`] (a handler
+//! that hangs), or a hold that fills a whole batch of updates handed before, is
+//! confirmed anyway, with a warning. The slow handlers (an analysis, `/week`, an
+//! import) hand their work to tasks, so none of this happens in their shadow.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -25,11 +31,22 @@ use teloxide::stop::{StopFlag, StopToken, mk_stop_token};
 use teloxide::types::{AllowedUpdate, Update, UpdateKind};
 use teloxide::update_listeners::{AsUpdateStream, UpdateListener};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::TgBot;
 
 /// How long a batch's confirmation waits for its updates to be taken.
 pub const CONFIRM_WAIT: Duration = Duration::from_secs(2);
+
+/// How often the listener asks for new updates while it holds one not taken: every
+/// poll then answers at once (with the held update), so it is paced by hand.
+pub const HOLD_POLL: Duration = Duration::from_millis(500);
+
+/// How long an update not taken is held before it is confirmed anyway.
+pub const HOLD_MAX: Duration = Duration::from_secs(60);
+
+/// Telegram's most updates in one `getUpdates` (its default `limit`).
+const BATCH_MAX: usize = 100;
 
 /// The longest pause after failed polls (1 s, doubling).
 const MAX_BACKOFF: Duration = Duration::from_secs(32);
@@ -40,19 +57,20 @@ pub struct Intake(Arc<Shared>);
 
 #[derive(Default)]
 struct Shared {
-    open: Mutex<HashSet<u32>>,
+    /// Update id → when it was handed out.
+    open: Mutex<HashMap<u32, Instant>>,
     changed: Notify,
 }
 
 impl Intake {
-    fn open(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Instant>> {
         self.0.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn handed(&self, update: &Update) {
         // teloxide drops what it cannot parse before any handler, so no ticket comes.
         if !matches!(update.kind, UpdateKind::Error(_)) {
-            self.open().insert(update.id.0);
+            self.open().insert(update.id.0, Instant::now());
         }
     }
 
@@ -65,7 +83,7 @@ impl Intake {
     }
 
     fn take(&self, id: u32) {
-        if self.open().remove(&id) {
+        if self.open().remove(&id).is_some() {
             self.0.changed.notify_waiters();
         }
     }
@@ -76,23 +94,41 @@ impl Intake {
         self.open().clear();
     }
 
-    /// The lowest update handed out and not taken.
-    fn lowest_open(&self) -> Option<u32> {
-        self.open().iter().min().copied()
+    /// The lowest update handed out and not taken, and when it was handed out.
+    fn lowest_open(&self) -> Option<(u32, Instant)> {
+        self.open()
+            .iter()
+            .min_by_key(|(id, _)| **id)
+            .map(|(id, at)| (*id, *at))
     }
 
-    /// Waits until every update handed out has been taken; `false` if `within` passed.
+    /// Waits until every update handed out has been taken — `true` — or has waited
+    /// `within` since it was handed out (`false`: the rest are held).
     async fn settled(&self, within: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + within;
         loop {
             let changed = self.0.changed.notified();
-            if self.open().is_empty() {
+            let newest = {
+                let open = self.open();
+                if open.is_empty() {
+                    return true;
+                }
+                open.values().max().copied()
+            };
+            let Some(newest) = newest else {
                 return true;
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            };
+            if tokio::time::timeout_at(newest + within, changed)
+                .await
+                .is_err()
+            {
                 return self.open().is_empty();
             }
         }
+    }
+
+    /// Resolves at the next update taken.
+    async fn next_taken(&self) {
+        self.0.changed.notified().await;
     }
 
     /// Updates handed out and not taken.
@@ -174,6 +210,7 @@ impl<'a, B: TgBot> AsUpdateStream<'a> for Listener<B> {
             allowed: self.allowed.clone(),
             flag: self.flag.clone(),
             offset: None,
+            idle_hold: false,
             failures: 0,
             ended: false,
         };
@@ -189,8 +226,11 @@ struct Polling<B> {
     poll_timeout: u32,
     allowed: Option<Vec<AllowedUpdate>>,
     flag: StopFlag,
-    /// The offset that confirms the last batch; `None` before the first.
+    /// The offset that confirms the last batch — the update after the last one
+    /// handed out; `None` before the first.
     offset: Option<i32>,
+    /// The last poll held an update not taken and brought nothing new.
+    idle_hold: bool,
     failures: u32,
     ended: bool,
 }
@@ -206,23 +246,15 @@ impl<B: TgBot> Polling<B> {
         let stopping = tokio::select! {
             biased;
             () = self.flag.clone() => true,
-            settled = self.intake.settled(CONFIRM_WAIT) => {
-                if !settled {
-                    tracing::warn!(
-                        untaken = self.intake.pending(),
-                        "updates not taken in time are confirmed to Telegram anyway"
-                    );
-                    self.intake.give_up();
-                }
-                false
-            }
+            () = self.pace() => false,
         };
         if stopping {
             self.confirm_and_end().await;
             return None;
         }
+        let held = self.held_offset();
         let mut request = self.bot.get_updates().timeout(self.poll_timeout);
-        if let Some(offset) = self.offset {
+        if let Some(offset) = held.or(self.offset) {
             request = request.offset(offset);
         }
         if let Some(allowed) = self.allowed.clone() {
@@ -237,8 +269,13 @@ impl<B: TgBot> Polling<B> {
             answer = request.send() => answer,
         };
         match answer {
-            Ok(updates) => {
+            Ok(mut updates) => {
                 self.failures = 0;
+                if held.is_some() {
+                    self.drop_handed(&mut updates);
+                } else {
+                    self.idle_hold = false;
+                }
                 if let Some(last) = updates.last() {
                     self.offset = Some(last.id.as_offset());
                 }
@@ -262,6 +299,61 @@ impl<B: TgBot> Polling<B> {
         }
     }
 
+    /// Waits until the next poll may go: the updates handed out are taken or have
+    /// waited [`CONFIRM_WAIT`]; while one is held and the last poll brought nothing
+    /// new, also [`HOLD_POLL`] (or until an update is taken).
+    async fn pace(&self) {
+        if self.idle_hold {
+            tokio::select! {
+                () = tokio::time::sleep(HOLD_POLL) => {}
+                () = self.intake.next_taken() => {}
+            }
+        }
+        self.intake.settled(CONFIRM_WAIT).await;
+    }
+
+    /// The offset that confirms only the updates below the lowest one not taken, while
+    /// one is held; `None` when everything handed out is taken (or given up on).
+    fn held_offset(&mut self) -> Option<i32> {
+        let (lowest, handed_at) = self.intake.lowest_open()?;
+        if handed_at.elapsed() >= HOLD_MAX {
+            tracing::warn!(
+                untaken = self.intake.pending(),
+                held_s = HOLD_MAX.as_secs(),
+                "updates not taken for too long are confirmed to Telegram anyway"
+            );
+            self.intake.give_up();
+            self.idle_hold = false;
+            return None;
+        }
+        if !self.idle_hold {
+            tracing::debug!(
+                untaken = self.intake.pending(),
+                "updates not taken yet: holding them, asking for the rest"
+            );
+        }
+        i32::try_from(lowest).ok()
+    }
+
+    /// Leaves out of a held poll's answer the updates handed out before. A hold whose
+    /// whole answer is such updates could never see a new one: it gives up instead.
+    fn drop_handed(&mut self, updates: &mut Vec<Update>) {
+        let Some(next) = self.offset else {
+            return;
+        };
+        let full = updates.len() >= BATCH_MAX;
+        updates.retain(|update| update.id.as_offset() > next);
+        self.idle_hold = updates.is_empty();
+        if self.idle_hold && full {
+            tracing::warn!(
+                untaken = self.intake.pending(),
+                "a full batch behind updates not taken: they are confirmed to Telegram anyway"
+            );
+            self.intake.give_up();
+            self.idle_hold = false;
+        }
+    }
+
     /// At a stop: once what was handed out is taken (or the wait is over), tells
     /// Telegram so, so that the next start is not given it again — except what is still
     /// not taken, from the lowest such update on: the next start gets it again (a
@@ -272,7 +364,7 @@ impl<B: TgBot> Polling<B> {
             return;
         };
         if !self.intake.settled(CONFIRM_WAIT).await
-            && let Some(lowest) = self.intake.lowest_open()
+            && let Some((lowest, _)) = self.intake.lowest_open()
         {
             tracing::warn!(
                 untaken = self.intake.pending(),
@@ -345,7 +437,7 @@ mod tests {
         intake.handed(&later);
         let _stuck = intake.ticket(&stuck); // behind its chat's slow handler
         assert_eq!(
-            intake.lowest_open(),
+            intake.lowest_open().map(|(id, _)| id),
             Some(3),
             "a stop confirms below it only"
         );

@@ -53,6 +53,7 @@ use crate::worker;
 use intake::{Intake, Listener, Ticket};
 
 mod intake;
+pub use intake::CONFIRM_WAIT;
 
 /// What the bot needs of a Bot API client: `Bot`, or `Throttle<Bot>` when
 /// `telegram.throttle` is on. Downloads (voice notes) go through the same client and
@@ -487,7 +488,8 @@ impl Answers {
 
     /// Runs a slow command's `work` (a `/week`: a whole cascade; an import) in its own
     /// task, so that its chat's next update is not held in memory behind it — where it
-    /// would wait unstored, and after [`intake::CONFIRM_WAIT`] unconfirmed no longer.
+    /// would wait unstored, its confirmation held back (and after [`intake::HOLD_MAX`]
+    /// given anyway).
     /// Its reply may come after the chat's later messages are answered.
     fn slow_command<F>(&self, chat: i64, work: F)
     where

@@ -199,6 +199,131 @@ async fn a_crash_while_a_chats_first_entry_is_analysed_loses_not_the_entry_after
     );
 }
 
+/// An entry queued behind its own chat's handler — a command whose reply Telegram does
+/// not answer — waits unstored for as long as that lasts. It must not be confirmed to
+/// Telegram meanwhile (not after `CONFIRM_WAIT` either), or a crash loses it; other
+/// chats' entries go on being taken.
+#[tokio::test]
+async fn an_entry_held_behind_its_chats_stuck_reply_is_not_confirmed_before_it_is_stored() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let env = test_env(&db, &telegram, &providers);
+    let mut first = spawn_bot(&env);
+    wait_polling(&telegram).await;
+    telegram.hang("SendMessage");
+    telegram.push_update(text_update(33, 1, "/help"));
+    support::wait_until(
+        "the /help reply to hang",
+        Duration::from_secs(30),
+        || async { telegram.hung().iter().any(|m| m == "SendMessage") },
+    )
+    .await;
+    let held = telegram.push_update(text_update(33, 2, "An entry behind the stuck reply."));
+    // Past the wait after which a batch used to be confirmed anyway.
+    tokio::time::sleep(daylog::bot::CONFIRM_WAIT + Duration::from_secs(1)).await;
+    telegram.push_update(text_update(34, 1, "Another chat's evening."));
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
+    let stored = |chat: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM day_logs WHERE chat_id = ?1")
+                .bind(chat)
+                .fetch_one(&pool)
+                .await
+                .expect("count")
+        }
+    };
+    support::wait_until(
+        "the other chat's entry to be stored",
+        Duration::from_secs(20),
+        || {
+            let stored = &stored;
+            async move { stored(34).await == 1 }
+        },
+    )
+    .await;
+    assert_eq!(stored(33).await, 0, "still behind the stuck reply");
+    assert!(
+        telegram.confirmed_below() <= held,
+        "the held entry was confirmed (below {}) while only in memory",
+        telegram.confirmed_below()
+    );
+    first.kill().expect("kill -9");
+    let _ = first.wait();
+
+    // Second life: Telegram answers again and gives the held entry again.
+    telegram.unhang("SendMessage");
+    let mut second = spawn_bot(&env);
+    support::wait_until(
+        "the held entry to be answered",
+        Duration::from_secs(30),
+        || async { telegram.sent_to(33).iter().any(|c| c.reply_to() == Some(2)) },
+    )
+    .await;
+    assert_eq!(stored(33).await, 1);
+    pool.close().await;
+    signal(&second, "TERM");
+    assert_eq!(
+        wait_exit(&mut second, Duration::from_secs(15)).await.code(),
+        Some(0)
+    );
+}
+
+/// A held update must not stop the bot from seeing new ones: once a whole batch
+/// behind it has been handed out before, the hold gives up (confirms it anyway) rather
+/// than ask for the same hundred updates for ever.
+#[tokio::test]
+async fn a_hold_behind_a_full_batch_gives_up_and_new_updates_still_come() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let mut bot = spawn_bot(&test_env(&db, &telegram, &providers));
+    wait_polling(&telegram).await;
+    telegram.hang("SendMessage");
+    telegram.push_update(text_update(33, 1, "/help"));
+    support::wait_until(
+        "the /help reply to hang",
+        Duration::from_secs(30),
+        || async { telegram.hung().iter().any(|m| m == "SendMessage") },
+    )
+    .await;
+    telegram.push_update(text_update(33, 2, "An entry behind the stuck reply."));
+    tokio::time::sleep(daylog::bot::CONFIRM_WAIT + Duration::from_millis(500)).await;
+    // More than a batch of other chats' entries behind it, then one more.
+    for chat in 0..120 {
+        telegram.push_update(text_update(1000 + chat, 1, "A busy evening for everyone."));
+    }
+    let pool = sqlx::SqlitePool::connect(&db).await.expect("db");
+    support::wait_until(
+        "every other chat's entry to be stored",
+        Duration::from_secs(30),
+        || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM day_logs WHERE chat_id >= 1000")
+                .fetch_one(&pool)
+                .await
+                .expect("count")
+                == 120
+        },
+    )
+    .await;
+    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE chat_id = 33")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    assert_eq!(
+        held, 0,
+        "the others came while the held entry still waited (not once its reply timed out)"
+    );
+    pool.close().await;
+    let _ = bot.kill();
+    let _ = bot.wait();
+}
+
 #[tokio::test]
 async fn daylog_chat_runs_the_pipeline_in_a_terminal_without_a_token() {
     use std::io::Write as _;

@@ -152,6 +152,11 @@ impl FakeTelegram {
         }
     }
 
+    /// Every update below this one is confirmed: the bot has asked for those after it.
+    pub fn confirmed_below(&self) -> i64 {
+        self.inner.lock().expect("lock").confirmed_below
+    }
+
     /// The next call of `method` (to `chat`, if given) answers `status` with `body`.
     pub fn fail_next(&self, method: &str, chat: Option<i64>, status: u16, body: Value) {
         self.inner.lock().expect("lock").failures.push_back((
@@ -174,6 +179,15 @@ impl FakeTelegram {
             .expect("lock")
             .hanging
             .push(method.to_owned());
+    }
+
+    /// Calls of `method` answer again (those already hanging stay so).
+    pub fn unhang(&self, method: &str) {
+        self.inner
+            .lock()
+            .expect("lock")
+            .hanging
+            .retain(|m| m != method);
     }
 
     /// Calls of hanging methods so far (they are not in [`FakeTelegram::calls`]).
@@ -507,6 +521,10 @@ async fn get_updates(fake: &FakeTelegram, body: &Value) -> Response {
             .max(body["offset"].as_i64().unwrap_or(0));
         inner.confirmed_below
     };
+    // As Telegram does: at most `limit` updates (1–100, default 100), the oldest first.
+    let limit = body["limit"]
+        .as_u64()
+        .map_or(100, |limit| limit.clamp(1, 100)) as usize;
     fake.changed.notify_waiters();
     // Long polling, but short: the fake answers within half a second so that shutdown
     // in tests is quick.
@@ -519,6 +537,7 @@ async fn get_updates(fake: &FakeTelegram, body: &Value) -> Response {
                 .updates
                 .iter()
                 .filter(|u| u["update_id"].as_i64().unwrap_or(0) >= offset)
+                .take(limit)
                 .cloned()
                 .collect()
         };
