@@ -297,8 +297,8 @@ impl Journal {
         self.settings.telegram.is_allowed(user_id)
     }
 
-    /// Records a user seen for the first time (or again: a new chat, name or client
-    /// language); commands, locations and documents may come before any entry, and the
+    /// Records a user seen for the first time (or again: a new chat or name);
+    /// commands, locations and documents may come before any entry, and the
     /// user must exist (with a language) for what they do to stick.
     pub async fn ensure_user(&self, user: &NewUser<'_>) -> Result<(), StoreError> {
         self.store.upsert_user(user).await.map(drop)

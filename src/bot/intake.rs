@@ -14,8 +14,8 @@
 //! Telegram for the updates from the lowest one not taken on, so nothing from there is
 //! confirmed, hands on only the updates it has not handed before, and polls again
 //! every [`HOLD_POLL`]. Only an update still not taken after [`HOLD_MAX`] (a handler
-//! that hangs), or a hold that fills a whole batch of updates handed before, is
-//! confirmed anyway, with a warning. The slow handlers (an analysis, `/week`, an
+//! that hangs), or the lowest one held when a whole batch of updates handed before
+//! comes back, is confirmed anyway, with a warning; the others stay held. The slow handlers (an analysis, `/week`, an
 //! import) hand their work to tasks, so none of this happens in their shadow.
 
 use std::collections::HashMap;
@@ -88,10 +88,10 @@ impl Intake {
         }
     }
 
-    /// Forgets what was not taken: it is being confirmed anyway, and must not hold back
-    /// the batches after it too.
-    fn give_up(&self) {
-        self.open().clear();
+    /// Forgets the updates not taken that `gone` picks: they are being confirmed
+    /// anyway, and must not hold back the polls after them too. The others stay held.
+    fn give_up(&self, gone: impl Fn(u32, Instant) -> bool) {
+        self.open().retain(|id, at| !gone(*id, *at));
     }
 
     /// The lowest update handed out and not taken, and when it was handed out.
@@ -315,17 +315,17 @@ impl<B: TgBot> Polling<B> {
     /// The offset that confirms only the updates below the lowest one not taken, while
     /// one is held; `None` when everything handed out is taken (or given up on).
     fn held_offset(&mut self) -> Option<i32> {
-        let (lowest, handed_at) = self.intake.lowest_open()?;
+        let (_, handed_at) = self.intake.lowest_open()?;
         if handed_at.elapsed() >= HOLD_MAX {
+            self.intake.give_up(|_, at| at.elapsed() >= HOLD_MAX);
             tracing::warn!(
-                untaken = self.intake.pending(),
+                still_held = self.intake.pending(),
                 held_s = HOLD_MAX.as_secs(),
                 "updates not taken for too long are confirmed to Telegram anyway"
             );
-            self.intake.give_up();
             self.idle_hold = false;
-            return None;
         }
+        let (lowest, _) = self.intake.lowest_open()?;
         if !self.idle_hold {
             tracing::debug!(
                 untaken = self.intake.pending(),
@@ -344,12 +344,17 @@ impl<B: TgBot> Polling<B> {
         let full = updates.len() >= BATCH_MAX;
         updates.retain(|update| update.id.as_offset() > next);
         self.idle_hold = updates.is_empty();
-        if self.idle_hold && full {
+        if self.idle_hold
+            && full
+            && let Some((lowest, _)) = self.intake.lowest_open()
+        {
+            // Only the lowest: the next poll holds from the one after it.
+            self.intake.give_up(|id, _| id == lowest);
             tracing::warn!(
-                untaken = self.intake.pending(),
-                "a full batch behind updates not taken: they are confirmed to Telegram anyway"
+                update_id = lowest,
+                still_held = self.intake.pending(),
+                "a full batch behind an update not taken: it is confirmed to Telegram anyway"
             );
-            self.intake.give_up();
             self.idle_hold = false;
         }
     }
@@ -442,7 +447,13 @@ mod tests {
             "a stop confirms below it only"
         );
         assert!(!intake.settled(Duration::from_millis(10)).await);
-        intake.give_up();
+        intake.give_up(|id, _| id == 3);
+        assert_eq!(
+            intake.lowest_open().map(|(id, _)| id),
+            Some(5),
+            "only the one given up on is let go"
+        );
+        intake.give_up(|_, _| true);
         assert!(intake.settled(Duration::from_millis(10)).await);
     }
 

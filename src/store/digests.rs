@@ -185,7 +185,7 @@ impl Store {
         next_at: Option<Timestamp>,
     ) -> Result<(), StoreError> {
         let next_at = next_at.map(sql_timestamp);
-        retry_busy("set_digest", || async {
+        let written = retry_busy("set_digest", || async {
             let done = sqlx::query(
                 "UPDATE users SET digest_enabled = ?2 IS NOT NULL, digest_next_at = ?2
                  WHERE user_id = ?1",
@@ -199,7 +199,9 @@ impl Store {
             }
             Ok(())
         })
-        .await
+        .await?;
+        self.made_durable().await?;
+        Ok(written)
     }
 
     /// A new zone or reminder time: the Sunday digest (if on) is next due at `next_at`,

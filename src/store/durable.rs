@@ -21,7 +21,7 @@
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The sync itself: blocking, run on tokio's blocking threads.
 type SyncFile = Arc<dyn Fn() -> io::Result<()> + Send + Sync>;
@@ -35,6 +35,8 @@ pub(super) struct WalSync {
     /// The `asked` count a finished sync read before it started: every commit counted
     /// up to there is on disk. Held while a sync runs, so the waiters queue behind it.
     synced: tokio::sync::Mutex<u64>,
+    /// A sync failed: nothing after it is promised as kept.
+    failed: AtomicBool,
 }
 
 impl std::fmt::Debug for WalSync {
@@ -49,13 +51,26 @@ impl WalSync {
     /// For the database file `db`: syncs its `-wal` file. A WAL file that does not
     /// exist has nothing unsynced in it (SQLite removes it only after a checkpoint
     /// that synced the database file).
+    ///
+    /// The WAL sits beside the real file (SQLite follows symlinks), so the path is
+    /// resolved first. A WAL that is not there after a commit means the path is not
+    /// SQLite's: said once, loudly, as nothing can be synced then.
     pub fn for_database(db: PathBuf) -> Self {
-        let mut wal = db.into_os_string();
+        let mut wal = std::fs::canonicalize(&db).unwrap_or(db).into_os_string();
         wal.push("-wal");
         let wal = PathBuf::from(wal);
+        let warned = AtomicBool::new(false);
         Self::with(Arc::new(move || match std::fs::File::open(&wal) {
             Ok(file) => file.sync_data(),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                if !warned.swap(true, Ordering::Relaxed) {
+                    tracing::error!(
+                        wal = %wal.display(),
+                        "the database's WAL file is not where expected: commits are not synced to disk"
+                    );
+                }
+                Ok(())
+            }
             Err(error) => Err(error),
         }))
     }
@@ -65,22 +80,36 @@ impl WalSync {
             sync,
             asked: AtomicU64::new(0),
             synced: tokio::sync::Mutex::new(0),
+            failed: AtomicBool::new(false),
         }
     }
 
     /// Returns once every commit that returned before this call is on disk.
+    ///
+    /// A failed sync fails every later call too: Linux may mark the pages it could not
+    /// write as clean, so a later sync that succeeds proves nothing about them.
     pub async fn after_commit(&self) -> io::Result<()> {
         let mine = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
         let mut synced = self.synced.lock().await;
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(io::Error::other(
+                "an earlier sync of the database failed; restart daylog once the disk is sound",
+            ));
+        }
         if *synced >= mine {
             return Ok(()); // a sync that started after this commit has finished
         }
         // Every commit counted by now is in the WAL already: this sync covers it.
         let covers = self.asked.load(Ordering::SeqCst);
         let sync = Arc::clone(&self.sync);
-        tokio::task::spawn_blocking(move || sync())
+        let done = tokio::task::spawn_blocking(move || sync())
             .await
-            .map_err(io::Error::other)??;
+            .map_err(io::Error::other)
+            .and_then(|synced| synced);
+        if done.is_err() {
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        done?;
         *synced = covers;
         Ok(())
     }
@@ -89,7 +118,7 @@ impl WalSync {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::sync::atomic::AtomicUsize;
     use std::time::Duration;
 
     /// A sync that counts itself; the first one waits until `release` is set.
@@ -151,8 +180,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_sync_is_the_commits_error() {
-        let sync = WalSync::with(Arc::new(|| Err(io::Error::other("disk gone"))));
+    async fn a_failed_sync_fails_its_commit_and_every_later_one() {
+        let fails = Arc::new(AtomicBool::new(true));
+        let failing = Arc::clone(&fails);
+        let sync = WalSync::with(Arc::new(move || {
+            if failing.load(Ordering::SeqCst) {
+                Err(io::Error::other("disk gone"))
+            } else {
+                Ok(())
+            }
+        }));
         assert!(sync.after_commit().await.is_err());
+        fails.store(false, Ordering::SeqCst);
+        assert!(
+            sync.after_commit().await.is_err(),
+            "a later sync that succeeds proves nothing about the pages the failed one lost"
+        );
     }
 }

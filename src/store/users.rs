@@ -69,7 +69,8 @@ impl Store {
     /// update — is only read: no write, so no turn of the one writer connection before
     /// the entry itself is stored.
     pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
-        if let Some(known) = self.user(user.user_id).await?
+        // A failed read only costs the write below.
+        if let Ok(Some(known)) = self.user(user.user_id).await
             && known.chat_id == user.chat_id
             && known.username.as_deref() == user.username
         {
@@ -113,7 +114,7 @@ impl Store {
         user_id: UserId,
         language: Language,
     ) -> Result<(), StoreError> {
-        retry_busy("set_language", || async {
+        let written = retry_busy("set_language", || async {
             let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
                 .bind(user_id)
                 .bind(language.code())
@@ -126,7 +127,9 @@ impl Store {
             }
             Ok(())
         })
-        .await
+        .await?;
+        self.made_durable().await?;
+        Ok(written)
     }
 
     /// `/tz`: the user's zone from now on (entries already stored keep their day).
@@ -135,7 +138,7 @@ impl Store {
         user_id: UserId,
         zone: &crate::time::UserZone,
     ) -> Result<(), StoreError> {
-        retry_busy("set_timezone", || async {
+        let written = retry_busy("set_timezone", || async {
             sqlx::query("UPDATE users SET timezone = ?2 WHERE user_id = ?1")
                 .bind(user_id)
                 .bind(zone.name())
@@ -143,7 +146,9 @@ impl Store {
                 .await?;
             Ok(())
         })
-        .await
+        .await?;
+        self.made_durable().await?;
+        Ok(written)
     }
 
     /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how

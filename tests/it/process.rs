@@ -292,7 +292,7 @@ async fn a_hold_behind_a_full_batch_gives_up_and_new_updates_still_come() {
         || async { telegram.hung().iter().any(|m| m == "SendMessage") },
     )
     .await;
-    telegram.push_update(text_update(33, 2, "An entry behind the stuck reply."));
+    let held = telegram.push_update(text_update(33, 2, "An entry behind the stuck reply."));
     tokio::time::sleep(daylog::bot::CONFIRM_WAIT + Duration::from_millis(500)).await;
     // More than a batch of other chats' entries behind it, then one more.
     for chat in 0..120 {
@@ -311,14 +311,15 @@ async fn a_hold_behind_a_full_batch_gives_up_and_new_updates_still_come() {
         },
     )
     .await;
-    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE chat_id = 33")
+    let stored_held: i64 = sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE chat_id = 33")
         .fetch_one(&pool)
         .await
         .expect("count");
     assert_eq!(
-        held, 0,
+        stored_held, 0,
         "the others came while the held entry still waited (not once its reply timed out)"
     );
+    telegram.wait_confirmed(held).await;
     pool.close().await;
     let _ = bot.kill();
     let _ = bot.wait();
