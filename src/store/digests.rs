@@ -185,7 +185,7 @@ impl Store {
         next_at: Option<Timestamp>,
     ) -> Result<(), StoreError> {
         let next_at = next_at.map(sql_timestamp);
-        let written = retry_busy("set_digest", || async {
+        retry_busy("set_digest", || async {
             let done = sqlx::query(
                 "UPDATE users SET digest_enabled = ?2 IS NOT NULL, digest_next_at = ?2
                  WHERE user_id = ?1",
@@ -200,8 +200,7 @@ impl Store {
             Ok(())
         })
         .await?;
-        self.made_durable().await?;
-        Ok(written)
+        self.made_durable().await
     }
 
     /// A new zone or reminder time: the Sunday digest (if on) is next due at `next_at`,

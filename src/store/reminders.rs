@@ -149,7 +149,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let local_time = local_time.to_string();
         let next_due_at = sql_timestamp(next_due_at);
-        let written = retry_busy("set_reminder", || async {
+        retry_busy("set_reminder", || async {
             sqlx::query(
                 "INSERT INTO reminders (user_id, local_time, enabled, next_due_at)
                  VALUES (?1, ?2, 1, ?3)
@@ -164,13 +164,12 @@ impl Store {
             Ok(())
         })
         .await?;
-        self.made_durable().await?;
-        Ok(written)
+        self.made_durable().await
     }
 
     /// `/remind off`, or Telegram said the user blocked the bot.
     pub async fn disable_reminder(&self, user_id: UserId) -> Result<(), StoreError> {
-        let written = retry_busy("disable_reminder", || async {
+        retry_busy("disable_reminder", || async {
             sqlx::query("UPDATE reminders SET enabled = 0, next_due_at = NULL WHERE user_id = ?1")
                 .bind(user_id)
                 .execute(&self.write)
@@ -178,8 +177,7 @@ impl Store {
             Ok(())
         })
         .await?;
-        self.made_durable().await?;
-        Ok(written)
+        self.made_durable().await
     }
 
     /// A new zone: the reminder (if on) is next due at `next_due_at`.

@@ -114,7 +114,7 @@ impl Store {
         user_id: UserId,
         language: Language,
     ) -> Result<(), StoreError> {
-        let written = retry_busy("set_language", || async {
+        retry_busy("set_language", || async {
             let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
                 .bind(user_id)
                 .bind(language.code())
@@ -128,8 +128,7 @@ impl Store {
             Ok(())
         })
         .await?;
-        self.made_durable().await?;
-        Ok(written)
+        self.made_durable().await
     }
 
     /// `/tz`: the user's zone from now on (entries already stored keep their day).
@@ -138,7 +137,7 @@ impl Store {
         user_id: UserId,
         zone: &crate::time::UserZone,
     ) -> Result<(), StoreError> {
-        let written = retry_busy("set_timezone", || async {
+        retry_busy("set_timezone", || async {
             sqlx::query("UPDATE users SET timezone = ?2 WHERE user_id = ?1")
                 .bind(user_id)
                 .bind(zone.name())
@@ -147,8 +146,7 @@ impl Store {
             Ok(())
         })
         .await?;
-        self.made_durable().await?;
-        Ok(written)
+        self.made_durable().await
     }
 
     /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
