@@ -199,19 +199,21 @@ async fn a_crash_while_a_chats_first_entry_is_analysed_loses_not_the_entry_after
     );
 }
 
-/// An entry queued behind its own chat's handler — a command whose reply Telegram does
-/// not answer — waits unstored for as long as that lasts. It must not be confirmed to
-/// Telegram meanwhile (not after `CONFIRM_WAIT` either), or a crash loses it; other
-/// chats' entries go on being taken.
-#[tokio::test]
-async fn an_entry_held_behind_its_chats_stuck_reply_is_not_confirmed_before_it_is_stored() {
-    let dir = tempfile::tempdir().expect("dir");
-    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+/// A bot whose every send hangs, with chat 33's `/help` stuck on its reply (its
+/// handler holds the chat): the fakes, the bot's environment and the bot.
+async fn a_chat_stuck_on_its_reply(
+    db: &str,
+) -> (
+    FakeTelegram,
+    Providers,
+    std::collections::HashMap<String, String>,
+    Child,
+) {
     let telegram = FakeTelegram::start().await;
     let providers = Providers::start().await;
     providers.healthy().await;
-    let env = test_env(&db, &telegram, &providers);
-    let mut first = spawn_bot(&env);
+    let env = test_env(db, &telegram, &providers);
+    let bot = spawn_bot(&env);
     wait_polling(&telegram).await;
     telegram.hang("SendMessage");
     telegram.push_update(text_update(33, 1, "/help"));
@@ -221,6 +223,18 @@ async fn an_entry_held_behind_its_chats_stuck_reply_is_not_confirmed_before_it_i
         || async { telegram.hung().iter().any(|m| m == "SendMessage") },
     )
     .await;
+    (telegram, providers, env, bot)
+}
+
+/// An entry queued behind its own chat's handler — a command whose reply Telegram does
+/// not answer — waits unstored for as long as that lasts. It must not be confirmed to
+/// Telegram meanwhile (not after `CONFIRM_WAIT` either), or a crash loses it; other
+/// chats' entries go on being taken.
+#[tokio::test]
+async fn an_entry_held_behind_its_chats_stuck_reply_is_not_confirmed_before_it_is_stored() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let (telegram, _providers, env, mut first) = a_chat_stuck_on_its_reply(&db).await;
     let held = telegram.push_update(text_update(33, 2, "An entry behind the stuck reply."));
     // Past the wait after which a batch used to be confirmed anyway.
     tokio::time::sleep(daylog::bot::CONFIRM_WAIT + Duration::from_secs(1)).await;
@@ -279,19 +293,7 @@ async fn an_entry_held_behind_its_chats_stuck_reply_is_not_confirmed_before_it_i
 async fn a_hold_behind_a_full_batch_gives_up_and_new_updates_still_come() {
     let dir = tempfile::tempdir().expect("dir");
     let db = format!("sqlite://{}/daylog.db", dir.path().display());
-    let telegram = FakeTelegram::start().await;
-    let providers = Providers::start().await;
-    providers.healthy().await;
-    let mut bot = spawn_bot(&test_env(&db, &telegram, &providers));
-    wait_polling(&telegram).await;
-    telegram.hang("SendMessage");
-    telegram.push_update(text_update(33, 1, "/help"));
-    support::wait_until(
-        "the /help reply to hang",
-        Duration::from_secs(30),
-        || async { telegram.hung().iter().any(|m| m == "SendMessage") },
-    )
-    .await;
+    let (telegram, _providers, _env, mut bot) = a_chat_stuck_on_its_reply(&db).await;
     let held = telegram.push_update(text_update(33, 2, "An entry behind the stuck reply."));
     tokio::time::sleep(daylog::bot::CONFIRM_WAIT + Duration::from_millis(500)).await;
     // More than a batch of other chats' entries behind it, then one more.
