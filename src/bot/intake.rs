@@ -107,14 +107,7 @@ impl Intake {
     async fn settled(&self, within: Duration) -> bool {
         loop {
             let changed = self.0.changed.notified();
-            let newest = {
-                let open = self.open();
-                if open.is_empty() {
-                    return true;
-                }
-                open.values().max().copied()
-            };
-            let Some(newest) = newest else {
+            let Some(newest) = self.open().values().max().copied() else {
                 return true;
             };
             if tokio::time::timeout_at(newest + within, changed)

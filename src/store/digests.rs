@@ -185,7 +185,7 @@ impl Store {
         next_at: Option<Timestamp>,
     ) -> Result<(), StoreError> {
         let next_at = next_at.map(sql_timestamp);
-        retry_busy("set_digest", || async {
+        self.durably(retry_busy("set_digest", || async {
             let done = sqlx::query(
                 "UPDATE users SET digest_enabled = ?2 IS NOT NULL, digest_next_at = ?2
                  WHERE user_id = ?1",
@@ -198,9 +198,8 @@ impl Store {
                 return Err(StoreError::Sql(sqlx::Error::RowNotFound));
             }
             Ok(())
-        })
-        .await?;
-        self.made_durable().await
+        }))
+        .await
     }
 
     /// A new zone or reminder time: the Sunday digest (if on) is next due at `next_at`,

@@ -7,7 +7,7 @@
 //! the updates they stored and the users were told "saved".
 //!
 //! So a write that is about to be promised (an entry stored, an edit, an import, a
-//! deletion) waits, after its commit, for one `fdatasync` of the WAL file. What a
+//! deletion, a setting said done) waits, after its commit, for one `fdatasync` of the WAL file. What a
 //! process crash cannot lose is exactly what the page cache holds; syncing the WAL file
 //! puts that on the disk, every commit before it included (SQLite does not reset the
 //! WAL before the database file holds its pages on disk). Writes that only record
@@ -33,10 +33,9 @@ pub(super) struct WalSync {
     /// Commits that asked, counted as they ask (after their commit returned).
     asked: AtomicU64,
     /// The `asked` count a finished sync read before it started: every commit counted
-    /// up to there is on disk. Held while a sync runs, so the waiters queue behind it.
-    synced: tokio::sync::Mutex<u64>,
-    /// A sync failed: nothing after it is promised as kept.
-    failed: AtomicBool,
+    /// up to there is on disk; `None` once a sync failed, as nothing is promised kept
+    /// after that. Held while a sync runs, so the waiters queue behind it.
+    synced: tokio::sync::Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for WalSync {
@@ -48,13 +47,10 @@ impl std::fmt::Debug for WalSync {
 }
 
 impl WalSync {
-    /// For the database file `db`: syncs its `-wal` file. A WAL file that does not
-    /// exist has nothing unsynced in it (SQLite removes it only after a checkpoint
-    /// that synced the database file).
-    ///
-    /// The WAL sits beside the real file (SQLite follows symlinks), so the path is
-    /// resolved first. A WAL that is not there after a commit means the path is not
-    /// SQLite's: said once, loudly, as nothing can be synced then.
+    /// For the database file `db`: syncs its `-wal` file. The WAL sits beside the real
+    /// file (SQLite follows symlinks), so the path is resolved first. While the store
+    /// is open a commit always leaves the WAL there, so one that is missing means the
+    /// path is not SQLite's: said once, loudly, as nothing can be synced then.
     pub fn for_database(db: PathBuf) -> Self {
         let mut wal = std::fs::canonicalize(&db).unwrap_or(db).into_os_string();
         wal.push("-wal");
@@ -79,8 +75,7 @@ impl WalSync {
         Self {
             sync,
             asked: AtomicU64::new(0),
-            synced: tokio::sync::Mutex::new(0),
-            failed: AtomicBool::new(false),
+            synced: tokio::sync::Mutex::new(Some(0)),
         }
     }
 
@@ -91,13 +86,15 @@ impl WalSync {
     pub async fn after_commit(&self) -> io::Result<()> {
         let mine = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
         let mut synced = self.synced.lock().await;
-        if self.failed.load(Ordering::SeqCst) {
-            return Err(io::Error::other(
-                "an earlier sync of the database failed; restart daylog once the disk is sound",
-            ));
-        }
-        if *synced >= mine {
-            return Ok(()); // a sync that started after this commit has finished
+        match *synced {
+            None => {
+                return Err(io::Error::other(
+                    "an earlier sync of the database failed; restart daylog once the disk is sound",
+                ));
+            }
+            // A sync that started after this commit has finished.
+            Some(through) if through >= mine => return Ok(()),
+            Some(_) => {}
         }
         // Every commit counted by now is in the WAL already: this sync covers it.
         let covers = self.asked.load(Ordering::SeqCst);
@@ -106,12 +103,8 @@ impl WalSync {
             .await
             .map_err(io::Error::other)
             .and_then(|synced| synced);
-        if done.is_err() {
-            self.failed.store(true, Ordering::SeqCst);
-        }
-        done?;
-        *synced = covers;
-        Ok(())
+        *synced = done.is_ok().then_some(covers);
+        done
     }
 }
 

@@ -337,7 +337,7 @@ impl Store {
 
     /// Stores a log as pending, or finds the one stored for the same message before.
     pub async fn insert_log(&self, log: &NewLog<'_>) -> Result<Inserted, StoreError> {
-        let written = retry_busy("insert_log", || async {
+        self.durably(retry_busy("insert_log", || async {
             // One statement, so no transaction: the hot path is a single round trip.
             let inserted: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, local_day)
@@ -364,10 +364,8 @@ impl Store {
                     .await?,
                 ),
             })
-        })
-        .await?;
-        self.made_durable().await?;
-        Ok(written)
+        }))
+        .await
     }
 
     pub async fn log(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
@@ -388,7 +386,7 @@ impl Store {
         message_id: MessageId,
         text: &str,
     ) -> Result<Option<DayLog>, StoreError> {
-        let written = retry_busy("update_text", || async {
+        self.durably(retry_busy("update_text", || async {
             let rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
                      attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL
@@ -401,10 +399,8 @@ impl Store {
             .fetch_all(&self.write)
             .await?;
             Ok(returned(rows))
-        })
-        .await?;
-        self.made_durable().await?;
-        Ok(written)
+        }))
+        .await
     }
 
     /// Stores a line typed in `daylog chat` by `user_id` (its own chat) as a pending log
@@ -418,7 +414,7 @@ impl Store {
         text: &str,
         local_day: Option<jiff::civil::Date>,
     ) -> Result<DayLog, StoreError> {
-        let written = retry_busy("insert_chat_log", || async {
+        self.durably(retry_busy("insert_chat_log", || async {
             // Every row is read (there is one), so the statement runs to its end and a
             // failure to commit is this call's error, not lost in a reset.
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
@@ -435,10 +431,8 @@ impl Store {
             .fetch_all(&self.write)
             .await?;
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
-        })
-        .await?;
-        self.made_durable().await?;
-        Ok(written)
+        }))
+        .await
     }
 
     /// Stores imported entries (SPEC §12) in one transaction: analysed, replied, with
@@ -452,7 +446,7 @@ impl Store {
         user_id: UserId,
         logs: &[NewImportLog<'_>],
     ) -> Result<ImportCounts, StoreError> {
-        let written = retry_busy("import_logs", || async {
+        self.durably(retry_busy("import_logs", || async {
             let mut counts = ImportCounts::default();
             let mut tx = self.write.begin().await?;
             for log in logs {
@@ -513,16 +507,14 @@ impl Store {
             }
             tx.commit().await?;
             Ok(counts)
-        })
-        .await?;
-        self.made_durable().await?;
-        Ok(written)
+        }))
+        .await
     }
 
     /// Stores a voice note as a pending log with an empty text (`kind = 'voice'`), or
     /// finds the one stored for the same message before.
     pub async fn insert_voice_log(&self, log: &NewVoiceLog<'_>) -> Result<Inserted, StoreError> {
-        let written = retry_busy("insert_voice_log", || async {
+        self.durably(retry_busy("insert_voice_log", || async {
             // Every row is read, so a failure to commit is this call's error.
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
@@ -551,10 +543,8 @@ impl Store {
                     .await?,
                 ),
             })
-        })
-        .await?;
-        self.made_durable().await?;
-        Ok(written)
+        }))
+        .await
     }
 
     /// Stores a voice note given to `daylog chat` (`source = 'chat'`), numbered like
@@ -566,7 +556,7 @@ impl Store {
         duration_s: Option<u32>,
         local_day: Option<jiff::civil::Date>,
     ) -> Result<DayLog, StoreError> {
-        let written = retry_busy("insert_chat_voice_log", || async {
+        self.durably(retry_busy("insert_chat_voice_log", || async {
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
                      kind, file_id, duration_s, local_day)
@@ -583,10 +573,8 @@ impl Store {
             .fetch_all(&self.write)
             .await?;
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
-        })
-        .await?;
-        self.made_durable().await?;
-        Ok(written)
+        }))
+        .await
     }
 
     /// The voice part of a log, read fresh; `None` for a text log.

@@ -185,14 +185,19 @@ where
 }
 
 impl Store {
-    /// After a commit that is about to be promised (an entry stored, an edit, an
-    /// import, a deletion): returns once it is on disk, not only in the WAL
-    /// ([`durable`]).
-    async fn made_durable(&self) -> Result<(), StoreError> {
+    /// Runs a write that is about to be promised (an entry stored, an edit, an import,
+    /// a deletion, a setting said done) and returns once its commit is on disk, not
+    /// only in the WAL ([`durable`]).
+    async fn durably<T>(
+        &self,
+        write: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let written = write.await?;
         self.durable.after_commit().await.map_err(|error| {
             tracing::error!(%error, "a commit could not be synced to disk");
             StoreError::Sync(error)
-        })
+        })?;
+        Ok(written)
     }
 }
 

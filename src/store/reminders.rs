@@ -149,7 +149,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let local_time = local_time.to_string();
         let next_due_at = sql_timestamp(next_due_at);
-        retry_busy("set_reminder", || async {
+        self.durably(retry_busy("set_reminder", || async {
             sqlx::query(
                 "INSERT INTO reminders (user_id, local_time, enabled, next_due_at)
                  VALUES (?1, ?2, 1, ?3)
@@ -162,22 +162,20 @@ impl Store {
             .execute(&self.write)
             .await?;
             Ok(())
-        })
-        .await?;
-        self.made_durable().await
+        }))
+        .await
     }
 
     /// `/remind off`, or Telegram said the user blocked the bot.
     pub async fn disable_reminder(&self, user_id: UserId) -> Result<(), StoreError> {
-        retry_busy("disable_reminder", || async {
+        self.durably(retry_busy("disable_reminder", || async {
             sqlx::query("UPDATE reminders SET enabled = 0, next_due_at = NULL WHERE user_id = ?1")
                 .bind(user_id)
                 .execute(&self.write)
                 .await?;
             Ok(())
-        })
-        .await?;
-        self.made_durable().await
+        }))
+        .await
     }
 
     /// A new zone: the reminder (if on) is next due at `next_due_at`.

@@ -114,7 +114,7 @@ impl Store {
         user_id: UserId,
         language: Language,
     ) -> Result<(), StoreError> {
-        retry_busy("set_language", || async {
+        self.durably(retry_busy("set_language", || async {
             let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
                 .bind(user_id)
                 .bind(language.code())
@@ -126,9 +126,8 @@ impl Store {
                 return Err(StoreError::Sql(sqlx::Error::RowNotFound));
             }
             Ok(())
-        })
-        .await?;
-        self.made_durable().await
+        }))
+        .await
     }
 
     /// `/tz`: the user's zone from now on (entries already stored keep their day).
@@ -137,22 +136,21 @@ impl Store {
         user_id: UserId,
         zone: &crate::time::UserZone,
     ) -> Result<(), StoreError> {
-        retry_busy("set_timezone", || async {
+        self.durably(retry_busy("set_timezone", || async {
             sqlx::query("UPDATE users SET timezone = ?2 WHERE user_id = ?1")
                 .bind(user_id)
                 .bind(zone.name())
                 .execute(&self.write)
                 .await?;
             Ok(())
-        })
-        .await?;
-        self.made_durable().await
+        }))
+        .await
     }
 
     /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
     /// many logs went.
     pub async fn delete_user(&self, user_id: UserId) -> Result<u64, StoreError> {
-        let written = retry_busy("delete_user", || async {
+        self.durably(retry_busy("delete_user", || async {
             let mut tx = self.write.begin().await?;
             let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
                 .bind(user_id)
@@ -165,9 +163,7 @@ impl Store {
                 .await?;
             tx.commit().await?;
             Ok(logs)
-        })
-        .await?;
-        self.made_durable().await?;
-        Ok(written)
+        }))
+        .await
     }
 }
