@@ -300,8 +300,11 @@ async fn run<M: Messenger>(
         }
         Err(SendError::Gone(reason)) => {
             tracing::warn!(digest_id = digest.id.get(), user_id = digest.user_id.get(), %reason, "digest undeliverable; weekly digests turned off");
-            journal.store().mark_digest_failed(digest.id).await?;
+            // Off first: the digest marked failed is the last thing a `/week` can see
+            // change, so one sent right after it finds the digest no longer being
+            // written (the off switch now waits for the disk).
             journal.store().set_digest(digest.user_id, None).await?;
+            journal.store().mark_digest_failed(digest.id).await?;
         }
         Err(SendError::Transient(reason)) => {
             // As a log's answer: a Telegram outage is waited out at a growing pace, not

@@ -468,10 +468,15 @@ async fn a_user_who_blocked_the_bot_has_the_digest_turned_off() {
     app.clock.set(at("2026-12-06T19:00:05Z"));
 
     // Assert
+    // Turned off, then (the last write of the two) marked failed.
     wait_until("the digest is turned off", WAIT, || async {
         app.count("SELECT count(*) FROM users WHERE user_id = 5 AND digest_enabled = 0 AND digest_next_at IS NULL")
             .await
             == 1
+            && app
+                .count("SELECT count(*) FROM digests WHERE user_id = 5 AND status = 'failed'")
+                .await
+                == 1
     })
     .await;
     assert_eq!(
