@@ -145,11 +145,15 @@ async fn every_word_must_match_and_matches_are_bold_in_the_snippet() {
     assert_eq!(bold, ["park", "coffee"]);
     let plain: String = runs.iter().map(|r| r.text.as_str()).collect();
     assert_eq!(plain, "Ran in the park, then coffee with Anna.");
-    let today: String = sqlx::query_scalar("SELECT date('now')")
-        .fetch_one(db.store.read_pool())
-        .await
-        .expect("today");
-    assert_eq!(hits[0].day, Some(today.parse().expect("date")));
+    // Stored without a local day, the entry belongs to the day it was stored on, a day
+    // that starts at 04:00 UTC (so before 04:00 it is yesterday, not `date('now')`).
+    let stored: String =
+        sqlx::query_scalar("SELECT date(created_at, '-4 hours') FROM day_logs WHERE id = ?1")
+            .bind(both)
+            .fetch_one(db.store.read_pool())
+            .await
+            .expect("stored day");
+    assert_eq!(hits[0].day, Some(stored.parse().expect("date")));
 }
 
 #[tokio::test]
