@@ -17,7 +17,7 @@ use support::telegram::text_update;
 use support::{ANALYSIS_TEXT, FakeTelegram, Providers, test_env};
 
 /// The real binary; its stderr goes to a log file beside its database.
-fn spawn_bot(env: &std::collections::HashMap<String, String>) -> Child {
+fn spawn_bot(env: &std::collections::HashMap<String, String>) -> support::Bot {
     let log = support::bot_log_path(env);
     support::spawn_daylog(env, &log)
 }
@@ -70,7 +70,7 @@ async fn sigterm_and_sigint_stop_the_bot_with_exit_0() {
 }
 
 /// A bot whose providers take 30 s (and may), polling: its analyses stay in flight.
-async fn slow_first_life(db: &str, telegram: &FakeTelegram) -> (Providers, Child) {
+async fn slow_first_life(db: &str, telegram: &FakeTelegram) -> (Providers, support::Bot) {
     let slow = Providers::start().await;
     slow.slow(Duration::from_secs(30)).await;
     let mut env = test_env(db, telegram, &slow);
@@ -82,7 +82,7 @@ async fn slow_first_life(db: &str, telegram: &FakeTelegram) -> (Providers, Child
 }
 
 /// A bot whose providers answer at once (kept alive by the caller).
-async fn healthy_life(db: &str, telegram: &FakeTelegram) -> (Providers, Child) {
+async fn healthy_life(db: &str, telegram: &FakeTelegram) -> (Providers, support::Bot) {
     let healthy = Providers::start().await;
     healthy.healthy().await;
     let bot = spawn_bot(&test_env(db, telegram, &healthy));
@@ -207,7 +207,7 @@ async fn a_chat_stuck_on_its_reply(
     FakeTelegram,
     Providers,
     std::collections::HashMap<String, String>,
-    Child,
+    support::Bot,
 ) {
     let telegram = FakeTelegram::start().await;
     let providers = Providers::start().await;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use support::telegram::voice_update;
 use support::{ANALYSIS_TEXT, FakeTelegram, Providers, TRANSCRIPT, test_env, voice_fixture};
 
-fn spawn_bot(env: &std::collections::HashMap<String, String>) -> Child {
+fn spawn_bot(env: &std::collections::HashMap<String, String>) -> support::Bot {
     let log = support::bot_log_path(env);
     support::spawn_daylog(env, &log)
 }

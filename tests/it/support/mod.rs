@@ -452,9 +452,38 @@ impl Providers {
     }
 }
 
+/// A `daylog run` process that is killed (and reaped) when dropped: a test that fails
+/// before it stops its bot must not leave a daemon polling, and burning a core with the
+/// tests' short retry settings, for the rest of the run.
+pub struct Bot(std::process::Child);
+
+impl std::ops::Deref for Bot {
+    type Target = std::process::Child;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Bot {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Bot {
+    fn drop(&mut self) {
+        // Already exited (and waited for): nothing to kill, and `kill` says so.
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Starts the real `daylog run` binary with exactly `env` (plus `PATH`); its stderr is
 /// appended to `log` so a failing test can show what the bot said.
-pub fn spawn_daylog(env: &HashMap<String, String>, log: &std::path::Path) -> std::process::Child {
+pub fn spawn_daylog(env: &HashMap<String, String>, log: &std::path::Path) -> Bot {
     use std::process::{Command, Stdio};
     let stderr = std::fs::OpenOptions::new()
         .create(true)
@@ -470,6 +499,7 @@ pub fn spawn_daylog(env: &HashMap<String, String>, log: &std::path::Path) -> std
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
+        .map(Bot)
         .expect("daylog starts")
 }
 
