@@ -46,6 +46,45 @@ impl std::fmt::Debug for WalSync {
     }
 }
 
+/// The WAL file's name in its folder. SQLite creates the WAL anew whenever the first
+/// connection opens the database (and deletes it when the last one closes, as the pool
+/// does to idle connections), and syncs the folder only at its own first sync of a new
+/// WAL, a checkpoint that may come much later. Until the folder is synced a power cut can
+/// take the new file's name away with every commit in it, so after the first sync of
+/// each new WAL (a new inode) the folder is synced too.
+#[derive(Default)]
+struct DirEntry {
+    #[cfg(unix)]
+    synced_for: std::sync::Mutex<Option<u64>>,
+}
+
+impl DirEntry {
+    #[cfg(unix)]
+    fn sync(&self, wal: &std::fs::File, path: &std::path::Path) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt as _;
+        let inode = wal.metadata()?.ino();
+        let mut synced_for = self
+            .synced_for
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *synced_for != Some(inode) {
+            let folder = path
+                .parent()
+                .filter(|folder| !folder.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            std::fs::File::open(folder)?.sync_all()?;
+            *synced_for = Some(inode);
+        }
+        Ok(())
+    }
+
+    /// Elsewhere a folder cannot be opened as a file to sync it.
+    #[cfg(not(unix))]
+    fn sync(&self, _wal: &std::fs::File, _path: &std::path::Path) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 impl WalSync {
     /// For the database file `db`: syncs its `-wal` file. The WAL sits beside the real
     /// file (SQLite follows symlinks), so the path is resolved first. While the store
@@ -56,8 +95,12 @@ impl WalSync {
         wal.push("-wal");
         let wal = PathBuf::from(wal);
         let warned = AtomicBool::new(false);
+        let entered = DirEntry::default();
         Self::with(Arc::new(move || match std::fs::File::open(&wal) {
-            Ok(file) => file.sync_data(),
+            Ok(file) => {
+                file.sync_data()?;
+                entered.sync(&file, &wal)
+            }
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
                 if !warned.swap(true, Ordering::Relaxed) {
                     tracing::error!(
@@ -169,6 +212,40 @@ mod tests {
             2,
             "the second sync covers the fifty"
         );
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_folder_is_synced_once_for_each_new_wal_file() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("daylog.db-wal");
+        let entered = DirEntry::default();
+        let synced_for = || {
+            *entered
+                .synced_for
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+
+        let first = std::fs::File::create(&path)?;
+        entered.sync(&first, &path)?;
+        let once = synced_for();
+        assert!(once.is_some());
+        entered.sync(&first, &path)?;
+        assert_eq!(
+            synced_for(),
+            once,
+            "the same file: its name is on disk already"
+        );
+
+        // SQLite deleted the WAL with its last connection and made a new one.
+        // (A second name keeps the old inode taken, so the new file cannot reuse it.)
+        std::fs::hard_link(&path, dir.path().join("old"))?;
+        std::fs::remove_file(&path)?;
+        let second = std::fs::File::create(&path)?;
+        entered.sync(&second, &path)?;
+        assert_ne!(synced_for(), once, "a new WAL's name is synced");
         Ok(())
     }
 
