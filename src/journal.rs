@@ -22,6 +22,7 @@ mod lanes;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -209,6 +210,15 @@ pub struct Journal {
     unrecorded: Mutex<HashSet<LogId>>,
     /// The order of each chat's analyses (SPEC §8: a chat's updates in order).
     lanes: Lanes,
+    /// Some log may be waiting out its retry schedule after a failure (an outage), so
+    /// the next analysis that succeeds makes the waiting logs due at once
+    /// ([`Journal::resume_backlog`]). Set at start-up too: logs of an earlier process
+    /// may be waiting.
+    backlog_waits: AtomicBool,
+    /// When the waiting logs were last made due: at most once per `worker.retry_min_ms`,
+    /// so a provider that answers one request in twenty does not have every waiting log
+    /// tried again after each of its answers.
+    backlog_resumed: Mutex<Option<tokio::time::Instant>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -261,6 +271,8 @@ impl Journal {
             claim_gate: tokio::sync::RwLock::new(()),
             unrecorded: Mutex::default(),
             lanes: Lanes::default(),
+            backlog_waits: AtomicBool::new(true),
+            backlog_resumed: Mutex::new(None),
             clock: Arc::new(SystemClock),
         }
     }
@@ -1242,6 +1254,7 @@ impl Journal {
                     return Ok(superseded(log.id.get()));
                 }
                 tracing::info!(log_id = log.id.get(), provider = %completion.provider, model = %completion.model, "day log analysed");
+                self.resume_backlog().await;
                 Ok(Decided::Analyzed {
                     analysis: text,
                     metrics,
@@ -1289,11 +1302,54 @@ impl Journal {
                     );
                     return Ok(Decided::WaitingForBudget { back_in });
                 }
+                self.backlog_waits.store(true, Ordering::Release);
                 tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
                 Ok(match error {
                     CascadeError::NoUsableProvider => Decided::NoProvider,
                     _ => Decided::Pending,
                 })
+            }
+        }
+    }
+
+    /// An analysis has just succeeded. When logs may be waiting out their retry schedule
+    /// (a failure since the last time, or a start-up), the outage that put them there
+    /// is over for at least one step: they are made due now and the worker is woken, so
+    /// the backlog is answered, oldest first, within moments of the first answer, not
+    /// each at its own next try (up to `worker.retry_max_ms` away). A log parked for
+    /// budget among them is only looked at again: its step's budget still decides.
+    /// At most once per `worker.retry_min_ms`; until then the next success does it.
+    async fn resume_backlog(&self) {
+        if !self.backlog_waits.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut resumed = self
+                .backlog_resumed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let now = tokio::time::Instant::now();
+            let spacing = Duration::from_millis(self.settings.worker.retry_min_ms);
+            if resumed.is_some_and(|at| now.duration_since(at) < spacing) {
+                return;
+            }
+            *resumed = Some(now);
+        }
+        // Cleared before the update: a failure marks its log before it sets the flag,
+        // so a log whose flag this clears is one the update below makes due.
+        self.backlog_waits.store(false, Ordering::Release);
+        match self.store.retry_pending_now().await {
+            Ok(0) => {}
+            Ok(due) => {
+                tracing::info!(
+                    logs = due,
+                    "an analysis succeeded again; the logs waiting to retry are due now"
+                );
+                self.llm.wake_at(tokio::time::Instant::now());
+            }
+            Err(error) => {
+                self.backlog_waits.store(true, Ordering::Release);
+                tracing::warn!(%error, "could not make the waiting logs due; they keep their schedule");
             }
         }
     }

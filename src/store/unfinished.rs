@@ -83,6 +83,22 @@ impl Store {
         .await
     }
 
+    /// A provider answered again: every pending log still waiting out its retry
+    /// schedule is due now, so the worker answers what an outage left behind at once
+    /// rather than up to `worker.retry_max_ms` later. Returns how many.
+    pub async fn retry_pending_now(&self) -> Result<u64, StoreError> {
+        retry_busy("retry_pending_now", || async {
+            let done = sqlx::query(
+                "UPDATE day_logs SET next_attempt_at = datetime('now')
+                 WHERE status = 'pending' AND next_attempt_at > datetime('now')",
+            )
+            .execute(&self.write)
+            .await?;
+            Ok(done.rows_affected())
+        })
+        .await
+    }
+
     /// Postpones a pending log without counting an attempt (the per-user hourly limit).
     pub async fn defer(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
         self.schedule(

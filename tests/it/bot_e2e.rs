@@ -85,6 +85,64 @@ where
     support::wait_until("the condition", WAIT, cond).await;
 }
 
+/// After an outage the backlog does not wait out its retry schedule: the first analysis
+/// that succeeds again (here a new entry's, answered live) makes the waiting entries due
+/// at once, and the worker answers them, oldest first, after it. Their next tries are an
+/// hour away here, so without that they would not be answered within the test.
+#[tokio::test]
+async fn after_an_outage_the_first_answer_brings_the_waiting_entries_forward() {
+    let app = App::spawn_with(|env| {
+        for key in [
+            "DAYLOG__WORKER__RETRY_MIN_MS",
+            "DAYLOG__WORKER__RETRY_MAX_MS",
+        ] {
+            env.insert(key.to_owned(), "3600000".to_owned());
+        }
+    })
+    .await;
+    app.providers.all_down().await;
+    app.telegram.push_update(text_update(9, 1, "A rough day."));
+    app.telegram.push_update(text_update(9, 2, "Still rough."));
+    let told = app.telegram.wait_sent(9, 2).await;
+    assert!(
+        told.iter()
+            .all(|m| visible(m.text()).contains("will follow"))
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM day_logs
+             WHERE status = 'pending' AND next_attempt_at > datetime('now', '+30 minutes')"
+        )
+        .await,
+        2,
+        "both wait out an hour"
+    );
+
+    app.providers.reset().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(9, 3, "Better now."));
+
+    let sent = app.telegram.wait_sent(9, 5).await;
+    let answers: Vec<Option<i64>> = sent[2..].iter().map(|m| m.reply_to()).collect();
+    assert_eq!(
+        answers,
+        [Some(3), Some(1), Some(2)],
+        "the backlog in its order"
+    );
+    assert!(
+        sent[2..]
+            .iter()
+            .all(|m| visible(m.text()).contains(ANALYSIS_TEXT))
+    );
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE replied_at IS NOT NULL")
+            .await
+            == 3
+    })
+    .await;
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn with_every_provider_down_the_user_is_told_saved_and_gets_the_analysis_later() {
     let app = App::spawn().await;
