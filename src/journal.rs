@@ -463,7 +463,8 @@ impl Journal {
             .store
             .upsert_user(&NewUser {
                 user_id: UserId(msg.user_id),
-                chat_id: ChatId(msg.chat_id),
+                // Not the message's chat, which may be a group: the private one.
+                chat_id: ChatId(msg.user_id),
                 username: msg.username.as_deref(),
                 language: Language::from_code(msg.language_code.as_deref()),
             })
@@ -598,7 +599,8 @@ impl Journal {
             .store
             .upsert_user(&NewUser {
                 user_id: UserId(voice.user_id),
-                chat_id: ChatId(voice.chat_id),
+                // Not the message's chat, which may be a group: the private one.
+                chat_id: ChatId(voice.user_id),
                 username: voice.username.as_deref(),
                 language: Language::from_code(voice.language_code.as_deref()),
             })

@@ -636,7 +636,9 @@ async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
         && let Err(error) = journal
             .ensure_user(&crate::store::NewUser {
                 user_id: UserId(user_id),
-                chat_id: crate::store::ChatId(msg.chat.id.0),
+                // The private chat, also for a command sent in a group: reminders and
+                // the digest (a summary of a private journal) never go to a group.
+                chat_id: crate::store::ChatId(user_id),
                 username: from.username.as_deref(),
                 language: Language::from_code(from.language_code.as_deref()),
             })

@@ -54,6 +54,8 @@ impl User {
 #[derive(Debug, Clone)]
 pub struct NewUser<'a> {
     pub user_id: UserId,
+    /// The user's private chat, where reminders and digests go: never a group an entry
+    /// came from (in Telegram a private chat's id is the user's id).
     pub chat_id: ChatId,
     pub username: Option<&'a str>,
     /// Used only when the user is first seen; `/lang` changes it later.

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::telegram::{
-    callback_update, edited_update, photo_update, sticker_update, text_update, text_update_lang,
+    callback_update, edited_update, group_text_update, photo_update, sticker_update, text_update,
+    text_update_lang,
 };
 use support::{ANALYSIS_TEXT, App};
 use wiremock::matchers::{method, path};
@@ -83,6 +84,34 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     support::wait_until("the condition", WAIT, cond).await;
+}
+
+/// An entry or a command written in a group is answered there, but the user's chat on
+/// record — where reminders and the Sunday digest, a summary of the journal, go — stays
+/// their private chat.
+#[tokio::test]
+async fn writing_in_a_group_does_not_send_the_users_reminders_and_digests_there() {
+    const GROUP: i64 = -100_555;
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+
+    app.telegram
+        .push_update(group_text_update(GROUP, 12, 1, "A day with friends."));
+    app.telegram
+        .push_update(group_text_update(GROUP, 13, 2, "/streak"));
+    let sent = app.telegram.wait_sent(GROUP, 2).await;
+    assert!(
+        sent.iter().any(|m| m.reply_to() == Some(1)),
+        "the entry is answered where it came"
+    );
+
+    let chats: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT user_id, chat_id FROM users ORDER BY user_id")
+            .fetch_all(app.store.read_pool())
+            .await
+            .expect("users");
+    assert_eq!(chats, [(12, 12), (13, 13)]);
+    app.stop().await;
 }
 
 /// After an outage the backlog does not wait out its retry schedule: the first analysis

@@ -604,6 +604,17 @@ fn text_update_full(user_id: i64, message_id: i64, text: &str, language: &str, d
     json!({"message": message})
 }
 
+/// A text message from user `user_id` in the group `group_id`.
+pub fn group_text_update(group_id: i64, user_id: i64, message_id: i64, text: &str) -> Value {
+    json!({"message": {
+        "message_id": message_id,
+        "date": now_unix(),
+        "chat": {"id": group_id, "type": "supergroup", "title": "Friends"},
+        "from": user(user_id, "en"),
+        "text": text,
+    }})
+}
+
 pub fn edited_update(user_id: i64, message_id: i64, text: &str) -> Value {
     json!({"edited_message": {
         "message_id": message_id,

@@ -1,0 +1,6 @@
+-- users.chat_id is the chat that reminders and the Sunday digest go to: the user's
+-- private chat, whose id in Telegram is the user's id. Until now every message set it
+-- to the chat it came from, so one entry or command written in a group sent that user's
+-- reminders and digests (a summary of their journal) to the group from then on. The
+-- bot now records the private chat; rows a group message left behind are put back.
+UPDATE users SET chat_id = user_id WHERE chat_id <> user_id;
