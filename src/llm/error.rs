@@ -199,7 +199,8 @@ impl fmt::Display for AttemptError {
     }
 }
 
-/// Why a task got no answer. `Display` is one sentence without keys or user text.
+/// Why a task got no answer. `Display` is one sentence without keys, user text or a
+/// provider's error message (which may quote the user's text back).
 #[derive(Debug, thiserror::Error)]
 pub enum CascadeError {
     /// A content-policy refusal and no other step answered: not worth retrying later.
@@ -224,11 +225,26 @@ pub enum CascadeError {
     NoUsableProvider,
 }
 
+/// The last attempt without its provider's message: an error body can quote the
+/// request back, the user's text included, and this sentence goes to `warn` logs (the
+/// message itself stays in `llm_calls.error` and the `debug` log).
 fn last_error(errors: &[AttemptError]) -> String {
-    errors
-        .last()
-        .map(|e| format!("; last: {e}"))
-        .unwrap_or_default()
+    let Some(last) = errors.last() else {
+        return String::new();
+    };
+    let mut said = format!("; last: {}/{}", last.provider, last.model);
+    if let Some(i) = last.key_index {
+        said.push_str(&format!(" key #{i}"));
+    }
+    said.push_str(&format!(
+        " attempt {}: {}",
+        last.attempt,
+        last.error.outcome().as_str()
+    ));
+    if let Some(status) = last.error.http_status() {
+        said.push_str(&format!(" (HTTP {status})"));
+    }
+    said
 }
 
 impl CascadeError {
@@ -273,6 +289,28 @@ pub(crate) fn body_message(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cascade_error_does_not_repeat_what_the_provider_said() {
+        let echo = "validation failed: input 'I argued with Anna about money'";
+        let error = CascadeError::Exhausted {
+            errors: vec![AttemptError {
+                provider: "mistral".into(),
+                model: "mistral-small-latest".into(),
+                key_index: Some(1),
+                attempt: 3,
+                error: LlmError::from_status(422, None, echo.into()),
+            }],
+        };
+        let said = error.to_string();
+        assert!(!said.contains("Anna"), "{said}");
+        assert!(
+            said.ends_with(
+                "last: mistral/mistral-small-latest key #1 attempt 3: bad_request (HTTP 422)"
+            ),
+            "{said}"
+        );
+    }
 
     #[test]
     fn the_spec_table() {

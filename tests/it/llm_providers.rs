@@ -152,7 +152,11 @@ async fn gemini_retry_info_over_max_delay_cools_the_key() {
         1,
         "37 s > max_delay: no retry"
     );
-    assert!(err.to_string().contains("RESOURCE_EXHAUSTED"), "{err}");
+    // The provider's message is kept with the attempt (and `llm_calls.error`), not in
+    // the cascade's one sentence, which goes to warn logs.
+    let last = &err.errors().last().expect("an attempt").error;
+    assert!(last.to_string().contains("RESOURCE_EXHAUSTED"), "{last}");
+    assert!(err.to_string().contains("(HTTP 429)"), "{err}");
 }
 
 #[tokio::test]
