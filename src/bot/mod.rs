@@ -169,7 +169,15 @@ impl<B: TgBot> Telegram<B> {
         Ok((file.path, bytes))
     }
 
-    async fn send_one(&self, target: Target, response: Response) -> Result<(), RequestError> {
+    /// Sends `response`, which may be several Bot API messages (a long text in parts),
+    /// skipping the first `done` of them and counting each one that goes out in `done`,
+    /// so that a failed part is tried again without the parts before it.
+    async fn send_one(
+        &self,
+        target: Target,
+        response: &Response,
+        done: &mut usize,
+    ) -> Result<(), RequestError> {
         let chat = ChatId(target.chat_id);
         let reply_to = target
             .reply_to
@@ -178,7 +186,7 @@ impl<B: TgBot> Telegram<B> {
         match response {
             Response::Text(reply) => {
                 let parts = render::split_message(reply.pieces(), TELEGRAM_MESSAGE_LIMIT);
-                for (i, part) in parts.into_iter().enumerate() {
+                for (i, part) in parts.into_iter().enumerate().skip(*done) {
                     let reply_to = if i == 0 { reply_to.clone() } else { None };
                     let send = |text: String, html: bool| {
                         let mut request = self.bot.send_message(chat, text);
@@ -202,7 +210,9 @@ impl<B: TgBot> Telegram<B> {
                             other?;
                         }
                     }
+                    *done += 1;
                 }
+                return Ok(());
             }
             Response::Photo {
                 png,
@@ -237,7 +247,7 @@ impl<B: TgBot> Telegram<B> {
                 .await?;
             }
             Response::ConfirmDelete { language } => {
-                let texts = Texts(language);
+                let texts = Texts(*language);
                 let keyboard = InlineKeyboardMarkup::new([[
                     InlineKeyboardButton::callback(texts.delete_yes(), DELETE_YES),
                     InlineKeyboardButton::callback(texts.delete_no(), DELETE_NO),
@@ -251,14 +261,51 @@ impl<B: TgBot> Telegram<B> {
                 .await?;
             }
         }
+        // Every other response is one message.
+        *done += 1;
         Ok(())
     }
 }
 
 impl<B: TgBot> Messenger for Telegram<B> {
+    /// The parts in order. Only a failure of the first part fails the send: once a part
+    /// has reached the user the message counts as delivered, because the callers'
+    /// retry sends it whole again (a digest's text twice for a failed chart, a
+    /// transcript's first part twice), and a later part's refusal (a chart Telegram
+    /// could not process) says nothing about the chat. A later part that fails for a
+    /// passing reason is tried again a few times, then it and the rest are given up,
+    /// loudly; what they held stays stored (`/history`, the digest row).
     async fn send(&self, target: Target, responses: Vec<Response>) -> Result<(), SendError> {
-        for response in responses {
-            self.send_one(target, response).await.map_err(classify)?;
+        // Messages that reached the user, of the responses before this one.
+        let mut delivered = 0;
+        for response in &responses {
+            let mut done = 0;
+            let mut pauses = LATER_PART_PAUSES.iter();
+            loop {
+                let error = match self.send_one(target, response, &mut done).await {
+                    Ok(()) => break,
+                    Err(error) => classify(error),
+                };
+                if delivered + done == 0 {
+                    return Err(error);
+                }
+                match (error, pauses.next()) {
+                    (SendError::Transient(reason), Some(pause)) => {
+                        tracing::debug!(chat_id = target.chat_id, %reason, "a later part of a message failed; trying it again");
+                        tokio::time::sleep(*pause).await;
+                    }
+                    (SendError::Transient(reason) | SendError::Gone(reason), _) => {
+                        tracing::warn!(
+                            chat_id = target.chat_id,
+                            delivered = delivered + done,
+                            %reason,
+                            "the rest of a message was not delivered; the parts before it were, so it is not sent again"
+                        );
+                        return Ok(());
+                    }
+                }
+            }
+            delivered += done;
         }
         Ok(())
     }
@@ -282,6 +329,9 @@ impl<B: TgBot> Messenger for Telegram<B> {
         });
     }
 }
+
+/// The pauses before a later part of a message is tried again (see `Telegram::send`).
+const LATER_PART_PAUSES: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
 
 /// Runs a Bot API request, waiting out Telegram's `RetryAfter` a few times.
 async fn with_retry_after<T, F, Fut>(mut request: F) -> Result<T, RequestError>

@@ -114,6 +114,39 @@ async fn writing_in_a_group_does_not_send_the_users_reminders_and_digests_there(
     app.stop().await;
 }
 
+/// A reply too long for one Telegram message goes out in parts; a part that fails for a
+/// passing reason is sent again on its own, and the parts before it are not repeated.
+#[tokio::test]
+async fn a_part_of_a_long_reply_that_fails_is_sent_again_without_the_parts_before_it() {
+    let app = App::spawn().await;
+    let long = format!("{}{}", "alpha ".repeat(700), "omega ".repeat(300));
+    app.providers.answer_analysis(&long).await;
+    app.providers.answer_metrics(support::METRICS_JSON).await;
+    let bad_gateway = json!({"ok": false, "error_code": 502, "description": "Bad Gateway"});
+    app.telegram
+        .fail_next_containing("SendMessage", 14, "omega", 200, bad_gateway);
+
+    app.telegram.push_update(text_update(14, 1, "A long day."));
+
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 14 AND replied_at IS NOT NULL")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        app.telegram.failures_left(),
+        0,
+        "the second part failed once"
+    );
+    let sent = app.telegram.sent_to(14);
+    let first = sent.iter().filter(|m| !m.text().contains("omega")).count();
+    let second = sent.iter().filter(|m| m.text().contains("omega")).count();
+    assert_eq!((first, second), (1, 1), "each part once");
+    assert_eq!(sent[0].reply_to(), Some(1));
+    app.stop().await;
+}
+
 /// After an outage the backlog does not wait out its retry schedule: the first analysis
 /// that succeeds again (here a new entry's, answered live) makes the waiting entries due
 /// at once, and the worker answers them, oldest first, after it. Their next tries are an

@@ -453,6 +453,60 @@ async fn a_digest_telegram_did_not_take_is_retried_at_a_growing_delay() {
     assert_eq!(digests_to(&app.telegram, 1), 1);
 }
 
+/// A digest is its text and its chart. A chart Telegram will not take (a refusal of
+/// that photo, not of the chat) after the text went out: the digest is delivered, once,
+/// and the user's digests stay on; a chart that fails for a passing reason is tried
+/// again without the text.
+#[tokio::test]
+async fn a_chart_that_fails_after_the_digest_text_does_not_send_the_text_again() {
+    // Arrange
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    let refused = serde_json::json!({"ok": false, "error_code": 400, "description": "Bad Request: IMAGE_PROCESS_FAILED"});
+    app.telegram.fail_next("SendPhoto", Some(1), 400, refused);
+
+    // Act: the chart is refused.
+    app.telegram.push_update(text_update(1, 3, "/week"));
+
+    // Assert
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND status = 'sent'")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(digests_to(&app.telegram, 1), 1);
+    assert_eq!(photos_to(&app.telegram, 1), 0);
+    assert_eq!(
+        app.count("SELECT count(*) FROM users WHERE user_id = 1 AND digest_enabled = 1")
+            .await,
+        1,
+        "a refused chart is not a user who left"
+    );
+
+    // Act: another user's chart meets a Bad Gateway once.
+    entry(&app, 2, 1, "2026-11-30T12:00:00Z", "Monday too").await;
+    let bad_gateway =
+        serde_json::json!({"ok": false, "error_code": 502, "description": "Bad Gateway"});
+    app.telegram
+        .fail_next("SendPhoto", Some(2), 200, bad_gateway);
+    app.telegram.push_update(text_update(2, 2, "/week"));
+
+    // Assert: the text once, the chart on its second try.
+    wait_until("the second digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 2 AND status = 'sent'")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(app.telegram.failures_left(), 0);
+    assert_eq!(digests_to(&app.telegram, 2), 1);
+    assert_eq!(photos_to(&app.telegram, 2), 1);
+}
+
 #[tokio::test]
 async fn a_user_who_blocked_the_bot_has_the_digest_turned_off() {
     // Arrange

@@ -54,7 +54,7 @@ struct Inner {
     updates: Vec<Value>,
     calls: Vec<Call>,
     /// Scripted answers: (method, chat filter) → status and body, used once each.
-    failures: VecDeque<(String, Option<i64>, u16, Value)>,
+    failures: VecDeque<Failure>,
     /// Chats whose every send fails with 403 (the user blocked the bot).
     blocked_chats: Vec<i64>,
     /// Methods that never answer (a Bot API that hangs), and the calls of them so far.
@@ -73,6 +73,9 @@ struct Inner {
     /// The `allowed_updates` of the last `getUpdates` that sent any.
     allowed_updates: Value,
 }
+
+/// A scripted failure: method, chat, text the message must contain, and the answer.
+type Failure = (String, Option<i64>, Option<String>, u16, Value);
 
 #[derive(Clone)]
 pub struct FakeTelegram {
@@ -162,6 +165,26 @@ impl FakeTelegram {
         self.inner.lock().expect("lock").failures.push_back((
             method.to_owned(),
             chat,
+            None,
+            status,
+            body,
+        ));
+    }
+
+    /// The next call of `method` to `chat` whose text contains `fragment` answers
+    /// `status` with `body` (one part of a message sent in several).
+    pub fn fail_next_containing(
+        &self,
+        method: &str,
+        chat: i64,
+        fragment: &str,
+        status: u16,
+        body: Value,
+    ) {
+        self.inner.lock().expect("lock").failures.push_back((
+            method.to_owned(),
+            Some(chat),
+            Some(fragment.to_owned()),
             status,
             body,
         ));
@@ -414,15 +437,17 @@ async fn handle(
                 403,
                 json!({"ok": false, "error_code": 403, "description": "Forbidden: bot was blocked by the user"}),
             ))
-        } else if let Some(pos) = inner
-            .failures
-            .iter()
-            .position(|(m, c, _, _)| *m == method && (c.is_none() || *c == chat))
-        {
+        } else if let Some(pos) = inner.failures.iter().position(|(m, c, fragment, _, _)| {
+            *m == method
+                && (c.is_none() || *c == chat)
+                && fragment
+                    .as_ref()
+                    .is_none_or(|f| call.text().contains(f.as_str()))
+        }) {
             inner
                 .failures
                 .remove(pos)
-                .map(|(_, _, status, body)| (status, body))
+                .map(|(_, _, _, status, body)| (status, body))
         } else {
             None
         }
