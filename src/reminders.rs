@@ -146,15 +146,25 @@ pub async fn run<M: Messenger>(
 ) {
     let poll = journal.settings().reminders.poll_interval();
     loop {
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            result = tick(&journal, &messenger) => match result {
-                Ok(done) if done != Tick::default() => {
-                    tracing::info!(sent = done.sent, skipped = done.skipped, failed = done.failed, "reminders tick");
-                }
-                Ok(_) => {}
-                Err(error) => tracing::error!(%error, "reminder scheduler could not read due reminders"),
-            },
+        // Not cancelled by the stop: a reminder recorded as sent and still on its way
+        // would be lost for the day (the next is due tomorrow). The stop ends the tick
+        // before its next reminder; those in flight finish within the shutdown grace.
+        if shutdown.is_cancelled() {
+            break;
+        }
+        match tick_until(&journal, &messenger, &shutdown).await {
+            Ok(done) if done != Tick::default() => {
+                tracing::info!(
+                    sent = done.sent,
+                    skipped = done.skipped,
+                    failed = done.failed,
+                    "reminders tick"
+                );
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::error!(%error, "reminder scheduler could not read due reminders")
+            }
         }
         // The Sunday digests ride on the same clock and poll (SPEC §10).
         tokio::select! {
@@ -174,11 +184,24 @@ pub async fn tick<M: Messenger>(
     journal: &Arc<Journal>,
     messenger: &Arc<M>,
 ) -> Result<Tick, StoreError> {
+    tick_until(journal, messenger, &CancellationToken::new()).await
+}
+
+/// [`tick`], taking no further reminder once `stop` is cancelled; the ones already
+/// recorded as sent are still delivered.
+async fn tick_until<M: Messenger>(
+    journal: &Arc<Journal>,
+    messenger: &Arc<M>,
+    stop: &CancellationToken,
+) -> Result<Tick, StoreError> {
     let now = journal.now();
     let due = journal.store().due_reminders(now, BATCH).await?;
     let mut done = Tick::default();
     let mut sending = JoinSet::new();
     for reminder in due {
+        if stop.is_cancelled() {
+            break;
+        }
         match prepare(journal, &reminder, now).await {
             Ok(Some(send)) => {
                 while sending.len() >= CONCURRENCY {

@@ -272,6 +272,40 @@ async fn a_reminder_missed_by_more_than_max_late_is_skipped_not_sent_late() {
     app.stop().await;
 }
 
+/// A stop while a reminder is on its way (here waiting out Telegram's `retry_after`)
+/// lets it arrive: it is recorded as sent for the day before it goes, so a send cut
+/// short by the stop would lose it until tomorrow.
+#[tokio::test]
+async fn a_stop_while_a_reminder_is_on_its_way_lets_it_arrive() {
+    let app = App::spawn().await;
+    // Before the reminder is due (see `user_with_reminder`).
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    user_with_reminder(&app, 6, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    let slow_down = serde_json::json!({
+        "ok": false, "error_code": 429, "description": "Too Many Requests: retry after 1",
+        "parameters": {"retry_after": 1}
+    });
+    app.telegram
+        .fail_next("SendMessage", Some(6), 429, slow_down);
+    app.clock.set(at("2026-12-01T21:00:03Z"));
+    wait_until(
+        "the reminder is recorded and waits to be sent",
+        WAIT,
+        || async { app.telegram.failures_left() == 0 && reminder_row(&app, 6).await.1.is_some() },
+    )
+    .await;
+
+    let telegram = app.telegram.clone();
+    app.stop().await;
+
+    let reminders = telegram
+        .sent_to(6)
+        .iter()
+        .filter(|c| is_reminder(c))
+        .count();
+    assert_eq!(reminders, 1);
+}
+
 #[tokio::test]
 async fn a_user_who_blocked_the_bot_has_reminders_turned_off() {
     let app = App::spawn().await;
