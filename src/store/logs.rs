@@ -389,7 +389,8 @@ impl Store {
         self.durably(retry_busy("update_text", || async {
             let rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
-                     attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL
+                     attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL,
+                     edited_at = datetime('now')
                  WHERE chat_id = ?1 AND message_id = ?2 AND text <> ?3
                  RETURNING {LOG_COLUMNS}"
             ))

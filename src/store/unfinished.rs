@@ -240,10 +240,12 @@ impl Store {
         Ok(log.map(Unfinished::classify))
     }
 
-    /// Seconds since the log was stored.
+    /// How long the log's text has waited: since it was stored, or since the edit that
+    /// last changed it.
     pub async fn log_age(&self, id: LogId) -> Result<Option<Duration>, StoreError> {
         let secs: Option<f64> = sqlx::query_scalar(
-            "SELECT (julianday('now') - julianday(created_at)) * 86400.0 FROM day_logs WHERE id = ?1",
+            "SELECT (julianday('now') - julianday(coalesce(edited_at, created_at))) * 86400.0
+             FROM day_logs WHERE id = ?1",
         )
         .bind(id)
         .fetch_optional(&self.read)

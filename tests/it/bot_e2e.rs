@@ -765,6 +765,60 @@ async fn a_log_pending_past_max_age_is_marked_failed_and_the_user_told() {
     app.stop().await;
 }
 
+/// `worker.max_age_hours` counts from the last edit that changed an entry, not from when
+/// it was first written: an entry written three days ago and edited during an outage is
+/// retried like a new one, not given up at its first retry.
+#[tokio::test]
+async fn an_old_entry_edited_during_an_outage_is_not_given_up_as_too_old() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__WORKER__MAX_AGE_HOURS".into(), "1".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    app.telegram
+        .push_update(text_update(29, 1, "Written long ago."));
+    app.telegram.wait_sent(29, 1).await;
+    let writer = sqlx::SqlitePool::connect(&app.env["DATABASE_URL"])
+        .await
+        .expect("writer");
+    sqlx::query("UPDATE day_logs SET created_at = datetime('now', '-3 days')")
+        .execute(&writer)
+        .await
+        .expect("an entry of three days ago");
+    writer.close().await;
+
+    app.providers.reset().await;
+    app.providers.all_down().await;
+    app.telegram.push_update(edited_update(
+        29,
+        1,
+        "Written long ago, and corrected today.",
+    ));
+
+    wait_until(|| async {
+        app.count(
+            "SELECT count(*) FROM day_logs
+             WHERE text LIKE '%corrected%' AND (attempts >= 2 OR status <> 'pending')",
+        )
+        .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE status = 'pending'")
+            .await,
+        1,
+        "still being retried"
+    );
+    assert!(
+        app.telegram
+            .sent_to(29)
+            .iter()
+            .all(|m| !visible(m.text()).contains("gave up"))
+    );
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn beyond_the_hourly_limit_entries_are_saved_and_deferred() {
     let app = App::spawn_with(|env| {

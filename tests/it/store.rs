@@ -133,7 +133,9 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "duration_s",
             "transcript_sent_at",
             // 20261201000011: an imported entry's wall-clock time (SPEC §12).
-            "import_time"
+            "import_time",
+            // 20261201000014: the last edit that changed the text (max_age counts from it).
+            "edited_at"
         ])
     );
     assert_eq!(
