@@ -51,36 +51,39 @@ impl std::fmt::Debug for WalSync {
 /// does to idle connections), and syncs the folder only at its own first sync of a new
 /// WAL, a checkpoint that may come much later. Until the folder is synced a power cut can
 /// take the new file's name away with every commit in it, so after the first sync of
-/// each new WAL (a new inode) the folder is synced too.
+/// each new WAL (a new inode) the folder is synced too. The WAL whose name was synced
+/// is kept open: a file system may give a freed inode number to the next file made,
+/// which would pass a new WAL off as the old one; an open file's number is not freed
+/// (the cost: a deleted WAL's blocks until the next WAL is seen).
 #[derive(Default)]
 struct DirEntry {
     #[cfg(unix)]
-    synced_for: std::sync::Mutex<Option<u64>>,
+    synced_for: std::sync::Mutex<Option<(u64, std::fs::File)>>,
 }
 
 impl DirEntry {
     #[cfg(unix)]
-    fn sync(&self, wal: &std::fs::File, path: &std::path::Path) -> io::Result<()> {
+    fn sync(&self, wal: std::fs::File, path: &std::path::Path) -> io::Result<()> {
         use std::os::unix::fs::MetadataExt as _;
         let inode = wal.metadata()?.ino();
         let mut synced_for = self
             .synced_for
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *synced_for != Some(inode) {
+        if synced_for.as_ref().map(|(synced, _)| *synced) != Some(inode) {
             let folder = path
                 .parent()
                 .filter(|folder| !folder.as_os_str().is_empty())
                 .unwrap_or(std::path::Path::new("."));
             std::fs::File::open(folder)?.sync_all()?;
-            *synced_for = Some(inode);
+            *synced_for = Some((inode, wal));
         }
         Ok(())
     }
 
     /// Elsewhere a folder cannot be opened as a file to sync it.
     #[cfg(not(unix))]
-    fn sync(&self, _wal: &std::fs::File, _path: &std::path::Path) -> io::Result<()> {
+    fn sync(&self, _wal: std::fs::File, _path: &std::path::Path) -> io::Result<()> {
         Ok(())
     }
 }
@@ -99,7 +102,7 @@ impl WalSync {
         Self::with(Arc::new(move || match std::fs::File::open(&wal) {
             Ok(file) => {
                 file.sync_data()?;
-                entered.sync(&file, &wal)
+                entered.sync(file, &wal)
             }
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
                 if !warned.swap(true, Ordering::Relaxed) {
@@ -222,29 +225,31 @@ mod tests {
         let path = dir.path().join("daylog.db-wal");
         let entered = DirEntry::default();
         let synced_for = || {
-            *entered
+            entered
                 .synced_for
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .map(|(inode, _)| *inode)
         };
 
         let first = std::fs::File::create(&path)?;
-        entered.sync(&first, &path)?;
+        entered.sync(first.try_clone()?, &path)?;
         let once = synced_for();
         assert!(once.is_some());
-        entered.sync(&first, &path)?;
+        entered.sync(std::fs::File::open(&path)?, &path)?;
         assert_eq!(
             synced_for(),
             once,
             "the same file: its name is on disk already"
         );
 
-        // SQLite deleted the WAL with its last connection and made a new one.
-        // (A second name keeps the old inode taken, so the new file cannot reuse it.)
-        std::fs::hard_link(&path, dir.path().join("old"))?;
+        // SQLite deleted the WAL with its last connection and made a new one; the one
+        // kept open cannot lend the new file its inode number.
+        drop(first);
         std::fs::remove_file(&path)?;
         let second = std::fs::File::create(&path)?;
-        entered.sync(&second, &path)?;
+        entered.sync(second, &path)?;
         assert_ne!(synced_for(), once, "a new WAL's name is synced");
         Ok(())
     }
