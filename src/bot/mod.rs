@@ -268,13 +268,13 @@ impl<B: TgBot> Telegram<B> {
 }
 
 impl<B: TgBot> Messenger for Telegram<B> {
-    /// The parts in order. Only a failure of the first part fails the send: once a part
-    /// has reached the user the message counts as delivered, because the callers'
-    /// retry sends it whole again (a digest's text twice for a failed chart, a
-    /// transcript's first part twice), and a later part's refusal (a chart Telegram
-    /// could not process) says nothing about the chat. A later part that fails for a
-    /// passing reason is tried again a few times, then it and the rest are given up,
-    /// loudly; what they held stays stored (`/history`, the digest row).
+    /// The parts in order. The callers' retry sends a message whole again (a digest's
+    /// text twice for a failed chart, a long reply's first part twice), so once a part
+    /// has reached the user a later one that fails for a passing reason is first tried
+    /// again on its own, a few times; only if it still fails does the send fail (the
+    /// whole answer twice rather than half of it once). A later part Telegram refuses
+    /// (a chart it could not process) says nothing about the chat: it and the rest are
+    /// given up, loudly, and the message counts as delivered.
     async fn send(&self, target: Target, responses: Vec<Response>) -> Result<(), SendError> {
         // Messages that reached the user, of the responses before this one.
         let mut delivered = 0;
@@ -294,12 +294,15 @@ impl<B: TgBot> Messenger for Telegram<B> {
                         tracing::debug!(chat_id = target.chat_id, %reason, "a later part of a message failed; trying it again");
                         tokio::time::sleep(*pause).await;
                     }
-                    (SendError::Transient(reason) | SendError::Gone(reason), _) => {
+                    // Still failing: the caller sends it all again later. Its first
+                    // parts twice, but the whole answer, rather than an answer cut short.
+                    (error @ SendError::Transient(_), None) => return Err(error),
+                    (SendError::Gone(reason), _) => {
                         tracing::warn!(
                             chat_id = target.chat_id,
                             delivered = delivered + done,
                             %reason,
-                            "the rest of a message was not delivered; the parts before it were, so it is not sent again"
+                            "Telegram refused a later part of a message; the parts before it were delivered, so it is not sent again"
                         );
                         return Ok(());
                     }
@@ -686,9 +689,6 @@ async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
         && let Err(error) = journal
             .ensure_user(&crate::store::NewUser {
                 user_id: UserId(user_id),
-                // The private chat, also for a command sent in a group: reminders and
-                // the digest (a summary of a private journal) never go to a group.
-                chat_id: crate::store::ChatId(user_id),
                 username: from.username.as_deref(),
                 language: Language::from_code(from.language_code.as_deref()),
             })
