@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use daylog::import;
 use daylog::language::Language;
-use daylog::store::{ChatId, UserId};
+use daylog::store::UserId;
 use daylog::store::{NewUser, Store};
 use daylog::time::UserZone;
 
@@ -68,7 +68,6 @@ fn main() {
         store
             .upsert_user(&NewUser {
                 user_id: UserId(USER),
-                chat_id: ChatId(USER),
                 username: None,
                 language: Language::En,
             })

@@ -26,7 +26,7 @@ use crate::journal::{IncomingVoice, Journal};
 use crate::language::Language;
 use crate::llm::Audio;
 use crate::render;
-use crate::store::{ChatId, FrontEnd, NewUser, UserId};
+use crate::store::{FrontEnd, NewUser, UserId};
 use crate::texts::Texts;
 use crate::worker;
 
@@ -388,7 +388,6 @@ impl Session {
         // A command may come before any entry: the user must exist for `/lang` to stick.
         let new_user = NewUser {
             user_id: UserId(self.user),
-            chat_id: ChatId(self.user),
             username: None,
             language,
         };

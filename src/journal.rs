@@ -463,8 +463,6 @@ impl Journal {
             .store
             .upsert_user(&NewUser {
                 user_id: UserId(msg.user_id),
-                // Not the message's chat, which may be a group: the private one.
-                chat_id: ChatId(msg.user_id),
                 username: msg.username.as_deref(),
                 language: Language::from_code(msg.language_code.as_deref()),
             })
@@ -516,7 +514,6 @@ impl Journal {
             .store
             .upsert_user(&NewUser {
                 user_id: UserId(user_id),
-                chat_id: ChatId(user_id),
                 username: None,
                 language: Language::default(),
             })
@@ -599,8 +596,6 @@ impl Journal {
             .store
             .upsert_user(&NewUser {
                 user_id: UserId(voice.user_id),
-                // Not the message's chat, which may be a group: the private one.
-                chat_id: ChatId(voice.user_id),
                 username: voice.username.as_deref(),
                 language: Language::from_code(voice.language_code.as_deref()),
             })
@@ -648,7 +643,6 @@ impl Journal {
             .store
             .upsert_user(&NewUser {
                 user_id: UserId(voice.user_id),
-                chat_id: ChatId(voice.user_id),
                 username: None,
                 language: Language::default(),
             })

@@ -189,13 +189,23 @@ pub struct AttemptError {
     pub error: LlmError,
 }
 
+impl AttemptError {
+    /// Which attempt it was (`provider/model key #i attempt n`), without why it failed.
+    fn which(&self) -> String {
+        let key = self
+            .key_index
+            .map(|i| format!(" key #{i}"))
+            .unwrap_or_default();
+        format!(
+            "{}/{}{key} attempt {}",
+            self.provider, self.model, self.attempt
+        )
+    }
+}
+
 impl fmt::Display for AttemptError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.provider, self.model)?;
-        if let Some(i) = self.key_index {
-            write!(f, " key #{i}")?;
-        }
-        write!(f, " attempt {}: {}", self.attempt, self.error)
+        write!(f, "{}: {}", self.which(), self.error)
     }
 }
 
@@ -232,19 +242,16 @@ fn last_error(errors: &[AttemptError]) -> String {
     let Some(last) = errors.last() else {
         return String::new();
     };
-    let mut said = format!("; last: {}/{}", last.provider, last.model);
-    if let Some(i) = last.key_index {
-        said.push_str(&format!(" key #{i}"));
-    }
-    said.push_str(&format!(
-        " attempt {}: {}",
-        last.attempt,
+    let status = last
+        .error
+        .http_status()
+        .map(|status| format!(" (HTTP {status})"))
+        .unwrap_or_default();
+    format!(
+        "; last: {}: {}{status}",
+        last.which(),
         last.error.outcome().as_str()
-    ));
-    if let Some(status) = last.error.http_status() {
-        said.push_str(&format!(" (HTTP {status})"));
-    }
-    said
+    )
 }
 
 impl CascadeError {

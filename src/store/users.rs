@@ -50,13 +50,13 @@ impl User {
     }
 }
 
-/// What a handler knows about the sender of a message.
+/// What a handler knows about the sender of a message. Not the chat it came from: the
+/// chat on record ([`User::chat_id`]) is the one reminders and digests go to, the
+/// user's private chat, whose id in Telegram (and in `daylog chat`) is the user's id,
+/// never a group an entry or a command was written in.
 #[derive(Debug, Clone)]
 pub struct NewUser<'a> {
     pub user_id: UserId,
-    /// The user's private chat, where reminders and digests go: never a group an entry
-    /// came from (in Telegram a private chat's id is the user's id).
-    pub chat_id: ChatId,
     pub username: Option<&'a str>,
     /// Used only when the user is first seen; `/lang` changes it later.
     pub language: Language,
@@ -65,15 +65,16 @@ pub struct NewUser<'a> {
 impl Store {
     // ---- users ----
 
-    /// Creates the user or refreshes its chat and username; keeps a chosen language.
+    /// Creates the user or refreshes its username (and its chat, the private one);
+    /// keeps a chosen language.
     ///
-    /// A known user writing from the same chat under the same name — nearly every
-    /// update — is only read: no write, so no turn of the one writer connection before
-    /// the entry itself is stored.
+    /// A known user under the same name — nearly every update — is only read: no
+    /// write, so no turn of the one writer connection before the entry itself is stored.
     pub async fn upsert_user(&self, user: &NewUser<'_>) -> Result<User, StoreError> {
+        let private_chat = ChatId(user.user_id.get());
         // A failed read only costs the write below.
         if let Ok(Some(known)) = self.user(user.user_id).await
-            && known.chat_id == user.chat_id
+            && known.chat_id == private_chat
             && known.username.as_deref() == user.username
         {
             return Ok(known);
@@ -87,7 +88,7 @@ impl Store {
              RETURNING user_id, chat_id, username, language, timezone, created_at",
             )
             .bind(user.user_id)
-            .bind(user.chat_id)
+            .bind(private_chat)
             .bind(user.username)
             .bind(user.language.code())
             .bind(self.default_zone.name())

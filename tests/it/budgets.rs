@@ -107,7 +107,6 @@ async fn an_edit_forgets_the_refusals_of_the_old_text() {
     store
         .upsert_user(&NewUser {
             user_id: UserId(5),
-            chat_id: ChatId(5),
             username: None,
             language: Language::En,
         })

@@ -152,7 +152,6 @@ async fn add_users(app: &App, ids: impl IntoIterator<Item = i64>) {
         app.store
             .upsert_user(&daylog::store::NewUser {
                 user_id: daylog::store::UserId(user_id),
-                chat_id: daylog::store::ChatId(user_id),
                 username: None,
                 language: Language::En,
             })

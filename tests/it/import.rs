@@ -18,7 +18,7 @@ use daylog::config::Settings;
 use daylog::import::{self, ImportError, ImportFailure, Report};
 use daylog::journal::Journal;
 use daylog::language::Language;
-use daylog::store::{ChatId, NewUser, UserId};
+use daylog::store::{NewUser, UserId};
 use jiff::civil::Date;
 
 const ME: i64 = 7;
@@ -39,7 +39,6 @@ async fn fresh() -> Db {
     app.store()
         .upsert_user(&NewUser {
             user_id: UserId(ME),
-            chat_id: ChatId(ME),
             username: None,
             language: Language::En,
         })

@@ -66,7 +66,6 @@ async fn user_with_reminder(app: &App, user: i64, zone: &str, time: &str, due: T
     app.store
         .upsert_user(&NewUser {
             user_id: UserId(user),
-            chat_id: ChatId(user),
             username: None,
             language: Language::En,
         })
@@ -501,7 +500,6 @@ async fn stats_names_what_goes_with_good_days() {
     app.store
         .upsert_user(&NewUser {
             user_id: UserId(11),
-            chat_id: ChatId(11),
             username: None,
             language: Language::En,
         })

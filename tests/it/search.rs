@@ -56,7 +56,6 @@ async fn user(store: &Store, user_id: i64) {
     store
         .upsert_user(&NewUser {
             user_id: UserId(user_id),
-            chat_id: ChatId(user_id),
             username: None,
             language: Language::En,
         })
@@ -145,14 +144,13 @@ async fn every_word_must_match_and_matches_are_bold_in_the_snippet() {
     assert_eq!(bold, ["park", "coffee"]);
     let plain: String = runs.iter().map(|r| r.text.as_str()).collect();
     assert_eq!(plain, "Ran in the park, then coffee with Anna.");
-    // Stored without a local day, the entry belongs to the day it was stored on, a day
-    // that starts at 04:00 UTC (so before 04:00 it is yesterday, not `date('now')`).
-    let stored: String =
-        sqlx::query_scalar("SELECT date(created_at, '-4 hours') FROM day_logs WHERE id = ?1")
-            .bind(both)
-            .fetch_one(db.store.read_pool())
-            .await
-            .expect("stored day");
+    // The day the store gave the entry (stored without one, the day it was stored on,
+    // which starts at 04:00: not `date('now')`, another day between 00:00 and 04:00).
+    let stored: String = sqlx::query_scalar("SELECT local_day FROM day_logs WHERE id = ?1")
+        .bind(both)
+        .fetch_one(db.store.read_pool())
+        .await
+        .expect("stored day");
     assert_eq!(hits[0].day, Some(stored.parse().expect("date")));
 }
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 use daylog::config::SqlSettings;
 use daylog::language::Language;
 use daylog::sqlcmd::{self, QueryError, Refusal};
+use daylog::store::UserId;
 use daylog::store::{self, NewUser, Store};
-use daylog::store::{ChatId, UserId};
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
@@ -45,7 +45,6 @@ async fn db_with_one_user() -> Db {
     store
         .upsert_user(&NewUser {
             user_id: UserId(1),
-            chat_id: ChatId(1),
             username: Some("someone"),
             language: Language::En,
         })

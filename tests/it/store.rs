@@ -36,7 +36,6 @@ async fn user(store: &Store, user_id: i64) {
     store
         .upsert_user(&NewUser {
             user_id: UserId(user_id),
-            chat_id: ChatId(user_id),
             username: Some("someone"),
             language: Language::En,
         })
