@@ -36,7 +36,7 @@ use crate::llm::{Attempt, AttemptSink, CascadeError, Llm, Outcome, Task};
 use crate::render::Reply;
 use crate::store::{
     ChatId, DayLog, FrontEnd, Inserted, LogId, LogStatus, MessageId, NewLog, NewUser, NewVoiceLog,
-    Store, StoreError, Unfinished, UserId, VoiceNote,
+    Store, StoreError, Unfinished, UserId, VoiceNote, Waiting,
 };
 use crate::streaks::Streaks;
 use crate::texts::Texts;
@@ -215,10 +215,9 @@ pub struct Journal {
     /// ([`Journal::resume_backlog`]). Set at start-up too: logs of an earlier process
     /// may be waiting.
     backlog_waits: AtomicBool,
-    /// When the waiting logs were last made due: at most once per `worker.retry_min_ms`,
-    /// so a provider that answers one request in twenty does not have every waiting log
-    /// tried again after each of its answers.
-    backlog_resumed: Mutex<Option<tokio::time::Instant>>,
+    /// When the waiting logs were last made due, and how many times in a row that found
+    /// some ([`Journal::resume_backlog`]).
+    backlog_resumed: Mutex<Resumed>,
     clock: Arc<dyn Clock>,
 }
 
@@ -251,6 +250,28 @@ impl Pickup {
     }
 }
 
+/// The backlog's last resume ([`Journal::resume_backlog`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Resumed {
+    at: Option<tokio::time::Instant>,
+    /// Resumes in a row that found logs waiting.
+    in_a_row: u32,
+}
+
+impl Resumed {
+    /// Whether another resume may run at `now`: the first at once, then each after the
+    /// retry delay of as many attempts as resumes before it found logs
+    /// ([`Journal::retry_delay`]).
+    fn allows(&self, now: tokio::time::Instant, retry_delay: impl Fn(i64) -> Duration) -> bool {
+        match self.at {
+            Some(at) if self.in_a_row > 0 => {
+                now.duration_since(at) >= retry_delay(i64::from(self.in_a_row) - 1)
+            }
+            _ => true,
+        }
+    }
+}
+
 /// What an accepted entry still needs before its analysis.
 enum Work {
     Text(Known),
@@ -272,7 +293,7 @@ impl Journal {
             unrecorded: Mutex::default(),
             lanes: Lanes::default(),
             backlog_waits: AtomicBool::new(true),
-            backlog_resumed: Mutex::new(None),
+            backlog_resumed: Mutex::new(Resumed::default()),
             clock: Arc::new(SystemClock),
         }
     }
@@ -877,7 +898,11 @@ impl Journal {
             Err(FetchError::Transient(reason)) => {
                 let retry_in = self.retry_delay(log.attempts);
                 tracing::warn!(log_id = log.id.get(), %reason, retry_in_s = retry_in.as_secs(), "voice note download failed; log stays pending");
-                if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
+                if !self
+                    .store
+                    .mark_retry(log.id, &log.text, retry_in, Waiting::Transcription)
+                    .await?
+                {
                     return Ok(Transcribed::Superseded);
                 }
                 return Ok(Transcribed::Pending);
@@ -902,7 +927,11 @@ impl Journal {
             },
             Err(error) => {
                 let retry_in = self.retry_delay(log.attempts);
-                if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
+                if !self
+                    .store
+                    .mark_retry(log.id, &log.text, retry_in, Waiting::Transcription)
+                    .await?
+                {
                     return Ok(Transcribed::Superseded);
                 }
                 tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "transcription cascade failed; log stays pending");
@@ -1283,8 +1312,15 @@ impl Journal {
                     .llm
                     .budget_wait(Task::Analysis)
                     .filter(|_| only_budgets);
-                let retry_in = budget_wait.unwrap_or_else(|| self.retry_delay(log.attempts));
-                if !self.store.mark_retry(log.id, &log.text, retry_in).await? {
+                let (retry_in, why) = match budget_wait {
+                    Some(back_in) => (back_in, Waiting::Budget),
+                    None => (self.retry_delay(log.attempts), Waiting::Provider),
+                };
+                if !self
+                    .store
+                    .mark_retry(log.id, &log.text, retry_in, why)
+                    .await?
+                {
                     return Ok(superseded(log.id.get()));
                 }
                 if let Some(back_in) = budget_wait {
@@ -1309,41 +1345,54 @@ impl Journal {
     }
 
     /// An analysis has just succeeded. When logs may be waiting out their retry schedule
-    /// (a failure since the last time, or a start-up), the outage that put them there
-    /// is over for at least one step: they are made due now and the worker is woken, so
-    /// the backlog is answered, oldest first, within moments of the first answer, not
-    /// each at its own next try (up to `worker.retry_max_ms` away). A log parked for
-    /// budget among them is only looked at again: its step's budget still decides.
-    /// At most once per `worker.retry_min_ms`; until then the next success does it.
+    /// after a failure (one since the last time, or a start-up), the outage that put
+    /// them there is over for at least one step: they are made due now and the worker
+    /// is woken, so the backlog is answered, oldest first, within moments of the first
+    /// answer, not each at its own next try (up to `worker.retry_max_ms` away). Logs
+    /// waiting for a budget, a transcription or the hourly limit keep their time.
+    ///
+    /// A provider that answers one request in twenty would otherwise have the whole
+    /// backlog tried after each of its answers, so the resumes that keep finding logs
+    /// are spaced like one log's retries: `worker.retry_min_ms`, doubling, up to
+    /// `worker.retry_max_ms`. One that finds none (the backlog is gone) starts over.
     async fn resume_backlog(&self) {
         if !self.backlog_waits.load(Ordering::Acquire) {
             return;
         }
+        let now = tokio::time::Instant::now();
         {
-            let mut resumed = self
+            let resumed = self
                 .backlog_resumed
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let now = tokio::time::Instant::now();
-            let spacing = Duration::from_millis(self.settings.worker.retry_min_ms);
-            if resumed.is_some_and(|at| now.duration_since(at) < spacing) {
+            if !resumed.allows(now, |n| self.retry_delay(n)) {
                 return;
             }
-            *resumed = Some(now);
         }
         // Cleared before the update: a failure marks its log before it sets the flag,
         // so a log whose flag this clears is one the update below makes due.
         self.backlog_waits.store(false, Ordering::Release);
-        match self.store.retry_pending_now().await {
-            Ok(0) => {}
+        let due = self.store.retry_pending_now().await;
+        let mut resumed = self
+            .backlog_resumed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match due {
+            Ok(0) => *resumed = Resumed::default(),
             Ok(due) => {
+                *resumed = Resumed {
+                    at: Some(now),
+                    in_a_row: resumed.in_a_row.saturating_add(1),
+                };
+                drop(resumed);
                 tracing::info!(
                     logs = due,
                     "an analysis succeeded again; the logs waiting to retry are due now"
                 );
-                self.llm.wake_at(tokio::time::Instant::now());
+                self.llm.wake_at(now);
             }
             Err(error) => {
+                drop(resumed);
                 self.backlog_waits.store(true, Ordering::Release);
                 tracing::warn!(%error, "could not make the waiting logs due; they keep their schedule");
             }
@@ -1623,5 +1672,30 @@ async fn with_typing<M: Messenger, T>(
             result = &mut work => return result,
             _ = renew.tick() => messenger.typing(chat_id).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod resumed_tests {
+    use super::*;
+
+    #[test]
+    fn resumes_that_keep_finding_logs_are_spaced_like_one_logs_retries() {
+        let start = tokio::time::Instant::now();
+        let delay = |attempts: i64| Duration::from_secs(30 << attempts.min(7));
+        let after = |secs| start + Duration::from_secs(secs);
+        assert!(Resumed::default().allows(start, delay), "the first at once");
+        let once = Resumed {
+            at: Some(start),
+            in_a_row: 1,
+        };
+        assert!(!once.allows(after(29), delay));
+        assert!(once.allows(after(30), delay));
+        let thrice = Resumed {
+            at: Some(start),
+            in_a_row: 3,
+        };
+        assert!(!thrice.allows(after(119), delay), "30 s, doubled twice");
+        assert!(thrice.allows(after(120), delay));
     }
 }

@@ -390,7 +390,7 @@ impl Store {
             let rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
                      attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL,
-                     edited_at = datetime('now')
+                     edited_at = datetime('now'), waiting_for = NULL
                  WHERE chat_id = ?1 AND message_id = ?2 AND text <> ?3
                  RETURNING {LOG_COLUMNS}"
             ))

@@ -5,6 +5,28 @@ use std::time::Duration;
 
 use super::{DayLog, FrontEnd, LOG_COLUMNS, LogId, LogStatus, Store, StoreError, retry_busy};
 
+/// Why a pending log waits for its next try (`day_logs.waiting_for`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// Its analysis failed for a reason other than budget: the growing retry schedule,
+    /// cut short when an analysis succeeds again ([`Store::retry_pending_now`]).
+    Provider,
+    /// Parked until a budget returns.
+    Budget,
+    /// Its voice note could not be fetched or transcribed yet.
+    Transcription,
+}
+
+impl Waiting {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Provider => "provider",
+            Self::Budget => "budget",
+            Self::Transcription => "transcription",
+        }
+    }
+}
+
 /// What the worker has to finish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unfinished {
@@ -59,23 +81,25 @@ impl Store {
         .await
     }
 
-    /// The analysis of `analysed_text` failed for now: try again after `retry_in`.
-    /// `false` when the log changed meanwhile (see [`Store::mark_analyzed`]).
+    /// The analysis of `analysed_text` failed for now, for `why`: try again after
+    /// `retry_in`. `false` when the log changed meanwhile (see [`Store::mark_analyzed`]).
     pub async fn mark_retry(
         &self,
         id: LogId,
         analysed_text: &str,
         retry_in: Duration,
+        why: Waiting,
     ) -> Result<bool, StoreError> {
         retry_busy("mark_retry", || async {
             let done = sqlx::query(
                 "UPDATE day_logs SET attempts = attempts + 1,
-                     next_attempt_at = datetime('now', '+' || ?3 || ' seconds')
+                     next_attempt_at = datetime('now', '+' || ?3 || ' seconds'), waiting_for = ?4
                  WHERE id = ?1 AND text = ?2 AND status = 'pending'",
             )
             .bind(id)
             .bind(analysed_text)
             .bind(retry_in.as_secs_f64())
+            .bind(why.as_str())
             .execute(&self.write)
             .await?;
             Ok(done.rows_affected() == 1)
@@ -83,14 +107,17 @@ impl Store {
         .await
     }
 
-    /// A provider answered again: every pending log still waiting out its retry
-    /// schedule is due now, so the worker answers what an outage left behind at once
-    /// rather than up to `worker.retry_max_ms` later. Returns how many.
+    /// A provider answered again: every pending log whose analysis is waiting out the
+    /// retry schedule after a failure ([`Waiting::Provider`]) is due now, so the worker
+    /// answers what an outage left behind at once rather than up to
+    /// `worker.retry_max_ms` later. Logs waiting for a budget, a transcription or the
+    /// hourly limit keep their time. Returns how many.
     pub async fn retry_pending_now(&self) -> Result<u64, StoreError> {
         retry_busy("retry_pending_now", || async {
             let done = sqlx::query(
                 "UPDATE day_logs SET next_attempt_at = datetime('now')
-                 WHERE status = 'pending' AND next_attempt_at > datetime('now')",
+                 WHERE status = 'pending' AND next_attempt_at > datetime('now')
+                   AND waiting_for = 'provider'",
             )
             .execute(&self.write)
             .await?;
@@ -103,7 +130,8 @@ impl Store {
     pub async fn defer(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
         self.schedule(
             "defer",
-            "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
+            "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds'),
+                 waiting_for = 'deferred'
              WHERE id = ?1 AND status = 'pending'",
             id,
             retry_in,

@@ -133,8 +133,10 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "transcript_sent_at",
             // 20261201000011: an imported entry's wall-clock time (SPEC §12).
             "import_time",
-            // 20261201000014: the last edit that changed the text (max_age counts from it).
-            "edited_at"
+            // 20261201000014: the last edit that changed the text (max_age counts from it),
+            // and why a pending log waits for its next try.
+            "edited_at",
+            "waiting_for"
         ])
     );
     assert_eq!(
@@ -509,6 +511,49 @@ async fn delete_removes_every_row_of_that_user_only() {
     );
 }
 
+/// After an outage only the logs whose analysis failed are made due at once: those
+/// waiting for a budget, a transcription or the hourly limit keep their time.
+#[tokio::test]
+async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_schedule() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let hour = Duration::from_secs(3600);
+    let failed = log(&db.store, 1, 1, "failed").await.id();
+    let budget = log(&db.store, 1, 2, "budget").await.id();
+    let voice = log(&db.store, 1, 3, "voice").await.id();
+    let limited = log(&db.store, 1, 4, "limited").await.id();
+    for (id, text, why) in [
+        (failed, "failed", store::Waiting::Provider),
+        (budget, "budget", store::Waiting::Budget),
+        (voice, "voice", store::Waiting::Transcription),
+    ] {
+        assert!(
+            db.store
+                .mark_retry(id, text, hour, why)
+                .await
+                .expect("retry")
+        );
+    }
+    db.store.defer(limited, hour).await.expect("defer");
+
+    assert_eq!(db.store.retry_pending_now().await.expect("resume"), 1);
+
+    let due: Vec<LogId> = db
+        .store
+        .unfinished(FrontEnd::Telegram, 10)
+        .await
+        .expect("unfinished")
+        .into_iter()
+        .map(|(_, log)| log.id)
+        .collect();
+    assert_eq!(due, [failed]);
+    assert_eq!(
+        db.store.retry_pending_now().await.expect("resume"),
+        0,
+        "made due once"
+    );
+}
+
 #[tokio::test]
 async fn unfinished_finds_due_pending_and_unreplied_logs() {
     let db = fresh().await;
@@ -518,7 +563,12 @@ async fn unfinished_finds_due_pending_and_unreplied_logs() {
     let analysed = log(&db.store, 1, 3, "analysed, not replied").await.id();
     let done = log(&db.store, 1, 4, "done").await.id();
     db.store
-        .mark_retry(later, "later", Duration::from_secs(3600))
+        .mark_retry(
+            later,
+            "later",
+            Duration::from_secs(3600),
+            store::Waiting::Provider,
+        )
         .await
         .expect("retry");
     store_analysis(&db.store, analysed.get(), "x", "{}")
@@ -702,7 +752,12 @@ async fn results_of_an_old_text_are_not_stored_over_an_edit() {
     assert_eq!(row.analysis, None);
     assert!(
         !db.store
-            .mark_retry(id, "first text", Duration::from_secs(1))
+            .mark_retry(
+                id,
+                "first text",
+                Duration::from_secs(1),
+                store::Waiting::Provider
+            )
             .await
             .expect("q")
     );
