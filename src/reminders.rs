@@ -199,16 +199,18 @@ async fn tick_until<M: Messenger>(
     let mut done = Tick::default();
     let mut sending = JoinSet::new();
     for reminder in due {
+        // A send slot first, then the stop is looked at, then the reminder is recorded
+        // as sent: so no reminder is recorded and then left waiting for a slot.
+        while sending.len() >= CONCURRENCY {
+            if let Some(result) = sending.join_next().await {
+                count(&mut done, result.unwrap_or(false));
+            }
+        }
         if stop.is_cancelled() {
             break;
         }
         match prepare(journal, &reminder, now).await {
             Ok(Some(send)) => {
-                while sending.len() >= CONCURRENCY {
-                    if let Some(result) = sending.join_next().await {
-                        count(&mut done, result.unwrap_or(false));
-                    }
-                }
                 let journal = Arc::clone(journal);
                 let messenger = Arc::clone(messenger);
                 sending.spawn(async move { deliver(&journal, messenger.as_ref(), send).await });

@@ -271,9 +271,10 @@ async fn a_reminder_missed_by_more_than_max_late_is_skipped_not_sent_late() {
     app.stop().await;
 }
 
-/// A stop while a reminder is on its way (here waiting out Telegram's `retry_after`)
-/// lets it arrive: it is recorded as sent for the day before it goes, so a send cut
-/// short by the stop would lose it until tomorrow.
+/// A stop while a reminder is on its way (here waiting out Telegram's `retry_after`,
+/// 2 s, of which the test's wait takes a poll of 50 ms) lets it arrive: it is recorded
+/// as sent for the day before it goes, so a send cut short by the stop would lose it
+/// until tomorrow.
 #[tokio::test]
 async fn a_stop_while_a_reminder_is_on_its_way_lets_it_arrive() {
     let app = App::spawn().await;
@@ -281,8 +282,8 @@ async fn a_stop_while_a_reminder_is_on_its_way_lets_it_arrive() {
     app.clock.set(at("2026-12-01T20:00:00Z"));
     user_with_reminder(&app, 6, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
     let slow_down = serde_json::json!({
-        "ok": false, "error_code": 429, "description": "Too Many Requests: retry after 1",
-        "parameters": {"retry_after": 1}
+        "ok": false, "error_code": 429, "description": "Too Many Requests: retry after 2",
+        "parameters": {"retry_after": 2}
     });
     app.telegram
         .fail_next("SendMessage", Some(6), 429, slow_down);
