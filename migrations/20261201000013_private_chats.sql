@@ -4,3 +4,8 @@
 -- reminders and digests (a summary of their journal) to the group from then on. The
 -- bot now records the private chat; rows a group message left behind are put back.
 UPDATE users SET chat_id = user_id WHERE chat_id <> user_id;
+-- A Sunday digest already written for such a chat and not yet delivered goes to the
+-- private chat too (a `/week`, which has the message it answers, stays where it was
+-- asked).
+UPDATE digests SET chat_id = user_id
+WHERE status = 'pending' AND message_id IS NULL AND chat_id <> user_id;

@@ -1322,3 +1322,66 @@ async fn a_local_day_that_is_no_date_is_left_out_of_the_days_and_found_without_o
     assert!(logs.contains(&format!("id={}", bad.get())), "{logs}");
     assert!(!logs.contains("edited"), "never the stored text: {logs}");
 }
+
+/// Migration 13: a user whose chat on record is a group (one message there, before the
+/// bot kept the private chat) has it put back to the private one, and so has a Sunday
+/// digest for them still to be delivered; a `/week` asked in the group stays there.
+#[tokio::test]
+async fn the_private_chat_migration_moves_group_chats_back_to_the_users_own() {
+    // Arrange: the schema just before it.
+    let dir = tempfile::tempdir().expect("dir");
+    let older = dir.path().join("older-migrations");
+    std::fs::create_dir(&older).expect("mkdir");
+    for file in std::fs::read_dir("migrations").expect("migrations") {
+        let path = file.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        if name.as_str() < "20261201000013" {
+            std::fs::copy(&path, older.join(&name)).expect("copy");
+        }
+    }
+    let url = format!("sqlite://{}/daylog.db?mode=rwc", dir.path().display());
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("pool");
+    sqlx::migrate::Migrator::new(older.as_path())
+        .await
+        .expect("older migrator")
+        .run(&pool)
+        .await
+        .expect("older schema");
+    for sql in [
+        "INSERT INTO users (user_id, chat_id) VALUES (12, -100), (13, 13)",
+        "INSERT INTO digests (user_id, chat_id, week_start, message_id)
+         VALUES (12, -100, '2026-11-25', NULL), (12, -100, '2026-11-18', 7)",
+    ] {
+        sqlx::query(sql).execute(&pool).await.expect("old rows");
+    }
+    pool.close().await;
+
+    // Act
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("migrates");
+
+    // Assert
+    let users: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT user_id, chat_id FROM users ORDER BY user_id")
+            .fetch_all(store.read_pool())
+            .await
+            .expect("users");
+    assert_eq!(users, [(12, 12), (13, 13)]);
+    let digests: Vec<(String, i64)> =
+        sqlx::query_as("SELECT week_start, chat_id FROM digests ORDER BY week_start")
+            .fetch_all(store.read_pool())
+            .await
+            .expect("digests");
+    assert_eq!(
+        digests,
+        [
+            ("2026-11-18".to_owned(), -100),
+            ("2026-11-25".to_owned(), 12)
+        ]
+    );
+}
