@@ -482,39 +482,14 @@ async fn the_readme_query_runs_through_the_read_only_daylog_sql() {
 #[tokio::test]
 async fn the_migration_indexes_entries_stored_before_it() {
     // Arrange: a database at the schema before this migration, with an entry.
-    let dir = tempfile::tempdir().expect("dir");
-    let older = dir.path().join("older-migrations");
-    std::fs::create_dir(&older).expect("mkdir");
-    for file in std::fs::read_dir("migrations").expect("migrations") {
-        let path = file.expect("entry").path();
-        let name = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
-        if name.as_str() < "20261201000005" {
-            std::fs::copy(&path, older.join(&name)).expect("copy");
-        }
-    }
-    let url = format!("sqlite://{}/daylog.db?mode=rwc", dir.path().display());
-    let pool = writer(&url).await;
-    sqlx::migrate::Migrator::new(older.as_path())
-        .await
-        .expect("older migrator")
-        .run(&pool)
-        .await
-        .expect("older schema");
-    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (1, 1)")
-        .execute(&pool)
-        .await
-        .expect("user");
-    sqlx::query(
-        "INSERT INTO day_logs (user_id, chat_id, message_id, text) VALUES (1, 1, 1, 'An old entry about tulips.')",
+    let (_dir, url) = support::database_before(
+        "20261201000005",
+        &[
+            "INSERT INTO users (user_id, chat_id) VALUES (1, 1)",
+            "INSERT INTO day_logs (user_id, chat_id, message_id, text) VALUES (1, 1, 1, 'An old entry about tulips.')",
+        ],
     )
-    .execute(&pool)
-    .await
-    .expect("old entry");
-    pool.close().await;
+    .await;
 
     // Act
     let store = Store::open_and_migrate(&url, Duration::from_secs(5))
@@ -532,39 +507,14 @@ async fn the_migration_indexes_entries_stored_before_it() {
 #[tokio::test]
 async fn the_fold_migration_reindexes_entries_stored_before_it() {
     // Arrange: the schema just before the fold, with an entry written with ё.
-    let dir = tempfile::tempdir().expect("dir");
-    let older = dir.path().join("older-migrations");
-    std::fs::create_dir(&older).expect("mkdir");
-    for file in std::fs::read_dir("migrations").expect("migrations") {
-        let path = file.expect("entry").path();
-        let name = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
-        if name.as_str() < "20261201000012" {
-            std::fs::copy(&path, older.join(&name)).expect("copy");
-        }
-    }
-    let url = format!("sqlite://{}/daylog.db?mode=rwc", dir.path().display());
-    let pool = writer(&url).await;
-    sqlx::migrate::Migrator::new(older.as_path())
-        .await
-        .expect("older migrator")
-        .run(&pool)
-        .await
-        .expect("older schema");
-    sqlx::query("INSERT INTO users (user_id, chat_id) VALUES (1, 1)")
-        .execute(&pool)
-        .await
-        .expect("user");
-    sqlx::query(
-        "INSERT INTO day_logs (user_id, chat_id, message_id, text) VALUES (1, 1, 1, 'Ещё раз')",
+    let (_dir, url) = support::database_before(
+        "20261201000012",
+        &[
+            "INSERT INTO users (user_id, chat_id) VALUES (1, 1)",
+            "INSERT INTO day_logs (user_id, chat_id, message_id, text) VALUES (1, 1, 1, 'Ещё раз')",
+        ],
     )
-    .execute(&pool)
-    .await
-    .expect("old entry");
-    pool.close().await;
+    .await;
 
     // Act
     let store = Store::open_and_migrate(&url, Duration::from_secs(5))

@@ -1329,36 +1329,15 @@ async fn a_local_day_that_is_no_date_is_left_out_of_the_days_and_found_without_o
 #[tokio::test]
 async fn the_private_chat_migration_moves_group_chats_back_to_the_users_own() {
     // Arrange: the schema just before it.
-    let dir = tempfile::tempdir().expect("dir");
-    let older = dir.path().join("older-migrations");
-    std::fs::create_dir(&older).expect("mkdir");
-    for file in std::fs::read_dir("migrations").expect("migrations") {
-        let path = file.expect("entry").path();
-        let name = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
-        if name.as_str() < "20261201000013" {
-            std::fs::copy(&path, older.join(&name)).expect("copy");
-        }
-    }
-    let url = format!("sqlite://{}/daylog.db?mode=rwc", dir.path().display());
-    let pool = sqlx::SqlitePool::connect(&url).await.expect("pool");
-    sqlx::migrate::Migrator::new(older.as_path())
-        .await
-        .expect("older migrator")
-        .run(&pool)
-        .await
-        .expect("older schema");
-    for sql in [
-        "INSERT INTO users (user_id, chat_id) VALUES (12, -100), (13, 13)",
-        "INSERT INTO digests (user_id, chat_id, week_start, message_id)
-         VALUES (12, -100, '2026-11-25', NULL), (12, -100, '2026-11-18', 7)",
-    ] {
-        sqlx::query(sql).execute(&pool).await.expect("old rows");
-    }
-    pool.close().await;
+    let (_dir, url) = crate::support::database_before(
+        "20261201000013",
+        &[
+            "INSERT INTO users (user_id, chat_id) VALUES (12, -100), (13, 13)",
+            "INSERT INTO digests (user_id, chat_id, week_start, message_id)
+             VALUES (12, -100, '2026-11-25', NULL), (12, -100, '2026-11-18', 7)",
+        ],
+    )
+    .await;
 
     // Act
     let store = Store::open_and_migrate(&url, Duration::from_secs(5))

@@ -613,3 +613,36 @@ impl Providers {
             .count()
     }
 }
+
+/// A database file at the schema just before the migration whose file name starts
+/// with `first_not_run`, holding `rows` (SQL run in order): what a migration finds in
+/// a database made before it. Returns the folder, to keep, and the database's URL.
+pub async fn database_before(first_not_run: &str, rows: &[&str]) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("dir");
+    let older = dir.path().join("older-migrations");
+    std::fs::create_dir(&older).expect("mkdir");
+    for file in std::fs::read_dir("migrations").expect("migrations") {
+        let path = file.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        if name.as_str() < first_not_run {
+            std::fs::copy(&path, older.join(&name)).expect("copy");
+        }
+    }
+    let url = format!("sqlite://{}/daylog.db?mode=rwc", dir.path().display());
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("pool");
+    sqlx::migrate::Migrator::new(older.as_path())
+        .await
+        .expect("older migrator")
+        .run(&pool)
+        .await
+        .expect("older schema");
+    for sql in rows {
+        sqlx::query(sql).execute(&pool).await.expect("old rows");
+    }
+    pool.close().await;
+    (dir, url)
+}
