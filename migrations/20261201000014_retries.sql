@@ -16,3 +16,9 @@
 -- row is pending.
 ALTER TABLE day_logs ADD COLUMN edited_at TEXT;
 ALTER TABLE day_logs ADD COLUMN waiting_for TEXT;
+
+-- Entries an earlier version left waiting for a retry: taken as waiting after a failed
+-- analysis, so the first answer after the upgrade brings them forward (one parked for
+-- a budget among them is only looked at again: its budget still decides).
+UPDATE day_logs SET waiting_for = 'provider'
+WHERE status = 'pending' AND attempts > 0 AND next_attempt_at > datetime('now');

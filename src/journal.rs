@@ -1361,30 +1361,36 @@ impl Journal {
         }
         let now = tokio::time::Instant::now();
         {
-            let resumed = self
+            let mut resumed = self
                 .backlog_resumed
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if !resumed.allows(now, |n| self.retry_delay(n)) {
                 return;
             }
+            // Counted now, not after the update: a success that comes while it runs
+            // sees this resume and waits its spacing.
+            *resumed = Resumed {
+                at: Some(now),
+                in_a_row: resumed.in_a_row.saturating_add(1),
+            };
         }
         // Cleared before the update: a failure marks its log before it sets the flag,
         // so a log whose flag this clears is one the update below makes due.
         self.backlog_waits.store(false, Ordering::Release);
-        let due = self.store.retry_pending_now().await;
-        let mut resumed = self
-            .backlog_resumed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match due {
-            Ok(0) => *resumed = Resumed::default(),
+        match self.store.retry_pending_now().await {
+            Ok(0) => {
+                // Nothing was waiting: the backlog is gone, the next outage starts over
+                // (unless another resume has been counted since).
+                let mut resumed = self
+                    .backlog_resumed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if resumed.at == Some(now) {
+                    *resumed = Resumed::default();
+                }
+            }
             Ok(due) => {
-                *resumed = Resumed {
-                    at: Some(now),
-                    in_a_row: resumed.in_a_row.saturating_add(1),
-                };
-                drop(resumed);
                 tracing::info!(
                     logs = due,
                     "an analysis succeeded again; the logs waiting to retry are due now"
@@ -1392,7 +1398,6 @@ impl Journal {
                 self.llm.wake_at(now);
             }
             Err(error) => {
-                drop(resumed);
                 self.backlog_waits.store(true, Ordering::Release);
                 tracing::warn!(%error, "could not make the waiting logs due; they keep their schedule");
             }

@@ -1364,3 +1364,32 @@ async fn the_private_chat_migration_moves_group_chats_back_to_the_users_own() {
         ]
     );
 }
+
+/// Migration 14: an entry an earlier version left waiting for a retry is taken as
+/// waiting after a failed analysis, so the first answer after the upgrade brings it
+/// forward; one that never failed is not.
+#[tokio::test]
+async fn entries_waiting_before_the_upgrade_are_resumed_by_the_first_answer_after_it() {
+    let (_dir, url) = crate::support::database_before(
+        "20261201000014",
+        &[
+            "INSERT INTO users (user_id, chat_id) VALUES (1, 1)",
+            "INSERT INTO day_logs (user_id, chat_id, message_id, text, attempts, next_attempt_at)
+             VALUES (1, 1, 1, 'failed twice', 2, datetime('now', '+1 hour')),
+                    (1, 1, 2, 'never tried', 0, datetime('now'))",
+        ],
+    )
+    .await;
+
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .expect("migrates");
+
+    assert_eq!(store.retry_pending_now().await.expect("resume"), 1);
+    let waiting: Vec<(i64, Option<String>)> =
+        sqlx::query_as("SELECT message_id, waiting_for FROM day_logs ORDER BY message_id")
+            .fetch_all(store.read_pool())
+            .await
+            .expect("rows");
+    assert_eq!(waiting, [(1, Some("provider".to_owned())), (2, None)]);
+}
