@@ -485,6 +485,14 @@ impl Texts {
         )
     }
 
+    /// Said after `/remind` or `/digest` written in a group.
+    pub fn scheduled_in_private_chat(self) -> &'static str {
+        self.pick(
+            "Reminders and the weekly digest come in our private chat, not in this group. If you have not yet, open a chat with me and press Start.",
+            "Напоминания и недельный обзор приходят в личный чат, а не в эту группу. Если ещё не начинал, открой чат со мной и нажми «Старт».",
+        )
+    }
+
     pub fn remind_usage(self) -> &'static str {
         self.pick(
             "Usage: /remind 21:30 (24-hour, your time), /remind off, or /remind to see it. Nothing changed.",

@@ -861,8 +861,19 @@ async fn run_command<B: TgBot>(
         }
         return Ok(());
     }
+    // Reminders and the digest go to the private chat (`users.chat_id`), never here.
+    let scheduled_elsewhere =
+        !msg.chat.is_private() && matches!(command, Command::Remind(_) | Command::Digest(_));
     let responses = match commands::respond(&journal, user_id, command).await {
-        Ok(responses) => responses,
+        Ok(mut responses) => {
+            if scheduled_elsewhere {
+                let texts = Texts(journal.language_of(user_id).await);
+                responses.push(Response::Text(
+                    Reply::new().text(texts.scheduled_in_private_chat()),
+                ));
+            }
+            responses
+        }
         Err(error) => {
             tracing::error!(%error, user_id, "command failed");
             let language = journal.language_of(user_id).await;

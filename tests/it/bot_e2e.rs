@@ -114,6 +114,35 @@ async fn writing_in_a_group_does_not_send_the_users_reminders_and_digests_there(
     app.stop().await;
 }
 
+/// `/remind` in a group sets the reminder and says where it will come: the private chat.
+#[tokio::test]
+async fn remind_in_a_group_says_reminders_come_in_the_private_chat() {
+    const GROUP: i64 = -100_556;
+    let app = App::spawn().await;
+
+    app.telegram
+        .push_update(group_text_update(GROUP, 15, 1, "/remind 21:00"));
+    let sent = app.telegram.wait_sent(GROUP, 2).await;
+
+    assert!(
+        visible(sent[0].text()).contains("21:00"),
+        "{}",
+        sent[0].text()
+    );
+    assert!(
+        visible(sent[1].text()).contains("private chat"),
+        "{}",
+        sent[1].text()
+    );
+    // In the private chat itself nothing more is said.
+    app.telegram
+        .push_update(text_update(15, 2, "/remind 21:30"));
+    app.telegram.wait_sent(15, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.telegram.sent_to(15).len(), 1);
+    app.stop().await;
+}
+
 /// A reply too long for one Telegram message goes out in parts; a part that fails for a
 /// passing reason is sent again on its own, and the parts before it are not repeated.
 #[tokio::test]
