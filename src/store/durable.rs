@@ -51,40 +51,50 @@ impl std::fmt::Debug for WalSync {
 /// does to idle connections), and syncs the folder only at its own first sync of a new
 /// WAL, a checkpoint that may come much later. Until the folder is synced a power cut can
 /// take the new file's name away with every commit in it, so after the first sync of
-/// each new WAL (a new inode) the folder is synced too. The WAL whose name was synced
-/// is kept open: a file system may give a freed inode number to the next file made,
-/// which would pass a new WAL off as the old one; an open file's number is not freed
-/// (the cost: a deleted WAL's blocks until the next WAL is seen).
+/// each new WAL (a new inode) the folder is synced too. That WAL is kept open and
+/// synced through until another is found at its path: no open per sync, and a file
+/// system that gives a freed inode number to the next file made cannot pass a new WAL
+/// off as the old one, as an open file's number is not freed (the cost: a deleted
+/// WAL's blocks until the next WAL is seen).
 #[derive(Default)]
-struct DirEntry {
+struct HeldWal {
     #[cfg(unix)]
-    synced_for: std::sync::Mutex<Option<(u64, std::fs::File)>>,
+    file: std::sync::Mutex<Option<(u64, std::fs::File)>>,
 }
 
-impl DirEntry {
+impl HeldWal {
+    /// Syncs the WAL at `path`: the file held open when it is still the one there (one
+    /// `stat` to tell), else the new one, opened, synced with its folder, and held.
     #[cfg(unix)]
-    fn sync(&self, wal: std::fs::File, path: &std::path::Path) -> io::Result<()> {
+    fn sync(&self, path: &std::path::Path) -> io::Result<()> {
         use std::os::unix::fs::MetadataExt as _;
-        let inode = wal.metadata()?.ino();
-        let mut synced_for = self
-            .synced_for
+        let there = std::fs::metadata(path)?.ino();
+        let mut held = self
+            .file
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if synced_for.as_ref().map(|(synced, _)| *synced) != Some(inode) {
-            let folder = path
-                .parent()
-                .filter(|folder| !folder.as_os_str().is_empty())
-                .unwrap_or(std::path::Path::new("."));
-            std::fs::File::open(folder)?.sync_all()?;
-            *synced_for = Some((inode, wal));
+        if let Some((inode, file)) = held.as_ref()
+            && *inode == there
+        {
+            return file.sync_data();
         }
+        let file = std::fs::File::open(path)?;
+        file.sync_data()?;
+        let inode = file.metadata()?.ino();
+        let folder = path
+            .parent()
+            .filter(|folder| !folder.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        std::fs::File::open(folder)?.sync_all()?;
+        *held = Some((inode, file));
         Ok(())
     }
 
-    /// Elsewhere a folder cannot be opened as a file to sync it.
+    /// Elsewhere a folder cannot be opened as a file to sync it, nor a file's identity
+    /// read: the WAL is opened and synced each time.
     #[cfg(not(unix))]
-    fn sync(&self, _wal: std::fs::File, _path: &std::path::Path) -> io::Result<()> {
-        Ok(())
+    fn sync(&self, path: &std::path::Path) -> io::Result<()> {
+        std::fs::File::open(path)?.sync_data()
     }
 }
 
@@ -98,12 +108,9 @@ impl WalSync {
         wal.push("-wal");
         let wal = PathBuf::from(wal);
         let warned = AtomicBool::new(false);
-        let entered = DirEntry::default();
-        Self::with(Arc::new(move || match std::fs::File::open(&wal) {
-            Ok(file) => {
-                file.sync_data()?;
-                entered.sync(file, &wal)
-            }
+        let held = HeldWal::default();
+        Self::with(Arc::new(move || match held.sync(&wal) {
+            Ok(()) => Ok(()),
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
                 if !warned.swap(true, Ordering::Relaxed) {
                     tracing::error!(
@@ -223,10 +230,9 @@ mod tests {
     fn the_folder_is_synced_once_for_each_new_wal_file() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("daylog.db-wal");
-        let entered = DirEntry::default();
+        let held = HeldWal::default();
         let synced_for = || {
-            entered
-                .synced_for
+            held.file
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .as_ref()
@@ -234,10 +240,10 @@ mod tests {
         };
 
         let first = std::fs::File::create(&path)?;
-        entered.sync(first.try_clone()?, &path)?;
+        held.sync(&path)?;
         let once = synced_for();
         assert!(once.is_some());
-        entered.sync(std::fs::File::open(&path)?, &path)?;
+        held.sync(&path)?;
         assert_eq!(
             synced_for(),
             once,
@@ -245,11 +251,11 @@ mod tests {
         );
 
         // SQLite deleted the WAL with its last connection and made a new one; the one
-        // kept open cannot lend the new file its inode number.
+        // held open cannot lend the new file its inode number.
         drop(first);
         std::fs::remove_file(&path)?;
-        let second = std::fs::File::create(&path)?;
-        entered.sync(second, &path)?;
+        std::fs::File::create(&path)?;
+        held.sync(&path)?;
         assert_ne!(synced_for(), once, "a new WAL's name is synced");
         Ok(())
     }
