@@ -22,7 +22,6 @@ mod lanes;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -210,14 +209,9 @@ pub struct Journal {
     unrecorded: Mutex<HashSet<LogId>>,
     /// The order of each chat's analyses (SPEC §8: a chat's updates in order).
     lanes: Lanes,
-    /// Some log may be waiting out its retry schedule after a failure (an outage), so
-    /// the next analysis that succeeds makes the waiting logs due at once
-    /// ([`Journal::resume_backlog`]). Set at start-up too: logs of an earlier process
-    /// may be waiting.
-    backlog_waits: AtomicBool,
-    /// When the waiting logs were last made due, and how many times in a row that found
-    /// some ([`Journal::resume_backlog`]).
-    backlog_resumed: Mutex<Resumed>,
+    /// Whether logs may wait out their retry schedule after a failure, and when they
+    /// were last made due ([`Journal::resume_backlog`]).
+    backlog: Mutex<Backlog>,
     clock: Arc<dyn Clock>,
 }
 
@@ -250,15 +244,29 @@ impl Pickup {
     }
 }
 
-/// The backlog's last resume ([`Journal::resume_backlog`]).
-#[derive(Debug, Default, Clone, Copy)]
-struct Resumed {
+/// The logs an outage left on the retry schedule ([`Journal::resume_backlog`]).
+#[derive(Debug, Clone, Copy)]
+struct Backlog {
+    /// Some log may be waiting after a failure: set by each one, cleared by a resume.
+    /// Set at start-up too: logs of an earlier process may be waiting.
+    waits: bool,
+    /// When the last resume ran.
     at: Option<tokio::time::Instant>,
     /// Resumes in a row that found logs waiting.
     in_a_row: u32,
 }
 
-impl Resumed {
+impl Default for Backlog {
+    fn default() -> Self {
+        Self {
+            waits: true,
+            at: None,
+            in_a_row: 0,
+        }
+    }
+}
+
+impl Backlog {
     /// Whether another resume may run at `now`: the first at once, then each after the
     /// retry delay of as many attempts as resumes before it found logs
     /// ([`Journal::retry_delay`]).
@@ -292,8 +300,7 @@ impl Journal {
             claim_gate: tokio::sync::RwLock::new(()),
             unrecorded: Mutex::default(),
             lanes: Lanes::default(),
-            backlog_waits: AtomicBool::new(true),
-            backlog_resumed: Mutex::new(Resumed::default()),
+            backlog: Mutex::default(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -330,7 +337,7 @@ impl Journal {
         self.settings.telegram.is_allowed(user_id)
     }
 
-    /// Records a user seen for the first time (or again: a new chat or name);
+    /// Records a user seen for the first time (or again: a new name);
     /// commands, locations and documents may come before any entry, and the
     /// user must exist (with a language) for what they do to stick.
     pub async fn ensure_user(&self, user: &NewUser<'_>) -> Result<(), StoreError> {
@@ -1334,7 +1341,7 @@ impl Journal {
                     );
                     return Ok(Decided::WaitingForBudget { back_in });
                 }
-                self.backlog_waits.store(true, Ordering::Release);
+                self.backlog().waits = true;
                 tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
                 Ok(match error {
                     CascadeError::NoUsableProvider => Decided::NoProvider,
@@ -1356,38 +1363,29 @@ impl Journal {
     /// are spaced like one log's retries: `worker.retry_min_ms`, doubling, up to
     /// `worker.retry_max_ms`. One that finds none (the backlog is gone) starts over.
     async fn resume_backlog(&self) {
-        if !self.backlog_waits.load(Ordering::Acquire) {
-            return;
-        }
         let now = tokio::time::Instant::now();
         {
-            let mut resumed = self
-                .backlog_resumed
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if !resumed.allows(now, |n| self.retry_delay(n)) {
+            let mut backlog = self.backlog();
+            if !backlog.waits || !backlog.allows(now, |n| self.retry_delay(n)) {
                 return;
             }
             // Counted now, not after the update: a success that comes while it runs
-            // sees this resume and waits its spacing.
-            *resumed = Resumed {
+            // sees this resume and waits its spacing. And cleared now: a failure marks
+            // its log before it sets `waits`, so one this clears is made due below.
+            *backlog = Backlog {
+                waits: false,
                 at: Some(now),
-                in_a_row: resumed.in_a_row.saturating_add(1),
+                in_a_row: backlog.in_a_row.saturating_add(1),
             };
         }
-        // Cleared before the update: a failure marks its log before it sets the flag,
-        // so a log whose flag this clears is one the update below makes due.
-        self.backlog_waits.store(false, Ordering::Release);
         match self.store.retry_pending_now().await {
             Ok(0) => {
                 // Nothing was waiting: the backlog is gone, the next outage starts over
                 // (unless another resume has been counted since).
-                let mut resumed = self
-                    .backlog_resumed
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if resumed.at == Some(now) {
-                    *resumed = Resumed::default();
+                let mut backlog = self.backlog();
+                if backlog.at == Some(now) {
+                    backlog.at = None;
+                    backlog.in_a_row = 0;
                 }
             }
             Ok(due) => {
@@ -1398,10 +1396,14 @@ impl Journal {
                 self.llm.wake_at(now);
             }
             Err(error) => {
-                self.backlog_waits.store(true, Ordering::Release);
+                self.backlog().waits = true;
                 tracing::warn!(%error, "could not make the waiting logs due; they keep their schedule");
             }
         }
+    }
+
+    fn backlog(&self) -> std::sync::MutexGuard<'_, Backlog> {
+        self.backlog.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The background retry interval after `attempts` failed rounds: doubling from
@@ -1681,7 +1683,7 @@ async fn with_typing<M: Messenger, T>(
 }
 
 #[cfg(test)]
-mod resumed_tests {
+mod backlog_tests {
     use super::*;
 
     #[test]
@@ -1689,16 +1691,18 @@ mod resumed_tests {
         let start = tokio::time::Instant::now();
         let delay = |attempts: i64| Duration::from_secs(30 << attempts.min(7));
         let after = |secs| start + Duration::from_secs(secs);
-        assert!(Resumed::default().allows(start, delay), "the first at once");
-        let once = Resumed {
+        assert!(Backlog::default().allows(start, delay), "the first at once");
+        let once = Backlog {
             at: Some(start),
             in_a_row: 1,
+            ..Backlog::default()
         };
         assert!(!once.allows(after(29), delay));
         assert!(once.allows(after(30), delay));
-        let thrice = Resumed {
+        let thrice = Backlog {
             at: Some(start),
             in_a_row: 3,
+            ..Backlog::default()
         };
         assert!(!thrice.allows(after(119), delay), "30 s, doubled twice");
         assert!(thrice.allows(after(120), delay));
