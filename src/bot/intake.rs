@@ -15,8 +15,9 @@
 //! confirmed, hands on only the updates it has not handed before, and polls again
 //! every [`HOLD_POLL`]. Only an update still not taken after [`HOLD_MAX`] (a handler
 //! that hangs), or the lowest one held when a whole batch of updates handed before
-//! comes back, is confirmed anyway, with a warning; the others stay held. The slow handlers (an analysis, `/week`, an
-//! import) hand their work to tasks, so none of this happens in their shadow.
+//! comes back, is confirmed anyway, with a warning; the others stay held. The slow
+//! handlers (an analysis, `/week`, an import) hand their work to tasks, so none of this
+//! happens in their shadow.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

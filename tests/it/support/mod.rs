@@ -473,11 +473,10 @@ impl std::ops::DerefMut for Bot {
 
 impl Drop for Bot {
     fn drop(&mut self) {
-        // Already exited (and waited for): nothing to kill, and `kill` says so.
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
+        // Already exited and waited for: `kill` fails harmlessly and `wait` returns
+        // the status it has.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

@@ -162,13 +162,11 @@ impl FakeTelegram {
 
     /// The next call of `method` (to `chat`, if given) answers `status` with `body`.
     pub fn fail_next(&self, method: &str, chat: Option<i64>, status: u16, body: Value) {
-        self.inner.lock().expect("lock").failures.push_back((
-            method.to_owned(),
-            chat,
-            None,
-            status,
-            body,
-        ));
+        self.script((method.to_owned(), chat, None, status, body));
+    }
+
+    fn script(&self, failure: Failure) {
+        self.inner.lock().expect("lock").failures.push_back(failure);
     }
 
     /// The next call of `method` to `chat` whose text contains `fragment` answers
@@ -181,7 +179,7 @@ impl FakeTelegram {
         status: u16,
         body: Value,
     ) {
-        self.inner.lock().expect("lock").failures.push_back((
+        self.script((
             method.to_owned(),
             Some(chat),
             Some(fragment.to_owned()),
