@@ -306,6 +306,11 @@ async fn run<M: Messenger>(
             journal.store().set_digest(digest.user_id, None).await?;
             journal.store().mark_digest_failed(digest.id).await?;
         }
+        Err(SendError::Refused(reason)) => {
+            // This digest cannot go out, but the user still wants the next one.
+            tracing::warn!(digest_id = digest.id.get(), user_id = digest.user_id.get(), %reason, "digest refused by Telegram; weekly digests stay on");
+            journal.store().mark_digest_failed(digest.id).await?;
+        }
         Err(SendError::Transient(reason)) => {
             // As a log's answer: a Telegram outage is waited out at a growing pace, not
             // knocked on every `retry_min_ms` until the digest is too old.

@@ -46,6 +46,11 @@ pub enum SendError {
     /// Never deliverable (the user blocked the bot, the chat is gone).
     #[error("undeliverable: {0}")]
     Gone(String),
+    /// This message was refused (a formatting Telegram could not parse, a chart it could
+    /// not process): sending it again will not help, but the chat is fine, so what the
+    /// user asked for (reminders, digests) stays on.
+    #[error("refused: {0}")]
+    Refused(String),
 }
 
 /// Why a voice note's recording could not be fetched.

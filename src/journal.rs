@@ -977,7 +977,7 @@ impl Journal {
         };
         let shown = match messenger.send(target, vec![Response::Text(reply)]).await {
             Ok(()) => true,
-            Err(SendError::Gone(reason)) => {
+            Err(SendError::Gone(reason) | SendError::Refused(reason)) => {
                 tracing::warn!(log_id = log.id.get(), %reason, "transcript undeliverable; not retried");
                 true
             }
@@ -1161,7 +1161,7 @@ impl Journal {
         };
         match messenger.send(target, responses).await {
             Ok(()) => true,
-            Err(SendError::Gone(reason)) => {
+            Err(SendError::Gone(reason) | SendError::Refused(reason)) => {
                 tracing::warn!(log_id = log.id.get(), chat_id = log.chat_id.get(), %reason, "answer undeliverable; not retried");
                 true
             }

@@ -333,6 +333,11 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
             }
             false
         }
+        Err(SendError::Refused(reason)) => {
+            // Today's reminder is lost, but not the user's: tomorrow's is sent as usual.
+            tracing::warn!(user_id = reminder.user_id.get(), %reason, "reminder refused by Telegram; reminders stay on");
+            false
+        }
         Err(SendError::Transient(reason)) => {
             tracing::warn!(user_id = reminder.user_id.get(), %reason, "reminder not delivered; the next tick tries again");
             if let Err(error) = journal

@@ -137,7 +137,7 @@ impl<B: TgBot> Telegram<B> {
         let file = with_retry_after(|| self.bot.get_file(FileId(file_id.to_owned())).into_future())
             .await
             .map_err(|e| match classify(e) {
-                SendError::Gone(reason) => FetchError::Gone(reason),
+                SendError::Gone(reason) | SendError::Refused(reason) => FetchError::Gone(reason),
                 SendError::Transient(reason) => FetchError::Transient(reason),
             })?;
         if u64::from(file.meta.size) > max {
@@ -297,7 +297,7 @@ impl<B: TgBot> Messenger for Telegram<B> {
                     // Still failing: the caller sends it all again later. Its first
                     // parts twice, but the whole answer, rather than an answer cut short.
                     (error @ SendError::Transient(_), None) => return Err(error),
-                    (SendError::Gone(reason), _) => {
+                    (SendError::Gone(reason) | SendError::Refused(reason), _) => {
                         tracing::warn!(
                             chat_id = target.chat_id,
                             delivered = delivered + done,
@@ -371,10 +371,10 @@ fn classify(error: RequestError) -> SendError {
             SendError::Transient(description)
         }
         RequestError::Api(api) => {
-            // Any other refusal will not change on a retry; it is our bug or the chat's
-            // state, and the log says which.
+            // Any other refusal will not change on a retry, but it is about this
+            // message (most likely our bug), not the chat; the log says which.
             tracing::error!(error = %api, "Telegram refused a message");
-            SendError::Gone(api.to_string())
+            SendError::Refused(api.to_string())
         }
         RequestError::MigrateToChatId(_) => SendError::Gone("the chat moved".to_owned()),
         other => SendError::Transient(other.to_string()),

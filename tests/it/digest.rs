@@ -539,6 +539,43 @@ async fn a_user_who_blocked_the_bot_has_the_digest_turned_off() {
     );
 }
 
+/// A digest Telegram refuses (a Bad Request about that message, not the chat) is
+/// failed, but the user's weekly digests stay on, next Sunday's due.
+#[tokio::test]
+async fn a_refused_digest_keeps_weekly_digests_on() {
+    // Arrange
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 5, 1, "/digest on").await;
+    entry(&app, 5, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 5, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    let refused = serde_json::json!({
+        "ok": false, "error_code": 400,
+        "description": "Bad Request: message is too long"
+    });
+    app.telegram
+        .fail_next_containing("SendMessage", 5, DIGEST_TEXT, 400, refused);
+
+    // Act: Sunday 19:00.
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+
+    // Assert
+    wait_until("the digest is failed", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 5 AND status = 'failed'")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(app.telegram.failures_left(), 0, "the refusal was met");
+    assert_eq!(
+        app.count("SELECT count(*) FROM users WHERE user_id = 5 AND digest_enabled = 1 AND digest_next_at > '2026-12-06 19:00:05'")
+            .await,
+        1,
+        "a refused message is not a user who left"
+    );
+}
+
 /// The real binary, killed with SIGKILL while the digest is stored and being written;
 /// the next start delivers it once.
 #[tokio::test]

@@ -322,6 +322,44 @@ async fn a_user_who_blocked_the_bot_has_reminders_turned_off() {
     app.stop().await;
 }
 
+/// A reminder Telegram refuses (a Bad Request: about that message, not the chat) is
+/// lost for the day, but the user's reminders stay on: tomorrow's is sent.
+#[tokio::test]
+async fn a_refused_reminder_keeps_reminders_on_and_tomorrows_comes() {
+    // Arrange
+    let app = App::spawn().await;
+    // Before the reminder is due (see `user_with_reminder`).
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    user_with_reminder(&app, 7, "UTC", "21:00", at("2026-12-01T21:00:00Z")).await;
+    let refused = serde_json::json!({
+        "ok": false, "error_code": 400,
+        "description": "Bad Request: message is too long"
+    });
+    app.telegram.fail_next("SendMessage", Some(7), 400, refused);
+
+    // Act: today's is refused.
+    sent_at_nine_and_moved_to_tomorrow(&app, &[7], 61).await;
+
+    // Assert
+    assert_eq!(app.telegram.failures_left(), 0, "the refusal was met");
+    assert_eq!(reminders_to(&app, 7), 0);
+    assert_eq!(reminder_row(&app, 7).await.0, 1, "reminders stay on");
+
+    // Act: tomorrow.
+    app.clock.set(at("2026-12-02T21:00:03Z"));
+
+    // Assert
+    app.telegram
+        .wait_for("tomorrow's reminder", WAIT, |calls| {
+            calls
+                .iter()
+                .any(|c| is_reminder(c) && c.chat_id() == Some(7))
+        })
+        .await;
+    assert_eq!(reminder_row(&app, 7).await.1.as_deref(), Some("2026-12-02"));
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn two_hundred_reminders_due_at_once_are_all_sent_under_the_throttle() {
     let app = App::spawn_with(|env| {
