@@ -81,7 +81,7 @@ impl Terminal {
                     file_name,
                     caption,
                 } => self.save(&file_name, &bytes, &caption, texts)?,
-                Response::ConfirmDelete { language } => {
+                Response::ConfirmDelete { language, .. } => {
                     let texts = Texts(language);
                     self.print(&format!("{} (yes/no)", texts.delete_confirm()))?;
                 }

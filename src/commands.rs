@@ -205,7 +205,7 @@ pub async fn respond(
                 caption: texts.export_caption(logs.len()),
             }])
         }
-        Command::Delete => Ok(vec![Response::ConfirmDelete { language }]),
+        Command::Delete => Ok(vec![Response::ConfirmDelete { language, user_id }]),
         Command::Lang(arg) => match arg.trim().parse::<Language>() {
             Ok(chosen) => {
                 journal

@@ -31,9 +31,11 @@ pub enum Response {
         file_name: String,
         caption: String,
     },
-    /// Ask to confirm `/delete` (Telegram: an inline keyboard).
+    /// Ask `user_id` to confirm `/delete` (Telegram: an inline keyboard only they can
+    /// answer, in a group too).
     ConfirmDelete {
         language: Language,
+        user_id: i64,
     },
 }
 

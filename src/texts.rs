@@ -275,6 +275,14 @@ impl Texts {
         }
     }
 
+    /// A `/delete` button pressed by someone else than who asked (in a group).
+    pub fn delete_not_yours(self) -> &'static str {
+        self.pick(
+            "Only the person who asked can answer this.",
+            "Ответить может только тот, кто спросил.",
+        )
+    }
+
     pub fn delete_cancelled(self) -> &'static str {
         self.pick("Nothing was deleted.", "Ничего не удалено.")
     }

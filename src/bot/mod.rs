@@ -81,7 +81,8 @@ type HandlerResult = Result<(), anyhow::Error>;
 
 /// Long-polling timeout of `getUpdates` (below the HTTP client's 17 s).
 const POLL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Callback data of the `/delete` buttons.
+/// Callback data of the `/delete` buttons, followed by `:` and the id of the user who
+/// asked (see [`DeleteAnswer::parse`]).
 const DELETE_YES: &str = "delete:yes";
 const DELETE_NO: &str = "delete:no";
 /// Telegram's `RetryAfter` is honoured this many times per request.
@@ -246,11 +247,17 @@ impl<B: TgBot> Telegram<B> {
                 })
                 .await?;
             }
-            Response::ConfirmDelete { language } => {
+            Response::ConfirmDelete { language, user_id } => {
                 let texts = Texts(*language);
                 let keyboard = InlineKeyboardMarkup::new([[
-                    InlineKeyboardButton::callback(texts.delete_yes(), DELETE_YES),
-                    InlineKeyboardButton::callback(texts.delete_no(), DELETE_NO),
+                    InlineKeyboardButton::callback(
+                        texts.delete_yes(),
+                        format!("{DELETE_YES}:{user_id}"),
+                    ),
+                    InlineKeyboardButton::callback(
+                        texts.delete_no(),
+                        format!("{DELETE_NO}:{user_id}"),
+                    ),
                 ]]);
                 with_retry_after(|| {
                     self.bot
@@ -896,9 +903,32 @@ async fn on_callback<B: TgBot>(
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let user_id = i64::try_from(query.from.id.0).unwrap_or_default();
     let language = journal.language_of(user_id).await;
-    let _ = bot.answer_callback_query(query.id.clone()).await;
-    let reply = match query.data.as_deref() {
-        Some(DELETE_YES) if journal.is_allowed(user_id) => {
+    let in_own_chat = query
+        .regular_message()
+        .is_some_and(|message| message.chat.id.0 == user_id);
+    let answer = query.data.as_deref().and_then(DeleteAnswer::parse);
+    let theirs = answer.is_some_and(|(_, asked_by)| match asked_by {
+        Some(asked_by) => asked_by == user_id,
+        // A button from before they named their user: only where nobody else can press.
+        None => in_own_chat,
+    });
+    let answered = bot.answer_callback_query(query.id.clone());
+    let _ = if answer.is_some() && !theirs {
+        answered.text(Texts(language).delete_not_yours()).await
+    } else {
+        answered.await
+    };
+    if !theirs {
+        if answer.is_some() {
+            tracing::info!(
+                user_id,
+                "a /delete button pressed by someone who did not ask"
+            );
+        }
+        return Ok(());
+    }
+    let reply = match answer.map(|(answer, _)| answer) {
+        Some(DeleteAnswer::Yes) if journal.is_allowed(user_id) => {
             match commands::delete_confirmed(&journal, user_id, language).await {
                 Ok(reply) => reply,
                 Err(error) => {
@@ -907,7 +937,7 @@ async fn on_callback<B: TgBot>(
                 }
             }
         }
-        Some(DELETE_NO) => Reply::new().text(Texts(language).delete_cancelled()),
+        Some(DeleteAnswer::No) => Reply::new().text(Texts(language).delete_cancelled()),
         _ => return Ok(()),
     };
     if let Some(message) = query.regular_message() {
@@ -926,6 +956,30 @@ async fn on_callback<B: TgBot>(
         }
     }
     Ok(())
+}
+
+/// What a `/delete` button says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeleteAnswer {
+    Yes,
+    No,
+}
+
+impl DeleteAnswer {
+    /// The answer, and the id of the user who asked (`None` for a button sent before
+    /// buttons named their user); `None` for any other data.
+    fn parse(data: &str) -> Option<(Self, Option<i64>)> {
+        for (prefix, answer) in [(DELETE_YES, Self::Yes), (DELETE_NO, Self::No)] {
+            if let Some(rest) = data.strip_prefix(prefix) {
+                if rest.is_empty() {
+                    return Some((answer, None));
+                }
+                let asked_by = rest.strip_prefix(':')?.parse().ok()?;
+                return Some((answer, Some(asked_by)));
+            }
+        }
+        None
+    }
 }
 
 /// Where an answer to `msg` goes: a reply to it.
@@ -1196,7 +1250,26 @@ mod tests {
     use teloxide::types::Seconds;
     use teloxide::{ApiError, RequestError};
 
-    use super::is_passing;
+    use super::{DeleteAnswer, is_passing};
+
+    #[test]
+    fn delete_buttons_name_their_user() {
+        let table = [
+            ("delete:yes:19", Some((DeleteAnswer::Yes, Some(19)))),
+            ("delete:no:-5", Some((DeleteAnswer::No, Some(-5)))),
+            // Buttons sent before they named their user.
+            ("delete:yes", Some((DeleteAnswer::Yes, None))),
+            ("delete:no", Some((DeleteAnswer::No, None))),
+            ("delete:yes:", None),
+            ("delete:yes:x", None),
+            ("delete:yesno", None),
+            ("delete:maybe:19", None),
+            ("", None),
+        ];
+        for (data, expected) in table {
+            assert_eq!(DeleteAnswer::parse(data), expected, "{data}");
+        }
+    }
 
     #[test]
     fn only_passing_trouble_is_retried_at_start() {

@@ -10,10 +10,12 @@ use crate::support;
 
 use std::time::Duration;
 
+use daylog::language::Language;
+use daylog::texts::Texts;
 use serde_json::json;
 use support::telegram::{
-    callback_update, edited_update, group_text_update, photo_update, sticker_update, text_update,
-    text_update_lang,
+    callback_update, edited_update, group_callback_update, group_text_update, photo_update,
+    sticker_update, text_update, text_update_lang,
 };
 use support::{ANALYSIS_TEXT, App};
 use wiremock::matchers::{method, path};
@@ -613,7 +615,7 @@ async fn delete_after_confirmation_removes_every_row_of_that_user_and_no_other()
         .expect("keyboard");
     assert_eq!(
         confirm.body["reply_markup"]["inline_keyboard"][0][0]["callback_data"],
-        "delete:yes"
+        "delete:yes:19"
     );
     assert_eq!(
         app.count("SELECT count(*) FROM day_logs WHERE user_id = 19")
@@ -623,7 +625,7 @@ async fn delete_after_confirmation_removes_every_row_of_that_user_and_no_other()
     );
 
     app.telegram
-        .push_update(callback_update(19, "delete:yes", 555));
+        .push_update(callback_update(19, "delete:yes:19", 555));
     app.telegram
         .wait_for("deleted", WAIT, |calls| {
             calls.iter().any(|c| c.text().contains("deleted"))
@@ -646,6 +648,84 @@ async fn delete_after_confirmation_removes_every_row_of_that_user_and_no_other()
         .await,
         0
     );
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE user_id = 20")
+            .await,
+        1
+    );
+    app.stop().await;
+}
+
+/// In a group, the `/delete` buttons answer only the user who asked: another member's
+/// "yes" deletes nothing (neither journal) and tells them so; the asker's still works.
+#[tokio::test]
+async fn a_delete_asked_in_a_group_is_answered_only_by_who_asked() {
+    // Arrange: two members with entries; 19 asks for /delete in the group.
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(19, 1, "Mine."));
+    app.telegram.push_update(text_update(20, 1, "Theirs."));
+    app.telegram.wait_sent(19, 1).await;
+    app.telegram.wait_sent(20, 1).await;
+    app.telegram
+        .push_update(group_text_update(-300, 19, 2, "/delete"));
+    let sent = app
+        .telegram
+        .wait_for("the confirmation", WAIT, |calls| {
+            calls
+                .iter()
+                .any(|c| c.body["reply_markup"]["inline_keyboard"].is_array())
+        })
+        .await;
+    let keyboard = &sent
+        .iter()
+        .find(|c| c.body["reply_markup"]["inline_keyboard"].is_array())
+        .expect("keyboard")
+        .body["reply_markup"]["inline_keyboard"][0];
+    let yes = keyboard[0]["callback_data"]
+        .as_str()
+        .expect("data")
+        .to_owned();
+
+    // Act: 20 presses 19's "yes", and an old button without a user.
+    app.telegram
+        .push_update(group_callback_update(-300, 20, &yes, 700));
+    app.telegram
+        .push_update(group_callback_update(-300, 20, "delete:yes", 701));
+
+    // Assert: both told it is not theirs; nothing deleted.
+    let not_yours = Texts(Language::En).delete_not_yours();
+    app.telegram
+        .wait_for("both presses answered", WAIT, |calls| {
+            calls
+                .iter()
+                .filter(|c| c.method == "AnswerCallbackQuery" && c.body["text"] == not_yours)
+                .count()
+                == 2
+        })
+        .await;
+    for user in [19, 20] {
+        assert_eq!(
+            app.count(&format!(
+                "SELECT count(*) FROM day_logs WHERE user_id = {user}"
+            ))
+            .await,
+            1,
+            "user {user}"
+        );
+    }
+
+    // Act: 19 presses it.
+    app.telegram
+        .push_update(group_callback_update(-300, 19, &yes, 702));
+
+    // Assert
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE user_id = 19")
+            .await
+            == 0
+    })
+    .await;
     assert_eq!(
         app.count("SELECT count(*) FROM day_logs WHERE user_id = 20")
             .await,

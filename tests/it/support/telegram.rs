@@ -691,6 +691,20 @@ pub fn callback_update(user_id: i64, data: &str, message_id: i64) -> Value {
     }})
 }
 
+/// `user_id` pressing a button with `data` under the bot's message `message_id` in the
+/// group `group_id`.
+pub fn group_callback_update(group_id: i64, user_id: i64, data: &str, message_id: i64) -> Value {
+    let mut message = message_json(message_id, group_id, "confirm?");
+    message["chat"] = json!({"id": group_id, "type": "supergroup", "title": "Friends"});
+    json!({"callback_query": {
+        "id": format!("cb-{user_id}-{message_id}"),
+        "from": user(user_id, "en"),
+        "chat_instance": "ci",
+        "data": data,
+        "message": message,
+    }})
+}
+
 /// A voice note from `user_id` (file `file_id`, `duration` seconds, `size` bytes).
 pub fn voice_update(
     user_id: i64,
