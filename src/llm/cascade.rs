@@ -650,7 +650,15 @@ impl<'a> TaskRun<'a> {
         wait: Duration,
     ) -> Result<(u16, String), LlmError> {
         self.real_attempts.fetch_add(1, Ordering::Relaxed);
-        let hedge_after = self.hedging.threshold(step.id.no);
+        // Analyses and metrics are short answers whose latency the hedging learns; a
+        // digest or a transcript takes as long as its week or its recording, and
+        // neither teaches nor is judged by it.
+        let learned = matches!(self.task, Task::Analysis | Task::Metrics);
+        let hedge_after = if learned {
+            self.hedging.threshold(step.id.no)
+        } else {
+            self.hedging.slow_threshold()
+        };
         let started = Instant::now();
         let mut in_flight = InFlight {
             run: self,
@@ -718,18 +726,15 @@ impl<'a> TaskRun<'a> {
                 tokio::select! {
                     answer = &mut response => answer,
                     own = slow => {
-                        if own && self.hedging.is_auto() {
+                        if own && learned && self.hedging.is_auto() {
                             // Slower than its own recent answers: stalled, as far as
                             // anyone can tell until this attempt times out. Later
                             // requests start elsewhere; an answer clears it. With no
                             // answer from the step since this attempt started, the
-                            // attempts still waiting on it hedge now too — unless this
-                            // one is slow by nature (a digest, a long recording).
+                            // attempts still waiting on it hedge now too.
                             self.state
                                 .cool_step(&step.id, started + self.policy.request_timeout);
-                            if matches!(self.task, Task::Analysis | Task::Metrics)
-                                && self.hedging.passed(step.id.no, started)
-                            {
+                            if self.hedging.passed(step.id.no, started) {
                                 tracing::debug!(
                                     provider = %step.id.provider, model = %step.id.model,
                                     "step silent past its threshold: attempts waiting on it hedge"
@@ -744,7 +749,11 @@ impl<'a> TaskRun<'a> {
             }
         };
         if result.is_ok() {
-            self.hedging.record(step.id.no, started.elapsed());
+            if learned {
+                self.hedging.record(step.id.no, started.elapsed());
+            } else {
+                self.hedging.answered(step.id.no);
+            }
         }
         // What the provider counted: every answer it gave (a 2xx, usable or not), and a
         // request it held until the timeout; not one it refused or failed to serve.

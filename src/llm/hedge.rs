@@ -10,6 +10,11 @@
 //! A restarted process starts from the latencies of the last answers stored in
 //! `llm_calls` ([`LatencySample`]), not from [`START`].
 //!
+//! Only analyses and metrics (short answers) teach and use the learned threshold. A
+//! digest or a transcript takes as long as its week or its recording: it hedges at
+//! half the request timeout ([`Hedging::slow_threshold`]) and never marks a step
+//! stalled.
+//!
 //! A step is stalled, not merely slow once, when an attempt passes its threshold and the
 //! step has given no answer since that attempt started: then every attempt still
 //! waiting on it hedges at once ([`Hedging::passed`]), instead of each waiting out its
@@ -130,9 +135,29 @@ impl Hedging {
         }
     }
 
+    /// How long an attempt of a task slow by nature (a digest's long answer, a long
+    /// recording's transcript) may take before the next step starts: learned latencies
+    /// are those of analyses and metrics, so under `auto` it is half the request
+    /// timeout (a stalled step still costs less than the timeout).
+    pub fn slow_threshold(&self) -> Option<Duration> {
+        match self.setting {
+            HedgeAfter::Off => None,
+            HedgeAfter::After(after) => Some(after),
+            HedgeAfter::Auto => Some(self.request_timeout / 2),
+        }
+    }
+
     /// A usable answer from step `no` that took `latency`, just now.
     pub fn record(&self, no: usize, latency: Duration) {
         self.learn(no, latency, Some(Instant::now()));
+    }
+
+    /// A usable answer from step `no`, just now, of a task slow by nature: the step is
+    /// not stalled, but its latency teaches nothing.
+    pub fn answered(&self, no: usize) {
+        if let Some(step) = self.steps.get(no) {
+            lock(&step.recent).last_answer = Some(Instant::now());
+        }
     }
 
     /// A latency of step `no` stored before a restart: it teaches the threshold, but
@@ -302,5 +327,10 @@ mod tests {
         assert!(!fixed.is_auto());
         let off = Hedging::new(HedgeAfter::Off, ms(30_000), 1);
         assert_eq!(off.threshold(0), None);
+        assert_eq!(off.slow_threshold(), None);
+        assert_eq!(fixed.slow_threshold(), Some(ms(8000)));
+        let auto = Hedging::new(HedgeAfter::Auto, ms(30_000), 1);
+        auto.record(0, ms(10));
+        assert_eq!(auto.slow_threshold(), Some(ms(15_000)), "not learned");
     }
 }

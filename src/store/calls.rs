@@ -237,12 +237,15 @@ impl Store {
     }
 
     /// The latencies of the usable answers among the last [`LATENCY_LOOKBACK`] calls,
-    /// oldest first: what a restarted process's hedging starts from. A range of the
-    /// primary key, so a year of calls costs no more than a week's.
+    /// oldest first: what a restarted process's hedging starts from. Only analyses and
+    /// metrics, whose thresholds they teach (a digest or a long recording is slow by
+    /// nature). A range of the primary key, so a year of calls costs no more than a
+    /// week's.
     pub async fn recent_latencies(&self) -> Result<Vec<LatencySample>, StoreError> {
         let rows: Vec<(String, String, i64)> = sqlx::query_as(
             "SELECT provider, model, latency_ms FROM llm_calls
              WHERE id > (SELECT coalesce(max(id), 0) FROM llm_calls) - ?1 AND outcome = 'ok'
+               AND task IN ('analysis', 'metrics')
              ORDER BY id",
         )
         .bind(LATENCY_LOOKBACK)

@@ -551,6 +551,60 @@ async fn auto_hedging_learns_a_steps_latency_and_hedges_when_it_turns_slow() {
     );
 }
 
+/// A digest takes as long as its week: its slow answer is not judged by the latency
+/// learned from analyses (it would hedge, and mark the step stalled for them) and does
+/// not teach it.
+#[tokio::test]
+async fn auto_hedging_does_not_judge_a_digest_by_the_analyses_latency() {
+    // Arrange: the primary answers analyses at once and the digest after 1.5 s.
+    let primary = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::body_string_contains("the-week"))
+        .respond_with(
+            json_reply(200, "openai/chat_completion.json").set_delay(Duration::from_millis(1500)),
+        )
+        .with_priority(1)
+        .mount(&primary)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&primary)
+        .await;
+    let fast = ok_server().await;
+    let retry = retry_with(&[
+        ("hedge_after_ms", "\"auto\""),
+        ("request_timeout_ms", "10000"),
+    ]);
+    let llm = llm(&config(
+        &[&primary, &fast],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ));
+    let sink = RecordingSink::default();
+    for _ in 0..5 {
+        llm.run(Task::Analysis, &request(false), &sink)
+            .await
+            .expect("answer");
+    }
+    let week = daylog::llm::ChatRequest {
+        user: "the-week".to_owned(),
+        ..request(false)
+    };
+
+    // Act
+    let digest = llm.run(Task::Digest, &week, &sink).await.expect("digest");
+    let analysis = llm
+        .run(Task::Analysis, &request(false), &sink)
+        .await
+        .expect("answer");
+
+    // Assert: no hedge, and the primary still answers analyses.
+    assert_eq!(digest.model, "m1", "{:?}", sink.attempts());
+    assert_eq!(analysis.model, "m1", "{:?}", sink.attempts());
+    assert_eq!(sink.count("m1", Outcome::Cancelled), 0);
+    assert_eq!(calls(&fast).await, 0);
+}
+
 #[tokio::test]
 async fn with_auto_hedging_one_request_that_finds_a_step_stalled_spares_the_next_ones() {
     // Arrange: the primary never answers in time; auto starts at half the request
