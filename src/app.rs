@@ -1,5 +1,6 @@
 //! One start-up for every way daylog runs (zero2prod's `Application::build`): settings →
-//! store (opened and migrated) → the one HTTP client → [`Llm`] → [`Journal`]. The daemon
+//! store (opened and migrated) → the providers' HTTP client → [`Llm`] → [`Journal`] (and
+//! the Bot API's client when the Telegram front end starts). The daemon
 //! (`daylog run`), `daylog chat`, the test helpers and the benches all start from
 //! [`App::build`], so what runs in a test is wired exactly as what runs in production.
 //!
@@ -38,20 +39,19 @@ pub enum StartError {
 pub struct App {
     settings: Arc<Settings>,
     store: Store,
-    client: reqwest::Client,
     llm: Arc<Llm>,
     journal: Arc<Journal>,
 }
 
 impl App {
-    /// Opens and migrates the store, builds the one HTTP client of the process, the LLM
+    /// Opens and migrates the store, builds the providers' HTTP client, the LLM
     /// providers on it, and the journal over both.
     pub async fn build(settings: Settings) -> Result<Self, StartError> {
         let store =
             Store::open_and_migrate_with(&settings.database_url, (&settings.store).into()).await?;
         let settings = Arc::new(settings);
         let client = crate::http_client().map_err(StartError::Client)?;
-        let llm = Arc::new(Llm::with_client(&settings, client.clone()).map_err(StartError::Llm)?);
+        let llm = Arc::new(Llm::with_client(&settings, client).map_err(StartError::Llm)?);
         learn_from_last_run(&store, &llm).await;
         let journal = Arc::new(Journal::new(
             Arc::clone(&settings),
@@ -61,7 +61,6 @@ impl App {
         Ok(Self {
             settings,
             store,
-            client,
             llm,
             journal,
         })
@@ -97,7 +96,8 @@ impl App {
     /// The Telegram front end until `stop` is cancelled (then in-flight work gets
     /// `telegram.shutdown_grace_ms`). The store stays open: closing it is the caller's.
     pub async fn serve_telegram(self, stop: CancellationToken) -> anyhow::Result<()> {
-        let bot = crate::bot::build_bot(&self.settings, self.client.clone())?;
+        let client = crate::telegram_client().map_err(StartError::Client)?;
+        let bot = crate::bot::build_bot(&self.settings, client)?;
         crate::bot::serve_configured(bot, self.journal, stop).await
     }
 

@@ -37,8 +37,97 @@ pub mod texts;
 pub mod time;
 pub mod worker;
 
-/// The one HTTP client of the process, shared by the Telegram bot and every LLM provider.
-/// Its 17 s total timeout suits Bot API calls; LLM attempts set their own per request.
+use std::time::Duration;
+
+/// The HTTP client of the LLM providers (one reqwest stack with the bot's, its own
+/// pool). Every attempt sets its own timeout (`retry.request_timeout_ms`).
 pub fn http_client() -> reqwest::Result<reqwest::Client> {
     teloxide::net::default_reqwest_settings().build()
+}
+
+/// A Bot API connection that sends nothing this long is dead (a long poll waits 10 s).
+pub const TELEGRAM_SILENCE: Duration = Duration::from_secs(17);
+/// The most one Bot API request may take while it keeps moving: a 20 MB voice note or
+/// import downloaded, or an export uploaded, at 35 KB/s.
+pub const TELEGRAM_TRANSFER: Duration = Duration::from_secs(10 * 60);
+
+/// The Bot API's client. teloxide's default gives every request 17 s in all, which cut
+/// off a large voice note, import or export on a slow link every time it was tried;
+/// here 17 s is the longest silence ([`TELEGRAM_SILENCE`]), and a transfer that keeps
+/// moving has [`TELEGRAM_TRANSFER`].
+pub fn telegram_client() -> reqwest::Result<reqwest::Client> {
+    telegram_client_with(TELEGRAM_SILENCE, TELEGRAM_TRANSFER)
+}
+
+/// [`telegram_client`] with other limits (tests).
+pub fn telegram_client_with(
+    silence: Duration,
+    total: Duration,
+) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .read_timeout(silence)
+        .timeout(total)
+        .tcp_nodelay(true)
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::telegram_client_with;
+
+    /// A server on 127.0.0.1 that answers one request with a body of `bytes` bytes,
+    /// one every `gap`; its URL.
+    async fn trickle(bytes: usize, gap: Duration) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut request = [0_u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {bytes}\r\n\r\n");
+            socket.write_all(head.as_bytes()).await.expect("head");
+            for _ in 0..bytes {
+                tokio::time::sleep(gap).await;
+                if socket.write_all(b"x").await.is_err() {
+                    return;
+                }
+            }
+        });
+        format!("http://{addr}/file/bot1:t/voice.ogg")
+    }
+
+    /// A Bot API transfer is cut off by silence, not by how long it takes in all
+    /// (teloxide's default cut every request at 17 s).
+    #[tokio::test]
+    async fn a_telegram_transfer_that_keeps_moving_is_not_cut_off() {
+        let silence = Duration::from_secs(1);
+        let client =
+            telegram_client_with(silence, Duration::from_secs(60)).expect("telegram client");
+        // Moving all along, for longer in all than the silence allowed.
+        let moving = client
+            .get(trickle(15, Duration::from_millis(100)).await)
+            .send()
+            .await
+            .expect("headers")
+            .bytes()
+            .await
+            .expect("a transfer that keeps moving completes");
+        assert_eq!(moving.len(), 15);
+        // Silent for longer than allowed.
+        let stalled = client
+            .get(trickle(2, silence * 3).await)
+            .send()
+            .await
+            .expect("headers")
+            .bytes()
+            .await;
+        assert!(stalled.is_err(), "a silent transfer is given up");
+    }
 }

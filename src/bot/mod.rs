@@ -79,7 +79,7 @@ impl<T> TgBot for T where
 
 type HandlerResult = Result<(), anyhow::Error>;
 
-/// Long-polling timeout of `getUpdates` (below the HTTP client's 17 s).
+/// Long-polling timeout of `getUpdates` (below the Bot API client's longest silence, 17 s).
 const POLL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Callback data of the `/delete` buttons, followed by `:` and the id of the user who
 /// asked (see [`DeleteAnswer::parse`]).

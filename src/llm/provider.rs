@@ -178,7 +178,7 @@ async fn send(
     builder: RequestBuilder,
     timeout: Duration,
 ) -> Result<(StatusCode, HeaderMap, Vec<u8>), LlmError> {
-    // Per request, so a shared client's own total timeout (17 s for the Bot API) never
+    // Per request, so the client's own total timeout (teloxide's 17 s) never
     // cuts an attempt short.
     let response = builder
         .timeout(timeout)
