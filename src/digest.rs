@@ -298,6 +298,12 @@ async fn run<M: Messenger>(
                 );
             }
         }
+        // A `/week` asked in a group the bot has left since: the user's own Sunday
+        // digests (in their private chat) are not about that group.
+        Err(SendError::Gone(reason)) if digest.chat_id.get() != digest.user_id.get() => {
+            tracing::warn!(digest_id = digest.id.get(), user_id = digest.user_id.get(), %reason, "digest undeliverable in the group it was asked in");
+            journal.store().mark_digest_failed(digest.id).await?;
+        }
         Err(SendError::Gone(reason)) => {
             tracing::warn!(digest_id = digest.id.get(), user_id = digest.user_id.get(), %reason, "digest undeliverable; weekly digests turned off");
             // Off first: the digest marked failed is the last thing a `/week` can see

@@ -15,7 +15,7 @@ use std::time::Duration;
 use daylog::language::Language;
 use daylog::texts::Texts;
 use jiff::Timestamp;
-use support::telegram::{Call, text_update, text_update_at};
+use support::telegram::{Call, group_text_update, text_update, text_update_at};
 use support::{App, FakeTelegram, Providers, completion, gemini_completion, wait_until};
 use wiremock::matchers::{body_string_contains, method};
 use wiremock::{Mock, ResponseTemplate};
@@ -536,6 +536,38 @@ async fn a_user_who_blocked_the_bot_has_the_digest_turned_off() {
         app.count("SELECT count(*) FROM digests WHERE user_id = 5 AND status = 'failed'")
             .await,
         1
+    );
+}
+
+/// A `/week` asked in a group the bot was removed from since (a 403 there) is failed,
+/// but the user's own Sunday digests, which go to their private chat, stay on.
+#[tokio::test]
+async fn a_week_undeliverable_in_a_group_keeps_the_private_sunday_digest_on() {
+    // Arrange
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 5, 1, "/digest on").await;
+    entry(&app, 5, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 5, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    app.telegram.block_chat(-300);
+
+    // Act
+    app.telegram
+        .push_update(group_text_update(-300, 5, 4, "/week"));
+
+    // Assert
+    wait_until("the group's digest is failed", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 5 AND chat_id = -300 AND status = 'failed'")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM users WHERE user_id = 5 AND digest_enabled = 1 AND digest_next_at IS NOT NULL")
+            .await,
+        1,
+        "a group that is gone is not a user who left"
     );
 }
 
