@@ -49,17 +49,27 @@ pub fn week_ending(last: Date) -> (Date, Date) {
     (first, last)
 }
 
-/// The first moment strictly after `after` that is a Sunday at `time` on the user's wall
-/// clock (DST-correct, as reminders are).
-pub fn next_sunday_at(zone: &UserZone, after: Timestamp, time: LocalTime) -> Timestamp {
+/// The first moment strictly after `after` at `time` on the user's wall clock whose local
+/// day is a Sunday (DST-correct, as reminders are): with the day starting at 04:00, a
+/// 00:30 reminder's Sunday is the night into Monday, so the week's digest has all of it.
+pub fn next_sunday_at(
+    zone: &UserZone,
+    after: Timestamp,
+    time: LocalTime,
+    day_starts_hour: u8,
+) -> Timestamp {
     let mut at = zone.next_at(after, time);
     for _ in 0..8 {
-        if zone.civil(at).date().weekday() == Weekday::Sunday {
+        if zone.local_day_of(at, time, day_starts_hour).weekday() == Weekday::Sunday {
             break;
         }
         at = zone.next_at(at, time);
     }
     at
+}
+
+fn day_starts_hour(journal: &Journal) -> u8 {
+    journal.settings().journal.day_starts_hour
 }
 
 /// Whether the digest is asked for by the user now (who always gets an answer) or
@@ -114,7 +124,7 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
             // this very moment is kept for the scheduler rather than skipped.
             reschedule(journal, user_id).await?;
         } else {
-            let next = next_sunday_at(&zone, journal.now(), time);
+            let next = next_sunday_at(&zone, journal.now(), time, day_starts_hour(journal));
             journal.store().set_digest(id, Some(next)).await?;
         }
         tracing::info!(user_id, "weekly digest turned on");
@@ -136,7 +146,7 @@ pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreErro
     let zone = journal.zone_of(user_id).await;
     let time = digest_time(journal, id).await?;
     let now = journal.now();
-    let next = next_sunday_at(&zone, now, time);
+    let next = next_sunday_at(&zone, now, time, day_starts_hour(journal));
     journal.store().reschedule_digest(id, next, now).await
 }
 
@@ -567,9 +577,20 @@ async fn schedule_one(
         }
         return Ok(());
     }
-    let next = next_sunday_at(zone, now.max(due_at), time);
-    // The week ends on the Sunday of the due moment, on the user's calendar.
-    let (first, last) = week_ending(zone.civil(due_at).date());
+    let day_starts = day_starts_hour(journal);
+    let next = next_sunday_at(zone, now.max(due_at), time, day_starts);
+    // The week ends on the local day of the due moment, the Sunday.
+    let day = zone.local_day_of(due_at, time, day_starts);
+    if day.weekday() != Weekday::Sunday && zone.civil(due_at).date().weekday() == Weekday::Sunday {
+        // Scheduled by an earlier version by the calendar: a 00:30 reminder's Sunday
+        // night began on Saturday's local day. This week's moment is the next one.
+        journal
+            .store()
+            .advance_digest(user.user_id, &user.digest_next_at, next, None)
+            .await?;
+        return Ok(());
+    }
+    let (first, last) = week_ending(day);
     let late = now.duration_since(due_at);
     // A digest is delayed by a downtime, not lost (SPEC §10): unlike a reminder it is
     // still worth reading hours later. Only one older than a pending digest may wait
@@ -632,14 +653,23 @@ mod tests {
     fn the_next_sunday_digest_is_on_sunday_at_the_local_time_across_dst() {
         let zone = UserZone::parse("America/Los_Angeles").expect("zone");
         // Tuesday 1 December 2026, 10:00 PST → Sunday 6 December 19:00 PST.
-        let at = next_sunday_at(&zone, ts("2026-12-01T18:00:00Z"), LocalTime::EVENING);
+        let at = next_sunday_at(&zone, ts("2026-12-01T18:00:00Z"), LocalTime::EVENING, 4);
         assert_eq!(at, ts("2026-12-07T03:00:00Z"));
         // Sunday 19:00 exactly → the next Sunday, never the same moment again.
-        let again = next_sunday_at(&zone, at, LocalTime::EVENING);
+        let again = next_sunday_at(&zone, at, LocalTime::EVENING, 4);
         assert_eq!(again, ts("2026-12-14T03:00:00Z"));
         // Across the March change: 19:00 PDT (UTC−7) on Sunday 8 March 2026.
-        let spring = next_sunday_at(&zone, ts("2026-03-04T12:00:00Z"), LocalTime::EVENING);
+        let spring = next_sunday_at(&zone, ts("2026-03-04T12:00:00Z"), LocalTime::EVENING, 4);
         assert_eq!(spring, ts("2026-03-09T02:00:00Z"));
+        // A reminder at 00:30 is still Sunday's until 04:00: the digest comes in the
+        // night into Monday, when Sunday's local day has been written. With the day
+        // starting at midnight it is the calendar's Sunday.
+        let night = LocalTime::parse("00:30").expect("time");
+        let berlin = UserZone::parse("Europe/Berlin").expect("zone");
+        let owl = next_sunday_at(&berlin, ts("2026-12-01T18:00:00Z"), night, 4);
+        assert_eq!(owl, ts("2026-12-06T23:30:00Z"), "Monday 00:30 CET");
+        let midnight = next_sunday_at(&berlin, ts("2026-12-01T18:00:00Z"), night, 0);
+        assert_eq!(midnight, ts("2026-12-05T23:30:00Z"), "Sunday 00:30 CET");
     }
 
     #[test]

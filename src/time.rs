@@ -273,6 +273,19 @@ impl UserZone {
         }
     }
 
+    /// The local day of a moment scheduled for `time` on this wall clock (a reminder, a
+    /// digest): as [`UserZone::local_day`], but judged by the time it was meant for, so
+    /// one that a DST gap moved past the day's start (03:30 → 04:00 in Helsinki on the
+    /// spring night) stays on the day it was meant for.
+    pub fn local_day_of(&self, at: Timestamp, time: LocalTime, day_starts_hour: u8) -> Date {
+        let date = self.civil(at).date();
+        if i16::from(time.0.hour()) < i16::from(day_starts_hour) {
+            date.yesterday().unwrap_or(date)
+        } else {
+            date
+        }
+    }
+
     /// The first moment strictly after `after` at which the local clock shows `time`
     /// (see the module doc for DST gaps and folds).
     pub fn next_at(&self, after: Timestamp, time: LocalTime) -> Timestamp {
@@ -547,6 +560,35 @@ mod tests {
         assert_eq!(
             plus3.local_day(ts("2026-12-01T22:00:00Z"), 0).to_string(),
             "2026-12-02"
+        );
+    }
+
+    #[test]
+    fn a_scheduled_time_moved_by_a_dst_gap_stays_on_its_day() {
+        // Helsinki jumps from 03:00 to 04:00 on Sunday 29 March 2026: a 03:30 reminder
+        // comes at 04:00, which by the clock starts Sunday, but it is Saturday's.
+        let helsinki = UserZone::parse("Europe/Helsinki").expect("zone");
+        let half_past_three = LocalTime::parse("03:30").expect("time");
+        let moved = helsinki.next_at(ts("2026-03-28T12:00:00Z"), half_past_three);
+        assert_eq!(moved, ts("2026-03-29T01:00:00Z"), "04:00 EEST");
+        assert_eq!(helsinki.local_day(moved, 4).to_string(), "2026-03-29");
+        assert_eq!(
+            helsinki.local_day_of(moved, half_past_three, 4).to_string(),
+            "2026-03-28"
+        );
+        // Any other night it is the day before, as by the clock.
+        let night = helsinki.next_at(ts("2026-03-29T12:00:00Z"), half_past_three);
+        assert_eq!(
+            helsinki.local_day_of(night, half_past_three, 4).to_string(),
+            "2026-03-29"
+        );
+        assert_eq!(helsinki.local_day(night, 4).to_string(), "2026-03-29");
+        // In the evening both agree.
+        let nine = LocalTime::parse("21:00").expect("time");
+        let evening = helsinki.next_at(ts("2026-03-29T12:00:00Z"), nine);
+        assert_eq!(
+            helsinki.local_day_of(evening, nine, 4).to_string(),
+            "2026-03-29"
         );
     }
 

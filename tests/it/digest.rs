@@ -571,6 +571,51 @@ async fn a_week_undeliverable_in_a_group_keeps_the_private_sunday_digest_on() {
     );
 }
 
+/// A reminder after midnight (00:30 in Berlin) is still the day before's until the day
+/// starts at 04:00: the Sunday digest comes in the night into Monday, with Sunday's
+/// entries, not a night early without Saturday evening and Sunday. A schedule an
+/// earlier version made for the calendar's Sunday moves to that moment.
+#[tokio::test]
+async fn a_night_owls_sunday_digest_comes_after_their_sunday() {
+    // Arrange: Berlin, reminders at 00:30, digest on, its next moment as an earlier
+    // version set it (Sunday 6 December 00:30 CET).
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/tz Europe/Berlin").await;
+    command(&app, 1, 2, "/remind 00:30").await;
+    command(&app, 1, 3, "/digest on").await;
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-06 23:30:00"),
+        "Monday 00:30 CET: Sunday's local day"
+    );
+    edit_digest_due(&app, "2026-12-05 23:30:00").await;
+    entry(&app, 1, 4, "2026-12-05T20:00:00Z", "Saturday").await;
+
+    // Act: the calendar's Sunday 00:30 passes.
+    app.clock.set(at("2026-12-05T23:30:05Z"));
+
+    // Assert: nothing yet; the schedule moved to the night into Monday.
+    wait_until("the schedule moved", WAIT, || async {
+        digest_next_at(&app, 1).await.as_deref() == Some("2026-12-06 23:30:00")
+    })
+    .await;
+    assert_eq!(app.count("SELECT count(*) FROM digests").await, 0);
+
+    // Act: Sunday's entry, then Monday 00:30.
+    app.clock.set(at("2026-12-06T12:00:00Z"));
+    entry(&app, 1, 5, "2026-12-06T12:00:00Z", "Sunday").await;
+    app.clock.set(at("2026-12-06T23:30:05Z"));
+
+    // Assert: the week Monday to Sunday, Sunday included.
+    digest_sent_once_and_next_at(&app, "2026-11-30", "2026-12-13 23:30:00").await;
+    let requests = digest_requests(&app.providers).await;
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].contains("Sunday"), "{}", requests[0]);
+    assert!(requests[0].contains("Saturday"), "{}", requests[0]);
+}
+
 /// A digest Telegram refuses (a Bad Request about that message, not the chat) is
 /// failed, but the user's weekly digests stay on, next Sunday's due.
 #[tokio::test]
