@@ -365,7 +365,7 @@ async fn write(
         summaries,
         entries,
     });
-    Ok(match journal.write_digest(&request).await {
+    Ok(match journal.write_digest(digest.id, &request).await {
         Ok(completion) if !completion.text.trim().is_empty() => {
             tracing::info!(digest_id = digest.id.get(), provider = %completion.provider, model = %completion.model, "digest written");
             Written::Text(completion.text.trim().to_owned())

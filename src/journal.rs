@@ -323,12 +323,13 @@ impl Journal {
     }
 
     /// Writes one weekly digest through the cascade (task `digest`); its attempts are
-    /// recorded without a log.
+    /// recorded against the digest.
     pub async fn write_digest(
         &self,
+        digest_id: crate::store::DigestId,
         request: &crate::llm::ChatRequest,
     ) -> Result<crate::llm::Completion, CascadeError> {
-        let sink = self.store.call_sink(None);
+        let sink = self.store.digest_call_sink(digest_id);
         self.llm.run(Task::Digest, request, &sink).await
     }
 

@@ -7,17 +7,25 @@ use sqlx::sqlite::SqlitePool;
 
 use crate::llm::{Attempt, AttemptSink, LatencySample, SpentBudget};
 
-use super::{LogId, Store, StoreError, retry_busy};
+use super::{DigestId, LogId, Store, StoreError, retry_busy};
 
-/// Records attempts of one log's cascade into `llm_calls`.
+/// What a recorded call was about: a log, or a digest (so a user's `/delete` takes
+/// its rows too, whose error text may quote the request back).
+#[derive(Debug, Clone, Copy, Default)]
+struct Owner {
+    day_log_id: Option<LogId>,
+    digest_id: Option<DigestId>,
+}
+
+/// Records attempts of one log's (or one digest's) cascade into `llm_calls`.
 pub struct CallSink {
     calls: CallRecorder,
-    day_log_id: Option<LogId>,
+    owner: Owner,
 }
 
 impl AttemptSink for CallSink {
     fn record(&self, attempt: Attempt) {
-        self.calls.send(Recorded::Call(self.day_log_id, attempt));
+        self.calls.send(Recorded::Call(self.owner, attempt));
     }
 }
 
@@ -28,7 +36,7 @@ const CALL_BATCH: usize = 200;
 pub const LATENCY_LOOKBACK: i64 = 2000;
 
 enum Recorded {
-    Call(Option<LogId>, Attempt),
+    Call(Owner, Attempt),
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
@@ -74,7 +82,7 @@ impl CallRecorder {
                                 if let Err(error) =
                                     insert_calls(&write, std::slice::from_ref(call)).await
                                 {
-                                    tracing::warn!(%error, day_log_id = call.0.map(LogId::get), "could not record an LLM call");
+                                    tracing::warn!(%error, day_log_id = call.0.day_log_id.map(LogId::get), digest_id = call.0.digest_id.map(DigestId::get), "could not record an LLM call");
                                 }
                             }
                         }
@@ -101,17 +109,15 @@ impl CallRecorder {
     }
 }
 
-async fn insert_calls(
-    write: &SqlitePool,
-    calls: &[(Option<LogId>, Attempt)],
-) -> Result<(), StoreError> {
+async fn insert_calls(write: &SqlitePool, calls: &[(Owner, Attempt)]) -> Result<(), StoreError> {
     retry_busy("record_calls", || async {
         let mut insert = sqlx::QueryBuilder::new(
-            "INSERT INTO llm_calls (day_log_id, task, provider, model, key_index, attempt,
-                 http_status, outcome, latency_ms, wait_ms, error) ",
+            "INSERT INTO llm_calls (day_log_id, digest_id, task, provider, model, key_index,
+                 attempt, http_status, outcome, latency_ms, wait_ms, error) ",
         );
-        insert.push_values(calls, |mut row, (log, attempt)| {
-            row.push_bind(*log)
+        insert.push_values(calls, |mut row, (owner, attempt)| {
+            row.push_bind(owner.day_log_id)
+                .push_bind(owner.digest_id)
                 .push_bind(attempt.task.as_str())
                 .push_bind(attempt.provider.clone())
                 .push_bind(attempt.model.clone())
@@ -268,7 +274,11 @@ impl Store {
         day_log_id: Option<LogId>,
         attempt: &Attempt,
     ) -> Result<(), StoreError> {
-        insert_calls(&self.write, &[(day_log_id, attempt.clone())]).await
+        let owner = Owner {
+            day_log_id,
+            digest_id: None,
+        };
+        insert_calls(&self.write, &[(owner, attempt.clone())]).await
     }
 
     /// A sink for the cascade that records each attempt against one log. Recording runs
@@ -276,7 +286,21 @@ impl Store {
     pub fn call_sink(&self, day_log_id: Option<LogId>) -> CallSink {
         CallSink {
             calls: self.calls.clone(),
-            day_log_id,
+            owner: Owner {
+                day_log_id,
+                digest_id: None,
+            },
+        }
+    }
+
+    /// A sink that records each attempt against one digest.
+    pub fn digest_call_sink(&self, digest_id: DigestId) -> CallSink {
+        CallSink {
+            calls: self.calls.clone(),
+            owner: Owner {
+                day_log_id: None,
+                digest_id: Some(digest_id),
+            },
         }
     }
 

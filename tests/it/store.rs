@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use daylog::language::Language;
-use daylog::llm::{Attempt, Outcome, Task};
+use daylog::llm::{Attempt, AttemptSink, Outcome, Task};
 use daylog::store::{self, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store, Unfinished};
 use daylog::store::{ChatId, LogId, MessageId, UserId};
 
@@ -181,7 +181,8 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "latency_ms",
             "wait_ms",
             "error",
-            "created_at"
+            "created_at",
+            "digest_id"
         ])
     );
     assert_eq!(
@@ -1114,13 +1115,50 @@ async fn delete_user_removes_that_users_digests_and_no_other() {
     user(&db.store, 2).await;
     let week: jiff::civil::Date = "2026-11-30".parse().expect("date");
     for id in [1, 2] {
-        db.store
+        let (digest, _) = db
+            .store
             .insert_digest(UserId(id), ChatId(id), week, FrontEnd::Telegram, None)
             .await
             .expect("digest");
+        // Its attempt, whose error text may quote the week back.
+        db.store.digest_call_sink(digest.id).record(Attempt {
+            task: Task::Digest,
+            provider: "mistral".into(),
+            model: "m".into(),
+            key_index: Some(0),
+            attempt: 1,
+            http_status: Some(400),
+            outcome: Outcome::BadRequest,
+            latency_ms: 5,
+            wait_ms: 0,
+            error: Some(format!("the week of user {id} quoted back")),
+        });
     }
+    db.store.flush_calls().await;
+    let digest_calls = |user: i64| {
+        let read = db.store.read_pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM llm_calls c JOIN digests d ON d.id = c.digest_id
+                  WHERE d.user_id = ?1 AND c.task = 'digest'",
+            )
+            .bind(user)
+            .fetch_one(&read)
+            .await
+            .expect("count")
+        }
+    };
+    assert_eq!(digest_calls(1).await, 1);
 
     db.store.delete_user(UserId(1)).await.expect("/delete");
+
+    let quoted: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM llm_calls WHERE error LIKE '%user 1 quoted%'")
+            .fetch_one(db.store.read_pool())
+            .await
+            .expect("count");
+    assert_eq!(quoted, 0, "the digest's calls went with it");
+    assert_eq!(digest_calls(2).await, 1);
 
     assert_eq!(
         db.store
