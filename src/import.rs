@@ -221,22 +221,32 @@ fn row(layout: Layout, record: &csv::StringRecord) -> Option<ImportRow> {
     })
 }
 
-/// What one import did: the three numbers the user is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What one import did: the three numbers the user is told, and the zone its times
+/// were read in.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Report {
     pub imported: u64,
     pub already: u64,
     pub unreadable: u64,
     pub first_unreadable_line: Option<u64>,
+    /// The user's zone, which Daylio's wall-clock times were read in.
+    pub zone: String,
+    /// Of `already`, those whose times were read again in `zone` (it changed).
+    pub retimed: u64,
 }
 
 impl Report {
     pub fn sentence(&self, language: Language) -> String {
-        Texts(language).import_done(
-            self.imported,
-            self.already,
-            self.unreadable,
-            self.first_unreadable_line,
+        let texts = Texts(language);
+        format!(
+            "{} {}",
+            texts.import_done(
+                self.imported,
+                self.already,
+                self.unreadable,
+                self.first_unreadable_line,
+            ),
+            texts.import_zone(&self.zone, self.retimed)
         )
     }
 }
@@ -298,6 +308,7 @@ pub async fn import_bytes(
         user_id,
         imported = counts.imported,
         already = counts.already,
+        retimed = counts.retimed,
         unreadable,
         "daylio import stored"
     );
@@ -306,6 +317,8 @@ pub async fn import_bytes(
         already: counts.already,
         unreadable,
         first_unreadable_line: parsed.first_unreadable_line,
+        zone: zone.name().to_owned(),
+        retimed: counts.retimed,
     })
 }
 

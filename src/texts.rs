@@ -675,6 +675,25 @@ impl Texts {
         }
     }
 
+    /// The zone an import's times were read in, and how to change it; `retimed`: entries
+    /// already there whose times were read again in it.
+    pub fn import_zone(self, zone: &str, retimed: u64) -> String {
+        match (self.0, retimed) {
+            (Language::En, 0) => format!(
+                "Times were read in {zone}; if that is not your time zone, set it with /tz and send the file again."
+            ),
+            (Language::Ru, 0) => format!(
+                "Время прочитано в поясе {zone}; если он не твой, укажи его через /tz и пришли файл ещё раз."
+            ),
+            (Language::En, _) => format!(
+                "Times were read in {zone}: {retimed} entries already there now have their times in it."
+            ),
+            (Language::Ru, _) => format!(
+                "Время прочитано в поясе {zone}: у уже перенесённых записей ({retimed}) время исправлено."
+            ),
+        }
+    }
+
     /// An import refused as a whole (larger than 10 MB); nothing was imported.
     pub fn import_too_large(self) -> &'static str {
         self.pick(

@@ -50,6 +50,8 @@ pub struct NewImportLog<'a> {
 pub struct ImportCounts {
     pub imported: u64,
     pub already: u64,
+    /// Of `already`, those whose moment moved: imported before in another zone.
+    pub retimed: u64,
 }
 
 /// What the store knows of a voice log besides [`DayLog`] (`kind = 'voice'`).
@@ -441,7 +443,9 @@ impl Store {
     /// same `min - 1` sequence as [`Store::insert_chat_log`], so they never meet a Telegram
     /// id (always positive) nor a terminal one. An entry with the same local day,
     /// wall-clock time, mood and text as an imported one already stored is counted as
-    /// already there, whatever the user's zone was then or is now (`import_time`).
+    /// already there, whatever the user's zone was then or is now (`import_time`); its
+    /// moment is read again in this import's zone (a first import before `/tz` put every
+    /// time in the default zone, and sending the file again after `/tz` puts it right).
     pub async fn import_logs(
         &self,
         user_id: UserId,
@@ -457,8 +461,8 @@ impl Store {
                 // A row imported before `import_time` existed has none: it is the same
                 // row when its UTC time is (it was imported in the zone of this import),
                 // and it gets its wall-clock time now.
-                let found: Option<(i64, bool)> = sqlx::query_as(
-                    "SELECT id, import_time IS NULL FROM day_logs
+                let found: Option<(i64, bool, bool)> = sqlx::query_as(
+                    "SELECT id, import_time IS NULL, created_at IS NOT ?4 FROM day_logs
                      WHERE user_id = ?1 AND source = 'import' AND local_day = ?2
                        AND (import_time = ?3 OR (import_time IS NULL AND created_at = ?4))
                        AND text = ?5 AND mood IS ?6
@@ -472,7 +476,15 @@ impl Store {
                 .bind(log.mood)
                 .fetch_optional(&mut *tx)
                 .await?;
-                if let Some((id, legacy)) = found {
+                if let Some((id, legacy, moved)) = found {
+                    if moved {
+                        sqlx::query("UPDATE day_logs SET created_at = ?2 WHERE id = ?1")
+                            .bind(id)
+                            .bind(&created_at)
+                            .execute(&mut *tx)
+                            .await?;
+                        counts.retimed += 1;
+                    }
                     if legacy {
                         sqlx::query("UPDATE day_logs SET import_time = ?2 WHERE id = ?1")
                             .bind(id)

@@ -134,6 +134,8 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
             already: 0,
             unreadable: 1,
             first_unreadable_line: Some(2),
+            zone: "Europe/Moscow".into(),
+            retimed: 0,
         }
     );
     let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
@@ -230,7 +232,8 @@ async fn the_same_day_and_text_with_another_mood_is_another_row() {
 }
 
 /// The same export after a `/tz` change: every row is the one stored before (same
-/// local date, time, mood and text), although its UTC time would now be another.
+/// local date, time, mood and text), and its moment is read again in the new zone (a
+/// first import before `/tz` is put right by sending the file again).
 #[tokio::test]
 async fn a_zone_change_between_two_imports_imports_nothing_twice() {
     let db = fresh().await;
@@ -248,8 +251,28 @@ async fn a_zone_change_between_two_imports_imports_nothing_twice() {
             .await
             .expect("imports again");
         assert_eq!((again.imported, again.already), (0, readable), "in {zone}");
+        assert_eq!(again.retimed, readable, "in {zone}");
+        assert_eq!(again.zone, zone);
     }
     assert_eq!(rows(&db).await, i64::try_from(readable).expect("small"));
+    // Read in UTC+05:30 now: 2025-01-01 21:14 there is 15:44 UTC.
+    let pool = sqlx::SqlitePool::connect(&db.url).await.expect("pool");
+    let moments: Vec<String> = sqlx::query_scalar(
+        "SELECT created_at FROM day_logs WHERE local_day = '2025-01-01' AND import_time = '21:14'",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("read");
+    assert!(!moments.is_empty());
+    assert!(
+        moments.iter().all(|m| m == "2025-01-01 15:44:00"),
+        "{moments:?}"
+    );
+    // The same zone again moves nothing.
+    let same = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports again");
+    assert_eq!(same.retimed, 0);
     // A row of another time on a known day is still new.
     let header = "full_date,date,weekday,time,mood,activities,note_title,note\n";
     let later = format!("{header}2025-01-01,January 1,Wednesday,23:59,awful,,,morning0\n");

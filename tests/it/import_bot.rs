@@ -61,7 +61,11 @@ async fn a_daylio_document_is_downloaded_and_imported_once() {
     app.telegram
         .push_update(document_update(2, "csv-1", Some("/import")));
     let sent = app.telegram.wait_sent(USER, 2).await;
-    assert_eq!(sent[1].text(), texts.import_done(2, 0, 1, Some(5)));
+    let in_utc = texts.import_zone("UTC", 0);
+    assert_eq!(
+        sent[1].text(),
+        format!("{} {in_utc}", texts.import_done(2, 0, 1, Some(5)))
+    );
     assert_eq!(imported(&app).await, 2);
     assert_eq!(app.telegram.downloads(), vec!["documents/file_1.csv"]);
 
@@ -71,7 +75,10 @@ async fn a_daylio_document_is_downloaded_and_imported_once() {
     assert_eq!(sent[2].text(), texts.import_usage());
     app.telegram.push_update(document_update(4, "csv-1", None));
     let sent = app.telegram.wait_sent(USER, 4).await;
-    assert_eq!(sent[3].text(), texts.import_done(0, 2, 1, Some(5)));
+    assert_eq!(
+        sent[3].text(),
+        format!("{} {in_utc}", texts.import_done(0, 2, 1, Some(5)))
+    );
     assert_eq!(imported(&app).await, 2);
     // No AI call was made for imported entries.
     let llm_calls: i64 = sqlx::query_scalar("SELECT count(*) FROM llm_calls")
