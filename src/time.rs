@@ -101,6 +101,29 @@ pub enum ZoneError {
     Ambiguous(Vec<String>),
 }
 
+/// Abbreviations that name a zone with summer time as people use them, and what they
+/// may mean (one: taken; several: the user chooses).
+const ABBREVIATIONS: [(&str, &[&str]); 8] = [
+    ("EST", &["America/New_York", "UTC-05:00"]),
+    ("EDT", &["America/New_York"]),
+    ("CST", &["America/Chicago", "Asia/Shanghai"]),
+    ("CDT", &["America/Chicago"]),
+    ("MST", &["America/Denver", "America/Phoenix"]),
+    ("MDT", &["America/Denver"]),
+    ("PST", &["America/Los_Angeles"]),
+    ("PDT", &["America/Los_Angeles"]),
+];
+
+/// Whether two zones show the same clock at every moment users write in: their offsets
+/// every six hours from 1990 to 2040 (a link and its zone always do).
+fn same_clock(a: &TimeZone, b: &TimeZone) -> bool {
+    const FROM: i64 = 631_152_000; // 1990-01-01T00:00:00Z
+    const TO: i64 = 2_240_611_200; // 2041-01-01T00:00:00Z
+    (FROM..TO).step_by(6 * 3600).all(|second| {
+        Timestamp::from_second(second).is_ok_and(|at| a.to_offset(at) == b.to_offset(at))
+    })
+}
+
 /// Fixed offsets allowed in `users.timezone`, in minutes.
 const MIN_OFFSET_MINUTES: i32 = -12 * 60;
 const MAX_OFFSET_MINUTES: i32 = 14 * 60;
@@ -163,6 +186,20 @@ impl UserZone {
             return Self::fixed(minutes?);
         }
         let wanted = input.replace(' ', "_");
+        // Abbreviations people write for a zone that keeps summer time: tzdb's `EST`
+        // and `MST` are fixed offsets all year, so a New Yorker who wrote `EST` would
+        // get reminders an hour late from March to November. They choose.
+        if let Some((_, meant)) = ABBREVIATIONS
+            .iter()
+            .find(|(abbreviation, _)| abbreviation.eq_ignore_ascii_case(&wanted))
+        {
+            return match meant {
+                [only] => Self::named(only).ok_or(ZoneError::Unknown),
+                several => Err(ZoneError::Ambiguous(
+                    several.iter().map(|s| (*s).to_owned()).collect(),
+                )),
+            };
+        }
         if let Some(name) = zone_names()
             .iter()
             .find(|name| name.eq_ignore_ascii_case(&wanted))
@@ -186,6 +223,21 @@ impl UserZone {
             .collect();
         matches.sort();
         matches.dedup();
+        // The old names tzdb keeps as links (`Asia/Istanbul` beside `Europe/Istanbul`,
+        // `America/Buenos_Aires` beside `America/Argentina/Buenos_Aires`) are one zone:
+        // no choice to make. The longer path is the current name where they differ.
+        matches.sort_by_key(|name| std::cmp::Reverse(name.matches('/').count()));
+        let mut distinct: Vec<(&String, TimeZone)> = Vec::new();
+        for name in matches {
+            let Ok(tz) = TimeZone::get(name) else {
+                continue;
+            };
+            if !distinct.iter().any(|(_, seen)| same_clock(seen, &tz)) {
+                distinct.push((name, tz));
+            }
+        }
+        let mut matches: Vec<&String> = distinct.into_iter().map(|(name, _)| name).collect();
+        matches.sort();
         match matches.as_slice() {
             [] => Err(ZoneError::Unknown),
             [only] => Self::named(only).ok_or(ZoneError::Unknown),
@@ -440,7 +492,7 @@ mod tests {
 
     #[test]
     fn what_users_type_after_tz() {
-        let table: [(&str, Result<&str, ZoneError>); 22] = [
+        let table: [(&str, Result<&str, ZoneError>); 27] = [
             ("Europe/Moscow", Ok("Europe/Moscow")),
             ("europe/moscow", Ok("Europe/Moscow")),
             ("AMERICA/NEW_YORK", Ok("America/New_York")),
@@ -463,6 +515,19 @@ mod tests {
             ("+14", Ok("UTC+14:00")),
             ("-12:00", Ok("UTC-12:00")),
             ("Mars/Olympus", Err(ZoneError::Unknown)),
+            // A city whose old name tzdb keeps as a link is one zone, not a choice.
+            ("Istanbul", Ok("Asia/Istanbul")),
+            ("buenos aires", Ok("America/Argentina/Buenos_Aires")),
+            // Abbreviations: tzdb's `EST` has no summer time; what people mean does.
+            (
+                "EST",
+                Err(ZoneError::Ambiguous(vec![
+                    "America/New_York".into(),
+                    "UTC-05:00".into(),
+                ])),
+            ),
+            ("pst", Ok("America/Los_Angeles")),
+            ("UTC-05:00", Ok("UTC-05:00")),
         ];
         for (input, want) in table {
             let got = UserZone::parse(input).map(|z| z.name().to_owned());
