@@ -593,8 +593,10 @@ async fn schedule_one(
     let (first, last) = week_ending(day);
     let late = now.duration_since(due_at);
     // A digest is delayed by a downtime, not lost (SPEC §10): unlike a reminder it is
-    // still worth reading hours later. Only one older than a pending digest may wait
-    // (`worker.max_age_hours`) is given up, as the worker would give it up anyway.
+    // still worth reading hours later. One the bot was down for longer than a pending
+    // digest may wait (`worker.max_age_hours`, 2 days) is not written days late: by then
+    // the week is old news (a decision, not a limit: the worker ages a digest from when
+    // it is stored, so it would still deliver one stored now).
     let max_late = jiff::SignedDuration::try_from(journal.settings().worker.max_age())
         .unwrap_or(jiff::SignedDuration::MAX);
     let claim = claim(journal, user.user_id, first);
