@@ -47,14 +47,16 @@ pub fn http_client() -> reqwest::Result<reqwest::Client> {
 
 /// A Bot API connection that sends nothing this long is dead (a long poll waits 10 s).
 pub const TELEGRAM_SILENCE: Duration = Duration::from_secs(17);
-/// The most one Bot API request may take while it keeps moving: a 20 MB voice note or
-/// import downloaded, or an export uploaded, at 35 KB/s.
+/// The most one Bot API download may take while it keeps moving: a 20 MB voice note or
+/// import at 35 KB/s.
 pub const TELEGRAM_TRANSFER: Duration = Duration::from_secs(10 * 60);
 
 /// The Bot API's client. teloxide's default gives every request 17 s in all, which cut
-/// off a large voice note, import or export on a slow link every time it was tried;
-/// here 17 s is the longest silence ([`TELEGRAM_SILENCE`]), and a transfer that keeps
-/// moving has [`TELEGRAM_TRANSFER`].
+/// off a large voice note or import on a slow link every time it was tried; here the
+/// response body may take [`TELEGRAM_TRANSFER`] while no read waits longer than
+/// [`TELEGRAM_SILENCE`]. Until the answer's headers arrive reqwest counts that silence
+/// once, from the start, so an upload (an export, a chart) still has 17 s to go out:
+/// a year's export is about 200 KB, 12 KB/s.
 pub fn telegram_client() -> reqwest::Result<reqwest::Client> {
     telegram_client_with(TELEGRAM_SILENCE, TELEGRAM_TRANSFER)
 }

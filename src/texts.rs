@@ -275,6 +275,14 @@ impl Texts {
         }
     }
 
+    /// An old `/delete` button (from before buttons named their user) pressed in a group.
+    pub fn delete_expired(self) -> &'static str {
+        self.pick(
+            "This question has expired: send /delete again.",
+            "Этот вопрос устарел: отправь /delete ещё раз.",
+        )
+    }
+
     /// A `/delete` button pressed by someone else than who asked (in a group).
     pub fn delete_not_yours(self) -> &'static str {
         self.pick(

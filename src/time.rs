@@ -101,6 +101,9 @@ pub enum ZoneError {
     Ambiguous(Vec<String>),
 }
 
+/// Old names that tzdb keeps as links beside a current name of the same depth.
+const OLD_NAMES: [&str; 2] = ["Asia/Istanbul", "Europe/Nicosia"];
+
 /// Abbreviations that name a zone with summer time as people use them, and what they
 /// may mean (one: taken; several: the user chooses).
 const ABBREVIATIONS: [(&str, &[&str]); 8] = [
@@ -225,8 +228,14 @@ impl UserZone {
         matches.dedup();
         // The old names tzdb keeps as links (`Asia/Istanbul` beside `Europe/Istanbul`,
         // `America/Buenos_Aires` beside `America/Argentina/Buenos_Aires`) are one zone:
-        // no choice to make. The longer path is the current name where they differ.
-        matches.sort_by_key(|name| std::cmp::Reverse(name.matches('/').count()));
+        // no choice to make. The current name is kept: the longer path, or the one that
+        // is not in [`OLD_NAMES`].
+        matches.sort_by_key(|name| {
+            (
+                std::cmp::Reverse(name.matches('/').count()),
+                OLD_NAMES.contains(&name.as_str()),
+            )
+        });
         let mut distinct: Vec<(&String, TimeZone)> = Vec::new();
         for name in matches {
             let Ok(tz) = TimeZone::get(name) else {
@@ -492,7 +501,7 @@ mod tests {
 
     #[test]
     fn what_users_type_after_tz() {
-        let table: [(&str, Result<&str, ZoneError>); 27] = [
+        let table: [(&str, Result<&str, ZoneError>); 28] = [
             ("Europe/Moscow", Ok("Europe/Moscow")),
             ("europe/moscow", Ok("Europe/Moscow")),
             ("AMERICA/NEW_YORK", Ok("America/New_York")),
@@ -516,7 +525,8 @@ mod tests {
             ("-12:00", Ok("UTC-12:00")),
             ("Mars/Olympus", Err(ZoneError::Unknown)),
             // A city whose old name tzdb keeps as a link is one zone, not a choice.
-            ("Istanbul", Ok("Asia/Istanbul")),
+            ("Istanbul", Ok("Europe/Istanbul")),
+            ("nicosia", Ok("Asia/Nicosia")),
             ("buenos aires", Ok("America/Argentina/Buenos_Aires")),
             // Abbreviations: tzdb's `EST` has no summer time; what people mean does.
             (

@@ -377,6 +377,15 @@ fn classify(error: RequestError) -> SendError {
         RequestError::Api(ApiError::Unknown(description)) if is_server_trouble(&description) => {
             SendError::Transient(description)
         }
+        // Telegram's current wording of "this chat is closed to the bot" (kicked from a
+        // group, not a member, a private chat never opened), which teloxide knows only
+        // in older spellings.
+        RequestError::Api(ApiError::Unknown(description))
+            if description.starts_with("Forbidden:") =>
+        {
+            SendError::Gone(description)
+        }
+        RequestError::Api(api @ ApiError::GroupDeactivated) => SendError::Gone(api.to_string()),
         RequestError::Api(api) => {
             // Any other refusal will not change on a retry, but it is about this
             // message (most likely our bug), not the chat; the log says which.
@@ -913,8 +922,13 @@ async fn on_callback<B: TgBot>(
         None => in_own_chat,
     });
     let answered = bot.answer_callback_query(query.id.clone());
+    let not_theirs = match answer {
+        // Whose it was cannot be told: it is asked again.
+        Some((_, None)) => Texts(language).delete_expired(),
+        _ => Texts(language).delete_not_yours(),
+    };
     let _ = if answer.is_some() && !theirs {
-        answered.text(Texts(language).delete_not_yours()).await
+        answered.text(not_theirs).await
     } else {
         answered.await
     };
@@ -1250,7 +1264,36 @@ mod tests {
     use teloxide::types::Seconds;
     use teloxide::{ApiError, RequestError};
 
-    use super::{DeleteAnswer, is_passing};
+    use super::{DeleteAnswer, classify, is_passing};
+    use crate::frontend::SendError;
+
+    #[test]
+    fn a_closed_chat_is_gone_and_a_refused_message_is_refused() {
+        let unknown = |description: &str| RequestError::Api(ApiError::Unknown(description.into()));
+        let gone = [
+            RequestError::Api(ApiError::BotBlocked),
+            unknown("Forbidden: bot can't initiate conversation with a user"),
+            unknown("Forbidden: bot was kicked from the group chat"),
+            unknown("Forbidden: bot is not a member of the supergroup chat"),
+            RequestError::Api(ApiError::GroupDeactivated),
+        ];
+        for error in gone {
+            let shown = format!("{error:?}");
+            assert!(matches!(classify(error), SendError::Gone(_)), "{shown}");
+        }
+        let refused = [
+            RequestError::Api(ApiError::MessageIsTooLong),
+            unknown("Bad Request: something else"),
+        ];
+        for error in refused {
+            let shown = format!("{error:?}");
+            assert!(matches!(classify(error), SendError::Refused(_)), "{shown}");
+        }
+        assert!(matches!(
+            classify(unknown("Bad Gateway")),
+            SendError::Transient(_)
+        ));
+    }
 
     #[test]
     fn delete_buttons_name_their_user() {

@@ -693,15 +693,17 @@ async fn a_delete_asked_in_a_group_is_answered_only_by_who_asked() {
     app.telegram
         .push_update(group_callback_update(-300, 20, "delete:yes", 701));
 
-    // Assert: both told it is not theirs; nothing deleted.
-    let not_yours = Texts(Language::En).delete_not_yours();
+    // Assert: told it is not theirs, and that the old one is to be asked again;
+    // nothing deleted.
+    let texts = Texts(Language::En);
     app.telegram
         .wait_for("both presses answered", WAIT, |calls| {
-            calls
-                .iter()
-                .filter(|c| c.method == "AnswerCallbackQuery" && c.body["text"] == not_yours)
-                .count()
-                == 2
+            let answered = |text: &str| {
+                calls
+                    .iter()
+                    .any(|c| c.method == "AnswerCallbackQuery" && c.body["text"] == text)
+            };
+            answered(texts.delete_not_yours()) && answered(texts.delete_expired())
         })
         .await;
     for user in [19, 20] {

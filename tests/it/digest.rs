@@ -550,7 +550,12 @@ async fn a_week_undeliverable_in_a_group_keeps_the_private_sunday_digest_on() {
     command(&app, 5, 1, "/digest on").await;
     entry(&app, 5, 2, "2026-11-30T12:00:00Z", "Monday").await;
     entry(&app, 5, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
-    app.telegram.block_chat(-300);
+    let kicked = serde_json::json!({
+        "ok": false, "error_code": 403,
+        "description": "Forbidden: bot was kicked from the group chat"
+    });
+    app.telegram
+        .fail_next("SendMessage", Some(-300), 403, kicked);
 
     // Act
     app.telegram

@@ -467,6 +467,44 @@ async fn daily_metrics_ignore_defaulted_values() {
     assert_eq!(days[0].logs, 2);
 }
 
+/// A restart learns its hedging from the answers of analyses and metrics only: a
+/// digest's or a transcript's latency is that of its week or its recording.
+#[tokio::test]
+async fn restart_latencies_are_those_of_analyses_and_metrics() {
+    let db = fresh().await;
+    for (task, latency_ms) in [
+        (Task::Analysis, 200),
+        (Task::Digest, 9000),
+        (Task::Metrics, 300),
+        (Task::Transcription, 7000),
+    ] {
+        let attempt = Attempt {
+            task,
+            provider: "mistral".into(),
+            model: "m".into(),
+            key_index: Some(0),
+            attempt: 1,
+            http_status: Some(200),
+            outcome: Outcome::Ok,
+            latency_ms,
+            wait_ms: 0,
+            error: None,
+        };
+        db.store.record_call(None, &attempt).await.expect("call");
+    }
+
+    let latencies: Vec<u64> = db
+        .store
+        .recent_latencies()
+        .await
+        .expect("latencies")
+        .iter()
+        .map(|sample| u64::try_from(sample.latency.as_millis()).expect("small"))
+        .collect();
+
+    assert_eq!(latencies, [200, 300]);
+}
+
 #[tokio::test]
 async fn delete_removes_every_row_of_that_user_only() {
     let db = fresh().await;
