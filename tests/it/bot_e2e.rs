@@ -590,6 +590,20 @@ async fn export_sends_a_csv_that_parses() {
     app.stop().await;
 }
 
+/// Waits for the `/delete` confirmation; its row of buttons.
+async fn delete_keyboard(app: &App) -> serde_json::Value {
+    let has_keyboard =
+        |c: &support::telegram::Call| c.body["reply_markup"]["inline_keyboard"].is_array();
+    let sent = app
+        .telegram
+        .wait_for("the confirmation", WAIT, |calls| {
+            calls.iter().any(has_keyboard)
+        })
+        .await;
+    let confirm = sent.into_iter().find(has_keyboard).expect("keyboard");
+    confirm.body["reply_markup"]["inline_keyboard"][0].clone()
+}
+
 #[tokio::test]
 async fn delete_after_confirmation_removes_every_row_of_that_user_and_no_other() {
     let app = App::spawn().await;
@@ -601,22 +615,8 @@ async fn delete_after_confirmation_removes_every_row_of_that_user_and_no_other()
     app.telegram.wait_sent(20, 1).await;
 
     app.telegram.push_update(text_update(19, 2, "/delete"));
-    let sent = app
-        .telegram
-        .wait_for("the confirmation", WAIT, |calls| {
-            calls
-                .iter()
-                .any(|c| c.body["reply_markup"]["inline_keyboard"].is_array())
-        })
-        .await;
-    let confirm = sent
-        .iter()
-        .find(|c| c.body["reply_markup"]["inline_keyboard"].is_array())
-        .expect("keyboard");
-    assert_eq!(
-        confirm.body["reply_markup"]["inline_keyboard"][0][0]["callback_data"],
-        "delete:yes:19"
-    );
+    let keyboard = delete_keyboard(&app).await;
+    assert_eq!(keyboard[0]["callback_data"], "delete:yes:19");
     assert_eq!(
         app.count("SELECT count(*) FROM day_logs WHERE user_id = 19")
             .await,
@@ -669,19 +669,7 @@ async fn a_delete_asked_in_a_group_is_answered_only_by_who_asked() {
     app.telegram.wait_sent(20, 1).await;
     app.telegram
         .push_update(group_text_update(-300, 19, 2, "/delete"));
-    let sent = app
-        .telegram
-        .wait_for("the confirmation", WAIT, |calls| {
-            calls
-                .iter()
-                .any(|c| c.body["reply_markup"]["inline_keyboard"].is_array())
-        })
-        .await;
-    let keyboard = &sent
-        .iter()
-        .find(|c| c.body["reply_markup"]["inline_keyboard"].is_array())
-        .expect("keyboard")
-        .body["reply_markup"]["inline_keyboard"][0];
+    let keyboard = delete_keyboard(&app).await;
     let yes = keyboard[0]["callback_data"]
         .as_str()
         .expect("data")

@@ -509,12 +509,7 @@ async fn a_chart_that_fails_after_the_digest_text_does_not_send_the_text_again()
 #[tokio::test]
 async fn a_user_who_blocked_the_bot_has_the_digest_turned_off() {
     // Arrange
-    let app = App::spawn().await;
-    healthy(&app.providers).await;
-    app.clock.set(at("2026-12-01T12:00:00Z"));
-    command(&app, 5, 1, "/digest on").await;
-    entry(&app, 5, 2, "2026-11-30T12:00:00Z", "Monday").await;
-    entry(&app, 5, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    let app = user_with_digest_on_and_two_entries(5).await;
     app.telegram.block_chat(5);
 
     // Act: Sunday 19:00.
@@ -544,12 +539,7 @@ async fn a_user_who_blocked_the_bot_has_the_digest_turned_off() {
 #[tokio::test]
 async fn a_week_undeliverable_in_a_group_keeps_the_private_sunday_digest_on() {
     // Arrange
-    let app = App::spawn().await;
-    healthy(&app.providers).await;
-    app.clock.set(at("2026-12-01T12:00:00Z"));
-    command(&app, 5, 1, "/digest on").await;
-    entry(&app, 5, 2, "2026-11-30T12:00:00Z", "Monday").await;
-    entry(&app, 5, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    let app = user_with_digest_on_and_two_entries(5).await;
     let kicked = serde_json::json!({
         "ok": false, "error_code": 403,
         "description": "Forbidden: bot was kicked from the group chat"
@@ -626,12 +616,7 @@ async fn a_night_owls_sunday_digest_comes_after_their_sunday() {
 #[tokio::test]
 async fn a_refused_digest_keeps_weekly_digests_on() {
     // Arrange
-    let app = App::spawn().await;
-    healthy(&app.providers).await;
-    app.clock.set(at("2026-12-01T12:00:00Z"));
-    command(&app, 5, 1, "/digest on").await;
-    entry(&app, 5, 2, "2026-11-30T12:00:00Z", "Monday").await;
-    entry(&app, 5, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    let app = user_with_digest_on_and_two_entries(5).await;
     let refused = serde_json::json!({
         "ok": false, "error_code": 400,
         "description": "Bad Request: message is too long"
@@ -908,12 +893,7 @@ async fn week_asked_again_during_an_outage_waits_for_the_workers_retry() {
 #[tokio::test]
 async fn week_after_unblocking_sends_the_digest_a_403_kept_back() {
     // Arrange: the Sunday digest written, then refused by Telegram with 403.
-    let app = App::spawn().await;
-    healthy(&app.providers).await;
-    app.clock.set(at("2026-12-01T12:00:00Z"));
-    command(&app, 5, 1, "/digest on").await;
-    entry(&app, 5, 2, "2026-11-30T12:00:00Z", "Monday").await;
-    entry(&app, 5, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    let app = user_with_digest_on_and_two_entries(5).await;
     app.telegram.block_chat(5);
     app.clock.set(at("2026-12-06T19:00:05Z"));
     wait_until("the digest failed with a 403", WAIT, || async {
@@ -1150,12 +1130,18 @@ async fn a_digest_given_up_after_max_age_is_said_to_the_user_who_asked() {
 
 /// Tuesday 2026-12-01 12:00 UTC, the digest on (19:00), entries on Monday and Tuesday.
 async fn digest_on_with_two_entries() -> App {
+    user_with_digest_on_and_two_entries(1).await
+}
+
+/// A bot at Tuesday 1 December, noon UTC, whose `user` turned the digest on and wrote
+/// on Monday and Tuesday (the first messages of their chat, ids 1 to 3).
+async fn user_with_digest_on_and_two_entries(user: i64) -> App {
     let app = App::spawn().await;
     healthy(&app.providers).await;
     app.clock.set(at("2026-12-01T12:00:00Z"));
-    command(&app, 1, 1, "/digest on").await;
-    entry(&app, 1, 2, "2026-11-30T12:00:00Z", "Monday").await;
-    entry(&app, 1, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
+    command(&app, user, 1, "/digest on").await;
+    entry(&app, user, 2, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, user, 3, "2026-12-01T12:00:00Z", "Tuesday").await;
     app
 }
 

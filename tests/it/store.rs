@@ -467,6 +467,22 @@ async fn daily_metrics_ignore_defaulted_values() {
     assert_eq!(days[0].logs, 2);
 }
 
+/// A first attempt of `task` on mistral that answered in 5 ms.
+fn answered(task: Task) -> Attempt {
+    Attempt {
+        task,
+        provider: "mistral".into(),
+        model: "m".into(),
+        key_index: Some(0),
+        attempt: 1,
+        http_status: Some(200),
+        outcome: Outcome::Ok,
+        latency_ms: 5,
+        wait_ms: 0,
+        error: None,
+    }
+}
+
 /// A restart learns its hedging from the answers of analyses and metrics only: a
 /// digest's or a transcript's latency is that of its week or its recording.
 #[tokio::test]
@@ -479,16 +495,8 @@ async fn restart_latencies_are_those_of_analyses_and_metrics() {
         (Task::Transcription, 7000),
     ] {
         let attempt = Attempt {
-            task,
-            provider: "mistral".into(),
-            model: "m".into(),
-            key_index: Some(0),
-            attempt: 1,
-            http_status: Some(200),
-            outcome: Outcome::Ok,
             latency_ms,
-            wait_ms: 0,
-            error: None,
+            ..answered(task)
         };
         db.store.record_call(None, &attempt).await.expect("call");
     }
@@ -512,18 +520,7 @@ async fn delete_removes_every_row_of_that_user_only() {
     user(&db.store, 2).await;
     let mine = log(&db.store, 1, 1, "mine").await.id();
     log(&db.store, 2, 1, "theirs").await;
-    let attempt = Attempt {
-        task: Task::Analysis,
-        provider: "mistral".into(),
-        model: "m".into(),
-        key_index: Some(0),
-        attempt: 1,
-        http_status: Some(200),
-        outcome: Outcome::Ok,
-        latency_ms: 5,
-        wait_ms: 0,
-        error: None,
-    };
+    let attempt = answered(Task::Analysis);
     db.store
         .record_call(Some(mine), &attempt)
         .await
@@ -1160,16 +1157,10 @@ async fn delete_user_removes_that_users_digests_and_no_other() {
             .expect("digest");
         // Its attempt, whose error text may quote the week back.
         db.store.digest_call_sink(digest.id).record(Attempt {
-            task: Task::Digest,
-            provider: "mistral".into(),
-            model: "m".into(),
-            key_index: Some(0),
-            attempt: 1,
             http_status: Some(400),
             outcome: Outcome::BadRequest,
-            latency_ms: 5,
-            wait_ms: 0,
             error: Some(format!("the week of user {id} quoted back")),
+            ..answered(Task::Digest)
         });
     }
     db.store.flush_calls().await;
