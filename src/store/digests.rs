@@ -346,7 +346,9 @@ impl Store {
     /// The scheduler's step for one due user: moves `digest_next_at` from `due_at` (the
     /// very text it was read with) to `next_at` and, when `create` is given, stores that
     /// week's digest as pending — in one transaction, so a digest is decided exactly
-    /// once however many ticks or restarts look at the same moment.
+    /// once however many ticks or restarts look at the same moment. A `/week` of that
+    /// week written but undeliverable in the group it was asked in does not stand in the
+    /// way: it is taken for the private chat, its text as written.
     pub async fn advance_digest(
         &self,
         user_id: UserId,
@@ -375,7 +377,12 @@ impl Store {
                 let rows: Vec<Digest> = sqlx::query_as(&format!(
                     "INSERT INTO digests (user_id, chat_id, week_start, front_end, next_attempt_at)
                      VALUES (?1, ?2, ?3, 'telegram', datetime('now'))
-                     ON CONFLICT (user_id, week_start) DO NOTHING
+                     ON CONFLICT (user_id, week_start) DO UPDATE SET
+                         chat_id = excluded.chat_id, status = 'pending', attempts = 0,
+                         front_end = 'telegram', message_id = NULL,
+                         next_attempt_at = excluded.next_attempt_at
+                     WHERE digests.status = 'failed' AND digests.text IS NOT NULL
+                       AND digests.chat_id <> digests.user_id
                      RETURNING {DIGEST_COLUMNS}"
                 ))
                 .bind(user_id)

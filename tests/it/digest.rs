@@ -534,8 +534,10 @@ async fn a_user_who_blocked_the_bot_has_the_digest_turned_off() {
     );
 }
 
-/// A `/week` asked in a group the bot was removed from since (a 403 there) is failed,
-/// but the user's own Sunday digests, which go to their private chat, stay on.
+/// A `/week` asked on Sunday in a group the bot was removed from since (a 403 there) is
+/// failed, but the user's own Sunday digests, which go to their private chat, stay on,
+/// and that evening's comes there: the digest as written for the group, not written
+/// again.
 #[tokio::test]
 async fn a_week_undeliverable_in_a_group_keeps_the_private_sunday_digest_on() {
     // Arrange
@@ -547,7 +549,8 @@ async fn a_week_undeliverable_in_a_group_keeps_the_private_sunday_digest_on() {
     app.telegram
         .fail_next("SendMessage", Some(-300), 403, kicked);
 
-    // Act
+    // Act: on Sunday afternoon, so it is that week's digest.
+    app.clock.set(at("2026-12-06T12:00:00Z"));
     app.telegram
         .push_update(group_text_update(-300, 5, 4, "/week"));
 
@@ -563,6 +566,25 @@ async fn a_week_undeliverable_in_a_group_keeps_the_private_sunday_digest_on() {
             .await,
         1,
         "a group that is gone is not a user who left"
+    );
+
+    // Act: that Sunday's moment.
+    app.clock.set(at("2026-12-06T19:00:05Z"));
+
+    // Assert: the week's digest, as written for the group, reaches the private chat.
+    wait_digest(&app.telegram, 5).await;
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count(
+            "SELECT count(*) FROM digests WHERE user_id = 5 AND chat_id = 5 AND status = 'sent'",
+        )
+        .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        digest_requests(&app.providers).await.len(),
+        1,
+        "written once"
     );
 }
 
