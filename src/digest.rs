@@ -577,10 +577,9 @@ async fn schedule_one(
         }
         return Ok(());
     }
-    let day_starts = day_starts_hour(journal);
-    let next = next_sunday_at(zone, now.max(due_at), time, day_starts);
+    let next = next_sunday_at(zone, now.max(due_at), time, day_starts_hour(journal));
     // The week ends on the local day of the due moment, the Sunday.
-    let day = zone.local_day_of(due_at, time, day_starts);
+    let day = journal.local_day_of(zone, due_at, time);
     if day.weekday() != Weekday::Sunday && zone.civil(due_at).date().weekday() == Weekday::Sunday {
         // Scheduled by an earlier version by the calendar: a 00:30 reminder's Sunday
         // night began on Saturday's local day. This week's moment is the next one.

@@ -367,6 +367,17 @@ impl Journal {
         zone.local_day(at, self.settings.journal.day_starts_hour)
     }
 
+    /// The local day of a moment scheduled for `time` in `zone` (a reminder, a digest):
+    /// that of the time it was meant for ([`UserZone::local_day_of`]).
+    pub fn local_day_of(
+        &self,
+        zone: &UserZone,
+        at: jiff::Timestamp,
+        time: crate::time::LocalTime,
+    ) -> jiff::civil::Date {
+        zone.local_day_of(at, time, self.settings.journal.day_starts_hour)
+    }
+
     /// The user's zone and their "today".
     pub async fn today_of(&self, user_id: i64) -> (UserZone, jiff::civil::Date) {
         let zone = self.zone_of(user_id).await;

@@ -66,11 +66,10 @@ pub fn telegram_client_with(
     silence: Duration,
     total: Duration,
 ) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(5))
+    // teloxide's settings (connect timeout, no Nagle), its total timeout replaced.
+    teloxide::net::default_reqwest_settings()
         .read_timeout(silence)
         .timeout(total)
-        .tcp_nodelay(true)
         .build()
 }
 

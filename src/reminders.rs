@@ -271,7 +271,7 @@ async fn prepare(
         }
         return Ok(None);
     }
-    let day = zone.local_day_of(due_at, time, journal.settings().journal.day_starts_hour);
+    let day = journal.local_day_of(zone, due_at, time);
     let has_entry = journal.store().has_entry_on(reminder.user_id, day).await?;
     let decision = decide(
         due_at,

@@ -224,18 +224,18 @@ impl UserZone {
                 })
             })
             .collect();
-        matches.sort();
-        matches.dedup();
         // The old names tzdb keeps as links (`Asia/Istanbul` beside `Europe/Istanbul`,
         // `America/Buenos_Aires` beside `America/Argentina/Buenos_Aires`) are one zone:
-        // no choice to make. The current name is kept: the longer path, or the one that
-        // is not in [`OLD_NAMES`].
+        // no choice to make. The current name comes first and is kept: the longer path,
+        // or the one that is not in [`OLD_NAMES`].
         matches.sort_by_key(|name| {
             (
                 std::cmp::Reverse(name.matches('/').count()),
                 OLD_NAMES.contains(&name.as_str()),
+                name.as_str(),
             )
         });
+        matches.dedup();
         let mut distinct: Vec<(&String, TimeZone)> = Vec::new();
         for name in matches {
             let Ok(tz) = TimeZone::get(name) else {

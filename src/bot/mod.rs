@@ -912,37 +912,34 @@ async fn on_callback<B: TgBot>(
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let user_id = i64::try_from(query.from.id.0).unwrap_or_default();
     let language = journal.language_of(user_id).await;
+    let Some((answer, asked_by)) = query.data.as_deref().and_then(DeleteAnswer::parse) else {
+        let _ = bot.answer_callback_query(query.id.clone()).await;
+        return Ok(());
+    };
+    let texts = Texts(language);
     let in_own_chat = query
         .regular_message()
         .is_some_and(|message| message.chat.id.0 == user_id);
-    let answer = query.data.as_deref().and_then(DeleteAnswer::parse);
-    let theirs = answer.is_some_and(|(_, asked_by)| match asked_by {
-        Some(asked_by) => asked_by == user_id,
-        // A button from before they named their user: only where nobody else can press.
-        None => in_own_chat,
-    });
+    let not_theirs = match asked_by {
+        Some(asked_by) if asked_by == user_id => None,
+        Some(_) => Some(texts.delete_not_yours()),
+        // A button from before they named their user: only where nobody else can press;
+        // elsewhere whose it was cannot be told, and it is asked again.
+        None if in_own_chat => None,
+        None => Some(texts.delete_expired()),
+    };
     let answered = bot.answer_callback_query(query.id.clone());
-    let not_theirs = match answer {
-        // Whose it was cannot be told: it is asked again.
-        Some((_, None)) => Texts(language).delete_expired(),
-        _ => Texts(language).delete_not_yours(),
-    };
-    let _ = if answer.is_some() && !theirs {
-        answered.text(not_theirs).await
-    } else {
-        answered.await
-    };
-    if !theirs {
-        if answer.is_some() {
-            tracing::info!(
-                user_id,
-                "a /delete button pressed by someone who did not ask"
-            );
-        }
+    if let Some(refusal) = not_theirs {
+        let _ = answered.text(refusal).await;
+        tracing::info!(
+            user_id,
+            "a /delete button pressed by someone who did not ask"
+        );
         return Ok(());
     }
-    let reply = match answer.map(|(answer, _)| answer) {
-        Some(DeleteAnswer::Yes) if journal.is_allowed(user_id) => {
+    let _ = answered.await;
+    let reply = match answer {
+        DeleteAnswer::Yes if journal.is_allowed(user_id) => {
             match commands::delete_confirmed(&journal, user_id, language).await {
                 Ok(reply) => reply,
                 Err(error) => {
@@ -951,8 +948,8 @@ async fn on_callback<B: TgBot>(
                 }
             }
         }
-        Some(DeleteAnswer::No) => Reply::new().text(Texts(language).delete_cancelled()),
-        _ => return Ok(()),
+        DeleteAnswer::Yes => return Ok(()),
+        DeleteAnswer::No => Reply::new().text(texts.delete_cancelled()),
     };
     if let Some(message) = query.regular_message() {
         // The buttons go away so the question cannot be answered twice.

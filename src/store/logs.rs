@@ -477,20 +477,19 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await?;
                 if let Some((id, legacy, moved)) = found {
-                    if moved {
-                        sqlx::query("UPDATE day_logs SET created_at = ?2 WHERE id = ?1")
-                            .bind(id)
-                            .bind(&created_at)
-                            .execute(&mut *tx)
-                            .await?;
-                        counts.retimed += 1;
+                    // Read again in this import's zone, and keyed by its wall-clock time.
+                    if moved || legacy {
+                        sqlx::query(
+                            "UPDATE day_logs SET created_at = ?2, import_time = ?3 WHERE id = ?1",
+                        )
+                        .bind(id)
+                        .bind(&created_at)
+                        .bind(&time)
+                        .execute(&mut *tx)
+                        .await?;
                     }
-                    if legacy {
-                        sqlx::query("UPDATE day_logs SET import_time = ?2 WHERE id = ?1")
-                            .bind(id)
-                            .bind(&time)
-                            .execute(&mut *tx)
-                            .await?;
+                    if moved {
+                        counts.retimed += 1;
                     }
                     counts.already += 1;
                     continue;

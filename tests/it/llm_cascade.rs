@@ -502,6 +502,20 @@ async fn hedging_answers_from_the_next_step_and_cancels_the_slow_one() {
     assert_eq!(sink.count("m2", Outcome::Ok), 1);
 }
 
+/// `primary` (model m1) before `fast` (m2), with auto hedging and `request_timeout_ms`.
+fn auto_hedged(primary: &MockServer, fast: &MockServer, request_timeout_ms: u64) -> Llm {
+    let timeout = request_timeout_ms.to_string();
+    let retry = retry_with(&[
+        ("hedge_after_ms", "\"auto\""),
+        ("request_timeout_ms", timeout.as_str()),
+    ]);
+    llm(&config(
+        &[primary, fast],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ))
+}
+
 #[tokio::test]
 async fn auto_hedging_learns_a_steps_latency_and_hedges_when_it_turns_slow() {
     // Arrange: the primary answers five times at once, then takes 1.5 s. Before it has
@@ -520,15 +534,7 @@ async fn auto_hedging_learns_a_steps_latency_and_hedges_when_it_turns_slow() {
         .mount(&primary)
         .await;
     let fast = ok_server().await;
-    let retry = retry_with(&[
-        ("hedge_after_ms", "\"auto\""),
-        ("request_timeout_ms", "10000"),
-    ]);
-    let llm = llm(&config(
-        &[&primary, &fast],
-        &[("a", "m1"), ("b", "m2")],
-        &retry,
-    ));
+    let llm = auto_hedged(&primary, &fast, 10000);
     let sink = RecordingSink::default();
 
     // Act
@@ -571,15 +577,7 @@ async fn auto_hedging_does_not_judge_a_digest_by_the_analyses_latency() {
         .mount(&primary)
         .await;
     let fast = ok_server().await;
-    let retry = retry_with(&[
-        ("hedge_after_ms", "\"auto\""),
-        ("request_timeout_ms", "10000"),
-    ]);
-    let llm = llm(&config(
-        &[&primary, &fast],
-        &[("a", "m1"), ("b", "m2")],
-        &retry,
-    ));
+    let llm = auto_hedged(&primary, &fast, 10000);
     let sink = RecordingSink::default();
     for _ in 0..5 {
         llm.run(Task::Analysis, &request(false), &sink)
@@ -617,15 +615,7 @@ async fn with_auto_hedging_one_request_that_finds_a_step_stalled_spares_the_next
         .mount(&stalled)
         .await;
     let fast = ok_server().await;
-    let retry = retry_with(&[
-        ("hedge_after_ms", "\"auto\""),
-        ("request_timeout_ms", "2000"),
-    ]);
-    let llm = llm(&config(
-        &[&stalled, &fast],
-        &[("a", "m1"), ("b", "m2")],
-        &retry,
-    ));
+    let llm = auto_hedged(&stalled, &fast, 2000);
     let sink = RecordingSink::default();
 
     // Act: one request after another.
@@ -664,15 +654,7 @@ impl ByEntry {
                 .await;
         }
         let fast = ok_server().await;
-        let retry = retry_with(&[
-            ("hedge_after_ms", "\"auto\""),
-            ("request_timeout_ms", "30000"),
-        ]);
-        let llm = Arc::new(llm(&config(
-            &[&primary, &fast],
-            &[("a", "m1"), ("b", "m2")],
-            &retry,
-        )));
+        let llm = Arc::new(auto_hedged(&primary, &fast, 30000));
         Self {
             llm,
             sink: Arc::new(RecordingSink::default()),
