@@ -109,7 +109,13 @@ pub fn main(cli: Cli) -> ExitCode {
     let chat = matches!(command, Command::Chat { .. });
     crate::telemetry::init(settings.log.format, crate::telemetry::default_filter(chat));
     for warning in dotenv_warnings.iter().chain(&settings.warnings) {
-        tracing::warn!("{warning}");
+        // `daylog chat` logs only errors unless asked: what is wrong with its `.env`
+        // (the likely reason it has no key) is said on its terminal instead.
+        if chat {
+            let _ = writeln!(std::io::stderr(), "daylog: {warning}");
+        } else {
+            tracing::warn!("{warning}");
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -7,9 +7,21 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
-/// The filter from `RUST_LOG`, or `default` when it is unset or invalid.
+/// The filter from `RUST_LOG`, or `default` when it is unset, blank or invalid. A blank
+/// value (`RUST_LOG=` in a `.env`, as every other variable there is left) would
+/// otherwise be a filter with no rules, which lets nothing through, errors included.
 pub fn env_filter(default: &str) -> EnvFilter {
-    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
+    filter_from(
+        std::env::var(EnvFilter::DEFAULT_ENV).ok().as_deref(),
+        default,
+    )
+}
+
+fn filter_from(rust_log: Option<&str>, default: &str) -> EnvFilter {
+    rust_log
+        .filter(|value| !value.trim().is_empty())
+        .and_then(|value| EnvFilter::try_new(value).ok())
+        .unwrap_or_else(|| EnvFilter::new(default))
 }
 
 /// The log level when `RUST_LOG` does not set one. `daylog chat` shares its terminal
@@ -33,4 +45,27 @@ pub fn init(format: LogFormat, default: &str) {
         LogFormat::Pretty => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blank_or_invalid_rust_log_is_the_default() {
+        // (RUST_LOG, default, the filter's most verbose level)
+        let rows = [
+            (None, "info", Some(tracing::Level::INFO)),
+            (Some(""), "info", Some(tracing::Level::INFO)),
+            (Some("  "), "error", Some(tracing::Level::ERROR)),
+            (Some("daylog=loud"), "info", Some(tracing::Level::INFO)),
+            (Some("debug"), "info", Some(tracing::Level::DEBUG)),
+        ];
+        for (rust_log, default, level) in rows {
+            let max = filter_from(rust_log, default)
+                .max_level_hint()
+                .and_then(|hint| hint.into_level());
+            assert_eq!(max, level, "{rust_log:?}");
+        }
+    }
 }

@@ -311,3 +311,27 @@ fn sql_on_a_corrupt_database_file_is_a_failure_not_bad_usage() {
     let typo = run(dir.path(), &["sql", "SELECT * FROM day_log"], &[]);
     assert_eq!(typo.status.code(), Some(2), "{}", stderr(&typo));
 }
+
+#[test]
+fn chat_names_a_malformed_env_line_on_its_terminal() {
+    // `RUST_LOG=` left blank, as `.env.example` leaves its variables: chat logs only
+    // errors, and the warning about the `.env` is still said on its terminal.
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        dir.path().join(".env"),
+        "MISTRAL_API_KEY=sk-first\nthis line has sk-secret-in-it\nDATABASE_URL=sqlite://db/daylog.db\n",
+    )
+    .expect(".env");
+    let out = run(dir.path(), &["chat"], &[("RUST_LOG", "")]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("line 2"), "the warning names the line: {err}");
+    assert!(
+        !err.contains("sk-secret"),
+        "never the line's content: {err}"
+    );
+    assert!(
+        !err.contains("INFO"),
+        "a blank RUST_LOG is chat's default: {err}"
+    );
+}
