@@ -428,6 +428,17 @@ pub struct FileSettings {
     pub transcription: TaskSettings,
 }
 
+impl FileSettings {
+    /// The cascades by the name their keys start with.
+    fn tasks(&self) -> [(&'static str, &TaskSettings); 3] {
+        [
+            ("analysis", &self.analysis),
+            ("metrics", &self.metrics),
+            ("transcription", &self.transcription),
+        ]
+    }
+}
+
 /// Values that only ever come from the environment.
 #[derive(Clone)]
 pub struct Secrets {
@@ -770,6 +781,13 @@ fn numeric_settings(s: &FileSettings) -> Vec<(String, u64, u64, u64)> {
             s.telegram.shutdown_grace_ms,
             0,
         ),
+        ms(
+            "reminders.poll_interval_ms",
+            s.reminders.poll_interval_ms,
+            1,
+        ),
+        ms("budgets.spill_after_ms", s.budgets.spill_after_ms, 0),
+        ms("budgets.notify_after_ms", s.budgets.notify_after_ms, 0),
     ];
     for (name, provider) in &s.providers {
         table.push((
@@ -779,7 +797,7 @@ fn numeric_settings(s: &FileSettings) -> Vec<(String, u64, u64, u64)> {
             MAX_CONCURRENCY,
         ));
     }
-    for (task, settings) in [("analysis", &s.analysis), ("metrics", &s.metrics)] {
+    for (task, settings) in s.tasks() {
         for (i, step) in settings.steps.iter().enumerate() {
             if let Some(max_tokens) = step.max_tokens {
                 table.push((
@@ -804,7 +822,7 @@ fn check_ranges(s: &FileSettings) -> Result<(), ConfigError> {
             return Err(ConfigError::invalid(key, message));
         }
     }
-    for (task, settings) in [("analysis", &s.analysis), ("metrics", &s.metrics)] {
+    for (task, settings) in s.tasks() {
         for (i, step) in settings.steps.iter().enumerate() {
             if let Some(t) = step.temperature
                 && !(0.0..=2.0).contains(&t)
@@ -900,11 +918,7 @@ fn validate(s: &FileSettings) -> Result<(), ConfigError> {
             ));
         }
     }
-    for (task, settings) in [
-        ("analysis", &s.analysis),
-        ("metrics", &s.metrics),
-        ("transcription", &s.transcription),
-    ] {
+    for (task, settings) in s.tasks() {
         if settings.steps.is_empty() {
             return Err(ConfigError::invalid(
                 format!("{task}.steps"),
@@ -1436,6 +1450,21 @@ mod tests {
                 "store.busy_timeout_ms",
             ),
             ("DAYLOG__RETRY__MIN_DELAY_MS", "-5", "retry.min_delay_ms"),
+            (
+                "DAYLOG__REMINDERS__POLL_INTERVAL_MS",
+                "99999999999999",
+                "reminders.poll_interval_ms",
+            ),
+            (
+                "DAYLOG__BUDGETS__SPILL_AFTER_MS",
+                "99999999999999",
+                "budgets.spill_after_ms",
+            ),
+            (
+                "DAYLOG__BUDGETS__NOTIFY_AFTER_MS",
+                "99999999999999",
+                "budgets.notify_after_ms",
+            ),
         ];
         for (var, value, key) in cases {
             assert_eq!(error_key(&[(var, value)]), key, "{var}={value}");
@@ -1463,6 +1492,11 @@ mod tests {
             write_config("[[metrics.steps]]\nprovider = \"groq\"\nmodel = \"m\"\nmax_tokens = 0\n");
         let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);
         assert_eq!(key, "metrics.steps[0].max_tokens");
+        let file = write_config(
+            "[[transcription.steps]]\nprovider = \"groq\"\nmodel = \"m\"\ntemperature = -1.0\n",
+        );
+        let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);
+        assert_eq!(key, "transcription.steps[0].temperature");
     }
 
     #[test]
