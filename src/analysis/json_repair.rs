@@ -42,17 +42,26 @@ pub fn repair(raw: &str) -> Option<Value> {
     }
     let mut tried = 0;
     let mut from = 0;
+    // `{good}` in prose before the answer repairs to `{}`: the object with fields may
+    // come after it, and the empty one is the answer only when none does.
+    let mut empty = None;
     while tried < MAX_CANDIDATES {
-        let start = from + region.get(from..)?.find('{')?;
+        let Some(offset) = region.get(from..).and_then(|rest| rest.find('{')) else {
+            break;
+        };
+        let start = from + offset;
         tried += 1;
         if let Some(fixed) = Scanner::new(&region[start..]).run()
-            && let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(&fixed)
+            && let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(&fixed)
         {
-            return Some(value);
+            if !fields.is_empty() {
+                return Some(Value::Object(fields));
+            }
+            empty.get_or_insert(Value::Object(fields));
         }
         from = start + 1;
     }
-    None
+    empty
 }
 
 /// The text outside `<think>…</think>` reasoning: after the last closing tag, or before
@@ -381,8 +390,31 @@ impl<'a> Scanner<'a> {
                             let hex = bytes.get(self.pos + 2..self.pos + 6);
                             match hex {
                                 Some(h) if h.iter().all(u8::is_ascii_hexdigit) => {
-                                    self.out.push_str(&self.src[self.pos..self.pos + 6]);
-                                    self.pos += 6;
+                                    let rest = &bytes[self.pos + 6..];
+                                    match (utf16_unit(h), rest.get(..6).and_then(low_escape)) {
+                                        // A surrogate pair, whole.
+                                        (0xD800..=0xDBFF, Some(_)) => {
+                                            self.out.push_str(&self.src[self.pos..self.pos + 12]);
+                                            self.pos += 12;
+                                        }
+                                        // Its second half cut by the end of the input
+                                        // (an answer stopped mid-emoji): both go.
+                                        (0xD800..=0xDBFF, None) if cut_escape(rest) => {
+                                            self.pos = bytes.len();
+                                            return StrEnd::Truncated;
+                                        }
+                                        // A lone half, which serde_json refuses (and
+                                        // with it the whole object): the replacement
+                                        // character instead.
+                                        (0xD800..=0xDFFF, _) => {
+                                            self.out.push_str("\\ufffd");
+                                            self.pos += 6;
+                                        }
+                                        _ => {
+                                            self.out.push_str(&self.src[self.pos..self.pos + 6]);
+                                            self.pos += 6;
+                                        }
+                                    }
                                 }
                                 _ if self.pos + 6 > bytes.len()
                                     && bytes[self.pos + 2..].iter().all(u8::is_ascii_hexdigit) =>
@@ -422,6 +454,31 @@ impl<'a> Scanner<'a> {
         self.out.push_str(&self.src[run_start..]);
         StrEnd::Truncated
     }
+}
+
+/// The UTF-16 unit of a `\u` escape's four hex digits.
+fn utf16_unit(hex: &[u8]) -> u16 {
+    hex.iter().fold(0, |unit, &digit| {
+        let value = char::from(digit).to_digit(16).unwrap_or(0);
+        (unit << 4) | u16::try_from(value).unwrap_or(0)
+    })
+}
+
+/// A whole `\uDC00`–`\uDFFF` escape (the second half of a surrogate pair).
+fn low_escape(escape: &[u8]) -> Option<u16> {
+    let hex = escape.strip_prefix(b"\\u")?;
+    (hex.len() == 4 && hex.iter().all(u8::is_ascii_hexdigit))
+        .then(|| utf16_unit(hex))
+        .filter(|unit| (0xDC00..=0xDFFF).contains(unit))
+}
+
+/// Whether `rest` is all that is left of the input and the start of a `\u` escape, or
+/// nothing: the end came inside it.
+fn cut_escape(rest: &[u8]) -> bool {
+    rest.len() < 6
+        && rest.first().is_none_or(|&b| b == b'\\')
+        && rest.get(1).is_none_or(|&b| b == b'u')
+        && rest.iter().skip(2).all(u8::is_ascii_hexdigit)
 }
 
 fn is_word_byte(b: u8) -> bool {
@@ -618,6 +675,27 @@ mod tests {
                 "partial unicode escape dropped",
                 r#"{"summary": "caf\u00"#,
                 Some(json!({"summary": "caf"})),
+            ),
+            (
+                "a {word} in prose before the object",
+                "Mood seems {good}. JSON: {\"mood\": 4, \"stress\": 2}",
+                Some(json!({"mood": 4, "stress": 2})),
+            ),
+            ("an empty object", "Here: {}", Some(json!({}))),
+            (
+                "a surrogate pair cut by the end goes whole",
+                r#"{"mood": 4, "summary": "great day \ud83d\ude"#,
+                Some(json!({"mood": 4, "summary": "great day "})),
+            ),
+            (
+                "a surrogate pair kept",
+                r#"{"summary": "run \ud83c\udfc3", "mood": 4}"#,
+                Some(json!({"summary": "run \u{1f3c3}", "mood": 4})),
+            ),
+            (
+                "a lone surrogate half is the replacement character",
+                r#"{"summary": "a \ud83d b \udc00", "mood": 4}"#,
+                Some(json!({"summary": "a \u{fffd} b \u{fffd}", "mood": 4})),
             ),
             (
                 "braces inside strings are text",
