@@ -2,6 +2,7 @@
 //! Telegram and `daylog chat` parse the same [`Command`] and show the same
 //! [`Response`]s.
 
+use jiff::civil::Date;
 use teloxide::utils::command::BotCommands;
 
 use crate::analysis::Metrics;
@@ -171,7 +172,7 @@ pub async fn respond(
                     rows.iter().map(|r| (r.day, r.mood)),
                     activities,
                 ));
-            let mut responses = stats_responses(language, days, &rows);
+            let mut responses = stats_responses(language, days, &rows, today);
             if let Some(Response::Text(reply)) = responses.first_mut() {
                 let mut more = std::mem::take(reply);
                 if streaks.longest > 0 {
@@ -467,7 +468,13 @@ fn trend(values: &[Option<f64>]) -> Option<f64> {
     Some(late - early)
 }
 
-fn stats_responses(language: Language, days: u32, rows: &[DayMetrics]) -> Vec<Response> {
+/// `today`: the user's, where the chart's calendar ends.
+fn stats_responses(
+    language: Language,
+    days: u32,
+    rows: &[DayMetrics],
+    today: Date,
+) -> Vec<Response> {
     let texts = Texts(language);
     let entries: i64 = rows.iter().map(|r| r.logs).sum();
     type Field = fn(&DayMetrics) -> Option<f64>;
@@ -509,7 +516,10 @@ fn stats_responses(language: Language, days: u32, rows: &[DayMetrics]) -> Vec<Re
         reply = reply.newline().text(line);
     }
     let mut responses = vec![Response::Text(reply)];
-    match charts::stats_chart(rows, language) {
+    // From the period's first day with an entry: a newcomer's two days are not drawn
+    // at the edge of a month of nothing; a day without an entry after it is a gap.
+    let first = rows.first().map_or(today, |row| row.day);
+    match charts::stats_chart(&crate::day::calendar(rows, first, today), language) {
         Ok(png) => responses.push(Response::Photo {
             png,
             caption: texts.chart_caption().to_owned(),

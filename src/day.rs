@@ -26,3 +26,71 @@ pub struct DayMood {
     pub day: Date,
     pub mood: Option<f64>,
 }
+
+/// `days` (ascending, as the store reads them) with every calendar day from `first` to
+/// `last` in its place: a day without entries is there with no values, so a chart
+/// breaks its lines over it instead of joining the days around it. Days outside the
+/// range are left out.
+pub fn calendar(days: &[DayMetrics], first: Date, last: Date) -> Vec<DayMetrics> {
+    let mut known = days
+        .iter()
+        .filter(|d| d.day >= first && d.day <= last)
+        .peekable();
+    let mut out = Vec::new();
+    for day in first.series(jiff::Span::new().days(1)) {
+        if day > last {
+            break;
+        }
+        match known.next_if(|d| d.day == day) {
+            Some(found) => out.push(found.clone()),
+            None => out.push(DayMetrics {
+                day,
+                ..DayMetrics::default()
+            }),
+        }
+        // A day the store listed twice (it does not) would be dropped, not shift the rest.
+        while known.next_if(|d| d.day == day).is_some() {}
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(day: Date, mood: f64) -> DayMetrics {
+        DayMetrics {
+            day,
+            mood: Some(mood),
+            logs: 1,
+            ..DayMetrics::default()
+        }
+    }
+
+    #[test]
+    fn the_calendar_has_every_day_and_only_the_range() {
+        let d = |day: i8| jiff::civil::date(2026, 11, day);
+        let stored = [metrics(d(1), 4.0), metrics(d(2), 3.0), metrics(d(5), 5.0)];
+        let days = calendar(&stored, d(2), d(6));
+        let shown: Vec<(Date, Option<f64>, i64)> =
+            days.iter().map(|m| (m.day, m.mood, m.logs)).collect();
+        assert_eq!(
+            shown,
+            [
+                (d(2), Some(3.0), 1),
+                (d(3), None, 0),
+                (d(4), None, 0),
+                (d(5), Some(5.0), 1),
+                (d(6), None, 0),
+            ]
+        );
+        assert!(calendar(&stored, d(6), d(5)).is_empty(), "an empty range");
+        // Across a month's end.
+        let days = calendar(
+            &[],
+            jiff::civil::date(2026, 2, 27),
+            d(2).with().month(3).build().unwrap(),
+        );
+        assert_eq!(days.len(), 4, "27, 28 February, 1, 2 March");
+    }
+}

@@ -418,6 +418,8 @@ async fn responses(
         .text(text);
     let mut responses = vec![Response::Text(reply)];
     let days = week_days(journal, digest.user_id, first, last).await?;
+    // Every day of the week has its place: a day without an entry breaks the lines.
+    let days = crate::day::calendar(&days, first, last);
     match charts::stats_chart(&days, language) {
         Ok(png) => responses.push(Response::Photo {
             png,
