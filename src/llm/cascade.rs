@@ -702,6 +702,20 @@ impl<'a> TaskRun<'a> {
                     spent_ms = duration_ms(spent), "budget spent for now"
                 );
             }
+            // An answer to a request for one JSON object that holds none (an apology,
+            // reasoning cut by the token limit) is of no use: unusable, so the next
+            // model is asked instead of every metric being defaulted.
+            let result = match (self.input, result) {
+                (Input::Chat(request), Ok((status, text)))
+                    if request.json && crate::analysis::json_repair::repair(&text).is_none() =>
+                {
+                    Err(LlmError::Unusable {
+                        status,
+                        reason: "the answer holds no JSON object".to_owned(),
+                    })
+                }
+                (_, result) => result,
+            };
             (result, hint.used_tokens)
         };
         let (result, used_tokens) = match hedge_after {

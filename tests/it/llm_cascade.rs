@@ -401,6 +401,51 @@ async fn a_malformed_200_is_unusable_retried_once_then_next_step() {
 }
 
 #[tokio::test]
+async fn an_answer_without_the_json_asked_for_is_unusable_and_the_next_model_asked() {
+    // A JSON-mode request (the metrics') answered by Qwen3 stopped by its token limit
+    // inside its reasoning: a well-formed 200 whose text holds no JSON object.
+    let reasoning = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "choices": [{"message": {"role": "assistant",
+                "content": "<think>The entry says the run went well, so mood is"},
+                "finish_reason": "length"}]
+        })))
+        .mount(&reasoning)
+        .await;
+    let good = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "choices": [{"message": {"role": "assistant", "content": "{\"mood\": 4}"},
+                "finish_reason": "stop"}]
+        })))
+        .mount(&good)
+        .await;
+    let llm = llm(&config(
+        &[&reasoning, &good],
+        &[("a", "m1"), ("b", "m2")],
+        FAST_RETRY,
+    ));
+    let sink = RecordingSink::default();
+
+    let answer = llm
+        .run(Task::Analysis, &request(true), &sink)
+        .await
+        .expect("answer");
+
+    assert_eq!(answer.model, "m2");
+    assert_eq!(answer.text, "{\"mood\": 4}");
+    assert_eq!(sink.count("m1", Outcome::Unusable), 2);
+    // Prose is an answer where no JSON was asked for.
+    let sink = RecordingSink::default();
+    let answer = llm
+        .run(Task::Analysis, &request(false), &sink)
+        .await
+        .expect("answer");
+    assert_eq!(answer.model, "m1");
+}
+
+#[tokio::test]
 async fn a_server_that_never_answers_gets_one_attempt_then_the_next_step() {
     let stalled = MockServer::start().await;
     Mock::given(method("POST"))

@@ -35,7 +35,10 @@ async fn openai_wire_format() {
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
         .and(header("authorization", format!("Bearer {SECRET}").as_str()))
-        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .respond_with(json_mode_reply(
+            "openai/chat_completion.json",
+            "A steady day. You slept less than usual; try to be in bed by 23:00 tonight.",
+        ))
         .mount(&server)
         .await;
     let toml = one_step(
@@ -53,7 +56,7 @@ async fn openai_wire_format() {
         .run(Task::Analysis, &request(true), &daylog::llm::NullSink)
         .await
         .expect("answer");
-    assert!(answer.text.starts_with("A steady day"));
+    assert_eq!(answer.text, r#"{"mood": 4}"#);
     let req = only_request(&server).await;
     assert_key_not_in_url(&req);
     let body: Value = req.body_json().unwrap();
@@ -102,7 +105,10 @@ async fn gemini_wire_format_keeps_the_key_in_a_header() {
     Mock::given(method("POST"))
         .and(path("/v1beta/models/gemini-2.5-flash:generateContent"))
         .and(header("x-goog-api-key", SECRET))
-        .respond_with(json_reply(200, "gemini/generate_content.json"))
+        .respond_with(json_mode_reply(
+            "gemini/generate_content.json",
+            "You seem tired but content. One idea: a 20-minute walk after lunch.",
+        ))
         .mount(&server)
         .await;
     let toml = one_step(
@@ -117,7 +123,7 @@ async fn gemini_wire_format_keeps_the_key_in_a_header() {
         .await
         .expect("answer");
 
-    assert!(answer.text.starts_with("You seem tired"));
+    assert_eq!(answer.text, r#"{"mood": 4}"#);
     let req = only_request(&server).await;
     assert_key_not_in_url(&req);
     let body: Value = req.body_json().unwrap();

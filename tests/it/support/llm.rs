@@ -92,6 +92,15 @@ pub fn json_reply(status: u16, fixture_name: &str) -> ResponseTemplate {
     ResponseTemplate::new(status).set_body_raw(fixture(fixture_name), "application/json")
 }
 
+/// A fixture's 200 whose answer text `prose` is replaced by a JSON object, as a
+/// JSON-mode request is answered.
+pub fn json_mode_reply(fixture_name: &str, prose: &str) -> ResponseTemplate {
+    let body = fixture(fixture_name);
+    assert!(body.contains(prose), "{fixture_name} says {prose:?}");
+    let body = body.replace(prose, r#"{\"mood\": 4}"#);
+    ResponseTemplate::new(200).set_body_raw(body, "application/json")
+}
+
 /// A `[providers.NAME]` table.
 pub fn provider(name: &str, kind: &str, base_url: &str) -> String {
     format!("[providers.{name}]\nkind = \"{kind}\"\nbase_url = \"{base_url}\"\n")
