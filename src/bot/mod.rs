@@ -33,7 +33,7 @@ use teloxide::net::Download;
 use teloxide::prelude::*;
 use teloxide::types::FileId;
 use teloxide::types::{
-    BotCommand, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, MessageId,
+    BotCommand, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, Me, MessageId,
     ParseMode, ReplyParameters,
 };
 use teloxide::{ApiError, RequestError};
@@ -714,12 +714,15 @@ async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
     }
 }
 
-/// The caption `/import` (or `/import@bot`), any case.
-fn is_import_caption(msg: &Message) -> bool {
-    msg.caption().is_some_and(|c| {
+/// The caption `/import`, or `/import@bot` with this bot's name, any case: in a group
+/// `/import@OtherBot` is another bot's.
+fn is_import_caption(caption: Option<&str>, bot: &str) -> bool {
+    caption.is_some_and(|c| {
         let word = c.split_whitespace().next().unwrap_or("");
-        let name = word.split('@').next().unwrap_or("");
-        name.eq_ignore_ascii_case("/import")
+        let (name, to) = word
+            .split_once('@')
+            .map_or((word, None), |(n, b)| (n, Some(b)));
+        name.eq_ignore_ascii_case("/import") && to.is_none_or(|to| to.eq_ignore_ascii_case(bot))
     })
 }
 
@@ -732,13 +735,14 @@ async fn on_document<B: TgBot>(
     messenger: Arc<Telegram<B>>,
     answers: Answers,
     ticket: Ticket,
+    me: Me,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
     };
     let asked = messenger.take_import_ask(user_id, journal.now());
-    if !is_import_caption(&msg) && !asked {
+    if !is_import_caption(msg.caption(), me.username()) && !asked {
         return on_other(msg, journal, messenger, ticket).await;
     }
     let chat = msg.chat.id.0;
@@ -1261,7 +1265,7 @@ mod tests {
     use teloxide::types::Seconds;
     use teloxide::{ApiError, RequestError};
 
-    use super::{DeleteAnswer, classify, is_passing};
+    use super::{DeleteAnswer, classify, is_import_caption, is_passing};
     use crate::frontend::SendError;
 
     #[test]
@@ -1290,6 +1294,28 @@ mod tests {
             classify(unknown("Bad Gateway")),
             SendError::Transient(_)
         ));
+    }
+
+    #[test]
+    fn an_import_caption_names_this_bot_or_none() {
+        // (caption, is an import for the bot `daylog_bot`)
+        let rows = [
+            (Some("/import"), true),
+            (Some("/IMPORT my year"), true),
+            (Some("/import@Daylog_Bot"), true),
+            (Some("/import@OtherBot"), false),
+            (Some("/imports"), false),
+            (Some("import"), false),
+            (Some(""), false),
+            (None, false),
+        ];
+        for (caption, import) in rows {
+            assert_eq!(
+                is_import_caption(caption, "daylog_bot"),
+                import,
+                "{caption:?}"
+            );
+        }
     }
 
     #[test]
