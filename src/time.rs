@@ -434,7 +434,8 @@ fn parse_offset(input: &str) -> Option<Result<i32, ZoneError>> {
     let digits = digits.trim();
     let (hours, minutes) = match digits.split_once(':') {
         Some((h, m)) => (h, m),
-        None if digits.len() > 2 => digits.split_at(digits.len() - 2),
+        // Not at a character boundary: not digits, so no offset (`+3 (Москва)`).
+        None if digits.len() > 2 => digits.split_at_checked(digits.len() - 2)?,
         None => (digits, "0"),
     };
     let all_digits =
@@ -501,7 +502,7 @@ mod tests {
 
     #[test]
     fn what_users_type_after_tz() {
-        let table: [(&str, Result<&str, ZoneError>); 28] = [
+        let table: [(&str, Result<&str, ZoneError>); 31] = [
             ("Europe/Moscow", Ok("Europe/Moscow")),
             ("europe/moscow", Ok("Europe/Moscow")),
             ("AMERICA/NEW_YORK", Ok("America/New_York")),
@@ -524,6 +525,10 @@ mod tests {
             ("+14", Ok("UTC+14:00")),
             ("-12:00", Ok("UTC-12:00")),
             ("Mars/Olympus", Err(ZoneError::Unknown)),
+            // Not digits after the sign, whatever their bytes (these once panicked).
+            ("+3 (Москва)", Err(ZoneError::Unknown)),
+            ("+3 🇷🇺", Err(ZoneError::Unknown)),
+            ("UTC+3…", Err(ZoneError::Unknown)),
             // A city whose old name tzdb keeps as a link is one zone, not a choice.
             ("Istanbul", Ok("Europe/Istanbul")),
             ("nicosia", Ok("Asia/Nicosia")),
