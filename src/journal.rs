@@ -1457,6 +1457,31 @@ impl Journal {
         })
     }
 
+    /// The worker's try at a pending log: transcribe a recording never transcribed, or
+    /// analyse the text again; answered when it succeeds.
+    async fn try_unfinished<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: DayLog,
+        voice: Option<VoiceNote>,
+        author: &Author,
+        claim: &Claim,
+    ) -> Result<(), StoreError> {
+        let spoken = voice.is_some();
+        if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
+            // Stored, never transcribed: start from the recording.
+            return self
+                .transcribe_and_answer(messenger, log, &voice.file_id, author, true, claim)
+                .await;
+        }
+        let known = Known {
+            spoken: Some(spoken),
+            new: false,
+        };
+        self.analyse_and_answer(messenger, log, author, known, true, claim)
+            .await
+    }
+
     /// Finishes one log the worker found (SPEC §4.6): analyse a due pending log again, or
     /// send an answer that was decided but never delivered.
     pub async fn finish<M: Messenger>(
@@ -1491,38 +1516,34 @@ impl Journal {
         }
         match kind {
             Unfinished::Analyse => {
+                // Past `worker.max_age_hours` a log still gets this try: after a downtime
+                // longer than that, or when the first answer after a long outage makes
+                // the backlog due, a provider may well answer now. Only a log this try
+                // leaves pending is given up.
                 let age = self.store.log_age(log.id).await?.unwrap_or_default();
-                if age > self.settings.worker.max_age() {
-                    tracing::warn!(
-                        log_id = log.id.get(),
-                        age_h = age.as_secs() / 3600,
-                        "giving up on a pending log"
-                    );
-                    if !self.store.mark_failed(log.id, &log.text).await? {
-                        return Ok(()); // edited meanwhile: the new text gets its chance
-                    }
-                    return self.answer_stored(messenger, log.id, &author, true).await;
+                let id = log.id;
+                self.try_unfinished(messenger, log, voice, &author, &claim)
+                    .await?;
+                if age <= self.settings.worker.max_age() {
+                    return Ok(());
                 }
-                let spoken = voice.is_some();
-                if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
-                    // Stored, never transcribed: start from the recording.
-                    return self
-                        .transcribe_and_answer(
-                            messenger,
-                            log,
-                            &voice.file_id,
-                            &author,
-                            true,
-                            &claim,
-                        )
-                        .await;
-                }
-                let known = Known {
-                    spoken: Some(spoken),
-                    new: false,
+                let Some(left) = self
+                    .store
+                    .log(id)
+                    .await?
+                    .filter(|l| l.status == LogStatus::Pending)
+                else {
+                    return Ok(());
                 };
-                self.analyse_and_answer(messenger, log, &author, known, true, &claim)
-                    .await
+                tracing::warn!(
+                    log_id = id.get(),
+                    age_h = age.as_secs() / 3600,
+                    "giving up on a pending log"
+                );
+                if !self.store.mark_failed(id, &left.text).await? {
+                    return Ok(()); // edited meanwhile: the new text gets its chance
+                }
+                self.answer_stored(messenger, id, &author, true).await
             }
             Unfinished::Reply if self.unrecorded().contains(&log.id) => {
                 // Already delivered by this process: only the record is missing.

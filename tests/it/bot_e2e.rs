@@ -864,6 +864,52 @@ async fn a_log_pending_past_max_age_is_marked_failed_and_the_user_told() {
     app.stop().await;
 }
 
+/// Past `worker.max_age_hours` a log is tried once more before it is given up: after a
+/// downtime longer than that (or when the first answer after a long outage makes the
+/// backlog due) a provider may answer now, and the user gets the analysis, not "gave up".
+#[tokio::test]
+async fn a_log_older_than_max_age_is_still_answered_when_a_provider_works() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__WORKER__MAX_AGE_HOURS".into(), "1".into());
+        // Nothing retried on its own while the test arranges the downtime.
+        env.insert("DAYLOG__WORKER__RETRY_MIN_MS".into(), "600000".into());
+        env.insert("DAYLOG__WORKER__RETRY_MAX_MS".into(), "600000".into());
+    })
+    .await;
+    app.providers.all_down().await;
+    app.telegram
+        .push_update(text_update(32, 1, "Written before a long downtime."));
+    let sent = app.telegram.wait_sent(32, 1).await;
+    assert!(visible(sent[0].text()).contains("will follow"));
+    app.providers.reset().await;
+    app.providers.healthy().await;
+    // Three hours old and due now, as after a downtime of three hours.
+    let writer = sqlx::SqlitePool::connect(&app.env["DATABASE_URL"])
+        .await
+        .expect("writer");
+    sqlx::query(
+        "UPDATE day_logs SET created_at = datetime('now', '-3 hours'),
+                             next_attempt_at = datetime('now', '-1 minute')",
+    )
+    .execute(&writer)
+    .await
+    .expect("an entry of three hours ago");
+    writer.close().await;
+
+    let sent = app.telegram.wait_sent(32, 2).await;
+    assert!(
+        visible(sent[1].text()).contains(ANALYSIS_TEXT),
+        "{}",
+        sent[1].text()
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE status = 'analyzed'")
+            .await,
+        1
+    );
+    app.stop().await;
+}
+
 /// `worker.max_age_hours` counts from the last edit that changed an entry, not from when
 /// it was first written: an entry written three days ago and edited during an outage is
 /// retried like a new one, not given up at its first retry.
