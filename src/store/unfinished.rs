@@ -50,8 +50,10 @@ impl Unfinished {
 /// A pending log whose next try is due.
 const UNFINISHED_PENDING: &str =
     "status = 'pending' AND coalesce(next_attempt_at, '') <= datetime('now')";
-/// A decided log whose answer has not gone out and is not waiting for a delivery retry.
-const UNFINISHED_REPLY: &str = "status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
+/// A decided log whose answer has not gone out and is not waiting for a delivery retry
+/// (read through the `day_logs_unreplied` index, which holds only such rows).
+pub const UNFINISHED_REPLY: &str =
+    "status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
      AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))";
 
 impl Store {

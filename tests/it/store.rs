@@ -662,8 +662,9 @@ async fn an_edit_sends_the_log_back_to_pending() {
 #[tokio::test]
 async fn the_hot_queries_use_their_indexes() {
     let db = fresh().await;
-    let plan = |sql: &'static str| {
+    let plan = |sql: &str| {
         let pool = db.store.read_pool().clone();
+        let sql = sql.to_owned();
         async move {
             let rows: Vec<(i64, i64, i64, String)> =
                 sqlx::query_as(&format!("EXPLAIN QUERY PLAN {sql}"))
@@ -684,6 +685,14 @@ async fn the_hot_queries_use_their_indexes() {
     )
     .await;
     assert!(due.contains("day_logs_status_next"), "{due}");
+    // The worker's "answer never sent" half reads only the rows still owed a reply, not
+    // every analysed log of the history.
+    let unreplied = plan(&format!(
+        "SELECT id FROM day_logs WHERE {}",
+        daylog::store::UNFINISHED_REPLY
+    ))
+    .await;
+    assert!(unreplied.contains("day_logs_unreplied"), "{unreplied}");
     let reminders = plan(
         "SELECT r.user_id FROM reminders r JOIN users u ON u.user_id = r.user_id
          WHERE r.enabled = 1 AND r.next_due_at <= '2026-12-01 21:00:00'
