@@ -1587,6 +1587,7 @@ impl Journal {
                     &metrics,
                     self.was_truncated(log),
                     late,
+                    log.edited_at.is_some(),
                     streak,
                 )
             }
@@ -1669,18 +1670,23 @@ fn superseded(log_id: i64) -> Decided {
     Decided::Superseded
 }
 
-/// The answer to an analysed log: the one place that lays it out.
+/// The answer to an analysed log: the one place that lays it out. `late`: the worker's
+/// (or one the user was told would follow); `edited`: the analysis of an edited text,
+/// titled "Updated." rather than "Saved." as if it were a second entry.
 pub fn analysis_reply(
     language: Language,
     analysis: &str,
     metrics: &Metrics,
     truncated: bool,
     late: bool,
+    edited: bool,
     streak: u32,
 ) -> Reply {
     let texts = Texts(language);
     let title = if late {
         texts.late_analysis_title()
+    } else if edited {
+        texts.edited_title()
     } else {
         texts.analysis_title()
     };

@@ -398,6 +398,9 @@ pub struct DayLog {
     /// The user's local day the entry belongs to (SPEC §10); `None` for entries stored
     /// before local days, or (with a warning) when the stored text is no date.
     pub local_day: Option<jiff::civil::Date>,
+    /// When an edit last changed its text; `None`: never (read as
+    /// [`DayLog::created_at`] is).
+    pub edited_at: Option<jiff::Timestamp>,
 }
 
 /// A `day_logs` row as SQLite holds it, before [`DayLog`] parses its columns.
@@ -416,6 +419,7 @@ struct DayLogRow {
     next_attempt_at: Option<String>,
     replied_at: Option<String>,
     local_day: Option<String>,
+    edited_at: Option<String>,
 }
 
 impl From<DayLogRow> for DayLog {
@@ -440,6 +444,10 @@ impl From<DayLogRow> for DayLog {
             .replied_at
             .as_deref()
             .map(|text| moment("replied_at", text));
+        let edited_at = row
+            .edited_at
+            .as_deref()
+            .map(|text| moment("edited_at", text));
         Self {
             id: row.id,
             user_id: row.user_id,
@@ -456,6 +464,7 @@ impl From<DayLogRow> for DayLog {
             local_day: row
                 .local_day
                 .and_then(|text| stored_date("day_logs", row.id.get(), "local_day", &text)),
+            edited_at,
         }
     }
 }
@@ -514,7 +523,7 @@ impl FrontEnd {
 macro_rules! log_columns {
     () => {
         "id, user_id, chat_id, message_id, text, created_at, status, analysis, metrics, \
-         attempts, next_attempt_at, replied_at, local_day"
+         attempts, next_attempt_at, replied_at, local_day, edited_at"
     };
 }
 const LOG_COLUMNS: &str = log_columns!();

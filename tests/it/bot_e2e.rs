@@ -394,7 +394,18 @@ async fn an_edited_message_updates_the_text_and_is_analysed_again() {
     app.telegram.wait_sent(10, 1).await;
     app.telegram
         .push_update(edited_update(10, 3, "Slept badly, but the run helped."));
-    app.telegram.wait_sent(10, 2).await;
+    let sent = app.telegram.wait_sent(10, 2).await;
+    // The new answer says what it is: the same entry, updated, not a second one saved.
+    assert!(
+        visible(sent[0].text()).starts_with("Saved."),
+        "{}",
+        sent[0].text()
+    );
+    assert!(
+        visible(sent[1].text()).starts_with("Updated."),
+        "{}",
+        sent[1].text()
+    );
     let text: String =
         sqlx::query_scalar("SELECT text FROM day_logs WHERE chat_id = 10 AND message_id = 3")
             .fetch_one(app.store.read_pool())
