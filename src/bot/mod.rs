@@ -34,7 +34,7 @@ use teloxide::prelude::*;
 use teloxide::types::FileId;
 use teloxide::types::{
     BotCommand, ChatAction, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, Me, MessageId,
-    ParseMode, ReplyParameters,
+    MessageKind, ParseMode, ReplyParameters,
 };
 use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
@@ -458,6 +458,7 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
         |update: Update, intake: Intake| intake.ticket(&update),
     );
     let messages = Update::filter_message()
+        .branch(dptree::filter(|msg: Message| is_service(&msg)).endpoint(on_service))
         .branch(
             dptree::filter(|msg: Message, journal: Arc<Journal>| !allowed(&msg, &journal))
                 .endpoint(refuse::<B>),
@@ -490,6 +491,36 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
     ticketed.branch(messages).branch(edits).branch(callbacks)
 }
 
+/// A service message, which Telegram delivers to every bot in a chat: a member joined
+/// or left, a message was pinned, the bot was added to a group, a timer changed. Nobody
+/// wrote it: it is neither an entry nor asked for an answer.
+fn is_service(msg: &Message) -> bool {
+    !matches!(msg.kind, MessageKind::Common(_) | MessageKind::Dice(_))
+}
+
+async fn on_service(msg: Message, ticket: Ticket) -> HandlerResult {
+    ticket.taken();
+    tracing::debug!(chat_id = msg.chat.id.0, "service message ignored");
+    Ok(())
+}
+
+/// The first word of `text` as a command: its name (`/import`) and the bot it is
+/// addressed to (`/import@daylog_bot`), if any.
+fn command_word(text: &str) -> Option<(&str, Option<&str>)> {
+    let word = text.split_whitespace().next()?;
+    word.starts_with('/').then(|| {
+        word.split_once('@')
+            .map_or((word, None), |(name, bot)| (name, Some(bot)))
+    })
+}
+
+/// A command addressed to another bot (`/stats@OtherBot` in a group): that bot's to answer.
+fn for_another_bot(text: &str, bot: &str) -> bool {
+    command_word(text)
+        .and_then(|(_, to)| to)
+        .is_some_and(|to| !to.eq_ignore_ascii_case(bot))
+}
+
 /// `/something`: a command, even one this bot does not know — never a journal entry.
 fn is_command_like(msg: &Message) -> bool {
     msg.text().is_some_and(|t| {
@@ -504,8 +535,15 @@ async fn on_unknown_command<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
     ticket: Ticket,
+    me: Me,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
+    if msg
+        .text()
+        .is_some_and(|text| for_another_bot(text, me.username()))
+    {
+        return Ok(());
+    }
     answer_in_language(&msg, &journal, &messenger, Texts::unknown_command).await;
     Ok(())
 }
@@ -718,11 +756,8 @@ async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
 /// `/import@OtherBot` is another bot's.
 fn is_import_caption(caption: Option<&str>, bot: &str) -> bool {
     caption.is_some_and(|c| {
-        let word = c.split_whitespace().next().unwrap_or("");
-        let (name, to) = word
-            .split_once('@')
-            .map_or((word, None), |(n, b)| (n, Some(b)));
-        name.eq_ignore_ascii_case("/import") && to.is_none_or(|to| to.eq_ignore_ascii_case(bot))
+        command_word(c).is_some_and(|(name, _)| name.eq_ignore_ascii_case("/import"))
+            && !for_another_bot(c, bot)
     })
 }
 

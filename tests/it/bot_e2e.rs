@@ -14,8 +14,8 @@ use daylog::language::Language;
 use daylog::texts::Texts;
 use serde_json::json;
 use support::telegram::{
-    callback_update, edited_update, group_callback_update, group_text_update, photo_update,
-    sticker_update, text_update, text_update_lang,
+    callback_update, edited_update, group_callback_update, group_text_update, member_joined_update,
+    photo_update, sticker_update, text_update, text_update_lang,
 };
 use support::{ANALYSIS_TEXT, App};
 use wiremock::matchers::{method, path};
@@ -417,6 +417,35 @@ async fn an_edited_message_updates_the_text_and_is_analysed_again() {
             .await,
         1
     );
+    app.stop().await;
+}
+
+/// In a group: a member joining (a service message every bot is sent) and another bot's
+/// command get no answer and make no entry; this bot's own, named, does.
+#[tokio::test]
+async fn a_group_service_message_and_another_bots_command_get_no_answer() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    let group = -100_777;
+    app.telegram.push_update(member_joined_update(group, 71, 1));
+    app.telegram
+        .push_update(group_text_update(group, 71, 2, "/stats@OtherBot"));
+    app.telegram
+        .push_update(group_text_update(group, 71, 3, "/settings@OtherBot"));
+    app.telegram
+        .push_update(group_text_update(group, 71, 4, "/settings@daylog_bot"));
+    // A chat's updates are handled in order: once the last is answered, all were.
+    let sent = app.telegram.wait_sent(group, 1).await;
+    assert!(
+        visible(sent[0].text()).contains("know that command"),
+        "{}",
+        sent[0].text()
+    );
+    app.telegram
+        .push_update(group_text_update(group, 71, 5, "/stats@daylog_bot"));
+    let sent = app.telegram.wait_sent(group, 2).await;
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(app.count("SELECT count(*) FROM day_logs").await, 0);
     app.stop().await;
 }
 

@@ -638,6 +638,18 @@ pub fn group_text_update(group_id: i64, user_id: i64, message_id: i64, text: &st
     }})
 }
 
+/// `joined` joining the group `group_id`: a service message, which Telegram delivers to
+/// every bot in the group.
+pub fn member_joined_update(group_id: i64, joined: i64, message_id: i64) -> Value {
+    json!({"message": {
+        "message_id": message_id,
+        "date": now_unix(),
+        "chat": {"id": group_id, "type": "supergroup", "title": "Friends"},
+        "from": user(joined, "en"),
+        "new_chat_members": [user(joined, "en")],
+    }})
+}
+
 pub fn edited_update(user_id: i64, message_id: i64, text: &str) -> Value {
     json!({"edited_message": {
         "message_id": message_id,
