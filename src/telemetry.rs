@@ -45,6 +45,26 @@ pub fn init(format: LogFormat, default: &str) {
         LogFormat::Pretty => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+    std::panic::set_hook(Box::new(log_panic));
+}
+
+/// A panic as an event of this log instead of the default hook's line on stderr: where
+/// it happened at `error`, what it said only at `debug`, because the message can quote
+/// the input that caused it (a slice of a user's text), which is never logged above
+/// `debug`.
+fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
+    let location = info
+        .location()
+        .map(|at| format!("{}:{}", at.file(), at.line()))
+        .unwrap_or_default();
+    let payload = info.payload();
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(%location, "panicked (the message is logged at debug)");
+    tracing::debug!(%location, %message, "panic message");
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use backon::{ExponentialBuilder, Retryable as _};
 use dptree::HandlerDescription as _;
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use teloxide::adaptors::throttle::Limits;
 use teloxide::dispatching::{DpHandlerDescription, UpdateHandler, dialogue::GetChatId};
 use teloxide::error_handlers::LoggingErrorHandler;
@@ -488,7 +488,32 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
         .filter_map(|msg: Message| msg.text().map(str::to_owned))
         .endpoint(on_edit::<B>);
     let callbacks = Update::filter_callback_query().endpoint(on_callback::<B>);
-    ticketed.branch(messages).branch(edits).branch(callbacks)
+    unwinding().chain(ticketed.branch(messages).branch(edits).branch(callbacks))
+}
+
+/// Catches a handler's panic, so that it ends that update only. Left to unwind, it ends
+/// the chat's worker task in teloxide's dispatcher, and the chat's next update panics
+/// the dispatcher itself ("TX is dead"): every chat's updates stop. The update that
+/// panicked is confirmed like a handled one (its ticket drops), so it cannot come back
+/// and panic again. The panic itself is logged by the hook `telemetry::init` installs.
+fn unwinding<Err: Send + 'static>()
+-> dptree::Handler<'static, Result<(), Err>, DpHandlerDescription> {
+    dptree::from_fn_with_description(
+        DpHandlerDescription::entry(),
+        |deps, cont| async move {
+            match std::panic::AssertUnwindSafe(cont(deps))
+                .catch_unwind()
+                .await
+            {
+                Ok(flow) => flow,
+                Err(_) => {
+                    tracing::error!("an update's handler panicked; that update is dropped");
+                    std::ops::ControlFlow::Break(Ok(()))
+                }
+            }
+        },
+        dptree::HandlerSignature::Entry,
+    )
 }
 
 /// A service message, which Telegram delivers to every bot in a chat: a member joined
@@ -1329,6 +1354,23 @@ mod tests {
             classify(unknown("Bad Gateway")),
             SendError::Transient(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_ends_its_update_only() {
+        let handler = super::unwinding::<std::convert::Infallible>().chain(
+            teloxide::dptree::endpoint(|update: u32| async move {
+                assert_ne!(update, 1, "the update that panics");
+                Ok(())
+            }),
+        );
+        for update in [1_u32, 2, 1, 3] {
+            let flow = handler.dispatch(teloxide::dptree::deps![update]).await;
+            assert!(
+                matches!(flow, std::ops::ControlFlow::Break(Ok(()))),
+                "{update}"
+            );
+        }
     }
 
     #[test]
