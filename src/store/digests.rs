@@ -12,6 +12,10 @@ use super::{
     retry_busy, returned, stored_date, stored_local_time, stored_moment,
 };
 
+/// How much of an entry's text stands in for a summary it does not have yet (a stored
+/// summary is at most 200 characters too).
+const TEXT_STAND_IN_CHARS: i64 = 200;
+
 /// A weekly digest (`digests`, SPEC §10). `text` is `None` until it is written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Digest {
@@ -258,10 +262,15 @@ impl Store {
         .await?)
     }
 
-    /// (local day, summary) of the user's analysed entries on `first..=last`, oldest
-    /// first, at most `limit`, empty summaries left out. An entry whose stored day is no
-    /// date (text that sorts between two dates) is left out too, with a warning naming
-    /// it: the digest could not say which day it was.
+    /// (local day, summary) of the user's entries on `first..=last`, oldest first, at
+    /// most `limit`. An entry without a summary yet (still pending when the digest is
+    /// due, or given up on) stands in with the start of its text, so that a week written
+    /// during an outage is not looked back on without its last days. The text of an
+    /// entry a model refused (`blocked`) never stands in, as it would get the digest
+    /// refused too (its summary, where the metrics gave one, does); an empty entry (a
+    /// voice note not yet transcribed) is left out. An entry whose stored day is
+    /// no date (text that sorts between two dates) is left out too, with a warning
+    /// naming it: the digest could not say which day it was.
     pub async fn summaries_between(
         &self,
         user_id: UserId,
@@ -270,15 +279,21 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<(jiff::civil::Date, String)>, StoreError> {
         let rows: Vec<(i64, String, String)> = sqlx::query_as(
-            "SELECT id, local_day, json_extract(metrics, '$.summary') FROM day_logs
-             WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3 AND metrics IS NOT NULL
-               AND coalesce(json_extract(metrics, '$.summary'), '') <> ''
+            "SELECT id, local_day, line FROM (
+                 SELECT id, local_day, created_at,
+                        coalesce(nullif(trim(json_extract(metrics, '$.summary')), ''),
+                                 CASE WHEN status <> 'blocked'
+                                      THEN substr(trim(text), 1, ?5) END) AS line
+                 FROM day_logs
+                 WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3)
+             WHERE coalesce(line, '') <> ''
              ORDER BY local_day, created_at, id LIMIT ?4",
         )
         .bind(user_id)
         .bind(first.to_string())
         .bind(last.to_string())
         .bind(limit)
+        .bind(TEXT_STAND_IN_CHARS)
         .fetch_all(&self.read)
         .await?;
         Ok(rows

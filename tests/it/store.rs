@@ -1469,3 +1469,62 @@ async fn entries_waiting_before_the_upgrade_are_resumed_by_the_first_answer_afte
             .expect("rows");
     assert_eq!(waiting, [(1, Some("provider".to_owned())), (2, None)]);
 }
+
+/// A digest due while entries are still waiting for an answer (an outage on Sunday
+/// evening) looks back on them too: their text stands in for the summary they do not
+/// have yet. A refused entry's text never does (it would get the digest refused), its
+/// summary does; a voice note not transcribed yet (no text) is left out.
+#[tokio::test]
+async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let analysed = log(&db.store, 1, 1, "a long walk").await.id();
+    log(&db.store, 1, 2, "  a very long day at work  ").await;
+    let refused = log(&db.store, 1, 3, "something the model refused")
+        .await
+        .id();
+    let refused_with_summary = log(&db.store, 1, 4, "refused, but summarised").await.id();
+    log(&db.store, 1, 5, "").await;
+    log(&db.store, 1, 6, &"x".repeat(500)).await;
+    let metrics = |summary: &str| {
+        format!(r#"{{"mood":3,"activities":[],"summary":"{summary}","defaulted":[]}}"#)
+    };
+    assert!(
+        store_analysis(&db.store, analysed.get(), "ok", &metrics("walked"))
+            .await
+            .expect("analysed")
+    );
+    assert!(
+        db.store
+            .mark_blocked(refused, "something the model refused", None)
+            .await
+            .expect("blocked")
+    );
+    assert!(
+        db.store
+            .mark_blocked(
+                refused_with_summary,
+                "refused, but summarised",
+                Some(&metrics("a hard day"))
+            )
+            .await
+            .expect("blocked")
+    );
+
+    let summaries = db
+        .store
+        .summaries_between(UserId(1), days_ago(6), today(), 10)
+        .await
+        .expect("summaries");
+
+    let lines: Vec<&str> = summaries.iter().map(|(_, line)| line.as_str()).collect();
+    assert_eq!(
+        lines,
+        [
+            "walked",
+            "a very long day at work",
+            "a hard day",
+            "x".repeat(200).as_str()
+        ]
+    );
+}
