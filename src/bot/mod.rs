@@ -661,10 +661,20 @@ async fn on_voice<B: TgBot>(
     answers: Answers,
     ticket: Ticket,
 ) -> HandlerResult {
-    let language = Language::from_code(voice.language_code.as_deref());
+    let (user_id, client_language) = (
+        voice.user_id,
+        Language::from_code(voice.language_code.as_deref()),
+    );
     let accepted = journal.accept_voice(messenger.as_ref(), voice).await;
-    let handed = answers.hand_off(&ticket, accepted, journal, Arc::clone(&messenger));
+    let handed = answers.hand_off(
+        &ticket,
+        accepted,
+        Arc::clone(&journal),
+        Arc::clone(&messenger),
+    );
     if let Err(error) = handed {
+        // As for a text: the stored language (`/lang`) first.
+        let language = journal.language_or(user_id, client_language).await;
         report_entry_error(&messenger, reply_target(&msg), language, &error).await;
     }
     Ok(())
@@ -870,7 +880,8 @@ async fn on_other<B: TgBot>(
     Ok(())
 }
 
-/// Answers `msg` with one sentence in the sender's stored language.
+/// Answers `msg` with one sentence in the sender's stored language, or their client's
+/// for someone the store does not know yet (a sticker as the first message).
 async fn answer_in_language<B: TgBot>(
     msg: &Message,
     journal: &Journal,
@@ -880,7 +891,8 @@ async fn answer_in_language<B: TgBot>(
     let Some(id) = sender_id(msg) else {
         return;
     };
-    let language = journal.language_of(id).await;
+    let client = Language::from_code(msg.from.as_ref().and_then(|u| u.language_code.as_deref()));
+    let language = journal.language_or(id, client).await;
     let reply = Reply::new().text(sentence(Texts(language)));
     send_logged(messenger, msg, vec![Response::Text(reply)]).await;
 }

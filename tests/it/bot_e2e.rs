@@ -464,6 +464,18 @@ async fn photos_and_stickers_get_a_short_answer_and_create_no_log() {
 }
 
 #[tokio::test]
+async fn a_sticker_as_first_message_is_answered_in_the_clients_language() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    let mut sticker = sticker_update(13, 1);
+    sticker["message"]["from"]["language_code"] = "ru".into();
+    app.telegram.push_update(sticker);
+    let sent = app.telegram.wait_sent(13, 1).await;
+    assert_eq!(sent[0].text(), Texts(Language::Ru).only_text());
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn a_9000_character_analysis_is_split_into_valid_parts() {
     let app = App::spawn().await;
     let paragraph = "This sentence is part of a very long analysis & it has <markup> to escape. ";
