@@ -694,7 +694,8 @@ impl Texts {
                 "Время прочитано в поясе {zone}; если он не твой, укажи его через /tz и пришли файл ещё раз."
             ),
             (Language::En, _) => format!(
-                "Times were read in {zone}: {retimed} entries already there now have their times in it."
+                "Times were read in {zone}: {} already there now have their times in it.",
+                self.entries(retimed)
             ),
             (Language::Ru, _) => format!(
                 "Время прочитано в поясе {zone}: у уже перенесённых записей ({retimed}) время исправлено."
