@@ -192,6 +192,21 @@ impl Drop for Claim {
     }
 }
 
+/// What this process did about logs but could not write down (the store refused the
+/// write: a full disk), kept so that the worker does not redo it at every poll.
+#[derive(Default)]
+struct Unrecorded {
+    /// Answers that went out: only the record is retried, the answer is not sent again.
+    replies: HashSet<LogId>,
+    /// Voice notes whose transcript was shown: it is not shown again by this process.
+    transcripts: HashSet<LogId>,
+    /// Logs the worker could not finish because a write failed, and when it may try
+    /// again: each try may run a whole cascade (the analysis is asked for, then cannot be
+    /// stored), so a full disk would otherwise spend the free tiers' budgets on the same
+    /// logs at every poll. The wait grows as a pending log's does (`retry_delay`).
+    failed: HashMap<LogId, (i64, tokio::time::Instant)>,
+}
+
 /// The journal of every user: what front ends, the worker and the commands go through.
 /// Its parts are its own; [`Journal::settings`] and [`Journal::store`] are there for the
 /// commands and schedulers that read them.
@@ -203,10 +218,9 @@ pub struct Journal {
     /// Held (shared) by an insert that claims its log only after it (a terminal entry),
     /// and (exclusively) by the worker while it lists and claims unfinished logs.
     claim_gate: tokio::sync::RwLock<()>,
-    /// Logs whose answer went out but could not be recorded (a full disk): this process
-    /// does not send them again, it only retries the record. Without it the worker would
-    /// re-send the answer on every poll for as long as the disk stays full.
-    unrecorded: Mutex<HashSet<LogId>>,
+    /// What this process did but could not record (a full disk), so that the worker
+    /// does not do it again on every poll for as long as the disk stays full.
+    unrecorded: Mutex<Unrecorded>,
     /// The order of each chat's analyses (SPEC §8: a chat's updates in order).
     lanes: Lanes,
     /// Whether logs may wait out their retry schedule after a failure, and when they
@@ -410,7 +424,7 @@ impl Journal {
         }
     }
 
-    fn unrecorded(&self) -> std::sync::MutexGuard<'_, HashSet<LogId>> {
+    fn unrecorded(&self) -> std::sync::MutexGuard<'_, Unrecorded> {
         self.unrecorded
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -998,8 +1012,16 @@ impl Journal {
                 false
             }
         };
-        if shown && let Err(error) = self.store.mark_transcript_sent(log.id).await {
-            tracing::error!(log_id = log.id.get(), %error, "transcript sent but not recorded");
+        if shown {
+            match self.store.mark_transcript_sent(log.id).await {
+                Ok(()) => {
+                    self.unrecorded().transcripts.remove(&log.id);
+                }
+                Err(error) => {
+                    tracing::error!(log_id = log.id.get(), %error, "transcript sent but not recorded; it is not sent again");
+                    self.unrecorded().transcripts.insert(log.id);
+                }
+            }
         }
         shown
     }
@@ -1021,8 +1043,23 @@ impl Journal {
     ) -> Result<Vec<Pickup>, StoreError> {
         let _listing = self.claim_gate.write().await;
         let batch = self.store.unfinished(front_end, limit).await?;
+        let now = tokio::time::Instant::now();
+        let waiting: HashSet<LogId> = {
+            let mut unrecorded = self.unrecorded();
+            // Only the logs still unfinished are remembered (a deleted one is not).
+            unrecorded
+                .failed
+                .retain(|id, _| batch.iter().any(|(_, log)| log.id == *id));
+            unrecorded
+                .failed
+                .iter()
+                .filter(|(_, (_, until))| *until > now)
+                .map(|(id, _)| *id)
+                .collect()
+        };
         Ok(batch
             .into_iter()
+            .filter(|(_, log)| !waiting.contains(&log.id))
             .filter_map(|(_, log)| {
                 let claim = self.claim(log.chat_id, log.message_id)?;
                 let turn = self.lanes.take(log.chat_id);
@@ -1200,11 +1237,11 @@ impl Journal {
         }
         match self.store.mark_replied(log.id).await {
             Ok(()) => {
-                self.unrecorded().remove(&log.id);
+                self.unrecorded().replies.remove(&log.id);
             }
             Err(error) => {
                 tracing::error!(log_id = log.id.get(), %error, "answer sent but not recorded; recording is retried, the answer is not sent again");
-                self.unrecorded().insert(log.id);
+                self.unrecorded().replies.insert(log.id);
             }
         }
     }
@@ -1483,8 +1520,27 @@ impl Journal {
     }
 
     /// Finishes one log the worker found (SPEC §4.6): analyse a due pending log again, or
-    /// send an answer that was decided but never delivered.
+    /// send an answer that was decided but never delivered. One that fails on a write
+    /// is left alone by [`Journal::claim_unfinished`] for a growing while.
     pub async fn finish<M: Messenger>(
+        &self,
+        messenger: &M,
+        pickup: Pickup,
+    ) -> Result<(), StoreError> {
+        let id = pickup.id;
+        let finished = self.finish_claimed(messenger, pickup).await;
+        let mut unrecorded = self.unrecorded();
+        if finished.is_err() {
+            let tries = unrecorded.failed.get(&id).map_or(0, |(tries, _)| *tries);
+            let until = tokio::time::Instant::now() + self.retry_delay(tries);
+            unrecorded.failed.insert(id, (tries + 1, until));
+        } else {
+            unrecorded.failed.remove(&id);
+        }
+        finished
+    }
+
+    async fn finish_claimed<M: Messenger>(
         &self,
         messenger: &M,
         pickup: Pickup,
@@ -1510,6 +1566,7 @@ impl Journal {
             ..
         }) = &voice
             && !log.text.is_empty()
+            && !self.unrecorded().transcripts.contains(&log.id)
             && !self.show_transcript(messenger, &log, language).await
         {
             return self.postpone(&log).await;
@@ -1545,11 +1602,11 @@ impl Journal {
                 }
                 self.answer_stored(messenger, id, &author, true).await
             }
-            Unfinished::Reply if self.unrecorded().contains(&log.id) => {
+            Unfinished::Reply if self.unrecorded().replies.contains(&log.id) => {
                 // Already delivered by this process: only the record is missing.
                 match self.store.mark_replied(log.id).await {
                     Ok(()) => {
-                        self.unrecorded().remove(&log.id);
+                        self.unrecorded().replies.remove(&log.id);
                         tracing::info!(log_id = log.id.get(), "answer recorded after all");
                     }
                     Err(error) => {

@@ -396,6 +396,67 @@ async fn an_answer_that_cannot_be_recorded_is_not_sent_again_and_again() {
     app.stop().await;
 }
 
+/// An analysis that cannot be stored (the disk filled up between the entry and its
+/// answer) is not asked for again at every worker poll: each try is a whole cascade on
+/// the free tiers' budgets. The worker leaves the log alone for a growing while, and
+/// answers it once there is room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_analysis_that_cannot_be_stored_is_not_asked_for_at_every_poll() {
+    use sqlx::Connection as _;
+    let app = support::App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
+        // The worker still polls every 100 ms; a failed write waits 1 s, then 2 s.
+        env.insert("DAYLOG__WORKER__RETRY_MIN_MS".into(), "1000".into());
+        env.insert("DAYLOG__WORKER__RETRY_MAX_MS".into(), "2000".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    let mut other = sqlx::SqliteConnection::connect(&app.env["DATABASE_URL"])
+        .await
+        .expect("second connection");
+    sqlx::query(
+        "CREATE TRIGGER test_no_room BEFORE UPDATE OF status ON day_logs
+         WHEN NEW.status = 'analyzed'
+         BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END",
+    )
+    .execute(&mut other)
+    .await
+    .expect("trigger");
+
+    app.telegram.push_update(support::telegram::text_update(
+        5200,
+        1,
+        "A day with no room for its analysis.",
+    ));
+    // The handler's try fails to store its analysis, and the user is told it follows.
+    let sent = app.telegram.wait_sent(5200, 1).await;
+    assert!(!sent[0].text().contains(support::ANALYSIS_TEXT), "{sent:?}");
+    // Eight polls, within the second the worker waits after its own first try.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let asked = app.providers.analysis_requests().await;
+    assert!(
+        asked <= 2,
+        "the handler's try and at most one of the worker's, not one per poll: {asked}"
+    );
+
+    sqlx::query("DROP TRIGGER test_no_room")
+        .execute(&mut other)
+        .await
+        .expect("drop trigger");
+    let sent = app.telegram.wait_sent(5200, 2).await;
+    assert!(sent[1].text().contains(support::ANALYSIS_TEXT), "{sent:?}");
+    support::wait_until("the answer to be recorded", HANG_GUARD, || async {
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE status = 'analyzed' AND replied_at IS NOT NULL",
+        )
+        .await
+            == 1
+    })
+    .await;
+    other.close().await.expect("close");
+    app.stop().await;
+}
+
 /// `/export` on a full disk in `daylog chat`: the file cannot be written, and the export
 /// written there before (the user's copy) is still whole, as the sentence promises.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
