@@ -283,6 +283,8 @@ impl<B: TgBot> Messenger for Telegram<B> {
     /// (a chart it could not process) says nothing about the chat: it and the rest are
     /// given up, loudly, and the message counts as delivered.
     async fn send(&self, target: Target, responses: Vec<Response>) -> Result<(), SendError> {
+        let mut target = target;
+        let mut moved = false;
         // Messages that reached the user, of the responses before this one.
         let mut delivered = 0;
         for response in &responses {
@@ -291,6 +293,23 @@ impl<B: TgBot> Messenger for Telegram<B> {
             loop {
                 let error = match self.send_one(target, response, &mut done).await {
                     Ok(()) => break,
+                    // A group made a supergroup has a new id, and its messages new ids:
+                    // what was owed to it goes to the new chat, as a plain message.
+                    Err(RequestError::MigrateToChatId(to)) if !moved => {
+                        tracing::info!(
+                            chat_id = target.chat_id,
+                            to = to.0,
+                            "the group became a supergroup; sending there"
+                        );
+                        (target, moved) = (
+                            Target {
+                                chat_id: to.0,
+                                reply_to: None,
+                            },
+                            true,
+                        );
+                        continue;
+                    }
                     Err(error) => classify(error),
                 };
                 if delivered + done == 0 {
@@ -374,7 +393,7 @@ fn classify(error: RequestError) -> SendError {
             | ApiError::CantInitiateConversation
             | ApiError::CantTalkWithBots),
         ) => SendError::Gone(api.to_string()),
-        RequestError::Api(ApiError::Unknown(description)) if is_server_trouble(&description) => {
+        RequestError::Api(ApiError::Unknown(description)) if is_passing_refusal(&description) => {
             SendError::Transient(description)
         }
         // Telegram's current wording of "this chat is closed to the bot" (kicked from a
@@ -392,9 +411,17 @@ fn classify(error: RequestError) -> SendError {
             tracing::error!(error = %api, "Telegram refused a message");
             SendError::Refused(api.to_string())
         }
+        // Only when the new chat refused it too (`Telegram::send` follows the move once).
         RequestError::MigrateToChatId(_) => SendError::Gone("the chat moved".to_owned()),
         other => SendError::Transient(other.to_string()),
     }
+}
+
+/// An unknown API error that passes: a 5xx ([`is_server_trouble`]), or a 429 without
+/// `retry_after` (teloxide turns only a 429 that carries one into `RetryAfter`), which
+/// would otherwise be taken for a refusal of the message and the answer given up.
+fn is_passing_refusal(description: &str) -> bool {
+    is_server_trouble(description) || description.starts_with("Too Many Requests")
 }
 
 /// Telegram's own 5xx answers reach teloxide as unknown API errors; they are worth a
@@ -1163,10 +1190,7 @@ async fn register_commands<B: TgBot>(bot: &B, stop: &CancellationToken) -> bool 
 /// network. Everything else is a refusal — 401/404 a bad token — and final.
 fn is_passing(error: &RequestError) -> bool {
     match error {
-        // A 429 without `retry_after` reaches teloxide as an unknown API error.
-        RequestError::Api(ApiError::Unknown(description)) => {
-            is_server_trouble(description) || description.starts_with("Too Many Requests")
-        }
+        RequestError::Api(ApiError::Unknown(description)) => is_passing_refusal(description),
         RequestError::Api(_) | RequestError::MigrateToChatId(_) => false,
         RequestError::RetryAfter(_)
         | RequestError::Network(_)

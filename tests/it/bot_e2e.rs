@@ -1107,6 +1107,60 @@ async fn a_reply_lost_to_a_telegram_outage_is_delivered_later() {
     app.stop().await;
 }
 
+/// Telegram's 429 does not always carry `retry_after`; without it teloxide sees an
+/// unknown API error, which is a passing one: the answer is delivered later, not given
+/// up as if Telegram had refused the message.
+#[tokio::test]
+async fn a_telegram_429_without_retry_after_delays_the_answer_and_loses_nothing() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.fail_next(
+        "SendMessage",
+        Some(31),
+        429,
+        json!({"ok": false, "error_code": 429, "description": "Too Many Requests: retry later"}),
+    );
+    app.telegram
+        .push_update(text_update(31, 1, "Telegram is busy."));
+    let sent = app.telegram.wait_sent(31, 1).await;
+    assert!(
+        visible(sent[0].text()).contains(ANALYSIS_TEXT),
+        "{}",
+        sent[0].text()
+    );
+    assert_eq!(app.telegram.failures_left(), 0, "the 429 was answered");
+    app.stop().await;
+}
+
+/// A group made a supergroup gets a new chat id: an answer owed to the old one goes to
+/// the new chat (as a plain message: message ids change too), not marked delivered and
+/// dropped.
+#[tokio::test]
+async fn an_answer_owed_to_a_group_that_became_a_supergroup_goes_to_the_new_chat() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    let (old, new) = (-500, -100_500);
+    app.telegram.fail_next(
+        "SendMessage",
+        Some(old),
+        400,
+        json!({"ok": false, "error_code": 400,
+               "description": "Bad Request: group chat was upgraded to a supergroup chat",
+               "parameters": {"migrate_to_chat_id": new}}),
+    );
+    app.telegram
+        .push_update(group_text_update(old, 32, 1, "A day in the old group."));
+    let sent = app.telegram.wait_sent(new, 1).await;
+    assert!(
+        visible(sent[0].text()).contains(ANALYSIS_TEXT),
+        "{}",
+        sent[0].text()
+    );
+    assert_eq!(sent[0].reply_to(), None);
+    assert_eq!(app.telegram.failures_left(), 0);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn an_edit_during_a_background_analysis_is_analysed_and_the_old_text_never_answered() {
     let app = App::spawn().await;
