@@ -1578,18 +1578,21 @@ impl Journal {
                 // the backlog due, a provider may well answer now. Only a log this try
                 // leaves pending is given up.
                 let age = self.store.log_age(log.id).await?.unwrap_or_default();
-                let id = log.id;
+                let (id, tried_edit, tried_text) = (log.id, log.edited_at, log.text.clone());
                 self.try_unfinished(messenger, log, voice, &author, &claim)
                     .await?;
                 if age <= self.settings.worker.max_age() {
                     return Ok(());
                 }
-                let Some(left) = self
-                    .store
-                    .log(id)
-                    .await?
-                    .filter(|l| l.status == LogStatus::Pending)
-                else {
+                // Still pending, and still the entry that was tried (a voice note's text
+                // is its transcript, stored by the try): one edited during the try is
+                // young again (its age counts from the edit), and the next poll analyses
+                // its new text.
+                let Some(left) = self.store.log(id).await?.filter(|l| {
+                    l.status == LogStatus::Pending
+                        && l.edited_at == tried_edit
+                        && (tried_text.is_empty() || l.text == tried_text)
+                }) else {
                     return Ok(());
                 };
                 tracing::warn!(

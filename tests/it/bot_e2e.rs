@@ -962,6 +962,66 @@ async fn a_log_older_than_max_age_is_still_answered_when_a_provider_works() {
     app.stop().await;
 }
 
+/// An entry past `worker.max_age_hours` gets one more try; edited while that try runs,
+/// it is a young entry again: its new text is analysed, it is not given up on with the
+/// old one's age.
+#[tokio::test]
+async fn an_entry_edited_during_its_last_try_is_analysed_not_given_up() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__WORKER__MAX_AGE_HOURS".into(), "1".into());
+        env.insert("DAYLOG__WORKER__RETRY_MIN_MS".into(), "600000".into());
+        env.insert("DAYLOG__WORKER__RETRY_MAX_MS".into(), "600000".into());
+    })
+    .await;
+    app.providers.all_down().await;
+    app.telegram
+        .push_update(text_update(34, 1, "Written before a long downtime."));
+    let sent = app.telegram.wait_sent(34, 1).await;
+    assert!(visible(sent[0].text()).contains("will follow"));
+    // The providers are back, slowly: the worker's last try is in flight…
+    app.providers.reset().await;
+    app.providers.slow(Duration::from_millis(800)).await;
+    let writer = sqlx::SqlitePool::connect(&app.env["DATABASE_URL"])
+        .await
+        .expect("writer");
+    sqlx::query(
+        "UPDATE day_logs SET created_at = datetime('now', '-3 hours'),
+                             next_attempt_at = datetime('now', '-1 minute')",
+    )
+    .execute(&writer)
+    .await
+    .expect("an entry of three hours ago");
+    writer.close().await;
+    wait_until(|| async { app.providers.analysis_requests().await > 0 }).await;
+    // …when the user edits the entry.
+    app.telegram
+        .push_update(edited_update(34, 1, "Written again, just now."));
+
+    let sent = app.telegram.wait_sent(34, 2).await;
+    assert!(
+        visible(sent[1].text()).contains(ANALYSIS_TEXT),
+        "{}",
+        sent[1].text()
+    );
+    wait_until(|| async {
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE status = 'analyzed' AND replied_at IS NOT NULL",
+        )
+        .await
+            == 1
+    })
+    .await;
+    assert!(
+        app.telegram
+            .sent_to(34)
+            .iter()
+            .all(|call| !call.text().contains("gave up")),
+        "{:?}",
+        app.telegram.sent_to(34)
+    );
+    app.stop().await;
+}
+
 /// `worker.max_age_hours` counts from the last edit that changed an entry, not from when
 /// it was first written: an entry written three days ago and edited during an outage is
 /// retried like a new one, not given up at its first retry.
