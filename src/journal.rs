@@ -1652,6 +1652,10 @@ impl Journal {
                 )
             }
             LogStatus::Blocked => Reply::new().text(texts.blocked()),
+            // A voice note given up on before it had a transcript has no text to show.
+            LogStatus::Failed if log.text.trim().is_empty() => {
+                Reply::new().text(texts.voice_failed())
+            }
             LogStatus::Failed => Reply::new().text(texts.failed()),
             LogStatus::Pending => return None,
         })

@@ -535,3 +535,47 @@ async fn a_voice_note_with_no_words_is_answered_once_and_not_transcribed_again()
     assert_eq!(app.telegram.sent_to(16).len(), 1);
     app.stop().await;
 }
+
+/// A voice note the transcription never reached in `worker.max_age_hours` is given up
+/// with a sentence about the voice note: it has no text, so "its text is in /history"
+/// would be untrue.
+#[tokio::test]
+async fn a_voice_note_given_up_untranscribed_is_not_said_to_have_a_text() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__WORKER__MAX_AGE_HOURS".into(), "1".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    app.providers.transcription_down().await;
+    app.telegram
+        .add_file("voice-9", "voice/file_9.oga", &voice_fixture());
+    app.telegram.push_update(voice_update(
+        19,
+        1,
+        "voice-9",
+        3,
+        voice_fixture().len() as u64,
+    ));
+    app.telegram.wait_sent(19, 1).await; // saved, will follow
+    let writer = sqlx::SqlitePool::connect(&app.env["DATABASE_URL"])
+        .await
+        .expect("writer");
+    sqlx::query(
+        "UPDATE day_logs SET created_at = datetime('now', '-3 hours'),
+                             next_attempt_at = datetime('now', '-1 minute')",
+    )
+    .execute(&writer)
+    .await
+    .expect("a voice note of three hours ago");
+    writer.close().await;
+
+    let sent = app.telegram.wait_sent(19, 2).await;
+    let texts = daylog::texts::Texts(daylog::language::Language::En);
+    assert_eq!(visible(sent[1].text()), texts.voice_failed(), "{sent:?}");
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE status = 'failed'")
+            .await,
+        1
+    );
+    app.stop().await;
+}
