@@ -83,7 +83,7 @@ impl Terminal {
                 } => self.save(&file_name, &bytes, &caption, texts)?,
                 Response::ConfirmDelete { language, .. } => {
                     let texts = Texts(language);
-                    self.print(&format!("{} (yes/no)", texts.delete_confirm()))?;
+                    self.print(&format!("{} {}", texts.delete_confirm(), texts.yes_no()))?;
                 }
             }
         }
@@ -400,9 +400,12 @@ impl Session {
             return self.voice(rest.trim(), language).await;
         }
         if let Some(rest) = line.strip_prefix("/import")
-            && rest.starts_with(char::is_whitespace)
-            && !rest.trim().is_empty()
+            && (rest.is_empty() || rest.starts_with(char::is_whitespace))
         {
+            if rest.trim().is_empty() {
+                // Telegram's usage (a file with the caption) means nothing here.
+                return self.terminal.print(Texts(language).import_path_usage());
+            }
             return self.import(rest.trim(), language).await;
         }
         let responses = match Command::parse(line, "") {

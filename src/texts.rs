@@ -110,28 +110,40 @@ impl Texts {
 
     /// Every AI budget is spent for a while: the entry is saved, the analysis comes
     /// when budget returns, in about `wait` (whole minutes, rounded up, at least one).
+    /// Past 90 minutes (a daily quota spent: up to a day) in whole hours, rounded up.
     pub fn saved_budget(self, wait: std::time::Duration) -> String {
         let minutes = wait.as_secs().div_ceil(60).max(1);
-        match self.0 {
-            Language::Ru => format!(
+        let hours = minutes.div_ceil(60);
+        match (self.0, minutes > 90) {
+            (Language::Ru, false) => format!(
                 "Сохранено. Бесплатные лимиты AI-сервисов сейчас исчерпаны; разбор придёт примерно через {minutes} мин."
             ),
-            Language::En => format!(
+            (Language::Ru, true) => format!(
+                "Сохранено. Бесплатные лимиты AI-сервисов на сегодня исчерпаны; разбор придёт примерно через {hours} ч."
+            ),
+            (Language::En, false) => format!(
                 "Saved. The AI services' free limits are used up for now; your analysis should come in about {minutes} minute{}.",
                 if minutes == 1 { "" } else { "s" }
+            ),
+            (Language::En, true) => format!(
+                "Saved. The AI services' free limits are used up for today; your analysis should come in about {hours} hours."
             ),
         }
     }
 
+    /// Over `telegram.analyses_per_hour`: the entry waits an hour.
     pub fn saved_rate_limited(self) -> &'static str {
         self.pick(
-            "Saved. You have reached the hourly number of analyses; this entry will be analysed a bit later.",
-            "Сохранено. Лимит разборов на этот час исчерпан; эту запись я разберу чуть позже.",
+            "Saved. You have reached the hourly number of analyses; this entry will be analysed in about an hour.",
+            "Сохранено. Лимит разборов на этот час исчерпан; эту запись я разберу примерно через час.",
         )
     }
 
+    /// The title of an analysis that comes later than the entry's first answer: after a
+    /// "will follow", but also after a crash or a short budget wait that promised
+    /// nothing, so it promises nothing either.
     pub fn late_analysis_title(self) -> &'static str {
-        self.pick("Your analysis, as promised:", "Обещанный разбор:")
+        self.pick("Here is your analysis:", "Вот разбор твоей записи:")
     }
 
     pub fn blocked(self) -> &'static str {
@@ -630,6 +642,19 @@ impl Texts {
         )
     }
 
+    /// `daylog chat`: the answers its delete question takes.
+    pub fn yes_no(self) -> &'static str {
+        self.pick("(yes/no)", "(да/нет)")
+    }
+
+    /// `daylog chat`: `/import` without a path.
+    pub fn import_path_usage(self) -> &'static str {
+        self.pick(
+            "Usage: /import path/to/daylio.csv (a Daylio export: Settings → Export entries → CSV)",
+            "Как пользоваться: /import путь/к/daylio.csv (экспорт Daylio: Настройки → Экспорт записей → CSV)",
+        )
+    }
+
     /// `daylog chat`: `/voice` without a path.
     pub fn voice_usage(self) -> &'static str {
         self.pick(
@@ -647,6 +672,15 @@ impl Texts {
     }
 
     /// The transcription heard no words in a voice note (silence, noise).
+    /// A voice note given up on without a transcript (the transcription services stayed
+    /// away, or the recording could not be read): there is no text to point to.
+    pub fn voice_failed(self) -> &'static str {
+        self.pick(
+            "I could not turn your voice note into text, so there is nothing of it to analyse or keep. Please tell me about your day again, in words or a new voice note.",
+            "Мне не удалось превратить голосовое в текст, поэтому разбирать и хранить нечего. Расскажи о дне ещё раз — текстом или новым голосовым.",
+        )
+    }
+
     pub fn voice_no_words(self) -> &'static str {
         self.pick(
             "I saved your voice note, but I could not make out any words in it. Please try again, a little closer to the microphone, or write to me.",
@@ -866,6 +900,28 @@ mod tests {
         assert_eq!(en.entries(21), "21 entries");
         assert_eq!(en.days(1), "1 day");
         assert_eq!(en.days(30), "30 days");
+    }
+
+    #[test]
+    fn a_wait_for_budget_is_said_in_minutes_then_in_hours() {
+        use std::time::Duration;
+        let (en, ru) = (Texts(Language::En), Texts(Language::Ru));
+        assert!(
+            en.saved_budget(Duration::from_secs(30))
+                .contains("in about 1 minute.")
+        );
+        assert!(
+            en.saved_budget(Duration::from_secs(90 * 60))
+                .contains("in about 90 minutes.")
+        );
+        // A daily quota spent at 00:10 UTC comes back in 23 h 50 min.
+        let a_day = Duration::from_secs(23 * 3600 + 50 * 60);
+        assert!(
+            en.saved_budget(a_day).contains("in about 24 hours."),
+            "{}",
+            en.saved_budget(a_day)
+        );
+        assert!(ru.saved_budget(a_day).contains("примерно через 24 ч."));
     }
 
     #[test]

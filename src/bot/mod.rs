@@ -1014,7 +1014,9 @@ async fn on_callback<B: TgBot>(
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let user_id = i64::try_from(query.from.id.0).unwrap_or_default();
-    let language = journal.language_of(user_id).await;
+    // A group member the bot does not know may press someone else's button.
+    let client = Language::from_code(query.from.language_code.as_deref());
+    let language = journal.language_or(user_id, client).await;
     let Some((answer, asked_by)) = query.data.as_deref().and_then(DeleteAnswer::parse) else {
         let _ = bot.answer_callback_query(query.id.clone()).await;
         return Ok(());

@@ -1325,12 +1325,15 @@ async fn an_entry_edited_while_it_is_analysed_is_answered_at_once_with_the_new_t
     app.telegram
         .push_update(edited_update(43, 1, "Slept badly, but the run helped."));
 
-    // One answer, to the new text, live: not the worker's "as promised" a poll later
+    // One answer, to the new text, live: not the worker's late one a poll later
     // (its poll is a minute here).
     let sent = app.telegram.wait_sent(43, 1).await;
     let text = visible(sent[0].text());
     assert!(text.contains(ANALYSIS_TEXT), "{text}");
-    assert!(!text.contains("as promised"), "answered live: {text}");
+    assert!(
+        !text.contains("Here is your analysis"),
+        "answered live: {text}"
+    );
     wait_until(|| async {
         app.count("SELECT count(*) FROM day_logs WHERE text = 'Slept badly, but the run helped.' AND status = 'analyzed' AND replied_at IS NOT NULL")
             .await

@@ -290,7 +290,7 @@ async fn the_worker_is_woken_when_a_parked_logs_budget_returns() {
 
 /// SPEC §4, §5: an analysis that takes longer than `budgets.notify_after_ms` (here a
 /// slow provider inside the task deadline) is announced once while it is still on its
-/// way, and the analysis itself follows under the "as promised" title; one that comes
+/// way, and the analysis itself follows under the late title; one that comes
 /// sooner gets no notice.
 #[tokio::test]
 async fn a_wait_past_notify_after_is_said_and_the_analysis_still_follows() {
@@ -321,7 +321,8 @@ async fn a_wait_past_notify_after_is_said_and_the_analysis_still_follows() {
         sent[0].text()
     );
     assert!(
-        sent[1].text().contains("as promised") && sent[1].text().contains(support::ANALYSIS_TEXT),
+        sent[1].text().contains("Here is your analysis")
+            && sent[1].text().contains(support::ANALYSIS_TEXT),
         "then the analysis: {}",
         sent[1].text()
     );

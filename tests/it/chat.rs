@@ -384,3 +384,25 @@ async fn import_reads_a_daylio_export_from_a_path_once() {
     );
     assert_eq!(chat.texts_of(61).await, ["Old, \"format\"", "Typed after."]);
 }
+
+/// A bare `/import` in the terminal says how to give a path (not Telegram's "send the
+/// file"), and `/lang ru`'s delete question takes «да/нет».
+#[tokio::test]
+async fn terminal_usage_sentences_are_the_terminals_and_in_the_users_language() {
+    let chat = Chat::start().await;
+    let printed = chat
+        .talk(
+            62,
+            chat.dir.path().to_owned(),
+            b"/import\n/lang ru\n/delete\nno\n",
+        )
+        .await;
+    assert!(printed.contains(english().import_path_usage()), "{printed}");
+    assert!(!printed.contains(english().import_usage()), "{printed}");
+    let ru = Texts(daylog::language::Language::Ru);
+    assert!(
+        printed.contains(&format!("{} (да/нет)", ru.delete_confirm())),
+        "{printed}"
+    );
+    assert!(chat.texts_of(62).await.is_empty());
+}
