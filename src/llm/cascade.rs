@@ -19,7 +19,7 @@
 //! still in flight, and each one records itself as `cancelled` on the way out.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -116,6 +116,7 @@ pub(crate) async fn run(
         hedge: hedge_tx,
         errors: Mutex::new(Vec::new()),
         real_attempts: AtomicU32::new(0),
+        left_for_now: AtomicBool::new(false),
     };
     let result =
         tokio::time::timeout_at(deadline, run.drive(steps, &mut hedge_rx, refused_before)).await;
@@ -203,6 +204,9 @@ struct TaskRun<'a> {
     hedge: mpsc::UnboundedSender<usize>,
     errors: Mutex<Vec<AttemptError>>,
     real_attempts: AtomicU32,
+    /// A step was left without being asked for a passing reason (cooling, its budget
+    /// spent): see the end of [`TaskRun::drive`].
+    left_for_now: AtomicBool,
 }
 
 impl<'a> TaskRun<'a> {
@@ -294,7 +298,9 @@ impl<'a> TaskRun<'a> {
             }
         }
         let errors = self.take_errors();
-        let blocked = blocked.filter(|_| !transient);
+        // A block is final only when no other step is left that may answer later: none
+        // failed for a passing reason, none was skipped while cooling or out of budget.
+        let blocked = blocked.filter(|_| !transient && !self.left_for_now.load(Ordering::Relaxed));
         Err(match blocked {
             Some(refusal) => refusal.into_error(errors),
             None => CascadeError::Exhausted { errors },
@@ -313,6 +319,11 @@ impl<'a> TaskRun<'a> {
                 None => {}
                 Some((until, _)) => {
                     self.record_skip(step, None, until);
+                    // Cooling for now (not for a refused key): it may answer this log
+                    // later, so a content block elsewhere is not the final word.
+                    if !self.state.step_refused(&step.id, &keys) {
+                        self.left_for_now.store(true, Ordering::Relaxed);
+                    }
                     continue;
                 }
             }
@@ -333,6 +344,7 @@ impl<'a> TaskRun<'a> {
     /// The step is left for lack of budget: recorded, and remembered in case no step
     /// has budget.
     fn spill(&self, step: &Step, until: Instant) {
+        self.left_for_now.store(true, Ordering::Relaxed);
         self.record_budget_skip(step, None, until);
         let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
         spent.push((step.id.no, until));
@@ -539,7 +551,11 @@ impl<'a> TaskRun<'a> {
                                 Cool::Standard => self.state.default_until(),
                                 Cool::For(asked) => Instant::now() + asked,
                             };
-                            self.state.cool_key(&step.id, key, until);
+                            if error.is_bad_key() {
+                                self.state.refuse_key(&step.id, key, until);
+                            } else {
+                                self.state.cool_key(&step.id, key, until);
+                            }
                         }
                     }
                     Next::CoolStep => {
@@ -1060,6 +1076,7 @@ mod tests {
             hedge,
             errors: Mutex::new(Vec::new()),
             real_attempts: AtomicU32::new(0),
+            left_for_now: AtomicBool::new(false),
         };
         // The request before it took this second's budget.
         assert!(state.admit(&step.id, None, run.tokens(&step)).is_ok());

@@ -33,6 +33,8 @@ enum Slot {
 struct State {
     until: Option<Instant>,
     failures: u32,
+    /// Cooling because the provider refused the key (401/403): not a passing trouble.
+    refused: bool,
 }
 
 #[derive(Debug)]
@@ -89,6 +91,25 @@ impl Cooldowns {
         soonest
     }
 
+    /// Whether every key of the step is cooling because the provider refused it (and
+    /// the step itself is not cooling): the step cannot answer, for now or later, until
+    /// someone changes its keys. `false` for a step with no keys listed.
+    pub fn step_refused(&self, step: &StepId, keys: &[Option<usize>]) -> bool {
+        let now = Instant::now();
+        let slots = self.lock();
+        let step_cooling = slots
+            .get(&Slot::Step(step.no))
+            .and_then(|s| s.until)
+            .is_some_and(|until| until > now);
+        !keys.is_empty()
+            && !step_cooling
+            && keys.iter().all(|key| {
+                slots
+                    .get(&Slot::Key(step.no, *key))
+                    .is_some_and(|s| s.refused && s.until.is_some_and(|until| until > now))
+            })
+    }
+
     /// One failed attempt; trips the key when it makes `failures_to_trip` in a row.
     /// Returns whether it tripped.
     pub fn record_failure(&self, step: &StepId, key: Option<usize>) -> bool {
@@ -117,6 +138,14 @@ impl Cooldowns {
             self.lock().entry(Slot::Key(step.no, key)).or_default(),
             until,
         );
+    }
+
+    /// Cools a key the provider refused (401/403) until `until`.
+    pub fn refuse_key(&self, step: &StepId, key: Option<usize>, until: Instant) {
+        let mut slots = self.lock();
+        let state = slots.entry(Slot::Key(step.no, key)).or_default();
+        Self::extend(state, until);
+        state.refused = true;
     }
 
     pub fn trip_step(&self, step: &StepId, until: Instant) {
@@ -177,5 +206,21 @@ mod tests {
         c.trip_step(&step(), now + Duration::from_secs(9));
         assert!(c.key_blocked_until(&step(), Some(1)).is_some());
         assert!(c.step_blocked_until(&step(), &keys).is_some());
+    }
+
+    #[test]
+    fn a_step_is_refused_only_when_every_key_is_and_it_does_not_stall() {
+        let c = Cooldowns::new(Duration::from_secs(60), 3);
+        let keys = [Some(0), Some(1)];
+        let later = Instant::now() + Duration::from_secs(5);
+        c.refuse_key(&step(), Some(0), later);
+        assert!(!c.step_refused(&step(), &keys), "key 1 may answer");
+        c.trip_key(&step(), Some(1), later);
+        assert!(!c.step_refused(&step(), &keys), "key 1 only cools for now");
+        c.refuse_key(&step(), Some(1), later);
+        assert!(c.step_refused(&step(), &keys));
+        c.trip_step(&step(), later);
+        assert!(!c.step_refused(&step(), &keys), "a stall passes");
+        assert!(!c.step_refused(&step(), &[]));
     }
 }

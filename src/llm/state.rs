@@ -26,6 +26,10 @@ pub(crate) trait SharedState: Send + Sync {
     fn record_failure(&self, step: &StepId, key: Option<usize>) -> bool;
     fn record_success(&self, step: &StepId, key: Option<usize>);
     fn cool_key(&self, step: &StepId, key: Option<usize>, until: Instant);
+    /// Cools a key the provider refused (401/403): a cooldown that is no passing trouble.
+    fn refuse_key(&self, step: &StepId, key: Option<usize>, until: Instant);
+    /// Whether every key of the step cools because it was refused (see [`Self::refuse_key`]).
+    fn step_refused(&self, step: &StepId, keys: &[Option<usize>]) -> bool;
     fn cool_step(&self, step: &StepId, until: Instant);
 
     // ---- budgets ----
@@ -100,6 +104,12 @@ impl SharedState for LocalState {
     }
     fn cool_key(&self, step: &StepId, key: Option<usize>, until: Instant) {
         self.cooldowns.trip_key(step, key, until);
+    }
+    fn refuse_key(&self, step: &StepId, key: Option<usize>, until: Instant) {
+        self.cooldowns.refuse_key(step, key, until);
+    }
+    fn step_refused(&self, step: &StepId, keys: &[Option<usize>]) -> bool {
+        self.cooldowns.step_refused(step, keys)
     }
     fn cool_step(&self, step: &StepId, until: Instant) {
         self.cooldowns.trip_step(step, until);

@@ -1067,6 +1067,22 @@ async fn a_block_is_not_final_while_another_step_failed_only_for_now() {
         !err.is_blocked(),
         "the 503 step may answer on a later round, so the log must stay pending: {err}"
     );
+    // Its key now cools down: skipped, not asked, and still no reason for a final block.
+    let sink = RecordingSink::default();
+    let err = llm
+        .run(Task::Analysis, &request(false), &sink)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        sink.count("m2", Outcome::SkippedCooldown),
+        1,
+        "{:?}",
+        sink.attempts()
+    );
+    assert!(
+        !err.is_blocked(),
+        "a step cooling down may answer later, so the log must stay pending: {err}"
+    );
 }
 
 #[tokio::test]
