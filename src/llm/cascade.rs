@@ -438,6 +438,8 @@ impl<'a> TaskRun<'a> {
         // Whether some key of this step failed for a passing reason.
         let mut transient = false;
         let mut backoff = self.policy.backoff();
+        // Keys that left the rounds on a 429 whose budget stays spent for a while.
+        let mut spent_keys: Vec<Option<usize>> = Vec::new();
         // The pause before this round, recorded on its first attempt.
         let mut wait = Duration::ZERO;
         let mut round = 0;
@@ -546,6 +548,9 @@ impl<'a> TaskRun<'a> {
                         wait_at_least = wait_at_least.max(ra);
                     }
                     Next::Retire { cool } => {
+                        if cool.is_none() && facts.budget_spent {
+                            spent_keys.push(key);
+                        }
                         if let Some(cool) = cool {
                             let until = match cool {
                                 Cool::Standard => self.state.default_until(),
@@ -574,6 +579,20 @@ impl<'a> TaskRun<'a> {
             }
             keys = again;
             drop(queued);
+            // Every key left on a spent budget: the step is left for lack of budget,
+            // remembered for when no step has any (`soonest_budget`), as it would have
+            // been had its budget been known before the request.
+            if keys.is_empty()
+                && let Some(until) =
+                    self.state
+                        .step_budget_until(&step.id, &spent_keys, self.tokens(step))
+            {
+                self.spill(step, until);
+                return StepEnd::Failed {
+                    no,
+                    transient: true,
+                };
+            }
             if !sent_any && !keys.is_empty() {
                 // A round that sent nothing (every key's budget spent meanwhile) is no
                 // round: the budget check above waits or spills over.

@@ -243,6 +243,38 @@ async fn retry_after_is_a_lower_bound_on_the_wait() {
     assert_eq!(attempts[0].http_status, Some(429));
 }
 
+/// A 429 that names a wait longer than `spill_after_ms` but well within the deadline,
+/// on the only step: no other step has budget, so the task waits for this one's (SPEC
+/// §5), rather than ending at once as if the budget would never return.
+#[tokio::test]
+async fn a_429_naming_a_wait_within_the_deadline_is_waited_for_when_no_step_is_left() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(429, "openai/rate_limited.json").insert_header("retry-after", "2"))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "openai/chat_completion.json"))
+        .mount(&server)
+        .await;
+    let toml = config(&[&server], &[("a", "m1")], FAST_RETRY);
+    let llm = Llm::new(&settings(&toml, &[("A_API_KEY", "k1")])).unwrap();
+    let sink = RecordingSink::default();
+
+    llm.run(Task::Analysis, &request(false), &sink)
+        .await
+        .expect("answered once the named wait is over");
+
+    let sent: Vec<_> = sink
+        .attempts()
+        .into_iter()
+        .filter(|a| a.http_status.is_some())
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(sent[1].wait_ms >= 1900, "sent after the wait: {sent:?}");
+}
+
 #[tokio::test]
 async fn a_long_retry_after_cools_the_key_and_moves_on_at_once() {
     let server = MockServer::start().await;
