@@ -9,17 +9,21 @@ use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 
-/// The longest wait a provider can ask for. Anything longer (`Retry-After: 1e19`, a date
-/// in the year 9999) is read as this: a day is "cool down and move on" either way, and
-/// an unbounded value would overflow the clock arithmetic that schedules the wait.
+/// The longest wait a provider can mean: a daily quota resets within a day. Anything
+/// longer (`Retry-After: 1e19`, a date in the year 9999) is nonsense and read as no
+/// hint at all, so the 429 rules apply (issue 10), rather than one bogus header taking
+/// a key out for a day; the bound also keeps the clock arithmetic from overflowing.
 pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
-/// Seconds as a bounded wait; `None` for negative or non-finite values.
+/// Seconds as a wait; `None` for negative, non-finite or implausible (past
+/// [`MAX_WAIT`]) values.
 pub fn from_secs(secs: f64) -> Option<Duration> {
     if !secs.is_finite() || secs < 0.0 {
         return None;
     }
-    Some(Duration::try_from_secs_f64(secs).map_or(MAX_WAIT, |d| d.min(MAX_WAIT)))
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| *d <= MAX_WAIT)
 }
 
 /// The wait a response asks for, if it asks for one. `now` is injected for tests.
@@ -42,11 +46,7 @@ pub fn parse_value(raw: &str, now: SystemTime) -> Option<Duration> {
         return from_secs(secs);
     }
     let when = httpdate::parse_http_date(raw).ok()?;
-    Some(
-        when.duration_since(now)
-            .unwrap_or(Duration::ZERO)
-            .min(MAX_WAIT),
-    )
+    Some(when.duration_since(now).unwrap_or(Duration::ZERO)).filter(|d| *d <= MAX_WAIT)
 }
 
 #[cfg(test)]
@@ -54,24 +54,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn absurd_waits_are_bounded_not_a_panic() {
+    fn absurd_waits_are_no_hint_not_a_panic() {
         let now = SystemTime::now();
         for raw in [
             "1e20",
             "1e19",
             "18446744073709551616",
             "1.7976931348623157e308",
+            "86401",
         ] {
-            assert_eq!(parse_value(raw, now), Some(MAX_WAIT), "{raw}");
+            assert_eq!(parse_value(raw, now), None, "{raw}");
         }
-        assert_eq!(
-            parse(&headers(&[("retry-after-ms", "1e30")]), now),
-            Some(MAX_WAIT)
-        );
-        assert_eq!(
-            parse_value("Fri, 31 Dec 9999 23:59:59 GMT", now),
-            Some(MAX_WAIT)
-        );
+        assert_eq!(parse_value("86400", now), Some(MAX_WAIT));
+        assert_eq!(parse(&headers(&[("retry-after-ms", "1e30")]), now), None);
+        assert_eq!(parse_value("Fri, 31 Dec 9999 23:59:59 GMT", now), None);
         assert_eq!(parse_value("-5", now), None);
         assert_eq!(parse_value("NaN", now), None);
         assert_eq!(parse_value("inf", now), None);
@@ -221,11 +217,8 @@ mod tests {
                 let _ = parse(&headers(&[("retry-after-ms", raw)]), now);
                 let _ = parse(&headers(&[("retry-after", raw)]), now);
             }
-            assert_eq!(parse_value("1e19", now), Some(MAX_WAIT));
-            assert_eq!(
-                parse_value("Fri, 31 Dec 9999 23:59:59 GMT", now),
-                Some(MAX_WAIT)
-            );
+            assert_eq!(parse_value("1e19", now), None);
+            assert_eq!(parse_value("Fri, 31 Dec 9999 23:59:59 GMT", now), None);
         }
     }
 }
