@@ -492,11 +492,15 @@ impl<'a> TaskRun<'a> {
                     self.record_skip(step, key, until);
                     continue;
                 }
-                let taken = match self
-                    .admit_in_turn(step, key, queued.is_some(), &cooling)
-                    .await
-                {
-                    Ok(taken) => taken,
+                // Only the key it queued for is its turn.
+                let in_turn = queued.as_ref().is_some_and(|q| q.key == key);
+                let taken = match self.admit_in_turn(step, key, in_turn, &cooling).await {
+                    Ok(taken) => {
+                        // Sent now, so no longer waiting: the budget counts this send
+                        // itself, and a request behind it must not count it twice.
+                        queued = None;
+                        taken
+                    }
                     Err(Unsent::Budget(until)) => {
                         drop(permit);
                         self.record_budget_skip(step, key, until);

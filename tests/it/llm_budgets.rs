@@ -360,6 +360,35 @@ async fn a_request_counts_those_already_waiting_for_the_budget() {
     assert_eq!(calls(&a).await, 2, "no request on a spent budget");
 }
 
+/// A request that waited for its turn and is now in flight has left the queue: its
+/// send is counted by the budget itself, not a second time as one still waiting. Here
+/// a's budget is 1 request/s and its answers take a second: the third request finds
+/// a's next slot a second away (within `spill_after_ms`) and waits for it, where the
+/// second request, counted twice, made it look two seconds away and spill over.
+#[tokio::test]
+async fn a_request_in_flight_is_no_longer_counted_as_waiting() {
+    let a = slow_server(std::time::Duration::from_secs(1)).await;
+    let b = ok_server().await;
+    let llm = std::sync::Arc::new(llm(&config(&a, "openai", "requests_per_second = 1", &b)));
+    let sink = std::sync::Arc::new(RecordingSink::default());
+    let run = || {
+        let (llm, sink) = (std::sync::Arc::clone(&llm), std::sync::Arc::clone(&sink));
+        tokio::spawn(async move {
+            llm.run(Task::Analysis, &request(false), sink.as_ref())
+                .await
+        })
+    };
+    // The first takes this second's budget, the second waits for the next one.
+    let first = run();
+    until_received(&a, 1, std::slice::from_ref(&first)).await;
+    let second = run();
+    until_received(&a, 2, &[first, second]).await;
+    // The second is in flight (a answers in a second): the next slot is a second away.
+    let third = run().await.expect("join").expect("third answer");
+    assert_eq!(third.provider, "a", "{:?}", sink.attempts());
+    assert_eq!(calls(&b).await, 0);
+}
+
 /// `request(false)` as the budgets estimate it: its text (30 bytes: 8 tokens, plus 16
 /// for the framing) and an answer of 256 tokens.
 const ESTIMATED_TOKENS: u32 = 280;
