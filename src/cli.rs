@@ -89,7 +89,16 @@ impl CliError {
 /// Runs a parsed command line to completion (after loading `.env` from the working
 /// directory).
 pub fn main(cli: Cli) -> ExitCode {
-    let dotenv_warnings = load_dotenv(std::path::Path::new(".env"));
+    let DotEnv {
+        warnings: dotenv_warnings,
+        refused,
+    } = load_dotenv(std::path::Path::new(".env"));
+    if let Some(refused) = refused {
+        for warning in &dotenv_warnings {
+            let _ = writeln!(std::io::stderr(), "daylog: {warning}");
+        }
+        return fail(&CliError::Usage(refused));
+    }
     let settings = match Settings::load() {
         Ok(settings) => settings,
         Err(error) => {
@@ -134,20 +143,41 @@ pub fn main(cli: Cli) -> ExitCode {
     }
 }
 
+/// What loading `.env` had to say: warnings, and a refusal when a line that sets one of
+/// daylog's own variables could not be read.
+#[derive(Debug, Default)]
+pub struct DotEnv {
+    pub warnings: Vec<String>,
+    /// A malformed line setting a variable daylog reads (`DAYLOG__…`, a key, the token,
+    /// the database): daylog does not start without it, since running without it can
+    /// be worse than not running (`DAYLOG__TELEGRAM__ALLOWED_USERS=[1, 2]`, unquoted,
+    /// would open a private bot to everyone).
+    pub refused: Option<String>,
+}
+
 /// Loads a `.env` file into the environment, never overriding a variable that is really
 /// set (dotenvy's rule). A malformed line is skipped instead of ending the load (dotenvy
-/// alone stops there, silently dropping every line after it); the returned warnings name
-/// its line number, never its content, which may hold a key.
-pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
-    let Ok(bytes) = std::fs::read(path) else {
-        return Vec::new(); // no .env: nothing to load
+/// alone stops there, silently dropping every line after it); what is said about it
+/// names its line number and the variable it sets, never its value, which may be a key.
+pub fn load_dotenv(path: &std::path::Path) -> DotEnv {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return DotEnv::default(); // no .env: nothing to load
+        }
+        Err(error) => {
+            return DotEnv {
+                warnings: vec![format!("cannot read {}: {error}", path.display())],
+                refused: None,
+            };
+        }
     };
+    let mut loaded = DotEnv::default();
     let text = String::from_utf8_lossy(&bytes);
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let line_starts: Vec<usize> = std::iter::once(0)
         .chain(text.match_indices('\n').map(|(i, _)| i + 1))
         .collect();
-    let mut warnings = Vec::new();
     let mut malformed: Vec<(usize, usize)> = Vec::new();
     let mut next_line = 0;
     for item in dotenvy::from_read_iter(text.as_bytes()) {
@@ -167,16 +197,15 @@ pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
                     let line_end = line_starts.get(i + 1).map_or(text.len(), |next| next - 1);
                     malformed.push((line_starts[i], (line_starts[i] + line.len()).min(line_end)));
                     next_line = i + 1;
-                    warnings.push(format!(
-                        "{}: line {} is not NAME=value and was skipped; the other lines were loaded",
-                        path.display(),
-                        i + 1
-                    ));
+                    let physical = &text[line_starts[i]..line_end.max(line_starts[i])];
+                    loaded.skipped(path, i + 1, physical);
                 }
             }
             Err(error) => {
-                warnings.push(format!("cannot read {}: {error}", path.display()));
-                return warnings;
+                loaded
+                    .warnings
+                    .push(format!("cannot read {}: {error}", path.display()));
+                return loaded;
             }
         }
     }
@@ -193,15 +222,63 @@ pub fn load_dotenv(path: &std::path::Path) -> Vec<String> {
         // text: it would quote the line.
         for (n, line) in cleaned.split('\n').enumerate() {
             if dotenvy::from_read(line.as_bytes()).is_err() {
-                warnings.push(format!(
-                    "{}: line {} is not NAME=value and was skipped; the other lines were loaded",
-                    path.display(),
-                    n + 1
-                ));
+                loaded.skipped(path, n + 1, line);
             }
         }
     }
-    warnings
+    loaded
+}
+
+impl DotEnv {
+    /// Line `n` of `path` (`line`) could not be read and was skipped.
+    fn skipped(&mut self, path: &std::path::Path, n: usize, line: &str) {
+        let Some(name) = variable_name(line) else {
+            self.warnings.push(format!(
+                "{}: line {n} is not NAME=value and was skipped; the other lines were loaded",
+                path.display()
+            ));
+            return;
+        };
+        let sentence = format!(
+            "{}: line {n} ({name}) could not be read: a value with spaces or quotes in it must be in quotes, as {name}=\"…\"",
+            path.display()
+        );
+        if read_by_daylog(name) {
+            self.refused.get_or_insert(sentence);
+        } else {
+            self.warnings.push(format!(
+                "{sentence}; it was skipped and the other lines were loaded"
+            ));
+        }
+    }
+}
+
+/// The variable a `.env` line sets (`NAME=…`, `export NAME=…`), if it names one; not
+/// secret, unlike what follows the `=`.
+fn variable_name(line: &str) -> Option<&str> {
+    let line = line.trim_start();
+    let line = line.strip_prefix("export ").unwrap_or(line);
+    let (name, _) = line.split_once('=')?;
+    let name = name.trim();
+    let mut chars = name.chars();
+    let first = chars.next()?;
+    ((first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+    .then_some(name)
+}
+
+/// Whether daylog reads the variable `name` (its settings, keys, token, database, log
+/// filter): a line that sets it and cannot be read stops daylog.
+fn read_by_daylog(name: &str) -> bool {
+    name.starts_with("DAYLOG")
+        || name.ends_with("_API_KEY")
+        || [
+            "TELOXIDE_TOKEN",
+            "TELOXIDE_API_URL",
+            "DATABASE_URL",
+            "RUST_LOG",
+        ]
+        .contains(&name)
 }
 
 fn fail(error: &CliError) -> ExitCode {
@@ -234,7 +311,12 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
             if settings.secrets.telegram_token.is_none() {
                 return Err(CliError::Config(ConfigError::Invalid {
                     key: "TELOXIDE_TOKEN".to_owned(),
-                    message: "is not set; put the token from @BotFather in .env, or try `daylog chat`, which needs none".to_owned(),
+                    message: format!(
+                        "is not set; put the token from @BotFather in {} (daylog reads the .env of the folder it runs in), or try `daylog chat`, which needs none",
+                        std::path::absolute(".env")
+                            .unwrap_or_else(|_| ".env".into())
+                            .display()
+                    ),
                 }));
             }
             crate::app::run_daemon(settings).await?;

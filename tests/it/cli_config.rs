@@ -153,6 +153,69 @@ fn a_malformed_env_line_is_skipped_with_its_number_and_the_rest_still_loads() {
     );
 }
 
+/// A line that sets one of daylog's own variables and cannot be read (a value with a
+/// space, unquoted) stops daylog with a sentence naming the variable, never its value:
+/// skipped, `allowed_users` would fall back to everyone, a key to none.
+#[test]
+fn an_unreadable_line_setting_a_daylog_variable_stops_it_by_name() {
+    for (line, name) in [
+        (
+            "DAYLOG__TELEGRAM__ALLOWED_USERS=[111, 222]",
+            "DAYLOG__TELEGRAM__ALLOWED_USERS",
+        ),
+        (
+            "MISTRAL_API_KEY=sk-secret-1, sk-secret-2",
+            "MISTRAL_API_KEY",
+        ),
+        ("export TELOXIDE_TOKEN=123:secret token", "TELOXIDE_TOKEN"),
+    ] {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(dir.path().join(".env"), format!("{line}\n")).expect(".env");
+        let out = run(dir.path(), &["migrate"], &[]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{line}: {err}");
+        assert!(err.contains(&format!("line 1 ({name})")), "{err}");
+        assert!(err.contains("must be in quotes"), "{err}");
+        assert!(
+            !err.contains("secret") && !err.contains("222"),
+            "never the value: {err}"
+        );
+        assert!(
+            !dir.path().join("data").exists(),
+            "nothing was started: {line}"
+        );
+    }
+    // Quoted, the same value loads.
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        dir.path().join(".env"),
+        "DAYLOG__TELEGRAM__ALLOWED_USERS=\"[111, 222]\"\n",
+    )
+    .expect(".env");
+    let out = run(dir.path(), &["doctor"], &[]);
+    assert!(
+        !stderr(&out).contains("could not be read"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `daylog run` without a token names the `.env` it looked for (the working folder's):
+/// run from another folder, that is the reason.
+#[test]
+fn a_missing_token_names_the_env_file_looked_for() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = run(dir.path(), &["run"], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let looked_for = std::fs::canonicalize(dir.path()).expect("dir").join(".env");
+    assert!(
+        err.contains(&looked_for.display().to_string())
+            || err.contains(&dir.path().join(".env").display().to_string()),
+        "{err}"
+    );
+}
+
 #[test]
 fn env_lines_after_an_unreadable_one_still_load() {
     // An unterminated quote (dotenvy would take the rest of the file as its value) and
