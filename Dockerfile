@@ -17,6 +17,8 @@ RUN apt-get update \
     && useradd --system --uid 10001 --home-dir /app daylog \
     && mkdir -p /app/data && chown daylog /app/data
 COPY --from=build /src/target/release/daylog /usr/local/bin/daylog
+# The example configs, so that DAYLOG_CONFIG=config/examples/… works as documented.
+COPY config/examples /app/config/examples
 WORKDIR /app
 USER daylog
 ENV DATABASE_URL=sqlite:///app/data/daylog.db RUST_LOG=info

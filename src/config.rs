@@ -496,8 +496,12 @@ impl Env for ProcessEnv {
     fn var(&self, name: &str) -> Option<String> {
         std::env::var(name).ok()
     }
+    /// Variables whose name or value is not Unicode are left out (`std::env::vars`
+    /// would panic on them); none of daylog's own can be one and still be read.
     fn vars(&self) -> Vec<(String, String)> {
-        std::env::vars().collect()
+        std::env::vars_os()
+            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+            .collect()
     }
 }
 
@@ -657,9 +661,16 @@ fn apply_env_overrides(tree: &mut toml::Table, env: &dyn Env) -> Result<(), Conf
             && !matches!(value, toml::Value::Integer(_))
         {
             // A whole number TOML cannot hold: say so, not "expected u64, got a string".
+            // TOML refuses a leading zero too (`04`).
+            let leading_zero = digits.len() > 1 && digits.starts_with('0');
+            let why = if leading_zero {
+                "is not a number as written: leave out the leading zero"
+            } else {
+                "is too large a number"
+            };
             return Err(ConfigError::invalid(
                 path.join("."),
-                format!("{} is too large a number", raw.trim()),
+                format!("{} {why}", raw.trim()),
             ));
         }
         let (last, sections) = path.split_last().unwrap_or((&path[0], &[]));

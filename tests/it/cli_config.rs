@@ -41,6 +41,39 @@ const EVERY_COMMAND: [&[&str]; 5] = [
     &["run"],
 ];
 
+/// `DAYLOG__JOURNAL__DAY_STARTS_HOUR=04`, as the README writes the hour: TOML takes no
+/// leading zero, and the sentence says that, not "too large a number".
+#[test]
+fn a_number_with_a_leading_zero_is_told_so() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = run(
+        dir.path(),
+        &["migrate"],
+        &[("DAYLOG__JOURNAL__DAY_STARTS_HOUR", "04")],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("journal.day_starts_hour"), "{err}");
+    assert!(err.contains("leading zero"), "{err}");
+}
+
+/// A variable that is not Unicode (some other program's) is no reason to panic.
+#[cfg(unix)]
+#[test]
+fn a_non_unicode_variable_in_the_environment_is_no_panic() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().expect("dir");
+    let out = Command::new(env!("CARGO_BIN_EXE_daylog"))
+        .args(["migrate"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("SOME_OTHER_TOOL", std::ffi::OsStr::from_bytes(b"caf\xe9"))
+        .output()
+        .expect("daylog runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 #[test]
 fn a_busy_timeout_sqlite_cannot_take_is_a_config_error_not_a_panic() {
     let dir = tempfile::tempdir().expect("dir");
