@@ -104,7 +104,7 @@ pub enum StoreError {
     /// `DATABASE_URL` names no file the store could keep entries in.
     #[error(transparent)]
     Url(#[from] DatabaseUrlError),
-    #[error("cannot create the database folder {path}: {source}")]
+    #[error("cannot create the database folder {path} (DATABASE_URL): {source}")]
     CreateDir {
         path: String,
         #[source]
@@ -112,7 +112,10 @@ pub enum StoreError {
     },
     #[error("the database {path} does not exist (run `daylog migrate` first)")]
     Missing { path: String },
-    #[error("cannot open the database {path}: {source}")]
+    #[error(
+        "cannot open the database {path} (DATABASE_URL){}: {source}",
+        cant_open_hint(source)
+    )]
     Open {
         path: String,
         #[source]
@@ -628,6 +631,21 @@ fn pool_options(limits: Limits) -> SqlitePoolOptions {
     })
 }
 
+/// SQLite's "unable to open database file" (`SQLITE_CANTOPEN`, 14) says nothing of why;
+/// most often the folder or the file is not writable by the user daylog runs as (a
+/// Docker volume owned by root, a file created with sudo).
+fn cant_open_hint(source: &sqlx::Error) -> &'static str {
+    let cant_open = source
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "14");
+    if cant_open {
+        "; check that this user can write to the file and to its folder"
+    } else {
+        ""
+    }
+}
+
 /// The row of an `INSERT/UPDATE … RETURNING` statement, read to the statement's end.
 /// Never `fetch_one`/`fetch_optional` for a write: sqlx stops stepping after the first
 /// row and resets the statement, and in autocommit mode the commit happens at that
@@ -646,10 +664,17 @@ impl Store {
     /// Opens with the configured limits (`[store]`) applied to every connection.
     pub async fn open_with(url: &str, limits: Limits) -> Result<Self, StoreError> {
         let file = database_path(url)?;
-        let display = file.display().to_string();
+        // Absolute, so that an error says where (a relative URL is the working folder's).
+        let display = std::path::absolute(&file)
+            .unwrap_or_else(|_| file.clone())
+            .display()
+            .to_string();
         if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
-                path: dir.display().to_string(),
+                path: std::path::absolute(dir)
+                    .unwrap_or_else(|_| dir.to_owned())
+                    .display()
+                    .to_string(),
                 source,
             })?;
         }

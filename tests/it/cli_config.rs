@@ -57,6 +57,33 @@ fn a_number_with_a_leading_zero_is_told_so() {
     assert!(err.contains("leading zero"), "{err}");
 }
 
+/// A database file SQLite cannot open (here a folder stands where the file should be;
+/// in real life a Docker volume owned by root): the sentence names DATABASE_URL, the
+/// absolute path, and what to check.
+#[test]
+fn a_database_that_cannot_be_opened_is_named_with_what_to_check() {
+    let dir = tempfile::tempdir().expect("dir");
+    let in_the_way = dir.path().join("data/daylog.db");
+    std::fs::create_dir_all(&in_the_way).expect("a folder in the file's place");
+    let out = run(
+        dir.path(),
+        &["migrate"],
+        &[("DATABASE_URL", "sqlite://data/daylog.db")],
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("DATABASE_URL"), "{err}");
+    let absolute = std::fs::canonicalize(dir.path())
+        .expect("dir")
+        .join("data/daylog.db");
+    assert!(
+        err.contains(&absolute.display().to_string())
+            || err.contains(&in_the_way.display().to_string()),
+        "{err}"
+    );
+    assert!(err.contains("can write"), "{err}");
+}
+
 /// A variable that is not Unicode (some other program's) is no reason to panic.
 #[cfg(unix)]
 #[test]
