@@ -3,6 +3,8 @@
 //! records are bridged in by `try_init` (tracing-log). Stdout stays free for command
 //! output (`daylog sql`, `daylog chat`).
 
+use std::io::Write as _;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -10,18 +12,49 @@ use crate::config::LogFormat;
 /// The filter from `RUST_LOG`, or `default` when it is unset, blank or invalid. A blank
 /// value (`RUST_LOG=` in a `.env`, as every other variable there is left) would
 /// otherwise be a filter with no rules, which lets nothing through, errors included.
+/// A value that is not a filter is said on stderr (the log it would configure is not
+/// there yet).
 pub fn env_filter(default: &str) -> EnvFilter {
-    filter_from(
-        std::env::var(EnvFilter::DEFAULT_ENV).ok().as_deref(),
-        default,
-    )
+    let rust_log = std::env::var(EnvFilter::DEFAULT_ENV).ok();
+    let (filter, refused) = filter_from(rust_log.as_deref(), default);
+    if let Some(value) = refused {
+        let _ = writeln!(
+            std::io::stderr(),
+            "daylog: RUST_LOG={value:?} is not a log filter (a level such as warn or debug, or target=level); using {default:?}"
+        );
+    }
+    filter
 }
 
-fn filter_from(rust_log: Option<&str>, default: &str) -> EnvFilter {
-    rust_log
-        .filter(|value| !value.trim().is_empty())
-        .and_then(|value| EnvFilter::try_new(value).ok())
-        .unwrap_or_else(|| EnvFilter::new(default))
+/// The filter, and the value of `RUST_LOG` when it was refused. A word that is neither
+/// a level nor one of this program's targets (`warning`, `debg`) is refused too:
+/// `EnvFilter` would read it as a target and let nothing else through, errors included.
+fn filter_from<'v>(rust_log: Option<&'v str>, default: &str) -> (EnvFilter, Option<&'v str>) {
+    let Some(value) = rust_log.filter(|value| !value.trim().is_empty()) else {
+        return (EnvFilter::new(default), None);
+    };
+    match EnvFilter::try_new(value) {
+        Ok(filter) if value.split(',').all(is_plausible_directive) => (filter, None),
+        Ok(_) | Err(_) => (EnvFilter::new(default), Some(value)),
+    }
+}
+
+/// Targets a bare directive may name: this program and the crates that log through it.
+const TARGETS: [&str; 10] = [
+    "daylog", "teloxide", "sqlx", "reqwest", "hyper", "h2", "tokio", "tower", "rustls", "backon",
+];
+
+fn is_plausible_directive(directive: &str) -> bool {
+    let directive = directive.trim();
+    if directive.is_empty() || directive.contains('=') || directive.contains('[') {
+        return true;
+    }
+    directive
+        .parse::<tracing_subscriber::filter::LevelFilter>()
+        .is_ok()
+        || TARGETS
+            .iter()
+            .any(|target| directive == *target || directive.starts_with(&format!("{target}::")))
 }
 
 /// The log level when `RUST_LOG` does not set one. `daylog chat` shares its terminal
@@ -80,12 +113,23 @@ mod tests {
             (Some("  "), "error", Some(tracing::Level::ERROR)),
             (Some("daylog=loud"), "info", Some(tracing::Level::INFO)),
             (Some("debug"), "info", Some(tracing::Level::DEBUG)),
+            // A typo would be a target that lets nothing else through.
+            (Some("warning"), "info", Some(tracing::Level::INFO)),
+            (Some("info,debg"), "info", Some(tracing::Level::INFO)),
+            (Some("WARN"), "info", Some(tracing::Level::WARN)),
+            (Some("daylog"), "info", Some(tracing::Level::TRACE)),
+            (
+                Some("warn,daylog::bot=debug"),
+                "info",
+                Some(tracing::Level::DEBUG),
+            ),
         ];
         for (rust_log, default, level) in rows {
-            let max = filter_from(rust_log, default)
-                .max_level_hint()
-                .and_then(|hint| hint.into_level());
+            let (filter, refused) = filter_from(rust_log, default);
+            let max = filter.max_level_hint().and_then(|hint| hint.into_level());
             assert_eq!(max, level, "{rust_log:?}");
+            let said = matches!(rust_log, Some("daylog=loud" | "warning" | "info,debg"));
+            assert_eq!(refused.is_some(), said, "{rust_log:?}");
         }
     }
 }
