@@ -52,9 +52,7 @@ fn is_plausible_directive(directive: &str) -> bool {
     directive
         .parse::<tracing_subscriber::filter::LevelFilter>()
         .is_ok()
-        || TARGETS
-            .iter()
-            .any(|target| directive == *target || directive.starts_with(&format!("{target}::")))
+        || TARGETS.iter().any(|target| directive.starts_with(target))
 }
 
 /// The log level when `RUST_LOG` does not set one. `daylog chat` shares its terminal

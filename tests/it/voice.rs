@@ -557,17 +557,7 @@ async fn a_voice_note_given_up_untranscribed_is_not_said_to_have_a_text() {
         voice_fixture().len() as u64,
     ));
     app.telegram.wait_sent(19, 1).await; // saved, will follow
-    let writer = sqlx::SqlitePool::connect(&app.env["DATABASE_URL"])
-        .await
-        .expect("writer");
-    sqlx::query(
-        "UPDATE day_logs SET created_at = datetime('now', '-3 hours'),
-                             next_attempt_at = datetime('now', '-1 minute')",
-    )
-    .execute(&writer)
-    .await
-    .expect("a voice note of three hours ago");
-    writer.close().await;
+    app.age_logs_three_hours().await;
 
     let sent = app.telegram.wait_sent(19, 2).await;
     let texts = daylog::texts::Texts(daylog::language::Language::En);

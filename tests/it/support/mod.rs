@@ -327,6 +327,25 @@ impl App {
         (self.dir, self.providers)
     }
 
+    /// Runs `sql` on the bot's database through a connection of its own, as a user
+    /// (or the test arranging a past) would with `daylog sql`'s writer.
+    pub async fn write(&self, sql: &str) {
+        let writer = sqlx::SqlitePool::connect(&self.env["DATABASE_URL"])
+            .await
+            .expect("writer");
+        sqlx::query(sql).execute(&writer).await.expect(sql);
+        writer.close().await;
+    }
+
+    /// Makes every log three hours old and due now, as after a downtime of three hours.
+    pub async fn age_logs_three_hours(&self) {
+        self.write(
+            "UPDATE day_logs SET created_at = datetime('now', '-3 hours'),
+                                 next_attempt_at = datetime('now', '-1 minute')",
+        )
+        .await;
+    }
+
     pub async fn count(&self, sql: &str) -> i64 {
         sqlx::query_scalar(sql)
             .fetch_one(self.store.read_pool())
