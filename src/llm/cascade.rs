@@ -19,7 +19,7 @@
 //! still in flight, and each one records itself as `cancelled` on the way out.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -116,7 +116,7 @@ pub(crate) async fn run(
         hedge: hedge_tx,
         errors: Mutex::new(Vec::new()),
         real_attempts: AtomicU32::new(0),
-        left_for_now: AtomicBool::new(false),
+        left_for_now: Mutex::new(HashSet::new()),
     };
     let result =
         tokio::time::timeout_at(deadline, run.drive(steps, &mut hedge_rx, refused_before)).await;
@@ -204,9 +204,10 @@ struct TaskRun<'a> {
     hedge: mpsc::UnboundedSender<usize>,
     errors: Mutex<Vec<AttemptError>>,
     real_attempts: AtomicU32,
-    /// A step was left without being asked for a passing reason (cooling, its budget
-    /// spent): see the end of [`TaskRun::drive`].
-    left_for_now: AtomicBool,
+    /// Steps left without being asked for a passing reason (cooling, their budget
+    /// spent), until they are asked after all and refuse or fail for good: while any
+    /// is left, a content block is not the final word (see [`TaskRun::drive`]).
+    left_for_now: Mutex<HashSet<usize>>,
 }
 
 impl<'a> TaskRun<'a> {
@@ -253,6 +254,8 @@ impl<'a> TaskRun<'a> {
                 end = running.next() => match end {
                     Some(StepEnd::Answer(completion)) => return Ok(completion),
                     Some(StepEnd::Blocked { step, reason }) => {
+                        // Asked after all (forced, or patiently): it has had its say.
+                        self.lock_left().remove(&step.id.no);
                         blocked.get_or_insert(Refusal {
                             provider: step.id.provider.clone(),
                             model: step.id.model.clone(),
@@ -262,6 +265,9 @@ impl<'a> TaskRun<'a> {
                     }
                     Some(StepEnd::Failed { no, transient: passing }) => {
                         transient |= passing;
+                        if !passing {
+                            self.lock_left().remove(&no);
+                        }
                         ended = Some(no);
                     }
                     None => {}
@@ -300,7 +306,7 @@ impl<'a> TaskRun<'a> {
         let errors = self.take_errors();
         // A block is final only when no other step is left that may answer later: none
         // failed for a passing reason, none was skipped while cooling or out of budget.
-        let blocked = blocked.filter(|_| !transient && !self.left_for_now.load(Ordering::Relaxed));
+        let blocked = blocked.filter(|_| !transient && self.lock_left().is_empty());
         Err(match blocked {
             Some(refusal) => refusal.into_error(errors),
             None => CascadeError::Exhausted { errors },
@@ -322,7 +328,7 @@ impl<'a> TaskRun<'a> {
                     // Cooling for now (not for a refused key): it may answer this log
                     // later, so a content block elsewhere is not the final word.
                     if !self.state.step_refused(&step.id, &keys) {
-                        self.left_for_now.store(true, Ordering::Relaxed);
+                        self.lock_left().insert(step.id.no);
                     }
                     continue;
                 }
@@ -344,7 +350,7 @@ impl<'a> TaskRun<'a> {
     /// The step is left for lack of budget: recorded, and remembered in case no step
     /// has budget.
     fn spill(&self, step: &Step, until: Instant) {
-        self.left_for_now.store(true, Ordering::Relaxed);
+        self.lock_left().insert(step.id.no);
         self.record_budget_skip(step, None, until);
         let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
         spent.push((step.id.no, until));
@@ -469,6 +475,8 @@ impl<'a> TaskRun<'a> {
             for key in keys {
                 if let Some(until) = cooling(key) {
                     self.record_skip(step, key, until);
+                    // Cooling for now (not refused): this key may answer later.
+                    transient |= !self.state.step_refused(&step.id, &[key]);
                     continue;
                 }
                 let permit = match self.permit(step, patient).await {
@@ -836,6 +844,12 @@ impl<'a> TaskRun<'a> {
         self.errors.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn lock_left(&self) -> std::sync::MutexGuard<'_, HashSet<usize>> {
+        self.left_for_now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn take_errors(&self) -> Vec<AttemptError> {
         std::mem::take(&mut *self.lock_errors())
     }
@@ -1099,7 +1113,7 @@ mod tests {
             hedge,
             errors: Mutex::new(Vec::new()),
             real_attempts: AtomicU32::new(0),
-            left_for_now: AtomicBool::new(false),
+            left_for_now: Mutex::new(HashSet::new()),
         };
         // The request before it took this second's budget.
         assert!(state.admit(&step.id, None, run.tokens(&step)).is_ok());

@@ -120,6 +120,7 @@ impl Cooldowns {
             state.failures = 0;
             let until = Instant::now() + self.duration;
             state.until = Some(state.until.map_or(until, |u| u.max(until)));
+            state.refused = false;
             true
         } else {
             false
@@ -155,6 +156,8 @@ impl Cooldowns {
     fn extend(state: &mut State, until: Instant) {
         state.failures = 0;
         state.until = Some(state.until.map_or(until, |u| u.max(until)));
+        // A cooldown for a passing reason; `refuse_key` marks its own after this.
+        state.refused = false;
     }
 }
 
@@ -219,6 +222,9 @@ mod tests {
         assert!(!c.step_refused(&step(), &keys), "key 1 only cools for now");
         c.refuse_key(&step(), Some(1), later);
         assert!(c.step_refused(&step(), &keys));
+        c.trip_key(&step(), Some(1), later);
+        assert!(!c.step_refused(&step(), &keys), "cooled again for now");
+        c.refuse_key(&step(), Some(1), later);
         c.trip_step(&step(), later);
         assert!(!c.step_refused(&step(), &keys), "a stall passes");
         assert!(!c.step_refused(&step(), &[]));

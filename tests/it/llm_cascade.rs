@@ -1117,6 +1117,45 @@ async fn a_block_is_not_final_while_another_step_failed_only_for_now() {
     );
 }
 
+/// A step skipped while cooling, then asked after all (the forced attempt, as no other
+/// step is left) and refusing: it has had its say, and the block is final.
+#[tokio::test]
+async fn a_block_is_final_when_the_cooling_step_is_asked_after_all_and_refuses() {
+    let gemini = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).set_body_string("{\"message\":\"busy\"}"))
+        .mount(&gemini)
+        .await;
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("gemini", "gemini", &gemini.uri()));
+    toml.push_str(&analysis_steps(&[("gemini", "gemini-2.5-flash")]));
+    let llm = Llm::new(&settings(&toml, &[("GEMINI_API_KEY", "g1")])).unwrap();
+    let first = llm
+        .run(Task::Analysis, &request(false), &NullSink)
+        .await
+        .unwrap_err();
+    assert!(!first.is_blocked(), "{first}");
+
+    // Its key now cools down; the model refuses the text.
+    gemini.reset().await;
+    Mock::given(method("POST"))
+        .respond_with(json_reply(200, "gemini/blocked_prompt.json"))
+        .mount(&gemini)
+        .await;
+    let sink = RecordingSink::default();
+    let second = llm
+        .run(Task::Analysis, &request(false), &sink)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        sink.count("gemini-2.5-flash", Outcome::Blocked),
+        1,
+        "{:?}",
+        sink.attempts()
+    );
+    assert!(second.is_blocked(), "the only step refused: {second}");
+}
+
 #[tokio::test]
 async fn a_block_stays_final_when_the_other_step_was_only_skipped_for_a_bad_key() {
     // Step 1's key is refused (cooled for every later request); Gemini blocks.
