@@ -266,7 +266,8 @@ impl Store {
     /// most `limit`. An entry without a summary yet (still pending when the digest is
     /// due, or given up on) stands in with the start of its text, so that a week written
     /// during an outage is not looked back on without its last days. The text of an
-    /// entry a model refused (`blocked`) never stands in, as it would get the digest
+    /// entry a model refused (`blocked`, or pending with a refusal on record while
+    /// another step may still answer) never stands in, as it would get the digest
     /// refused too (its summary, where the metrics gave one, does); an empty entry (a
     /// voice note not yet transcribed) is left out. An entry whose stored day is
     /// no date (text that sorts between two dates) is left out too, with a warning
@@ -282,7 +283,9 @@ impl Store {
             "SELECT id, local_day, line FROM (
                  SELECT id, local_day, created_at,
                         coalesce(nullif(trim(json_extract(metrics, '$.summary')), ''),
-                                 CASE WHEN status <> 'blocked'
+                                 CASE WHEN status <> 'blocked' AND NOT EXISTS (
+                                          SELECT 1 FROM llm_refusals r
+                                          WHERE r.day_log_id = day_logs.id)
                                       THEN substr(trim(text), 1, ?5) END) AS line
                  FROM day_logs
                  WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3)

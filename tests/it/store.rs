@@ -1473,7 +1473,8 @@ async fn entries_waiting_before_the_upgrade_are_resumed_by_the_first_answer_afte
 /// A digest due while entries are still waiting for an answer (an outage on Sunday
 /// evening) looks back on them too: their text stands in for the summary they do not
 /// have yet. A refused entry's text never does (it would get the digest refused), its
-/// summary does; a voice note not transcribed yet (no text) is left out.
+/// summary does, also while it waits for another step; a voice note not transcribed
+/// yet (no text) is left out.
 #[tokio::test]
 async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
     let db = fresh().await;
@@ -1486,6 +1487,16 @@ async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
     let refused_with_summary = log(&db.store, 1, 4, "refused, but summarised").await.id();
     log(&db.store, 1, 5, "").await;
     log(&db.store, 1, 6, &"x".repeat(500)).await;
+    // Pending, as another step may still answer, but one model refused it already.
+    let refused_pending = log(&db.store, 1, 7, "refused once, still pending").await.id();
+    db.store
+        .record_refusals(
+            refused_pending,
+            "refused once, still pending",
+            &[("gemini".to_owned(), "flash".to_owned())],
+        )
+        .await
+        .expect("refusal");
     let metrics = |summary: &str| {
         format!(r#"{{"mood":3,"activities":[],"summary":"{summary}","defaulted":[]}}"#)
     };
