@@ -166,9 +166,11 @@ pub fn load_dotenv(path: &std::path::Path) -> DotEnv {
             return DotEnv::default(); // no .env: nothing to load
         }
         Err(error) => {
+            // It is there and holds daylog's settings (an allow-list, keys): running
+            // without them could be worse than not running.
             return DotEnv {
-                warnings: vec![format!("cannot read {}: {error}", path.display())],
-                refused: None,
+                warnings: Vec::new(),
+                refused: Some(format!("cannot read {}: {error}", path.display())),
             };
         }
     };
@@ -240,7 +242,7 @@ impl DotEnv {
             return;
         };
         let sentence = format!(
-            "{}: line {n} ({name}) could not be read: a value with spaces or quotes in it must be in quotes, as {name}=\"…\"",
+            "{}: line {n} ({name}) could not be read: a value with spaces must be in quotes, as {name}=\"…\", and a quote must be closed",
             path.display()
         );
         if read_by_daylog(name) {
@@ -270,8 +272,12 @@ fn variable_name(line: &str) -> Option<&str> {
 /// Whether daylog reads the variable `name` (its settings, keys, token, database, log
 /// filter): a line that sets it and cannot be read stops daylog.
 fn read_by_daylog(name: &str) -> bool {
+    let numbered = name
+        .rsplit_once('_')
+        .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(name, |(stem, _)| stem);
     name.starts_with("DAYLOG")
-        || name.ends_with("_API_KEY")
+        || numbered.ends_with("_API_KEY")
         || [
             "TELOXIDE_TOKEN",
             "TELOXIDE_API_URL",

@@ -1047,9 +1047,9 @@ impl Journal {
         let waiting: HashSet<LogId> = {
             let mut unrecorded = self.unrecorded();
             // Only the logs still unfinished are remembered (a deleted one is not).
-            unrecorded
-                .failed
-                .retain(|id, _| batch.iter().any(|(_, log)| log.id == *id));
+            let listed = |id: &LogId| batch.iter().any(|(_, log)| log.id == *id);
+            unrecorded.failed.retain(|id, _| listed(id));
+            unrecorded.transcripts.retain(listed);
             unrecorded
                 .failed
                 .iter()
@@ -1335,6 +1335,9 @@ impl Journal {
                     return Ok(superseded(log.id.get()));
                 }
                 tracing::info!(log_id = log.id.get(), provider = %completion.provider, model = %completion.model, "day log analysed");
+                // The store takes writes again: logs left alone after a failed write
+                // are due as soon as the backlog is.
+                self.unrecorded().failed.clear();
                 self.resume_backlog().await;
                 Ok(Decided::Analyzed {
                     analysis: text,

@@ -119,14 +119,14 @@ impl Texts {
                 "Сохранено. Бесплатные лимиты AI-сервисов сейчас исчерпаны; разбор придёт примерно через {minutes} мин."
             ),
             (Language::Ru, true) => format!(
-                "Сохранено. Бесплатные лимиты AI-сервисов на сегодня исчерпаны; разбор придёт примерно через {hours} ч."
+                "Сохранено. Бесплатные лимиты AI-сервисов сейчас исчерпаны; разбор придёт примерно через {hours} ч."
             ),
             (Language::En, false) => format!(
                 "Saved. The AI services' free limits are used up for now; your analysis should come in about {minutes} minute{}.",
                 if minutes == 1 { "" } else { "s" }
             ),
             (Language::En, true) => format!(
-                "Saved. The AI services' free limits are used up for today; your analysis should come in about {hours} hours."
+                "Saved. The AI services' free limits are used up for now; your analysis should come in about {hours} hours."
             ),
         }
     }

@@ -227,6 +227,10 @@ fn an_unreadable_line_setting_a_daylog_variable_stops_it_by_name() {
             "MISTRAL_API_KEY=sk-secret-1, sk-secret-2",
             "MISTRAL_API_KEY",
         ),
+        (
+            "GEMINI_API_KEY_2=sk-secret-3 sk-secret-4",
+            "GEMINI_API_KEY_2",
+        ),
         ("export TELOXIDE_TOKEN=123:secret token", "TELOXIDE_TOKEN"),
     ] {
         let dir = tempfile::tempdir().expect("dir");

@@ -1488,7 +1488,9 @@ async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
     log(&db.store, 1, 5, "").await;
     log(&db.store, 1, 6, &"x".repeat(500)).await;
     // Pending, as another step may still answer, but one model refused it already.
-    let refused_pending = log(&db.store, 1, 7, "refused once, still pending").await.id();
+    let refused_pending = log(&db.store, 1, 7, "refused once, still pending")
+        .await
+        .id();
     db.store
         .record_refusals(
             refused_pending,
