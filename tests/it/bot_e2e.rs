@@ -916,24 +916,31 @@ async fn a_log_pending_past_max_age_is_marked_failed_and_the_user_told() {
     app.stop().await;
 }
 
-/// Past `worker.max_age_hours` a log is tried once more before it is given up: after a
-/// downtime longer than that (or when the first answer after a long outage makes the
-/// backlog due) a provider may answer now, and the user gets the analysis, not "gave up".
-#[tokio::test]
-async fn a_log_older_than_max_age_is_still_answered_when_a_provider_works() {
+/// A bot with `worker.max_age_hours = 1` (and no retry on its own while a test arranges
+/// the past) whose user `chat` wrote an entry while every provider was down: saved, to
+/// follow. The providers are reset, answering nothing until the test says.
+async fn saved_before_a_downtime(chat: i64) -> App {
     let app = App::spawn_with(|env| {
         env.insert("DAYLOG__WORKER__MAX_AGE_HOURS".into(), "1".into());
-        // Nothing retried on its own while the test arranges the downtime.
         env.insert("DAYLOG__WORKER__RETRY_MIN_MS".into(), "600000".into());
         env.insert("DAYLOG__WORKER__RETRY_MAX_MS".into(), "600000".into());
     })
     .await;
     app.providers.all_down().await;
     app.telegram
-        .push_update(text_update(32, 1, "Written before a long downtime."));
-    let sent = app.telegram.wait_sent(32, 1).await;
+        .push_update(text_update(chat, 1, "Written before a long downtime."));
+    let sent = app.telegram.wait_sent(chat, 1).await;
     assert!(visible(sent[0].text()).contains("will follow"));
     app.providers.reset().await;
+    app
+}
+
+/// Past `worker.max_age_hours` a log is tried once more before it is given up: after a
+/// downtime longer than that (or when the first answer after a long outage makes the
+/// backlog due) a provider may answer now, and the user gets the analysis, not "gave up".
+#[tokio::test]
+async fn a_log_older_than_max_age_is_still_answered_when_a_provider_works() {
+    let app = saved_before_a_downtime(32).await;
     app.providers.healthy().await;
     // Three hours old and due now, as after a downtime of three hours.
     app.age_logs_three_hours().await;
@@ -957,19 +964,8 @@ async fn a_log_older_than_max_age_is_still_answered_when_a_provider_works() {
 /// old one's age.
 #[tokio::test]
 async fn an_entry_edited_during_its_last_try_is_analysed_not_given_up() {
-    let app = App::spawn_with(|env| {
-        env.insert("DAYLOG__WORKER__MAX_AGE_HOURS".into(), "1".into());
-        env.insert("DAYLOG__WORKER__RETRY_MIN_MS".into(), "600000".into());
-        env.insert("DAYLOG__WORKER__RETRY_MAX_MS".into(), "600000".into());
-    })
-    .await;
-    app.providers.all_down().await;
-    app.telegram
-        .push_update(text_update(34, 1, "Written before a long downtime."));
-    let sent = app.telegram.wait_sent(34, 1).await;
-    assert!(visible(sent[0].text()).contains("will follow"));
+    let app = saved_before_a_downtime(34).await;
     // The providers are back, slowly: the worker's last try is in flight…
-    app.providers.reset().await;
     app.providers.slow(Duration::from_millis(800)).await;
     app.age_logs_three_hours().await;
     wait_until(|| async { app.providers.analysis_requests().await > 0 }).await;

@@ -214,11 +214,14 @@ async fn a_429_or_503_moves_to_the_next_key_at_once() {
     );
 }
 
-#[tokio::test]
-async fn retry_after_is_a_lower_bound_on_the_wait() {
+/// An OpenAI-style server whose first answer is a 429 with `Retry-After: retry_after`,
+/// and every later one a completion.
+async fn one_429_then_answers(retry_after: &str) -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .respond_with(json_reply(429, "openai/rate_limited.json").insert_header("retry-after", "1"))
+        .respond_with(
+            json_reply(429, "openai/rate_limited.json").insert_header("retry-after", retry_after),
+        )
         .up_to_n_times(1)
         .with_priority(1)
         .mount(&server)
@@ -227,6 +230,12 @@ async fn retry_after_is_a_lower_bound_on_the_wait() {
         .respond_with(json_reply(200, "openai/chat_completion.json"))
         .mount(&server)
         .await;
+    server
+}
+
+#[tokio::test]
+async fn retry_after_is_a_lower_bound_on_the_wait() {
+    let server = one_429_then_answers("1").await;
     let retry = retry_with(&[("max_delay_ms", "2000")]);
     let llm = llm(&config(&[&server], &[("a", "m1")], &retry));
     let sink = RecordingSink::default();
@@ -248,16 +257,7 @@ async fn retry_after_is_a_lower_bound_on_the_wait() {
 /// §5), rather than ending at once as if the budget would never return.
 #[tokio::test]
 async fn a_429_naming_a_wait_within_the_deadline_is_waited_for_when_no_step_is_left() {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(json_reply(429, "openai/rate_limited.json").insert_header("retry-after", "2"))
-        .up_to_n_times(1)
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .respond_with(json_reply(200, "openai/chat_completion.json"))
-        .mount(&server)
-        .await;
+    let server = one_429_then_answers("2").await;
     let toml = config(&[&server], &[("a", "m1")], FAST_RETRY);
     let llm = Llm::new(&settings(&toml, &[("A_API_KEY", "k1")])).unwrap();
     let sink = RecordingSink::default();
