@@ -362,12 +362,12 @@ async fn a_request_counts_those_already_waiting_for_the_budget() {
 
 /// A request that waited for its turn and is now in flight has left the queue: its
 /// send is counted by the budget itself, not a second time as one still waiting. Here
-/// a's budget is 1 request/s and its answers take a second: the third request finds
-/// a's next slot a second away (within `spill_after_ms`) and waits for it, where the
+/// a's budget is 1 request/s and its answers take 3 s: the third request finds a's next
+/// slot at most a second away (within `spill_after_ms`) and waits for it, where the
 /// second request, counted twice, made it look two seconds away and spill over.
 #[tokio::test]
 async fn a_request_in_flight_is_no_longer_counted_as_waiting() {
-    let a = slow_server(std::time::Duration::from_secs(1)).await;
+    let a = slow_server(std::time::Duration::from_secs(3)).await;
     let b = ok_server().await;
     let llm = std::sync::Arc::new(llm(&config(&a, "openai", "requests_per_second = 1", &b)));
     let sink = std::sync::Arc::new(RecordingSink::default());
@@ -383,7 +383,7 @@ async fn a_request_in_flight_is_no_longer_counted_as_waiting() {
     until_received(&a, 1, std::slice::from_ref(&first)).await;
     let second = run();
     until_received(&a, 2, &[first, second]).await;
-    // The second is in flight (a answers in a second): the next slot is a second away.
+    // Both are in flight (a answers in 3 s): the next slot is at most a second away.
     let third = run().await.expect("join").expect("third answer");
     assert_eq!(third.provider, "a", "{:?}", sink.attempts());
     assert_eq!(calls(&b).await, 0);

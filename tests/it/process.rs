@@ -121,7 +121,7 @@ async fn a_crash_in_the_middle_of_an_analysis_is_answered_once_after_restart() {
     let (_healthy, mut second) = healthy_life(&db, &telegram).await;
     let sent = telegram.wait_sent(31, 1).await;
     assert!(
-        sent[0].text().contains("Your analysis"),
+        sent[0].text().contains("Here is your analysis"),
         "{}",
         sent[0].text()
     );
