@@ -1367,9 +1367,11 @@ impl Journal {
                     .errors()
                     .iter()
                     .all(|e| matches!(e.error, crate::llm::LlmError::RateLimited { .. }));
+                let refused: Vec<(String, String)> =
+                    refused.into_iter().chain(newly_refused).collect();
                 let budget_wait = self
                     .llm
-                    .budget_wait(Task::Analysis)
+                    .budget_wait_excluding(Task::Analysis, &refused)
                     .filter(|_| only_budgets);
                 let (retry_in, why) = match budget_wait {
                     Some(back_in) => (back_in, Waiting::Budget),

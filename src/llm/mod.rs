@@ -300,6 +300,17 @@ impl Llm {
     /// How long until some step of `task` has budget again, when none has it now
     /// (`None`: some step has budget, or a step is held back by something else).
     pub fn budget_wait(&self, task: Task) -> Option<std::time::Duration> {
+        self.budget_wait_excluding(task, &[])
+    }
+
+    /// [`Llm::budget_wait`] for one log, leaving out the models in `refused` (provider,
+    /// model) that refused it: they will not be asked again, so their budget is not
+    /// what the log waits for.
+    pub fn budget_wait_excluding(
+        &self,
+        task: Task,
+        refused: &[(String, String)],
+    ) -> Option<std::time::Duration> {
         let steps = match task {
             Task::Analysis | Task::Digest => &self.analysis,
             Task::Metrics => &self.metrics,
@@ -307,7 +318,12 @@ impl Llm {
         };
         let now = tokio::time::Instant::now();
         let mut soonest: Option<tokio::time::Instant> = None;
-        for step in steps {
+        let asked = steps.iter().filter(|step| {
+            !refused
+                .iter()
+                .any(|(p, m)| *p == step.id.provider && *m == step.id.model)
+        });
+        for step in asked {
             // Its turn: the requests already waiting for the same budget go first.
             // Tokens are left out: the wait for any request, not for one of a given size
             // (the analysis steps shipped declare no tokens per minute).

@@ -389,6 +389,39 @@ async fn a_request_in_flight_is_no_longer_counted_as_waiting() {
     assert_eq!(calls(&b).await, 0);
 }
 
+/// The wait a log parked for lack of budget is told, and woken by, leaves out the
+/// models that refused that log: they will not be asked about it again.
+#[tokio::test]
+async fn the_budget_wait_of_a_log_leaves_out_the_models_that_refused_it() {
+    let (a, b) = (ok_server().await, ok_server().await);
+    let mut toml = FAST_RETRY.to_owned();
+    toml.push_str(&provider("b", "openai", &format!("{}/v1", b.uri())));
+    toml.push_str("[providers.b.budget]\nrequests_per_minute = 1\n");
+    toml.push_str(&provider("a", "openai", &format!("{}/v1", a.uri())));
+    toml.push_str("[providers.a.budget]\nrequests_per_second = 1\n");
+    toml.push_str(&analysis_steps(&[("b", "m2"), ("a", "m1")]));
+    let llm = llm(&toml);
+    let sink = RecordingSink::default();
+    // b takes its minute's request, then a its second's.
+    assert_eq!(
+        two_runs(&llm, &sink).await,
+        ("b".to_owned(), "a".to_owned())
+    );
+
+    let soonest = llm.budget_wait(Task::Analysis).expect("no step has budget");
+    assert!(
+        soonest <= std::time::Duration::from_secs(2),
+        "a's second: {soonest:?}"
+    );
+    let without_a = llm
+        .budget_wait_excluding(Task::Analysis, &[("a".to_owned(), "m1".to_owned())])
+        .expect("b has none either");
+    assert!(
+        without_a > std::time::Duration::from_secs(30),
+        "b's minute, not a's second: {without_a:?}"
+    );
+}
+
 /// `request(false)` as the budgets estimate it: its text (30 bytes: 8 tokens, plus 16
 /// for the framing) and an answer of 256 tokens.
 const ESTIMATED_TOKENS: u32 = 280;
