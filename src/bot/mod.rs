@@ -184,11 +184,21 @@ impl<B: TgBot> Telegram<B> {
             .reply_to
             .and_then(|id| i32::try_from(id).ok())
             .map(|id| ReplyParameters::new(MessageId(id)).allow_sending_without_reply());
+        // In a group every message about an entry or a command is a reply to it: in a
+        // forum supergroup a message that is no reply goes to the General topic, away
+        // from the topic it answers; and in a busy group it says whose it is. A private
+        // chat quotes only the first part.
+        let in_group = target.chat_id < 0;
+        let attached = if in_group { reply_to.clone() } else { None };
         match response {
             Response::Text(reply) => {
                 let parts = render::split_message(reply.pieces(), TELEGRAM_MESSAGE_LIMIT);
                 for (i, part) in parts.into_iter().enumerate().skip(*done) {
-                    let reply_to = if i == 0 { reply_to.clone() } else { None };
+                    let reply_to = if i == 0 || in_group {
+                        reply_to.clone()
+                    } else {
+                        None
+                    };
                     let send = |text: String, html: bool| {
                         let mut request = self.bot.send_message(chat, text);
                         if html {
@@ -221,13 +231,17 @@ impl<B: TgBot> Telegram<B> {
                 file_name,
             } => {
                 with_retry_after(|| {
-                    self.bot
+                    let mut request = self
+                        .bot
                         .send_photo(
                             chat,
                             InputFile::memory(png.clone()).file_name(file_name.clone()),
                         )
-                        .caption(caption.clone())
-                        .into_future()
+                        .caption(caption.clone());
+                    if let Some(r) = attached.clone() {
+                        request = request.reply_parameters(r);
+                    }
+                    request.into_future()
                 })
                 .await?;
             }
@@ -237,13 +251,17 @@ impl<B: TgBot> Telegram<B> {
                 caption,
             } => {
                 with_retry_after(|| {
-                    self.bot
+                    let mut request = self
+                        .bot
                         .send_document(
                             chat,
                             InputFile::memory(bytes.clone()).file_name(file_name.clone()),
                         )
-                        .caption(caption.clone())
-                        .into_future()
+                        .caption(caption.clone());
+                    if let Some(r) = attached.clone() {
+                        request = request.reply_parameters(r);
+                    }
+                    request.into_future()
                 })
                 .await?;
             }
@@ -260,10 +278,14 @@ impl<B: TgBot> Telegram<B> {
                     ),
                 ]]);
                 with_retry_after(|| {
-                    self.bot
+                    let mut request = self
+                        .bot
                         .send_message(chat, texts.delete_confirm())
-                        .reply_markup(keyboard.clone())
-                        .into_future()
+                        .reply_markup(keyboard.clone());
+                    if let Some(r) = attached.clone() {
+                        request = request.reply_parameters(r);
+                    }
+                    request.into_future()
                 })
                 .await?;
             }

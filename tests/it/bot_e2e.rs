@@ -14,8 +14,8 @@ use daylog::language::Language;
 use daylog::texts::Texts;
 use serde_json::json;
 use support::telegram::{
-    callback_update, edited_update, group_callback_update, group_text_update, member_joined_update,
-    photo_update, sticker_update, text_update, text_update_lang,
+    Call, callback_update, edited_update, group_callback_update, group_text_update,
+    member_joined_update, photo_update, sticker_update, text_update, text_update_lang,
 };
 use support::{ANALYSIS_TEXT, App};
 use wiremock::matchers::{method, path};
@@ -515,6 +515,42 @@ async fn a_9000_character_analysis_is_split_into_valid_parts() {
     let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(squash(&joined).contains(&squash(&long)), "no text lost");
     assert_eq!(parts[0].reply_to(), Some(1));
+    assert_eq!(
+        parts[1].reply_to(),
+        None,
+        "a private chat quotes the first part only"
+    );
+    app.stop().await;
+}
+
+/// In a group (a forum supergroup: a message that is no reply goes to the General
+/// topic) every part of a long answer, and a command's picture, replies to the message
+/// it answers.
+#[tokio::test]
+async fn in_a_group_every_part_and_picture_replies_to_its_message() {
+    let app = App::spawn().await;
+    let group = -4242;
+    let paragraph = "A long analysis for a group, sentence after sentence. ";
+    app.providers
+        .answer_analysis(&paragraph.repeat(9000 / paragraph.len() + 1))
+        .await;
+    app.providers.answer_metrics(support::METRICS_JSON).await;
+    app.telegram
+        .push_update(group_text_update(group, 14, 1, "A day in a topic."));
+    let sent = app.telegram.wait_sent(group, 3).await;
+    assert!(
+        sent.iter().all(|part| part.reply_to() == Some(1)),
+        "{:?}",
+        sent.iter().map(Call::reply_to).collect::<Vec<_>>()
+    );
+    app.telegram
+        .push_update(group_text_update(group, 14, 2, "/year"));
+    let sent = app.telegram.wait_sent(group, 4).await;
+    let picture = sent
+        .iter()
+        .find(|c| c.method == "SendPhoto")
+        .expect("the year's picture");
+    assert_eq!(picture.reply_to(), Some(2));
     app.stop().await;
 }
 

@@ -44,8 +44,13 @@ impl Call {
         self.body["text"].as_str().unwrap_or_default()
     }
 
+    /// The message this one replies to; a multipart body (a photo, a document) carries
+    /// `reply_parameters` as a JSON text field.
     pub fn reply_to(&self) -> Option<i64> {
-        self.body["reply_parameters"]["message_id"].as_i64()
+        match &self.body["reply_parameters"] {
+            Value::String(json) => serde_json::from_str::<Value>(json).ok()?["message_id"].as_i64(),
+            parameters => parameters["message_id"].as_i64(),
+        }
     }
 }
 
