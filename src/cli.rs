@@ -436,6 +436,12 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     });
     if ping {
         lines.extend(ping_providers(settings, &used).await);
+        if settings.secrets.telegram_token.is_some() {
+            lines.push(match crate::bot::ping_telegram(settings).await {
+                Ok(answer) => (true, format!("ping telegram: {answer}")),
+                Err(why) => (false, format!("ping telegram: {why}")),
+            });
+        }
     }
     let mut stdout = std::io::stdout().lock();
     for (ok, text) in &lines {

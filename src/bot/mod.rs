@@ -1148,6 +1148,42 @@ pub fn build_bot(settings: &Settings, client: reqwest::Client) -> anyhow::Result
     Ok(bot)
 }
 
+/// `daylog doctor --ping`: one `getMe` with the configured token and `TELOXIDE_API_URL`,
+/// once, within 15 s. The bot's name when it answers; else a sentence saying which of
+/// the two to check (`daylog run` would retry a passing failure for as long as it
+/// lasts, so a wrong URL is best found here).
+pub async fn ping_telegram(settings: &Settings) -> Result<String, String> {
+    let client = crate::telegram_client().map_err(|e| e.without_url().to_string())?;
+    let bot = build_bot(settings, client).map_err(|e| e.to_string())?;
+    let asked = tokio::time::timeout(Duration::from_secs(15), bot.get_me().send()).await;
+    match asked {
+        Ok(Ok(me)) => Ok(format!("answered as @{}", me.username())),
+        Ok(Err(RequestError::Api(ApiError::InvalidToken))) => Err(
+            "Telegram refused the token (401/404): check TELOXIDE_TOKEN, and TELOXIDE_API_URL if set"
+                .to_owned(),
+        ),
+        Ok(Err(RequestError::InvalidJson { .. })) => Err(
+            "the answer is not the Bot API's: check TELOXIDE_API_URL (leave it empty for Telegram's own)"
+                .to_owned(),
+        ),
+        Ok(Err(RequestError::Network(error))) => {
+            // Its kind only: the error's URL would carry the token.
+            let what = if error.is_connect() {
+                "cannot connect"
+            } else if error.is_timeout() {
+                "timed out"
+            } else {
+                "the request failed"
+            };
+            Err(format!(
+                "{what} to the Bot API: check TELOXIDE_API_URL and the network"
+            ))
+        }
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err("no answer within 15 s: check TELOXIDE_API_URL and the network".to_owned()),
+    }
+}
+
 /// Start-up: wait until Telegram answers `getMe`, register the command menu, and make
 /// sure no webhook stands in the way of polling. `Ok(false)` when stopped first; an
 /// error when Telegram refuses the bot (retrying would not help).

@@ -352,6 +352,8 @@ async fn doctor_ping_sends_one_tiny_request_per_provider() {
         .respond_with(ResponseTemplate::new(401).set_body_string("invalid key"))
         .mount(&groq)
         .await;
+    let telegram = crate::support::FakeTelegram::start().await;
+    let telegram_url = telegram.url();
     let w = Workdir::new();
     let mistral_url = format!("{}/v1", mistral.uri());
     let groq_url = format!("{}/v1", groq.uri());
@@ -361,7 +363,8 @@ async fn doctor_ping_sends_one_tiny_request_per_provider() {
             &[
                 ("MISTRAL_API_KEY", "ping-key"),
                 ("GROQ_API_KEY", "revoked-key"),
-                ("TELOXIDE_TOKEN", "1:t"),
+                ("TELOXIDE_TOKEN", crate::support::telegram::TOKEN),
+                ("TELOXIDE_API_URL", &telegram_url),
                 ("DAYLOG__PROVIDERS__MISTRAL__BASE_URL", &mistral_url),
                 ("DAYLOG__PROVIDERS__GROQ__BASE_URL", &groq_url),
             ],
@@ -373,12 +376,49 @@ async fn doctor_ping_sends_one_tiny_request_per_provider() {
     .expect("join");
     let text = stdout(&out);
     assert!(text.contains("ok   ping mistral: answered"), "{text}");
+    assert!(
+        text.contains("ok   ping telegram: answered as @daylog_bot"),
+        "{text}"
+    );
     assert!(text.contains("FAIL ping groq"), "{text}");
     assert!(
         !text.contains("revoked-key") && !text.contains("ping-key"),
         "{text}"
     );
     assert_eq!(out.status.code(), Some(1), "a failed ping fails the check");
+}
+
+/// A `TELOXIDE_API_URL` that is not a Bot API (a proxy's HTML page): `daylog run` would
+/// take it for passing trouble and retry for ever; `doctor --ping` says which variable
+/// to check, and fails.
+#[tokio::test]
+async fn doctor_ping_says_when_the_bot_api_url_is_not_one() {
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let proxy = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(404).set_body_string("<html>Not Found</html>"))
+        .mount(&proxy)
+        .await;
+    let url = format!("{}/", proxy.uri());
+    let w = Workdir::new();
+    let out = tokio::task::spawn_blocking(move || {
+        let out = w.run(
+            &["doctor", "--ping"],
+            &[
+                ("TELOXIDE_TOKEN", "1:secret-token"),
+                ("TELOXIDE_API_URL", &url),
+            ],
+        );
+        drop(w);
+        out
+    })
+    .await
+    .expect("join");
+    let text = stdout(&out);
+    assert!(text.contains("FAIL ping telegram:"), "{text}");
+    assert!(text.contains("TELOXIDE_API_URL"), "{text}");
+    assert!(!text.contains("secret-token"), "{text}");
+    assert_eq!(out.status.code(), Some(1));
 }
 
 /// `daylog doctor` shows each key's stored daily budget by index, never the key.
