@@ -1583,12 +1583,15 @@ impl Journal {
                 // the backlog due, a provider may well answer now. Only a log this try
                 // leaves pending is given up.
                 let age = self.store.log_age(log.id).await?.unwrap_or_default();
-                let (id, tried_edit, tried_text) = (log.id, log.edited_at, log.text.clone());
+                let id = log.id;
+                // What the give-up compares with, kept only when it can come to that.
+                let tried = (age > self.settings.worker.max_age())
+                    .then(|| (log.edited_at, log.text.clone()));
                 self.try_unfinished(messenger, log, voice, &author, &claim)
                     .await?;
-                if age <= self.settings.worker.max_age() {
+                let Some((tried_edit, tried_text)) = tried else {
                     return Ok(());
-                }
+                };
                 // Still pending, and still the entry that was tried (a voice note's text
                 // is its transcript, stored by the try): one edited during the try is
                 // young again (its age counts from the edit), and the next poll analyses

@@ -671,7 +671,6 @@ impl Texts {
         }
     }
 
-    /// The transcription heard no words in a voice note (silence, noise).
     /// A voice note given up on without a transcript (the transcription services stayed
     /// away, or the recording could not be read): there is no text to point to.
     pub fn voice_failed(self) -> &'static str {
@@ -681,6 +680,7 @@ impl Texts {
         )
     }
 
+    /// The transcription heard no words in a voice note (silence, noise).
     pub fn voice_no_words(self) -> &'static str {
         self.pick(
             "I saved your voice note, but I could not make out any words in it. Please try again, a little closer to the microphone, or write to me.",

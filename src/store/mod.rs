@@ -665,16 +665,16 @@ impl Store {
     pub async fn open_with(url: &str, limits: Limits) -> Result<Self, StoreError> {
         let file = database_path(url)?;
         // Absolute, so that an error says where (a relative URL is the working folder's).
-        let display = std::path::absolute(&file)
-            .unwrap_or_else(|_| file.clone())
-            .display()
-            .to_string();
+        let shown = |path: &std::path::Path| {
+            std::path::absolute(path)
+                .unwrap_or_else(|_| path.to_owned())
+                .display()
+                .to_string()
+        };
+        let display = shown(&file);
         if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
-                path: std::path::absolute(dir)
-                    .unwrap_or_else(|_| dir.to_owned())
-                    .display()
-                    .to_string(),
+                path: shown(dir),
                 source,
             })?;
         }

@@ -346,28 +346,27 @@ async fn a_full_disk_refuses_entries_plainly_and_takes_them_again_when_space_ret
     );
 }
 
+/// Makes the writes `event` of `day_logs` (when `condition`) fail the way a full disk
+/// makes them fail, until `DROP TRIGGER test_no_room`.
+async fn no_room_for(app: &support::App, event: &str, condition: &str) {
+    app.write(&format!(
+        "CREATE TRIGGER test_no_room BEFORE {event} ON day_logs WHEN {condition}
+         BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END"
+    ))
+    .await;
+}
+
 /// An answer that went out while the store could not record it (the disk filled up in
 /// between) is not sent again on every worker poll; it is recorded once there is room.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_that_cannot_be_recorded_is_not_sent_again_and_again() {
-    use sqlx::Connection as _;
     let app = support::App::spawn_with(|env| {
         env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
     })
     .await;
     app.providers.healthy().await;
-    let mut other = sqlx::SqliteConnection::connect(&app.env["DATABASE_URL"])
-        .await
-        .expect("second connection");
     // Recording a reply fails the way a full disk makes it fail: the write is refused.
-    sqlx::query(
-        "CREATE TRIGGER test_no_room BEFORE UPDATE OF replied_at ON day_logs
-         WHEN NEW.replied_at IS NOT NULL
-         BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END",
-    )
-    .execute(&mut other)
-    .await
-    .expect("trigger");
+    no_room_for(&app, "UPDATE OF replied_at", "NEW.replied_at IS NOT NULL").await;
 
     app.telegram.push_update(support::telegram::text_update(
         5100,
@@ -381,10 +380,7 @@ async fn an_answer_that_cannot_be_recorded_is_not_sent_again_and_again() {
     assert_eq!(app.telegram.sent_to(5100).len(), 1, "answered once");
 
     // Room again: the record is written, still without a second answer.
-    sqlx::query("DROP TRIGGER test_no_room")
-        .execute(&mut other)
-        .await
-        .expect("drop trigger");
+    app.write("DROP TRIGGER test_no_room").await;
     support::wait_until("the answer to be recorded", HANG_GUARD, || async {
         app.count("SELECT count(*) FROM day_logs WHERE replied_at IS NOT NULL")
             .await
@@ -392,7 +388,6 @@ async fn an_answer_that_cannot_be_recorded_is_not_sent_again_and_again() {
     })
     .await;
     assert_eq!(app.telegram.sent_to(5100).len(), 1, "answered once");
-    other.close().await.expect("close");
     app.stop().await;
 }
 
@@ -402,7 +397,6 @@ async fn an_answer_that_cannot_be_recorded_is_not_sent_again_and_again() {
 /// answers it once there is room.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_analysis_that_cannot_be_stored_is_not_asked_for_at_every_poll() {
-    use sqlx::Connection as _;
     let app = support::App::spawn_with(|env| {
         env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
         // The worker still polls every 100 ms; a failed write waits 1 s, then 2 s.
@@ -411,17 +405,7 @@ async fn an_analysis_that_cannot_be_stored_is_not_asked_for_at_every_poll() {
     })
     .await;
     app.providers.healthy().await;
-    let mut other = sqlx::SqliteConnection::connect(&app.env["DATABASE_URL"])
-        .await
-        .expect("second connection");
-    sqlx::query(
-        "CREATE TRIGGER test_no_room BEFORE UPDATE OF status ON day_logs
-         WHEN NEW.status = 'analyzed'
-         BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END",
-    )
-    .execute(&mut other)
-    .await
-    .expect("trigger");
+    no_room_for(&app, "UPDATE OF status", "NEW.status = 'analyzed'").await;
 
     app.telegram.push_update(support::telegram::text_update(
         5200,
@@ -439,10 +423,7 @@ async fn an_analysis_that_cannot_be_stored_is_not_asked_for_at_every_poll() {
         "the handler's try and at most one of the worker's, not one per poll: {asked}"
     );
 
-    sqlx::query("DROP TRIGGER test_no_room")
-        .execute(&mut other)
-        .await
-        .expect("drop trigger");
+    app.write("DROP TRIGGER test_no_room").await;
     let sent = app.telegram.wait_sent(5200, 2).await;
     assert!(sent[1].text().contains(support::ANALYSIS_TEXT), "{sent:?}");
     support::wait_until("the answer to be recorded", HANG_GUARD, || async {
@@ -453,7 +434,6 @@ async fn an_analysis_that_cannot_be_stored_is_not_asked_for_at_every_poll() {
             == 1
     })
     .await;
-    other.close().await.expect("close");
     app.stop().await;
 }
 
