@@ -121,6 +121,9 @@ mod tests {
                 "info",
                 Some(tracing::Level::DEBUG),
             ),
+            // A bare target with a known prefix is a filter too.
+            (Some("teloxide_core"), "info", Some(tracing::Level::TRACE)),
+            (Some("off"), "info", None),
         ];
         for (rust_log, default, level) in rows {
             let (filter, refused) = filter_from(rust_log, default);
