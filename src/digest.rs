@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use jiff::civil::{Date, Weekday};
+use jiff::civil::{Date, Time, Weekday};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -68,6 +68,26 @@ pub fn next_sunday_at(
     at
 }
 
+/// The last moment at or before `at` at `time` whose local day is a Sunday.
+fn last_sunday_at_or_before(
+    zone: &UserZone,
+    at: Timestamp,
+    time: LocalTime,
+    day_starts_hour: u8,
+) -> Timestamp {
+    let mut moment = zone.last_at_or_before(at, time);
+    for _ in 0..8 {
+        if zone.local_day_of(moment, time, day_starts_hour).weekday() == Weekday::Sunday {
+            break;
+        }
+        let Ok(before) = moment.checked_sub(jiff::SignedDuration::from_secs(1)) else {
+            break;
+        };
+        moment = zone.last_at_or_before(before, time);
+    }
+    moment
+}
+
 fn day_starts_hour(journal: &Journal) -> u8 {
     journal.settings().journal.day_starts_hour
 }
@@ -105,11 +125,12 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     let texts = Texts(journal.language_of(user_id).await);
     let zone = journal.zone_of(user_id).await;
     let time = digest_time(journal, id).await?;
+    let night = time.hour() < day_starts_hour(journal);
     let on = match arg.trim().to_lowercase().as_str() {
         "" => {
             let enabled = journal.store().digest_enabled(id).await?;
             return Ok(Reply::new().text(if enabled {
-                texts.digest_on(&time.to_string(), zone.name())
+                texts.digest_on(&time.to_string(), zone.name(), night)
             } else {
                 texts.digest_off().to_owned()
             }));
@@ -128,7 +149,7 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
             journal.store().set_digest(id, Some(next)).await?;
         }
         tracing::info!(user_id, "weekly digest turned on");
-        Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name())))
+        Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name(), night)))
     } else {
         journal.store().set_digest(id, None).await?;
         tracing::info!(user_id, "weekly digest turned off");
@@ -146,8 +167,20 @@ pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreErro
     let zone = journal.zone_of(user_id).await;
     let time = digest_time(journal, id).await?;
     let now = journal.now();
-    let next = next_sunday_at(&zone, now, time, day_starts_hour(journal));
-    journal.store().reschedule_digest(id, next, now).await
+    let starts = day_starts_hour(journal);
+    let next = next_sunday_at(&zone, now, time, starts);
+    // A moment still to come before the local day of the new one is this week's Sunday
+    // (a new time earlier than now on a Sunday evening, `/remind off` after 19:00): it
+    // is kept, or this week would have no digest at all.
+    let sunday = zone.local_day_of(next, time, starts);
+    let sunday_begins = Time::new(i8::try_from(starts).unwrap_or(4), 0, 0, 0)
+        .ok()
+        .and_then(|start| zone.to_timestamp(sunday.to_datetime(start)))
+        .unwrap_or(next);
+    journal
+        .store()
+        .reschedule_digest(id, next, now, sunday_begins)
+        .await
 }
 
 /// `/week`: the digest of the last 7 local days, sent through `messenger` to `chat_id`
@@ -580,8 +613,16 @@ async fn schedule_one(
         return Ok(());
     }
     let next = next_sunday_at(zone, now.max(due_at), time, day_starts_hour(journal));
-    // The week ends on the local day of the due moment, the Sunday.
-    let day = journal.local_day_of(zone, due_at, time);
+    // After a downtime of a week or more, the Sunday owed is the last one at or before
+    // now, not the one the row still names.
+    let (due_at, meant) = match last_sunday_at_or_before(zone, now, time, day_starts_hour(journal))
+    {
+        latest if latest > due_at => (latest, time),
+        _ => (due_at, zone.time_meant(due_at, time)),
+    };
+    // The week ends on the local day of the due moment, the Sunday, judged by the time
+    // that moment was scheduled for (the reminder time may have changed since).
+    let day = journal.local_day_of(zone, due_at, meant);
     if day.weekday() != Weekday::Sunday && zone.civil(due_at).date().weekday() == Weekday::Sunday {
         // Scheduled by an earlier version by the calendar: a 00:30 reminder's Sunday
         // night began on Saturday's local day. This week's moment is the next one.

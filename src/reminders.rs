@@ -99,10 +99,11 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     let Some(time) = LocalTime::parse(arg) else {
         return Ok(Reply::new().text(texts.remind_usage()));
     };
-    let next = zone.next_at(journal.now(), time);
+    let now = journal.now();
+    let next = zone.next_at(now, time);
     journal
         .store()
-        .set_reminder(UserId(user_id), time, next)
+        .set_reminder(UserId(user_id), time, next, now)
         .await?;
     tracing::info!(user_id, "reminder set");
     Ok(Reply::new().text(texts.remind_set(&time.to_string(), zone.name())))
@@ -121,10 +122,11 @@ pub async fn zone_changed(
         return Ok(());
     };
     if reminder.enabled {
-        let next = zone.next_at(journal.now(), time);
+        let now = journal.now();
+        let next = zone.next_at(now, time);
         journal
             .store()
-            .reschedule_reminder(UserId(user_id), next)
+            .reschedule_reminder(UserId(user_id), next, now)
             .await?;
     }
     Ok(())
@@ -271,7 +273,14 @@ async fn prepare(
         }
         return Ok(None);
     }
-    let day = journal.local_day_of(zone, due_at, time);
+    // The moment a downtime of a day or more left behind is long past, but today's may
+    // not be: the reminder owed is the last one at or before now (SPEC §10 skips only
+    // the day whose own moment is more than `max_late_minutes` past).
+    let (due_at, meant) = match zone.last_at_or_before(now, time) {
+        latest if latest > due_at => (latest, time),
+        _ => (due_at, zone.time_meant(due_at, time)),
+    };
+    let day = journal.local_day_of(zone, due_at, meant);
     let has_entry = journal.store().has_entry_on(reminder.user_id, day).await?;
     let decision = decide(
         due_at,

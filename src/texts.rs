@@ -833,13 +833,21 @@ impl Texts {
         )
     }
 
-    pub fn digest_on(self, time: &str, zone: &str) -> String {
-        match self.0 {
-            Language::En => format!(
+    /// `after_midnight`: the time is before the day's start, so Sunday's moment is in the
+    /// night into Monday (a 00:30 reminder's Sunday ends then).
+    pub fn digest_on(self, time: &str, zone: &str, after_midnight: bool) -> String {
+        match (self.0, after_midnight) {
+            (Language::En, false) => format!(
                 "The weekly digest is on: every Sunday at {time} your time ({zone}), when the week has at least 2 entries. /digest off stops it."
             ),
-            Language::Ru => format!(
+            (Language::En, true) => format!(
+                "The weekly digest is on: every Sunday night at {time} your time ({zone}), Monday by the calendar, when the week has at least 2 entries. /digest off stops it."
+            ),
+            (Language::Ru, false) => format!(
                 "Недельный обзор включён: каждое воскресенье в {time} по твоему времени ({zone}), если за неделю есть хотя бы 2 записи. /digest off — отключить."
+            ),
+            (Language::Ru, true) => format!(
+                "Недельный обзор включён: каждую ночь с воскресенья на понедельник в {time} по твоему времени ({zone}), если за неделю есть хотя бы 2 записи. /digest off — отключить."
             ),
         }
     }

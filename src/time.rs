@@ -365,6 +365,36 @@ impl UserZone {
             .unwrap_or(after)
     }
 
+    /// The last moment at or before `at` at which the local clock shows `time`: the
+    /// occurrence a scheduler that was away for a while still owes (see [`next_at`]).
+    ///
+    /// [`next_at`]: UserZone::next_at
+    pub fn last_at_or_before(&self, at: Timestamp, time: LocalTime) -> Timestamp {
+        let start = self.civil(at).date();
+        for days in (-3..=1i32).rev() {
+            let Ok(date) = start.checked_add(days.days()) else {
+                continue;
+            };
+            let moment = self.resolve(date.to_datetime(time.0));
+            if moment <= at {
+                return moment;
+            }
+        }
+        at.checked_sub(SignedDuration::from_hours(24)).unwrap_or(at)
+    }
+
+    /// The wall-clock time a moment of a schedule was meant for: `time` when `at` is one
+    /// of its moments (a DST gap may have moved it to a later minute), else the time the
+    /// clock showed at `at` (the schedule was made for another time, since changed).
+    pub fn time_meant(&self, at: Timestamp, time: LocalTime) -> LocalTime {
+        let just_before = at.checked_sub(SignedDuration::from_secs(1)).unwrap_or(at);
+        if self.next_at(just_before, time) == at {
+            time
+        } else {
+            LocalTime(self.civil(at).time())
+        }
+    }
+
     /// The moment of a wall-clock time: the first occurrence in a fold, the first valid
     /// minute after it in a gap. Only a date at the very end of jiff's range cannot be
     /// converted; such a time is never due (`Timestamp::MAX`).
@@ -478,6 +508,11 @@ impl LocalTime {
         Time::new(ok(hours, 23)?, ok(minutes, 59)?, 0, 0)
             .ok()
             .map(Self)
+    }
+
+    /// The hour, 0 to 23.
+    pub fn hour(self) -> u8 {
+        u8::try_from(self.0.hour()).unwrap_or(0)
     }
 
     /// As stored in `reminders.local_time`: `HH:MM`.

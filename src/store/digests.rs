@@ -207,25 +207,31 @@ impl Store {
     }
 
     /// A new zone or reminder time: the Sunday digest (if on) is next due at `next_at`,
-    /// unless it is already due at `now`: that one is left to the scheduler, which
-    /// sends it and moves on with the new settings, rather than skipped.
+    /// unless it is already due at `now`, or still due before `keep_before` (the start
+    /// of `next_at`'s local day: an earlier Sunday's digest, not sent yet). Those are
+    /// left to the scheduler, which sends them and moves on with the new settings,
+    /// rather than skipped.
     pub async fn reschedule_digest(
         &self,
         user_id: UserId,
         next_at: Timestamp,
         now: Timestamp,
+        keep_before: Timestamp,
     ) -> Result<(), StoreError> {
         let next_at = sql_timestamp(next_at);
         let now = sql_timestamp(now);
+        let keep_before = sql_timestamp(keep_before);
         retry_busy("reschedule_digest", || async {
             sqlx::query(
                 "UPDATE users SET digest_next_at = ?2
                  WHERE user_id = ?1 AND digest_enabled = 1
-                   AND (digest_next_at IS NULL OR digest_next_at > ?3)",
+                   AND (digest_next_at IS NULL
+                        OR (digest_next_at > ?3 AND digest_next_at >= ?4))",
             )
             .bind(user_id)
             .bind(&next_at)
             .bind(&now)
+            .bind(&keep_before)
             .execute(&self.write)
             .await?;
             Ok(())

@@ -140,25 +140,34 @@ impl Store {
     }
 
     /// `/remind HH:MM`: on, at that time, next due at `next_due_at`. The day of the last
-    /// reminder is kept, so a new time cannot bring a second reminder the same day.
+    /// reminder is kept, so a new time cannot bring a second reminder the same day; a
+    /// reminder already due at `now` is left to the scheduler, which sends it and moves
+    /// on with the new time, rather than skipped for the day.
     pub async fn set_reminder(
         &self,
         user_id: UserId,
         local_time: LocalTime,
         next_due_at: Timestamp,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
         let local_time = local_time.to_string();
         let next_due_at = sql_timestamp(next_due_at);
+        let now = sql_timestamp(now);
         self.durably(retry_busy("set_reminder", || async {
             sqlx::query(
                 "INSERT INTO reminders (user_id, local_time, enabled, next_due_at)
                  VALUES (?1, ?2, 1, ?3)
                  ON CONFLICT (user_id) DO UPDATE SET local_time = excluded.local_time,
-                     enabled = 1, next_due_at = excluded.next_due_at",
+                     enabled = 1,
+                     next_due_at = CASE WHEN reminders.enabled = 1
+                                         AND reminders.next_due_at <= ?4
+                                        THEN reminders.next_due_at
+                                        ELSE excluded.next_due_at END",
             )
             .bind(user_id)
             .bind(&local_time)
             .bind(&next_due_at)
+            .bind(&now)
             .execute(&self.write)
             .await?;
             Ok(())
@@ -178,19 +187,27 @@ impl Store {
         .await
     }
 
-    /// A new zone: the reminder (if on) is next due at `next_due_at`.
+    /// A new zone: the reminder (if on) is next due at `next_due_at`, unless it is already
+    /// due at `now` (left to the scheduler, as in [`Store::set_reminder`]).
     pub async fn reschedule_reminder(
         &self,
         user_id: UserId,
         next_due_at: Timestamp,
+        now: Timestamp,
     ) -> Result<(), StoreError> {
         let next_due_at = sql_timestamp(next_due_at);
+        let now = sql_timestamp(now);
         retry_busy("reschedule_reminder", || async {
-            sqlx::query("UPDATE reminders SET next_due_at = ?2 WHERE user_id = ?1 AND enabled = 1")
-                .bind(user_id)
-                .bind(&next_due_at)
-                .execute(&self.write)
-                .await?;
+            sqlx::query(
+                "UPDATE reminders SET next_due_at = ?2
+                 WHERE user_id = ?1 AND enabled = 1
+                   AND (next_due_at IS NULL OR next_due_at > ?3)",
+            )
+            .bind(user_id)
+            .bind(&next_due_at)
+            .bind(&now)
+            .execute(&self.write)
+            .await?;
             Ok(())
         })
         .await

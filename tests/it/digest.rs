@@ -601,7 +601,11 @@ async fn a_night_owls_sunday_digest_comes_after_their_sunday() {
     app.clock.set(at("2026-12-01T12:00:00Z"));
     command(&app, 1, 1, "/tz Europe/Berlin").await;
     command(&app, 1, 2, "/remind 00:30").await;
-    command(&app, 1, 3, "/digest on").await;
+    let said = command(&app, 1, 3, "/digest on").await;
+    assert!(
+        said.contains("every Sunday night at 00:30") && said.contains("Monday by the calendar"),
+        "{said}"
+    );
     assert_eq!(
         digest_next_at(&app, 1).await.as_deref(),
         Some("2026-12-06 23:30:00"),
@@ -797,7 +801,10 @@ async fn the_terminal_prints_the_week_and_writes_its_chart() {
             .starts_with(b"\x89PNG")
     );
     let en = Texts(Language::En);
-    assert!(printed.contains(&en.digest_on("19:00", "UTC")), "{printed}");
+    assert!(
+        printed.contains(&en.digest_on("19:00", "UTC", false)),
+        "{printed}"
+    );
     assert!(printed.contains(en.digest_off()), "{printed}");
     let sent: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM digests WHERE user_id = 7 AND front_end = 'chat' AND status = 'sent'",
@@ -1294,4 +1301,99 @@ async fn an_entry_sent_during_a_slow_week_is_stored_and_answered_at_once() {
     );
     wait_digest(&app.telegram, 1).await;
     app.stop().await;
+}
+
+/// A new reminder time earlier than now on a Sunday evening (or `/remind off` after
+/// 19:00) must not move the schedule past this Sunday's digest, still to come: the
+/// week would get none (SPEC §10: every Sunday, never lost).
+#[tokio::test]
+async fn a_remind_earlier_on_a_sunday_evening_keeps_that_weeks_digest() {
+    // Arrange: the digest due Sunday 6 December at 19:00 UTC, two entries that week.
+    let app = digest_on_with_two_entries().await;
+
+    // Act: at 18:00 that Sunday the user moves the reminder to 17:00, already past.
+    app.clock.set(at("2026-12-06T18:00:00Z"));
+    command(&app, 1, 4, "/remind 17:00").await;
+
+    // Assert: still due at 19:00; it comes, for that week, and the next is at 17:00.
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-06 19:00:00")
+    );
+    app.clock.set(at("2026-12-06T19:00:30Z"));
+    digest_sent_once_and_next_at(&app, "2026-11-30", "2026-12-13 17:00:00").await;
+}
+
+/// A night owl's 00:30 reminder moved to 19:00 in the half hour after midnight: the
+/// digest of the Sunday that has just ended is still owed at 00:30, and it covers that
+/// week (judged by the time it was scheduled for), not the week up to Monday.
+#[tokio::test]
+async fn a_remind_moved_after_midnight_keeps_sundays_digest_and_its_week() {
+    // Arrange: reminder 00:30 UTC, the digest on, entries on Monday and Tuesday.
+    let app = App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
+            "600000".to_owned(),
+        );
+    })
+    .await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/remind 00:30").await;
+    command(&app, 1, 2, "/digest on").await;
+    entry(&app, 1, 3, "2026-11-30T12:00:00Z", "Monday").await;
+    entry(&app, 1, 4, "2026-12-01T12:00:00Z", "Tuesday").await;
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-07 00:30:00"),
+        "Sunday night's 00:30 is Monday's by the calendar"
+    );
+
+    // Act: Monday 00:10, before the moment, the reminder moves to 19:00.
+    app.clock.set(at("2026-12-07T00:10:00Z"));
+    command(&app, 1, 5, "/remind 19:00").await;
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-07 00:30:00")
+    );
+    let (dir, providers) = app.stop().await;
+    let app = App::spawn_on(dir, providers, |_| {}).await;
+    app.clock.set(at("2026-12-07T00:30:30Z"));
+
+    // Assert: the week of Monday 30 November, once; next Sunday at 19:00.
+    digest_sent_once_and_next_at(&app, "2026-11-30", "2026-12-13 19:00:00").await;
+}
+
+/// A bot down for more than a week, back within `worker.max_age_hours` of the last
+/// Sunday's moment: that Sunday's digest comes; only the older one is too old.
+#[tokio::test]
+async fn after_a_downtime_of_over_a_week_the_last_sundays_digest_comes() {
+    // Arrange: the digest on (due Sunday 6 December), the scheduler looking only at its
+    // start; two entries in the week of 7 December.
+    let app = App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
+            "600000".to_owned(),
+        );
+    })
+    .await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 1, 1, "/digest on").await;
+    app.clock.set(at("2026-12-09T12:00:00Z"));
+    entry(&app, 1, 2, "2026-12-08T12:00:00Z", "Tuesday").await;
+    entry(&app, 1, 3, "2026-12-09T12:00:00Z", "Wednesday").await;
+
+    // Act: the bot is back on Sunday 13 December at 20:00, a week and an hour late.
+    let (dir, providers) = app.stop().await;
+    let app = App::spawn_on(dir, providers, |_| {}).await;
+    app.clock.set(at("2026-12-13T20:00:00Z"));
+
+    // Assert
+    digest_sent_once_and_next_at(&app, "2026-12-07", "2026-12-20 19:00:00").await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE week_start = '2026-11-30'")
+            .await,
+        0
+    );
 }

@@ -81,6 +81,7 @@ async fn user_with_reminder(app: &App, user: i64, zone: &str, time: &str, due: T
             UserId(user),
             daylog::time::LocalTime::parse(time).expect("time"),
             due,
+            due,
         )
         .await
         .expect("reminder");
@@ -783,5 +784,83 @@ async fn a_due_time_of_digits_that_is_no_moment_is_due_now_not_never() {
     .await;
     a_later_tick_has_run(&app, 110, at("2026-12-01T12:00:10Z")).await;
     assert_eq!(reminders_to(&app, 11), 1);
+    app.stop().await;
+}
+
+/// A bot down for a day and a quarter, back 15 minutes after today's moment: yesterday's
+/// reminder is skipped, today's is sent (SPEC §10 skips the day whose own moment is more
+/// than `max_late_minutes` past, not every day of a long downtime).
+#[tokio::test]
+async fn back_from_a_downtime_of_a_day_todays_reminder_is_sent() {
+    // Arrange: 21:30 Moscow (18:30 UTC), due 1 December.
+    let app = App::spawn().await;
+    app.clock.set(at("2026-12-01T17:00:00Z"));
+    user_with_reminder(
+        &app,
+        5,
+        "Europe/Moscow",
+        "21:30",
+        at("2026-12-01T18:30:00Z"),
+    )
+    .await;
+
+    // Act: back on 2 December at 21:45 Moscow time.
+    app.clock.set(at("2026-12-02T18:45:00Z"));
+
+    // Assert: one reminder, for 2 December; next on 3 December.
+    app.telegram
+        .wait_for("today's reminder", WAIT, |calls| {
+            calls
+                .iter()
+                .any(|c| is_reminder(c) && c.chat_id() == Some(5))
+        })
+        .await;
+    let (_, sent_day, next) = reminder_row(&app, 5).await;
+    assert_eq!(sent_day.as_deref(), Some("2026-12-02"));
+    assert_eq!(next.as_deref(), Some("2026-12-03 18:30:00"));
+    assert_eq!(reminders_to(&app, 5), 1);
+    app.stop().await;
+}
+
+/// `/remind` again, or `/tz` to the same zone, in the seconds between the moment and
+/// the scheduler's next look keeps today's reminder due: it is sent, not moved to
+/// tomorrow.
+#[tokio::test]
+async fn a_remind_or_tz_just_after_the_moment_keeps_todays_reminder() {
+    // Arrange: the scheduler looks only at its start (a poll far away).
+    let app = App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
+            "600000".to_owned(),
+        );
+    })
+    .await;
+    app.clock.set(at("2026-12-01T12:00:00Z"));
+    command(&app, 6, 1, "/remind 21:30").await;
+
+    // Act: 21:30:05, the user sets the same time again and then the same zone.
+    app.clock.set(at("2026-12-01T21:30:05Z"));
+    command(&app, 6, 2, "/remind 21:30").await;
+    command(&app, 6, 3, "/tz UTC").await;
+
+    // Assert: still due at 21:30 today, and the next look sends it.
+    assert_eq!(
+        reminder_row(&app, 6).await.2.as_deref(),
+        Some("2026-12-01 21:30:00")
+    );
+    let (dir, providers) = app.stop().await;
+    let app = App::spawn_on(dir, providers, |_| {}).await;
+    app.clock.set(at("2026-12-01T21:30:30Z"));
+    app.telegram
+        .wait_for("today's reminder", WAIT, |calls| {
+            calls
+                .iter()
+                .any(|c| is_reminder(c) && c.chat_id() == Some(6))
+        })
+        .await;
+    assert_eq!(
+        reminder_row(&app, 6).await.2.as_deref(),
+        Some("2026-12-02 21:30:00")
+    );
     app.stop().await;
 }
