@@ -328,7 +328,12 @@ fn search_reply(language: Language, hits: &[SearchHit]) -> Reply {
     if hits.is_empty() {
         return Reply::new().text(texts.search_none());
     }
-    let mut reply = Reply::new().bold(texts.search_title(hits.len()));
+    let matched = hits.iter().map(|hit| hit.matched).max().unwrap_or(0);
+    let matched = usize::try_from(matched)
+        .unwrap_or(usize::MAX)
+        .max(hits.len());
+    let more = matched >= crate::store::SEARCH_CANDIDATES as usize;
+    let mut reply = Reply::new().bold(texts.search_title(hits.len(), matched, more));
     for hit in hits {
         // A stored day that is no date (the store logged it): the entry, without it.
         let heading = match hit.day {

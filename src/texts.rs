@@ -342,10 +342,19 @@ impl Texts {
         )
     }
 
-    pub fn search_title(self, found: usize) -> String {
-        match self.0 {
-            Language::En => format!("Found: {found} (best matches first)"),
-            Language::Ru => format!("Нашлось: {found} (сначала самые подходящие)"),
+    /// `shown` of `matched` entries (`or_more`: the count stopped there).
+    pub fn search_title(self, shown: usize, matched: usize, or_more: bool) -> String {
+        let all_shown = !or_more && shown == matched;
+        let matched = match (self.0, or_more) {
+            (_, false) => matched.to_string(),
+            (Language::En, true) => format!("{matched} or more"),
+            (Language::Ru, true) => format!("{matched} и больше"),
+        };
+        match (self.0, all_shown) {
+            (Language::En, true) => format!("Found: {matched} (best matches first)"),
+            (Language::Ru, true) => format!("Нашлось: {matched} (сначала самые подходящие)"),
+            (Language::En, false) => format!("Found: {matched}; here are the {shown} best"),
+            (Language::Ru, false) => format!("Нашлось: {matched}; вот {shown} самых подходящих"),
         }
     }
 

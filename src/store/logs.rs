@@ -191,7 +191,8 @@ pub const SEARCH_SQL: &str = "WITH candidates AS (
      SELECT d.id,
          coalesce(d.local_day, date(d.created_at)) AS day,
          snippet(day_logs_fts, 0, ?3, ?4, ?7, 16) AS snippet,
-         d.text AS text
+         d.text AS text,
+         (SELECT count(*) FROM candidates) AS matched
      FROM best
      CROSS JOIN day_logs d ON d.id = best.id
      CROSS JOIN day_logs_fts ON day_logs_fts.rowid = best.id
@@ -252,6 +253,9 @@ pub struct SearchHit {
     raw_snippet: String,
     /// The entry as written, whose letters the snippet shows.
     text: String,
+    /// How many of the user's entries the search matched, shown or not (counted among
+    /// the newest [`SEARCH_CANDIDATES`] matches, so at most that many).
+    pub matched: i64,
 }
 
 /// A [`SearchHit`] as [`SEARCH_SQL`] returns it: the day as text.
@@ -261,6 +265,7 @@ struct SearchHitRow {
     day: String,
     snippet: String,
     text: String,
+    matched: i64,
 }
 
 impl From<SearchHitRow> for SearchHit {
@@ -270,6 +275,7 @@ impl From<SearchHitRow> for SearchHit {
             id: row.id,
             raw_snippet: row.snippet,
             text: row.text,
+            matched: row.matched,
         }
     }
 }

@@ -898,3 +898,22 @@ async fn in_telegram_search_answers_in_escaped_html_and_year_sends_a_png() {
     );
     app.stop().await;
 }
+
+/// SPEC §12 shows "up to 5" matches: the title counts every match, not only those shown.
+#[tokio::test]
+async fn the_search_title_counts_every_match_not_only_those_shown() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    for i in 1..=7 {
+        entry(&db.store, ME, i, &format!("tired day number {i}")).await;
+    }
+    let journal = journal(&db).await;
+
+    let found = answer_html(&journal, Command::Search("tired".into())).await;
+
+    assert!(
+        found.starts_with("<b>Found: 7; here are the 5 best</b>"),
+        "{found}"
+    );
+    assert_eq!(found.matches("<b>tired</b>").count(), 5, "{found}");
+}
