@@ -11,7 +11,6 @@
 //!   (a custom mood) leaves the mood defaulted.
 
 use jiff::civil::{Date, Time};
-use serde_json::{Value, json};
 
 use crate::analysis::metrics::Metrics;
 use crate::journal::Journal;
@@ -84,7 +83,8 @@ impl ImportError {
         let texts = Texts(language);
         match self {
             Self::TooLarge => texts.import_too_large(),
-            Self::NotUtf8 | Self::NotCsv | Self::WrongHeader => texts.import_not_daylio(),
+            Self::NotUtf8 => texts.import_not_utf8(),
+            Self::NotCsv | Self::WrongHeader => texts.import_not_daylio(),
             Self::NoReadableRow => texts.import_no_readable_row(),
         }
     }
@@ -192,12 +192,7 @@ fn row(layout: Layout, record: &csv::StringRecord) -> Option<ImportRow> {
     };
     let time = parse_time(field(3)?)?;
     let mood = mood_score(field(4)?);
-    let activities: Vec<Value> = field(5)?
-        .split('|')
-        .map(|a| a.trim().to_lowercase())
-        .filter(|a| !a.is_empty())
-        .map(Value::String)
-        .collect();
+    let activities = field(5)?;
     let parts: Vec<&str> = match layout {
         Layout::New => vec![field(6)?, field(7)?],
         Layout::Old => vec![field(6)?],
@@ -208,16 +203,12 @@ fn row(layout: Layout, record: &csv::StringRecord) -> Option<ImportRow> {
         .filter(|p| !p.is_empty())
         .collect::<Vec<_>>()
         .join("\n");
-    let mut object = json!({ "activities": activities });
-    if let (Some(score), Some(obj)) = (mood, object.as_object_mut()) {
-        obj.insert(String::from("mood"), json!(score));
-    }
     Some(ImportRow {
         date,
         time,
         text,
         mood,
-        metrics: Metrics::from_value(&object),
+        metrics: Metrics::imported(mood, activities.split('|')),
     })
 }
 
@@ -392,5 +383,14 @@ mod tests {
         let no_dates =
             "full_date,date,weekday,time,mood,activities,note_title,note\nx,y,z,w,rad,,,\n";
         assert_eq!(parse(no_dates.as_bytes()), Err(ImportError::NoReadableRow));
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_is_told_so_not_that_it_is_no_daylio_export() {
+        for language in [Language::En, Language::Ru] {
+            let said = ImportError::NotUtf8.sentence(language);
+            assert!(said.contains("UTF-8"), "{said}");
+            assert_ne!(said, ImportError::WrongHeader.sentence(language));
+        }
     }
 }

@@ -754,7 +754,16 @@ impl Texts {
         )
     }
 
-    /// An import refused as a whole (not UTF-8, not CSV, not Daylio's header).
+    /// An import refused as a whole because it is not UTF-8: Daylio writes UTF-8, so
+    /// the file was most likely opened and saved again (Excel on Windows does this).
+    pub fn import_not_utf8(self) -> &'static str {
+        self.pick(
+            "This file is not UTF-8 text, so nothing was imported. Daylio writes UTF-8: if the export was opened and saved again (Excel does this), send the file Daylio made, or save it as \"CSV UTF-8\".",
+            "Этот файл не в кодировке UTF-8, поэтому ничего не перенесено. Daylio сохраняет UTF-8: если экспорт открывали и сохраняли заново (так делает Excel), пришли файл, который сделал Daylio, или сохрани его как «CSV UTF-8».",
+        )
+    }
+
+    /// An import refused as a whole (not CSV, not Daylio's header).
     pub fn import_not_daylio(self) -> &'static str {
         self.pick(
             "This is not a Daylio CSV export, so nothing was imported.",

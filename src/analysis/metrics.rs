@@ -131,6 +131,11 @@ impl Metrics {
     /// Validates a JSON value field by field (SPEC §6). A value that is not an object
     /// gives all defaults; unknown fields are ignored.
     pub fn from_value(value: &Value) -> Self {
+        Self::from_value_listing(value, MAX_ITEMS, MAX_ITEM_CHARS)
+    }
+
+    /// [`Metrics::from_value`] with lists of at most `max_items` of `max_chars`.
+    fn from_value_listing(value: &Value, max_items: usize, max_chars: usize) -> Self {
         let Some(obj) = value.as_object() else {
             return Self::defaults();
         };
@@ -156,7 +161,9 @@ impl Metrics {
         let mut list = |name: &'static str| {
             obj.get(name)
                 .and_then(Value::as_array)
-                .map(|items| normalize_list(items))
+                .map(|items| {
+                    normalize(items.iter().filter_map(Value::as_str), max_items, max_chars)
+                })
                 .unwrap_or_else(|| {
                     defaulted.push(name);
                     Vec::new()
@@ -184,6 +191,21 @@ impl Metrics {
             summary,
             defaulted,
         }
+    }
+
+    /// What a Daylio row says (SPEC §12): its mood when it names one, and every activity
+    /// of its list, normalised as an answer's lists are but not cut to an answer's
+    /// ten items of 40 characters: those limits guard against a model's output, and
+    /// these are the user's own records. The other fields are defaults.
+    pub fn imported<'a>(mood: Option<u8>, activities: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut object = serde_json::Map::new();
+        object.insert("activities".to_owned(), Value::Array(Vec::new()));
+        if let Some(mood) = mood {
+            object.insert("mood".to_owned(), Value::from(mood));
+        }
+        let mut metrics = Self::from_value(&Value::Object(object));
+        metrics.activities = normalize(activities, usize::MAX, usize::MAX);
+        metrics
     }
 
     /// The stored JSON text (`day_logs.metrics`), fields in the order of SPEC §6.
@@ -215,7 +237,8 @@ impl Metrics {
             .and_then(Value::as_array)
             .map(|names| names.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        let mut metrics = Self::from_value(&value);
+        // Lists stored whole (an import's activities) are read whole.
+        let mut metrics = Self::from_value_listing(&value, usize::MAX, usize::MAX);
         metrics.defaulted = FIELDS
             .iter()
             .copied()
@@ -348,15 +371,18 @@ fn format_hours(hours: f64) -> String {
     }
 }
 
-/// Strings only, trimmed, inner whitespace collapsed, lower-case, at most 40 characters,
-/// empties dropped, unique, at most 10.
-fn normalize_list(items: &[Value]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(items.len().min(MAX_ITEMS));
-    for item in items {
-        if out.len() == MAX_ITEMS {
+/// Trimmed, inner whitespace collapsed, lower-case, at most `max_chars` characters,
+/// empties dropped, unique, at most `max_items` (an answer's: 40 and 10).
+fn normalize<'a>(
+    items: impl IntoIterator<Item = &'a str>,
+    max_items: usize,
+    max_chars: usize,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in items {
+        if out.len() == max_items {
             break;
         }
-        let Some(s) = item.as_str() else { continue };
         let mut norm = String::with_capacity(s.len());
         for word in s.split_whitespace() {
             if !norm.is_empty() {
@@ -364,7 +390,7 @@ fn normalize_list(items: &[Value]) -> Vec<String> {
             }
             norm.extend(word.chars().flat_map(char::to_lowercase));
         }
-        let norm = truncate_chars(&norm, MAX_ITEM_CHARS).trim_end();
+        let norm = truncate_chars(&norm, max_chars).trim_end();
         if !norm.is_empty() && !out.iter().any(|o| o == norm) {
             out.push(norm.to_owned());
         }

@@ -354,3 +354,38 @@ async fn ten_thousand_rows_timed() {
     assert_eq!(report.imported, u64::try_from(readable).expect("small"));
     assert_eq!(again.imported, 0);
 }
+
+/// SPEC §12: activities come from the whole `|` list. A Daylio day with 14 ticked
+/// activities keeps all 14 (an answer's limit of 10 guards against a model, not a
+/// user's own records), in `day_activities` and read back from the entry.
+#[tokio::test]
+async fn every_activity_of_a_row_is_imported_past_the_tenth() {
+    let db = fresh().await;
+    let names: Vec<String> = (1..=14).map(|i| format!("Activity {i}")).collect();
+    let csv = format!(
+        "full_date,date,weekday,time,mood,activities,note_title,note\n\
+         2025-03-01,March 1,Saturday,21:14,good,{},,a full day\n",
+        quote(&names.join(" | "))
+    );
+
+    let report = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports");
+
+    assert_eq!(report.imported, 1);
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM day_activities WHERE user_id = ?1")
+        .bind(ME)
+        .fetch_one(db.journal.store().read_pool())
+        .await
+        .expect("count");
+    assert_eq!(stored, 14);
+    let logs = db
+        .journal
+        .store()
+        .history(UserId(ME), 1)
+        .await
+        .expect("logs");
+    let metrics = logs[0].metrics.as_ref().expect("metrics");
+    assert_eq!(metrics.activities().len(), 14);
+    assert_eq!(metrics.activities()[13], "activity 14");
+}
