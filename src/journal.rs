@@ -108,6 +108,9 @@ enum Transcribed {
     Superseded,
     /// The recording has no words in it (silence, noise): nothing to analyse.
     NoWords,
+    /// No transcription step has a key: nothing can transcribe it until the operator
+    /// adds one (SPEC §4.6); the log stays pending, the recording is not fetched.
+    NoProvider,
 }
 
 /// What became of one analysis round.
@@ -892,6 +895,14 @@ impl Journal {
                 }
                 Ok(())
             }
+            Transcribed::NoProvider => {
+                if !late {
+                    let sentence = texts.saved_voice_no_provider(&self.transcription_key_env());
+                    self.notify(messenger, &log, Reply::new().text(sentence))
+                        .await;
+                }
+                Ok(())
+            }
             Transcribed::Gone => {
                 if self.store.mark_failed(log.id, &log.text).await? {
                     self.answer(
@@ -922,6 +933,23 @@ impl Journal {
         log: &DayLog,
         file_id: &str,
     ) -> Result<Transcribed, StoreError> {
+        if !self.llm.can_transcribe() {
+            // Not worth a download (up to 20 MB at every try) that nothing can use.
+            let retry_in = self.retry_delay(log.attempts);
+            if !self
+                .store
+                .mark_retry(log.id, &log.text, retry_in, Waiting::Transcription)
+                .await?
+            {
+                return Ok(Transcribed::Superseded);
+            }
+            tracing::warn!(
+                log_id = log.id.get(),
+                retry_in_s = retry_in.as_secs(),
+                "no transcription provider has a key; voice note stays pending"
+            );
+            return Ok(Transcribed::NoProvider);
+        }
         let audio = match messenger.fetch_audio(file_id).await {
             Ok(audio) => audio,
             Err(FetchError::Gone(reason)) => {
@@ -1262,16 +1290,23 @@ impl Journal {
 
     /// The key variable of the analysis cascade's first provider: the one to set first.
     fn first_key_env(&self) -> String {
+        self.first_key_env_of(&self.settings.analysis.steps, "MISTRAL_API_KEY")
+    }
+
+    /// The key a voice note needs: that of the first transcription step.
+    fn transcription_key_env(&self) -> String {
+        self.first_key_env_of(&self.settings.transcription.steps, "GROQ_API_KEY")
+    }
+
+    fn first_key_env_of(&self, steps: &[crate::config::StepSettings], fallback: &str) -> String {
         let settings = &self.settings;
-        settings
-            .analysis
-            .steps
+        steps
             .iter()
             .find_map(|step| {
                 let provider = settings.providers.get(&step.provider)?;
                 Some(provider.key_env(&step.provider))
             })
-            .unwrap_or_else(|| "MISTRAL_API_KEY".to_owned())
+            .unwrap_or_else(|| fallback.to_owned())
     }
 
     fn was_truncated(&self, log: &DayLog) -> bool {

@@ -643,6 +643,19 @@ impl Texts {
         )
     }
 
+    /// SPEC §4.6 for a voice note: no transcription step has a key; `key_env` names the
+    /// first one to add.
+    pub fn saved_voice_no_provider(self, key_env: &str) -> String {
+        match self.0 {
+            Language::En => format!(
+                "Saved your voice note. No speech-to-text provider has a key yet, so nothing can turn it into text: add {key_env} to .env (`daylog doctor` shows what is set) and start daylog again; it is transcribed and analysed then."
+            ),
+            Language::Ru => format!(
+                "Голосовое сохранено. Ни у одного сервиса расшифровки пока нет ключа, поэтому превратить его в текст некому: добавь {key_env} в .env (`daylog doctor` покажет, что задано) и запусти daylog заново — тогда оно будет расшифровано и разобрано."
+            ),
+        }
+    }
+
     /// The recording cannot be fetched any more (deleted, or the file is gone).
     pub fn voice_unavailable(self) -> &'static str {
         self.pick(

@@ -138,6 +138,12 @@ impl<B: TgBot> Telegram<B> {
         let file = with_retry_after(|| self.bot.get_file(FileId(file_id.to_owned())).into_future())
             .await
             .map_err(|e| match classify(e) {
+                // Telegram's one wording for a wrong id and a file it cannot serve for
+                // now: a stored voice note's id is not wrong, so it is tried again
+                // (SPEC §11: any passing failure resumes) until the worker's max age.
+                SendError::Refused(reason) if reason.contains("temporarily unavailable") => {
+                    FetchError::Transient(reason)
+                }
                 SendError::Gone(reason) | SendError::Refused(reason) => FetchError::Gone(reason),
                 SendError::Transient(reason) => FetchError::Transient(reason),
             })?;
@@ -152,7 +158,12 @@ impl<B: TgBot> Telegram<B> {
         let mut bytes = Vec::with_capacity(usize::try_from(file.meta.size).unwrap_or(0));
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| {
-                let gone = e.status().is_some_and(|s| s.is_client_error());
+                // A 4xx says the file is not there, except a timeout or a rate limit.
+                let gone = e.status().is_some_and(|s| {
+                    s.is_client_error()
+                        && s != reqwest::StatusCode::REQUEST_TIMEOUT
+                        && s != reqwest::StatusCode::TOO_MANY_REQUESTS
+                });
                 let reason = e.without_url().to_string();
                 if gone {
                     FetchError::Gone(reason)
@@ -523,10 +534,13 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
         .branch(
             dptree::filter_map(|msg: Message| msg.text().map(str::to_owned)).endpoint(on_text::<B>),
         )
-        .branch(dptree::filter_map(|msg: Message| incoming_voice(&msg)).endpoint(on_voice::<B>))
         .branch(
             dptree::filter_map(|msg: Message| msg.document().cloned()).endpoint(on_document::<B>),
         )
+        // Before the commands, which read a caption as a command: a voice note captioned
+        // "/week summary" is still a voice note to keep (SPEC §4), not a command that
+        // drops the recording. (A document captioned `/import` is the import.)
+        .branch(dptree::filter_map(|msg: Message| incoming_voice(&msg)).endpoint(on_voice::<B>))
         .branch(
             dptree::filter_map(|msg: Message| msg.location().cloned()).endpoint(on_location::<B>),
         )

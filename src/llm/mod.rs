@@ -227,6 +227,11 @@ impl Llm {
 
     /// Transcribes a voice note through the `[[transcription.steps]]` cascade, with the
     /// retries, rounds, cooldowns and hedging of every other task (SPEC §11).
+    /// Whether any transcription step has a provider with a key.
+    pub fn can_transcribe(&self) -> bool {
+        !self.transcription.is_empty()
+    }
+
     pub async fn transcribe(
         &self,
         audio: &Audio,

@@ -569,3 +569,125 @@ async fn a_voice_note_given_up_untranscribed_is_not_said_to_have_a_text() {
     );
     app.stop().await;
 }
+
+/// SPEC §4.6 for voice: with no transcription key (only `MISTRAL_API_KEY` set), the
+/// user is told what is missing, not that a service is down, and the recording is not
+/// downloaded at every try for nothing.
+#[tokio::test]
+async fn a_voice_note_with_no_transcription_key_says_so_and_is_not_downloaded() {
+    let app = App::spawn_with(|env| {
+        env.remove("GROQ_API_KEY");
+    })
+    .await;
+    app.providers.healthy().await;
+    app.telegram
+        .add_file("voice-9", "voice/file_9.oga", &voice_fixture());
+
+    app.telegram.push_update(voice_update(
+        31,
+        9,
+        "voice-9",
+        3,
+        voice_fixture().len() as u64,
+    ));
+    let sent = app.telegram.wait_sent(31, 1).await;
+
+    let said = visible(sent[0].text());
+    assert!(
+        said.contains("No speech-to-text provider has a key"),
+        "{said}"
+    );
+    assert!(said.contains("GROQ_API_KEY"), "{said}");
+    // The worker's retries (100 ms doubling, in tests) fetch nothing either.
+    wait_until(|| async {
+        app.count("SELECT count(*) FROM day_logs WHERE attempts >= 3")
+            .await
+            == 1
+    })
+    .await;
+    assert!(app.telegram.downloads().is_empty());
+    assert_eq!(app.telegram.sent_to(31).len(), 1, "told once");
+    app.stop().await;
+}
+
+/// SPEC §11: any passing failure resumes. `getFile` answering Telegram's "wrong file_id
+/// or the file is temporarily unavailable", and a download answering 429 or 408, are
+/// tried again from the stored file id: the voice note is transcribed and answered, not
+/// failed as a recording that can no longer be fetched.
+#[tokio::test]
+async fn a_file_telegram_cannot_serve_for_now_is_fetched_again_later() {
+    for (n, failure) in ["getFile", "429", "408"].into_iter().enumerate() {
+        let app = App::spawn().await;
+        app.providers.healthy().await;
+        app.providers.answer_transcription(TRANSCRIPT).await;
+        app.telegram
+            .add_file("voice-7", "voice/file_7.oga", &voice_fixture());
+        match failure {
+            "getFile" => app.telegram.fail_next(
+                "GetFile",
+                None,
+                400,
+                serde_json::json!({"ok": false, "error_code": 400,
+                    "description": "Bad Request: wrong file_id or the file is temporarily unavailable"}),
+            ),
+            status => app
+                .telegram
+                .fail_downloads_with(1, status.parse().expect("status")),
+        }
+        let chat = 40 + i64::try_from(n).expect("small");
+
+        app.telegram.push_update(voice_update(
+            chat,
+            7,
+            "voice-7",
+            3,
+            voice_fixture().len() as u64,
+        ));
+        let sent = app.telegram.wait_sent(chat, 3).await;
+
+        assert!(
+            visible(sent[0].text()).contains("Saved your voice note"),
+            "{failure}: {}",
+            sent[0].text()
+        );
+        assert!(visible(sent[1].text()).contains(TRANSCRIPT), "{failure}");
+        assert!(visible(sent[2].text()).contains(ANALYSIS_TEXT), "{failure}");
+        assert_eq!(app.telegram.failures_left(), 0, "{failure}");
+        app.stop().await;
+    }
+}
+
+/// A voice note whose caption reads like a command is a voice note (SPEC §4): stored,
+/// transcribed and analysed, the command not run in its place.
+#[tokio::test]
+async fn a_voice_note_captioned_with_a_command_is_kept_as_a_voice_note() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.providers.answer_transcription(TRANSCRIPT).await;
+    app.telegram
+        .add_file("voice-8", "voice/file_8.oga", &voice_fixture());
+    let mut update = voice_update(45, 8, "voice-8", 3, voice_fixture().len() as u64);
+    update["message"]["caption"] = serde_json::json!("/week summary");
+    update["message"]["caption_entities"] =
+        serde_json::json!([{"type": "bot_command", "offset": 0, "length": 5}]);
+
+    app.telegram.push_update(update);
+    let sent = app.telegram.wait_sent(45, 2).await;
+
+    assert!(
+        visible(sent[0].text()).contains(TRANSCRIPT),
+        "{}",
+        sent[0].text()
+    );
+    assert!(
+        visible(sent[1].text()).contains(ANALYSIS_TEXT),
+        "{}",
+        sent[1].text()
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE kind = 'voice'")
+            .await,
+        1
+    );
+    app.stop().await;
+}

@@ -72,6 +72,7 @@ struct Inner {
     downloads: Vec<String>,
     /// Downloads that answer 500 before one succeeds.
     download_failures: usize,
+    download_failure_status: Option<StatusCode>,
     /// The highest `offset` a `getUpdates` has sent: every update below it is confirmed,
     /// and Telegram never delivers it again.
     confirmed_below: i64,
@@ -232,7 +233,14 @@ impl FakeTelegram {
 
     /// The next `n` downloads answer 500.
     pub fn fail_downloads(&self, n: usize) {
-        self.inner.lock().expect("lock").download_failures = n;
+        self.fail_downloads_with(n, 500);
+    }
+
+    /// The next `n` downloads answer `status`.
+    pub fn fail_downloads_with(&self, n: usize, status: u16) {
+        let mut inner = self.inner.lock().expect("lock");
+        inner.download_failures = n;
+        inner.download_failure_status = StatusCode::from_u16(status).ok();
     }
 
     /// `file_path`s downloaded so far (failed attempts included).
@@ -519,7 +527,9 @@ async fn download(
         inner.downloads.push(path.clone());
         if inner.download_failures > 0 {
             inner.download_failures -= 1;
-            Err(StatusCode::INTERNAL_SERVER_ERROR)
+            Err(inner
+                .download_failure_status
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
         } else {
             inner
                 .files
