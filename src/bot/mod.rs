@@ -99,17 +99,36 @@ pub struct Telegram<B> {
     /// When each user last sent `/import` (SPEC §12: a document within 10 minutes of it
     /// is an import). In memory only: after a restart the caption still works.
     import_asked: Arc<std::sync::Mutex<std::collections::HashMap<i64, jiff::Timestamp>>>,
+    /// Chats already told that this is a private bot (SPEC §8: one polite refusal, not
+    /// one per message, which in a group would flood it). In memory: a restart may
+    /// repeat it once; past [`REFUSED_CHATS_MAX`] chats the set starts over.
+    refused: Arc<std::sync::Mutex<std::collections::HashSet<i64>>>,
 }
 
 /// A document sent this long after `/import` is imported without the caption.
 const IMPORT_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// Refused chats remembered at most (a bound on what strangers can make it hold).
+const REFUSED_CHATS_MAX: usize = 100_000;
 
 impl<B: TgBot> Telegram<B> {
     pub fn new(bot: B) -> Self {
         Self {
             bot,
             import_asked: Arc::default(),
+            refused: Arc::default(),
         }
+    }
+
+    /// `true` the first time `chat_id` is refused.
+    fn first_refusal(&self, chat_id: i64) -> bool {
+        let mut refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if refused.len() >= REFUSED_CHATS_MAX {
+            refused.clear();
+        }
+        refused.insert(chat_id)
     }
 
     fn asked_import(&self, user_id: i64, at: jiff::Timestamp) {
@@ -523,6 +542,10 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
             dptree::filter(|msg: Message, journal: Arc<Journal>| !allowed(&msg, &journal))
                 .endpoint(refuse::<B>),
         )
+        // Before the commands, which read a caption as a command: a voice note captioned
+        // "/week summary" is still a voice note to keep (SPEC §4), not a command that
+        // drops the recording. (A document captioned `/import` is the import.)
+        .branch(dptree::filter_map(|msg: Message| incoming_voice(&msg)).endpoint(on_voice::<B>))
         .branch(
             dptree::entry()
                 .filter_command::<Command>()
@@ -537,10 +560,6 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
         .branch(
             dptree::filter_map(|msg: Message| msg.document().cloned()).endpoint(on_document::<B>),
         )
-        // Before the commands, which read a caption as a command: a voice note captioned
-        // "/week summary" is still a voice note to keep (SPEC §4), not a command that
-        // drops the recording. (A document captioned `/import` is the import.)
-        .branch(dptree::filter_map(|msg: Message| incoming_voice(&msg)).endpoint(on_voice::<B>))
         .branch(
             dptree::filter_map(|msg: Message| msg.location().cloned()).endpoint(on_location::<B>),
         )
@@ -651,6 +670,9 @@ async fn refuse<B: TgBot>(
         chat_id = msg.chat.id.0,
         "message from a user not on the allowed list"
     );
+    if !messenger.first_refusal(msg.chat.id.0) {
+        return Ok(());
+    }
     let reply = Reply::new().text(Texts(language).not_allowed());
     send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
     Ok(())

@@ -840,6 +840,14 @@ async fn users_outside_the_allowed_list_get_one_polite_refusal() {
         refused[0].text()
     );
     app.telegram.wait_sent(22, 1).await;
+    // Two more: taken (confirmed), not answered again (one refusal, not one a message).
+    app.telegram.push_update(text_update(23, 2, "Please?"));
+    let last = app.telegram.push_update(text_update(23, 3, "Hello?"));
+    support::wait_until("both are taken", Duration::from_secs(20), || async {
+        app.telegram.confirmed_below() > last
+    })
+    .await;
+    assert_eq!(app.telegram.sent_to(23).len(), 1);
     assert_eq!(
         app.count("SELECT count(*) FROM day_logs WHERE user_id = 23")
             .await,
