@@ -113,6 +113,14 @@ enum Transcribed {
     NoProvider,
 }
 
+/// The metrics of an analysis round.
+enum Gathered {
+    /// Asked for in this round.
+    Answered(Metrics),
+    /// Kept from an earlier round of the same text, whose analysis failed.
+    Earlier(Metrics),
+}
+
 /// What became of one analysis round.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decided {
@@ -1333,11 +1341,23 @@ impl Journal {
             self.store.refusals(log.id).await?
         };
         let sink = RefusalWatch::new(self.store.call_sink(Some(log.id)));
+        // Metrics an earlier round of this very text got (its analysis failed) are not
+        // asked for again: they cost a request, and in an outage they might be lost to
+        // defaults on the round that finally has an analysis.
+        let earlier = log.metrics.clone().filter(|m| !m.is_all_defaulted());
+        let metrics_round = async {
+            if let Some(stored) = &earlier {
+                return Ok(Gathered::Earlier(stored.clone()));
+            }
+            self.llm
+                .run_excluding(Task::Metrics, &metrics_request, &sink, &refused)
+                .await
+                .map(|completion| Gathered::Answered(Metrics::from_llm_text(&completion.text)))
+        };
         let (analysis, metrics) = tokio::join!(
             self.llm
                 .run_excluding(Task::Analysis, &analysis_request, &sink, &refused),
-            self.llm
-                .run_excluding(Task::Metrics, &metrics_request, &sink, &refused),
+            metrics_round,
         );
         let spent = self.llm.take_new_daily_budgets();
         if !spent.is_empty()
@@ -1352,11 +1372,12 @@ impl Journal {
                 .record_refusals(log.id, &log.text, &newly_refused)
                 .await?;
         }
-        let metrics = match metrics {
-            Ok(completion) => Metrics::from_llm_text(&completion.text),
+        let (metrics, answered) = match metrics {
+            Ok(Gathered::Earlier(metrics)) => (metrics, false),
+            Ok(Gathered::Answered(metrics)) => (metrics, true),
             Err(error) => {
                 tracing::warn!(log_id = log.id.get(), %error, "metrics cascade failed; defaults stored");
-                Metrics::defaults()
+                (Metrics::defaults(), false)
             }
         };
         match analysis {
@@ -1412,6 +1433,11 @@ impl Journal {
                     Some(back_in) => (back_in, Waiting::Budget),
                     None => (self.retry_delay(log.attempts), Waiting::Provider),
                 };
+                if answered && !metrics.is_all_defaulted() {
+                    self.store
+                        .keep_metrics(log.id, &log.text, &metrics.to_json())
+                        .await?;
+                }
                 if !self
                     .store
                     .mark_retry(log.id, &log.text, retry_in, why)

@@ -109,6 +109,30 @@ impl Store {
         .await
     }
 
+    /// The metrics a round got for `text` although its analysis failed: kept with the
+    /// pending log, so the next round asks only for the analysis. Nothing when the
+    /// text changed meanwhile (an edit clears the metrics with the text).
+    pub async fn keep_metrics(
+        &self,
+        id: LogId,
+        text: &str,
+        metrics_json: &str,
+    ) -> Result<(), StoreError> {
+        retry_busy("keep_metrics", || async {
+            sqlx::query(
+                "UPDATE day_logs SET metrics = ?3
+                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
+            )
+            .bind(id)
+            .bind(text)
+            .bind(metrics_json)
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
     /// A provider answered again: every pending log whose analysis is waiting out the
     /// retry schedule after a failure ([`Waiting::Provider`]) is due now, so the worker
     /// answers what an outage left behind at once rather than up to

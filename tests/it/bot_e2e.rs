@@ -1532,3 +1532,70 @@ async fn with_no_key_configured_the_user_is_told_no_provider_is_set_up() {
     assert_eq!(provider_requests(&app).await, 0, "nothing was called");
     app.stop().await;
 }
+
+/// Metrics that came back in a round whose analysis failed are kept with the pending
+/// entry: the round that finally has an analysis does not ask for them again, and an
+/// outage of the metrics' providers by then does not turn them into defaults.
+#[tokio::test]
+async fn metrics_got_in_a_failed_round_are_kept_for_the_round_that_answers() {
+    let app = App::spawn().await;
+    // Round one: Groq answers the metrics, every analysis step answers 503.
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).set_body_string("overloaded"))
+        .mount(&app.providers.mistral)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).set_body_string("overloaded"))
+        .mount(&app.providers.gemini)
+        .await;
+    app.providers
+        .answer_metrics(r#"{"mood":2,"stress":5,"energy":2,"productivity":1,"sleep_hours":4,"activities":["work"],"emotions":["tired"],"summary":"Worn out"}"#)
+        .await;
+    app.telegram
+        .push_update(text_update(61, 1, "Worn out after a long shift."));
+    let told = app.telegram.wait_sent(61, 1).await;
+    assert!(
+        visible(told[0].text()).contains("will follow"),
+        "{}",
+        told[0].text()
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE status = 'pending' AND json_extract(metrics, '$.mood') = 2")
+            .await,
+        1,
+        "kept with the pending entry"
+    );
+
+    // Round two: the analysis answers, Groq is down.
+    app.providers.reset().await;
+    app.providers.answer_analysis(ANALYSIS_TEXT).await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).set_body_string("overloaded"))
+        .mount(&app.providers.groq)
+        .await;
+    let sent = app.telegram.wait_sent(61, 2).await;
+
+    assert!(
+        visible(sent[1].text()).contains(ANALYSIS_TEXT),
+        "{}",
+        sent[1].text()
+    );
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE status = 'analyzed'
+             AND json_extract(metrics, '$.mood') = 2 AND json_extract(metrics, '$.stress') = 5"
+        )
+        .await,
+        1
+    );
+    assert!(
+        app.providers
+            .groq
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .is_empty(),
+        "the metrics were not asked for again"
+    );
+    app.stop().await;
+}
