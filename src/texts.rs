@@ -859,8 +859,8 @@ impl Texts {
 
     pub fn digest_refused(self) -> &'static str {
         self.pick(
-            "The AI refused to write this week's digest. Your entries are all saved; /stats shows your week.",
-            "ИИ отказался писать обзор этой недели. Все записи сохранены; /stats покажет неделю.",
+            "The AI refused to write this week's digest. Your entries are all saved; /stats 7 shows your week.",
+            "ИИ отказался писать обзор этой недели. Все записи сохранены; /stats 7 покажет неделю.",
         )
     }
 
