@@ -186,13 +186,13 @@ pub const SEARCH_SQL: &str = "WITH candidates AS (
          WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
          ORDER BY day_logs_fts.rowid DESC LIMIT ?6),
      best AS (
-         SELECT id, created_at, score FROM candidates
+         SELECT id, created_at, score, count(*) OVER () AS matched FROM candidates
          ORDER BY score, created_at DESC, id DESC LIMIT ?5)
      SELECT d.id,
          coalesce(d.local_day, date(d.created_at)) AS day,
          snippet(day_logs_fts, 0, ?3, ?4, ?7, 16) AS snippet,
          d.text AS text,
-         (SELECT count(*) FROM candidates) AS matched
+         best.matched AS matched
      FROM best
      CROSS JOIN day_logs d ON d.id = best.id
      CROSS JOIN day_logs_fts ON day_logs_fts.rowid = best.id
