@@ -1108,7 +1108,9 @@ impl Journal {
             .collect())
     }
 
-    /// An edited message: new text, analysed again. A message never stored is a new log.
+    /// An edited message: new text, analysed again. A message never stored is a new log,
+    /// unless the user erased their data (`/delete`) after sending it: its entry does
+    /// not come back.
     pub async fn accept_edit(&self, msg: Incoming) -> Result<Option<Accepted>, EntryError> {
         let Some(log) = self
             .store
@@ -1116,6 +1118,19 @@ impl Journal {
             .await
             .map_err(EntryError::NotSaved)?
         else {
+            if let Some(sent_at) = msg.sent_at
+                && self
+                    .store
+                    .erased_after(UserId(msg.user_id), sent_at)
+                    .await
+                    .map_err(EntryError::NotSaved)?
+            {
+                tracing::info!(
+                    user_id = msg.user_id,
+                    "edit of a message sent before the user's /delete; not stored again"
+                );
+                return Ok(None);
+            }
             return self.accept_text(msg).await;
         };
         tracing::info!(log_id = log.id.get(), "day log edited");

@@ -282,8 +282,12 @@ impl Texts {
     pub fn deleted(self, entries: u64) -> String {
         let entries = self.entries(entries);
         match self.0 {
-            Language::En => format!("Done: {entries} and all your data are deleted."),
-            Language::Ru => format!("Готово: {entries} и все твои данные удалены."),
+            Language::En => format!(
+                "Done: {entries} and all your data are deleted. Only the time of this deletion is kept, so that editing an old message does not bring it back."
+            ),
+            Language::Ru => format!(
+                "Готово: {entries} и все твои данные удалены. Сохранено только время удаления — чтобы правка старого сообщения не вернула его обратно."
+            ),
         }
     }
 

@@ -164,9 +164,32 @@ impl Store {
                 .bind(user_id)
                 .execute(&mut *tx)
                 .await?;
+            sqlx::query(
+                "INSERT INTO erasures (user_id, erased_at) VALUES (?1, datetime('now'))
+                 ON CONFLICT (user_id) DO UPDATE SET erased_at = excluded.erased_at",
+            )
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
             Ok(logs)
         }))
         .await
+    }
+
+    /// Whether the user erased their data (`/delete`) after a message sent at `sent_at`:
+    /// an edit of such a message must not bring its entry back.
+    pub async fn erased_after(
+        &self,
+        user_id: UserId,
+        sent_at: jiff::Timestamp,
+    ) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM erasures WHERE user_id = ?1 AND erased_at >= ?2)",
+        )
+        .bind(user_id)
+        .bind(crate::time::sql_timestamp(sent_at))
+        .fetch_one(&self.read)
+        .await?)
     }
 }

@@ -741,6 +741,22 @@ async fn delete_after_confirmation_removes_every_row_of_that_user_and_no_other()
             .await,
         1
     );
+
+    // A typo fixed in the deleted entry's message does not bring it back.
+    let told = app.telegram.sent_to(19).len();
+    let edit = app
+        .telegram
+        .push_update(edited_update(19, 1, "Mine, without the typo."));
+    support::wait_until("the edit is taken", WAIT, || async {
+        app.telegram.confirmed_below() > edit
+    })
+    .await;
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE user_id = 19")
+            .await,
+        0
+    );
+    assert_eq!(app.telegram.sent_to(19).len(), told, "nothing said");
     app.stop().await;
 }
 
