@@ -1556,11 +1556,14 @@ impl Journal {
         author: &Author,
         known: Known,
     ) -> Result<UserContext, StoreError> {
-        let today = self.local_day(&author.zone, self.now());
-        let week_start = today
-            .checked_sub(jiff::Span::new().days(6))
-            .unwrap_or(today);
-        let days = self.store.daily_metrics(log.user_id, week_start).await?;
+        // The week up to the entry's own day: an entry answered days late (an outage)
+        // is compared with the days before it, not with days written after it.
+        let day = log
+            .local_day
+            .unwrap_or_else(|| self.local_day(&author.zone, self.now()));
+        let week_start = day.checked_sub(jiff::Span::new().days(6)).unwrap_or(day);
+        let mut days = self.store.daily_metrics(log.user_id, week_start).await?;
+        days.retain(|metrics| metrics.day <= day);
         let spoken = match known.spoken {
             Some(spoken) => spoken,
             None => self.store.voice_note(log.id).await?.is_some(),

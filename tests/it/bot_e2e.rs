@@ -1615,3 +1615,59 @@ async fn metrics_got_in_a_failed_round_are_kept_for_the_round_that_answers() {
     );
     app.stop().await;
 }
+
+/// An entry answered days late (an outage) is compared with the week up to its own day:
+/// the days written after it are not in its context as "recent days".
+#[tokio::test]
+async fn a_late_analysis_is_compared_with_the_days_before_its_entry_not_after() {
+    let app = App::spawn_with(|env| {
+        for key in [
+            "DAYLOG__WORKER__RETRY_MIN_MS",
+            "DAYLOG__WORKER__RETRY_MAX_MS",
+        ] {
+            env.insert(key.to_owned(), "3600000".to_owned());
+        }
+    })
+    .await;
+    let at = |text: &str| text.parse::<jiff::Timestamp>().expect("moment");
+    // Tuesday 1 December: written during an outage.
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    app.providers.all_down().await;
+    app.telegram.push_update(support::telegram::text_update_at(
+        62,
+        1,
+        "Tuesday, written in the outage.",
+        at("2026-12-01T20:00:00Z").as_second(),
+    ));
+    app.telegram.wait_sent(62, 1).await;
+
+    // Thursday 3 December: the providers are back, a new entry is answered, and the
+    // Tuesday one with it.
+    app.clock.set(at("2026-12-03T20:00:00Z"));
+    app.providers.reset().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(support::telegram::text_update_at(
+        62,
+        2,
+        "Thursday.",
+        at("2026-12-03T20:00:00Z").as_second(),
+    ));
+    app.telegram.wait_sent(62, 3).await;
+
+    let prompts: Vec<String> = app
+        .providers
+        .mistral
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+        .filter_map(|b| b["messages"][1]["content"].as_str().map(str::to_owned))
+        .collect();
+    let tuesday = prompts
+        .iter()
+        .find(|p| p.contains("Tuesday, written in the outage."))
+        .expect("the late analysis's prompt");
+    assert!(!tuesday.contains("2026-12-03"), "{tuesday}");
+    app.stop().await;
+}
