@@ -123,9 +123,16 @@ impl Metrics {
     /// validated by [`Metrics::from_value`]; all defaults if no object is found.
     pub fn from_llm_text(raw: &str) -> Self {
         match json_repair::repair(raw) {
-            Some(value) => Self::from_value(&value),
+            Some(value) => Self::from_value(unwrapped(&value)),
             None => Self::defaults(),
         }
+    }
+
+    /// Whether an answer gives at least one metric: an object with none (`{}`,
+    /// `{"error": "…"}`, reasoning cut off before the object) is no answer, and the
+    /// metrics cascade asks its next model instead of defaulting every field.
+    pub fn answer_holds_metrics(raw: &str) -> bool {
+        !Self::from_llm_text(raw).is_all_defaulted()
     }
 
     /// Validates a JSON value field by field (SPEC §6). A value that is not an object
@@ -371,6 +378,26 @@ fn format_hours(hours: f64) -> String {
     }
 }
 
+/// The object that holds the metrics: `value` itself, or the one object among its
+/// values when it has no metric field of its own (`{"metrics": {"mood": 4, …}}`, a
+/// wrapper some models add).
+fn unwrapped(value: &Value) -> &Value {
+    let Some(obj) = value.as_object() else {
+        return value;
+    };
+    if FIELDS.iter().any(|field| obj.contains_key(*field)) {
+        return value;
+    }
+    let mut inner = obj.values().filter(|v| {
+        v.as_object()
+            .is_some_and(|o| FIELDS.iter().any(|field| o.contains_key(*field)))
+    });
+    match (inner.next(), inner.next()) {
+        (Some(only), None) => only,
+        _ => value,
+    }
+}
+
 /// Trimmed, inner whitespace collapsed, lower-case, at most `max_chars` characters,
 /// empties dropped, unique, at most `max_items` (an answer's: 40 and 10).
 fn normalize<'a>(
@@ -427,6 +454,26 @@ mod tests {
             }
         }
         base
+    }
+
+    #[test]
+    fn an_answer_with_no_metric_is_no_answer_and_a_wrapper_is_looked_into() {
+        for none in [
+            "{}",
+            r#"{"error": "I can't assess this entry"}"#,
+            "<think>The mood is",
+            r#"{"a": {"mood": 4}, "b": {"mood": 2}}"#,
+        ] {
+            assert!(!Metrics::answer_holds_metrics(none), "{none}");
+        }
+        let wrapped = r#"{"metrics": {"mood": 4, "stress": 2, "activities": ["run"]}}"#;
+        assert!(Metrics::answer_holds_metrics(wrapped));
+        let m = Metrics::from_llm_text(wrapped);
+        assert_eq!((m.mood(), m.stress()), (4, 2));
+        assert_eq!(m.activities(), ["run"]);
+        // A field of its own: the object itself, whatever else it holds.
+        let own = r#"{"mood": 5, "extra": {"mood": 1}}"#;
+        assert_eq!(Metrics::from_llm_text(own).mood(), 5);
     }
 
     #[test]
