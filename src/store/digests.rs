@@ -269,7 +269,7 @@ impl Store {
     }
 
     /// (local day, summary) of the user's entries on `first..=last`, oldest first, at
-    /// most `limit`. An entry without a summary yet (still pending when the digest is
+    /// most `limit`, every day of them represented. An entry without a summary yet (still pending when the digest is
     /// due, or given up on) stands in with the start of its text, so that a week written
     /// during an outage is not looked back on without its last days. The text of an
     /// entry a model refused (`blocked`, or pending with a refusal on record while
@@ -285,18 +285,24 @@ impl Store {
         last: jiff::civil::Date,
         limit: i64,
     ) -> Result<Vec<(jiff::civil::Date, String)>, StoreError> {
-        let rows: Vec<(i64, String, String)> = sqlx::query_as(
-            "SELECT id, local_day, line FROM (
-                 SELECT id, local_day, created_at,
-                        coalesce(nullif(trim(json_extract(metrics, '$.summary')), ''),
-                                 CASE WHEN status <> 'blocked' AND NOT EXISTS (
-                                          SELECT 1 FROM llm_refusals r
-                                          WHERE r.day_log_id = day_logs.id)
-                                      THEN substr(trim(text), 1, ?5) END) AS line
-                 FROM day_logs
-                 WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3)
-             WHERE coalesce(line, '') <> ''
-             ORDER BY local_day, created_at, id LIMIT ?4",
+        // A week of more than `limit` entries keeps every day: each day's first entry,
+        // then each day's second, and so on (not the oldest `limit`, which left a busy
+        // week's digest without its weekend), shown in order.
+        let mut rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+            "SELECT id, local_day, line, nth FROM (
+                 SELECT id, local_day, line,
+                        row_number() OVER (PARTITION BY local_day ORDER BY created_at, id) AS nth
+                 FROM (
+                     SELECT id, local_day, created_at,
+                            coalesce(nullif(trim(json_extract(metrics, '$.summary')), ''),
+                                     CASE WHEN status <> 'blocked' AND NOT EXISTS (
+                                              SELECT 1 FROM llm_refusals r
+                                              WHERE r.day_log_id = day_logs.id)
+                                          THEN substr(trim(text), 1, ?5) END) AS line
+                     FROM day_logs
+                     WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3)
+                 WHERE coalesce(line, '') <> '')
+             ORDER BY nth, local_day LIMIT ?4",
         )
         .bind(user_id)
         .bind(first.to_string())
@@ -305,9 +311,10 @@ impl Store {
         .bind(TEXT_STAND_IN_CHARS)
         .fetch_all(&self.read)
         .await?;
+        rows.sort_by(|a, b| (&a.1, a.3).cmp(&(&b.1, b.3)));
         Ok(rows
             .into_iter()
-            .filter_map(|(id, day, summary)| {
+            .filter_map(|(id, day, summary, _)| {
                 let day = listed_date("day_logs", user_id, Some(id), "local_day", &day)?;
                 Some((day, summary))
             })

@@ -1541,3 +1541,33 @@ async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
         ]
     );
 }
+
+/// A week of more entries than a digest is written from keeps every day: each day's
+/// first entry, then each day's second, in order (not the oldest few, which left a busy
+/// week's digest without its last days).
+#[tokio::test]
+async fn a_busy_weeks_summaries_keep_every_day() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    for n in 1..=5 {
+        let id = log(&db.store, 1, n, &format!("Monday {n}")).await.id();
+        let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+        sqlx::query("UPDATE day_logs SET local_day = ?2 WHERE id = ?1")
+            .bind(id)
+            .bind(days_ago(6).to_string())
+            .execute(&writer)
+            .await
+            .expect("an earlier day");
+        writer.close().await;
+    }
+    log(&db.store, 1, 6, "Sunday").await;
+
+    let summaries = db
+        .store
+        .summaries_between(UserId(1), days_ago(6), today(), 3)
+        .await
+        .expect("summaries");
+
+    let lines: Vec<&str> = summaries.iter().map(|(_, line)| line.as_str()).collect();
+    assert_eq!(lines, ["Monday 1", "Monday 2", "Sunday"]);
+}
