@@ -13,6 +13,7 @@
 //!   `yoga`, it is noise).
 //! - A number at the very end is dropped: nothing shows it is complete (`6` may be the
 //!   start of `6.5`). A comma, bracket or brace after it does (`{"mood": 4, "stre`).
+//!   So is a number in quotes cut before its closing quote (`"sleep_hours": "7`).
 //! - A bare word that is not JSON (`NaN`, `None`, `Infinity`, `four`) becomes `null`, so
 //!   one odd field is defaulted instead of losing the whole object; `True`/`False` are
 //!   read as booleans, `+4`/`.5` as numbers, bare keys (`{mood: 4}`) are quoted.
@@ -245,7 +246,11 @@ impl<'a> Scanner<'a> {
                             }
                         }
                         StrEnd::Truncated => {
-                            let keep = expect == Expect::Value && self.top_kind() == Kind::Object;
+                            // A cut number in quotes (`"7` of `"7.5"`) is dropped as a
+                            // bare one is: nothing shows it is complete.
+                            let keep = expect == Expect::Value
+                                && self.top_kind() == Kind::Object
+                                && !is_number_start(&self.out[mark..]);
                             if keep {
                                 self.out.push('"');
                                 self.value_done();
@@ -508,6 +513,16 @@ fn literal(word: &str) -> Cow<'_, str> {
     }
 }
 
+/// Whether the start of a string value cut off (its separator and opening quote
+/// included) is the start of a number: digits, with a sign, point or comma.
+fn is_number_start(emitted: &str) -> bool {
+    let text = emitted.trim_start_matches([',', '"']).trim();
+    text.bytes().any(|b| b.is_ascii_digit())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b',' | b'+' | b'-' | b' '))
+}
+
 /// A bare word cut by the end of the input. Only a literal that cannot grow is kept: a
 /// number with nothing after it may be the `6` of `6.5` or the `1` of `15`, and storing
 /// a wrong value is worse than a default.
@@ -625,6 +640,21 @@ mod tests {
                 "number at the end may be partial",
                 r#"{"mood": 4, "sleep_hours": 6"#,
                 Some(json!({"mood": 4})),
+            ),
+            (
+                "truncated number in quotes dropped, as a bare one is",
+                r#"{"mood": "4", "sleep_hours": "7"#,
+                Some(json!({"mood": "4"})),
+            ),
+            (
+                "truncated quoted decimal dropped",
+                r#"{"mood": "4", "sleep_hours": "7."#,
+                Some(json!({"mood": "4"})),
+            ),
+            (
+                "truncated summary with a number in it kept",
+                r#"{"mood": 4, "summary": "slept 7 hours and"#,
+                Some(json!({"mood": 4, "summary": "slept 7 hours and"})),
             ),
             (
                 "truncated decimal point",
