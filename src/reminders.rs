@@ -32,6 +32,10 @@ const BATCH: i64 = 1000;
 /// limits; this only bounds the tasks waiting in it.
 const CONCURRENCY: usize = 64;
 
+/// A reminder from this hour (to the day's start) is an evening one; earlier, it is
+/// said as one in the day.
+const EVENING_FROM_HOUR: u8 = 17;
+
 /// What to do with one due reminder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -325,7 +329,10 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
         advanced_to,
     } = send;
     let language = reminder.language;
-    let text = Texts(language).reminder(variant(reminder.user_id.get(), day));
+    let evening = reminder.local_time.is_none_or(|time| {
+        time.hour() >= EVENING_FROM_HOUR || time.hour() < journal.settings().journal.day_starts_hour
+    });
+    let text = Texts(language).reminder(variant(reminder.user_id.get(), day), evening);
     let target = Target {
         chat_id: reminder.chat_id.get(),
         reply_to: None,

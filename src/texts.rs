@@ -542,7 +542,23 @@ impl Texts {
     }
 
     /// One of a few reminder texts (`variant` picks, modulo their number).
-    pub fn reminder(self, variant: usize) -> &'static str {
+    /// The daily reminder; `evening` unless its time is in the day (from the day's
+    /// start to 17:00), when a sentence about the evening or the day's end is untrue.
+    pub fn reminder(self, variant: usize, evening: bool) -> &'static str {
+        const EN_DAY: [&str; 2] = [
+            "How is your day going? A few lines are enough.",
+            "A minute for your journal? Tell me how the day is going.",
+        ];
+        const RU_DAY: [&str; 2] = [
+            "Как проходит день? Хватит пары строк.",
+            "Найдётся минута для дневника? Расскажи, как проходит день.",
+        ];
+        if !evening {
+            return match self.0 {
+                Language::En => EN_DAY[variant % EN_DAY.len()],
+                Language::Ru => RU_DAY[variant % RU_DAY.len()],
+            };
+        }
         const EN: [&str; 4] = [
             "How was your day? A few lines are enough.",
             "Evening check-in: what stood out today?",
@@ -905,6 +921,19 @@ impl Texts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reminder_in_the_day_says_nothing_of_the_evening() {
+        for language in [Language::En, Language::Ru] {
+            for variant in 0..4 {
+                let said = Texts(language).reminder(variant, false).to_lowercase();
+                for evening in ["evening", "day ends", "вечер", "закончился"] {
+                    assert!(!said.contains(evening), "{said}");
+                }
+            }
+        }
+        assert!(Texts(Language::En).reminder(1, true).contains("Evening"));
+    }
 
     #[test]
     fn russian_counts_take_one_of_three_forms() {

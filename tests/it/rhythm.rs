@@ -28,8 +28,10 @@ fn at(text: &str) -> Timestamp {
 
 fn is_reminder(call: &Call) -> bool {
     (0..4).any(|i| {
-        call.text() == Texts(Language::En).reminder(i)
-            || call.text() == Texts(Language::Ru).reminder(i)
+        [true, false].into_iter().any(|evening| {
+            call.text() == Texts(Language::En).reminder(i, evening)
+                || call.text() == Texts(Language::Ru).reminder(i, evening)
+        })
     })
 }
 
