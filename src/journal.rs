@@ -100,8 +100,10 @@ pub struct IncomingVoice {
 enum Transcribed {
     /// The transcript is stored: the log, with it as its text.
     Text(Box<DayLog>),
-    /// Not now; the log stays pending and the worker tries again.
-    Pending,
+    /// Not now; the log stays pending and the worker tries again. `refused`: every
+    /// step refused the request itself (a 4xx such as a format it cannot read), not a
+    /// passing outage, which the user is not told is one.
+    Pending { refused: bool },
     /// The recording cannot be fetched any more.
     Gone,
     /// Someone else stored a transcript meanwhile (or the log is no longer pending).
@@ -892,14 +894,15 @@ impl Journal {
                 self.analyse_and_answer(messenger, *log, author, Known::default(), late, claim)
                     .await
             }
-            Transcribed::Pending => {
+            Transcribed::Pending { refused } => {
                 if !late {
-                    self.notify(
-                        messenger,
-                        &log,
-                        Reply::new().text(texts.saved_voice_pending()),
-                    )
-                    .await;
+                    let sentence = if refused {
+                        texts.saved_voice_refused()
+                    } else {
+                        texts.saved_voice_pending()
+                    };
+                    self.notify(messenger, &log, Reply::new().text(sentence))
+                        .await;
                 }
                 Ok(())
             }
@@ -974,7 +977,7 @@ impl Journal {
                 {
                     return Ok(Transcribed::Superseded);
                 }
-                return Ok(Transcribed::Pending);
+                return Ok(Transcribed::Pending { refused: false });
             }
         };
         let sink = self.store.call_sink(Some(log.id));
@@ -1004,7 +1007,9 @@ impl Journal {
                     return Ok(Transcribed::Superseded);
                 }
                 tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "transcription cascade failed; log stays pending");
-                Ok(Transcribed::Pending)
+                Ok(Transcribed::Pending {
+                    refused: error.every_attempt_refused(),
+                })
             }
         }
     }

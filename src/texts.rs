@@ -676,6 +676,15 @@ impl Texts {
         }
     }
 
+    /// Every transcription step refused the recording itself (most often a format it
+    /// cannot read); the note is kept and tried again.
+    pub fn saved_voice_refused(self) -> &'static str {
+        self.pick(
+            "Saved your voice note, but the transcription service refused this recording (most often a format it cannot read). I will try again later; a voice message recorded in Telegram always works.",
+            "Голосовое сохранено, но сервис расшифровки не принял эту запись (чаще всего это формат, который он не читает). Попробую ещё раз позже; голосовое сообщение, записанное в Telegram, читается всегда.",
+        )
+    }
+
     /// The recording cannot be fetched any more (deleted, or the file is gone).
     pub fn voice_unavailable(self) -> &'static str {
         self.pick(

@@ -260,6 +260,23 @@ impl CascadeError {
         matches!(self, Self::Blocked { .. })
     }
 
+    /// Every attempt was refused as a request (400, 413, 415, 422: a format or a
+    /// size the provider will not take), none failed for a passing reason. Kept
+    /// pending all the same, as a wrong model name answers so too; only said so.
+    pub fn every_attempt_refused(&self) -> bool {
+        let errors = self.errors();
+        !errors.is_empty()
+            && errors.iter().all(|attempt| {
+                matches!(
+                    attempt.error,
+                    LlmError::BadRequest {
+                        status: 400 | 413 | 415 | 422,
+                        ..
+                    }
+                )
+            })
+    }
+
     /// Every failed attempt, in the order they ended.
     pub fn errors(&self) -> &[AttemptError] {
         match self {

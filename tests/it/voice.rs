@@ -691,3 +691,42 @@ async fn a_voice_note_captioned_with_a_command_is_kept_as_a_voice_note() {
     );
     app.stop().await;
 }
+
+/// Every transcription step refusing the recording itself (Whisper's 400 for a format
+/// it cannot read) is not said to be an outage: the user is told the service refused
+/// this recording; the note stays saved and is tried again.
+#[tokio::test]
+async fn a_recording_every_step_refuses_is_not_said_to_be_an_outage() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    wiremock::Mock::given(wiremock::matchers::path("/v1/audio/transcriptions"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(400).set_body_json(serde_json::json!({
+                "error": {"message": "could not process file - is it a valid media file?",
+                          "type": "invalid_request_error"}
+            })),
+        )
+        .mount(&app.providers.groq)
+        .await;
+    app.telegram
+        .add_file("audio-2", "music/file_3.amr", &voice_fixture());
+
+    app.telegram.push_update(audio_update(
+        46,
+        5,
+        "audio-2",
+        3,
+        voice_fixture().len() as u64,
+    ));
+    let sent = app.telegram.wait_sent(46, 1).await;
+
+    let said = visible(sent[0].text());
+    assert!(said.contains("refused this recording"), "{said}");
+    assert!(!said.contains("not answering"), "{said}");
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE status = 'pending'")
+            .await,
+        1
+    );
+    app.stop().await;
+}
