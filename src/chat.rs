@@ -378,7 +378,7 @@ impl Session {
             Ok(report) => self.terminal.print(&report.sentence(language)),
             Err(error) => {
                 tracing::warn!(%error, user_id = self.user, "import refused");
-                self.terminal.print(error.sentence(language))
+                self.terminal.print(&error.sentence(language))
             }
         }
     }

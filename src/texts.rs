@@ -821,6 +821,19 @@ impl Texts {
         )
     }
 
+    /// A write failed after `imported` entries of the file were stored.
+    pub fn import_failed_part_way(self, imported: u64) -> String {
+        let entries = self.entries(imported);
+        match self.0 {
+            Language::En => format!(
+                "The import could not be saved to the end: {entries} came in, the rest did not. Please send the file again later; what is already there is not imported twice."
+            ),
+            Language::Ru => format!(
+                "Перенос не удалось сохранить до конца: добавлено {entries}, остальное нет. Пришли файл ещё раз позже — то, что уже есть, не добавится дважды."
+            ),
+        }
+    }
+
     pub fn import_failed(self) -> &'static str {
         self.pick(
             "The import could not be saved; nothing was imported. Please try again later.",

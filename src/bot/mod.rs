@@ -940,7 +940,7 @@ async fn import_document<B: TgBot>(
                 Ok(report) => report.sentence(language),
                 Err(error) => {
                     tracing::warn!(%error, user_id, "import refused");
-                    error.sentence(language).to_owned()
+                    error.sentence(language)
                 }
             },
         }

@@ -389,3 +389,49 @@ async fn every_activity_of_a_row_is_imported_past_the_tenth() {
     assert_eq!(metrics.activities().len(), 14);
     assert_eq!(metrics.activities()[13], "activity 14");
 }
+
+/// A large file is stored a chunk at a time (so other users' writes go between), and a
+/// write that fails part-way is said as it is: what came in, and that sending the file
+/// again brings the rest without doubling the rest.
+#[tokio::test]
+async fn an_import_that_fails_part_way_says_what_came_in_and_a_resend_completes_it() {
+    let db = fresh().await;
+    let mut csv = String::from("full_date,date,weekday,time,mood,activities,note_title,note\n");
+    let start = Date::new(2024, 1, 1).expect("date");
+    for i in 0..1200 {
+        let day = start.checked_add(jiff::Span::new().days(i)).expect("day");
+        let _ = writeln!(csv, "{day},,,21:00,good,,,row {i}");
+    }
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query(
+        "CREATE TRIGGER fail_row_700 BEFORE INSERT ON day_logs WHEN NEW.text = 'row 700'
+         BEGIN SELECT RAISE(ABORT, 'the disk is full'); END",
+    )
+    .execute(&writer)
+    .await
+    .expect("trigger");
+
+    let failed = import::import_bytes(&db.journal, ME, csv.as_bytes()).await;
+
+    let Err(failure @ ImportFailure::Store { imported, .. }) = failed else {
+        panic!("not a store failure: {failed:?}");
+    };
+    assert!(imported > 0 && imported < 1200, "{imported}");
+    assert_eq!(rows(&db).await, i64::try_from(imported).expect("small"));
+    let said = failure.sentence(Language::En);
+    assert!(
+        said.contains(&format!("{imported} entries came in")),
+        "{said}"
+    );
+
+    sqlx::query("DROP TRIGGER fail_row_700")
+        .execute(&writer)
+        .await
+        .expect("drop");
+    let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
+        .await
+        .expect("imports");
+    assert_eq!(again.already, imported);
+    assert_eq!(again.imported, 1200 - imported);
+    assert_eq!(rows(&db).await, 1200);
+}
