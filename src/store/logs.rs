@@ -665,6 +665,25 @@ impl Store {
         .await?)
     }
 
+    /// Analyses the user was given in the last hour (answers stored as `ok` in
+    /// `llm_calls`), edits' new analyses included, for the per-user limit: an entry
+    /// edited thirty times is thirty analyses. Only logs written or edited in that hour
+    /// are looked at (through their `llm_calls` index), not the whole history.
+    pub async fn analyses_last_hour(&self, user_id: UserId) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM llm_calls
+             WHERE task = 'analysis' AND outcome = 'ok'
+               AND created_at >= datetime('now', '-1 hour')
+               AND day_log_id IN (
+                   SELECT id FROM day_logs WHERE user_id = ?1
+                     AND (created_at >= datetime('now', '-1 hour')
+                          OR edited_at >= datetime('now', '-1 hour')))",
+        )
+        .bind(user_id)
+        .fetch_one(&self.read)
+        .await?)
+    }
+
     /// The user's last `limit` logs, newest first.
     pub async fn history(&self, user_id: UserId, limit: i64) -> Result<Vec<DayLog>, StoreError> {
         Ok(sqlx::query_as::<_, DayLog>(HISTORY_SQL)

@@ -1671,3 +1671,72 @@ async fn a_late_analysis_is_compared_with_the_days_before_its_entry_not_after() 
     assert!(!tuesday.contains("2026-12-03"), "{tuesday}");
     app.stop().await;
 }
+
+/// The hourly limit counts analyses, an edit's new analysis among them (SPEC §8): one
+/// entry edited again and again is not analysed without end; the edit over the limit
+/// is saved and analysed later.
+#[tokio::test]
+async fn edits_count_toward_the_hourly_limit_on_analyses() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "2".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(63, 1, "First try."));
+    app.telegram.wait_sent(63, 1).await;
+    app.telegram
+        .push_update(edited_update(63, 1, "Second try."));
+    app.telegram.wait_sent(63, 2).await;
+
+    app.telegram.push_update(edited_update(63, 1, "Third try."));
+    let sent = app.telegram.wait_sent(63, 3).await;
+
+    assert!(
+        visible(sent[2].text()).contains("hourly"),
+        "{}",
+        sent[2].text()
+    );
+    assert_eq!(app.providers.analysis_requests().await, 2);
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE chat_id = 63 AND status = 'pending'
+             AND waiting_for = 'deferred' AND text = 'Third try.'"
+        )
+        .await,
+        1
+    );
+    app.stop().await;
+}
+
+/// Entries deferred by the hourly limit are not all analysed at once when they come
+/// back: the worker's try honours the limit too, and defers them again, silently.
+#[tokio::test]
+async fn deferred_entries_coming_back_still_honour_the_hourly_limit() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "1".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    for (id, text) in [(1, "One."), (2, "Two."), (3, "Three.")] {
+        app.telegram.push_update(text_update(64, id, text));
+    }
+    app.telegram.wait_sent(64, 3).await;
+
+    // Both deferred entries are due again (as an hour later), within the same hour's
+    // analyses (the first one's).
+    app.write("UPDATE day_logs SET next_attempt_at = datetime('now') WHERE chat_id = 64 AND status = 'pending'")
+        .await;
+    wait_until(|| async {
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE chat_id = 64 AND status = 'pending'
+             AND next_attempt_at > datetime('now', '+30 minutes')",
+        )
+        .await
+            == 2
+    })
+    .await;
+
+    assert_eq!(app.providers.analysis_requests().await, 1);
+    assert_eq!(app.telegram.sent_to(64).len(), 3, "nothing more said");
+    app.stop().await;
+}
