@@ -199,6 +199,15 @@ pub const SEARCH_SQL: &str = "WITH candidates AS (
      WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
      ORDER BY best.score, best.created_at DESC, best.id DESC";
 
+/// The user's successful analyses of the last hour (see `Store::analyses_last_hour`).
+/// Public for query plans.
+/// `CROSS JOIN` keeps the calls outermost: SQLite would otherwise start from the user's
+/// logs, every one of a long journal's.
+pub const ANALYSES_LAST_HOUR_SQL: &str = "SELECT count(*) FROM llm_calls c
+     CROSS JOIN day_logs d ON d.id = c.day_log_id
+     WHERE c.task = 'analysis' AND c.outcome = 'ok'
+       AND c.created_at >= datetime('now', '-1 hour') AND d.user_id = ?1";
+
 /// `/year`: the average mood of each day of the user's year `?2..=?3`, from the
 /// `daily_metrics` view (whose `mood` skips defaulted values). Public for query plans.
 pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
@@ -666,22 +675,15 @@ impl Store {
     }
 
     /// Analyses the user was given in the last hour (answers stored as `ok` in
-    /// `llm_calls`), edits' new analyses included, for the per-user limit: an entry
-    /// edited thirty times is thirty analyses. Only logs written or edited in that hour
-    /// are looked at (through their `llm_calls` index), not the whole history.
+    /// `llm_calls`), for the per-user limit: an entry edited thirty times is thirty
+    /// analyses, and entries deferred an hour ago count as they are answered. Reads the
+    /// last hour of successful analyses (migration 18's partial index), each joined to
+    /// its log by primary key, not the table.
     pub async fn analyses_last_hour(&self, user_id: UserId) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM llm_calls
-             WHERE task = 'analysis' AND outcome = 'ok'
-               AND created_at >= datetime('now', '-1 hour')
-               AND day_log_id IN (
-                   SELECT id FROM day_logs WHERE user_id = ?1
-                     AND (created_at >= datetime('now', '-1 hour')
-                          OR edited_at >= datetime('now', '-1 hour')))",
-        )
-        .bind(user_id)
-        .fetch_one(&self.read)
-        .await?)
+        Ok(sqlx::query_scalar(ANALYSES_LAST_HOUR_SQL)
+            .bind(user_id)
+            .fetch_one(&self.read)
+            .await?)
     }
 
     /// The user's last `limit` logs, newest first.

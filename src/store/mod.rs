@@ -544,9 +544,9 @@ use calls::CallRecorder;
 pub use calls::CallSink;
 pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DigestStatus, DueDigest};
 pub use logs::{
-    DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts, Inserted, NewImportLog,
-    NewLog, NewVoiceLog, SEARCH_CANDIDATES, SEARCH_LIMIT, SEARCH_SQL, SearchHit, SnippetRun,
-    VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query,
+    ANALYSES_LAST_HOUR_SQL, DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts,
+    Inserted, NewImportLog, NewLog, NewVoiceLog, SEARCH_CANDIDATES, SEARCH_LIMIT, SEARCH_SQL,
+    SearchHit, SnippetRun, VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query,
 };
 pub use read_only::{open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};

@@ -1709,7 +1709,8 @@ async fn edits_count_toward_the_hourly_limit_on_analyses() {
 }
 
 /// Entries deferred by the hourly limit are not all analysed at once when they come
-/// back: the worker's try honours the limit too, and defers them again, silently.
+/// back an hour later: the worker's try honours the limit too (one analysis an hour
+/// here), and defers the rest again, silently.
 #[tokio::test]
 async fn deferred_entries_coming_back_still_honour_the_hourly_limit() {
     let app = App::spawn_with(|env| {
@@ -1722,21 +1723,27 @@ async fn deferred_entries_coming_back_still_honour_the_hourly_limit() {
     }
     app.telegram.wait_sent(64, 3).await;
 
-    // Both deferred entries are due again (as an hour later), within the same hour's
-    // analyses (the first one's).
+    // An hour and a minute later: the entries and the first analysis are that old, and
+    // the two deferred entries are due.
+    app.write("UPDATE day_logs SET created_at = datetime('now', '-61 minutes') WHERE chat_id = 64")
+        .await;
+    app.write("UPDATE llm_calls SET created_at = datetime('now', '-61 minutes')")
+        .await;
     app.write("UPDATE day_logs SET next_attempt_at = datetime('now') WHERE chat_id = 64 AND status = 'pending'")
         .await;
+
+    // Assert: one is analysed and answered; the other waits another hour, unsaid.
+    app.telegram.wait_sent(64, 4).await;
     wait_until(|| async {
         app.count(
             "SELECT count(*) FROM day_logs WHERE chat_id = 64 AND status = 'pending'
              AND next_attempt_at > datetime('now', '+30 minutes')",
         )
         .await
-            == 2
+            == 1
     })
     .await;
-
-    assert_eq!(app.providers.analysis_requests().await, 1);
-    assert_eq!(app.telegram.sent_to(64).len(), 3, "nothing more said");
+    assert_eq!(app.providers.analysis_requests().await, 2);
+    assert_eq!(app.telegram.sent_to(64).len(), 4, "nothing more said");
     app.stop().await;
 }
