@@ -87,6 +87,7 @@ fn migrate_then_sql_lists_the_public_tables() {
             "day_logs_fts",
             "day_logs_search",
             "digests",
+            "erasures",
             "llm_budgets",
             "llm_calls",
             "llm_refusals",
