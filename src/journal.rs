@@ -1165,18 +1165,16 @@ impl Journal {
         _claim: &Claim,
     ) -> Result<(), StoreError> {
         let texts = Texts(author.language);
-        if self.over_hourly_limit(&log).await? {
-            // The worker's try too (deferred entries, come back an hour later, are not
-            // all analysed at once), but only the first is said.
+        // The worker's tries are not held to it: one past `worker.max_age_hours` is the
+        // last before the entry is given up, and a backlog after an outage is no abuse.
+        if !late && self.over_hourly_limit(&log).await? {
             self.store.defer(log.id, Duration::from_secs(3600)).await?;
-            if !late {
-                self.notify(
-                    messenger,
-                    &log,
-                    Reply::new().text(texts.saved_rate_limited()),
-                )
-                .await;
-            }
+            self.notify(
+                messenger,
+                &log,
+                Reply::new().text(texts.saved_rate_limited()),
+            )
+            .await;
             return Ok(());
         }
         // In a block, so that the analysis (which borrows the log) is gone before the
@@ -1317,13 +1315,9 @@ impl Journal {
         if limit == 0 {
             return Ok(false);
         }
-        let limit = i64::from(limit);
         // Entries stored before this one (a burst not analysed yet), or analyses given
         // (an entry edited again and again): either reaching the limit is enough.
-        Ok(
-            self.store.entries_last_hour(log.user_id, log.id).await? >= limit
-                || self.store.analyses_last_hour(log.user_id).await? >= limit,
-        )
+        Ok(self.store.recent_use(log.user_id, log.id).await? >= i64::from(limit))
     }
 
     /// The key variable of the analysis cascade's first provider: the one to set first.

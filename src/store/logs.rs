@@ -199,14 +199,16 @@ pub const SEARCH_SQL: &str = "WITH candidates AS (
      WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
      ORDER BY best.score, best.created_at DESC, best.id DESC";
 
-/// The user's successful analyses of the last hour (see `Store::analyses_last_hour`).
-/// Public for query plans.
-/// `CROSS JOIN` keeps the calls outermost: SQLite would otherwise start from the user's
-/// logs, every one of a long journal's.
-pub const ANALYSES_LAST_HOUR_SQL: &str = "SELECT count(*) FROM llm_calls c
-     CROSS JOIN day_logs d ON d.id = c.day_log_id
-     WHERE c.task = 'analysis' AND c.outcome = 'ok'
-       AND c.created_at >= datetime('now', '-1 hour') AND d.user_id = ?1";
+/// See [`Store::recent_use`]. The analyses are read from the last hour of successful
+/// ones (migration 18's partial index), each joined to its log by rowid; `CROSS JOIN`
+/// keeps that order, as SQLite would otherwise start from all of a long journal's
+/// logs. Public for query plans.
+pub const RECENT_USE_SQL: &str = "SELECT max(
+     (SELECT count(*) FROM day_logs
+      WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')),
+     (SELECT count(*) FROM llm_calls c CROSS JOIN day_logs d ON d.id = c.day_log_id
+      WHERE c.task = 'analysis' AND c.outcome = 'ok'
+        AND c.created_at >= datetime('now', '-1 hour') AND d.user_id = ?1))";
 
 /// `/year`: the average mood of each day of the user's year `?2..=?3`, from the
 /// `daily_metrics` view (whose `mood` skips defaulted values). Public for query plans.
@@ -661,27 +663,14 @@ impl Store {
         .await
     }
 
-    /// Entries the user stored in the hour before log `id` (for the per-user limit on
-    /// analyses: entries beyond it are saved and analysed later).
-    pub async fn entries_last_hour(&self, user_id: UserId, id: LogId) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM day_logs
-             WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')",
-        )
-        .bind(user_id)
-        .bind(id)
-        .fetch_one(&self.read)
-        .await?)
-    }
-
-    /// Analyses the user was given in the last hour (answers stored as `ok` in
-    /// `llm_calls`), for the per-user limit: an entry edited thirty times is thirty
-    /// analyses, and entries deferred an hour ago count as they are answered. Reads the
-    /// last hour of successful analyses (migration 18's partial index), each joined to
-    /// its log by primary key, not the table.
-    pub async fn analyses_last_hour(&self, user_id: UserId) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(ANALYSES_LAST_HOUR_SQL)
+    /// The larger of two counts of the last hour, for the per-user limit on analyses
+    /// (SPEC §8), in one statement: the entries the user stored before log `id` (a
+    /// burst not analysed yet), and the analyses they were given (answers stored as `ok`
+    /// in `llm_calls`: an entry edited thirty times is thirty analyses).
+    pub async fn recent_use(&self, user_id: UserId, id: LogId) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(RECENT_USE_SQL)
             .bind(user_id)
+            .bind(id)
             .fetch_one(&self.read)
             .await?)
     }

@@ -44,7 +44,7 @@ use crate::config::{DatabaseUrlError, database_path};
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// Small typed ids, so that a user id, a chat id, a message id, a log id and a digest id
-/// cannot be passed for one another (`entries_last_hour(user, log)`,
+/// cannot be passed for one another (`recent_use(user, log)`,
 /// `claim(chat, message)`, `insert_digest(user, chat, …)`).
 /// Stored as the plain integers of the schema (`sqlx(transparent)`).
 macro_rules! id_type {
@@ -544,9 +544,9 @@ use calls::CallRecorder;
 pub use calls::CallSink;
 pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DigestStatus, DueDigest};
 pub use logs::{
-    ANALYSES_LAST_HOUR_SQL, DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts,
-    Inserted, NewImportLog, NewLog, NewVoiceLog, SEARCH_CANDIDATES, SEARCH_LIMIT, SEARCH_SQL,
-    SearchHit, SnippetRun, VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query,
+    DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts, Inserted, NewImportLog,
+    NewLog, NewVoiceLog, RECENT_USE_SQL, SEARCH_CANDIDATES, SEARCH_LIMIT, SEARCH_SQL, SearchHit,
+    SnippetRun, VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query,
 };
 pub use read_only::{open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};

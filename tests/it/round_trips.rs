@@ -100,7 +100,7 @@ async fn a_text_entry_costs_the_store_at_most_eight_statements() {
     let _ = bot.kill();
     let _ = bot.wait();
 
-    // upsert_user, insert_log, entries_last_hour, daily_metrics, recent_summaries,
+    // upsert_user, insert_log, recent_use, daily_metrics, recent_summaries,
     // mark_analyzed, entry_days (the streak note), mark_replied. The user row the upsert
     // returns gives the zone and language for the rest; a log just inserted has no
     // voice note and no refusals to ask for; the reply is laid out from the decision
