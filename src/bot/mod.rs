@@ -100,35 +100,54 @@ pub struct Telegram<B> {
     /// is an import). In memory only: after a restart the caption still works.
     import_asked: Arc<std::sync::Mutex<std::collections::HashMap<i64, jiff::Timestamp>>>,
     /// Chats already told that this is a private bot (SPEC §8: one polite refusal, not
-    /// one per message, which in a group would flood it). In memory: a restart may
-    /// repeat it once; past [`REFUSED_CHATS_MAX`] chats the set starts over.
-    refused: Arc<std::sync::Mutex<std::collections::HashSet<i64>>>,
+    /// one per message, which in a group would flood it).
+    refused: Once<i64>,
+    /// Albums (media groups) already told that only text is kept: one answer for ten
+    /// photos sent together, not ten.
+    albums: Once<String>,
 }
 
 /// A document sent this long after `/import` is imported without the caption.
 const IMPORT_WINDOW: Duration = Duration::from_secs(10 * 60);
-/// Refused chats remembered at most (a bound on what strangers can make it hold).
-const REFUSED_CHATS_MAX: usize = 100_000;
+
+/// Keys seen before, to say something once. In memory: a restart may say it once more;
+/// past [`Once::MAX`] keys (what strangers can make it hold) the set starts over.
+struct Once<K>(Arc<std::sync::Mutex<std::collections::HashSet<K>>>);
+
+impl<K> Clone for Once<K> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Once<K> {
+    const MAX: usize = 100_000;
+
+    fn new() -> Self {
+        Self(Arc::default())
+    }
+
+    /// `true` the first time `key` comes.
+    fn first(&self, key: K) -> bool {
+        let mut seen = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() >= Self::MAX {
+            seen.clear();
+        }
+        seen.insert(key)
+    }
+}
 
 impl<B: TgBot> Telegram<B> {
     pub fn new(bot: B) -> Self {
         Self {
             bot,
             import_asked: Arc::default(),
-            refused: Arc::default(),
+            refused: Once::new(),
+            albums: Once::new(),
         }
-    }
-
-    /// `true` the first time `chat_id` is refused.
-    fn first_refusal(&self, chat_id: i64) -> bool {
-        let mut refused = self
-            .refused
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if refused.len() >= REFUSED_CHATS_MAX {
-            refused.clear();
-        }
-        refused.insert(chat_id)
     }
 
     fn asked_import(&self, user_id: i64, at: jiff::Timestamp) {
@@ -670,7 +689,7 @@ async fn refuse<B: TgBot>(
         chat_id = msg.chat.id.0,
         "message from a user not on the allowed list"
     );
-    if !messenger.first_refusal(msg.chat.id.0) {
+    if !messenger.refused.first(msg.chat.id.0) {
         return Ok(());
     }
     let reply = Reply::new().text(Texts(language).not_allowed());
@@ -961,6 +980,11 @@ async fn on_other<B: TgBot>(
     ticket: Ticket,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
+    if let Some(album) = msg.media_group_id()
+        && !messenger.albums.first(album.0.clone())
+    {
+        return Ok(());
+    }
     answer_in_language(&msg, &journal, &messenger, Texts::only_text).await;
     Ok(())
 }

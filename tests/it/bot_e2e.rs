@@ -1707,3 +1707,25 @@ async fn edits_count_toward_the_hourly_limit_on_analyses() {
     );
     app.stop().await;
 }
+
+/// An album of photos (one media group) gets one answer that only text is kept, not
+/// one per photo; a photo sent on its own later is answered again.
+#[tokio::test]
+async fn an_album_of_photos_is_answered_once() {
+    let app = App::spawn().await;
+    let mut last = 0;
+    for id in 1..=4 {
+        let mut update = photo_update(65, id);
+        update["message"]["media_group_id"] = serde_json::json!("album-1");
+        last = app.telegram.push_update(update);
+    }
+    support::wait_until("the album is taken", WAIT, || async {
+        app.telegram.confirmed_below() > last
+    })
+    .await;
+    assert_eq!(app.telegram.sent_to(65).len(), 1);
+
+    app.telegram.push_update(photo_update(65, 5));
+    app.telegram.wait_sent(65, 2).await;
+    app.stop().await;
+}
