@@ -295,9 +295,14 @@ pub async fn set_zone(
     user_id: i64,
     zone: &UserZone,
 ) -> Result<Reply, StoreError> {
+    let before = journal.zone_of(user_id).await;
     journal.store().set_timezone(UserId(user_id), zone).await?;
-    crate::reminders::zone_changed(journal, user_id, zone).await?;
-    crate::digest::reschedule(journal, user_id).await?;
+    // The same zone again moves nothing (a reminder due this very moment stays due);
+    // a new one moves the reminder and the digest to its wall clock.
+    if before.name() != zone.name() {
+        crate::reminders::zone_changed(journal, user_id, zone).await?;
+        crate::digest::reschedule(journal, user_id).await?;
+    }
     tracing::info!(user_id, zone = zone.name(), "time zone set");
     let language = journal.language_of(user_id).await;
     let now = local_clock(zone, journal.now());

@@ -632,6 +632,14 @@ async fn schedule_one(
             .await?;
         return Ok(());
     }
+    // A moment kept across a move east (`/tz Asia/Tokyo` on a UTC Sunday afternoon:
+    // 19:00 UTC is Monday 04:00 there, at most Monday morning anywhere) is still that
+    // Sunday's digest: its week ends on the Sunday, not on the Monday. (A due time that
+    // is no moment, a hand edit, is due now and ends on today, whatever day it is.)
+    let day = match day.weekday() {
+        Weekday::Monday => day.yesterday().unwrap_or(day),
+        _ => day,
+    };
     let (first, last) = week_ending(day);
     let late = now.duration_since(due_at);
     // A digest is delayed by a downtime, not lost (SPEC §10): unlike a reminder it is

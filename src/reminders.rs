@@ -126,11 +126,10 @@ pub async fn zone_changed(
         return Ok(());
     };
     if reminder.enabled {
-        let now = journal.now();
-        let next = zone.next_at(now, time);
+        let next = zone.next_at(journal.now(), time);
         journal
             .store()
-            .reschedule_reminder(UserId(user_id), next, now)
+            .reschedule_reminder(UserId(user_id), next)
             .await?;
     }
     Ok(())

@@ -187,27 +187,21 @@ impl Store {
         .await
     }
 
-    /// A new zone: the reminder (if on) is next due at `next_due_at`, unless it is already
-    /// due at `now` (left to the scheduler, as in [`Store::set_reminder`]).
+    /// A new zone: the reminder (if on) is next due at `next_due_at`. (One due this
+    /// moment is not kept, unlike [`Store::set_reminder`]'s: judged in the new zone it
+    /// could be another local day's, and skip that day's own.)
     pub async fn reschedule_reminder(
         &self,
         user_id: UserId,
         next_due_at: Timestamp,
-        now: Timestamp,
     ) -> Result<(), StoreError> {
         let next_due_at = sql_timestamp(next_due_at);
-        let now = sql_timestamp(now);
         retry_busy("reschedule_reminder", || async {
-            sqlx::query(
-                "UPDATE reminders SET next_due_at = ?2
-                 WHERE user_id = ?1 AND enabled = 1
-                   AND (next_due_at IS NULL OR next_due_at > ?3)",
-            )
-            .bind(user_id)
-            .bind(&next_due_at)
-            .bind(&now)
-            .execute(&self.write)
-            .await?;
+            sqlx::query("UPDATE reminders SET next_due_at = ?2 WHERE user_id = ?1 AND enabled = 1")
+                .bind(user_id)
+                .bind(&next_due_at)
+                .execute(&self.write)
+                .await?;
             Ok(())
         })
         .await

@@ -1397,3 +1397,24 @@ async fn after_a_downtime_of_over_a_week_the_last_sundays_digest_comes() {
         0
     );
 }
+
+/// A move east on a Sunday afternoon (UTC to Tokyo, where it is already evening) keeps
+/// that Sunday's digest, and it covers that week: its moment, Monday 04:00 in Tokyo,
+/// ends the week on the Sunday before it, not on the Monday.
+#[tokio::test]
+async fn a_move_east_on_sunday_keeps_that_weeks_digest_and_its_week() {
+    let app = digest_on_with_two_entries().await;
+
+    // Act: Sunday 6 December, 12:00 UTC (21:00 in Tokyo).
+    app.clock.set(at("2026-12-06T12:00:00Z"));
+    command(&app, 1, 4, "/tz Asia/Tokyo").await;
+    assert_eq!(
+        digest_next_at(&app, 1).await.as_deref(),
+        Some("2026-12-06 19:00:00"),
+        "this Sunday's moment kept"
+    );
+    app.clock.set(at("2026-12-06T19:00:30Z"));
+
+    // Assert: the week of Monday 30 November; next Sunday at 19:00 Tokyo time.
+    digest_sent_once_and_next_at(&app, "2026-11-30", "2026-12-13 10:00:00").await;
+}
