@@ -749,17 +749,18 @@ impl<'a> TaskRun<'a> {
                     spent_ms = duration_ms(spent), "budget spent for now"
                 );
             }
-            // An answer to a request for one JSON object (the metrics') that gives no
-            // metric (an apology, `{}`, reasoning cut by the token limit) is of no use:
-            // unusable, so the next model is asked instead of every metric defaulted.
+            // An answer to a request for one JSON object that holds none (an apology,
+            // reasoning cut by the token limit) is of no use: unusable, so the next
+            // model is asked instead of every metric being defaulted. (An object with no
+            // metric in it, `{}`, is an answer: a trivial entry gets one, and counting it
+            // as a failure would cool the step down for everyone.)
             let result = match (self.input, result) {
                 (Input::Chat(request), Ok((status, text)))
-                    if request.json
-                        && !crate::analysis::metrics::Metrics::answer_holds_metrics(&text) =>
+                    if request.json && crate::analysis::json_repair::repair(&text).is_none() =>
                 {
                     Err(LlmError::Unusable {
                         status,
-                        reason: "the answer holds no metric".to_owned(),
+                        reason: "the answer holds no JSON object".to_owned(),
                     })
                 }
                 (_, result) => result,

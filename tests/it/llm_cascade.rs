@@ -477,43 +477,6 @@ async fn an_answer_without_the_json_asked_for_is_unusable_and_the_next_model_ask
     assert_eq!(answer.model, "m1");
 }
 
-/// A JSON object that gives no metric (`{"error": …}`) is no answer to the metrics'
-/// request either: the next model is asked, not every metric defaulted.
-#[tokio::test]
-async fn a_json_answer_with_no_metric_is_unusable_and_the_next_model_asked() {
-    let refusing = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
-            "choices": [{"message": {"role": "assistant",
-                "content": "{\"error\": \"I cannot assess this entry\"}"},
-                "finish_reason": "stop"}]
-        })))
-        .mount(&refusing)
-        .await;
-    let good = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
-            "choices": [{"message": {"role": "assistant", "content": "{\"mood\": 4}"},
-                "finish_reason": "stop"}]
-        })))
-        .mount(&good)
-        .await;
-    let llm = llm(&config(
-        &[&refusing, &good],
-        &[("a", "m1"), ("b", "m2")],
-        FAST_RETRY,
-    ));
-    let sink = RecordingSink::default();
-
-    let answer = llm
-        .run(Task::Analysis, &request(true), &sink)
-        .await
-        .expect("answer");
-
-    assert_eq!(answer.model, "m2");
-    assert_eq!(sink.count("m1", Outcome::Unusable), 2);
-}
-
 #[tokio::test]
 async fn a_server_that_never_answers_gets_one_attempt_then_the_next_step() {
     let stalled = MockServer::start().await;
