@@ -946,14 +946,9 @@ impl Journal {
     ) -> Result<Transcribed, StoreError> {
         if !self.llm.can_transcribe() {
             // Not worth a download (up to 20 MB at every try) that nothing can use.
-            let retry_in = self.retry_delay(log.attempts);
-            if !self
-                .store
-                .mark_retry(log.id, &log.text, retry_in, Waiting::Transcription)
-                .await?
-            {
+            let Some(retry_in) = self.wait_for_transcription(log).await? else {
                 return Ok(Transcribed::Superseded);
-            }
+            };
             tracing::warn!(
                 log_id = log.id.get(),
                 retry_in_s = retry_in.as_secs(),
@@ -968,15 +963,10 @@ impl Journal {
                 return Ok(Transcribed::Gone);
             }
             Err(FetchError::Transient(reason)) => {
-                let retry_in = self.retry_delay(log.attempts);
-                tracing::warn!(log_id = log.id.get(), %reason, retry_in_s = retry_in.as_secs(), "voice note download failed; log stays pending");
-                if !self
-                    .store
-                    .mark_retry(log.id, &log.text, retry_in, Waiting::Transcription)
-                    .await?
-                {
+                let Some(retry_in) = self.wait_for_transcription(log).await? else {
                     return Ok(Transcribed::Superseded);
-                }
+                };
+                tracing::warn!(log_id = log.id.get(), %reason, retry_in_s = retry_in.as_secs(), "voice note download failed; log stays pending");
                 return Ok(Transcribed::Pending { refused: false });
             }
         };
@@ -998,20 +988,26 @@ impl Journal {
                 None => Ok(Transcribed::Superseded),
             },
             Err(error) => {
-                let retry_in = self.retry_delay(log.attempts);
-                if !self
-                    .store
-                    .mark_retry(log.id, &log.text, retry_in, Waiting::Transcription)
-                    .await?
-                {
+                let Some(retry_in) = self.wait_for_transcription(log).await? else {
                     return Ok(Transcribed::Superseded);
-                }
+                };
                 tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "transcription cascade failed; log stays pending");
                 Ok(Transcribed::Pending {
                     refused: error.every_attempt_refused(),
                 })
             }
         }
+    }
+
+    /// The voice note waits for its transcription again, on the retry schedule: the
+    /// delay, or `None` when the log moved on meanwhile (edited, or answered).
+    async fn wait_for_transcription(&self, log: &DayLog) -> Result<Option<Duration>, StoreError> {
+        let retry_in = self.retry_delay(log.attempts);
+        Ok(self
+            .store
+            .mark_retry(log.id, &log.text, retry_in, Waiting::Transcription)
+            .await?
+            .then_some(retry_in))
     }
 
     /// The worker comes back to this log later without counting an attempt (a

@@ -1004,13 +1004,7 @@ async fn a_stop_while_a_digest_is_written_lets_it_finish_and_be_recorded() {
 #[tokio::test]
 async fn a_remind_just_after_the_sunday_moment_does_not_skip_the_due_digest() {
     // Arrange: the scheduler looks only at its start (a poll far away); two entries.
-    let app = App::spawn_with(|env| {
-        env.insert(
-            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
-            "600000".to_owned(),
-        );
-    })
-    .await;
+    let app = with_a_far_scheduler().await;
     healthy(&app.providers).await;
     app.clock.set(at("2026-12-01T12:00:00Z"));
     command(&app, 1, 1, "/digest on").await;
@@ -1081,13 +1075,7 @@ async fn many_due_digests_are_written_a_few_at_a_time() {
 #[tokio::test]
 async fn digest_on_again_just_after_the_sunday_moment_keeps_the_due_digest() {
     // Arrange: the scheduler looks only at its start (a poll far away).
-    let app = App::spawn_with(|env| {
-        env.insert(
-            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
-            "600000".to_owned(),
-        );
-    })
-    .await;
+    let app = with_a_far_scheduler().await;
     app.clock.set(at("2026-12-01T12:00:00Z"));
     command(&app, 1, 1, "/digest on").await;
 
@@ -1330,13 +1318,7 @@ async fn a_remind_earlier_on_a_sunday_evening_keeps_that_weeks_digest() {
 #[tokio::test]
 async fn a_remind_moved_after_midnight_keeps_sundays_digest_and_its_week() {
     // Arrange: reminder 00:30 UTC, the digest on, entries on Monday and Tuesday.
-    let app = App::spawn_with(|env| {
-        env.insert(
-            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
-            "600000".to_owned(),
-        );
-    })
-    .await;
+    let app = with_a_far_scheduler().await;
     healthy(&app.providers).await;
     app.clock.set(at("2026-12-01T12:00:00Z"));
     command(&app, 1, 1, "/remind 00:30").await;
@@ -1370,13 +1352,7 @@ async fn a_remind_moved_after_midnight_keeps_sundays_digest_and_its_week() {
 async fn after_a_downtime_of_over_a_week_the_last_sundays_digest_comes() {
     // Arrange: the digest on (due Sunday 6 December), the scheduler looking only at its
     // start; two entries in the week of 7 December.
-    let app = App::spawn_with(|env| {
-        env.insert(
-            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
-            "600000".to_owned(),
-        );
-    })
-    .await;
+    let app = with_a_far_scheduler().await;
     healthy(&app.providers).await;
     app.clock.set(at("2026-12-01T12:00:00Z"));
     command(&app, 1, 1, "/digest on").await;
@@ -1417,4 +1393,16 @@ async fn a_move_east_on_sunday_keeps_that_weeks_digest_and_its_week() {
 
     // Assert: the week of Monday 30 November; next Sunday at 19:00 Tokyo time.
     digest_sent_once_and_next_at(&app, "2026-11-30", "2026-12-13 10:00:00").await;
+}
+
+/// A bot whose scheduler looks only at its start (a poll far away): a test's change in
+/// the seconds after a moment is seen before the scheduler's next look.
+async fn with_a_far_scheduler() -> App {
+    App::spawn_with(|env| {
+        env.insert(
+            "DAYLOG__REMINDERS__POLL_INTERVAL_MS".to_owned(),
+            "600000".to_owned(),
+        );
+    })
+    .await
 }
