@@ -1,5 +1,5 @@
--- The per-user limit on analyses per hour (SPEC §8) counts the answers of the last hour
--- in `llm_calls`, edits' new analyses and deferred entries' included. Only successful
--- analyses are in this index, by time: the check reads the last hour's, not the table.
-CREATE INDEX llm_calls_recent_analyses ON llm_calls (created_at)
-    WHERE task = 'analysis' AND outcome = 'ok';
+-- The per-user limit on analyses per hour (SPEC §8) counts the analyses of the user's
+-- logs written or edited in the last hour, an edit's new analyses included. Logs written
+-- lately are found through day_logs_user_created; edited ones through this index, which
+-- holds only logs that were ever edited.
+CREATE INDEX day_logs_user_edited ON day_logs (user_id, edited_at) WHERE edited_at IS NOT NULL;

@@ -199,16 +199,22 @@ pub const SEARCH_SQL: &str = "WITH candidates AS (
      WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
      ORDER BY best.score, best.created_at DESC, best.id DESC";
 
-/// See [`Store::recent_use`]. The analyses are read from the last hour of successful
-/// ones (migration 18's partial index), each joined to its log by rowid; `CROSS JOIN`
-/// keeps that order, as SQLite would otherwise start from all of a long journal's
-/// logs. Public for query plans.
+/// See [`Store::recent_use`]. The analyses counted are those of the user's logs
+/// written or edited in the last hour (each found through an index: the user's own
+/// recent logs, never every user's calls); one answered late from an older entry is
+/// the worker's, which the limit does not hold to. Public for query plans.
 pub const RECENT_USE_SQL: &str = "SELECT max(
      (SELECT count(*) FROM day_logs
       WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')),
-     (SELECT count(*) FROM llm_calls c CROSS JOIN day_logs d ON d.id = c.day_log_id
-      WHERE c.task = 'analysis' AND c.outcome = 'ok'
-        AND c.created_at >= datetime('now', '-1 hour') AND d.user_id = ?1))";
+     (SELECT count(*) FROM llm_calls
+      WHERE task = 'analysis' AND outcome = 'ok'
+        AND created_at >= datetime('now', '-1 hour')
+        AND day_log_id IN (
+            SELECT id FROM day_logs
+            WHERE user_id = ?1 AND created_at >= datetime('now', '-1 hour')
+            UNION
+            SELECT id FROM day_logs
+            WHERE user_id = ?1 AND edited_at >= datetime('now', '-1 hour'))))";
 
 /// `/year`: the average mood of each day of the user's year `?2..=?3`, from the
 /// `daily_metrics` view (whose `mood` skips defaulted values). Public for query plans.
@@ -665,8 +671,8 @@ impl Store {
 
     /// The larger of two counts of the last hour, for the per-user limit on analyses
     /// (SPEC §8), in one statement: the entries the user stored before log `id` (a
-    /// burst not analysed yet), and the analyses they were given (answers stored as `ok`
-    /// in `llm_calls`: an entry edited thirty times is thirty analyses).
+    /// burst not analysed yet), and the analyses their entries of that hour were given
+    /// (answers stored as `ok` in `llm_calls`: an entry edited thirty times is thirty).
     pub async fn recent_use(&self, user_id: UserId, id: LogId) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(RECENT_USE_SQL)
             .bind(user_id)
