@@ -333,8 +333,8 @@ fn search_reply(language: Language, hits: &[SearchHit]) -> Reply {
     if hits.is_empty() {
         return Reply::new().text(texts.search_none());
     }
-    let matched = hits.iter().map(|hit| hit.matched).max().unwrap_or(0);
-    let matched = usize::try_from(matched)
+    // Every hit carries the same count of the search's matches.
+    let matched = usize::try_from(hits.first().map_or(0, |hit| hit.matched))
         .unwrap_or(usize::MAX)
         .max(hits.len());
     let more = matched >= crate::store::SEARCH_CANDIDATES as usize;

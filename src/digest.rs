@@ -125,7 +125,7 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     let texts = Texts(journal.language_of(user_id).await);
     let zone = journal.zone_of(user_id).await;
     let time = digest_time(journal, id).await?;
-    let night = time.hour() < day_starts_hour(journal);
+    let night = time.is_before_day_start(day_starts_hour(journal));
     let on = match arg.trim().to_lowercase().as_str() {
         "" => {
             let enabled = journal.store().digest_enabled(id).await?;
@@ -615,11 +615,8 @@ async fn schedule_one(
     let next = next_sunday_at(zone, now.max(due_at), time, day_starts_hour(journal));
     // After a downtime of a week or more, the Sunday owed is the last one at or before
     // now, not the one the row still names.
-    let (due_at, meant) = match last_sunday_at_or_before(zone, now, time, day_starts_hour(journal))
-    {
-        latest if latest > due_at => (latest, time),
-        _ => (due_at, zone.time_meant(due_at, time)),
-    };
+    let latest = last_sunday_at_or_before(zone, now, time, day_starts_hour(journal));
+    let (due_at, meant) = zone.owed(due_at, latest, time);
     // The week ends on the local day of the due moment, the Sunday, judged by the time
     // that moment was scheduled for (the reminder time may have changed since).
     let day = journal.local_day_of(zone, due_at, meant);

@@ -115,14 +115,6 @@ enum Transcribed {
     NoProvider,
 }
 
-/// The metrics of an analysis round.
-enum Gathered {
-    /// Asked for in this round.
-    Answered(Metrics),
-    /// Kept from an earlier round of the same text, whose analysis failed.
-    Earlier(Metrics),
-}
-
 /// What became of one analysis round.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decided {
@@ -1367,12 +1359,12 @@ impl Journal {
         let earlier = log.metrics.clone().filter(|m| !m.is_all_defaulted());
         let metrics_round = async {
             if let Some(stored) = &earlier {
-                return Ok(Gathered::Earlier(stored.clone()));
+                return Ok(stored.clone());
             }
             self.llm
                 .run_excluding(Task::Metrics, &metrics_request, &sink, &refused)
                 .await
-                .map(|completion| Gathered::Answered(Metrics::from_llm_text(&completion.text)))
+                .map(|completion| Metrics::from_llm_text(&completion.text))
         };
         let (analysis, metrics) = tokio::join!(
             self.llm
@@ -1392,14 +1384,12 @@ impl Journal {
                 .record_refusals(log.id, &log.text, &newly_refused)
                 .await?;
         }
-        let (metrics, answered) = match metrics {
-            Ok(Gathered::Earlier(metrics)) => (metrics, false),
-            Ok(Gathered::Answered(metrics)) => (metrics, true),
-            Err(error) => {
-                tracing::warn!(log_id = log.id.get(), %error, "metrics cascade failed; defaults stored");
-                (Metrics::defaults(), false)
-            }
-        };
+        // Asked for in this round (not kept from an earlier one) and answered.
+        let answered = earlier.is_none() && metrics.is_ok();
+        let metrics = metrics.unwrap_or_else(|error| {
+            tracing::warn!(log_id = log.id.get(), %error, "metrics cascade failed; defaults stored");
+            Metrics::defaults()
+        });
         match analysis {
             Ok(completion) => {
                 let text = completion.text.trim().to_owned();

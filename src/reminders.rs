@@ -279,10 +279,7 @@ async fn prepare(
     // The moment a downtime of a day or more left behind is long past, but today's may
     // not be: the reminder owed is the last one at or before now (SPEC §10 skips only
     // the day whose own moment is more than `max_late_minutes` past).
-    let (due_at, meant) = match zone.last_at_or_before(now, time) {
-        latest if latest > due_at => (latest, time),
-        _ => (due_at, zone.time_meant(due_at, time)),
-    };
+    let (due_at, meant) = zone.owed(due_at, zone.last_at_or_before(now, time), time);
     let day = journal.local_day_of(zone, due_at, meant);
     let has_entry = journal.store().has_entry_on(reminder.user_id, day).await?;
     let decision = decide(
@@ -329,7 +326,8 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
     } = send;
     let language = reminder.language;
     let evening = reminder.local_time.is_none_or(|time| {
-        time.hour() >= EVENING_FROM_HOUR || time.hour() < journal.settings().journal.day_starts_hour
+        time.hour() >= EVENING_FROM_HOUR
+            || time.is_before_day_start(journal.settings().journal.day_starts_hour)
     });
     let text = Texts(language).reminder(variant(reminder.user_id.get(), day), evening);
     let target = Target {

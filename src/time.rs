@@ -340,7 +340,7 @@ impl UserZone {
     /// spring night) stays on the day it was meant for.
     pub fn local_day_of(&self, at: Timestamp, time: LocalTime, day_starts_hour: u8) -> Date {
         let date = self.civil(at).date();
-        if i16::from(time.0.hour()) < i16::from(day_starts_hour) {
+        if time.is_before_day_start(day_starts_hour) {
             date.yesterday().unwrap_or(date)
         } else {
             date
@@ -381,6 +381,22 @@ impl UserZone {
             }
         }
         at.checked_sub(SignedDuration::from_hours(24)).unwrap_or(at)
+    }
+
+    /// The moment a schedule owes at a look that found `due_at` due, and the time it was
+    /// meant for: `latest` (the last moment of `time` up to now) when a downtime left
+    /// `due_at` behind it, else `due_at` as it was scheduled ([`UserZone::time_meant`]).
+    pub fn owed(
+        &self,
+        due_at: Timestamp,
+        latest: Timestamp,
+        time: LocalTime,
+    ) -> (Timestamp, LocalTime) {
+        if latest > due_at {
+            (latest, time)
+        } else {
+            (due_at, self.time_meant(due_at, time))
+        }
     }
 
     /// The wall-clock time a moment of a schedule was meant for: `time` when `at` is one
@@ -513,6 +529,12 @@ impl LocalTime {
     /// The hour, 0 to 23.
     pub fn hour(self) -> u8 {
         u8::try_from(self.0.hour()).unwrap_or(0)
+    }
+
+    /// A time after midnight but before the day's start (00:30 with the day starting at
+    /// 04:00): it belongs to the day before.
+    pub fn is_before_day_start(self, day_starts_hour: u8) -> bool {
+        self.hour() < day_starts_hour
     }
 
     /// As stored in `reminders.local_time`: `HH:MM`.

@@ -225,13 +225,13 @@ impl Llm {
         .await
     }
 
-    /// Transcribes a voice note through the `[[transcription.steps]]` cascade, with the
-    /// retries, rounds, cooldowns and hedging of every other task (SPEC §11).
     /// Whether any transcription step has a provider with a key.
     pub fn can_transcribe(&self) -> bool {
         !self.transcription.is_empty()
     }
 
+    /// Transcribes a voice note through the `[[transcription.steps]]` cascade, with the
+    /// retries, rounds, cooldowns and hedging of every other task (SPEC §11).
     pub async fn transcribe(
         &self,
         audio: &Audio,

@@ -184,15 +184,7 @@ async fn a_part_of_a_long_reply_that_fails_is_sent_again_without_the_parts_befor
 /// hour away here, so without that they would not be answered within the test.
 #[tokio::test]
 async fn after_an_outage_the_first_answer_brings_the_waiting_entries_forward() {
-    let app = App::spawn_with(|env| {
-        for key in [
-            "DAYLOG__WORKER__RETRY_MIN_MS",
-            "DAYLOG__WORKER__RETRY_MAX_MS",
-        ] {
-            env.insert(key.to_owned(), "3600000".to_owned());
-        }
-    })
-    .await;
+    let app = with_hour_long_retries().await;
     app.providers.all_down().await;
     app.telegram.push_update(text_update(9, 1, "A rough day."));
     app.telegram.push_update(text_update(9, 2, "Still rough."));
@@ -1620,15 +1612,7 @@ async fn metrics_got_in_a_failed_round_are_kept_for_the_round_that_answers() {
 /// the days written after it are not in its context as "recent days".
 #[tokio::test]
 async fn a_late_analysis_is_compared_with_the_days_before_its_entry_not_after() {
-    let app = App::spawn_with(|env| {
-        for key in [
-            "DAYLOG__WORKER__RETRY_MIN_MS",
-            "DAYLOG__WORKER__RETRY_MAX_MS",
-        ] {
-            env.insert(key.to_owned(), "3600000".to_owned());
-        }
-    })
-    .await;
+    let app = with_hour_long_retries().await;
     let at = |text: &str| text.parse::<jiff::Timestamp>().expect("moment");
     // Tuesday 1 December: written during an outage.
     app.clock.set(at("2026-12-01T20:00:00Z"));
@@ -1728,4 +1712,18 @@ async fn an_album_of_photos_is_answered_once() {
     app.telegram.push_update(photo_update(65, 5));
     app.telegram.wait_sent(65, 2).await;
     app.stop().await;
+}
+
+/// A bot whose worker tries a failed log again only after an hour: what a test sees
+/// come later came from something else than the retry schedule.
+async fn with_hour_long_retries() -> App {
+    App::spawn_with(|env| {
+        for key in [
+            "DAYLOG__WORKER__RETRY_MIN_MS",
+            "DAYLOG__WORKER__RETRY_MAX_MS",
+        ] {
+            env.insert(key.to_owned(), "3600000".to_owned());
+        }
+    })
+    .await
 }

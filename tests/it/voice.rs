@@ -699,15 +699,7 @@ async fn a_voice_note_captioned_with_a_command_is_kept_as_a_voice_note() {
 async fn a_recording_every_step_refuses_is_not_said_to_be_an_outage() {
     let app = App::spawn().await;
     app.providers.healthy().await;
-    wiremock::Mock::given(wiremock::matchers::path("/v1/audio/transcriptions"))
-        .respond_with(
-            wiremock::ResponseTemplate::new(400).set_body_json(serde_json::json!({
-                "error": {"message": "could not process file - is it a valid media file?",
-                          "type": "invalid_request_error"}
-            })),
-        )
-        .mount(&app.providers.groq)
-        .await;
+    app.providers.transcription_refuses().await;
     app.telegram
         .add_file("audio-2", "music/file_3.amr", &voice_fixture());
 

@@ -620,6 +620,19 @@ impl Providers {
             .await;
     }
 
+    /// Every transcription request is refused as Whisper refuses a format it cannot
+    /// read (400).
+    pub async fn transcription_refuses(&self) {
+        Mock::given(method("POST"))
+            .and(path("/v1/audio/transcriptions"))
+            .respond_with(ResponseTemplate::new(400).set_body_json(json!({
+                "error": {"message": "could not process file - is it a valid media file?",
+                          "type": "invalid_request_error"}
+            })))
+            .mount(&self.groq)
+            .await;
+    }
+
     /// Transcription requests Groq received (of any model).
     pub async fn transcription_requests(&self) -> usize {
         self.groq
