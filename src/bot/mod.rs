@@ -138,6 +138,15 @@ impl<K: std::hash::Hash + Eq> Once<K> {
         }
         seen.insert(key)
     }
+
+    /// Forgets `key`: what was to be said once did not get through, so the next time
+    /// it comes it is said again.
+    fn forget(&self, key: &K) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
 }
 
 impl<B: TgBot> Telegram<B> {
@@ -693,7 +702,9 @@ async fn refuse<B: TgBot>(
         return Ok(());
     }
     let reply = Reply::new().text(Texts(language).not_allowed());
-    send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
+    if !send_logged(&messenger, &msg, vec![Response::Text(reply)]).await {
+        messenger.refused.forget(&msg.chat.id.0);
+    }
     Ok(())
 }
 
@@ -980,30 +991,35 @@ async fn on_other<B: TgBot>(
     ticket: Ticket,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
-    if let Some(album) = msg.media_group_id()
-        && !messenger.albums.first(album.0.clone())
+    let album = msg.media_group_id().map(|album| album.0.clone());
+    if let Some(album) = &album
+        && !messenger.albums.first(album.clone())
     {
         return Ok(());
     }
-    answer_in_language(&msg, &journal, &messenger, Texts::only_text).await;
+    let delivered = answer_in_language(&msg, &journal, &messenger, Texts::only_text).await;
+    if !delivered && let Some(album) = &album {
+        messenger.albums.forget(album);
+    }
     Ok(())
 }
 
 /// Answers `msg` with one sentence in the sender's stored language, or their client's
-/// for someone the store does not know yet (a sticker as the first message).
+/// for someone the store does not know yet (a sticker as the first message). `false`
+/// when it was not delivered.
 async fn answer_in_language<B: TgBot>(
     msg: &Message,
     journal: &Journal,
     messenger: &Telegram<B>,
     sentence: fn(Texts) -> &'static str,
-) {
+) -> bool {
     let Some(id) = sender_id(msg) else {
-        return;
+        return false;
     };
     let client = Language::from_code(msg.from.as_ref().and_then(|u| u.language_code.as_deref()));
     let language = journal.language_or(id, client).await;
     let reply = Reply::new().text(sentence(Texts(language)));
-    send_logged(messenger, msg, vec![Response::Text(reply)]).await;
+    send_logged(messenger, msg, vec![Response::Text(reply)]).await
 }
 
 async fn on_command<B: TgBot>(
@@ -1188,9 +1204,18 @@ fn reply_target(msg: &Message) -> Target {
     }
 }
 
-async fn send_logged<B: TgBot>(messenger: &Telegram<B>, msg: &Message, responses: Vec<Response>) {
-    if let Err(error) = messenger.send(reply_target(msg), responses).await {
-        tracing::warn!(%error, chat_id = msg.chat.id.0, "reply not delivered");
+/// Sends `responses` in answer to `msg`; a failure is logged. `true` once delivered.
+async fn send_logged<B: TgBot>(
+    messenger: &Telegram<B>,
+    msg: &Message,
+    responses: Vec<Response>,
+) -> bool {
+    match messenger.send(reply_target(msg), responses).await {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(%error, chat_id = msg.chat.id.0, "reply not delivered");
+            false
+        }
     }
 }
 

@@ -865,6 +865,37 @@ async fn users_outside_the_allowed_list_get_one_polite_refusal() {
 }
 
 #[tokio::test]
+async fn a_refusal_that_did_not_get_through_is_sent_at_the_next_message() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__ALLOWED_USERS".into(), "[22]".into());
+    })
+    .await;
+    let down = json!({"ok": false, "error_code": 500, "description": "Internal Server Error"});
+    app.telegram.fail_next("SendMessage", Some(23), 500, down);
+    app.telegram.push_update(text_update(23, 1, "Let me in."));
+    support::wait_until("the refusal is tried", WAIT, || async {
+        app.telegram.failures_left() == 0
+    })
+    .await;
+    assert!(app.telegram.sent_to(23).is_empty());
+    // The one refusal never reached the chat: the next message gets it.
+    app.telegram.push_update(text_update(23, 2, "Hello?"));
+    let refused = app.telegram.wait_sent(23, 1).await;
+    assert!(
+        refused[0].text().contains("private"),
+        "{}",
+        refused[0].text()
+    );
+    let last = app.telegram.push_update(text_update(23, 3, "Anyone?"));
+    support::wait_until("it is taken", WAIT, || async {
+        app.telegram.confirmed_below() > last
+    })
+    .await;
+    assert_eq!(app.telegram.sent_to(23).len(), 1);
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn a_content_policy_block_is_saved_answered_plainly_and_not_retried() {
     let app = App::spawn().await;
     // Mistral steps reject the request; Gemini blocks the prompt.
@@ -1711,6 +1742,26 @@ async fn an_album_of_photos_is_answered_once() {
 
     app.telegram.push_update(photo_update(65, 5));
     app.telegram.wait_sent(65, 2).await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_albums_answer_that_did_not_get_through_is_sent_for_its_next_photo() {
+    let app = App::spawn().await;
+    let down = json!({"ok": false, "error_code": 500, "description": "Internal Server Error"});
+    app.telegram.fail_next("SendMessage", Some(66), 500, down);
+    for id in 1..=3 {
+        let mut update = photo_update(66, id);
+        update["message"]["media_group_id"] = serde_json::json!("album-2");
+        app.telegram.push_update(update);
+    }
+    // A photo on its own after the album: the chat's updates are handled in order, so
+    // once its answer is sent every photo of the album has been answered or skipped.
+    app.telegram.push_update(photo_update(66, 4));
+    app.telegram.wait_sent(66, 2).await;
+    assert_eq!(app.telegram.failures_left(), 0);
+    // The first photo's answer failed; the second's came; the third said nothing.
+    assert_eq!(app.telegram.sent_to(66).len(), 2);
     app.stop().await;
 }
 
