@@ -127,25 +127,35 @@ impl<K: std::hash::Hash + Eq> Once<K> {
         Self(Arc::default())
     }
 
-    /// `true` the first time `key` comes.
+    /// Says something once for `key`: `say` (a send, `true` once delivered) runs the
+    /// first time `key` comes, and again the next time if it did not get through.
+    async fn say(&self, key: K, say: impl Future<Output = bool>)
+    where
+        K: Clone,
+    {
+        if self.first(key.clone()) && !say.await {
+            self.forget(&key);
+        }
+    }
+
+    /// `true` the first time `key` comes. It is marked at once, not after the send,
+    /// so that what comes meanwhile is not answered too.
     fn first(&self, key: K) -> bool {
-        let mut seen = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut seen = self.seen();
         if seen.len() >= Self::MAX {
             seen.clear();
         }
         seen.insert(key)
     }
 
-    /// Forgets `key`: what was to be said once did not get through, so the next time
-    /// it comes it is said again.
     fn forget(&self, key: &K) {
+        self.seen().remove(key);
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<K>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
     }
 }
 
@@ -698,13 +708,9 @@ async fn refuse<B: TgBot>(
         chat_id = msg.chat.id.0,
         "message from a user not on the allowed list"
     );
-    if !messenger.refused.first(msg.chat.id.0) {
-        return Ok(());
-    }
     let reply = Reply::new().text(Texts(language).not_allowed());
-    if !send_logged(&messenger, &msg, vec![Response::Text(reply)]).await {
-        messenger.refused.forget(&msg.chat.id.0);
-    }
+    let send = send_logged(&messenger, &msg, vec![Response::Text(reply)]);
+    messenger.refused.say(msg.chat.id.0, send).await;
     Ok(())
 }
 
@@ -991,15 +997,10 @@ async fn on_other<B: TgBot>(
     ticket: Ticket,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
-    let album = msg.media_group_id().map(|album| album.0.clone());
-    if let Some(album) = &album
-        && !messenger.albums.first(album.clone())
-    {
-        return Ok(());
-    }
-    let delivered = answer_in_language(&msg, &journal, &messenger, Texts::only_text).await;
-    if !delivered && let Some(album) = &album {
-        messenger.albums.forget(album);
+    let answer = answer_in_language(&msg, &journal, &messenger, Texts::only_text);
+    match msg.media_group_id() {
+        Some(album) => messenger.albums.say(album.0.clone(), answer).await,
+        None => _ = answer.await,
     }
     Ok(())
 }
