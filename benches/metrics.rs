@@ -31,6 +31,7 @@ const PROSE: &str = include_str!("../tests/fixtures/metrics/prose.txt");
 const THINK: &str = include_str!("../tests/fixtures/metrics/think.txt");
 const TRUNCATED: &str = include_str!("../tests/fixtures/metrics/truncated.txt");
 const SLOPPY: &str = include_str!("../tests/fixtures/metrics/sloppy.txt");
+const ONE_BAD_TOKEN: &str = include_str!("../tests/fixtures/metrics/one_bad_token.txt");
 
 fn bench(c: &mut Criterion) {
     let cases = [
@@ -40,6 +41,7 @@ fn bench(c: &mut Criterion) {
         ("think", THINK),
         ("truncated", TRUNCATED),
         ("sloppy", SLOPPY),
+        ("one_bad_token", ONE_BAD_TOKEN),
     ];
 
     let mut group = c.benchmark_group("from_llm_text");

@@ -19,6 +19,13 @@
 //!   read as booleans, `+4`/`.5` as numbers, bare keys (`{mood: 4}`) are quoted.
 //! - Raw control characters inside strings are escaped, unknown escapes (`\'`) lose
 //!   their backslash.
+//! - One bad token costs one field, not the object: `//` and `/* */` comments are
+//!   blank; a quote inside a string that is not followed by what may follow the
+//!   string's end (`"he said "hi" and left"`) is text; `'single-quoted'` strings are
+//!   strings; a bare fraction (`4/5`) is read as the string `"4/5"` (the metrics read
+//!   it on their scale); and anything else that cannot be mended drops the member it
+//!   stands in, from its key to the next `,` or closing bracket. A closing bracket of
+//!   the wrong kind closes what is open up to its own kind (`[1, 2}`).
 
 use std::borrow::Cow;
 
@@ -121,6 +128,8 @@ enum Expect {
 struct Frame {
     kind: Kind,
     expect: Expect,
+    /// Length of the output just after the opening bracket.
+    open: usize,
     /// Length of the output at which this container can be cut and closed: after its
     /// opening bracket or its last complete member.
     safe: usize,
@@ -135,6 +144,16 @@ struct Scanner<'a> {
     out: String,
     stack: Vec<Frame>,
     pending_comma: bool,
+}
+
+/// What a string token is, which decides what may follow its closing quote.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Key,
+    /// An object member's value.
+    Member,
+    /// An array item.
+    Item,
 }
 
 /// What ended a string token.
@@ -159,46 +178,46 @@ impl<'a> Scanner<'a> {
     fn run(mut self) -> Option<String> {
         let bytes = self.src.as_bytes();
         while self.pos < bytes.len() {
+            let blank_end = skip_blank(bytes, self.pos);
+            if blank_end > self.pos {
+                self.pos = blank_end;
+                continue;
+            }
             let b = bytes[self.pos];
             match b {
-                b' ' | b'\t' | b'\n' | b'\r' => self.pos += 1,
                 b'{' | b'[' => {
                     if !self.stack.is_empty() && self.expect()? != Expect::Value {
-                        return None;
+                        self.recover();
+                        continue;
                     }
                     self.emit_separator();
                     self.out.push(b as char);
                     let kind = if b == b'{' { Kind::Object } else { Kind::Array };
-                    let expect = if kind == Kind::Object {
-                        Expect::Key
-                    } else {
-                        Expect::Value
-                    };
                     self.stack.push(Frame {
                         kind,
-                        expect,
+                        expect: first_expect(kind),
+                        open: self.out.len(),
                         safe: self.out.len(),
                     });
                     self.pos += 1;
                 }
                 b'}' | b']' => {
                     let kind = if b == b'}' { Kind::Object } else { Kind::Array };
-                    let frame = self.stack.last()?;
-                    if frame.kind != kind {
-                        return None;
+                    let matched = self.stack.last()?.kind == kind;
+                    if !matched && !self.stack.iter().any(|f| f.kind == kind) {
+                        // A stray closer, with nothing of its kind open.
+                        self.pos += 1;
+                        continue;
                     }
-                    // `{"a":1,"b":}` or `{"a":1,"b"}`: drop the member that has no value.
-                    if kind == Kind::Object && matches!(frame.expect, Expect::Colon | Expect::Value)
-                    {
-                        let safe = frame.safe;
-                        self.out.truncate(safe);
-                    }
-                    self.pending_comma = false;
-                    self.out.push(b as char);
-                    self.stack.pop();
-                    self.pos += 1;
-                    if self.value_done() {
-                        return Some(self.out);
+                    // `{"a":1,"b":}` or `{"a":1,"b"}`: the member that has no value goes.
+                    // A closer of the wrong kind closes the innermost container first
+                    // and is read again.
+                    self.close_top();
+                    if matched {
+                        self.pos += 1;
+                        if self.stack.is_empty() {
+                            return Some(self.out);
+                        }
                     }
                 }
                 b',' => {
@@ -215,15 +234,16 @@ impl<'a> Scanner<'a> {
                 }
                 b':' => {
                     if self.expect()? != Expect::Colon {
-                        return None;
+                        self.recover();
+                        continue;
                     }
                     self.out.push(':');
                     self.set_expect(Expect::Value);
                     self.pos += 1;
                 }
-                b'"' => {
+                b'"' | b'\'' => {
                     let mut expect = self.expect()?;
-                    if expect == Expect::Comma {
+                    if expect == Expect::Comma && b == b'"' {
                         // `{"a":1 "b":2}`: a forgotten comma between members.
                         self.pending_comma = true;
                         expect = match self.top_kind() {
@@ -233,11 +253,17 @@ impl<'a> Scanner<'a> {
                         self.set_expect(expect);
                     }
                     if !matches!(expect, Expect::Key | Expect::Value) {
-                        return None;
+                        self.recover();
+                        continue;
                     }
+                    let role = match (expect, self.top_kind()) {
+                        (Expect::Key, _) => Role::Key,
+                        (_, Kind::Object) => Role::Member,
+                        (_, Kind::Array) => Role::Item,
+                    };
                     let mark = self.out.len();
                     self.emit_separator();
-                    match self.string() {
+                    match self.string(b, role) {
                         StrEnd::Closed => {
                             if expect == Expect::Key {
                                 self.set_expect(Expect::Colon);
@@ -248,9 +274,7 @@ impl<'a> Scanner<'a> {
                         StrEnd::Truncated => {
                             // A cut number in quotes (`"7` of `"7.5"`) is dropped as a
                             // bare one is: nothing shows it is complete.
-                            let keep = expect == Expect::Value
-                                && self.top_kind() == Kind::Object
-                                && !is_number_start(&self.out[mark..]);
+                            let keep = role == Role::Member && !is_number_start(&self.out[mark..]);
                             if keep {
                                 self.out.push('"');
                                 self.value_done();
@@ -268,8 +292,14 @@ impl<'a> Scanner<'a> {
                         self.pos += 1;
                     }
                     if self.pos == start {
-                        // Something that cannot start a token: not JSON we can mend.
-                        return None;
+                        // Something that cannot start a token.
+                        self.recover();
+                        continue;
+                    }
+                    if expect == Expect::Value
+                        && let Some(end) = fraction_end(bytes, start, self.pos)
+                    {
+                        self.pos = end;
                     }
                     let word = &self.src[start..self.pos];
                     let at_end = self.pos >= bytes.len();
@@ -284,6 +314,8 @@ impl<'a> Scanner<'a> {
                         Expect::Value => {
                             let literal = if at_end {
                                 truncated_literal(word)
+                            } else if word.contains('/') {
+                                Some(Cow::Owned(format!("\"{word}\"")))
                             } else {
                                 Some(literal(word))
                             };
@@ -298,17 +330,29 @@ impl<'a> Scanner<'a> {
                                 None => return Some(self.close_all()),
                             }
                         }
-                        _ => {
-                            if at_end {
-                                return Some(self.close_all());
-                            }
-                            return None;
-                        }
+                        _ if at_end => return Some(self.close_all()),
+                        _ => self.recover(),
                     }
                 }
             }
         }
         Some(self.close_all())
+    }
+
+    /// An unmendable token inside a container: the member (or item) it stands in is
+    /// dropped, and reading goes on from the next `,` or closing bracket at this depth.
+    /// A member already complete (the token came after its value) is kept.
+    fn recover(&mut self) {
+        if let Some(frame) = self.stack.last_mut() {
+            self.out.truncate(frame.safe);
+            frame.expect = if frame.safe > frame.open {
+                Expect::Comma
+            } else {
+                first_expect(frame.kind)
+            };
+        }
+        self.pending_comma = false;
+        self.pos = member_end(self.src.as_bytes(), self.pos);
     }
 
     fn expect(&self) -> Option<Expect> {
@@ -344,28 +388,35 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// Input ended inside the object: cut the innermost container back to its last
-    /// complete member and close everything that is open.
+    /// Input ended inside the object: every open container is closed.
     fn close_all(mut self) -> String {
-        if let Some(frame) = self.stack.last()
-            && frame.expect != Expect::Comma
-        {
-            let safe = frame.safe;
-            self.out.truncate(safe);
-        }
-        while let Some(frame) = self.stack.pop() {
-            self.out.push(match frame.kind {
-                Kind::Object => '}',
-                Kind::Array => ']',
-            });
+        while !self.stack.is_empty() {
+            self.close_top();
         }
         self.out
     }
 
-    /// Copies a string token starting at the opening quote, escaping raw control
-    /// characters and mending escapes. On truncation the output ends without the closing
+    /// Closes the innermost container, cut back to its last complete member.
+    fn close_top(&mut self) {
+        let Some(frame) = self.stack.pop() else {
+            return;
+        };
+        if frame.expect != Expect::Comma {
+            self.out.truncate(frame.safe);
+        }
+        self.pending_comma = false;
+        self.out.push(match frame.kind {
+            Kind::Object => '}',
+            Kind::Array => ']',
+        });
+        self.value_done();
+    }
+
+    /// Copies a string token starting at its opening `quote` (`"` or `'`), escaping raw
+    /// control characters and mending escapes. A `quote` that is not followed by what may
+    /// follow a `role` string is text. On truncation the output ends without the closing
     /// quote and without a partial escape.
-    fn string(&mut self) -> StrEnd {
+    fn string(&mut self, quote: u8, role: Role) -> StrEnd {
         let bytes = self.src.as_bytes();
         self.out.push('"');
         self.pos += 1;
@@ -373,11 +424,28 @@ impl<'a> Scanner<'a> {
         while self.pos < bytes.len() {
             let b = bytes[self.pos];
             match b {
-                b'"' => {
+                _ if b == quote && closes(bytes, self.pos + 1, role) => {
                     self.out.push_str(&self.src[run_start..self.pos]);
                     self.out.push('"');
                     self.pos += 1;
                     return StrEnd::Closed;
+                }
+                b',' if role == Role::Member
+                    && key_follows(bytes, skip_blank(bytes, self.pos + 1), quote, false) =>
+                {
+                    // `"ok" maybe, "mood": 2`: text after a closing quote, or a closing
+                    // quote forgotten. The value ends before the next key.
+                    self.out.push_str(&self.src[run_start..self.pos]);
+                    self.out.push('"');
+                    return StrEnd::Closed;
+                }
+                b'"' => {
+                    // Text: a quote inside a `'` string, or one the writer forgot to
+                    // escape.
+                    self.out.push_str(&self.src[run_start..self.pos]);
+                    self.out.push_str("\\\"");
+                    self.pos += 1;
+                    run_start = self.pos;
                 }
                 b'\\' => {
                     self.out.push_str(&self.src[run_start..self.pos]);
@@ -459,6 +527,128 @@ impl<'a> Scanner<'a> {
         self.out.push_str(&self.src[run_start..]);
         StrEnd::Truncated
     }
+}
+
+/// The first kind of token a container opened with this bracket expects.
+fn first_expect(kind: Kind) -> Expect {
+    match kind {
+        Kind::Object => Expect::Key,
+        Kind::Array => Expect::Value,
+    }
+}
+
+/// The first position at or after `i` that is neither whitespace nor in a `//` or
+/// `/* */` comment.
+fn skip_blank(bytes: &[u8], mut i: usize) -> usize {
+    loop {
+        match (bytes.get(i), bytes.get(i + 1)) {
+            (Some(b' ' | b'\t' | b'\n' | b'\r'), _) => i += 1,
+            (Some(b'/'), Some(b'/')) => {
+                i = bytes[i..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(bytes.len(), |n| i + n);
+            }
+            (Some(b'/'), Some(b'*')) => {
+                i = bytes[i + 2..]
+                    .windows(2)
+                    .position(|w| w == b"*/")
+                    .map_or(bytes.len(), |n| i + 2 + n + 2);
+            }
+            _ => return i,
+        }
+    }
+}
+
+/// How far a closing quote looks for the `:` after a key that follows it.
+const KEY_LOOKAHEAD: usize = 64;
+
+/// Whether a quote just before `at` ends a `role` string: what follows it (blanks
+/// skipped) is what may follow such a string, or the end of the input. A key holds no
+/// quotes: its first one ends it.
+fn closes(bytes: &[u8], at: usize, role: Role) -> bool {
+    if role == Role::Key {
+        return true;
+    }
+    let i = skip_blank(bytes, at);
+    let Some(&next) = bytes.get(i) else {
+        return true;
+    };
+    match role {
+        Role::Key => true,
+        // `"` as well: a forgotten comma between items.
+        Role::Item => matches!(next, b',' | b']' | b'}' | b'"'),
+        Role::Member => match next {
+            b'}' | b']' => true,
+            b',' => {
+                let j = skip_blank(bytes, i + 1);
+                match bytes.get(j) {
+                    None | Some(b'"' | b'\'' | b'}') => true,
+                    Some(_) => key_follows(bytes, j, b'"', true),
+                }
+            }
+            // A forgotten comma before the next key.
+            b'"' => key_follows(bytes, i, b'"', false),
+            _ => false,
+        },
+    }
+}
+
+/// Whether a key and its `:` start at `i`: quoted with `quote`, or a bare word when
+/// `bare` is set.
+fn key_follows(bytes: &[u8], i: usize, quote: u8, bare: bool) -> bool {
+    let window = &bytes[i.min(bytes.len())..bytes.len().min(i + KEY_LOOKAHEAD)];
+    let end = match window.first() {
+        Some(&b) if b == quote => window[1..].iter().position(|&b| b == quote).map(|n| n + 2),
+        Some(&b) if bare && (b.is_ascii_alphabetic() || b == b'_') => window
+            .iter()
+            .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_')),
+        _ => None,
+    };
+    end.is_some_and(|end| bytes.get(skip_blank(bytes, i + end)) == Some(&b':'))
+}
+
+/// Where the member that an unmendable token at `i` stands in ends: the next `,` or
+/// closing bracket outside the brackets and strings it holds, or the end of the input.
+fn member_end(bytes: &[u8], mut i: usize) -> usize {
+    let mut depth = 0usize;
+    while let Some(&b) = bytes.get(i) {
+        match b {
+            b'"' => {
+                i += 1;
+                while let Some(&c) = bytes.get(i) {
+                    i += if c == b'\\' { 2 } else { 1 };
+                    if c == b'"' {
+                        break;
+                    }
+                }
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' | b',' if depth == 0 => return i,
+            b'}' | b']' => depth -= 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    bytes.len()
+}
+
+/// The end of a bare fraction (`4/5`, `7.5/10`) whose numerator is `bytes[start..end]`.
+fn fraction_end(bytes: &[u8], start: usize, end: usize) -> Option<usize> {
+    let numerator = &bytes[start..end];
+    let is_number = |part: &[u8]| {
+        part.first().is_some_and(u8::is_ascii_digit)
+            && part.iter().all(|&b| b.is_ascii_digit() || b == b'.')
+    };
+    if !is_number(numerator) || bytes.get(end) != Some(&b'/') {
+        return None;
+    }
+    let digits = bytes[end + 1..]
+        .iter()
+        .take_while(|&&b| b.is_ascii_digit() || b == b'.')
+        .count();
+    is_number(&bytes[end + 1..end + 1 + digits]).then_some(end + 1 + digits)
 }
 
 /// The UTF-16 unit of a `\u` escape's four hex digits.
@@ -803,6 +993,126 @@ mod tests {
                 r#"Use {this format}: {"a": 1}"#,
                 Some(json!({"a": 1})),
             ),
+            (
+                "line comments are blank",
+                "{\"mood\": 4, // a good day, \"x\": 1\n \"stress\": 2}",
+                Some(json!({"mood": 4, "stress": 2})),
+            ),
+            (
+                "block comments are blank",
+                r#"{"mood": /* a guess */ 4, "stress": 2 /* low */}"#,
+                Some(json!({"mood": 4, "stress": 2})),
+            ),
+            (
+                "a comment cut by the end",
+                r#"{"mood": 4, /* and then"#,
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "a slash in a string is text",
+                r#"{"summary": "w/o coffee // tired", "mood": 2}"#,
+                Some(json!({"summary": "w/o coffee // tired", "mood": 2})),
+            ),
+            (
+                "quotes left unescaped in a summary",
+                r#"{"summary": "he said "hi" and left", "mood": 2}"#,
+                Some(json!({"summary": "he said \"hi\" and left", "mood": 2})),
+            ),
+            (
+                "an unescaped quote before a comma in the text",
+                r#"{"summary": "a "big", then calm day", "mood": 1}"#,
+                Some(json!({"summary": "a \"big\", then calm day", "mood": 1})),
+            ),
+            (
+                "an unescaped quote in the last member",
+                r#"{"mood": 1, "summary": "the "plan" failed"}"#,
+                Some(json!({"mood": 1, "summary": "the \"plan\" failed"})),
+            ),
+            (
+                "an unescaped quote in a list item",
+                r#"{"activities": ["the "big" run", "yoga"]}"#,
+                Some(json!({"activities": ["the \"big\" run", "yoga"]})),
+            ),
+            (
+                "an unescaped quote in a string cut by the end",
+                r#"{"mood": 3, "summary": "she said "no"#,
+                Some(json!({"mood": 3, "summary": "she said \"no"})),
+            ),
+            (
+                "a forgotten comma after a string value",
+                r#"{"summary": "ok" "mood": 2}"#,
+                Some(json!({"summary": "ok", "mood": 2})),
+            ),
+            (
+                "single-quoted strings, an apostrophe inside",
+                r#"{'mood': 4, 'summary': 'it's "fine"', 'activities': ['run']}"#,
+                Some(json!({"mood": 4, "summary": "it's \"fine\"", "activities": ["run"]})),
+            ),
+            (
+                "a bare fraction is a string",
+                r#"{"mood": 4/5, "stress": 7.5/10}"#,
+                Some(json!({"mood": "4/5", "stress": "7.5/10"})),
+            ),
+            (
+                "a fraction cut by the end is dropped",
+                r#"{"stress": 2, "mood": 4/1"#,
+                Some(json!({"stress": 2})),
+            ),
+            (
+                "an unmendable value costs its member only",
+                r#"{"mood": 4, "stress": @high, "energy": 2}"#,
+                Some(json!({"mood": 4, "energy": 2})),
+            ),
+            (
+                "a value with brackets in it goes whole",
+                r#"{"mood": 4, "stress": <b>{"x": [1, "]"]}</b>, "energy": 2}"#,
+                Some(json!({"mood": 4, "energy": 2})),
+            ),
+            (
+                "garbage after a complete value keeps the value",
+                r#"{"mood": 4 (good), "stress": 2}"#,
+                Some(json!({"mood": 4, "stress": 2})),
+            ),
+            (
+                "a word after a string value",
+                r#"{"summary": "ok" maybe, "mood": 2}"#,
+                Some(json!({"summary": "ok\" maybe", "mood": 2})),
+            ),
+            (
+                "an unmendable key costs its member only",
+                r#"{"mood": 4, ~weird~: 1, "stress": 2}"#,
+                Some(json!({"mood": 4, "stress": 2})),
+            ),
+            (
+                "a closing quote forgotten before the next key",
+                r#"{"summary": "ok, "mood": 2}"#,
+                Some(json!({"summary": "ok", "mood": 2})),
+            ),
+            (
+                "a key without a colon",
+                r#"{"mood" 4, "stress": 2}"#,
+                Some(json!({"stress": 2})),
+            ),
+            (
+                "a doubled colon",
+                r#"{"mood":: 4, "stress": 2}"#,
+                Some(json!({"stress": 2})),
+            ),
+            (
+                "the wrong closer closes the array first",
+                r#"{"activities": ["run", "yoga"}"#,
+                Some(json!({"activities": ["run", "yoga"]})),
+            ),
+            (
+                "a stray closer is ignored",
+                r#"{"mood": 4]}"#,
+                Some(json!({"mood": 4})),
+            ),
+            (
+                "doubled braces of a template",
+                r#"{{"mood": 4}}"#,
+                Some(json!({"mood": 4})),
+            ),
             ("no object", "I cannot help with that.", None),
             ("empty", "", None),
             ("only open brace", "{", Some(json!({}))),
@@ -860,7 +1170,57 @@ mod tests {
             .prop_map(|m| Value::Object(m.into_iter().collect()))
     }
 
+    /// Values a model writes that are not JSON, each one token of one member.
+    const BAD_VALUES: &[&str] = &[
+        "@high",
+        "4 (good)",
+        "4/5",
+        "/* a guess */ 3",
+        "3 // a guess\n",
+        "'it's fine'",
+        r#""the "plan" failed""#,
+        r#""a "big", then calm day""#,
+        r#""ok" maybe"#,
+        "<b>{\"x\": [1, \"]\"]}</b>",
+        "~",
+        "#5",
+        "NaN",
+        "%",
+        "::",
+    ];
+
     proptest! {
+        /// One bad token costs at most the member it stands in: every other member of
+        /// the object comes back as it was written.
+        #[test]
+        fn one_bad_value_costs_one_member_at_most(
+            bad in 0..8usize,
+            garbage in prop::sample::select(BAD_VALUES),
+            pretty in any::<bool>(),
+        ) {
+            let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(VALID) else {
+                unreachable!("VALID is an object");
+            };
+            let sep = if pretty { ",\n  " } else { ", " };
+            let members: Vec<String> = fields
+                .iter()
+                .enumerate()
+                .map(|(i, (key, value))| {
+                    let value = if i == bad { garbage.to_owned() } else { value.to_string() };
+                    format!("\"{key}\": {value}")
+                })
+                .collect();
+            let raw = format!("{{{}}}", members.join(sep));
+            let got = repair(&raw);
+            prop_assert!(got.is_some(), "{raw}");
+            let got = got.unwrap_or_default();
+            for (i, (key, value)) in fields.iter().enumerate() {
+                if i != bad {
+                    prop_assert_eq!(got.get(key), Some(value), "{}", raw);
+                }
+            }
+        }
+
         /// The fast path in `repair` relies on the scanner agreeing with `serde_json`
         /// on valid JSON, compact or pretty.
         #[test]

@@ -8,6 +8,9 @@
 //! - A list or summary that is present with the right type is not defaulted even when
 //!   empty (`[]`, `""`): the model answered "none". Non-string list items are dropped.
 //! - Numeric strings accept a decimal comma (`"6,5"`), as Russian text writes it.
+//! - A score written as a fraction is read on the 1–5 scale: `"4/5"` is 4, `"8/10"` is
+//!   4, `"3/4"` is 4 (3.75 rounded). A fraction with a zero or smaller denominator than
+//!   numerator is not a score.
 //! - List items have inner whitespace collapsed (`"  going   out "` → `"going out"`) so
 //!   that duplicates are recognised; the first 10 distinct items are kept.
 //! - A summary is trimmed and cut at 200 characters (not bytes); it keeps its newlines.
@@ -142,7 +145,7 @@ impl Metrics {
         let mut defaulted = Vec::new();
         let mut score = |name: &'static str| {
             obj.get(name)
-                .and_then(number)
+                .and_then(|v| number(v).or_else(|| fraction(v)))
                 .and_then(Score::from_f64)
                 .unwrap_or_else(|| {
                     defaulted.push(name);
@@ -355,6 +358,15 @@ fn number(value: &Value) -> Option<f64> {
     n.is_finite().then_some(n)
 }
 
+/// A string holding a fraction (`"4/5"`, `"7.5 / 10"`), as a 1–5 score: the fraction
+/// of 5. `None` unless `0 ≤ numerator ≤ denominator` and the denominator is not zero.
+fn fraction(value: &Value) -> Option<f64> {
+    let (numerator, denominator) = value.as_str()?.split_once('/')?;
+    let part = |s: &str| number(&Value::String(s.to_owned()));
+    let (n, d) = (part(numerator)?, part(denominator)?);
+    (d > 0.0 && (0.0..=d).contains(&n)).then(|| n / d * f64::from(Score::MAX))
+}
+
 /// Clamped to 0–24 and rounded to one decimal.
 fn sleep(hours: f64) -> f64 {
     let rounded = (hours.clamp(0.0, MAX_SLEEP_HOURS) * 10.0).round() / 10.0;
@@ -505,6 +517,14 @@ mod tests {
             ("bool", json!(true), 3, true),
             ("array", json!([4]), 3, true),
             ("object", json!({"v": 4}), 3, true),
+            ("fraction of five", json!("4/5"), 4, false),
+            ("fraction of ten", json!("8/10"), 4, false),
+            ("fraction of four rounds", json!("3/4"), 4, false),
+            ("spaced decimal fraction", json!(" 7.5 / 10 "), 4, false),
+            ("zero of five clamps", json!("0/5"), 1, false),
+            ("more than the whole", json!("6/5"), 3, true),
+            ("zero denominator", json!("4/0"), 3, true),
+            ("date-like", json!("4/5/2026"), 3, true),
         ];
         for (name, value, want, defaulted) in cases {
             let m = from(full(json!({ "stress": value })));
@@ -685,6 +705,39 @@ mod tests {
     type Fixture<'a> = (&'a str, &'a str, u8, Option<f64>, &'a [&'a str]);
 
     #[test]
+    fn one_bad_token_defaults_one_field_only() {
+        let cases: &[(&str, &str, &[&str])] = &[
+            (
+                "a comment",
+                "{\"mood\": 4, // fine\n\"stress\": 2, \"energy\": 3, \"productivity\": 4, \"sleep_hours\": 7, \"activities\": [], \"emotions\": [], \"summary\": \"ok\"}",
+                &[],
+            ),
+            (
+                "a fraction",
+                r#"{"mood": 4/5, "stress": 2, "energy": 3, "productivity": 4, "sleep_hours": 7, "activities": [], "emotions": [], "summary": "ok"}"#,
+                &[],
+            ),
+            (
+                "an unescaped quote",
+                r#"{"mood": 4, "stress": 2, "energy": 3, "productivity": 4, "sleep_hours": 7, "activities": [], "emotions": [], "summary": "the "plan" held"}"#,
+                &[],
+            ),
+            (
+                "a word that is not a value",
+                r#"{"mood": 4, "stress": high!, "energy": 3, "productivity": 4, "sleep_hours": 7, "activities": [], "emotions": [], "summary": "ok"}"#,
+                &["stress"],
+            ),
+        ];
+        for (name, raw, defaulted) in cases {
+            let m = Metrics::from_llm_text(raw);
+            assert_eq!(m.defaulted(), *defaulted, "case `{name}`");
+            assert_eq!(m.mood(), 4, "case `{name}`");
+        }
+        let m = Metrics::from_llm_text(cases[2].1);
+        assert_eq!(m.summary(), "the \"plan\" held");
+    }
+
+    #[test]
     fn llm_text_fixtures() {
         let cases: &[Fixture<'_>] = &[
             (
@@ -721,6 +774,13 @@ mod tests {
                 5,
                 Some(8.0),
                 &["energy"],
+            ),
+            (
+                "one bad token",
+                include_str!("../../tests/fixtures/metrics/one_bad_token.txt"),
+                4,
+                Some(7.5),
+                &[],
             ),
             (
                 "refusal",
