@@ -178,12 +178,14 @@ impl<'a> Scanner<'a> {
     fn run(mut self) -> Option<String> {
         let bytes = self.src.as_bytes();
         while self.pos < bytes.len() {
-            let blank_end = skip_blank(bytes, self.pos);
-            if blank_end > self.pos {
-                self.pos = blank_end;
-                continue;
-            }
             let b = bytes[self.pos];
+            if matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'/') {
+                let blank_end = skip_blank(bytes, self.pos);
+                if blank_end > self.pos {
+                    self.pos = blank_end;
+                    continue;
+                }
+            }
             match b {
                 b'{' | b'[' => {
                     if !self.stack.is_empty() && self.expect()? != Expect::Value {
