@@ -411,11 +411,9 @@ pub fn failure_sentence(language: Language) -> &'static str {
     Texts(language).internal_error()
 }
 
-/// A log's `created_at` on the user's wall clock (`YYYY-MM-DD HH:MM`).
-fn local_created(zone: &UserZone, created_at: jiff::Timestamp) -> String {
-    zone.civil(created_at)
-        .strftime("%Y-%m-%d %H:%M")
-        .to_string()
+/// A moment on the user's wall clock (`YYYY-MM-DD HH:MM`).
+fn local_moment(zone: &UserZone, at: jiff::Timestamp) -> String {
+    zone.civil(at).strftime("%Y-%m-%d %H:%M").to_string()
 }
 
 fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply {
@@ -451,7 +449,7 @@ fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply 
 /// The local day an entry belongs to, and when it was written on the user's clock
 /// (`2026-11-30 · 01:30` for an entry of the night after the 30th).
 fn history_heading(zone: &UserZone, log: &DayLog) -> String {
-    let written = local_created(zone, log.created_at);
+    let written = local_moment(zone, log.written());
     match log.local_day.map(|day| day.to_string()) {
         Some(day) if !written.starts_with(&day) => {
             format!("{day} · {}", written.get(11..).unwrap_or(&written))
@@ -593,7 +591,7 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
                 .map(|m| m.defaulted().join("; "))
                 .unwrap_or_default(),
             log.local_day.map(|day| day.to_string()).unwrap_or_default(),
-            local_created(zone, log.created_at),
+            local_moment(zone, log.written()),
         ]);
     }
     writer.into_inner().unwrap_or_default()

@@ -541,6 +541,7 @@ impl Journal {
                 message_id: MessageId(msg.message_id),
                 text: &msg.text,
                 local_day: Some(local_day),
+                written_at: msg.sent_at,
             })
             .await
             .map_err(EntryError::NotSaved)?;
@@ -675,6 +676,7 @@ impl Journal {
                 local_day: Some(
                     self.local_day(&author.zone, voice.sent_at.unwrap_or_else(|| self.now())),
                 ),
+                written_at: voice.sent_at,
             })
             .await
             .map_err(EntryError::NotSaved)?;

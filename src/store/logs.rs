@@ -17,6 +17,8 @@ pub struct NewLog<'a> {
     pub text: &'a str,
     /// The local day, fixed now; `None` falls back to the UTC date with the 4-hour rule.
     pub local_day: Option<jiff::civil::Date>,
+    /// Telegram's message date ([`DayLog::written_at`]); `None`: now.
+    pub written_at: Option<jiff::Timestamp>,
 }
 
 /// A voice note to store (SPEC §11): the log starts with an empty text.
@@ -30,6 +32,8 @@ pub struct NewVoiceLog<'a> {
     pub duration_s: Option<u32>,
     /// The local day, fixed now (SPEC §10); `None` falls back as for [`NewLog`].
     pub local_day: Option<jiff::civil::Date>,
+    /// As for [`NewLog`].
+    pub written_at: Option<jiff::Timestamp>,
 }
 
 /// One imported entry (SPEC §12), ready to store.
@@ -365,8 +369,9 @@ impl Store {
         self.durably(retry_busy("insert_log", || async {
             // One statement, so no transaction: the hot path is a single round trip.
             let inserted: Vec<DayLog> = sqlx::query_as(&format!(
-                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, local_day)
-                 VALUES (?1, ?2, ?3, ?4, datetime('now'), ?5)
+                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, local_day,
+                     written_at)
+                 VALUES (?1, ?2, ?3, ?4, datetime('now'), ?5, ?6)
                  ON CONFLICT (chat_id, message_id) DO NOTHING
                  RETURNING {LOG_COLUMNS}"
             ))
@@ -375,6 +380,7 @@ impl Store {
             .bind(log.message_id)
             .bind(log.text)
             .bind(log.local_day.map(|day| day.to_string()))
+            .bind(log.written_at.map(sql_timestamp))
             .fetch_all(&self.write)
             .await?;
             Ok(match returned(inserted) {
@@ -553,8 +559,8 @@ impl Store {
             // Every row is read, so a failure to commit is this call's error.
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
-                     kind, file_id, duration_s, local_day)
-                 VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5, ?6)
+                     kind, file_id, duration_s, local_day, written_at)
+                 VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5, ?6, ?7)
                  ON CONFLICT (chat_id, message_id) DO NOTHING
                  RETURNING {LOG_COLUMNS}"
             ))
@@ -564,6 +570,7 @@ impl Store {
             .bind(log.file_id)
             .bind(log.duration_s)
             .bind(log.local_day.map(|day| day.to_string()))
+            .bind(log.written_at.map(sql_timestamp))
             .fetch_all(&self.write)
             .await?;
             Ok(match rows.pop() {

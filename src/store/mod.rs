@@ -404,6 +404,18 @@ pub struct DayLog {
     /// When an edit last changed its text; `None`: never (read as
     /// [`DayLog::created_at`] is).
     pub edited_at: Option<jiff::Timestamp>,
+    /// When the user wrote it, by Telegram's message date, where that differs from
+    /// `created_at` (read as [`DayLog::created_at`] is); see [`DayLog::written`].
+    pub written_at: Option<jiff::Timestamp>,
+}
+
+impl DayLog {
+    /// When the user wrote the entry: Telegram's message date, or when it was stored
+    /// where there is none (the terminal, imports, entries stored before the column).
+    /// After a downtime the two differ by as long as daylog was away.
+    pub fn written(&self) -> jiff::Timestamp {
+        self.written_at.unwrap_or(self.created_at)
+    }
 }
 
 /// A `day_logs` row as SQLite holds it, before [`DayLog`] parses its columns.
@@ -423,6 +435,7 @@ struct DayLogRow {
     replied_at: Option<String>,
     local_day: Option<String>,
     edited_at: Option<String>,
+    written_at: Option<String>,
 }
 
 impl From<DayLogRow> for DayLog {
@@ -451,6 +464,10 @@ impl From<DayLogRow> for DayLog {
             .edited_at
             .as_deref()
             .map(|text| moment("edited_at", text));
+        let written_at = row
+            .written_at
+            .as_deref()
+            .map(|text| moment("written_at", text));
         Self {
             id: row.id,
             user_id: row.user_id,
@@ -468,6 +485,7 @@ impl From<DayLogRow> for DayLog {
                 .local_day
                 .and_then(|text| stored_date("day_logs", row.id.get(), "local_day", &text)),
             edited_at,
+            written_at,
         }
     }
 }
@@ -526,7 +544,7 @@ impl FrontEnd {
 macro_rules! log_columns {
     () => {
         "id, user_id, chat_id, message_id, text, created_at, status, analysis, metrics, \
-         attempts, next_attempt_at, replied_at, local_day, edited_at"
+         attempts, next_attempt_at, replied_at, local_day, edited_at, written_at"
     };
 }
 const LOG_COLUMNS: &str = log_columns!();

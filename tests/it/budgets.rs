@@ -119,6 +119,7 @@ async fn an_edit_forgets_the_refusals_of_the_old_text() {
             message_id: MessageId(1),
             text: "old text",
             local_day: None,
+            written_at: None,
         })
         .await
         .expect("insert")

@@ -209,22 +209,26 @@ async fn no_reminder_on_a_local_day_that_already_has_an_entry() {
         "nothing recorded as sent"
     );
 
-    // /history and /export show the entry's local day, and when it was stored on the
-    // Los Angeles clock.
-    let created: String = sqlx::query_scalar("SELECT created_at FROM day_logs WHERE user_id = 3")
-        .fetch_one(app.store.read_pool())
-        .await
-        .expect("created_at");
-    let local = daylog::time::parse_sql_timestamp(&created)
-        .expect("stored time")
-        .to_zoned_datetime(jiff::tz::TimeZone::get("America/Los_Angeles").expect("zone"))
-        .strftime("%Y-%m-%d %H:%M")
-        .to_string();
-    let history = command(&app, 3, 4, "/history").await;
-    assert!(
-        history.contains("2026-12-01") && history.contains(&local[11..]),
-        "{history}"
+    // /history and /export show the entry's local day, and when it was written on the
+    // Los Angeles clock: the message's date, not when daylog stored it (the real time,
+    // which here plays a downtime of a day or more).
+    let (created, written): (String, Option<String>) =
+        sqlx::query_as("SELECT created_at, written_at FROM day_logs WHERE user_id = 3")
+            .fetch_one(app.store.read_pool())
+            .await
+            .expect("created_at");
+    assert_eq!(
+        written.as_deref(),
+        Some("2026-12-02 02:00:00"),
+        "the message's date"
     );
+    assert_ne!(
+        created, "2026-12-02 02:00:00",
+        "stored later than it was written"
+    );
+    let local = "2026-12-01 18:00";
+    let history = command(&app, 3, 4, "/history").await;
+    assert!(history.contains(local), "{history}");
     app.telegram.push_update(text_update(3, 5, "/export"));
     let sent = app
         .telegram
@@ -557,6 +561,7 @@ async fn stats_names_what_goes_with_good_days() {
                 message_id: MessageId(day),
                 text: "a day",
                 local_day: Some(format!("2026-12-0{day}").parse().expect("day")),
+                written_at: None,
             })
             .await
             .expect("insert")

@@ -71,6 +71,7 @@ async fn entry(store: &Store, user_id: i64, message_id: i64, text: &str) -> LogI
             message_id: MessageId(message_id),
             text,
             local_day: None,
+            written_at: None,
         })
         .await
         .expect("insert")

@@ -64,6 +64,7 @@ async fn log(store: &Store, user_id: i64, message_id: i64, text: &str) -> Insert
             message_id: MessageId(message_id),
             text,
             local_day: Some(today()),
+            written_at: None,
         })
         .await
         .expect("insert")
@@ -136,7 +137,9 @@ async fn schema_matches_the_public_contract_column_by_column() {
             // 20261201000014: the last edit that changed the text (max_age counts from it),
             // and why a pending log waits for its next try.
             "edited_at",
-            "waiting_for"
+            "waiting_for",
+            // 20261201000019: when the user wrote it (Telegram's message date).
+            "written_at",
         ])
     );
     assert_eq!(
@@ -369,6 +372,7 @@ async fn two_hundred_concurrent_inserts_all_succeed() {
                         message_id: MessageId(i),
                         text: &text,
                         local_day: None,
+                        written_at: None,
                     })
                     .await
             })
@@ -732,6 +736,7 @@ async fn an_entry_keeps_the_local_day_it_was_stored_with() {
             message_id: MessageId(1),
             text: "late evening",
             local_day: Some(day),
+            written_at: None,
         })
         .await
         .expect("insert")
@@ -1316,6 +1321,7 @@ async fn a_local_day_that_is_no_date_is_left_out_of_the_days_and_found_without_o
                 message_id: MessageId(message_id),
                 text,
                 local_day: Some(day),
+                written_at: None,
             })
             .await
             .expect("insert");
