@@ -1158,11 +1158,12 @@ impl Journal {
         // The worker's tries are not held to it: one past `worker.max_age_hours` is the
         // last before the entry is given up, and a backlog after an outage is no abuse.
         if !late && self.over_hourly_limit(&log).await? {
-            self.store.defer(log.id, Duration::from_secs(3600)).await?;
+            let limit = self.settings.telegram.analyses_per_hour;
+            let wait = self.store.defer_to_free_slot(&log, limit).await?;
             self.notify(
                 messenger,
                 &log,
-                Reply::new().text(texts.saved_rate_limited()),
+                Reply::new().text(texts.saved_rate_limited(wait)),
             )
             .await;
             return Ok(());

@@ -109,34 +109,44 @@ impl Texts {
     }
 
     /// Every AI budget is spent for a while: the entry is saved, the analysis comes
-    /// when budget returns, in about `wait` (whole minutes, rounded up, at least one).
-    /// Past 90 minutes (a daily quota spent: up to a day) in whole hours, rounded up.
+    /// when budget returns, in about `wait` ([`Texts::about`]).
     pub fn saved_budget(self, wait: std::time::Duration) -> String {
-        let minutes = wait.as_secs().div_ceil(60).max(1);
-        let hours = minutes.div_ceil(60);
-        match (self.0, minutes > 90) {
-            (Language::Ru, false) => format!(
-                "Сохранено. Бесплатные лимиты AI-сервисов сейчас исчерпаны; разбор придёт примерно через {minutes} мин."
+        let about = self.about(wait);
+        match self.0 {
+            Language::Ru => format!(
+                "Сохранено. Бесплатные лимиты AI-сервисов сейчас исчерпаны; разбор придёт примерно через {about}."
             ),
-            (Language::Ru, true) => format!(
-                "Сохранено. Бесплатные лимиты AI-сервисов сейчас исчерпаны; разбор придёт примерно через {hours} ч."
-            ),
-            (Language::En, false) => format!(
-                "Saved. The AI services' free limits are used up for now; your analysis should come in about {minutes} minute{}.",
-                if minutes == 1 { "" } else { "s" }
-            ),
-            (Language::En, true) => format!(
-                "Saved. The AI services' free limits are used up for now; your analysis should come in about {hours} hours."
+            Language::En => format!(
+                "Saved. The AI services' free limits are used up for now; your analysis should come in about {about}."
             ),
         }
     }
 
-    /// Over `telegram.analyses_per_hour`: the entry waits an hour.
-    pub fn saved_rate_limited(self) -> &'static str {
-        self.pick(
-            "Saved. You have reached the hourly number of analyses; this entry will be analysed in about an hour.",
-            "Сохранено. Лимит разборов на этот час исчерпан; эту запись я разберу примерно через час.",
-        )
+    /// Over `telegram.analyses_per_hour`: the entry waits `wait`, until the limit has
+    /// room for it ([`Texts::about`]).
+    pub fn saved_rate_limited(self, wait: std::time::Duration) -> String {
+        let about = self.about(wait);
+        match self.0 {
+            Language::Ru => format!(
+                "Сохранено. Лимит разборов на этот час исчерпан; эту запись я разберу примерно через {about}."
+            ),
+            Language::En => format!(
+                "Saved. You have reached the hourly number of analyses; this entry will be analysed in about {about}."
+            ),
+        }
+    }
+
+    /// A wait as the sentences above say it: whole minutes, rounded up, at least one;
+    /// past 90 minutes (a daily quota spent: up to a day) whole hours, rounded up.
+    fn about(self, wait: std::time::Duration) -> String {
+        let minutes = wait.as_secs().div_ceil(60).max(1);
+        let hours = minutes.div_ceil(60);
+        match (self.0, minutes > 90) {
+            (Language::Ru, false) => format!("{minutes} мин."),
+            (Language::Ru, true) => format!("{hours} ч."),
+            (Language::En, false) => count_en(minutes, "minute", "minutes"),
+            (Language::En, true) => format!("{hours} hours"),
+        }
     }
 
     /// The title of an analysis that comes later than the entry's first answer: after a

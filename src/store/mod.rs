@@ -568,7 +568,7 @@ pub use logs::{
 };
 pub use read_only::{open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
-pub use unfinished::{UNFINISHED_REPLY, Unfinished, Waiting};
+pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished, Waiting};
 pub use users::{NewUser, User};
 
 /// The shared handle on the database. Cheap to clone.

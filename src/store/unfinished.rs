@@ -50,6 +50,21 @@ impl Unfinished {
 /// A pending log whose next try is due.
 const UNFINISHED_PENDING: &str =
     "status = 'pending' AND coalesce(next_attempt_at, '') <= datetime('now')";
+
+/// See [`Store::defer_to_free_slot`]: `?1` the log, `?2` its user, `?3` the limit less
+/// one. The earlier entries are the user's of the last hour, found through
+/// `day_logs_user_created`; returns the seconds the log now waits.
+pub const DEFER_TO_FREE_SLOT_SQL: &str = "UPDATE day_logs SET waiting_for = 'deferred',
+         next_attempt_at = coalesce(
+             (SELECT datetime(CASE WHEN e.status = 'pending' AND e.waiting_for = 'deferred'
+                                   THEN e.next_attempt_at ELSE e.created_at END, '+1 hour')
+              FROM day_logs e
+              WHERE e.user_id = ?2 AND e.id < ?1 AND e.created_at >= datetime('now', '-1 hour')
+              ORDER BY e.created_at DESC, e.id DESC LIMIT 1 OFFSET ?3),
+             datetime('now', '+1 hour'))
+     WHERE id = ?1 AND status = 'pending'
+     RETURNING max(0, unixepoch(next_attempt_at) - unixepoch('now'))";
+
 /// A decided log whose answer has not gone out and is not waiting for a delivery retry
 /// (read through the `day_logs_unreplied` index, which holds only such rows).
 pub const UNFINISHED_REPLY: &str =
@@ -152,7 +167,34 @@ impl Store {
         .await
     }
 
-    /// Postpones a pending log without counting an attempt (the per-user hourly limit).
+    /// Postpones a pending log over the per-user hourly limit of `limit` analyses,
+    /// without counting an attempt, to when the limit has room for it: an hour after the
+    /// analysis of the user's entry `limit` places before it (its `created_at`, or its
+    /// own deferred time when it waits too), so that a burst beyond the limit drains
+    /// `limit` entries an hour instead of all coming back an hour later at once. With no
+    /// such entry (the limit was reached by edits' analyses), an hour from now. Returns
+    /// how long the log waits.
+    pub async fn defer_to_free_slot(
+        &self,
+        log: &DayLog,
+        limit: u32,
+    ) -> Result<Duration, StoreError> {
+        retry_busy("defer_to_free_slot", || async {
+            let rows: Vec<i64> = sqlx::query_scalar(DEFER_TO_FREE_SLOT_SQL)
+                .bind(log.id)
+                .bind(log.user_id)
+                .bind(i64::from(limit.max(1)) - 1)
+                .fetch_all(&self.write)
+                .await?;
+            Ok(Duration::from_secs(
+                rows.first()
+                    .map_or(3600, |&s| u64::try_from(s).unwrap_or(0)),
+            ))
+        })
+        .await
+    }
+
+    /// Postpones a pending log without counting an attempt.
     pub async fn defer(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
         self.schedule(
             "defer",

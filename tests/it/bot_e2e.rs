@@ -1163,6 +1163,43 @@ async fn beyond_the_hourly_limit_entries_are_saved_and_deferred() {
     app.stop().await;
 }
 
+/// A burst beyond the hourly limit drains at the limit's pace (SPEC §8): with two
+/// analyses an hour, entries 3–4 wait an hour, 5–6 two hours and 7 three, and each is
+/// told its own wait, instead of five analyses all coming back an hour later.
+#[tokio::test]
+async fn a_burst_beyond_the_hourly_limit_is_spread_over_the_hours_it_needs() {
+    let app = App::spawn_with(|env| {
+        env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "2".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    for id in 1..=7 {
+        app.telegram
+            .push_update(text_update(64, id, &format!("Entry {id}.")));
+    }
+    let sent = app.telegram.wait_sent(64, 7).await;
+
+    let waits: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT message_id,
+                CAST(round((unixepoch(next_attempt_at) - unixepoch(created_at)) / 3600.0) AS INTEGER)
+         FROM day_logs WHERE chat_id = 64 AND status = 'pending' AND waiting_for = 'deferred'
+         ORDER BY message_id",
+    )
+    .fetch_all(app.store.read_pool())
+    .await
+    .expect("rows");
+    assert_eq!(waits, [(3, 1), (4, 1), (5, 2), (6, 2), (7, 3)]);
+    assert_eq!(app.providers.analysis_requests().await, 2);
+    let notices: Vec<String> = sent[2..].iter().map(|m| visible(m.text())).collect();
+    assert!(
+        notices[0].contains("hourly") && notices[0].contains("60 minutes"),
+        "{notices:?}"
+    );
+    assert!(notices[2].contains("2 hours"), "{notices:?}");
+    assert!(notices[4].contains("3 hours"), "{notices:?}");
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn an_overlong_entry_is_saved_whole_and_analysed_truncated_with_a_note() {
     let app = App::spawn_with(|env| {

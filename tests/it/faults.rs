@@ -733,6 +733,21 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
         "{plan:?}"
     );
 
+    // An entry over the limit finds the one `limit` places before it the same way, in
+    // the index's order (`?1` is the log, `?2` the user).
+    let plan = query_plan(&pool, daylog::store::DEFER_TO_FREE_SLOT_SQL, i64::MAX, 77).await;
+    assert!(
+        plan.iter()
+            .any(|s| s.starts_with("SEARCH e USING") && s.contains("INDEX day_logs_user_created")),
+        "{plan:?}"
+    );
+    assert!(
+        !plan
+            .iter()
+            .any(|s| s.starts_with("SCAN") || s.contains("TEMP B-TREE")),
+        "{plan:?}"
+    );
+
     // Act + Assert: the commands answer on this data.
     let journal = std::sync::Arc::clone(app.journal());
     for days in ["30", "365"] {
