@@ -58,6 +58,19 @@ fn bench(c: &mut Criterion) {
     }
     group.finish();
 
+    // Hostile input: a string full of quotes and unclosed comment openers, 10 and 100
+    // times longer. The scanner's lookaheads are bounded, so time grows with the length,
+    // not with its square; throughput is in bytes.
+    let mut group = c.benchmark_group("repair_hostile");
+    for repeats in [2_000, 20_000] {
+        let raw = format!("{{\"summary\": \"{}*/ z\"}}", "x\" /*".repeat(repeats));
+        group.throughput(Throughput::Bytes(raw.len() as u64));
+        group.bench_function(format!("{}_bytes", raw.len()), |b| {
+            b.iter(|| json_repair::repair(black_box(&raw)))
+        });
+    }
+    group.finish();
+
     // A realistic mix: most answers are clean, some fenced or wrapped, a few cut.
     let mix = [
         TYPICAL, TYPICAL, TYPICAL, TYPICAL, FENCED, PROSE, THINK, TRUNCATED, SLOPPY, TYPICAL,

@@ -25,7 +25,10 @@
 //!   strings; a bare fraction (`4/5`) is read as the string `"4/5"` (the metrics read
 //!   it on their scale); and anything else that cannot be mended drops the member it
 //!   stands in, from its key to the next `,` or closing bracket. A closing bracket of
-//!   the wrong kind closes what is open up to its own kind (`[1, 2}`).
+//!   the wrong kind stands for the right one before a comma (`["run"}, "mood": 4`), and
+//!   otherwise closes what is open up to its own kind (`[1, 2}`).
+//! - The lookaheads that decide whether a quote ends a string read at most 64 bytes
+//!   on, so repair stays linear on a string full of quotes and comment openers.
 
 use std::borrow::Cow;
 
@@ -212,10 +215,12 @@ impl<'a> Scanner<'a> {
                         continue;
                     }
                     // `{"a":1,"b":}` or `{"a":1,"b"}`: the member that has no value goes.
-                    // A closer of the wrong kind closes the innermost container first
-                    // and is read again.
+                    // A closer of the wrong kind closes the innermost container: in
+                    // place of its own closer when a comma follows (`["run"}, "mood": 4`),
+                    // else first, and it is read again (`{"a": [1, 2}`).
+                    let typo = !matched && bytes.get(skip_ws(bytes, self.pos + 1)) == Some(&b',');
                     self.close_top();
-                    if matched {
+                    if matched || typo {
                         self.pos += 1;
                         if self.stack.is_empty() {
                             return Some(self.out);
@@ -298,10 +303,16 @@ impl<'a> Scanner<'a> {
                         self.recover();
                         continue;
                     }
-                    if expect == Expect::Value
-                        && let Some(end) = fraction_end(bytes, start, self.pos)
-                    {
-                        self.pos = end;
+                    if expect == Expect::Value {
+                        match fraction(bytes, start, self.pos) {
+                            Fraction::No => {}
+                            Fraction::Whole(end) => self.pos = end,
+                            Fraction::Cut => return Some(self.close_all()),
+                            Fraction::Broken => {
+                                self.recover();
+                                continue;
+                            }
+                        }
                     }
                     let word = &self.src[start..self.pos];
                     let at_end = self.pos >= bytes.len();
@@ -432,9 +443,7 @@ impl<'a> Scanner<'a> {
                     self.pos += 1;
                     return StrEnd::Closed;
                 }
-                b',' if role == Role::Member
-                    && key_follows(bytes, skip_blank(bytes, self.pos + 1), quote, false) =>
-                {
+                b',' if role == Role::Member && key_after_comma(bytes, self.pos, quote) => {
                     // `"ok" maybe, "mood": 2`: text after a closing quote, or a closing
                     // quote forgotten. The value ends before the next key.
                     self.out.push_str(&self.src[run_start..self.pos]);
@@ -562,52 +571,101 @@ fn skip_blank(bytes: &[u8], mut i: usize) -> usize {
     }
 }
 
-/// How far a closing quote looks for the `:` after a key that follows it.
-const KEY_LOOKAHEAD: usize = 64;
+/// How far the lookaheads from a quote or a comma inside a string read: far enough
+/// for a key and the indentation of pretty-printed JSON, and no farther, so that a
+/// string full of quotes and commas is still read in linear time.
+const LOOKAHEAD: usize = 64;
 
-/// Whether a quote just before `at` ends a `role` string: what follows it (blanks
-/// skipped) is what may follow such a string, or the end of the input. A key holds no
-/// quotes: its first one ends it.
+/// The first position at or after `i` that is not whitespace, looking at most
+/// [`LOOKAHEAD`] bytes ahead (past that, a position inside the whitespace).
+fn skip_ws(bytes: &[u8], i: usize) -> usize {
+    let limit = bytes.len().min(i.saturating_add(LOOKAHEAD));
+    (i..limit)
+        .find(|&j| !matches!(bytes[j], b' ' | b'\t' | b'\n' | b'\r'))
+        .unwrap_or(limit)
+}
+
+/// Whether a `//` or `/*` comment starts at `i`.
+fn starts_comment(bytes: &[u8], i: usize) -> bool {
+    bytes.get(i) == Some(&b'/') && matches!(bytes.get(i + 1), Some(b'/' | b'*'))
+}
+
+/// Whether a quote just before `at` ends a `role` string: what follows it (whitespace
+/// skipped) is what may follow such a string, a comment, or the end of the input. A
+/// key holds no quotes: its first one ends it.
 fn closes(bytes: &[u8], at: usize, role: Role) -> bool {
     if role == Role::Key {
         return true;
     }
-    let i = skip_blank(bytes, at);
+    let i = skip_ws(bytes, at);
     let Some(&next) = bytes.get(i) else {
         return true;
     };
-    match role {
-        Role::Key => true,
+    if starts_comment(bytes, i) {
+        return true;
+    }
+    if role == Role::Item {
         // `"` as well: a forgotten comma between items.
-        Role::Item => matches!(next, b',' | b']' | b'}' | b'"'),
-        Role::Member => match next {
-            b'}' | b']' => true,
-            b',' => {
-                let j = skip_blank(bytes, i + 1);
-                match bytes.get(j) {
-                    None | Some(b'"' | b'\'' | b'}') => true,
-                    Some(_) => key_follows(bytes, j, b'"', true),
-                }
+        return matches!(next, b',' | b']' | b'}' | b'"');
+    }
+    match next {
+        b'}' | b']' => true,
+        b',' => {
+            let j = skip_ws(bytes, i + 1);
+            match bytes.get(j) {
+                None | Some(b'}') => true,
+                Some(&quote @ (b'"' | b'\'')) => key_follows(bytes, j, quote, false),
+                Some(_) => key_follows(bytes, j, b'"', true),
             }
-            // A forgotten comma before the next key.
-            b'"' => key_follows(bytes, i, b'"', false),
-            _ => false,
-        },
+        }
+        // A forgotten comma before the next key.
+        b'"' => key_follows(bytes, i, b'"', false),
+        _ => false,
     }
 }
 
+/// Whether the comma at `i` inside a member's string value comes before the next key
+/// (`"ok" maybe, "mood": 2` or `"ok, "mood": 2`): a key quoted as the string is, whose
+/// opening quote does not itself end the string (`{"b": ",", ":": 1}` is valid JSON).
+fn key_after_comma(bytes: &[u8], i: usize, quote: u8) -> bool {
+    let j = skip_ws(bytes, i + 1);
+    bytes.get(j) == Some(&quote)
+        && key_follows(bytes, j, quote, false)
+        && !closes(bytes, j + 1, Role::Member)
+}
+
+/// The position in `text` of the first `quote` that no backslash escapes.
+fn closing_quote(text: &[u8], quote: u8) -> Option<usize> {
+    let mut i = 0;
+    while let Some(&b) = text.get(i) {
+        if b == quote {
+            return Some(i);
+        }
+        i += if b == b'\\' { 2 } else { 1 };
+    }
+    None
+}
+
 /// Whether a key and its `:` start at `i`: quoted with `quote`, or a bare word when
-/// `bare` is set.
+/// `bare` is set. A key cut by the end of the input counts: a cut answer's last key.
 fn key_follows(bytes: &[u8], i: usize, quote: u8, bare: bool) -> bool {
-    let window = &bytes[i.min(bytes.len())..bytes.len().min(i + KEY_LOOKAHEAD)];
-    let end = match window.first() {
-        Some(&b) if b == quote => window[1..].iter().position(|&b| b == quote).map(|n| n + 2),
-        Some(&b) if bare && (b.is_ascii_alphabetic() || b == b'_') => window
-            .iter()
-            .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_')),
-        _ => None,
+    let len = bytes.len();
+    let window = &bytes[i.min(len)..len.min(i.saturating_add(LOOKAHEAD))];
+    let cut = i.saturating_add(LOOKAHEAD) >= len;
+    let key_len = match window.first() {
+        Some(&b) if b == quote => closing_quote(&window[1..], quote).map(|n| n + 2),
+        Some(&b) if bare && (b.is_ascii_alphabetic() || b == b'_') => Some(
+            window
+                .iter()
+                .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_'))
+                .unwrap_or(window.len()),
+        ),
+        _ => return false,
     };
-    end.is_some_and(|end| bytes.get(skip_blank(bytes, i + end)) == Some(&b':'))
+    match key_len {
+        Some(n) => bytes.get(skip_ws(bytes, i + n)).is_none_or(|&b| b == b':'),
+        None => cut,
+    }
 }
 
 /// Where the member that an unmendable token at `i` stands in ends: the next `,` or
@@ -636,21 +694,53 @@ fn member_end(bytes: &[u8], mut i: usize) -> usize {
     bytes.len()
 }
 
-/// The end of a bare fraction (`4/5`, `7.5/10`) whose numerator is `bytes[start..end]`.
-fn fraction_end(bytes: &[u8], start: usize, end: usize) -> Option<usize> {
-    let numerator = &bytes[start..end];
+/// What follows a bare number in value position.
+enum Fraction {
+    /// Not a fraction.
+    No,
+    /// A fraction (`4/5`, `7.5 / 10`) that ends here.
+    Whole(usize),
+    /// A fraction cut by the end of the input: `4/1` may be `4/10`.
+    Cut,
+    /// A slash after the number, and no number after it.
+    Broken,
+}
+
+/// Whether the number `bytes[start..end]` is the numerator of a bare fraction.
+fn fraction(bytes: &[u8], start: usize, end: usize) -> Fraction {
     let is_number = |part: &[u8]| {
         part.first().is_some_and(u8::is_ascii_digit)
             && part.iter().all(|&b| b.is_ascii_digit() || b == b'.')
     };
-    if !is_number(numerator) || bytes.get(end) != Some(&b'/') {
-        return None;
+    let slash = skip_spaces(bytes, end);
+    if !is_number(&bytes[start..end]) || bytes.get(slash) != Some(&b'/') {
+        return Fraction::No;
     }
-    let digits = bytes[end + 1..]
+    if starts_comment(bytes, slash) {
+        return Fraction::No;
+    }
+    let from = skip_spaces(bytes, slash + 1);
+    let digits = bytes[from..]
         .iter()
         .take_while(|&&b| b.is_ascii_digit() || b == b'.')
         .count();
-    is_number(&bytes[end + 1..end + 1 + digits]).then_some(end + 1 + digits)
+    let to = from + digits;
+    if to >= bytes.len() {
+        Fraction::Cut
+    } else if is_number(&bytes[from..to]) {
+        Fraction::Whole(to)
+    } else {
+        Fraction::Broken
+    }
+}
+
+/// The first position at or after `i` that is not a space or tab, at most
+/// [`LOOKAHEAD`] bytes on.
+fn skip_spaces(bytes: &[u8], i: usize) -> usize {
+    let limit = bytes.len().min(i.saturating_add(LOOKAHEAD));
+    (i..limit)
+        .find(|&j| !matches!(bytes[j], b' ' | b'\t'))
+        .unwrap_or(limit)
 }
 
 /// The UTF-16 unit of a `\u` escape's four hex digits.
@@ -1115,6 +1205,51 @@ mod tests {
                 r#"{{"mood": 4}}"#,
                 Some(json!({"mood": 4})),
             ),
+            (
+                "a comment-like text after a comma in a string",
+                "{\n \"summary\": \"Shipped the fix, // then tests\",\n \"mood\": 3,\n \"act",
+                Some(json!({"summary": "Shipped the fix, // then tests", "mood": 3})),
+            ),
+            (
+                "quoted titles in a summary",
+                r#"{"summary": "watched "Up", "Coco" and more", "mood": 2}"#,
+                Some(json!({"summary": "watched \"Up\", \"Coco\" and more", "mood": 2})),
+            ),
+            (
+                "a string value before a key cut by the end",
+                r#"{"summary": "ok", "stre"#,
+                Some(json!({"summary": "ok"})),
+            ),
+            (
+                "a string value before a bare key cut by the end",
+                r#"{"summary": "ok", mo"#,
+                Some(json!({"summary": "ok"})),
+            ),
+            (
+                "a fraction cut after its slash is dropped",
+                r#"{"stress": 2, "mood": 4/"#,
+                Some(json!({"stress": 2})),
+            ),
+            (
+                "a spaced fraction",
+                r#"{"stress": 7 / 10, "mood": 4}"#,
+                Some(json!({"stress": "7 / 10", "mood": 4})),
+            ),
+            (
+                "a slash and no denominator costs the member",
+                r#"{"mood": 4/, "stress": 2}"#,
+                Some(json!({"stress": 2})),
+            ),
+            (
+                "a number and a comment after it",
+                r#"{"mood": 4 /* of 5 */, "stress": 2}"#,
+                Some(json!({"mood": 4, "stress": 2})),
+            ),
+            (
+                "the wrong closer in the middle stands for the right one",
+                r#"{"activities": ["run", "yoga"}, "mood": 4}"#,
+                Some(json!({"activities": ["run", "yoga"], "mood": 4})),
+            ),
             ("no object", "I cannot help with that.", None),
             ("empty", "", None),
             ("only open brace", "{", Some(json!({}))),
@@ -1122,6 +1257,24 @@ mod tests {
         ];
         for (name, raw, want) in cases {
             assert_eq!(&repaired(raw), want, "case `{name}`: {raw:?}");
+        }
+    }
+
+    /// Valid JSON that the heuristics for unescaped quotes must not read as broken.
+    #[test]
+    fn the_scanner_keeps_valid_json_that_looks_broken() {
+        for text in [
+            r#"{"b":",",":":1}"#,
+            r#"{"a": "x, \"y\": z", "b": "'q', 'r': s"}"#,
+            r#"{"a": ["p\", \"q", "r"], "b": "/* c */ // d"}"#,
+            r#"{"a": "1/2", "b": "} ] ,"}"#,
+        ] {
+            let scanned = Scanner::new(text).run();
+            assert_eq!(
+                scanned.and_then(|s| serde_json::from_str::<Value>(&s).ok()),
+                serde_json::from_str::<Value>(text).ok(),
+                "{text}"
+            );
         }
     }
 
@@ -1159,7 +1312,7 @@ mod tests {
             any::<i64>().prop_map(Value::from),
             (-1e6f64..1e6).prop_map(Value::from),
             "\\PC{0,20}".prop_map(Value::from),
-            "[\"\\\\{}\\[\\],:\n\t\u{1}]{0,8}".prop_map(Value::from),
+            "[\"\\\\{}\\[\\],:\n\t\u{1}/*' ]{0,8}".prop_map(Value::from),
         ];
         let tree = leaf.prop_recursive(3, 32, 6, |inner| {
             prop_oneof![
@@ -1183,6 +1336,9 @@ mod tests {
         r#""the "plan" failed""#,
         r#""a "big", then calm day""#,
         r#""ok" maybe"#,
+        r#""watched "Up", "Coco" and more""#,
+        "7 / 10",
+        "4/",
         "<b>{\"x\": [1, \"]\"]}</b>",
         "~",
         "#5",
