@@ -1009,7 +1009,7 @@ impl Journal {
     async fn postpone(&self, log: &DayLog) -> Result<(), StoreError> {
         let retry_in = self.settings.worker.retry_min();
         if log.status == LogStatus::Pending {
-            self.store.defer(log.id, retry_in).await
+            self.store.postpone(log.id, retry_in).await
         } else {
             self.store.delay_reply(log.id, retry_in).await
         }

@@ -206,10 +206,15 @@ pub const SEARCH_SQL: &str = "WITH candidates AS (
 /// See [`Store::recent_use`]. The analyses counted are those of the user's logs
 /// written or edited in the last hour (each found through an index: the user's own
 /// recent logs, never every user's calls); one answered late from an older entry is
-/// the worker's, which the limit does not hold to. Public for query plans.
+/// the worker's, which the limit does not hold to. Older entries still waiting for
+/// their slot under the limit count too (through `day_logs_deferred`): a new entry
+/// queues behind them. Public for query plans.
 pub const RECENT_USE_SQL: &str = "SELECT max(
      (SELECT count(*) FROM day_logs
-      WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')),
+      WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')
+        AND NOT (status = 'pending' AND waiting_for IS 'deferred'))
+     + (SELECT count(*) FROM day_logs
+        WHERE user_id = ?1 AND id < ?2 AND status = 'pending' AND waiting_for = 'deferred'),
      (SELECT count(*) FROM llm_calls
       WHERE task = 'analysis' AND outcome = 'ok'
         AND created_at >= datetime('now', '-1 hour')
@@ -678,8 +683,9 @@ impl Store {
 
     /// The larger of two counts of the last hour, for the per-user limit on analyses
     /// (SPEC §8), in one statement: the entries the user stored before log `id` (a
-    /// burst not analysed yet), and the analyses their entries of that hour were given
-    /// (answers stored as `ok` in `llm_calls`: an entry edited thirty times is thirty).
+    /// burst not analysed yet, with the older ones still waiting for their slot), and
+    /// the analyses their entries of that hour were given (answers stored as `ok` in
+    /// `llm_calls`: an entry edited thirty times is thirty).
     pub async fn recent_use(&self, user_id: UserId, id: LogId) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(RECENT_USE_SQL)
             .bind(user_id)

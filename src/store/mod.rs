@@ -404,8 +404,9 @@ pub struct DayLog {
     /// When an edit last changed its text; `None`: never (read as
     /// [`DayLog::created_at`] is).
     pub edited_at: Option<jiff::Timestamp>,
-    /// When the user wrote it, by Telegram's message date, where that differs from
-    /// `created_at` (read as [`DayLog::created_at`] is); see [`DayLog::written`].
+    /// When the user wrote it: Telegram's message date, for every Telegram entry;
+    /// `None` for the others (read as [`DayLog::created_at`] is). See
+    /// [`DayLog::written`].
     pub written_at: Option<jiff::Timestamp>,
 }
 

@@ -52,15 +52,22 @@ const UNFINISHED_PENDING: &str =
     "status = 'pending' AND coalesce(next_attempt_at, '') <= datetime('now')";
 
 /// See [`Store::defer_to_free_slot`]: `?1` the log, `?2` its user, `?3` the limit less
-/// one. The earlier entries are the user's of the last hour, found through
-/// `day_logs_user_created`; returns the seconds the log now waits.
+/// one. The entries that count are the user's of the last hour (through
+/// `day_logs_user_created`) and those of any age still waiting for their slot (through
+/// `day_logs_deferred`), each at the moment of its analysis: its slot, or when it was
+/// stored. Returns the seconds the log now waits.
 pub const DEFER_TO_FREE_SLOT_SQL: &str = "UPDATE day_logs SET waiting_for = 'deferred',
          next_attempt_at = coalesce(
-             (SELECT datetime(CASE WHEN e.status = 'pending' AND e.waiting_for = 'deferred'
-                                   THEN e.next_attempt_at ELSE e.created_at END, '+1 hour')
-              FROM day_logs e
-              WHERE e.user_id = ?2 AND e.id < ?1 AND e.created_at >= datetime('now', '-1 hour')
-              ORDER BY e.created_at DESC, e.id DESC LIMIT 1 OFFSET ?3),
+             (SELECT datetime(moment, '+1 hour') FROM (
+                  SELECT e.created_at AS moment FROM day_logs e
+                  WHERE e.user_id = ?2 AND e.id < ?1
+                    AND e.created_at >= datetime('now', '-1 hour')
+                    AND NOT (e.status = 'pending' AND e.waiting_for IS 'deferred')
+                  UNION ALL
+                  SELECT w.next_attempt_at FROM day_logs w
+                  WHERE w.user_id = ?2 AND w.id < ?1
+                    AND w.status = 'pending' AND w.waiting_for = 'deferred')
+              ORDER BY moment DESC LIMIT 1 OFFSET ?3),
              datetime('now', '+1 hour'))
      WHERE id = ?1 AND status = 'pending'
      RETURNING max(0, unixepoch(next_attempt_at) - unixepoch('now'))";
@@ -169,11 +176,11 @@ impl Store {
 
     /// Postpones a pending log over the per-user hourly limit of `limit` analyses,
     /// without counting an attempt, to when the limit has room for it: an hour after the
-    /// analysis of the user's entry `limit` places before it (its `created_at`, or its
-    /// own deferred time when it waits too), so that a burst beyond the limit drains
-    /// `limit` entries an hour instead of all coming back an hour later at once. With no
-    /// such entry (the limit was reached by edits' analyses), an hour from now. Returns
-    /// how long the log waits.
+    /// analysis of the user's entry `limit` places before it (when it was stored, or its
+    /// own slot when it waits too, however old), so that a burst beyond the limit drains
+    /// `limit` entries an hour, oldest first, instead of all coming back an hour later
+    /// at once. With no such entry (the limit was reached by edits' analyses), an hour
+    /// from now. Returns how long the log waits.
     pub async fn defer_to_free_slot(
         &self,
         log: &DayLog,
@@ -194,12 +201,13 @@ impl Store {
         .await
     }
 
-    /// Postpones a pending log without counting an attempt.
-    pub async fn defer(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
+    /// Postpones a pending log without counting an attempt: a voice note's transcript
+    /// that could not be shown yet (`waiting_for = 'delivery'`).
+    pub async fn postpone(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
         self.schedule(
-            "defer",
+            "postpone",
             "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds'),
-                 waiting_for = 'deferred'
+                 waiting_for = 'delivery'
              WHERE id = ?1 AND status = 'pending'",
             id,
             retry_in,

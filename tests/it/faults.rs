@@ -733,18 +733,30 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
         "{plan:?}"
     );
 
-    // An entry over the limit finds the one `limit` places before it the same way, in
-    // the index's order (`?1` is the log, `?2` the user).
-    let plan = query_plan(&pool, daylog::store::DEFER_TO_FREE_SLOT_SQL, i64::MAX, 77).await;
+    let plan = query_plan(&pool, daylog::store::RECENT_USE_SQL, 77, i64::MAX).await;
     assert!(
-        plan.iter()
-            .any(|s| s.starts_with("SEARCH e USING") && s.contains("INDEX day_logs_user_created")),
-        "{plan:?}"
+        plan.iter().any(
+            |s| s.starts_with("SEARCH day_logs USING") && s.contains("INDEX day_logs_deferred")
+        ),
+        "the entries still waiting for their slot: {plan:?}"
     );
+    // An entry over the limit finds the one `limit` places before it through the same
+    // indexes (`?1` is the log, `?2` the user); what it sorts is that hour's entries.
+    let plan = query_plan(&pool, daylog::store::DEFER_TO_FREE_SLOT_SQL, i64::MAX, 77).await;
+    for (table, index) in [
+        ("SEARCH e USING", "INDEX day_logs_user_created"),
+        ("SEARCH w USING", "INDEX day_logs_deferred"),
+    ] {
+        assert!(
+            plan.iter()
+                .any(|s| s.starts_with(table) && s.contains(index)),
+            "{index}: {plan:?}"
+        );
+    }
     assert!(
         !plan
             .iter()
-            .any(|s| s.starts_with("SCAN") || s.contains("TEMP B-TREE")),
+            .any(|s| s.starts_with("SCAN") && !s.starts_with("SCAN (subquery")),
         "{plan:?}"
     );
 

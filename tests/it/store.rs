@@ -574,7 +574,7 @@ async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_sch
                 .expect("retry")
         );
     }
-    db.store.defer(limited, hour).await.expect("defer");
+    db.store.postpone(limited, hour).await.expect("postpone");
 
     assert_eq!(db.store.retry_pending_now().await.expect("resume"), 1);
 
@@ -592,6 +592,67 @@ async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_sch
         0,
         "made due once"
     );
+}
+
+/// The hourly limit keeps holding after the first hour of a burst (SPEC §8): with a
+/// limit of 2, an hour and a minute after ten entries, six of them still wait for
+/// their slots (in one, two and three hours). A new entry is over the limit although
+/// no entry of the last hour was analysed, and it queues behind them: an hour after
+/// the slot of the entry two places before it, the ninth's.
+#[tokio::test]
+async fn entries_still_waiting_for_their_slot_keep_the_hourly_limit() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let mut ids = Vec::new();
+    for i in 1..=10 {
+        ids.push(log(&db.store, 1, i, &format!("entry {i}")).await.id());
+    }
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query("UPDATE day_logs SET created_at = datetime('now', '-61 minutes')")
+        .execute(&writer)
+        .await
+        .expect("an hour ago");
+    // Entries 1–4 analysed (1–2 at once, 3–4 by the worker at their slot); 5–10 wait.
+    for (i, id) in ids.iter().enumerate() {
+        let (status, slot) = match i {
+            0..=3 => ("analyzed", None),
+            4 | 5 => ("pending", Some("+59 minutes")),
+            6 | 7 => ("pending", Some("+119 minutes")),
+            _ => ("pending", Some("+179 minutes")),
+        };
+        sqlx::query(
+            "UPDATE day_logs SET status = ?2,
+                 next_attempt_at = CASE WHEN ?3 IS NULL THEN NULL ELSE datetime('now', ?3) END,
+                 waiting_for = CASE WHEN ?3 IS NULL THEN NULL ELSE 'deferred' END
+             WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(status)
+        .bind(slot)
+        .execute(&writer)
+        .await
+        .expect("state");
+    }
+    writer.close().await;
+
+    let Inserted::New(eleventh) = log(&db.store, 1, 11, "entry 11").await else {
+        panic!("a new entry");
+    };
+    assert_eq!(
+        db.store
+            .recent_use(UserId(1), eleventh.id)
+            .await
+            .expect("count"),
+        6,
+        "the six still waiting count"
+    );
+    let wait = db
+        .store
+        .defer_to_free_slot(&eleventh, 2)
+        .await
+        .expect("defer");
+    let minutes = wait.as_secs() / 60;
+    assert!((238..=239).contains(&minutes), "{minutes} minutes");
 }
 
 #[tokio::test]
