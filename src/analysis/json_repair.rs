@@ -232,10 +232,7 @@ impl<'a> Scanner<'a> {
                     // which removes trailing and doubled commas.
                     if self.expect()? == Expect::Comma {
                         self.pending_comma = true;
-                        self.set_expect(match self.top_kind() {
-                            Kind::Object => Expect::Key,
-                            Kind::Array => Expect::Value,
-                        });
+                        self.set_expect(first_expect(self.top_kind()));
                     }
                     self.pos += 1;
                 }
@@ -253,10 +250,7 @@ impl<'a> Scanner<'a> {
                     if expect == Expect::Comma && b == b'"' {
                         // `{"a":1 "b":2}`: a forgotten comma between members.
                         self.pending_comma = true;
-                        expect = match self.top_kind() {
-                            Kind::Object => Expect::Key,
-                            Kind::Array => Expect::Value,
-                        };
+                        expect = first_expect(self.top_kind());
                         self.set_expect(expect);
                     }
                     if !matches!(expect, Expect::Key | Expect::Value) {
@@ -540,7 +534,8 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// The first kind of token a container opened with this bracket expects.
+/// The first kind of token a container opened with this bracket expects, and again
+/// after each comma.
 fn first_expect(kind: Kind) -> Expect {
     match kind {
         Kind::Object => Expect::Key,
@@ -576,13 +571,16 @@ fn skip_blank(bytes: &[u8], mut i: usize) -> usize {
 /// string full of quotes and commas is still read in linear time.
 const LOOKAHEAD: usize = 64;
 
-/// The first position at or after `i` that is not whitespace, looking at most
-/// [`LOOKAHEAD`] bytes ahead (past that, a position inside the whitespace).
-fn skip_ws(bytes: &[u8], i: usize) -> usize {
+/// The first position at or after `i` whose byte is not `skipped`, looking at most
+/// [`LOOKAHEAD`] bytes ahead (past that, a position among the skipped bytes).
+fn skip_bounded(bytes: &[u8], i: usize, skipped: fn(u8) -> bool) -> usize {
     let limit = bytes.len().min(i.saturating_add(LOOKAHEAD));
-    (i..limit)
-        .find(|&j| !matches!(bytes[j], b' ' | b'\t' | b'\n' | b'\r'))
-        .unwrap_or(limit)
+    (i..limit).find(|&j| !skipped(bytes[j])).unwrap_or(limit)
+}
+
+/// [`skip_bounded`] over whitespace.
+fn skip_ws(bytes: &[u8], i: usize) -> usize {
+    skip_bounded(bytes, i, |b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
 }
 
 /// Whether a `//` or `/*` comment starts at `i`.
@@ -674,16 +672,10 @@ fn member_end(bytes: &[u8], mut i: usize) -> usize {
     let mut depth = 0usize;
     while let Some(&b) = bytes.get(i) {
         match b {
-            b'"' => {
-                i += 1;
-                while let Some(&c) = bytes.get(i) {
-                    i += if c == b'\\' { 2 } else { 1 };
-                    if c == b'"' {
-                        break;
-                    }
-                }
-                continue;
-            }
+            b'"' => match closing_quote(&bytes[i + 1..], b'"') {
+                Some(n) => i += n + 1,
+                None => return bytes.len(),
+            },
             b'{' | b'[' => depth += 1,
             b'}' | b']' | b',' if depth == 0 => return i,
             b'}' | b']' => depth -= 1,
@@ -734,13 +726,9 @@ fn fraction(bytes: &[u8], start: usize, end: usize) -> Fraction {
     }
 }
 
-/// The first position at or after `i` that is not a space or tab, at most
-/// [`LOOKAHEAD`] bytes on.
+/// [`skip_bounded`] over spaces and tabs (a fraction stays on its line).
 fn skip_spaces(bytes: &[u8], i: usize) -> usize {
-    let limit = bytes.len().min(i.saturating_add(LOOKAHEAD));
-    (i..limit)
-        .find(|&j| !matches!(bytes[j], b' ' | b'\t'))
-        .unwrap_or(limit)
+    skip_bounded(bytes, i, |b| matches!(b, b' ' | b'\t'))
 }
 
 /// The UTF-16 unit of a `\u` escape's four hex digits.

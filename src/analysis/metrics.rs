@@ -343,17 +343,21 @@ impl Metrics {
 /// A number, or a string holding one (`"4"`, `" 6.5 "`, `"6,5"`); `None` for anything
 /// else and for NaN and infinities.
 fn number(value: &Value) -> Option<f64> {
-    let n = match value {
-        Value::Number(n) => n.as_f64()?,
-        Value::String(s) => {
-            let s = s.trim();
-            match s.parse::<f64>() {
-                Ok(n) => n,
-                Err(_) if s.matches(',').count() == 1 => s.replacen(',', ".", 1).parse().ok()?,
-                Err(_) => return None,
-            }
-        }
-        _ => return None,
+    match value {
+        Value::Number(n) => n.as_f64().filter(|n| n.is_finite()),
+        Value::String(s) => number_text(s),
+        _ => None,
+    }
+}
+
+/// The number a text holds (`"4"`, `" 6.5 "`, `"6,5"`); `None` for anything else and
+/// for NaN and infinities.
+fn number_text(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let n = match s.parse::<f64>() {
+        Ok(n) => n,
+        Err(_) if s.matches(',').count() == 1 => s.replacen(',', ".", 1).parse().ok()?,
+        Err(_) => return None,
     };
     n.is_finite().then_some(n)
 }
@@ -362,8 +366,7 @@ fn number(value: &Value) -> Option<f64> {
 /// of 5. `None` unless `0 ≤ numerator ≤ denominator` and the denominator is not zero.
 fn fraction(value: &Value) -> Option<f64> {
     let (numerator, denominator) = value.as_str()?.split_once('/')?;
-    let part = |s: &str| number(&Value::String(s.to_owned()));
-    let (n, d) = (part(numerator)?, part(denominator)?);
+    let (n, d) = (number_text(numerator)?, number_text(denominator)?);
     (d > 0.0 && (0.0..=d).contains(&n)).then(|| n / d * f64::from(Score::MAX))
 }
 
