@@ -46,6 +46,11 @@ pub enum Command {
     },
     /// Apply database migrations and exit.
     Migrate,
+    /// Write a consistent copy of the database to a new file (safe while the bot runs).
+    Backup {
+        /// The file to write, e.g. backups/daylog-2026-12-03.db; it must not exist yet.
+        path: std::path::PathBuf,
+    },
     /// Check configuration, keys (never printed), the database and, with --ping, each provider.
     Doctor {
         /// Send one tiny request to each provider that has a key.
@@ -290,12 +295,17 @@ fn read_by_daylog(name: &str) -> bool {
 fn fail(error: &CliError) -> ExitCode {
     let mut text = error.to_string();
     if let CliError::Other(e) = error {
-        // anyhow's chain, on one line.
-        text = e
-            .chain()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(": ");
+        // anyhow's chain, on one line; a cause that its error already quotes is not
+        // said twice.
+        text.clear();
+        for cause in e.chain().map(ToString::to_string) {
+            if !text.contains(&cause) {
+                if !text.is_empty() {
+                    text.push_str(": ");
+                }
+                text.push_str(&cause);
+            }
+        }
     }
     let _ = writeln!(std::io::stderr(), "daylog: {text}");
     ExitCode::from(error.exit_code())
@@ -312,6 +322,7 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
             Ok(ExitCode::SUCCESS)
         }
         Command::Sql { query, format } => sql(&settings, &query, format).await,
+        Command::Backup { path } => backup(&settings, &path).await,
         Command::Doctor { ping } => Ok(doctor(&settings, ping).await),
         Command::Run => {
             if settings.secrets.telegram_token.is_none() {
@@ -353,6 +364,40 @@ async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCod
     stdout
         .write_all(sqlcmd::render(&result, format).as_bytes())
         .map_err(|e| CliError::Other(e.into()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn backup(settings: &Settings, path: &std::path::Path) -> Result<ExitCode, CliError> {
+    let shown = path.display();
+    if path.to_str().is_none() {
+        return Err(CliError::Usage(format!(
+            "{shown}: the backup's file name must be valid UTF-8"
+        )));
+    }
+    if path.exists() {
+        return Err(CliError::Usage(format!(
+            "{shown} already exists; daylog backup writes a new file and never overwrites one"
+        )));
+    }
+    let folder = path.parent().filter(|dir| !dir.as_os_str().is_empty());
+    if let Some(folder) = folder.filter(|dir| !dir.is_dir()) {
+        return Err(CliError::Usage(format!(
+            "the folder {} does not exist; create it first",
+            folder.display()
+        )));
+    }
+    let written = store::backup(&settings.database_url, (&settings.store).into(), path).await?;
+    let _ = writeln!(
+        std::io::stdout(),
+        "backed up {} {} to {shown} ({} KiB)",
+        written.entries,
+        if written.entries == 1 {
+            "entry"
+        } else {
+            "entries"
+        },
+        written.bytes.div_ceil(1024)
+    );
     Ok(ExitCode::SUCCESS)
 }
 

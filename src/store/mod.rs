@@ -567,7 +567,7 @@ pub use logs::{
     NewLog, NewVoiceLog, RECENT_USE_SQL, SEARCH_CANDIDATES, SEARCH_LIMIT, SEARCH_SQL, SearchHit,
     SnippetRun, VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query,
 };
-pub use read_only::{open_read_only, read_only_options};
+pub use read_only::{Backup, backup, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
 pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished, Waiting};
 pub use users::{NewUser, User};
@@ -650,14 +650,16 @@ fn pool_options(limits: Limits) -> SqlitePoolOptions {
     })
 }
 
-/// SQLite's "unable to open database file" (`SQLITE_CANTOPEN`, 14) says nothing of why;
-/// most often the folder or the file is not writable by the user daylog runs as (a
+/// SQLite's "unable to open database file" (`SQLITE_CANTOPEN`, 14) and "attempt to write
+/// a readonly database" (`SQLITE_READONLY`, 8, with any extended code) say nothing of
+/// why; most often the folder or the file is not writable by the user daylog runs as (a
 /// Docker volume owned by root, a file created with sudo).
 fn cant_open_hint(source: &sqlx::Error) -> &'static str {
     let cant_open = source
         .as_database_error()
         .and_then(|e| e.code())
-        .is_some_and(|code| code == "14");
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code == 14 || code & 0xff == 8);
     if cant_open {
         "; check that this user can write to the file and to its folder"
     } else {
@@ -852,8 +854,19 @@ impl Store {
         {
             tracing::warn!("LLM calls still queued at shutdown were not recorded");
         }
-        self.write.close().await;
+        // After a clean exit the database file alone holds everything, so that copying
+        // `daylog.db` (without its `-wal`) is a whole backup. SQLite folds the WAL back
+        // into the file when its last connection closes, but only a connection that may
+        // write can: the read-only pool goes first, and the WAL is folded in explicitly
+        // too, in case another process (a `daylog sql`) still has the file open.
         self.read.close().await;
+        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.write)
+            .await
+        {
+            tracing::warn!(%error, "could not fold the WAL into the database file at exit; it is read again at the next start");
+        }
+        self.write.close().await;
     }
 
     /// The connection pool for read-only ad-hoc queries by the owner (`daylog sql` opens

@@ -41,6 +41,28 @@ impl Workdir {
     fn sql(&self, query: &str) -> Output {
         self.run(&["sql", query], &[])
     }
+
+    /// `daylog chat --user USER` with `input` typed in, until it ends at the end of input.
+    fn chat(&self, user: &str, input: &[u8]) -> Output {
+        use std::io::Write as _;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_daylog"))
+            .args(["chat", "--user", user])
+            .current_dir(self.dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("daylog chat starts");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input)
+            .expect("write");
+        child.wait_with_output().expect("chat ends")
+    }
 }
 
 fn stdout(o: &Output) -> String {
@@ -100,25 +122,11 @@ fn migrate_then_sql_lists_the_public_tables() {
 
 #[test]
 fn the_terminal_answers_tz_remind_and_streak() {
-    use std::io::Write as _;
     let w = Workdir::new();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_daylog"))
-        .args(["chat", "--user", "5"])
-        .current_dir(w.dir.path())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("daylog chat starts");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"/tz moscow\n/remind 21:30\n/remind\n/tz nowhere\n/streak\n")
-        .expect("write");
-    let out = child.wait_with_output().expect("chat ends");
+    let out = w.chat(
+        "5",
+        b"/tz moscow\n/remind 21:30\n/remind\n/tz nowhere\n/streak\n",
+    );
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(text.contains("Time zone set: Europe/Moscow"), "{text}");
@@ -129,6 +137,102 @@ fn the_terminal_answers_tz_remind_and_streak() {
     );
     assert!(text.contains("Examples: /tz Europe/Moscow"), "{text}");
     assert!(text.contains("No streak yet"), "{text}");
+}
+
+/// A person backs up by copying `daylog.db`: after a clean exit that one file holds
+/// every entry, with nothing left behind in the `-wal` file beside it.
+#[test]
+fn after_a_clean_exit_a_copy_of_the_database_file_alone_holds_every_entry() {
+    let w = Workdir::new();
+    let out = w.chat("5", b"A long walk by the river.\nA quiet evening.\n");
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let copy = Workdir::new();
+    std::fs::create_dir_all(copy.db_path().parent().expect("folder")).expect("folder");
+    std::fs::copy(w.db_path(), copy.db_path()).expect("copy the file alone");
+    let count = copy.run(
+        &[
+            "sql",
+            "SELECT count(*) AS n FROM day_logs",
+            "--format",
+            "csv",
+        ],
+        &[],
+    );
+
+    assert!(count.status.success(), "{}", stderr(&count));
+    assert_eq!(stdout(&count).trim(), "n\n2");
+    let wal = w.dir.path().join("data/daylog.db-wal");
+    assert!(
+        std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
+        "the WAL still holds pages"
+    );
+}
+
+/// `daylog backup` while the bot runs: the copy holds what was saved a moment ago
+/// (still in the WAL), it is one file, and an existing file is never overwritten.
+#[test]
+fn a_backup_taken_while_the_bot_runs_holds_the_last_entry() {
+    use std::io::{BufRead as _, Write as _};
+    let w = Workdir::new();
+    let mut chat = Command::new(env!("CARGO_BIN_EXE_daylog"))
+        .args(["chat", "--user", "5"])
+        .current_dir(w.dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("daylog chat starts");
+    let mut typed = chat.stdin.take().expect("stdin");
+    typed
+        .write_all(b"A long walk by the river.\n")
+        .expect("write");
+    typed.flush().expect("flush");
+    let mut replies = std::io::BufReader::new(chat.stdout.take().expect("stdout"));
+    let mut reply = String::new();
+    while !reply.contains("Saved") {
+        reply.clear();
+        assert_ne!(
+            replies.read_line(&mut reply).expect("read"),
+            0,
+            "chat ended"
+        );
+    }
+
+    let missing_folder = w.run(&["backup", "backups/copy.db"], &[]);
+    std::fs::create_dir(w.dir.path().join("backups")).expect("folder");
+    let taken = w.run(&["backup", "backups/copy.db"], &[]);
+    let again = w.run(&["backup", "backups/copy.db"], &[]);
+    drop(typed);
+    assert!(chat.wait().expect("chat ends").success());
+
+    assert_eq!(missing_folder.status.code(), Some(2));
+    assert!(
+        stderr(&missing_folder).contains("the folder backups does not exist"),
+        "{}",
+        stderr(&missing_folder)
+    );
+    assert!(taken.status.success(), "{}", stderr(&taken));
+    assert!(
+        stdout(&taken).starts_with("backed up 1 entry to backups/copy.db"),
+        "{}",
+        stdout(&taken)
+    );
+    let copy = w.dir.path().join("backups/copy.db");
+    assert!(!w.dir.path().join("backups/copy.db-wal").exists());
+    let count = w.run(
+        &["sql", "SELECT text FROM day_logs", "--format", "csv"],
+        &[("DATABASE_URL", &format!("sqlite://{}", copy.display()))],
+    );
+    assert_eq!(stdout(&count).trim(), "text\nA long walk by the river.");
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        stderr(&again).contains("already exists"),
+        "{}",
+        stderr(&again)
+    );
 }
 
 #[test]
@@ -246,6 +350,15 @@ fn an_unwritable_database_path_is_one_sentence() {
     let err = stderr(&out);
     assert!(err.contains("cannot create the database folder"), "{err}");
     assert!(!err.contains("panicked"));
+
+    // The daemon's start-up error carries the same cause: said once, not once per layer.
+    let run = w.run(
+        &["run"],
+        &[("DATABASE_URL", &url), ("TELOXIDE_TOKEN", "1:token")],
+    );
+    let err = stderr(&run);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("os error").count(), 1, "{err}");
 }
 
 #[test]
