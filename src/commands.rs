@@ -538,9 +538,23 @@ fn stats_responses(
     responses
 }
 
-/// All of a user's entries with their metrics, one row each.
+/// A cell of free text as a spreadsheet should show it: one that begins like a formula
+/// (`=`, `+`, `-`, `@`, or a tab or carriage return before one) gets a leading `'`, so
+/// that "- ran 5 km" or "=) a good day" is shown as written instead of being run as a
+/// formula (OWASP's advice on CSV injection; `daylog sql --format csv` stays exact).
+fn spreadsheet_text(text: String) -> String {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}")
+    } else {
+        text
+    }
+}
+
+/// All of a user's entries with their metrics, one row each, for a spreadsheet: UTF-8
+/// with a byte-order mark (without one, Excel reads the file in the system's code page
+/// and every Cyrillic letter turns into two others), free text as [`spreadsheet_text`].
 pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
-    let mut writer = csv::Writer::from_writer(Vec::new());
+    let mut writer = csv::Writer::from_writer("\u{feff}".as_bytes().to_vec());
     let _ = writer.write_record([
         "id",
         "created_at",
@@ -572,8 +586,8 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
             log.id.to_string(),
             crate::time::sql_timestamp(log.created_at),
             log.status.as_str().to_owned(),
-            log.text.clone(),
-            log.analysis.clone().unwrap_or_default(),
+            spreadsheet_text(log.text.clone()),
+            spreadsheet_text(log.analysis.clone().unwrap_or_default()),
             score(Metrics::mood, "mood"),
             score(Metrics::stress, "stress"),
             score(Metrics::energy, "energy"),
@@ -582,11 +596,13 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
                 .and_then(Metrics::sleep_hours)
                 .map(|h| h.to_string())
                 .unwrap_or_default(),
-            metrics
-                .map(|m| m.activities().join("; "))
-                .unwrap_or_default(),
-            metrics.map(|m| m.emotions().join("; ")).unwrap_or_default(),
-            metrics.map(|m| m.summary().to_owned()).unwrap_or_default(),
+            spreadsheet_text(
+                metrics
+                    .map(|m| m.activities().join("; "))
+                    .unwrap_or_default(),
+            ),
+            spreadsheet_text(metrics.map(|m| m.emotions().join("; ")).unwrap_or_default()),
+            spreadsheet_text(metrics.map(|m| m.summary().to_owned()).unwrap_or_default()),
             metrics
                 .map(|m| m.defaulted().join("; "))
                 .unwrap_or_default(),

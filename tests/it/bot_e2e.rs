@@ -648,7 +648,10 @@ async fn export_sends_a_csv_that_parses() {
     app.telegram
         .push_update(text_update(18, 1, "Entry, with \"quotes\" and a comma."));
     app.telegram.wait_sent(18, 1).await;
-    app.telegram.push_update(text_update(18, 2, "/export"));
+    app.telegram
+        .push_update(text_update(18, 2, "=HYPERLINK(\"http://x\") ёлка"));
+    app.telegram.wait_sent(18, 2).await;
+    app.telegram.push_update(text_update(18, 3, "/export"));
     let sent = app
         .telegram
         .wait_for("a document", WAIT, |calls| {
@@ -660,13 +663,18 @@ async fn export_sends_a_csv_that_parses() {
         .find(|c| c.method == "SendDocument")
         .expect("document");
     let bytes = doc.file.clone().expect("file part");
-    let mut reader = csv::Reader::from_reader(bytes.as_slice());
+    // A spreadsheet reads it as UTF-8 only with the byte-order mark.
+    let csv = bytes.strip_prefix("\u{feff}".as_bytes()).expect("a BOM");
+    let mut reader = csv::Reader::from_reader(csv);
     let headers = reader.headers().expect("headers").clone();
+    assert_eq!(&headers[0], "id");
     assert_eq!(&headers[3], "text");
     let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("row")).collect();
-    assert_eq!(rows.len(), 1);
+    assert_eq!(rows.len(), 2);
     assert_eq!(&rows[0][3], "Entry, with \"quotes\" and a comma.");
     assert_eq!(&rows[0][5], "4", "mood column");
+    // A text that begins like a formula is shown as text, never run.
+    assert_eq!(&rows[1][3], "'=HYPERLINK(\"http://x\") ёлка");
     app.stop().await;
 }
 
