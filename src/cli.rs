@@ -401,9 +401,33 @@ async fn backup(settings: &Settings, path: &std::path::Path) -> Result<ExitCode,
     Ok(ExitCode::SUCCESS)
 }
 
+/// How one line of `daylog doctor` reads: `ok`, `warn` (worth knowing, nothing stops
+/// working: a provider without a key is skipped by design, a key whose budget is spent
+/// for now) or `FAIL` (something the bot needs; the check exits 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Level {
+    fn of(ok: bool) -> Self {
+        if ok { Self::Ok } else { Self::Fail }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Ok => "ok  ",
+            Self::Warn => "warn",
+            Self::Fail => "FAIL",
+        }
+    }
+}
+
 /// Prints one line per check; exit 1 when any check fails.
 async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
-    let mut lines: Vec<(bool, String)> = vec![(true, "settings are valid".to_owned())];
+    let mut lines: Vec<(Level, String)> = vec![(Level::Ok, "settings are valid".to_owned())];
     let used: std::collections::BTreeSet<&str> = settings
         .analysis
         .steps
@@ -418,22 +442,27 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
         if usable && settings.analysis.steps.iter().any(|s| s.provider == *name) {
             any_analysis = true;
         }
-        let text = match (keys, usable) {
-            (0, true) => format!("provider {name}: no key needed"),
-            (0, false) => format!(
-                "provider {name}: no key ({} not set), its steps are skipped",
-                settings.providers[*name].key_env(name)
+        lines.push(match (keys, usable) {
+            (0, true) => (Level::Ok, format!("provider {name}: no key needed")),
+            (0, false) => (
+                Level::Warn,
+                format!(
+                    "provider {name}: no key ({} not set), its steps are skipped",
+                    settings.providers[*name].key_env(name)
+                ),
             ),
-            (n, _) => format!("provider {name}: {n} key{}", if n == 1 { "" } else { "s" }),
-        };
-        lines.push((usable, text));
+            (n, _) => (
+                Level::Ok,
+                format!("provider {name}: {n} key{}", if n == 1 { "" } else { "s" }),
+            ),
+        });
     }
     lines.push((
-        any_analysis,
+        Level::of(any_analysis),
         if any_analysis {
             "the analysis cascade has at least one usable step".to_owned()
         } else {
-            "no analysis step has a key: entries are saved but never analysed".to_owned()
+            "no analysis step has a key: entries are saved, and analysed once a key is set and daylog is started again".to_owned()
         },
     ));
     let missing = crate::config::database_path(&settings.database_url)
@@ -442,7 +471,7 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     if let Some(path) = missing {
         // Checking must not create the file as a side effect.
         lines.push((
-            false,
+            Level::Fail,
             format!(
                 "database {} does not exist yet (`daylog migrate` or `daylog run` creates it)",
                 path.display()
@@ -455,26 +484,26 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
                 let ok = migrated.is_ok();
                 lines.push(match migrated {
                     Ok(()) => match store.damage().await {
-                        None => (true, "database reachable and migrated".to_owned()),
+                        None => (Level::Ok, "database reachable and migrated".to_owned()),
                         Some(found) => (
-                            false,
+                            Level::Fail,
                             format!("database file is damaged ({found}); restore it from a backup"),
                         ),
                     },
-                    Err(e) => (false, format!("database: {e}")),
+                    Err(e) => (Level::Fail, format!("database: {e}")),
                 });
                 if ok {
                     lines.extend(budget_lines(settings, &store).await);
                 }
                 store.close().await;
             }
-            Err(e) => lines.push((false, format!("database: {e}"))),
+            Err(e) => lines.push((Level::Fail, format!("database: {e}"))),
         }
     }
     lines.push(match settings.secrets.telegram_token {
-        Some(_) => (true, "TELOXIDE_TOKEN is set".to_owned()),
+        Some(_) => (Level::Ok, "TELOXIDE_TOKEN is set".to_owned()),
         None => (
-            false,
+            Level::Fail,
             "TELOXIDE_TOKEN is not set (needed by `daylog run`; `daylog chat` works without it)"
                 .to_owned(),
         ),
@@ -483,45 +512,50 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
         lines.extend(ping_providers(settings, &used).await);
         if settings.secrets.telegram_token.is_some() {
             lines.push(match crate::bot::ping_telegram(settings).await {
-                Ok(answer) => (true, format!("ping telegram: {answer}")),
-                Err(why) => (false, format!("ping telegram: {why}")),
+                Ok(answer) => (Level::Ok, format!("ping telegram: {answer}")),
+                Err(why) => (Level::Fail, format!("ping telegram: {why}")),
             });
         }
     }
     let mut stdout = std::io::stdout().lock();
-    for (ok, text) in &lines {
-        let _ = writeln!(stdout, "{} {text}", if *ok { "ok  " } else { "FAIL" });
+    for (level, text) in &lines {
+        let _ = writeln!(stdout, "{} {text}", level.label());
     }
-    // Only the essentials fail the health check: a provider without a key is skipped by
-    // design, so it is reported, not fatal, while another analysis step can work.
-    let essential_failed = lines
-        .iter()
-        .enumerate()
-        .any(|(i, (ok, text))| !ok && (i == 0 || !text.starts_with("provider ")));
-    if essential_failed {
+    if lines.iter().any(|(level, _)| *level == Level::Fail) {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }
 }
 
+/// A key as `doctor` names it: its index (as `llm_calls.key_index` and
+/// `llm_budgets.key_index` have it) and where it was read from, never the key.
+fn key_label(index: usize, origin: &str) -> String {
+    if origin.is_empty() {
+        format!("key #{index}")
+    } else {
+        format!("key #{index} ({origin})")
+    }
+}
+
 /// Each key's daily budget as stored (SPEC §5): by key index, never the key.
-async fn budget_lines(settings: &Settings, store: &Store) -> Vec<(bool, String)> {
+async fn budget_lines(settings: &Settings, store: &Store) -> Vec<(Level, String)> {
     let spent = match store.spent_budgets().await {
         Ok(spent) => spent,
-        Err(e) => return vec![(false, format!("budgets: {e}"))],
+        Err(e) => return vec![(Level::Fail, format!("budgets: {e}"))],
     };
     let mut lines = Vec::new();
     let mut names: Vec<&String> = settings.providers.keys().collect();
     names.sort();
     for name in names {
-        for index in 0..settings.keys(name).len() {
+        for (index, key) in settings.keys(name).iter().enumerate() {
+            let label = key_label(index, key.origin());
             let mine: Vec<&crate::llm::SpentBudget> = spent
                 .iter()
                 .filter(|s| s.provider == *name && s.key_index == Some(index))
                 .collect();
             if mine.is_empty() {
-                lines.push((true, format!("budget {name} key #{index}: available")));
+                lines.push((Level::Ok, format!("budget {name} {label}: available")));
             }
             for s in mine {
                 let left = s
@@ -531,13 +565,13 @@ async fn budget_lines(settings: &Settings, store: &Store) -> Vec<(bool, String)>
                 let scope = if s.scope.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({})", s.scope)
+                    format!(" for {}", s.scope)
                 };
                 // Reported, not a failure: the cascade goes around it until the reset.
                 lines.push((
-                    true,
+                    Level::Warn,
                     format!(
-                        "budget {name} key #{index}{scope}: daily quota spent, resets in {} min",
+                        "budget {name} {label}{scope}: daily quota spent, resets in {} min",
                         left.as_secs().div_ceil(60)
                     ),
                 ));
@@ -547,24 +581,46 @@ async fn budget_lines(settings: &Settings, store: &Store) -> Vec<(bool, String)>
     lines
 }
 
-/// One tiny request per provider that can be called (`doctor --ping`).
+/// One tiny request per key of each provider that can be called (`doctor --ping`).
 async fn ping_providers(
     settings: &Settings,
     used: &std::collections::BTreeSet<&str>,
-) -> Vec<(bool, String)> {
+) -> Vec<(Level, String)> {
     let llm = match crate::http_client()
         .map_err(|e| e.to_string())
         .and_then(|client| Llm::with_client(settings, client).map_err(|e| e.to_string()))
     {
         Ok(llm) => llm,
-        Err(error) => return vec![(false, format!("ping: cannot set up the providers: {error}"))],
+        Err(error) => {
+            return vec![(
+                Level::Fail,
+                format!("ping: cannot set up the providers: {error}"),
+            )];
+        }
     };
     let mut lines = Vec::new();
     for name in used.iter().filter(|name| settings.provider_usable(name)) {
-        lines.push(match llm.ping(name).await {
-            Ok(()) => (true, format!("ping {name}: answered")),
-            Err(error) => (false, format!("ping {name}: {error}")),
-        });
+        for ping in llm.ping(name).await {
+            let who = match &ping.key {
+                Some((index, origin)) => format!("ping {name} {}", key_label(*index, origin)),
+                None => format!("ping {name}"),
+            };
+            lines.push(match ping.answer {
+                Ok(()) => (Level::Ok, format!("{who}: answered")),
+                // The key was taken; only its budget is spent for now.
+                Err(error @ crate::llm::LlmError::RateLimited { .. }) => (
+                    Level::Warn,
+                    format!("{who}: {error}; the key was accepted, its budget is spent for now"),
+                ),
+                Err(error) if error.is_not_the_api() => (
+                    Level::Fail,
+                    format!(
+                        "{who}: {error}; this is not the provider's API: check providers.{name}.base_url"
+                    ),
+                ),
+                Err(error) => (Level::Fail, format!("{who}: {error}")),
+            });
+        }
     }
     lines
 }

@@ -52,19 +52,50 @@ impl ConfigError {
 }
 
 /// One API key. It is only ever shown through [`ApiKey::expose`], at the moment a request
-/// header is built; `Debug` prints a placeholder.
+/// header is built; `Debug` prints a placeholder. It knows where it was read from
+/// ([`ApiKey::origin`]), so that an operator told "this key was refused" knows which
+/// line of `.env` to fix.
 #[derive(Clone)]
-pub struct ApiKey(SecretString);
+pub struct ApiKey {
+    secret: SecretString,
+    origin: String,
+}
 
 impl ApiKey {
     pub fn new(key: impl Into<String>) -> Self {
-        Self(SecretString::from(key.into()))
+        Self::read_from(key, String::new())
+    }
+
+    /// A key read from `origin`: the variable's name, and its place when the variable
+    /// holds a list (`GEMINI_API_KEY, 2nd of 3`) — never its value.
+    pub fn read_from(key: impl Into<String>, origin: String) -> Self {
+        Self {
+            secret: SecretString::from(key.into()),
+            origin,
+        }
     }
 
     /// The key itself, for a request header and nothing else.
     pub fn expose(&self) -> &str {
-        self.0.expose_secret()
+        self.secret.expose_secret()
     }
+
+    /// Where the key was read from (empty when not from the environment).
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, …, `11th`, `12th`, `13th`, `21st`, …
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 impl fmt::Debug for ApiKey {
@@ -985,20 +1016,31 @@ fn read_secrets(file: &FileSettings, env: &dyn Env) -> (Secrets, Vec<String>) {
     let mut warnings = Vec::new();
     for (name, provider) in &file.providers {
         let var = provider.key_env(name);
-        let mut found: Vec<String> = Vec::new();
-        let mut push_all = |raw: String| {
-            for k in raw.split(',').map(str::trim).filter(|k| !k.is_empty()) {
-                if !found.iter().any(|f| f == k) {
-                    found.push(k.to_owned());
+        // Each key with where it was read from; a key given twice keeps its first place.
+        let mut found: Vec<(String, String)> = Vec::new();
+        let mut push_all = |raw: String, from: &str| {
+            let listed: Vec<&str> = raw
+                .split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .collect();
+            for (i, k) in listed.iter().enumerate() {
+                if !found.iter().any(|(f, _)| f == k) {
+                    let origin = if listed.len() == 1 {
+                        from.to_owned()
+                    } else {
+                        format!("{from}, {} of {}", ordinal(i + 1), listed.len())
+                    };
+                    found.push(((*k).to_owned(), origin));
                 }
             }
         };
         if let Some(raw) = env.var(&var) {
-            push_all(raw);
+            push_all(raw, &var);
         }
         let mut n = 2;
         while let Some(raw) = env.var(&format!("{var}_{n}")) {
-            push_all(raw);
+            push_all(raw, &format!("{var}_{n}"));
             n += 1;
         }
         if let Some(skipped) = (n + 1..n + 10).find(|m| env.var(&format!("{var}_{m}")).is_some()) {
@@ -1006,7 +1048,13 @@ fn read_secrets(file: &FileSettings, env: &dyn Env) -> (Secrets, Vec<String>) {
                 "{var}_{skipped} is set but {var}_{n} is not: keys after the gap are not used"
             ));
         }
-        keys.insert(name.clone(), found.into_iter().map(ApiKey::new).collect());
+        keys.insert(
+            name.clone(),
+            found
+                .into_iter()
+                .map(|(key, origin)| ApiKey::read_from(key, origin))
+                .collect(),
+        );
     }
     let telegram_token = env
         .var("TELOXIDE_TOKEN")
@@ -1220,6 +1268,19 @@ mod tests {
         .expect("loads");
         let gemini: Vec<&str> = s.keys("gemini").iter().map(ApiKey::expose).collect();
         assert_eq!(gemini, ["g1", "g2", "g3", "g4"]);
+        // Where each came from, as a person finds it in `.env` (a list's place as
+        // written, the repeated g1 included).
+        let origins: Vec<&str> = s.keys("gemini").iter().map(ApiKey::origin).collect();
+        assert_eq!(
+            origins,
+            [
+                "GEMINI_API_KEY, 1st of 3",
+                "GEMINI_API_KEY, 2nd of 3",
+                "GEMINI_API_KEY_2",
+                "GEMINI_API_KEY_3"
+            ]
+        );
+        assert_eq!(s.keys("mistral")[0].origin(), "MISTRAL_API_KEY");
         assert_eq!(s.keys("mistral").len(), 1);
         assert!(s.keys("groq").is_empty());
         assert_eq!(

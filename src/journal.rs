@@ -127,6 +127,10 @@ pub enum Decided {
     /// No analysis step has a provider with a key: pending like [`Decided::Pending`],
     /// and the user is told that no AI provider is set up (SPEC §4.6).
     NoProvider,
+    /// Every provider that was asked refused its API key: pending like
+    /// [`Decided::Pending`], and the user is told that the bot's key needs fixing, not
+    /// that the services are down.
+    KeysRefused,
     /// Every step's budget is spent: the log is parked until the first returns, about
     /// `back_in` from now, and the worker takes it up then (oldest logs first).
     WaitingForBudget {
@@ -1223,6 +1227,14 @@ impl Journal {
                 self.notify(messenger, &log, Reply::new().text(sentence))
                     .await;
             }
+            Decided::KeysRefused if !late => {
+                self.notify(
+                    messenger,
+                    &log,
+                    Reply::new().text(texts.saved_key_refused()),
+                )
+                .await;
+            }
             Decided::WaitingForBudget { back_in }
                 if !late && back_in > self.settings.budgets.notify_after() =>
             {
@@ -1239,6 +1251,7 @@ impl Journal {
             }
             Decided::Pending
             | Decided::NoProvider
+            | Decided::KeysRefused
             | Decided::Superseded
             | Decided::WaitingForBudget { .. } => {}
         }
@@ -1473,6 +1486,7 @@ impl Journal {
                 tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
                 Ok(match error {
                     CascadeError::NoUsableProvider => Decided::NoProvider,
+                    error if error.every_key_refused() => Decided::KeysRefused,
                     _ => Decided::Pending,
                 })
             }

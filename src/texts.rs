@@ -99,6 +99,15 @@ impl Texts {
         }
     }
 
+    /// Every provider asked refused the bot's API key (401/403): nothing answers until
+    /// the operator fixes it, which the user (often the operator) is told.
+    pub fn saved_key_refused(self) -> &'static str {
+        self.pick(
+            "Saved. The AI provider refused this bot's API key, so nothing can analyse your entry for now: the key in .env needs checking (`daylog doctor --ping` tests each one). Your entry is analysed once daylog starts again with a key that works.",
+            "Сохранено. AI-провайдер отклонил API-ключ бота, поэтому разобрать запись пока некому: ключ в .env нужно проверить (`daylog doctor --ping` проверит каждый). Запись будет разобрана, когда daylog запустят снова с рабочим ключом.",
+        )
+    }
+
     /// SPEC §4: the analysis has taken longer than `budgets.notify_after_ms` and is still
     /// on its way.
     pub fn saved_slow(self) -> &'static str {

@@ -29,6 +29,7 @@ use reqwest::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::config::ApiKey;
 use crate::llm::budget::Taken;
 use crate::llm::cooldown::StepId;
 use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
@@ -908,9 +909,12 @@ impl<'a> TaskRun<'a> {
                 task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
                 %outcome, latency_ms, wait_ms, "llm attempt"
             ),
-            Outcome::BadKey => tracing::warn!(
-                task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
-                %outcome, latency_ms, "llm key refused; check this key"
+            // The operator must act (a mistyped, revoked or unpaid key): an error, which
+            // `daylog chat` shows on its terminal too, naming the variable to fix.
+            Outcome::BadKey => tracing::error!(
+                task, %provider, %model, key_index = ?key,
+                key = step.provider.key(key).map_or("", ApiKey::origin),
+                status = ?http_status, "the provider refused this API key; check it in .env"
             ),
             Outcome::SkippedCooldown | Outcome::SkippedBudget | Outcome::Cancelled => {
                 tracing::debug!(

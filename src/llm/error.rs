@@ -66,7 +66,17 @@ pub enum LlmError {
     Client(String),
 }
 
+/// How the reason of an [`LlmError::Unusable`] begins when the 2xx body is not the
+/// provider's envelope at all (a proxy's page, a `base_url` that names another service),
+/// as opposed to a real answer with no text in it.
+pub(crate) const NOT_THE_API: &str = "not a ";
+
 impl LlmError {
+    /// A 2xx whose body is not the provider's API answer at all ([`NOT_THE_API`]).
+    pub fn is_not_the_api(&self) -> bool {
+        matches!(self, Self::Unusable { reason, .. } if reason.starts_with(NOT_THE_API))
+    }
+
     /// Classifies a non-2xx answer. `message` is already truncated and key-free.
     pub fn from_status(status: u16, retry_after: Option<Duration>, message: String) -> Self {
         match status {
@@ -275,6 +285,14 @@ impl CascadeError {
                     }
                 )
             })
+    }
+
+    /// Every attempt was refused for its key (401, 403, a key that cannot be sent): no
+    /// answer comes until the operator fixes a key. Kept pending all the same (the
+    /// worker answers once daylog starts again with a good key); only said so.
+    pub fn every_key_refused(&self) -> bool {
+        let errors = self.errors();
+        !errors.is_empty() && errors.iter().all(|attempt| attempt.error.is_bad_key())
     }
 
     /// Every failed attempt, in the order they ended.

@@ -258,24 +258,28 @@ impl Llm {
         }
     }
 
-    /// One tiny request with the provider's first key to its first configured model, for
-    /// `daylog doctor --ping`. Reaching the model and being accepted is success, even if
-    /// the tiny answer is empty or filtered.
-    pub async fn ping(&self, provider: &str) -> Result<(), LlmError> {
-        let p = self
-            .providers
-            .get(provider)
-            .ok_or_else(|| LlmError::UnknownProvider(provider.to_owned()))?;
-        let Some(&slot) = p.key_slots().first() else {
-            return Err(LlmError::MissingKey {
+    /// One tiny request with each of the provider's keys to its first configured model,
+    /// for `daylog doctor --ping`. Reaching the model and being accepted is success, even
+    /// if the tiny answer is empty or filtered; a 2xx that is not the provider's API is
+    /// not.
+    pub async fn ping(&self, provider: &str) -> Vec<KeyPing> {
+        let Some(p) = self.providers.get(provider) else {
+            return vec![KeyPing::about_provider(LlmError::UnknownProvider(
+                provider.to_owned(),
+            ))];
+        };
+        let slots = p.key_slots();
+        if slots.is_empty() {
+            return vec![KeyPing::about_provider(LlmError::MissingKey {
                 provider: provider.to_owned(),
                 key_env: p.key_env.clone(),
-            });
+            })];
+        }
+        let Some(model) = self.ping_models.get(provider) else {
+            return vec![KeyPing::about_provider(LlmError::NoModel(
+                provider.to_owned(),
+            ))];
         };
-        let model = self
-            .ping_models
-            .get(provider)
-            .ok_or_else(|| LlmError::NoModel(provider.to_owned()))?;
         let request = ChatRequest {
             system: String::new(),
             user: "ping".to_owned(),
@@ -288,18 +292,28 @@ impl Llm {
             request: &request,
             count_tokens: false,
         };
-        match p
-            .complete(
-                &self.client,
-                p.key(slot),
-                &call,
-                self.policy.request_timeout,
-            )
-            .await
-        {
-            Ok(_) | Err(LlmError::Unusable { .. } | LlmError::Blocked { .. }) => Ok(()),
-            Err(e) => Err(e),
+        let mut pings = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let key = p.key(slot);
+            let answer = p
+                .complete(&self.client, key, &call, self.policy.request_timeout)
+                .await;
+            pings.push(KeyPing {
+                key: slot
+                    .zip(key)
+                    .map(|(index, key)| (index, key.origin().to_owned())),
+                // A refusal on content policy, or an empty answer (a thinking model
+                // spends 16 tokens before its first word), is still the model
+                // answering; a 2xx that is not the API at all (a proxy's page, a wrong
+                // `base_url`) is not.
+                answer: answer.map(|_| ()).or_else(|error| match error {
+                    LlmError::Blocked { .. } => Ok(()),
+                    LlmError::Unusable { .. } if !error.is_not_the_api() => Ok(()),
+                    other => Err(other),
+                }),
+            });
         }
+        pings
     }
 
     /// How long until some step of `task` has budget again, when none has it now
@@ -396,6 +410,25 @@ impl Llm {
         self.providers
             .iter()
             .map(|(name, p)| (name.as_str(), p.usable()))
+    }
+}
+
+/// What one key's ping got (`daylog doctor --ping`).
+#[derive(Debug)]
+pub struct KeyPing {
+    /// The key's index and where it was read from ([`crate::config::ApiKey::origin`]);
+    /// `None` for a provider used without a key, or when the provider could not be
+    /// pinged at all.
+    pub key: Option<(usize, String)>,
+    pub answer: Result<(), LlmError>,
+}
+
+impl KeyPing {
+    fn about_provider(error: LlmError) -> Self {
+        Self {
+            key: None,
+            answer: Err(error),
+        }
     }
 }
 

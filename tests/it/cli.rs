@@ -44,12 +44,18 @@ impl Workdir {
 
     /// `daylog chat --user USER` with `input` typed in, until it ends at the end of input.
     fn chat(&self, user: &str, input: &[u8]) -> Output {
+        self.chat_with(user, input, &[])
+    }
+
+    /// [`Workdir::chat`] with more variables in its environment.
+    fn chat_with(&self, user: &str, input: &[u8], env: &[(&str, &str)]) -> Output {
         use std::io::Write as _;
         let mut child = Command::new(env!("CARGO_BIN_EXE_daylog"))
             .args(["chat", "--user", user])
             .current_dir(self.dir.path())
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -447,8 +453,10 @@ fn compose_file_parses_and_names_the_essentials() {
     assert!(dockerfile.matches("FROM ").count() >= 2, "multi-stage");
 }
 
+/// One tiny request per key, each line naming the variable the key came from: a bad
+/// second key is found even when the first works.
 #[tokio::test]
-async fn doctor_ping_sends_one_tiny_request_per_provider() {
+async fn doctor_ping_sends_one_tiny_request_per_key() {
     use wiremock::matchers::{header, method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
     let mistral = MockServer::start().await;
@@ -458,6 +466,12 @@ async fn doctor_ping_sends_one_tiny_request_per_provider() {
         .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "pong"}, "finish_reason": "stop"}]
         })))
+        .expect(1)
+        .mount(&mistral)
+        .await;
+    Mock::given(method("POST"))
+        .and(header("authorization", "Bearer typo-key"))
+        .respond_with(ResponseTemplate::new(401).set_body_string("invalid key"))
         .expect(1)
         .mount(&mistral)
         .await;
@@ -476,6 +490,7 @@ async fn doctor_ping_sends_one_tiny_request_per_provider() {
             &["doctor", "--ping"],
             &[
                 ("MISTRAL_API_KEY", "ping-key"),
+                ("MISTRAL_API_KEY_2", "typo-key"),
                 ("GROQ_API_KEY", "revoked-key"),
                 ("TELOXIDE_TOKEN", crate::support::telegram::TOKEN),
                 ("TELOXIDE_API_URL", &telegram_url),
@@ -489,17 +504,110 @@ async fn doctor_ping_sends_one_tiny_request_per_provider() {
     .await
     .expect("join");
     let text = stdout(&out);
-    assert!(text.contains("ok   ping mistral: answered"), "{text}");
+    assert!(
+        text.contains("ok   ping mistral key #0 (MISTRAL_API_KEY): answered"),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAIL ping mistral key #1 (MISTRAL_API_KEY_2): the API key was refused"),
+        "{text}"
+    );
     assert!(
         text.contains("ok   ping telegram: answered as @daylog_bot"),
         "{text}"
     );
-    assert!(text.contains("FAIL ping groq"), "{text}");
     assert!(
-        !text.contains("revoked-key") && !text.contains("ping-key"),
+        text.contains("FAIL ping groq key #0 (GROQ_API_KEY)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("revoked-key") && !text.contains("ping-key") && !text.contains("typo-key"),
         "{text}"
     );
     assert_eq!(out.status.code(), Some(1), "a failed ping fails the check");
+}
+
+/// A mistyped or revoked key is not an outage: the user is told the key was refused,
+/// and the terminal of `daylog chat` (which shows only errors) names the variable.
+#[tokio::test]
+async fn a_refused_key_is_said_and_named_not_taken_for_an_outage() {
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let mistral = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(401).set_body_string("Unauthorized"))
+        .mount(&mistral)
+        .await;
+    let url = format!("{}/v1", mistral.uri());
+    let w = Workdir::new();
+    let out = tokio::task::spawn_blocking(move || {
+        let out = w.chat_with(
+            "5",
+            b"A long walk by the river.\n",
+            &[
+                ("MISTRAL_API_KEY", "sk-typo"),
+                ("MISTRAL_API_KEY_2", "sk-revoked"),
+                ("DAYLOG__PROVIDERS__MISTRAL__BASE_URL", &url),
+            ],
+        );
+        drop(w);
+        out
+    })
+    .await
+    .expect("join");
+
+    let (said, log) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{log}");
+    assert!(said.contains("refused this bot's API key"), "{said}");
+    assert!(!said.contains("not answering"), "{said}");
+    assert!(log.contains("MISTRAL_API_KEY_2"), "{log}");
+    assert!(log.contains("refused this API key"), "{log}");
+    assert!(
+        !log.contains("sk-typo") && !log.contains("sk-revoked"),
+        "{log}"
+    );
+}
+
+/// A `base_url` that answers 200 with something else (a proxy's page, another service)
+/// is not "answered": the line says which setting to check, and the check fails. A
+/// provider without a key is a warning, not a failure.
+#[tokio::test]
+async fn doctor_ping_fails_a_provider_url_that_is_not_its_api() {
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let proxy = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(200).set_body_string("<html>hi</html>"))
+        .mount(&proxy)
+        .await;
+    let url = format!("{}/v1", proxy.uri());
+    let w = Workdir::new();
+    assert!(w.run(&["migrate"], &[]).status.success());
+    let out = tokio::task::spawn_blocking(move || {
+        let out = w.run(
+            &["doctor", "--ping"],
+            &[
+                ("MISTRAL_API_KEY", "k"),
+                ("TELOXIDE_TOKEN", "1:t"),
+                ("TELOXIDE_API_URL", "http://127.0.0.1:9"),
+                ("DAYLOG__PROVIDERS__MISTRAL__BASE_URL", &url),
+            ],
+        );
+        drop(w);
+        out
+    })
+    .await
+    .expect("join");
+
+    let text = stdout(&out);
+    assert!(
+        text.contains("FAIL ping mistral key #0 (MISTRAL_API_KEY): unusable answer (HTTP 200)"),
+        "{text}"
+    );
+    assert!(text.contains("check providers.mistral.base_url"), "{text}");
+    assert!(
+        text.contains("warn provider gemini: no key (GEMINI_API_KEY not set)"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1));
 }
 
 /// A `TELOXIDE_API_URL` that is not a Bot API (a proxy's HTML page): `daylog run` would
@@ -564,11 +672,14 @@ async fn doctor_shows_each_keys_budget_without_the_key() {
     let text = stdout(&out);
     assert!(
         text.contains(
-            "budget gemini key #0 (gemini-3.1-flash-lite): daily quota spent, resets in 180 min"
+            "warn budget gemini key #0 (GEMINI_API_KEY, 1st of 2) for gemini-3.1-flash-lite: daily quota spent, resets in 180 min"
         ),
         "{text}"
     );
-    assert!(text.contains("budget gemini key #1: available"), "{text}");
+    assert!(
+        text.contains("ok   budget gemini key #1 (GEMINI_API_KEY, 2nd of 2): available"),
+        "{text}"
+    );
     assert!(!text.contains("secret-gemini"), "{text}");
     let sql = w.sql("SELECT provider, scope, key_index FROM llm_budgets");
     assert!(

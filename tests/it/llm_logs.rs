@@ -4,7 +4,7 @@
 
 use crate::support;
 
-use daylog::llm::{Llm, Task};
+use daylog::llm::{Llm, LlmError, Task};
 use support::llm::*;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -48,7 +48,7 @@ async fn logs_name_missing_keys_once_and_never_show_a_key_or_user_text() {
         .run(Task::Analysis, &request(false), &sink)
         .await
         .unwrap_err();
-    let ping = llm.ping("p").await.unwrap_err();
+    let ping = llm.ping("p").await;
 
     // Assert
     let texts = [
@@ -57,7 +57,7 @@ async fn logs_name_missing_keys_once_and_never_show_a_key_or_user_text() {
         format!("{err:?}"),
         format!("{llm:?}"),
         format!("{settings:?}"),
-        ping.to_string(),
+        format!("{:?}", ping[0].answer.as_ref().unwrap_err().to_string()),
         format!("{ping:?}"),
         format!("{:?}", sink.attempts()),
     ];
@@ -73,5 +73,5 @@ async fn logs_name_missing_keys_once_and_never_show_a_key_or_user_text() {
         !logs.text().contains("My day was fine"),
         "no user text in logs"
     );
-    assert!(ping.is_bad_key());
+    assert!(ping[0].answer.as_ref().is_err_and(LlmError::is_bad_key));
 }

@@ -8,11 +8,11 @@
 
 use crate::support;
 
-use daylog::llm::{Llm, Outcome, Task};
+use daylog::llm::{Llm, LlmError, Outcome, Task};
 use serde_json::{Value, json};
 use support::llm::*;
 use wiremock::matchers::{header, method, path};
-use wiremock::{Mock, MockServer, Request};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 async fn only_request(server: &MockServer) -> Request {
     let mut received = server.received_requests().await.expect("recording on");
@@ -235,21 +235,43 @@ async fn anthropic_overloaded_529_is_retried() {
 }
 
 #[tokio::test]
-async fn ping_uses_the_first_key_and_model() {
+async fn ping_tries_each_key_on_the_first_model() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(path("/models/gemini-2.5-flash:generateContent"))
         .and(header("x-goog-api-key", "first"))
         .respond_with(json_reply(200, "gemini/generate_content.json"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(header("x-goog-api-key", "second"))
+        .respond_with(ResponseTemplate::new(403).set_body_string("revoked"))
+        .expect(1)
         .mount(&server)
         .await;
     let toml = one_step("gemini", &server.uri(), "gemini-2.5-flash");
     let llm = Llm::new(&settings(&toml, &[("P_API_KEY", "first,second")])).unwrap();
 
-    llm.ping("p").await.expect("ping");
+    let pings = llm.ping("p").await;
 
-    assert!(llm.ping("nope").await.is_err());
-    let no_key = Llm::new(&settings(&toml, &[])).unwrap();
-    let err = no_key.ping("p").await.unwrap_err();
+    let keys: Vec<_> = pings.iter().map(|p| p.key.clone()).collect();
+    assert_eq!(
+        keys,
+        [
+            Some((0, "P_API_KEY, 1st of 2".to_owned())),
+            Some((1, "P_API_KEY, 2nd of 2".to_owned()))
+        ]
+    );
+    assert!(pings[0].answer.is_ok());
+    assert!(matches!(
+        pings[1].answer,
+        Err(LlmError::BadKey { status: 403, .. })
+    ));
+    let unknown = llm.ping("nope").await;
+    assert!(unknown.len() == 1 && unknown[0].key.is_none() && unknown[0].answer.is_err());
+    let no_key = Llm::new(&settings(&toml, &[])).unwrap().ping("p").await;
+    let err = no_key[0].answer.as_ref().unwrap_err();
     assert!(err.to_string().contains("P_API_KEY"), "{err}");
 }
 
