@@ -28,7 +28,6 @@ use dptree::HandlerDescription as _;
 use futures::{FutureExt as _, StreamExt as _};
 use teloxide::adaptors::throttle::Limits;
 use teloxide::dispatching::{DpHandlerDescription, UpdateHandler, dialogue::GetChatId};
-use teloxide::error_handlers::LoggingErrorHandler;
 use teloxide::net::Download;
 use teloxide::prelude::*;
 use teloxide::types::FileId;
@@ -1450,8 +1449,7 @@ pub async fn serve<B: TgBot>(
         }
     });
     let listener = Listener::new(bot.clone(), intake, POLL_TIMEOUT);
-    let listener_errors =
-        LoggingErrorHandler::with_custom_text("polling Telegram failed; retrying");
+    let listener_errors = Arc::new(polling_failed);
     tracing::info!("daylog is running");
     let dispatch = dispatcher.try_dispatch_with_listener(listener, listener_errors);
     tokio::pin!(dispatch);
@@ -1498,6 +1496,19 @@ pub async fn serve<B: TgBot>(
     }
     stopper.abort();
     dispatched.map_err(|e| anyhow::anyhow!("Telegram refused the bot: {e}"))
+}
+
+/// A failed `getUpdates` (the listener retries it with backoff), said as a sentence where
+/// the operator has something to do. Telegram answers 409 while another program polls
+/// with the same token — a second daylog left running, the same bot started elsewhere —
+/// and hands each update to one of them only: this one then sees about half of them.
+async fn polling_failed(error: RequestError) {
+    match error {
+        RequestError::Api(ApiError::TerminatedByOtherGetUpdates) => tracing::error!(
+            "another program is polling Telegram with this TELOXIDE_TOKEN (a second daylog, or the same bot started elsewhere): Telegram gives each update to only one of them; stop the other one"
+        ),
+        error => tracing::error!(%error, "polling Telegram failed; retrying"),
+    }
 }
 
 #[cfg(test)]

@@ -626,6 +626,41 @@ async fn passing_telegram_errors_at_start_are_retried_not_blamed_on_the_token() 
     );
 }
 
+/// A second program polling with the same token (Telegram answers 409) is named in a
+/// sentence that says what to do, not a Debug dump; polling goes on and entries come in.
+#[tokio::test]
+async fn another_program_polling_the_same_token_is_said_in_a_sentence() {
+    let dir = tempfile::tempdir().expect("dir");
+    let telegram = FakeTelegram::start().await;
+    telegram.fail_next(
+        "GetUpdates",
+        None,
+        409,
+        serde_json::json!({"ok": false, "error_code": 409,
+            "description": "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"}),
+    );
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let db = format!("sqlite://{}/daylog.db", dir.path().display());
+    let log = dir.path().join("bot.log");
+
+    let mut bot = support::spawn_daylog(&test_env(&db, &telegram, &providers), &log);
+    telegram.push_update(text_update(7, 1, "A quiet day."));
+    telegram.wait_sent(7, 1).await;
+
+    let said = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        said.contains("another program is polling Telegram with this TELOXIDE_TOKEN"),
+        "{said}"
+    );
+    assert!(!said.contains("TerminatedByOtherGetUpdates"), "{said}");
+    signal(&bot, "TERM");
+    assert_eq!(
+        wait_exit(&mut bot, DOCKER_STOP_TIMEOUT).await.code(),
+        Some(0)
+    );
+}
+
 #[tokio::test]
 async fn a_refused_token_ends_start_up_with_exit_1() {
     let dir = tempfile::tempdir().expect("dir");

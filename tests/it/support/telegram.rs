@@ -428,6 +428,20 @@ async fn handle(
     }
 
     if method == "GetUpdates" {
+        // A scripted failure of a poll (`fail_next("GetUpdates", None, …)`): a 409 from
+        // a second program polling with the same token, a 502.
+        let failure = {
+            let mut inner = fake.inner.lock().expect("lock");
+            let pos = inner.failures.iter().position(|(m, ..)| *m == method);
+            pos.and_then(|pos| inner.failures.remove(pos))
+        };
+        if let Some((_, _, _, status, body)) = failure {
+            return (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                axum::Json(body),
+            )
+                .into_response();
+        }
         return get_updates(&fake, &body).await;
     }
 
