@@ -44,9 +44,14 @@ impl Terminal {
         }
     }
 
+    /// Prints `text`, its lines as they are but for control characters and the marks
+    /// that reorder text, which are shown escaped (`\x1b`), as `daylog sql`'s table
+    /// does: what users and models wrote never drives the operator's terminal.
     fn print(&self, text: &str) -> std::io::Result<()> {
         let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-        writeln!(out, "{text}")?;
+        for line in text.split('\n') {
+            writeln!(out, "{}", crate::sqlcmd::escape_for_terminal(line))?;
+        }
         out.flush()
     }
 

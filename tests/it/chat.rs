@@ -254,6 +254,30 @@ async fn a_file_that_cannot_be_written_is_said_and_the_session_goes_on() {
     assert_eq!(printed.matches(ANALYSIS_TEXT).count(), 2, "{printed}");
 }
 
+/// What a user wrote (`daylog chat --user` with a Telegram user's id shows their
+/// entries) never drives the operator's terminal: escape sequences are shown escaped.
+#[tokio::test]
+async fn escape_sequences_in_entries_are_shown_not_run() {
+    let chat = Chat::start().await;
+
+    let printed = chat
+        .talk(
+            1,
+            chat.dir.path().to_owned(),
+            b"A \x1b[31mred\x1b[0m day \x1b]0;title\x07\n/history\n",
+        )
+        .await;
+
+    assert!(!printed.contains('\u{1b}'), "{printed:?}");
+    assert!(!printed.contains('\u{7}'), "{printed:?}");
+    assert!(printed.contains("A \\x1b[31mred\\x1b[0m day"), "{printed}");
+    assert_eq!(
+        chat.texts_of(1).await,
+        ["A \u{1b}[31mred\u{1b}[0m day \u{1b}]0;title\u{7}"],
+        "stored as written"
+    );
+}
+
 #[tokio::test]
 async fn a_failing_command_gets_a_sentence_and_the_session_goes_on() {
     let chat = Chat::start().await;
