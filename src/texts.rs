@@ -266,7 +266,7 @@ impl Texts {
     }
 
     pub fn trend_flat(self) -> &'static str {
-        self.pick("steady", "ровно")
+        self.pick("steady", "стабильно")
     }
 
     pub fn chart_caption(self) -> &'static str {
