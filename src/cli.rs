@@ -189,7 +189,18 @@ pub fn load_dotenv(path: &std::path::Path) -> DotEnv {
     let mut next_line = 0;
     for item in dotenvy::from_read_iter(text.as_bytes()) {
         match item {
-            Ok(_) => {}
+            Ok((name, value)) => {
+                // dotenvy never overrides a variable that is set, even to nothing: an
+                // empty `MISTRAL_API_KEY=` in the shell or a compose file silently hides
+                // the key written in `.env`.
+                let empty_outside = std::env::var_os(&name).is_some_and(|v| v.is_empty());
+                if empty_outside && !value.trim().is_empty() {
+                    loaded.warnings.push(format!(
+                        "{name} is set but empty in the environment, which wins over its value in {}; unset it to use that value",
+                        path.display()
+                    ));
+                }
+            }
             Err(dotenvy::Error::LineParse(line, _)) => {
                 // dotenvy hands back the logical line (a quoted value may span several);
                 // find where it starts to name its number and cut it out.
@@ -352,9 +363,23 @@ async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCod
     sqlcmd::check(query).map_err(|r| CliError::Usage(r.to_string()))?;
     let pool = store::open_read_only(&settings.database_url, (&settings.store).into()).await?;
     let result = sqlcmd::query(&pool, query, &settings.sql).await;
+    // A "no such table" on a file without daylog's tables is the wrong file (or one never
+    // migrated), not a wrong query.
+    let foreign = match &result {
+        Err(QueryError::Sql(m)) if m.starts_with("no such table") => sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'day_logs'",
+        )
+        .fetch_one(&pool)
+        .await
+        .is_ok_and(|n| n == 0),
+        _ => false,
+    };
     pool.close().await;
     let result = result.map_err(|e| match e {
         QueryError::Refused(r) => CliError::Usage(r.to_string()),
+        QueryError::Sql(m) if foreign => CliError::Usage(format!(
+            "the query failed: {m}; this database has none of daylog's tables: check DATABASE_URL (`daylog migrate` creates them)"
+        )),
         QueryError::Sql(m) => CliError::Usage(format!("the query failed: {m}")),
         failed @ (QueryError::Failed(_) | QueryError::TimedOut(_) | QueryError::TooManyRows(_)) => {
             CliError::Other(anyhow::anyhow!(failed.to_string()))

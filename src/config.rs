@@ -1083,6 +1083,10 @@ pub enum DatabaseUrlError {
         "DATABASE_URL opens the database read-only (mode=ro or immutable): no entry could ever be saved; remove that parameter"
     )]
     ReadOnly,
+    #[error(
+        "DATABASE_URL starts its path with ~, which only a shell expands: daylog would make a folder named ~ here; write the full path, such as sqlite:///home/you/daylog.db"
+    )]
+    Tilde,
     #[error("DATABASE_URL is not a valid SQLite URL: {0}")]
     BadUrl(String),
 }
@@ -1110,6 +1114,11 @@ pub fn database_path(url: &str) -> Result<PathBuf, DatabaseUrlError> {
     });
     if read_only {
         return Err(DatabaseUrlError::ReadOnly);
+    }
+    // A folder named `~` beside the working one, which a later `rm -rf ~` would take
+    // for the home folder.
+    if path == "~" || path.starts_with("~/") || path.starts_with("%7E/") {
+        return Err(DatabaseUrlError::Tilde);
     }
     let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
         .map_err(|e| DatabaseUrlError::BadUrl(e.to_string()))?;

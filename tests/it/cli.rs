@@ -308,6 +308,34 @@ fn sql_on_a_missing_database_does_not_create_it() {
     assert!(!w.db_path().exists());
 }
 
+/// A file that is not daylog's database (an empty file, another program's) answers a
+/// query about daylog's tables with where to look, not only "no such table"; a query
+/// that names a missing table in daylog's own database is just a wrong query.
+#[test]
+fn sql_on_a_file_without_daylogs_tables_says_to_check_the_url() {
+    let w = Workdir::new();
+    std::fs::create_dir_all(w.db_path().parent().expect("folder")).expect("folder");
+    std::fs::write(w.db_path(), b"").expect("an empty file");
+
+    let foreign = w.sql("SELECT count(*) FROM day_logs");
+    assert!(w.run(&["migrate"], &[]).status.success());
+    let typo = w.sql("SELECT count(*) FROM day_log");
+
+    assert_eq!(foreign.status.code(), Some(2));
+    assert!(
+        stderr(&foreign).contains("none of daylog's tables: check DATABASE_URL"),
+        "{}",
+        stderr(&foreign)
+    );
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(
+        stderr(&typo).contains("no such table: day_log"),
+        "{}",
+        stderr(&typo)
+    );
+    assert!(!stderr(&typo).contains("DATABASE_URL"), "{}", stderr(&typo));
+}
+
 #[test]
 fn bad_config_exits_2_naming_the_key() {
     let w = Workdir::new();

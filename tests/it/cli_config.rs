@@ -144,6 +144,26 @@ fn an_empty_or_in_memory_database_url_is_refused_by_every_command() {
     }
 }
 
+/// `~` is a shell's: left to SQLite it makes a folder named `~` in the working one.
+#[test]
+fn a_database_url_under_tilde_is_refused_by_every_command() {
+    let dir = tempfile::tempdir().expect("dir");
+    for args in EVERY_COMMAND {
+        let out = run(
+            dir.path(),
+            args,
+            &[
+                ("DATABASE_URL", "sqlite://~/daylog.db"),
+                ("TELOXIDE_TOKEN", "123:abc"),
+            ],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("write the full path"), "{args:?}: {err}");
+    }
+    assert!(!dir.path().join("~").exists());
+}
+
 #[test]
 fn a_read_only_database_url_is_refused_by_every_command() {
     let dir = tempfile::tempdir().expect("dir");
@@ -262,6 +282,34 @@ fn an_unreadable_line_setting_a_daylog_variable_stops_it_by_name() {
         "{}",
         stderr(&out)
     );
+}
+
+/// An empty variable in the real environment (a compose file's `MISTRAL_API_KEY=`) wins
+/// over `.env`, as dotenvy's rule has it; that is said, by name, never by value.
+#[test]
+fn an_empty_variable_that_hides_a_dotenv_value_is_named() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        dir.path().join(".env"),
+        "MISTRAL_API_KEY=sk-from-dotenv\nGROQ_API_KEY=\n",
+    )
+    .expect(".env");
+
+    let out = run(
+        dir.path(),
+        &["doctor"],
+        &[("MISTRAL_API_KEY", ""), ("GROQ_API_KEY", "")],
+    );
+
+    let said = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+    assert!(
+        said.contains(
+            "MISTRAL_API_KEY is set but empty in the environment, which wins over its value in"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("GROQ_API_KEY is set but empty"), "{said}");
+    assert!(!said.contains("sk-from-dotenv"), "{said}");
 }
 
 /// `daylog run` without a token names the `.env` it looked for (the working folder's):
