@@ -447,14 +447,22 @@ fn history_reply(language: Language, zone: &UserZone, logs: &[DayLog]) -> Reply 
 }
 
 /// The local day an entry belongs to, and when it was written on the user's clock
-/// (`2026-11-30 · 01:30` for an entry of the night after the 30th).
+/// (`2026-11-30 · 01:30` for an entry of the night after the 30th) — the clock of the
+/// zone it was written in, named when the user has moved since (`2026-11-30 21:10
+/// (Europe/Moscow)`), so a `/tz` after a move shifts no hour of the past.
 fn history_heading(zone: &UserZone, log: &DayLog) -> String {
-    let written = local_moment(zone, log.written());
-    match log.local_day.map(|day| day.to_string()) {
+    let written_in = log.written_in(zone);
+    let written = local_moment(&written_in, log.written());
+    let heading = match log.local_day.map(|day| day.to_string()) {
         Some(day) if !written.starts_with(&day) => {
             format!("{day} · {}", written.get(11..).unwrap_or(&written))
         }
         _ => written,
+    };
+    if *written_in == *zone {
+        heading
+    } else {
+        format!("{heading} ({})", written_in.name())
     }
 }
 
@@ -573,6 +581,8 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
         // SPEC §10, added last so that existing column positions keep their meaning.
         "local_day",
         "local_time",
+        // The zone of local_time: the one the entry was written in.
+        "local_zone",
     ]);
     for log in logs {
         let metrics = log.metrics.as_ref();
@@ -607,7 +617,8 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
                 .map(|m| m.defaulted().join("; "))
                 .unwrap_or_default(),
             log.local_day.map(|day| day.to_string()).unwrap_or_default(),
-            local_moment(zone, log.written()),
+            local_moment(&log.written_in(zone), log.written()),
+            log.written_in(zone).name().to_owned(),
         ]);
     }
     writer.into_inner().unwrap_or_default()

@@ -9,6 +9,10 @@ use super::{
 };
 use crate::time::sql_timestamp;
 
+/// The zone an entry is written in (`day_logs.written_zone`): the user's zone as stored
+/// now, read in the insert itself; `?1` is the user id in every insert that uses it.
+const WRITTEN_ZONE: &str = "(SELECT timezone FROM users WHERE user_id = ?1)";
+
 #[derive(Debug, Clone)]
 pub struct NewLog<'a> {
     pub user_id: UserId,
@@ -375,8 +379,8 @@ impl Store {
             // One statement, so no transaction: the hot path is a single round trip.
             let inserted: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, local_day,
-                     written_at)
-                 VALUES (?1, ?2, ?3, ?4, datetime('now'), ?5, ?6)
+                     written_at, written_zone)
+                 VALUES (?1, ?2, ?3, ?4, datetime('now'), ?5, ?6, {WRITTEN_ZONE})
                  ON CONFLICT (chat_id, message_id) DO NOTHING
                  RETURNING {LOG_COLUMNS}"
             ))
@@ -456,8 +460,9 @@ impl Store {
             // failure to commit is this call's error, not lost in a reset.
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
-                     local_day)
-                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, datetime('now'), ?3, ?4
+                     local_day, written_zone)
+                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, datetime('now'), ?3, ?4,
+                     {WRITTEN_ZONE}
                  FROM day_logs WHERE chat_id = ?1
                  RETURNING {LOG_COLUMNS}"
             ))
@@ -531,13 +536,13 @@ impl Store {
                 // The metrics go in with the row: the insert trigger of the metric
                 // columns sets them again as an update, so the columns and the day's
                 // activities follow as for an analysed entry, in the same statement.
-                let inserted = sqlx::query(
+                let inserted = sqlx::query(&format!(
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
-                         replied_at, source, local_day, import_time, metrics)
+                         replied_at, source, local_day, import_time, metrics, written_zone)
                      SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, ?3, 'analyzed',
-                         datetime('now'), 'import', ?4, ?5, ?6
-                     FROM day_logs WHERE chat_id = ?1",
-                )
+                         datetime('now'), 'import', ?4, ?5, ?6, {WRITTEN_ZONE}
+                     FROM day_logs WHERE chat_id = ?1"
+                ))
                 .bind(user_id)
                 .bind(log.text)
                 .bind(&created_at)
@@ -564,8 +569,8 @@ impl Store {
             // Every row is read, so a failure to commit is this call's error.
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
-                     kind, file_id, duration_s, local_day, written_at)
-                 VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5, ?6, ?7)
+                     kind, file_id, duration_s, local_day, written_at, written_zone)
+                 VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5, ?6, ?7, {WRITTEN_ZONE})
                  ON CONFLICT (chat_id, message_id) DO NOTHING
                  RETURNING {LOG_COLUMNS}"
             ))
@@ -606,9 +611,9 @@ impl Store {
         self.durably(retry_busy("insert_chat_voice_log", || async {
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
-                     kind, file_id, duration_s, local_day)
+                     kind, file_id, duration_s, local_day, written_zone)
                  SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, '', datetime('now'), ?2,
-                     'voice', ?3, ?4, ?5
+                     'voice', ?3, ?4, ?5, {WRITTEN_ZONE}
                  FROM day_logs WHERE chat_id = ?1
                  RETURNING {LOG_COLUMNS}"
             ))

@@ -408,9 +408,30 @@ pub struct DayLog {
     /// `None` for the others (read as [`DayLog::created_at`] is). See
     /// [`DayLog::written`].
     pub written_at: Option<jiff::Timestamp>,
+    /// The user's zone when it was written, as `users.timezone` had it; `None` for
+    /// entries stored before the column and users who never set one. See
+    /// [`DayLog::written_in`].
+    pub written_zone: Option<String>,
 }
 
 impl DayLog {
+    /// The zone the entry was written in, else `now` (the user's zone today): the one
+    /// whose clock shows the hour the user saw. A stored name that is no zone (a hand
+    /// edit) reads as `now`.
+    pub fn written_in<'a>(
+        &self,
+        now: &'a crate::time::UserZone,
+    ) -> std::borrow::Cow<'a, crate::time::UserZone> {
+        match self
+            .written_zone
+            .as_deref()
+            .and_then(crate::time::UserZone::from_stored)
+        {
+            Some(zone) if zone != *now => std::borrow::Cow::Owned(zone),
+            _ => std::borrow::Cow::Borrowed(now),
+        }
+    }
+
     /// When the user wrote the entry: Telegram's message date, or when it was stored
     /// where there is none (the terminal, imports, entries stored before the column).
     /// After a downtime the two differ by as long as daylog was away.
@@ -437,6 +458,7 @@ struct DayLogRow {
     local_day: Option<String>,
     edited_at: Option<String>,
     written_at: Option<String>,
+    written_zone: Option<String>,
 }
 
 impl From<DayLogRow> for DayLog {
@@ -487,6 +509,7 @@ impl From<DayLogRow> for DayLog {
                 .and_then(|text| stored_date("day_logs", row.id.get(), "local_day", &text)),
             edited_at,
             written_at,
+            written_zone: row.written_zone,
         }
     }
 }
@@ -545,7 +568,7 @@ impl FrontEnd {
 macro_rules! log_columns {
     () => {
         "id, user_id, chat_id, message_id, text, created_at, status, analysis, metrics, \
-         attempts, next_attempt_at, replied_at, local_day, edited_at, written_at"
+         attempts, next_attempt_at, replied_at, local_day, edited_at, written_at, written_zone"
     };
 }
 const LOG_COLUMNS: &str = log_columns!();

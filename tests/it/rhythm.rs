@@ -253,6 +253,66 @@ async fn no_reminder_on_a_local_day_that_already_has_an_entry() {
     app.stop().await;
 }
 
+/// After a move (`/tz` to another zone) an entry's hour stays the one the user saw on
+/// their clock then, named with its zone; an entry written after the move shows the new
+/// clock. /history and the export agree.
+#[tokio::test]
+async fn after_a_move_past_entries_keep_the_hour_they_were_written_at() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    command(&app, 4, 1, "/tz Europe/Moscow").await;
+    // 21:30 in Moscow.
+    app.telegram.push_update(text_update_at(
+        4,
+        2,
+        "Dinner with friends.",
+        at("2026-12-02T18:30:00Z").as_second(),
+    ));
+    app.telegram.wait_sent(4, 2).await;
+    command(&app, 4, 3, "/tz America/New_York").await;
+    // 09:15 in New York.
+    app.telegram.push_update(text_update_at(
+        4,
+        4,
+        "Jet lag, but a good walk.",
+        at("2026-12-03T14:15:00Z").as_second(),
+    ));
+    app.telegram.wait_sent(4, 4).await;
+
+    let history = command(&app, 4, 5, "/history").await;
+
+    assert!(
+        history.contains("2026-12-02 21:30 (Europe/Moscow)"),
+        "the Moscow hour, not 13:30 in New York: {history}"
+    );
+    assert!(history.contains("2026-12-03 09:15"), "{history}");
+    assert!(!history.contains("(America/New_York)"), "{history}");
+    app.telegram.push_update(text_update(4, 6, "/export"));
+    let sent = app
+        .telegram
+        .wait_for("a document", WAIT, |calls| {
+            calls.iter().any(|c| c.method == "SendDocument")
+        })
+        .await;
+    let bytes = sent
+        .iter()
+        .find(|c| c.method == "SendDocument")
+        .and_then(|doc| doc.file.clone())
+        .expect("file");
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
+    let headers = reader.headers().expect("headers").clone();
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("row")).collect();
+    let column = |row: &csv::StringRecord, name: &str| {
+        let i = headers.iter().position(|h| h == name).expect(name);
+        row[i].to_owned()
+    };
+    assert_eq!(column(&rows[0], "local_time"), "2026-12-02 21:30");
+    assert_eq!(column(&rows[0], "local_zone"), "Europe/Moscow");
+    assert_eq!(column(&rows[1], "local_time"), "2026-12-03 09:15");
+    assert_eq!(column(&rows[1], "local_zone"), "America/New_York");
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_reminder_missed_by_more_than_max_late_is_skipped_not_sent_late() {
     let app = App::spawn().await;

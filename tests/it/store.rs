@@ -140,6 +140,8 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "waiting_for",
             // 20261201000019: when the user wrote it (Telegram's message date).
             "written_at",
+            // 20261203000021: the user's zone then, whose clock /history shows.
+            "written_zone",
         ])
     );
     assert_eq!(
