@@ -46,11 +46,20 @@ pub enum ChartError {
     Encode(#[from] image::ImageError),
 }
 
+/// The most days the `/stats` chart draws one by one: a longer period (`/stats 365`,
+/// three lines of ~1.6 px a day) is drawn as weekly means ([`crate::day::weeks`]).
+pub const MAX_DAILY_POINTS: usize = 92;
+
 /// Draws the `/stats` chart and returns it as PNG bytes ([`WIDTH`]×[`HEIGHT`]).
 pub fn stats_chart(days: &[DayMetrics], lang: Language) -> Result<Vec<u8>, ChartError> {
     ensure_font()?;
     let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
-    draw(days, lang, &mut rgb).map_err(|e| ChartError::Draw(e.to_string()))?;
+    let drawn = if days.len() > MAX_DAILY_POINTS {
+        draw(&crate::day::weeks(days), lang, Period::Weeks, &mut rgb)
+    } else {
+        draw(days, lang, Period::Days, &mut rgb)
+    };
+    drawn.map_err(|e| ChartError::Draw(e.to_string()))?;
     let mut png = Vec::new();
     PngEncoder::new(&mut png).write_image(&rgb, WIDTH, HEIGHT, image::ColorType::Rgb8)?;
     Ok(png)
@@ -65,8 +74,18 @@ fn ensure_font() -> Result<(), ChartError> {
     if ok { Ok(()) } else { Err(ChartError::Font) }
 }
 
+/// What one point of the `/stats` chart is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Period {
+    Days,
+    /// A week's means, dated by its first day; labelled by year and month, since a
+    /// long period crosses a new year.
+    Weeks,
+}
+
 struct Texts {
     title: &'static str,
+    title_weeks: &'static str,
     mood: &'static str,
     stress: &'static str,
     energy: &'static str,
@@ -77,6 +96,7 @@ fn texts(lang: Language) -> Texts {
     match lang {
         Language::En => Texts {
             title: "Mood, stress, energy",
+            title_weeks: "Mood, stress, energy: weekly means",
             mood: "Mood",
             stress: "Stress",
             energy: "Energy",
@@ -84,6 +104,7 @@ fn texts(lang: Language) -> Texts {
         },
         Language::Ru => Texts {
             title: "Настроение, стресс, энергия",
+            title_weeks: "Настроение, стресс, энергия: в среднем за неделю",
             mood: "Настроение",
             stress: "Стресс",
             energy: "Энергия",
@@ -99,6 +120,7 @@ const ENERGY_COLOR: RGBColor = RGBColor(45, 110, 210);
 fn draw(
     days: &[DayMetrics],
     lang: Language,
+    period: Period,
     rgb: &mut [u8],
 ) -> Result<(), Box<dyn std::error::Error>> {
     let t = texts(lang);
@@ -106,13 +128,23 @@ fn draw(
     root.fill(&WHITE)?;
 
     let n = days.len();
-    let labels: Vec<String> = days.iter().map(|d| short_day(d.day)).collect();
+    let labels: Vec<String> = days
+        .iter()
+        .map(|d| match period {
+            Period::Days => short_day(d.day),
+            Period::Weeks => format!("{}-{:02}", d.day.year(), d.day.month()),
+        })
+        .collect();
+    let title = match period {
+        Period::Days => t.title,
+        Period::Weeks => t.title_weeks,
+    };
     // Half a slot of room on each side; the y range leaves room for the dots at 1 and 5.
     let x_range = -0.5..(n.max(1) as f64 - 0.5);
     let y_range = 0.8..5.2;
 
     // The legend gets its own strip on the right so it never hides a line.
-    let below_title = root.margin(12, 0, 0, 0).titled(t.title, (FONT, 26))?;
+    let below_title = root.margin(12, 0, 0, 0).titled(title, (FONT, 26))?;
     let (plot_area, legend_area) = below_title.split_horizontally(WIDTH - LEGEND_WIDTH);
     let mut chart = ChartBuilder::on(&plot_area)
         .margin(16)
@@ -132,7 +164,7 @@ fn draw(
     // between two days get no label.
     chart
         .configure_mesh()
-        .x_labels(n.clamp(1, 12))
+        .x_labels(n.clamp(1, if period == Period::Weeks { 8 } else { 12 }))
         .y_labels(5)
         .x_label_formatter(&label_of)
         .y_label_formatter(&|y| format!("{y:.0}"))
@@ -475,6 +507,39 @@ mod tests {
             .collect();
 
         assert_is_chart_png(&stats_chart(&days, Language::En).unwrap());
+    }
+
+    /// `/stats 365`: a year of days that swing between 1 and 5 would be a solid band of
+    /// colour drawn day by day; drawn as weekly means it is a line near 3.
+    #[test]
+    fn a_year_is_drawn_as_weekly_means_not_a_tangle_of_days() {
+        let year: Vec<DayMetrics> = (0..365)
+            .map(|i| {
+                let swing = if i % 2 == 0 { 1.0 } else { 5.0 };
+                day(i, Some(swing), None, None)
+            })
+            .collect();
+        ensure_font().unwrap();
+        let mut daily = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
+        draw(&year, Language::En, Period::Days, &mut daily).unwrap();
+        let mut daily_png = Vec::new();
+        PngEncoder::new(&mut daily_png)
+            .write_image(&daily, WIDTH, HEIGHT, image::ColorType::Rgb8)
+            .unwrap();
+
+        let png = stats_chart(&year, Language::En).unwrap();
+        std::fs::write(std::env::temp_dir().join("daylog-stats-year.png"), &png).unwrap();
+
+        assert_is_chart_png(&png);
+        let (weekly_px, daily_px) = (
+            count_pixels(&png, MOOD_COLOR),
+            count_pixels(&daily_png, MOOD_COLOR),
+        );
+        assert!(weekly_px > 200, "the weekly line is drawn: {weekly_px}");
+        assert!(
+            weekly_px * 4 < daily_px,
+            "weekly {weekly_px} px against {daily_px} px day by day"
+        );
     }
 
     #[test]

@@ -54,9 +54,62 @@ pub fn calendar(days: &[DayMetrics], first: Date, last: Date) -> Vec<DayMetrics>
     out
 }
 
+/// A calendar (as [`calendar`] lays it out) in weeks of 7 days, the last week ending on
+/// the last day: each week one [`DayMetrics`] dated by its first day, with the mean of
+/// its days' present values (`None` where none of them has one) and all their entries.
+/// The first week may be shorter. A long period drawn day by day is a tangle; its weeks
+/// show the trend.
+pub fn weeks(days: &[DayMetrics]) -> Vec<DayMetrics> {
+    fn mean(days: &[DayMetrics], field: fn(&DayMetrics) -> Option<f64>) -> Option<f64> {
+        let present: Vec<f64> = days.iter().filter_map(field).collect();
+        (!present.is_empty()).then(|| present.iter().sum::<f64>() / present.len() as f64)
+    }
+    let mut out: Vec<DayMetrics> = days
+        .rchunks(7)
+        .map(|week| DayMetrics {
+            day: week[0].day,
+            mood: mean(week, |d| d.mood),
+            stress: mean(week, |d| d.stress),
+            energy: mean(week, |d| d.energy),
+            productivity: mean(week, |d| d.productivity),
+            sleep_hours: mean(week, |d| d.sleep_hours),
+            logs: week.iter().map(|d| d.logs).sum(),
+        })
+        .collect();
+    out.reverse();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weeks_end_on_the_last_day_and_average_what_is_there() {
+        let day = |n: i8, mood: Option<f64>| DayMetrics {
+            day: jiff::civil::date(2026, 1, 1) + jiff::Span::new().days(i64::from(n)),
+            mood,
+            logs: i64::from(mood.is_some()),
+            ..DayMetrics::default()
+        };
+        // Nine days: a first week of two days, then one of seven; one day without values.
+        let mut days: Vec<DayMetrics> =
+            (0..9).map(|n| day(n, Some(f64::from(n % 5 + 1)))).collect();
+        days[4].mood = None;
+        days[4].logs = 0;
+
+        let weeks = weeks(&days);
+
+        assert_eq!(weeks.len(), 2);
+        assert_eq!(weeks[0].day, jiff::civil::date(2026, 1, 1));
+        assert_eq!(weeks[0].mood, Some(1.5), "days 0 and 1: 1 and 2");
+        assert_eq!(weeks[1].day, jiff::civil::date(2026, 1, 3));
+        // Days 2..=8 without day 4: 3, 4, 1, 2, 3, 4 (day 4 had none).
+        assert_eq!(weeks[1].mood, Some(17.0 / 6.0));
+        assert_eq!(weeks[1].logs, 6);
+        assert_eq!(weeks[1].stress, None);
+        assert!(super::weeks(&[]).is_empty());
+    }
 
     fn metrics(day: Date, mood: f64) -> DayMetrics {
         DayMetrics {
