@@ -613,7 +613,8 @@ impl Settings {
 /// other scheme would only fail, again and again, at the first request).
 fn bot_api_url(raw: &str) -> Result<Url, ConfigError> {
     const KEY: &str = "TELOXIDE_API_URL";
-    let url = Url::parse(raw).map_err(|e| ConfigError::invalid(KEY, format!("not a URL: {e}")))?;
+    let url = Url::parse(raw)
+        .map_err(|e| ConfigError::invalid(KEY, in_plain_words(KEY, format!("not a URL: {e}"))))?;
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
         return Err(ConfigError::invalid(
             KEY,
@@ -744,8 +745,40 @@ fn deserialize(tree: toml::Table) -> Result<FileSettings, ConfigError> {
         // The TOML deserialiser appends "in `section`" lines; the key already says where.
         let message = e.into_inner().to_string();
         let first_line = message.lines().next().unwrap_or_default().trim().to_owned();
-        ConfigError::invalid(key, first_line)
+        let plain = in_plain_words(&key, first_line);
+        ConfigError::invalid(key, plain)
     })
+}
+
+/// A deserialiser's message with what to write instead, where its words are the
+/// parser's own ("expected a sequence", "relative URL without a base").
+fn in_plain_words(key: &str, message: String) -> String {
+    if message.ends_with("expected a sequence") {
+        return format!("{message}: write a list in brackets, such as [111, 222]");
+    }
+    if message.contains("relative URL without a base") {
+        return format!("{message}: write the whole URL, starting with https:// (or http://)");
+    }
+    // `DAYLOG__PROVIDERS__MISTRL__BASE_URL`: a provider that does not exist, not one
+    // that lacks a `kind`.
+    let shipped = parse_toml(DEFAULT_TOML, "config/default.toml")
+        .ok()
+        .and_then(|tree| {
+            tree.get("providers")
+                .and_then(toml::Value::as_table)
+                .cloned()
+        })
+        .unwrap_or_default();
+    match key.strip_prefix("providers.") {
+        Some(name) if message == "missing field `kind`" && !shipped.contains_key(name) => {
+            let known: Vec<&str> = shipped.keys().map(String::as_str).collect();
+            format!(
+                "{message}: there is no provider {name} (the known ones are {}); check the spelling, or give a new one its kind and base_url",
+                known.join(", ")
+            )
+        }
+        _ => message,
+    }
 }
 
 /// The longest wait or timeout any `*_ms` setting may ask for: a year. Far beyond any
@@ -1181,6 +1214,42 @@ mod tests {
                 "retry.hedge_after_ms",
                 "{bad}"
             );
+        }
+    }
+
+    /// What a first deployer mistypes, answered with what to write instead; the key is
+    /// still named.
+    #[test]
+    fn common_mistakes_are_answered_in_plain_words() {
+        let message = |pairs: &[(&str, &str)]| match load(pairs) {
+            Err(ConfigError::Invalid { key, message }) => format!("{key}: {message}"),
+            other => panic!("expected an invalid-key error, got {other:?}"),
+        };
+        let rows: [(&str, &str, &str); 4] = [
+            (
+                "DAYLOG__TELEGRAM__ALLOWED_USERS",
+                "111",
+                "telegram.allowed_users: invalid type: integer `111`, expected a sequence: write a list in brackets, such as [111, 222]",
+            ),
+            (
+                "DAYLOG__PROVIDERS__MISTRAL__BASE_URL",
+                "api.mistral.ai/v1",
+                "starting with https://",
+            ),
+            (
+                "TELOXIDE_API_URL",
+                "api.telegram.org",
+                "starting with https://",
+            ),
+            (
+                "DAYLOG__PROVIDERS__MISTRL__BASE_URL",
+                "http://127.0.0.1:9/v1",
+                "there is no provider mistrl (the known ones are anthropic, gemini, groq, mistral)",
+            ),
+        ];
+        for (name, value, expected) in rows {
+            let said = message(&[(name, value)]);
+            assert!(said.contains(expected), "{name}={value}: {said}");
         }
     }
 
