@@ -323,8 +323,14 @@ fn year_texts(lang: Language) -> YearTexts {
 /// Draws the year in pixels of `year` ([`YEAR_WIDTH`]×[`YEAR_HEIGHT`] PNG): a row per
 /// month, a square per day, coloured by [`mood_color`]; days of other years are
 /// ignored. Days a month does not have (30 February) get no square at all, so they
-/// never read as "no entry".
-pub fn year_chart(year: i32, days: &[DayMood], lang: Language) -> Result<Vec<u8>, ChartError> {
+/// never read as "no entry". Days after `today` (the user's) are only outlined: they
+/// have not come yet, which grey ("no entry") would say otherwise.
+pub fn year_chart(
+    year: i32,
+    days: &[DayMood],
+    today: jiff::civil::Date,
+    lang: Language,
+) -> Result<Vec<u8>, ChartError> {
     ensure_font()?;
     let mut moods = [[None::<f64>; 31]; 12];
     for d in days.iter().filter(|d| i32::from(d.day.year()) == year) {
@@ -339,7 +345,7 @@ pub fn year_chart(year: i32, days: &[DayMood], lang: Language) -> Result<Vec<u8>
     }
     let (width, height) = (YEAR_WIDTH, YEAR_HEIGHT);
     let mut rgb = vec![0u8; (width * height * 3) as usize];
-    draw_year(year, &moods, lang, &mut rgb).map_err(|e| ChartError::Draw(e.to_string()))?;
+    draw_year(year, &moods, today, lang, &mut rgb).map_err(|e| ChartError::Draw(e.to_string()))?;
     let mut png = Vec::new();
     PngEncoder::new(&mut png).write_image(&rgb, width, height, image::ColorType::Rgb8)?;
     Ok(png)
@@ -348,6 +354,7 @@ pub fn year_chart(year: i32, days: &[DayMood], lang: Language) -> Result<Vec<u8>
 fn draw_year(
     year: i32,
     moods: &[[Option<f64>; 31]; 12],
+    today: jiff::civil::Date,
     lang: Language,
     rgb: &mut [u8],
 ) -> Result<(), Box<dyn std::error::Error>> {
@@ -382,10 +389,22 @@ fn draw_year(
         ))?;
         for (day, mood) in (1u32..).zip(row).take(days_in_month(year, month) as usize) {
             let (x, y) = year_cell_origin(month, day);
-            root.draw(&Rectangle::new(
-                [(x, y), (x + CELL, y + CELL)],
-                mood_color(*mood).filled(),
-            ))?;
+            let to_come = (
+                i32::from(today.year()),
+                today.month() as u32,
+                today.day() as u32,
+            ) < (year, month, day);
+            if to_come {
+                root.draw(&Rectangle::new(
+                    [(x + 1, y + 1), (x + CELL - 1, y + CELL - 1)],
+                    NO_MOOD_COLOR.stroke_width(2),
+                ))?;
+            } else {
+                root.draw(&Rectangle::new(
+                    [(x, y), (x + CELL, y + CELL)],
+                    mood_color(*mood).filled(),
+                ))?;
+            }
         }
     }
 
@@ -429,6 +448,8 @@ mod tests {
     use super::*;
 
     const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+    /// A `today` after every year the tests draw: no day is still to come.
+    const LATER: jiff::civil::Date = jiff::civil::date(2100, 1, 1);
 
     fn day(i: usize, mood: Option<f64>, stress: Option<f64>, energy: Option<f64>) -> DayMetrics {
         // From 2024-11-01 on, one day after another.
@@ -625,7 +646,7 @@ mod tests {
             year_day("2025-03-03", Some(5.0)),
         ];
 
-        let png = year_chart(2026, &days, Language::En).unwrap();
+        let png = year_chart(2026, &days, LATER, Language::En).unwrap();
 
         let decoded = image::load_from_memory(&png).unwrap();
         assert_eq!(
@@ -642,11 +663,40 @@ mod tests {
         assert_eq!(cell_color(&png, 7, 7), NO_MOOD_COLOR, "no entry");
     }
 
+    /// Days that have not come yet are outlined, not grey: grey says "no entry".
+    #[test]
+    fn days_still_to_come_are_not_drawn_as_missed() {
+        let today = jiff::civil::date(2026, 6, 15);
+
+        let png = year_chart(
+            2026,
+            &[year_day("2026-06-15", Some(4.0))],
+            today,
+            Language::En,
+        )
+        .unwrap();
+
+        assert_eq!(cell_color(&png, 6, 15), MOOD_COLORS[3], "today, written");
+        assert_eq!(cell_color(&png, 6, 14), NO_MOOD_COLOR, "a day missed");
+        assert_eq!(
+            cell_color(&png, 6, 16),
+            RGBColor(255, 255, 255),
+            "tomorrow: only its outline"
+        );
+        assert_eq!(cell_color(&png, 12, 31), RGBColor(255, 255, 255));
+    }
+
     #[test]
     fn days_a_month_does_not_have_get_no_square() {
-        let leap = year_chart(2024, &[], Language::En).unwrap();
+        let leap = year_chart(2024, &[], LATER, Language::En).unwrap();
         // No day of 2026 is 29 February: a `DayMood` cannot name one.
-        let common = year_chart(2026, &[year_day("2026-03-01", Some(5.0))], Language::Ru).unwrap();
+        let common = year_chart(
+            2026,
+            &[year_day("2026-03-01", Some(5.0))],
+            LATER,
+            Language::Ru,
+        )
+        .unwrap();
 
         assert_eq!(cell_color(&leap, 2, 29), NO_MOOD_COLOR);
         assert_eq!(cell_color(&leap, 2, 30), WHITE);
@@ -686,7 +736,7 @@ mod tests {
         }
 
         for (lang, name) in [(Language::En, "en"), (Language::Ru, "ru")] {
-            let png = year_chart(2026, &days, lang).unwrap();
+            let png = year_chart(2026, &days, LATER, lang).unwrap();
             std::fs::write(
                 std::env::temp_dir().join(format!("daylog-year-{name}.png")),
                 &png,

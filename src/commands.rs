@@ -258,15 +258,16 @@ pub async fn respond(
             text(search_reply(language, &hits))
         }
         Command::Year(arg) => {
+            let today = journal.today_of(user_id).await.1;
             let year = match arg.trim() {
-                "" => i32::from(journal.today_of(user_id).await.1.year()),
+                "" => i32::from(today.year()),
                 given => match year_arg(given) {
                     Some(year) => year,
                     None => return text(Reply::new().text(texts.year_usage())),
                 },
             };
             let moods = journal.store().year_moods(UserId(user_id), year).await?;
-            Ok(year_responses(language, year, &moods))
+            Ok(year_responses(language, year, &moods, today))
         }
         // The file itself comes as a document (the bot) or a path (`daylog chat`); the
         // command alone explains how.
@@ -379,9 +380,9 @@ fn year_arg(arg: &str) -> Option<i32> {
         .filter(|year| *year >= 1000)
 }
 
-fn year_responses(language: Language, year: i32, moods: &[DayMood]) -> Vec<Response> {
+fn year_responses(language: Language, year: i32, moods: &[DayMood], today: Date) -> Vec<Response> {
     let texts = Texts(language);
-    match charts::year_chart(year, moods, language) {
+    match charts::year_chart(year, moods, today, language) {
         Ok(png) => vec![Response::Photo {
             png,
             caption: texts.year_caption(year),
