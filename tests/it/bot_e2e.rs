@@ -652,17 +652,7 @@ async fn export_sends_a_csv_that_parses() {
         .push_update(text_update(18, 2, "=HYPERLINK(\"http://x\") ёлка"));
     app.telegram.wait_sent(18, 2).await;
     app.telegram.push_update(text_update(18, 3, "/export"));
-    let sent = app
-        .telegram
-        .wait_for("a document", WAIT, |calls| {
-            calls.iter().any(|c| c.method == "SendDocument")
-        })
-        .await;
-    let doc = sent
-        .iter()
-        .find(|c| c.method == "SendDocument")
-        .expect("document");
-    let bytes = doc.file.clone().expect("file part");
+    let bytes = app.telegram.wait_file("SendDocument").await;
     // A spreadsheet reads it as UTF-8 only with the byte-order mark.
     let csv = bytes.strip_prefix("\u{feff}".as_bytes()).expect("a BOM");
     let mut reader = csv::Reader::from_reader(csv);

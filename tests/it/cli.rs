@@ -38,6 +38,24 @@ impl Workdir {
         cmd.output().expect("daylog runs")
     }
 
+    /// [`Workdir::run`] on a blocking thread, for tests whose fake servers run on the
+    /// test's own runtime; the folder goes with it.
+    async fn run_beside(self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            self.run(&args, &env)
+        })
+        .await
+        .expect("join")
+    }
+
     fn sql(&self, query: &str) -> Output {
         self.run(&["sql", query], &[])
     }
@@ -513,8 +531,8 @@ async fn doctor_ping_sends_one_tiny_request_per_key() {
     let w = Workdir::new();
     let mistral_url = format!("{}/v1", mistral.uri());
     let groq_url = format!("{}/v1", groq.uri());
-    let out = tokio::task::spawn_blocking(move || {
-        let out = w.run(
+    let out = w
+        .run_beside(
             &["doctor", "--ping"],
             &[
                 ("MISTRAL_API_KEY", "ping-key"),
@@ -525,12 +543,8 @@ async fn doctor_ping_sends_one_tiny_request_per_key() {
                 ("DAYLOG__PROVIDERS__MISTRAL__BASE_URL", &mistral_url),
                 ("DAYLOG__PROVIDERS__GROQ__BASE_URL", &groq_url),
             ],
-        );
-        drop(w);
-        out
-    })
-    .await
-    .expect("join");
+        )
+        .await;
     let text = stdout(&out);
     assert!(
         text.contains("ok   ping mistral key #0 (MISTRAL_API_KEY): answered"),
@@ -609,8 +623,8 @@ async fn doctor_ping_fails_a_provider_url_that_is_not_its_api() {
     let url = format!("{}/v1", proxy.uri());
     let w = Workdir::new();
     assert!(w.run(&["migrate"], &[]).status.success());
-    let out = tokio::task::spawn_blocking(move || {
-        let out = w.run(
+    let out = w
+        .run_beside(
             &["doctor", "--ping"],
             &[
                 ("MISTRAL_API_KEY", "k"),
@@ -618,12 +632,8 @@ async fn doctor_ping_fails_a_provider_url_that_is_not_its_api() {
                 ("TELOXIDE_API_URL", "http://127.0.0.1:9"),
                 ("DAYLOG__PROVIDERS__MISTRAL__BASE_URL", &url),
             ],
-        );
-        drop(w);
-        out
-    })
-    .await
-    .expect("join");
+        )
+        .await;
 
     let text = stdout(&out);
     assert!(
@@ -651,19 +661,15 @@ async fn doctor_ping_says_when_the_bot_api_url_is_not_one() {
         .await;
     let url = format!("{}/", proxy.uri());
     let w = Workdir::new();
-    let out = tokio::task::spawn_blocking(move || {
-        let out = w.run(
+    let out = w
+        .run_beside(
             &["doctor", "--ping"],
             &[
                 ("TELOXIDE_TOKEN", "1:secret-token"),
                 ("TELOXIDE_API_URL", &url),
             ],
-        );
-        drop(w);
-        out
-    })
-    .await
-    .expect("join");
+        )
+        .await;
     let text = stdout(&out);
     assert!(text.contains("FAIL ping telegram:"), "{text}");
     assert!(text.contains("TELOXIDE_API_URL"), "{text}");

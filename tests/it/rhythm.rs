@@ -230,17 +230,7 @@ async fn no_reminder_on_a_local_day_that_already_has_an_entry() {
     let history = command(&app, 3, 4, "/history").await;
     assert!(history.contains(local), "{history}");
     app.telegram.push_update(text_update(3, 5, "/export"));
-    let sent = app
-        .telegram
-        .wait_for("a document", WAIT, |calls| {
-            calls.iter().any(|c| c.method == "SendDocument")
-        })
-        .await;
-    let doc = sent
-        .iter()
-        .find(|c| c.method == "SendDocument")
-        .expect("document");
-    let bytes = doc.file.clone().expect("file");
+    let bytes = app.telegram.wait_file("SendDocument").await;
     let mut reader = csv::Reader::from_reader(bytes.as_slice());
     let headers = reader.headers().expect("headers").clone();
     let row = reader.records().next().expect("a row").expect("row");
@@ -288,17 +278,7 @@ async fn after_a_move_past_entries_keep_the_hour_they_were_written_at() {
     assert!(history.contains("2026-12-03 09:15"), "{history}");
     assert!(!history.contains("(America/New_York)"), "{history}");
     app.telegram.push_update(text_update(4, 6, "/export"));
-    let sent = app
-        .telegram
-        .wait_for("a document", WAIT, |calls| {
-            calls.iter().any(|c| c.method == "SendDocument")
-        })
-        .await;
-    let bytes = sent
-        .iter()
-        .find(|c| c.method == "SendDocument")
-        .and_then(|doc| doc.file.clone())
-        .expect("file");
+    let bytes = app.telegram.wait_file("SendDocument").await;
     let mut reader = csv::Reader::from_reader(bytes.as_slice());
     let headers = reader.headers().expect("headers").clone();
     let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("row")).collect();

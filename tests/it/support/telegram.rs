@@ -305,6 +305,20 @@ impl FakeTelegram {
         }
     }
 
+    /// Waits for the first file sent with `method` (`SendDocument`, `SendPhoto`) and
+    /// returns its bytes.
+    pub async fn wait_file(&self, method: &str) -> Vec<u8> {
+        let sent = self
+            .wait_for(&format!("a {method}"), Duration::from_secs(20), |calls| {
+                calls.iter().any(|c| c.method == method)
+            })
+            .await;
+        sent.into_iter()
+            .find(|c| c.method == method)
+            .and_then(|c| c.file)
+            .expect("a file part")
+    }
+
     /// Waits until `n` messages were sent to `chat`.
     pub async fn wait_sent(&self, chat: i64, n: usize) -> Vec<Call> {
         self.wait_for(
