@@ -230,19 +230,38 @@ pub const RECENT_USE_SQL: &str = "SELECT max(
 pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
      WHERE user_id = ?1 AND day >= ?2 AND day <= ?3 ORDER BY day";
 
-/// The FTS5 query for what a user typed: every whitespace-separated word becomes an
-/// FTS5 string (`"…"`, inner quotes doubled), and strings side by side must all match.
-/// So `NEAR`, `OR`, `*`, `-`, `:`, `^`, parentheses and quotes are only ever text to
-/// look for, never query syntax. Control characters separate words, as they do for the
-/// `unicode61` tokenizer (and a NUL would otherwise end the query early). `None` when
-/// there is no word at all. Words are folded as the index is ([`fold_for_search`]).
+/// The FTS5 query for what a user typed. Every word must match:
+///
+/// - Words are split at whitespace and control characters (as the `unicode61`
+///   tokenizer splits them; a NUL would otherwise end the query early) and folded as
+///   the index is ([`fold_for_search`]).
+/// - Each word is an FTS5 string (`"…"`, inner quotes doubled): `NEAR`, `OR`, `*`, `-`,
+///   `:`, `^`, parentheses and quotes are only ever text to look for, never query
+///   syntax. The words are joined by `AND`.
+/// - A word with nothing for the tokenizer to find (no letter, digit or private-use
+///   character: a lone `-`, `*`, `"`) is left out: after an `AND` its empty string
+///   would match nothing, where strings side by side used to skip it. `None` when no
+///   word is left.
 pub fn fts_query(words: &str) -> Option<String> {
-    let quoted: Vec<String> = words
+    let clauses: Vec<String> = words
         .split(|c: char| c.is_whitespace() || c.is_control())
-        .filter(|word| !word.is_empty())
-        .map(|word| format!("\"{}\"", fold_for_search(word).replace('"', "\"\"")))
+        .filter(|word| word.chars().any(is_token_char))
+        .map(|word| fts_string(&fold_for_search(word)))
         .collect();
-    (!quoted.is_empty()).then(|| quoted.join(" "))
+    (!clauses.is_empty()).then(|| clauses.join(" AND "))
+}
+
+/// Whether the `unicode61` tokenizer keeps `c` in a token rather than splitting at it:
+/// its token characters are the letters, numbers and private-use characters (Unicode
+/// categories L*, N* and Co), which Rust's `char` tells as near as it can.
+fn is_token_char(c: char) -> bool {
+    c.is_alphanumeric()
+        || matches!(c, '\u{E000}'..='\u{F8FF}' | '\u{F0000}'..='\u{FFFFD}' | '\u{100000}'..='\u{10FFFD}')
+}
+
+/// Text as an FTS5 string: in double quotes, its own quotes doubled.
+fn fts_string(text: &str) -> String {
+    format!("\"{}\"", text.replace('"', "\"\""))
 }
 
 /// What the search index holds of a text, and what a query is folded to: `ё` as `е`

@@ -335,7 +335,7 @@ fn the_search_fold_changes_only_yo() {
     assert_eq!(store::fold_for_search("Ёлка, ещё, café"), "Елка, еще, café");
     assert_eq!(
         store::fts_query("ещё \"Ёж\""),
-        Some("\"еще\" \"\"\"Еж\"\"\"".into())
+        Some("\"еще\" AND \"\"\"Еж\"\"\"".into())
     );
 }
 
@@ -595,15 +595,38 @@ async fn the_search_reads_the_index_not_every_row() {
 #[test]
 fn user_words_become_fts5_strings() {
     assert_eq!(store::fts_query("   \n "), None);
+    // Nothing in them for the tokenizer to find: no word is left to look for.
+    assert_eq!(store::fts_query("\" - * ( ) --"), None);
     assert_eq!(
-        store::fts_query("a NEAR b"),
-        Some("\"a\" \"NEAR\" \"b\"".into())
+        store::fts_query("a NEAR b -"),
+        Some("\"a\" AND \"NEAR\" AND \"b\"".into())
     );
-    assert_eq!(store::fts_query("\""), Some("\"\"\"\"".into()));
     assert_eq!(
         store::fts_query("x\0y say:\"hi\""),
-        Some("\"x\" \"y\" \"say:\"\"hi\"\"\"".into())
+        Some("\"x\" AND \"y\" AND \"say:\"\"hi\"\"\"".into())
     );
+}
+
+/// A lone `-` beside words is skipped, as it was when strings stood side by side; alone,
+/// it finds nothing.
+#[tokio::test]
+async fn a_word_with_nothing_to_find_is_left_out() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let coffee = entry(&db.store, ME, 1, "Coffee - then the park.").await;
+
+    // Act
+    let beside_words = db
+        .store
+        .search(UserId(ME), "coffee - park")
+        .await
+        .expect("s");
+    let alone = db.store.search(UserId(ME), "- * \"").await.expect("s");
+
+    // Assert
+    assert_eq!(ids(&beside_words), [coffee]);
+    assert!(alone.is_empty());
 }
 
 /// Words the property test mixes: FTS5 operators and punctuation, words of both users'
