@@ -353,8 +353,8 @@ impl Texts {
 
     pub fn search_usage(self) -> &'static str {
         self.pick(
-            "Usage: /search word… — I find your entries that contain every word.",
-            "Использование: /search слово… — я найду твои записи, где есть все эти слова.",
+            "Usage: /search word… — I find your entries that contain every word, in any of its forms.",
+            "Использование: /search слово… — я найду твои записи, где есть все эти слова в любой форме.",
         )
     }
 

@@ -3,6 +3,7 @@
 
 use sqlx::FromRow;
 
+use super::word_forms::{self, Forms};
 use super::{
     ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, listed_date,
     retry_busy, returned, stored_date, stored_moment,
@@ -234,19 +235,79 @@ pub const RECENT_USE_SQL: &str = "SELECT max(
 pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
      WHERE user_id = ?1 AND day >= ?2 AND day <= ?3 ORDER BY day";
 
-/// The FTS5 query for what a user typed: every whitespace-separated word becomes an
-/// FTS5 string (`"…"`, inner quotes doubled), and strings side by side must all match.
-/// So `NEAR`, `OR`, `*`, `-`, `:`, `^`, parentheses and quotes are only ever text to
-/// look for, never query syntax. Control characters separate words, as they do for the
-/// `unicode61` tokenizer (and a NUL would otherwise end the query early). `None` when
-/// there is no word at all. Words are folded as the index is ([`fold_for_search`]).
+/// The FTS5 query for what a user typed. Every word must match, in one of its forms:
+///
+/// - Words are split at whitespace and control characters (as the `unicode61`
+///   tokenizer splits them; a NUL would otherwise end the query early) and folded as
+///   the index is ([`fold_for_search`]).
+/// - Each word is an FTS5 string (`"…"`, inner quotes doubled), and so is every form
+///   made of it: `NEAR`, `OR`, `*`, `-`, `:`, `^`, parentheses and quotes are only ever
+///   text to look for, never query syntax. The words are joined by `AND` (FTS5 takes no
+///   group beside a string without it).
+/// - Its forms come from its Snowball stem (`store/word_forms.rs` says more): the
+///   Russian stemmer for a word of Russian letters only, the English one for ASCII
+///   letters only, none for anything else (digits, a mix, other scripts, diacritics).
+///   - A stem of 4 letters or more is a prefix: `друзья` → `("друзья" OR "друз"*)`,
+///     which finds "друзьями"; `walked` → `("walked" OR "walk"*)`.
+///   - A stem of 3 letters would find unrelated words as a prefix ("кот"* finds
+///     "который"), so it is listed with the endings of its language instead: `кот` →
+///     `("кот" OR "кот" OR "кота" OR … OR "котом" OR …)`, `бег` → … `"бегал"` …, `run`
+///     → … `"runs"` … `"running"` ….
+///   - A shorter stem (`еще` → "ещ", `она` → "он"), or none: the word only, `"еще"`.
+/// - An entry with the word as typed ranks above one with another form only: it matches
+///   the word and a form too (bm25 adds the two), which is why the word stays in the
+///   list even when it is one of the listed forms.
+/// - A word typed twice (in any case, with `ё` or `е`) is looked for once. Past
+///   [`SEARCH_MAX_FORMS`] forms in one query, the words that follow are looked for as typed.
+/// - A word with nothing for the tokenizer to find (no letter, digit or private-use
+///   character: a lone `-`, `*`, `"`) is left out: after an `AND` its empty string
+///   would match nothing, where strings side by side used to skip it. `None` when no
+///   word is left.
 pub fn fts_query(words: &str) -> Option<String> {
-    let quoted: Vec<String> = words
+    let mut seen = std::collections::HashSet::new();
+    let mut forms_left = SEARCH_MAX_FORMS;
+    let clauses: Vec<String> = words
         .split(|c: char| c.is_whitespace() || c.is_control())
-        .filter(|word| !word.is_empty())
-        .map(|word| format!("\"{}\"", fold_for_search(word).replace('"', "\"\"")))
+        .filter(|word| word.chars().any(is_token_char))
+        .map(fold_for_search)
+        .filter(|folded| seen.insert(folded.to_lowercase()))
+        .map(|folded| {
+            let word = fts_string(&folded);
+            match word_forms::forms(&folded) {
+                Forms::Prefix(stem) if forms_left >= 1 => {
+                    forms_left -= 1;
+                    format!("({word} OR {}*)", fts_string(&stem))
+                }
+                Forms::Listed(forms) if forms_left >= forms.len() => {
+                    forms_left -= forms.len();
+                    let forms: Vec<String> = forms.iter().map(|form| fts_string(form)).collect();
+                    format!("({word} OR {})", forms.join(" OR "))
+                }
+                _ => word,
+            }
+        })
         .collect();
-    (!quoted.is_empty()).then(|| quoted.join(" "))
+    (!clauses.is_empty()).then(|| clauses.join(" AND "))
+}
+
+/// Most forms one query looks for besides its words ([`fts_query`]): bm25 scores every
+/// string of the query for every candidate entry, and a message of a thousand short
+/// Russian words, each with its 123 forms, would be a query of 123 000 strings (over a
+/// minute of work, measured in a debug build). Eight short Russian words, 50 short
+/// English ones or a thousand longer words get all their forms.
+pub const SEARCH_MAX_FORMS: usize = 1000;
+
+/// Whether the `unicode61` tokenizer keeps `c` in a token rather than splitting at it:
+/// its token characters are the letters, numbers and private-use characters (Unicode
+/// categories L*, N* and Co), which Rust's `char` tells as near as it can.
+fn is_token_char(c: char) -> bool {
+    c.is_alphanumeric()
+        || matches!(c, '\u{E000}'..='\u{F8FF}' | '\u{F0000}'..='\u{FFFFD}' | '\u{100000}'..='\u{10FFFD}')
+}
+
+/// Text as an FTS5 string: in double quotes, its own quotes doubled.
+fn fts_string(text: &str) -> String {
+    format!("\"{}\"", text.replace('"', "\"\""))
 }
 
 /// What the search index holds of a text, and what a query is folded to: `ё` as `е`
@@ -825,7 +886,8 @@ impl Store {
     }
 
     /// Up to [`SEARCH_LIMIT`] of the user's entries that contain every word of `words`
-    /// (what the user typed, never FTS5 syntax: see [`fts_query`]), best matches first.
+    /// in one of its forms (what the user typed, never FTS5 syntax: see [`fts_query`]),
+    /// best matches first.
     /// No words at all finds nothing.
     pub async fn search(&self, user_id: UserId, words: &str) -> Result<Vec<SearchHit>, StoreError> {
         let Some(query) = fts_query(words) else {

@@ -335,7 +335,7 @@ fn the_search_fold_changes_only_yo() {
     assert_eq!(store::fold_for_search("Ёлка, ещё, café"), "Елка, еще, café");
     assert_eq!(
         store::fts_query("ещё \"Ёж\""),
-        Some("\"еще\" \"\"\"Еж\"\"\"".into())
+        Some("\"еще\" AND \"\"\"Еж\"\"\"".into())
     );
 }
 
@@ -595,15 +595,48 @@ async fn the_search_reads_the_index_not_every_row() {
 #[test]
 fn user_words_become_fts5_strings() {
     assert_eq!(store::fts_query("   \n "), None);
+    // Nothing in them for the tokenizer to find: no word is left to look for.
+    assert_eq!(store::fts_query("\" - * ( ) --"), None);
     assert_eq!(
-        store::fts_query("a NEAR b"),
-        Some("\"a\" \"NEAR\" \"b\"".into())
+        store::fts_query("a NEAR b -"),
+        Some("\"a\" AND (\"NEAR\" OR \"near\"*) AND \"b\"".into())
     );
-    assert_eq!(store::fts_query("\""), Some("\"\"\"\"".into()));
     assert_eq!(
         store::fts_query("x\0y say:\"hi\""),
-        Some("\"x\" \"y\" \"say:\"\"hi\"\"\"".into())
+        Some("\"x\" AND \"y\" AND \"say:\"\"hi\"\"\"".into())
     );
+    // An operator or a star typed beside a word is text: only a whole word of letters
+    // gets forms, each one quoted.
+    assert_eq!(
+        store::fts_query("друзья* OR (работа) - NEAR(друзья"),
+        Some("\"друзья*\" AND \"OR\" AND \"(работа)\" AND \"NEAR(друзья\"".into())
+    );
+    assert_eq!(
+        store::fts_query("Друзья"),
+        Some("(\"Друзья\" OR \"друз\"*)".into())
+    );
+}
+
+/// A lone `-` beside words is skipped, as it was when strings stood side by side; alone,
+/// it finds nothing.
+#[tokio::test]
+async fn a_word_with_nothing_to_find_is_left_out() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let coffee = entry(&db.store, ME, 1, "Coffee - then the park.").await;
+
+    // Act
+    let beside_words = db
+        .store
+        .search(UserId(ME), "coffee - park")
+        .await
+        .expect("s");
+    let alone = db.store.search(UserId(ME), "- * \"").await.expect("s");
+
+    // Assert
+    assert_eq!(ids(&beside_words), [coffee]);
+    assert!(alone.is_empty());
 }
 
 /// Words the property test mixes: FTS5 operators and punctuation, words of both users'
@@ -628,6 +661,14 @@ fn words(text: &str) -> HashSet<String> {
         .filter(|w| !w.is_empty())
         .map(|w| w.to_lowercase().replace('é', "e"))
         .collect()
+}
+
+/// Could search find `token` as a form of `word` (both lower case)? Every form begins
+/// with the word's stem, of three letters or more, which keeps at least the word's
+/// first two (English may end a stem in `i` for `y`: "try", "tri").
+fn may_be_a_form(word: &str, token: &str) -> bool {
+    let start: String = word.chars().take(2).collect();
+    token == word || (word.chars().count() >= 3 && token.starts_with(&start))
 }
 
 #[test]
@@ -668,17 +709,26 @@ fn any_string_is_a_valid_query_of_the_users_own_entries_only() {
         for hit in &hits {
             prop_assert!(my_ids.contains(&LogId(hit.id.get())), "{query:?} found someone else's {}", hit.id);
         }
-        // Plain words: exactly the entries that contain all of them.
+        // Plain words: every entry that contains all of them as typed, and only entries
+        // that contain each of them in some form.
         let asked: Vec<String> = query.split_whitespace().map(str::to_owned).collect();
         if !asked.is_empty() && asked.iter().all(|w| w.chars().all(char::is_alphanumeric)) {
             let asked = words(&query);
-            let expected: HashSet<LogId> = mine
+            let as_typed: HashSet<LogId> = mine
                 .iter()
                 .filter(|(_, have)| asked.is_subset(have))
                 .map(|(id, _)| *id)
                 .collect();
+            let in_some_form: HashSet<LogId> = mine
+                .iter()
+                .filter(|(_, have)| {
+                    asked.iter().all(|word| have.iter().any(|token| may_be_a_form(word, token)))
+                })
+                .map(|(id, _)| *id)
+                .collect();
             let found: HashSet<LogId> = hits.iter().map(|h| h.id).collect();
-            prop_assert_eq!(found, expected, "{:?}", query);
+            prop_assert!(found.is_superset(&as_typed), "{query:?}: {found:?}");
+            prop_assert!(found.is_subset(&in_some_form), "{query:?}: {found:?}");
         }
     });
 }
@@ -924,4 +974,264 @@ async fn the_search_title_counts_every_match_not_only_those_shown() {
         "{found}"
     );
     assert_eq!(found.matches("<b>tired</b>").count(), 5, "{found}");
+}
+
+// ---- word forms: a word also finds its other forms, through its Snowball stem ----
+
+/// The ids `/search words` finds, in id order.
+async fn found(store: &Store, words: &str) -> Vec<LogId> {
+    let mut ids = ids(&store.search(UserId(ME), words).await.expect("search"));
+    ids.sort_unstable();
+    ids
+}
+
+/// Entries that do not hold the words searched for, so that bm25 sees a journal
+/// (a word in more than half the entries scores next to nothing).
+async fn other_entries(store: &Store, from_message: i64) {
+    for (i, text) in (from_message..).zip([
+        "Дома, без новостей.",
+        "Quiet evening with a book.",
+        "Дождь весь день.",
+        "Cooked soup and slept early.",
+    ]) {
+        entry(store, ME, i, text).await;
+    }
+}
+
+/// FTS5, with the index's tokenizer, takes the query `fts_query` makes: a group of a
+/// word and its stem as a prefix, groups joined by `AND`. (A group beside a string
+/// without `AND` is a syntax error, which is why the words are joined by it.)
+#[tokio::test]
+async fn fts5_takes_a_word_or_its_stem_as_a_prefix() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let friends = entry(&db.store, ME, 1, "Вечер с друзьями в парке.").await;
+    entry(&db.store, ME, 2, "Вечер с другом.").await;
+    let query = store::fts_query("друзья парк").expect("words");
+    let fts = |query: String| {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT rowid FROM day_logs_fts WHERE day_logs_fts MATCH ?1 ORDER BY rowid",
+        )
+        .bind(query)
+        .fetch_all(db.store.read_pool())
+    };
+
+    // Act
+    let matched = fts(query.clone()).await;
+    let side_by_side = fts("(\"друзья\" OR \"друз\"*) \"парк\"".into()).await;
+
+    // Assert
+    assert_eq!(
+        query,
+        "(\"друзья\" OR \"друз\"*) AND (\"парк\" OR \"парк\"*)"
+    );
+    assert_eq!(matched.expect("FTS5 takes it"), [friends.get()]);
+    let error = side_by_side
+        .expect_err("a group beside a string")
+        .to_string();
+    assert!(error.contains("syntax error"), "{error}");
+}
+
+#[tokio::test]
+async fn a_russian_word_finds_its_other_forms() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let friends = entry(&db.store, ME, 1, "Вечер с друзьями.").await;
+    let at_work = entry(&db.store, ME, 2, "Весь день на работе.").await;
+    let a_job = entry(&db.store, ME, 3, "Ищу новую работу.").await;
+    let tree = entry(&db.store, ME, 4, "Нарядили Ёлку!").await;
+    let ran = entry(&db.store, ME, 5, "Утром бегал в парке.").await;
+    other_entries(&db.store, 10).await;
+
+    // Act
+    let friends_found = found(&db.store, "друзья").await;
+    let work_found = found(&db.store, "работа").await;
+    let tree_found = found(&db.store, "ёлка").await;
+    let tree_found_without_yo = found(&db.store, "ЕЛКА").await;
+    let ran_found = found(&db.store, "бег").await;
+    let both_words = found(&db.store, "Друзья вечер").await;
+    let not_both = found(&db.store, "друзья работа").await;
+
+    // Assert
+    assert_eq!(friends_found, [friends]);
+    assert_eq!(work_found, [at_work, a_job]);
+    assert_eq!(tree_found, [tree]);
+    assert_eq!(tree_found_without_yo, [tree]);
+    assert_eq!(ran_found, [ran]);
+    assert_eq!(both_words, [friends]);
+    assert!(not_both.is_empty(), "every word must match: {not_both:?}");
+}
+
+#[tokio::test]
+async fn an_english_word_finds_its_other_forms() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let running = entry(&db.store, ME, 1, "Went running before work.").await;
+    let runs = entry(&db.store, ME, 2, "She runs every morning.").await;
+    let run = entry(&db.store, ME, 3, "A short run.").await;
+    entry(&db.store, ME, 4, "A rune on the stone, by the runway.").await;
+    let walked = entry(&db.store, ME, 5, "Walked the dog twice.").await;
+    other_entries(&db.store, 10).await;
+
+    // Act
+    let run_found = found(&db.store, "run").await;
+    let running_found = found(&db.store, "Running").await;
+    let walk_found = found(&db.store, "walking").await;
+
+    // Assert: "rune" and "runway" begin with "run" but are no form of it.
+    assert_eq!(run_found, [running, runs, run]);
+    assert_eq!(running_found, [running, runs, run]);
+    assert_eq!(walk_found, [walked]);
+}
+
+/// A stem of three letters is not searched as a prefix: "кот"* would find "который",
+/// "котлеты". It finds its own forms only; a shorter stem finds the word only.
+#[tokio::test]
+async fn a_short_word_finds_its_forms_not_every_word_it_begins() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let cat = entry(&db.store, ME, 1, "Кот спит.").await;
+    let cats = entry(&db.store, ME, 2, "Гладила котов и кошку.").await;
+    entry(&db.store, ME, 3, "Который час?").await;
+    entry(&db.store, ME, 4, "Котлеты на ужин.").await;
+    let she = entry(&db.store, ME, 5, "Она пришла.").await;
+    entry(&db.store, ME, 6, "Они ушли, оно осталось.").await;
+    other_entries(&db.store, 10).await;
+
+    // Act
+    let cat_found = found(&db.store, "кот").await;
+    let she_found = found(&db.store, "она").await;
+
+    // Assert
+    assert_eq!(cat_found, [cat, cats]);
+    assert_eq!(she_found, [she]);
+}
+
+/// An entry with the word as typed ranks above one with another form only, though
+/// both are as long and the other one is newer (bm25 ties go to the newest).
+#[tokio::test]
+async fn the_word_as_typed_ranks_above_its_other_forms() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let work = entry(&db.store, ME, 1, "Сегодня была работа до ночи.").await;
+    let job = entry(&db.store, ME, 2, "Сегодня нашла работу до ночи.").await;
+    let run = entry(&db.store, ME, 3, "I run every day.").await;
+    let runs = entry(&db.store, ME, 4, "She runs every day.").await;
+    other_entries(&db.store, 10).await;
+
+    // Act
+    let by_prefix = ids(&db.store.search(UserId(ME), "работа").await.expect("s"));
+    let by_listed_forms = ids(&db.store.search(UserId(ME), "run").await.expect("s"));
+    let other_form_typed = ids(&db.store.search(UserId(ME), "работу").await.expect("s"));
+
+    // Assert
+    assert_eq!(by_prefix, [work, job]);
+    assert_eq!(by_listed_forms, [run, runs]);
+    assert_eq!(other_form_typed, [job, work]);
+}
+
+/// The answer shows the forms it found in bold, with their letters as written (ё too).
+#[tokio::test]
+async fn the_search_answer_bolds_the_forms_it_found() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    entry(&db.store, ME, 1, "Вечер с друзьями, потом с другом домой.").await;
+    entry(&db.store, ME, 2, "Нарядили ёлку, а елки в лесу ещё стоят.").await;
+    entry(&db.store, ME, 3, "Running late, then runs again & again.").await;
+    let journal = journal(&db).await;
+
+    // Act
+    let friends = answer_html(&journal, Command::Search("друзья".into())).await;
+    let tree = answer_html(&journal, Command::Search("Ёлка".into())).await;
+    let run = answer_html(&journal, Command::Search("run".into())).await;
+
+    // Assert
+    assert!(
+        friends.contains("Вечер с <b>друзьями</b>, потом с другом домой."),
+        "{friends}"
+    );
+    assert!(
+        tree.contains("Нарядили <b>ёлку</b>, а <b>елки</b> в лесу ещё стоят."),
+        "{tree}"
+    );
+    assert!(
+        run.contains("<b>Running</b> late, then <b>runs</b> again &amp; again."),
+        "{run}"
+    );
+}
+
+/// Quotes, stars, operators, parentheses and a lone `-` beside words that have forms
+/// are still text, never FTS5 syntax, and never an error.
+#[tokio::test]
+async fn hostile_words_beside_word_forms_are_only_words() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let plain = entry(&db.store, ME, 1, "С друзьями после работы.").await;
+    let marked = entry(&db.store, ME, 2, "Друзья OR работа: (работа) - * NEAR").await;
+    other_entries(&db.store, 10).await;
+
+    // Act
+    let dash_and_forms = found(&db.store, "друзья - работа").await;
+    let only_marks = found(&db.store, "- * \" ( )").await;
+    let or_is_a_word = found(&db.store, "друзья OR").await;
+    let star_is_no_prefix = found(&db.store, "друзья*").await;
+    let minus_is_no_not = found(&db.store, "-друзья").await;
+    let parens_are_no_group = found(&db.store, "(работа) друзья").await;
+    let near_is_no_operator = found(&db.store, "NEAR(друзья работа)").await;
+    let quotes = found(&db.store, "\"друзья работа\" \"\"").await;
+
+    // Assert
+    assert_eq!(dash_and_forms, [plain, marked]);
+    assert!(only_marks.is_empty(), "{only_marks:?}");
+    assert_eq!(or_is_a_word, [marked]);
+    // A word with a mark in it is searched as written: "друзья*" is the word "друзья".
+    assert_eq!(star_is_no_prefix, [marked]);
+    assert_eq!(minus_is_no_not, [marked]);
+    assert_eq!(parens_are_no_group, [marked]);
+    assert!(near_is_no_operator.is_empty(), "{near_is_no_operator:?}");
+    assert_eq!(quotes, [marked]);
+}
+
+/// A message of a thousand words is still a query of bounded size: a word typed again
+/// is looked for once, and past a budget of forms the words are looked for as typed.
+#[test]
+fn a_long_query_looks_for_a_bounded_number_of_forms() {
+    // Arrange: a thousand distinct words of three letters, each a list of forms.
+    let consonants: Vec<char> = "бвгджзклмнпрстфхцчшщ".chars().collect();
+    let vowels: Vec<char> = "аоуыэ".chars().collect();
+    let mut distinct = Vec::new();
+    for a in &consonants {
+        for v in &vowels {
+            for b in &consonants {
+                distinct.push(format!("{a}{v}{b}"));
+            }
+        }
+    }
+    distinct.truncate(1000);
+
+    // Act
+    let repeated = store::fts_query(&["Кот"; 1000].join(" "));
+    let long = store::fts_query(&distinct.join(" ")).expect("words");
+
+    // Assert
+    assert_eq!(repeated, store::fts_query("Кот"));
+    let forms = long.matches(" OR ").count();
+    assert!(forms <= store::SEARCH_MAX_FORMS, "{forms}");
+    assert!(
+        forms > store::SEARCH_MAX_FORMS / 2,
+        "the first words keep their forms"
+    );
+    assert_eq!(long.matches(" AND ").count(), 999);
+    let last = distinct.last().expect("words");
+    assert_eq!(
+        long.rsplit(" AND ").next(),
+        Some(format!("\"{last}\"").as_str())
+    );
 }
