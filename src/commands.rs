@@ -47,7 +47,7 @@ pub enum Command {
     Streak,
     /// A daily reminder at your local time: /remind 21:30, /remind off
     Remind(String),
-    /// Find your entries that contain every word: /search word…
+    /// Find your entries with every word, in any of its forms: /search word…
     Search(String),
     /// Your year in pixels, a square per day coloured by mood: /year [YYYY]
     Year(String),
@@ -89,7 +89,7 @@ fn russian_description(command: &str) -> &'static str {
         "tz" => "Часовой пояс: /tz Europe/Moscow, /tz UTC+3 или геопозиция",
         "streak" => "Сколько дней подряд есть записи: сейчас и рекорд.",
         "remind" => "Ежедневное напоминание по местному времени: /remind 21:30, /remind off",
-        "search" => "Найти записи, где есть все слова: /search слово…",
+        "search" => "Найти записи, где есть все слова (в любой форме): /search слово…",
         "year" => "Год в пикселях, по квадрату на день по настроению: /year [ГГГГ]",
         "import" => "Перенести экспорт Daylio (CSV): пришли файл с подписью /import",
         "week" => "Обзор последних 7 дней с графиком.",
