@@ -11,8 +11,10 @@ use super::{
 use crate::time::sql_timestamp;
 
 /// The zone an entry is written in (`day_logs.written_zone`): the user's zone as stored
-/// now, read in the insert itself; `?1` is the user id in every insert that uses it.
-const WRITTEN_ZONE: &str = "(SELECT timezone FROM users WHERE user_id = ?1)";
+/// now, if they chose it (NULL while they have the default zone), read in the insert
+/// itself; `?1` is the user id in every statement that uses it.
+const WRITTEN_ZONE: &str =
+    "(SELECT timezone FROM users WHERE user_id = ?1 AND timezone_chosen = 1)";
 
 #[derive(Debug, Clone)]
 pub struct NewLog<'a> {
@@ -579,9 +581,12 @@ impl Store {
                 if let Some((id, legacy, moved)) = found {
                     // Read again in this import's zone, and keyed by its wall-clock time.
                     if moved || legacy {
-                        sqlx::query(
-                            "UPDATE day_logs SET created_at = ?2, import_time = ?3 WHERE id = ?1",
-                        )
+                        sqlx::query(&format!(
+                            "UPDATE day_logs SET created_at = ?3, import_time = ?4,
+                                 written_zone = {WRITTEN_ZONE}
+                             WHERE id = ?2"
+                        ))
+                        .bind(user_id)
                         .bind(id)
                         .bind(&created_at)
                         .bind(&time)

@@ -881,14 +881,25 @@ impl Store {
         // After a clean exit the database file alone holds everything, so that copying
         // `daylog.db` (without its `-wal`) is a whole backup. SQLite folds the WAL back
         // into the file when its last connection closes, but only a connection that may
-        // write can: the read-only pool goes first, and the WAL is folded in explicitly
-        // too, in case another process (a `daylog sql`) still has the file open.
+        // write can: the read-only pool goes first. The WAL is folded in explicitly too,
+        // for when another process (a `daylog sql`, the daemon beside a `doctor`) still
+        // has the file open — PASSIVE, which never waits for a reader nor holds up a
+        // writer of the other process; what a reader still needs stays for its next one.
         self.read.close().await;
-        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.write)
-            .await
-        {
-            tracing::warn!(%error, "could not fold the WAL into the database file at exit; it is read again at the next start");
+        let folded: Result<(i64, i64, i64), sqlx::Error> =
+            sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+                .fetch_one(&self.write)
+                .await;
+        match folded {
+            Ok((_, log, done)) if log == done => {}
+            Ok((_, log, done)) => tracing::debug!(
+                frames = log,
+                folded = done,
+                "another process is reading the database: part of the WAL stays until it is done"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "could not fold the WAL into the database file at exit; it is read again at the next start")
+            }
         }
         self.write.close().await;
     }

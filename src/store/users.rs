@@ -140,7 +140,7 @@ impl Store {
         zone: &crate::time::UserZone,
     ) -> Result<(), StoreError> {
         self.durably(retry_busy("set_timezone", || async {
-            sqlx::query("UPDATE users SET timezone = ?2 WHERE user_id = ?1")
+            sqlx::query("UPDATE users SET timezone = ?2, timezone_chosen = 1 WHERE user_id = ?1")
                 .bind(user_id)
                 .bind(zone.name())
                 .execute(&self.write)

@@ -268,6 +268,14 @@ async fn a_zone_change_between_two_imports_imports_nothing_twice() {
         moments.iter().all(|m| m == "2025-01-01 15:44:00"),
         "{moments:?}"
     );
+    // /history shows them at the export's own 21:14, on the clock of the zone they were
+    // read in again.
+    let history = commands::respond(&db.journal, ME, Command::History("50".into()))
+        .await
+        .expect("history");
+    let shown = format!("{history:?}");
+    assert!(shown.contains("21:14"), "{shown}");
+    assert!(!shown.contains("America/New_York"), "{shown}");
     // The same zone again moves nothing.
     let same = import::import_bytes(&db.journal, ME, csv.as_bytes())
         .await

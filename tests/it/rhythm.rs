@@ -293,6 +293,29 @@ async fn after_a_move_past_entries_keep_the_hour_they_were_written_at() {
     app.stop().await;
 }
 
+/// A new user writes before telling their zone (the default, UTC, is no choice of
+/// theirs): once they set it, those first entries show on their own clock, not "(UTC)".
+#[tokio::test]
+async fn entries_written_before_the_first_tz_show_on_the_zone_then_set() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    // 21:30 in Moscow, written before /tz.
+    app.telegram.push_update(text_update_at(
+        5,
+        1,
+        "My first entry.",
+        at("2026-12-02T18:30:00Z").as_second(),
+    ));
+    app.telegram.wait_sent(5, 1).await;
+    command(&app, 5, 2, "/tz Europe/Moscow").await;
+
+    let history = command(&app, 5, 3, "/history").await;
+
+    assert!(history.contains("21:30"), "{history}");
+    assert!(!history.contains("(UTC)"), "{history}");
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_reminder_missed_by_more_than_max_late_is_skipped_not_sent_late() {
     let app = App::spawn().await;

@@ -99,7 +99,9 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "created_at",
             // 20261201000010: the Sunday digest, off by default (SPEC §7, §10).
             "digest_enabled",
-            "digest_next_at"
+            "digest_next_at",
+            // 20261203000021: whether the user chose their zone (`/tz`).
+            "timezone_chosen"
         ])
     );
     assert_eq!(
