@@ -50,6 +50,7 @@ impl Terminal {
     fn print(&self, text: &str) -> std::io::Result<()> {
         let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
         for line in text.split('\n') {
+            let line = line.strip_suffix('\r').unwrap_or(line);
             writeln!(out, "{}", crate::sqlcmd::escape_for_terminal(line))?;
         }
         out.flush()

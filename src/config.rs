@@ -1148,13 +1148,18 @@ pub fn database_path(url: &str) -> Result<PathBuf, DatabaseUrlError> {
     if read_only {
         return Err(DatabaseUrlError::ReadOnly);
     }
-    // A folder named `~` beside the working one, which a later `rm -rf ~` would take
-    // for the home folder.
-    if path == "~" || path.starts_with("~/") || path.starts_with("%7E/") {
-        return Err(DatabaseUrlError::Tilde);
-    }
     let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
         .map_err(|e| DatabaseUrlError::BadUrl(e.to_string()))?;
+    // A folder named `~` beside the working one (however the URL spells it), which a
+    // later `rm -rf ~` would take for the home folder.
+    if options
+        .get_filename()
+        .components()
+        .next()
+        .is_some_and(|first| first.as_os_str() == "~")
+    {
+        return Err(DatabaseUrlError::Tilde);
+    }
     // sqlx opens with SQLITE_OPEN_URI: a decoded name such as `file::memory:` or
     // `file:x.db?mode=memory` is an in-memory database too.
     let name = options.get_filename().to_string_lossy();

@@ -1503,10 +1503,24 @@ pub async fn serve<B: TgBot>(
 /// with the same token — a second daylog left running, the same bot started elsewhere —
 /// and hands each update to one of them only: this one then sees about half of them.
 async fn polling_failed(error: RequestError) {
+    /// The two pollers take turns, so this one fails every second or two for as long
+    /// as the other runs: the sentence is said once a minute, the rest at debug.
+    static SAID_AT: std::sync::Mutex<Option<tokio::time::Instant>> = std::sync::Mutex::new(None);
     match error {
-        RequestError::Api(ApiError::TerminatedByOtherGetUpdates) => tracing::error!(
-            "another program is polling Telegram with this TELOXIDE_TOKEN (a second daylog, or the same bot started elsewhere): Telegram gives each update to only one of them; stop the other one"
-        ),
+        RequestError::Api(ApiError::TerminatedByOtherGetUpdates) => {
+            let now = tokio::time::Instant::now();
+            let mut said_at = SAID_AT
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if said_at.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60)) {
+                *said_at = Some(now);
+                tracing::error!(
+                    "another program is polling Telegram with this TELOXIDE_TOKEN (a second daylog, or the same bot started elsewhere): Telegram gives each update to only one of them; stop the other one"
+                );
+            } else {
+                tracing::debug!("getUpdates: 409, another poller with this token");
+            }
+        }
         error => tracing::error!(%error, "polling Telegram failed; retrying"),
     }
 }

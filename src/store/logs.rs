@@ -275,7 +275,8 @@ pub fn fts_query(words: &str) -> Option<String> {
         .filter(|folded| seen.insert(folded.to_lowercase()))
         .map(|folded| {
             let word = fts_string(&folded);
-            match word_forms::forms(&folded) {
+            // "друзья," and "(walked" have forms too: the tokenizer drops the marks.
+            match word_forms::forms(folded.trim_matches(|c: char| !is_token_char(c))) {
                 Forms::Prefix(stem) if forms_left >= 1 => {
                     forms_left -= 1;
                     format!("({word} OR {}*)", fts_string(&stem))

@@ -49,7 +49,9 @@ pub fn forms(folded: &str) -> Forms {
     let lower = folded.to_lowercase();
     // A stemmer bug (see the module doc) must cost the word its forms, not the search.
     let Ok(stem) = std::panic::catch_unwind(|| alphabet.stem(&lower)) else {
-        tracing::warn!(word = %lower, "the stemmer failed on a search word; searching it as written");
+        // The word is the user's text: at debug only.
+        tracing::warn!("the stemmer failed on a search word; searching it as written");
+        tracing::debug!(word = %lower, "the word the stemmer failed on");
         return Forms::Exact;
     };
     match stem.chars().count() {

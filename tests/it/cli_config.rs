@@ -148,18 +148,21 @@ fn an_empty_or_in_memory_database_url_is_refused_by_every_command() {
 #[test]
 fn a_database_url_under_tilde_is_refused_by_every_command() {
     let dir = tempfile::tempdir().expect("dir");
-    for args in EVERY_COMMAND {
-        let out = run(
-            dir.path(),
-            args,
-            &[
-                ("DATABASE_URL", "sqlite://~/daylog.db"),
-                ("TELOXIDE_TOKEN", "123:abc"),
-            ],
-        );
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains("write the full path"), "{args:?}: {err}");
+    for url in [
+        "sqlite://~/daylog.db",
+        "sqlite://%7e/daylog.db",
+        "sqlite:~/x/d.db",
+    ] {
+        for args in EVERY_COMMAND {
+            let out = run(
+                dir.path(),
+                args,
+                &[("DATABASE_URL", url), ("TELOXIDE_TOKEN", "123:abc")],
+            );
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{url} {args:?}: {err}");
+            assert!(err.contains("write the full path"), "{url} {args:?}: {err}");
+        }
     }
     assert!(!dir.path().join("~").exists());
 }

@@ -1053,6 +1053,7 @@ async fn a_russian_word_finds_its_other_forms() {
     let ran_found = found(&db.store, "бег").await;
     let both_words = found(&db.store, "Друзья вечер").await;
     let not_both = found(&db.store, "друзья работа").await;
+    let with_a_comma = found(&db.store, "друзья, вечер").await;
 
     // Assert
     assert_eq!(friends_found, [friends]);
@@ -1062,6 +1063,7 @@ async fn a_russian_word_finds_its_other_forms() {
     assert_eq!(ran_found, [ran]);
     assert_eq!(both_words, [friends]);
     assert!(not_both.is_empty(), "every word must match: {not_both:?}");
+    assert_eq!(with_a_comma, [friends], "punctuation costs no forms");
 }
 
 #[tokio::test]
