@@ -404,6 +404,12 @@ async fn backup(settings: &Settings, path: &std::path::Path) -> Result<ExitCode,
             "{shown} already exists; daylog backup writes a new file and never overwrites one"
         )));
     }
+    // SQLite would read `file:…` as a URI, not as a file of that name.
+    if path.to_string_lossy().starts_with("file:") {
+        return Err(CliError::Usage(format!(
+            "{shown}: a name that begins with file: is read as a SQLite URI; write ./{shown}"
+        )));
+    }
     let folder = path.parent().filter(|dir| !dir.as_os_str().is_empty());
     if let Some(folder) = folder.filter(|dir| !dir.is_dir()) {
         return Err(CliError::Usage(format!(

@@ -138,6 +138,9 @@ pub enum StoreError {
     /// The commit returned but could not be synced to disk: not promised as kept.
     #[error("cannot sync the database to disk: {0}")]
     Sync(#[source] std::io::Error),
+    /// `daylog backup` could not write, sync or read back its copy (which is removed).
+    #[error("the backup {path} could not be made: {message}")]
+    Backup { path: String, message: String },
 }
 
 impl StoreError {

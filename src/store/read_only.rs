@@ -65,7 +65,9 @@ pub struct Backup {
 /// with SQLite's `VACUUM INTO`: one read transaction's snapshot, so it is whole even
 /// while the bot writes, and a single file (no `-wal` beside it). The connection is
 /// read-only at the file level; `query_only` is left off, since SQLite counts writing
-/// the copy as a write. The copy is synced to disk and read back before it is reported.
+/// the copy as a write. The copy and its folder are synced to disk, and the copy is
+/// checked (`quick_check`) and its entries counted before it is reported; a copy that
+/// fails any of that is removed, so that trying again is not refused as "exists".
 pub async fn backup(url: &str, limits: Limits, dest: &Path) -> Result<Backup, StoreError> {
     let options = parse_options(url)?.read_only(true);
     let source = open_file(&database_path(url)?, limits, options).await?;
@@ -74,21 +76,59 @@ pub async fn backup(url: &str, limits: Limits, dest: &Path) -> Result<Backup, St
         .execute(&source)
         .await;
     source.close().await;
-    written?;
-    let file = std::fs::File::open(dest).map_err(StoreError::Sync)?;
-    file.sync_all().map_err(StoreError::Sync)?;
-    let bytes = file.metadata().map_err(StoreError::Sync)?.len();
-    let copy_options = SqliteConnectOptions::new()
+    let failed = |message: String| StoreError::Backup {
+        path: dest.display().to_string(),
+        message,
+    };
+    let result = match written {
+        Ok(_) => check_copy(dest, limits).await.map_err(failed),
+        Err(error) => Err(failed(error.to_string())),
+    };
+    if result.is_err() {
+        let _ = std::fs::remove_file(dest);
+    }
+    result
+}
+
+/// Syncs the new copy and its folder, and reads it back whole.
+async fn check_copy(dest: &Path, limits: Limits) -> Result<Backup, String> {
+    let file = std::fs::File::open(dest).map_err(|e| e.to_string())?;
+    file.sync_all().map_err(|e| e.to_string())?;
+    let bytes = file.metadata().map_err(|e| e.to_string())?.len();
+    #[cfg(unix)]
+    {
+        let folder = dest
+            .parent()
+            .filter(|folder| !folder.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::File::open(folder)
+            .and_then(|folder| folder.sync_all())
+            .map_err(|e| e.to_string())?;
+    }
+    let options = SqliteConnectOptions::new()
         .filename(dest)
         .read_only(true)
         .pragma("query_only", "ON");
-    let copy = open_file(dest, limits, copy_options).await?;
-    let entries = sqlx::query_scalar("SELECT count(*) FROM day_logs")
-        .fetch_one(&copy)
-        .await;
+    let copy = open_file(dest, limits, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let checked: Result<(Vec<String>, i64), sqlx::Error> = async {
+        let found: Vec<String> = sqlx::query_scalar("PRAGMA quick_check(1)")
+            .fetch_all(&copy)
+            .await?;
+        let entries = sqlx::query_scalar("SELECT count(*) FROM day_logs")
+            .fetch_one(&copy)
+            .await?;
+        Ok((found, entries))
+    }
+    .await;
     copy.close().await;
-    Ok(Backup {
-        entries: entries?,
-        bytes,
-    })
+    let (found, entries) = checked.map_err(|e| e.to_string())?;
+    if found.iter().any(|line| line != "ok") {
+        return Err(format!(
+            "the copy reads back damaged ({})",
+            found.join("; ")
+        ));
+    }
+    Ok(Backup { entries, bytes })
 }

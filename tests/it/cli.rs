@@ -259,6 +259,33 @@ fn a_backup_taken_while_the_bot_runs_holds_the_last_entry() {
     );
 }
 
+/// A copy that cannot be read back as a journal (here: the file behind DATABASE_URL is
+/// another program's empty database) is not left behind half-made: the failure names
+/// the backup, and trying again is not refused as "already exists".
+#[test]
+fn a_backup_that_fails_its_check_leaves_no_file() {
+    let w = Workdir::new();
+    std::fs::create_dir_all(w.db_path().parent().expect("folder")).expect("folder");
+    std::fs::write(w.db_path(), b"").expect("an empty database");
+
+    let out = w.run(&["backup", "copy.db"], &[]);
+
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the backup copy.db could not be made"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!w.dir.path().join("copy.db").exists());
+    let uri = w.run(&["backup", "file:copy.db"], &[]);
+    assert_eq!(uri.status.code(), Some(2));
+    assert!(
+        stderr(&uri).contains("write ./file:copy.db"),
+        "{}",
+        stderr(&uri)
+    );
+}
+
 #[test]
 fn sql_refuses_writes_and_changes_nothing() {
     let w = Workdir::new();
