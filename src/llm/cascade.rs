@@ -307,10 +307,11 @@ impl<'a> TaskRun<'a> {
         let errors = self.take_errors();
         // A block is final only when no other step is left that may answer later: none
         // failed for a passing reason, none was skipped while cooling or out of budget.
-        let blocked = blocked.filter(|_| !transient && self.lock_left().is_empty());
+        let settled = !transient && self.lock_left().is_empty();
+        let blocked = blocked.filter(|_| settled);
         Err(match blocked {
             Some(refusal) => refusal.into_error(errors),
-            None => CascadeError::Exhausted { errors },
+            None => CascadeError::Exhausted { errors, settled },
         })
     }
 

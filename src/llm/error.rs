@@ -231,9 +231,14 @@ pub enum CascadeError {
         reason: String,
         errors: Vec<AttemptError>,
     },
-    /// Every step failed (or was cooling down); retry the task later.
+    /// Every step failed (or was cooling down); retry the task later. `settled`: no
+    /// step failed for a passing reason nor was left cooling or out of budget, so none
+    /// will answer later on its own (what [`CascadeError::every_key_refused`] needs).
     #[error("every provider failed ({} failed attempts){}", errors.len(), last_error(errors))]
-    Exhausted { errors: Vec<AttemptError> },
+    Exhausted {
+        errors: Vec<AttemptError>,
+        settled: bool,
+    },
     /// `deadline_ms` passed before any step answered.
     #[error("no answer within the task deadline of {deadline_ms}ms ({} failed attempts){}", errors.len(), last_error(errors))]
     DeadlineExceeded {
@@ -287,19 +292,25 @@ impl CascadeError {
             })
     }
 
-    /// Every attempt was refused for its key (401, 403, a key that cannot be sent): no
-    /// answer comes until the operator fixes a key. Kept pending all the same (the
-    /// worker answers once daylog starts again with a good key); only said so.
+    /// Every step was asked and refused its keys (401, 403, a key that cannot be sent),
+    /// and no other step is left that may answer later (one out of budget, cooling,
+    /// failing for a passing reason, or cut off by the deadline): no answer comes until
+    /// the operator fixes a key. Kept pending all the same; only said so.
     pub fn every_key_refused(&self) -> bool {
-        let errors = self.errors();
-        !errors.is_empty() && errors.iter().all(|attempt| attempt.error.is_bad_key())
+        match self {
+            Self::Exhausted {
+                errors,
+                settled: true,
+            } => !errors.is_empty() && errors.iter().all(|attempt| attempt.error.is_bad_key()),
+            _ => false,
+        }
     }
 
     /// Every failed attempt, in the order they ended.
     pub fn errors(&self) -> &[AttemptError] {
         match self {
             Self::Blocked { errors, .. }
-            | Self::Exhausted { errors }
+            | Self::Exhausted { errors, .. }
             | Self::DeadlineExceeded { errors, .. } => errors,
             Self::NoUsableProvider => &[],
         }
@@ -336,6 +347,7 @@ mod tests {
     fn a_cascade_error_does_not_repeat_what_the_provider_said() {
         let echo = "validation failed: input 'I argued with Anna about money'";
         let error = CascadeError::Exhausted {
+            settled: true,
             errors: vec![AttemptError {
                 provider: "mistral".into(),
                 model: "mistral-small-latest".into(),

@@ -344,6 +344,40 @@ async fn a_failed_step_is_skipped_by_the_next_task() {
     assert_eq!(sink.count("m2", Outcome::Ok), 2);
 }
 
+/// "The bot's key was refused" only when no other step may still answer: a refused
+/// key beside a step that was still on its way at the deadline (its attempt is in no
+/// error list) is not a key to fix.
+#[tokio::test]
+async fn every_key_refused_only_when_no_step_can_answer_later() {
+    let refused = status_server(401).await;
+    let slow = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).set_delay(Duration::from_secs(3)))
+        .mount(&slow)
+        .await;
+    let retry = retry_with(&[("max_attempts", "1"), ("deadline_ms", "300")]);
+    let only_refused = llm(&config(&[&refused], &[("a", "m1")], &retry));
+    let refused_and_slow = llm(&config(
+        &[&refused, &slow],
+        &[("a", "m1"), ("b", "m2")],
+        &retry,
+    ));
+    let sink = RecordingSink::default();
+
+    let alone = only_refused
+        .run(Task::Analysis, &request(false), &sink)
+        .await
+        .unwrap_err();
+    let beside = refused_and_slow
+        .run(Task::Analysis, &request(false), &sink)
+        .await
+        .unwrap_err();
+
+    assert!(alone.every_key_refused(), "{alone}");
+    assert!(beside.errors().iter().all(|a| a.error.is_bad_key()));
+    assert!(!beside.every_key_refused(), "{beside}");
+}
+
 #[tokio::test]
 async fn when_everything_cools_the_soonest_free_step_is_tried_once() {
     let first = status_server(503).await;
@@ -360,13 +394,13 @@ async fn when_everything_cools_the_soonest_free_step_is_tried_once() {
         .run(Task::Analysis, &request(false), &sink)
         .await
         .unwrap_err();
-    assert!(matches!(err, CascadeError::Exhausted { ref errors } if errors.len() == 4));
+    assert!(matches!(err, CascadeError::Exhausted { ref errors, .. } if errors.len() == 4));
     let err = llm
         .run(Task::Analysis, &request(false), &sink)
         .await
         .unwrap_err();
 
-    assert!(matches!(err, CascadeError::Exhausted { ref errors } if errors.len() == 1));
+    assert!(matches!(err, CascadeError::Exhausted { ref errors, .. } if errors.len() == 1));
     assert_eq!(
         calls(&first).await,
         3,
