@@ -130,17 +130,24 @@ fn an_empty_or_in_memory_database_url_is_refused_by_every_command() {
         "sqlite://file:x.db%3Fmode=memory",
         "sqlite://x.db?vfs=memdb",
     ] {
-        for args in EVERY_COMMAND {
-            let out = run(
-                dir.path(),
-                args,
-                &[("DATABASE_URL", url), ("TELOXIDE_TOKEN", "123:abc")],
-            );
-            let err = stderr(&out);
-            assert_eq!(out.status.code(), Some(2), "{url} {args:?}: {err}");
-            assert!(err.contains("DATABASE_URL"), "{url} {args:?}: {err}");
-            assert!(!stdout(&out).contains("Saved"), "{url} {args:?}");
-        }
+        refused_by_every_command(dir.path(), url, "DATABASE_URL");
+    }
+}
+
+/// Every command, run in `dir` with `DATABASE_URL=url`, exits 2 with a sentence that
+/// names `DATABASE_URL` and says `says`, and saves nothing.
+fn refused_by_every_command(dir: &Path, url: &str, says: &str) {
+    for args in EVERY_COMMAND {
+        let out = run(
+            dir,
+            args,
+            &[("DATABASE_URL", url), ("TELOXIDE_TOKEN", "123:abc")],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{url} {args:?}: {err}");
+        assert!(err.contains("DATABASE_URL"), "{url} {args:?}: {err}");
+        assert!(err.contains(says), "{url} {args:?}: {err}");
+        assert!(!stdout(&out).contains("Saved"), "{url} {args:?}");
     }
 }
 
@@ -153,16 +160,7 @@ fn a_database_url_under_tilde_is_refused_by_every_command() {
         "sqlite://%7e/daylog.db",
         "sqlite:~/x/d.db",
     ] {
-        for args in EVERY_COMMAND {
-            let out = run(
-                dir.path(),
-                args,
-                &[("DATABASE_URL", url), ("TELOXIDE_TOKEN", "123:abc")],
-            );
-            let err = stderr(&out);
-            assert_eq!(out.status.code(), Some(2), "{url} {args:?}: {err}");
-            assert!(err.contains("write the full path"), "{url} {args:?}: {err}");
-        }
+        refused_by_every_command(dir.path(), url, "write the full path");
     }
     assert!(!dir.path().join("~").exists());
 }
@@ -175,17 +173,7 @@ fn a_read_only_database_url_is_refused_by_every_command() {
         "sqlite://data/daylog.db?mode=ro",
         "sqlite://data/daylog.db?immutable=1",
     ] {
-        for args in EVERY_COMMAND {
-            let out = run(
-                dir.path(),
-                args,
-                &[("DATABASE_URL", url), ("TELOXIDE_TOKEN", "123:abc")],
-            );
-            let err = stderr(&out);
-            assert_eq!(out.status.code(), Some(2), "{url} {args:?}: {err}");
-            assert!(err.contains("DATABASE_URL"), "{url} {args:?}: {err}");
-            assert!(err.contains("read-only"), "{url} {args:?}: {err}");
-        }
+        refused_by_every_command(dir.path(), url, "read-only");
     }
 }
 
