@@ -8,7 +8,7 @@ use reqwest::{Client, RequestBuilder, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ApiKey;
-use crate::llm::error::{LlmError, NOT_THE_API, body_message};
+use crate::llm::error::{LlmError, body_message};
 use crate::llm::wire::{Call, WireFormat, body_count, secret_header};
 
 const API_VERSION: &str = "2023-06-01";
@@ -128,9 +128,15 @@ fn parse_success(status: StatusCode, body: &[u8], json: bool) -> Result<String, 
     let unusable = |reason: String| LlmError::Unusable {
         status: status.as_u16(),
         reason,
+        foreign: false,
     };
-    let response: MessagesResponse = serde_json::from_slice(body)
-        .map_err(|e| unusable(format!("{NOT_THE_API}Messages answer: {e}")))?;
+    let foreign = |reason: String| LlmError::Unusable {
+        status: status.as_u16(),
+        reason,
+        foreign: true,
+    };
+    let response: MessagesResponse =
+        serde_json::from_slice(body).map_err(|e| foreign(format!("not a Messages answer: {e}")))?;
     let text: String = response
         .content
         .into_iter()

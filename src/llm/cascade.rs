@@ -763,6 +763,7 @@ impl<'a> TaskRun<'a> {
                     Err(LlmError::Unusable {
                         status,
                         reason: "the answer holds no JSON object".to_owned(),
+                        foreign: false,
                     })
                 }
                 (_, result) => result,

@@ -173,6 +173,7 @@ mod tests {
             "unusable" => LlmError::Unusable {
                 status: 200,
                 reason: message,
+                foreign: false,
             },
             "blocked" => LlmError::Blocked { reason: message },
             other => panic!("no error named {other}"),

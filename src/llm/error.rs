@@ -43,9 +43,15 @@ pub enum LlmError {
     /// A content-policy refusal; never retried on the same model.
     #[error("blocked by the provider's content policy: {reason}")]
     Blocked { reason: String },
-    /// 2xx without usable text (no text, invalid envelope); retried once.
+    /// 2xx without usable text (no text, invalid envelope); retried once. `foreign`:
+    /// the body is not the provider's envelope at all (a proxy's page, a `base_url`
+    /// that names another service), as opposed to a real answer with no text in it.
     #[error("unusable answer (HTTP {status}): {reason}")]
-    Unusable { status: u16, reason: String },
+    Unusable {
+        status: u16,
+        reason: String,
+        foreign: bool,
+    },
     /// No full answer within `request_timeout_ms`: the model is stalled for everyone.
     #[error("no answer within {}ms", .0.as_millis())]
     Timeout(Duration),
@@ -66,15 +72,10 @@ pub enum LlmError {
     Client(String),
 }
 
-/// How the reason of an [`LlmError::Unusable`] begins when the 2xx body is not the
-/// provider's envelope at all (a proxy's page, a `base_url` that names another service),
-/// as opposed to a real answer with no text in it.
-pub(crate) const NOT_THE_API: &str = "not a ";
-
 impl LlmError {
-    /// A 2xx whose body is not the provider's API answer at all ([`NOT_THE_API`]).
+    /// A 2xx whose body is not the provider's API answer at all.
     pub fn is_not_the_api(&self) -> bool {
-        matches!(self, Self::Unusable { reason, .. } if reason.starts_with(NOT_THE_API))
+        matches!(self, Self::Unusable { foreign: true, .. })
     }
 
     /// Classifies a non-2xx answer. `message` is already truncated and key-free.
@@ -404,6 +405,7 @@ mod tests {
         let u = LlmError::Unusable {
             status: 200,
             reason: "no text".into(),
+            foreign: false,
         };
         assert!(u.is_retryable());
         let b = LlmError::Blocked {

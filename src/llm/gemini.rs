@@ -10,7 +10,7 @@ use reqwest::{Client, RequestBuilder, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ApiKey;
-use crate::llm::error::{LlmError, NOT_THE_API, body_message};
+use crate::llm::error::{LlmError, body_message};
 use crate::llm::retry_after;
 use crate::llm::wire::{Call, WireFormat, body_count, header_wait, secret_header};
 
@@ -179,9 +179,15 @@ fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
     let unusable = |reason: String| LlmError::Unusable {
         status: status.as_u16(),
         reason,
+        foreign: false,
+    };
+    let foreign = |reason: String| LlmError::Unusable {
+        status: status.as_u16(),
+        reason,
+        foreign: true,
     };
     let response: GenerateContentResponse = serde_json::from_slice(body)
-        .map_err(|e| unusable(format!("{NOT_THE_API}generateContent answer: {e}")))?;
+        .map_err(|e| foreign(format!("not a generateContent answer: {e}")))?;
     let block_reason = response.prompt_feedback.and_then(|f| f.block_reason);
     let Some(candidate) = response.candidates.into_iter().next() else {
         return Err(match block_reason {

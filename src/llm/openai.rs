@@ -13,7 +13,7 @@ use reqwest::{Body, Client, RequestBuilder, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ApiKey;
-use crate::llm::error::{LlmError, NOT_THE_API, body_message};
+use crate::llm::error::{LlmError, body_message};
 use crate::llm::types::Audio;
 use crate::llm::wire::{Call, WireFormat, body_count, secret_header};
 
@@ -213,7 +213,8 @@ fn parse_transcription(status: StatusCode, body: &[u8]) -> Result<String, LlmErr
     let response: TranscriptionResponse =
         serde_json::from_slice(body).map_err(|e| LlmError::Unusable {
             status: status.as_u16(),
-            reason: format!("{NOT_THE_API}transcription: {e}"),
+            reason: format!("not a transcription: {e}"),
+            foreign: true,
         })?;
     Ok(response.text.trim().to_owned())
 }
@@ -222,9 +223,15 @@ fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
     let unusable = |reason: String| LlmError::Unusable {
         status: status.as_u16(),
         reason,
+        foreign: false,
     };
-    let response: ChatCompletionResponse = serde_json::from_slice(body)
-        .map_err(|e| unusable(format!("{NOT_THE_API}chat completion: {e}")))?;
+    let foreign = |reason: String| LlmError::Unusable {
+        status: status.as_u16(),
+        reason,
+        foreign: true,
+    };
+    let response: ChatCompletionResponse =
+        serde_json::from_slice(body).map_err(|e| foreign(format!("not a chat completion: {e}")))?;
     let choice = response
         .choices
         .into_iter()

@@ -85,6 +85,7 @@ pub(crate) trait WireFormat: fmt::Debug + Send + Sync {
         Err(LlmError::Unusable {
             status: status.as_u16(),
             reason: "this provider kind has no transcription endpoint".to_owned(),
+            foreign: false,
         })
     }
 
