@@ -394,18 +394,18 @@ async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCod
 
 async fn backup(settings: &Settings, path: &std::path::Path) -> Result<ExitCode, CliError> {
     let shown = path.display();
-    if path.to_str().is_none() {
+    let Some(name) = path.to_str() else {
         return Err(CliError::Usage(format!(
             "{shown}: the backup's file name must be valid UTF-8"
         )));
-    }
+    };
     if path.exists() {
         return Err(CliError::Usage(format!(
             "{shown} already exists; daylog backup writes a new file and never overwrites one"
         )));
     }
     // SQLite would read `file:…` as a URI, not as a file of that name.
-    if path.to_string_lossy().starts_with("file:") {
+    if name.starts_with("file:") {
         return Err(CliError::Usage(format!(
             "{shown}: a name that begins with file: is read as a SQLite URI; write ./{shown}"
         )));

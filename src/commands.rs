@@ -467,12 +467,6 @@ fn history_heading(zone: &UserZone, log: &DayLog) -> String {
     }
 }
 
-/// The average of the present values, if any.
-fn mean(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
-    let present: Vec<f64> = values.flatten().filter(|v| v.is_finite()).collect();
-    (!present.is_empty()).then(|| present.iter().sum::<f64>() / present.len() as f64)
-}
-
 /// Trend over the period: the mean of the later half minus the mean of the earlier half.
 fn trend(values: &[Option<f64>]) -> Option<f64> {
     let present: Vec<f64> = values.iter().flatten().copied().collect();
@@ -504,7 +498,7 @@ fn stats_responses(
     let mut lines = Vec::new();
     for (name, get) in fields {
         let values: Vec<Option<f64>> = rows.iter().map(get).collect();
-        let Some(avg) = mean(values.iter().copied()) else {
+        let Some(avg) = crate::day::mean(values.iter().copied()) else {
             continue;
         };
         let value = if name == "sleep_hours" {
@@ -587,6 +581,7 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
     ]);
     for log in logs {
         let metrics = log.metrics.as_ref();
+        let written_in = log.written_in(zone);
         let score = |f: fn(&Metrics) -> u8, name: &str| {
             metrics
                 .filter(|m| !m.is_defaulted(name))
@@ -618,8 +613,8 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
                 .map(|m| m.defaulted().join("; "))
                 .unwrap_or_default(),
             log.local_day.map(|day| day.to_string()).unwrap_or_default(),
-            local_moment(&log.written_in(zone), log.written()),
-            log.written_in(zone).name().to_owned(),
+            local_moment(&written_in, log.written()),
+            written_in.name().to_owned(),
         ]);
     }
     writer.into_inner().unwrap_or_default()

@@ -761,6 +761,12 @@ fn in_plain_words(key: &str, message: String) -> String {
     }
     // `DAYLOG__PROVIDERS__MISTRL__BASE_URL`: a provider that does not exist, not one
     // that lacks a `kind`.
+    let Some(name) = key
+        .strip_prefix("providers.")
+        .filter(|_| message == "missing field `kind`")
+    else {
+        return message;
+    };
     let shipped = parse_toml(DEFAULT_TOML, "config/default.toml")
         .ok()
         .and_then(|tree| {
@@ -769,16 +775,14 @@ fn in_plain_words(key: &str, message: String) -> String {
                 .cloned()
         })
         .unwrap_or_default();
-    match key.strip_prefix("providers.") {
-        Some(name) if message == "missing field `kind`" && !shipped.contains_key(name) => {
-            let known: Vec<&str> = shipped.keys().map(String::as_str).collect();
-            format!(
-                "{message}: there is no provider {name} (the known ones are {}); check the spelling, or give a new one its kind and base_url",
-                known.join(", ")
-            )
-        }
-        _ => message,
+    if shipped.contains_key(name) {
+        return message;
     }
+    let known: Vec<&str> = shipped.keys().map(String::as_str).collect();
+    format!(
+        "{message}: there is no provider {name} (the known ones are {}); check the spelling, or give a new one its kind and base_url",
+        known.join(", ")
+    )
 }
 
 /// The longest wait or timeout any `*_ms` setting may ask for: a year. Far beyond any

@@ -54,26 +54,31 @@ pub fn calendar(days: &[DayMetrics], first: Date, last: Date) -> Vec<DayMetrics>
     out
 }
 
+/// The average of the present, finite values, if any.
+pub fn mean(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let present: Vec<f64> = values.flatten().filter(|v| v.is_finite()).collect();
+    (!present.is_empty()).then(|| present.iter().sum::<f64>() / present.len() as f64)
+}
+
 /// A calendar (as [`calendar`] lays it out) in weeks of 7 days, the last week ending on
 /// the last day: each week one [`DayMetrics`] dated by its first day, with the mean of
 /// its days' present values (`None` where none of them has one) and all their entries.
 /// The first week may be shorter. A long period drawn day by day is a tangle; its weeks
 /// show the trend.
 pub fn weeks(days: &[DayMetrics]) -> Vec<DayMetrics> {
-    fn mean(days: &[DayMetrics], field: fn(&DayMetrics) -> Option<f64>) -> Option<f64> {
-        let present: Vec<f64> = days.iter().filter_map(field).collect();
-        (!present.is_empty()).then(|| present.iter().sum::<f64>() / present.len() as f64)
-    }
     let mut out: Vec<DayMetrics> = days
         .rchunks(7)
-        .map(|week| DayMetrics {
-            day: week[0].day,
-            mood: mean(week, |d| d.mood),
-            stress: mean(week, |d| d.stress),
-            energy: mean(week, |d| d.energy),
-            productivity: mean(week, |d| d.productivity),
-            sleep_hours: mean(week, |d| d.sleep_hours),
-            logs: week.iter().map(|d| d.logs).sum(),
+        .map(|week| {
+            let of = |field: fn(&DayMetrics) -> Option<f64>| mean(week.iter().map(field));
+            DayMetrics {
+                day: week[0].day,
+                mood: of(|d| d.mood),
+                stress: of(|d| d.stress),
+                energy: of(|d| d.energy),
+                productivity: of(|d| d.productivity),
+                sleep_hours: of(|d| d.sleep_hours),
+                logs: week.iter().map(|d| d.logs).sum(),
+            }
         })
         .collect();
     out.reverse();

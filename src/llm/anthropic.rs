@@ -125,16 +125,8 @@ fn request(
 
 /// The answer's text. `json` says whether the request was pre-filled with `{`.
 fn parse_success(status: StatusCode, body: &[u8], json: bool) -> Result<String, LlmError> {
-    let unusable = |reason: String| LlmError::Unusable {
-        status: status.as_u16(),
-        reason,
-        foreign: false,
-    };
-    let foreign = |reason: String| LlmError::Unusable {
-        status: status.as_u16(),
-        reason,
-        foreign: true,
-    };
+    let unusable = |reason: String| LlmError::unusable(status, reason);
+    let foreign = |reason: String| LlmError::not_the_api(status, reason);
     let response: MessagesResponse =
         serde_json::from_slice(body).map_err(|e| foreign(format!("not a Messages answer: {e}")))?;
     let text: String = response

@@ -73,6 +73,24 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// A 2xx answer of the provider's own shape with nothing usable in it.
+    pub fn unusable(status: reqwest::StatusCode, reason: String) -> Self {
+        Self::Unusable {
+            status: status.as_u16(),
+            reason,
+            foreign: false,
+        }
+    }
+
+    /// A 2xx whose body is not the provider's envelope at all.
+    pub fn not_the_api(status: reqwest::StatusCode, reason: String) -> Self {
+        Self::Unusable {
+            status: status.as_u16(),
+            reason,
+            foreign: true,
+        }
+    }
+
     /// A 2xx whose body is not the provider's API answer at all.
     pub fn is_not_the_api(&self) -> bool {
         matches!(self, Self::Unusable { foreign: true, .. })

@@ -176,16 +176,8 @@ fn request(
 }
 
 fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
-    let unusable = |reason: String| LlmError::Unusable {
-        status: status.as_u16(),
-        reason,
-        foreign: false,
-    };
-    let foreign = |reason: String| LlmError::Unusable {
-        status: status.as_u16(),
-        reason,
-        foreign: true,
-    };
+    let unusable = |reason: String| LlmError::unusable(status, reason);
+    let foreign = |reason: String| LlmError::not_the_api(status, reason);
     let response: GenerateContentResponse = serde_json::from_slice(body)
         .map_err(|e| foreign(format!("not a generateContent answer: {e}")))?;
     let block_reason = response.prompt_feedback.and_then(|f| f.block_reason);

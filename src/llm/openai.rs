@@ -210,26 +210,14 @@ fn transcription_request(
 /// The transcript, trimmed. An empty one is an answer, not a failure: Whisper heard no
 /// words (silence, noise), and asking again would hear none either.
 fn parse_transcription(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
-    let response: TranscriptionResponse =
-        serde_json::from_slice(body).map_err(|e| LlmError::Unusable {
-            status: status.as_u16(),
-            reason: format!("not a transcription: {e}"),
-            foreign: true,
-        })?;
+    let response: TranscriptionResponse = serde_json::from_slice(body)
+        .map_err(|e| LlmError::not_the_api(status, format!("not a transcription: {e}")))?;
     Ok(response.text.trim().to_owned())
 }
 
 fn parse_success(status: StatusCode, body: &[u8]) -> Result<String, LlmError> {
-    let unusable = |reason: String| LlmError::Unusable {
-        status: status.as_u16(),
-        reason,
-        foreign: false,
-    };
-    let foreign = |reason: String| LlmError::Unusable {
-        status: status.as_u16(),
-        reason,
-        foreign: true,
-    };
+    let unusable = |reason: String| LlmError::unusable(status, reason);
+    let foreign = |reason: String| LlmError::not_the_api(status, reason);
     let response: ChatCompletionResponse =
         serde_json::from_slice(body).map_err(|e| foreign(format!("not a chat completion: {e}")))?;
     let choice = response

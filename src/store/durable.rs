@@ -56,6 +56,22 @@ impl std::fmt::Debug for WalSync {
 /// system that gives a freed inode number to the next file made cannot pass a new WAL
 /// off as the old one, as an open file's number is not freed (the cost: a deleted
 /// WAL's blocks until the next WAL is seen).
+/// Syncs the folder that holds `path`, so that a file just made there keeps its name
+/// through a power cut. Elsewhere than on Unix a folder cannot be opened to sync it.
+pub(super) fn sync_folder_of(path: &std::path::Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        let folder = path
+            .parent()
+            .filter(|folder| !folder.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        std::fs::File::open(folder)?.sync_all()?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 #[derive(Default)]
 struct HeldWal {
     #[cfg(unix)]
@@ -81,11 +97,7 @@ impl HeldWal {
         let file = std::fs::File::open(path)?;
         file.sync_data()?;
         let inode = file.metadata()?.ino();
-        let folder = path
-            .parent()
-            .filter(|folder| !folder.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
-        std::fs::File::open(folder)?.sync_all()?;
+        sync_folder_of(path)?;
         *held = Some((inode, file));
         Ok(())
     }

@@ -916,14 +916,20 @@ impl Store {
     /// What SQLite's `quick_check` finds wrong with the file (its first finding), if
     /// anything: a damaged page that the migrations check alone never reads.
     pub async fn damage(&self) -> Option<String> {
-        match sqlx::query_scalar::<_, String>("PRAGMA quick_check(1)")
-            .fetch_all(&self.read)
-            .await
-        {
-            Ok(found) if found.iter().all(|line| line == "ok") => None,
-            Ok(found) => Some(found.join("; ").replace('\n', " ")),
-            Err(error) => Some(error.to_string()),
-        }
+        quick_check(&self.read).await
+    }
+}
+
+/// What SQLite's `quick_check` finds wrong with the file behind `pool` (its first
+/// finding, on one line), if anything.
+async fn quick_check(pool: &SqlitePool) -> Option<String> {
+    match sqlx::query_scalar::<_, String>("PRAGMA quick_check(1)")
+        .fetch_all(pool)
+        .await
+    {
+        Ok(found) if found.iter().all(|line| line == "ok") => None,
+        Ok(found) => Some(found.join("; ").replace('\n', " ")),
+        Err(error) => Some(error.to_string()),
     }
 }
 

@@ -95,16 +95,7 @@ async fn check_copy(dest: &Path, limits: Limits) -> Result<Backup, String> {
     let file = std::fs::File::open(dest).map_err(|e| e.to_string())?;
     file.sync_all().map_err(|e| e.to_string())?;
     let bytes = file.metadata().map_err(|e| e.to_string())?.len();
-    #[cfg(unix)]
-    {
-        let folder = dest
-            .parent()
-            .filter(|folder| !folder.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        std::fs::File::open(folder)
-            .and_then(|folder| folder.sync_all())
-            .map_err(|e| e.to_string())?;
-    }
+    super::durable::sync_folder_of(dest).map_err(|e| e.to_string())?;
     let options = SqliteConnectOptions::new()
         .filename(dest)
         .read_only(true)
@@ -112,23 +103,14 @@ async fn check_copy(dest: &Path, limits: Limits) -> Result<Backup, String> {
     let copy = open_file(dest, limits, options)
         .await
         .map_err(|e| e.to_string())?;
-    let checked: Result<(Vec<String>, i64), sqlx::Error> = async {
-        let found: Vec<String> = sqlx::query_scalar("PRAGMA quick_check(1)")
-            .fetch_all(&copy)
-            .await?;
-        let entries = sqlx::query_scalar("SELECT count(*) FROM day_logs")
-            .fetch_one(&copy)
-            .await?;
-        Ok((found, entries))
-    }
-    .await;
+    let damage = super::quick_check(&copy).await;
+    let entries = sqlx::query_scalar("SELECT count(*) FROM day_logs")
+        .fetch_one(&copy)
+        .await;
     copy.close().await;
-    let (found, entries) = checked.map_err(|e| e.to_string())?;
-    if found.iter().any(|line| line != "ok") {
-        return Err(format!(
-            "the copy reads back damaged ({})",
-            found.join("; ")
-        ));
+    if let Some(found) = damage {
+        return Err(format!("the copy reads back damaged ({found})"));
     }
+    let entries = entries.map_err(|e| e.to_string())?;
     Ok(Backup { entries, bytes })
 }
