@@ -1,5 +1,5 @@
 //! The real dispatcher against a fake Telegram Bot API and fake providers on 127.0.0.1
-//! (SPEC §4, §8, §9). Waits are on conditions, never on fixed sleeps.
+//! (docs/behaviour.md: the life of an entry, Telegram, the promises). Waits are on conditions, never on fixed sleeps.
 
 #![expect(
     clippy::expect_used,
@@ -1161,7 +1161,7 @@ async fn beyond_the_hourly_limit_entries_are_saved_and_deferred() {
     app.stop().await;
 }
 
-/// A burst beyond the hourly limit drains at the limit's pace (SPEC §8): with two
+/// A burst beyond the hourly limit drains at the limit's pace: with two
 /// analyses an hour, entries 3–4 wait an hour, 5–6 two hours and 7 three, and each is
 /// told its own wait, instead of five analyses all coming back an hour later.
 #[tokio::test]
@@ -1577,7 +1577,7 @@ async fn an_entry_error_is_told_in_the_language_set_with_lang_not_the_clients() 
     app.stop().await;
 }
 
-/// Issue 9 item 8, SPEC §4.6: with no key configured the user is told that no AI provider
+/// Issue 9 item 8: with no key configured the user is told that no AI provider
 /// is set up (not that the services are down); the entry is saved and stays pending.
 #[tokio::test]
 async fn with_no_key_configured_the_user_is_told_no_provider_is_set_up() {
@@ -1722,7 +1722,7 @@ async fn a_late_analysis_is_compared_with_the_days_before_its_entry_not_after() 
     app.stop().await;
 }
 
-/// The hourly limit counts analyses, an edit's new analysis among them (SPEC §8): one
+/// The hourly limit counts analyses, an edit's new analysis among them: one
 /// entry edited again and again is not analysed without end; the edit over the limit
 /// is saved and analysed later.
 #[tokio::test]

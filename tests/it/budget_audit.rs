@@ -1,4 +1,4 @@
-//! Issue 10's audit: behaviours of SPEC §5 "Budgets" that `budgets.rs` did not pin down,
+//! Issue 10's audit: behaviours of the budgets (docs/behaviour.md, "Budgets") that `budgets.rs` did not pin down,
 //! against fake providers on 127.0.0.1 (wiremock). Each header and body shape teaches
 //! the wait it names (not just "some" wait); nonsense in any of them behaves exactly as a
 //! 429 that says nothing; and when no step has budget the request waits for the soonest

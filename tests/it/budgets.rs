@@ -1,4 +1,4 @@
-//! Content-policy refusals remembered per log, and free-tier budgets (SPEC §5), through
+//! Content-policy refusals remembered per log, and free-tier budgets (docs/behaviour.md, "Budgets"), through
 //! the real dispatcher against fakes on 127.0.0.1. Waits are on conditions.
 
 use crate::support;
@@ -289,7 +289,7 @@ async fn the_worker_is_woken_when_a_parked_logs_budget_returns() {
     app.stop().await;
 }
 
-/// SPEC §4, §5: an analysis that takes longer than `budgets.notify_after_ms` (here a
+/// An analysis that takes longer than `budgets.notify_after_ms` (here a
 /// slow provider inside the task deadline) is announced once while it is still on its
 /// way, and the analysis itself follows under the late title; one that comes
 /// sooner gets no notice.

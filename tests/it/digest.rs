@@ -1,4 +1,4 @@
-//! The weekly digest (SPEC §10) through the real dispatcher, a fake Telegram and fake
+//! The weekly digest (docs/behaviour.md, "The weekly digest") through the real dispatcher, a fake Telegram and fake
 //! providers: `/week` on demand, the Sunday schedule on the harness's drivable clock,
 //! an outage, a 403, a restart, and a kill -9 of the real binary. Digest requests are
 //! told from analysis requests by their system prompt.
@@ -815,7 +815,7 @@ async fn the_terminal_prints_the_week_and_writes_its_chart() {
     assert_eq!(sent, 1);
 }
 
-/// SPEC §10: "an outage or a crash delays it and never loses" a digest. A bot that was
+/// An outage or a crash delays a digest and never loses it. A bot that was
 /// down over the Sunday moment for longer than a reminder may be late (90 minutes)
 /// still sends that week's digest, once, when it is back.
 #[tokio::test]
@@ -1293,7 +1293,7 @@ async fn an_entry_sent_during_a_slow_week_is_stored_and_answered_at_once() {
 
 /// A new reminder time earlier than now on a Sunday evening (or `/remind off` after
 /// 19:00) must not move the schedule past this Sunday's digest, still to come: the
-/// week would get none (SPEC §10: every Sunday, never lost).
+/// week would get none (a digest every Sunday, never lost).
 #[tokio::test]
 async fn a_remind_earlier_on_a_sunday_evening_keeps_that_weeks_digest() {
     // Arrange: the digest due Sunday 6 December at 19:00 UTC, two entries that week.

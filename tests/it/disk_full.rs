@@ -1,4 +1,4 @@
-//! A full store (SPEC §4.1): the real `daylog chat` binary, fed one entry at a time while
+//! A full store (docs/behaviour.md, "The life of an entry"): the real `daylog chat` binary, fed one entry at a time while
 //! its database runs out of room, then gets room back. Every line must end one of two
 //! ways — stored and answered "Saved", or told that it could not be saved — and the
 //! database must agree line by line. Zero tolerance.

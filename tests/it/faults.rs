@@ -1,4 +1,4 @@
-//! Fault injection (SPEC §9, "no accepted log is lost"): kill -9 of the real binary at
+//! Fault injection (docs/behaviour.md, "Promises": no accepted log is lost): kill -9 of the real binary at
 //! random moments, providers flapping under load, a database locked by someone else, and
 //! a user with 100 000 logs. Randomness is seeded (`FAULT_SEED` replays a run); waits
 //! are on conditions with generous hang guards, never on how fast something was.

@@ -1,4 +1,4 @@
-//! Hedging after a restart (SPEC §5 "Hedging", issue 10 item 6): what the last run
+//! Hedging after a restart (docs/behaviour.md, "Hedging"; issue 10 item 6): what the last run
 //! learned of a step's latency is read back from `llm_calls`, so a restarted bot hedges
 //! a step that turned slow at the latency it knew, not at the start value it has before
 //! any answer. Through the real dispatcher against fakes on 127.0.0.1.

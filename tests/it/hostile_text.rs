@@ -1,5 +1,5 @@
 //! Any text a user can send — NUL, RTL marks, emoji, SQL, 100 000 characters — is
-//! stored byte for byte and always answered, never a panic (SPEC §9 "bad input").
+//! stored byte for byte and always answered, never a panic (docs/behaviour.md, "Promises": bad input).
 
 // Helpers here panic on a broken fixture by design (see tests/support).
 #![expect(clippy::expect_used)]

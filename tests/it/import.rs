@@ -1,4 +1,4 @@
-//! The Daylio import (SPEC §12) against a real SQLite file: a generated export of a few
+//! The Daylio import (docs/behaviour.md, "Import") against a real SQLite file: a generated export of a few
 //! hundred rows in Daylio's format (English and Russian mood names, both clocks, empty
 //! activities, multi-line notes, quoted commas and quotes) comes in once, not twice,
 //! and counts in streaks, search and the daily metrics like any analysed entry.
@@ -363,7 +363,7 @@ async fn ten_thousand_rows_timed() {
     assert_eq!(again.imported, 0);
 }
 
-/// SPEC §12: activities come from the whole `|` list. A Daylio day with 14 ticked
+/// Activities come from the whole `|` list. A Daylio day with 14 ticked
 /// activities keeps all 14 (an answer's limit of 10 guards against a model, not a
 /// user's own records), in `day_activities` and read back from the entry.
 #[tokio::test]

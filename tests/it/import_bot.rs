@@ -1,4 +1,4 @@
-//! `/import` through the real dispatcher and a fake Telegram (SPEC §12): a document
+//! `/import` through the real dispatcher and a fake Telegram (docs/behaviour.md, "Import"): a document
 //! captioned `/import`, or sent right after `/import`, is fetched with `getFile` and the
 //! download, and imported; any other document is not for the journal.
 

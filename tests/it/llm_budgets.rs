@@ -1,4 +1,4 @@
-//! Budgets (SPEC §5 "Budgets") against fake providers on 127.0.0.1 (wiremock): no
+//! Budgets (docs/behaviour.md, "Budgets") against fake providers on 127.0.0.1 (wiremock): no
 //! request on a budget known to be spent, spill-over to the next step with budget, limits
 //! declared in config and learned from each header and body shape, waiting for the
 //! soonest budget when no step has one, and nonsense hints that fall back to the 429

@@ -1,4 +1,4 @@
-//! The cascade of SPEC §5 against fake providers on 127.0.0.1 (wiremock): retries,
+//! The cascade (docs/behaviour.md, "The cascade") against fake providers on 127.0.0.1 (wiremock): retries,
 //! key and step fallback, Retry-After, cooldowns shared across tasks, deadlines,
 //! content-policy blocks, hedging and the shipped gemini-claude example.
 
@@ -253,8 +253,8 @@ async fn retry_after_is_a_lower_bound_on_the_wait() {
 }
 
 /// A 429 that names a wait longer than `spill_after_ms` but well within the deadline,
-/// on the only step: no other step has budget, so the task waits for this one's (SPEC
-/// §5), rather than ending at once as if the budget would never return.
+/// on the only step: no other step has budget, so the task waits for this one's
+/// (within the deadline), rather than ending at once as if the budget would never return.
 #[tokio::test]
 async fn a_429_naming_a_wait_within_the_deadline_is_waited_for_when_no_step_is_left() {
     let server = one_429_then_answers("2").await;

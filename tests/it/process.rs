@@ -424,7 +424,7 @@ async fn daylog_chat_with_no_key_says_so_and_keeps_log_lines_off_the_terminal() 
     assert!(err.trim().is_empty(), "log lines on the terminal: {err}");
 }
 
-/// SPEC §4 and §9: a crash after the analysis is stored and before any reply reached the
+/// Once-only answers: a crash after the analysis is stored and before any reply reached the
 /// user. Telegram answers `sendMessage` with 500, so nothing can reach the user; the bot
 /// is killed (-9) once the log is 'analyzed' with `replied_at` NULL and its reply has
 /// been refused, then restarted against a healthy Telegram: the stored analysis is sent,

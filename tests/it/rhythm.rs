@@ -1,4 +1,4 @@
-//! Time and rhythm (SPEC §10) through the real dispatcher and a fake Telegram: time
+//! Time and rhythm (docs/behaviour.md, "Time zones and rhythm") through the real dispatcher and a fake Telegram: time
 //! zones, local days, streaks and reminders. The bot reads "now" from the harness's
 //! [`daylog::time::ManualClock`], so a test stands at 20:59:50 in Los Angeles and
 //! moves the clock instead of waiting; waits are on conditions.
@@ -858,7 +858,7 @@ async fn a_due_time_of_digits_that_is_no_moment_is_due_now_not_never() {
 }
 
 /// A bot down for a day and a quarter, back 15 minutes after today's moment: yesterday's
-/// reminder is skipped, today's is sent (SPEC §10 skips the day whose own moment is more
+/// reminder is skipped, today's is sent (the scheduler skips the day whose own moment is more
 /// than `max_late_minutes` past, not every day of a long downtime).
 #[tokio::test]
 async fn back_from_a_downtime_of_a_day_todays_reminder_is_sent() {

@@ -1,4 +1,4 @@
-//! `/search` against a real SQLite file (SPEC §12): the FTS5 index follows every write
+//! `/search` against a real SQLite file (docs/behaviour.md, "Search"): the FTS5 index follows every write
 //! by the schema's own triggers, every word must match, Latin diacritics and Cyrillic
 //! case fold, and whatever a user types is a query of their own entries only, never
 //! FTS5 syntax and never an error.
@@ -960,7 +960,7 @@ async fn in_telegram_search_answers_in_escaped_html_and_year_sends_a_png() {
     app.stop().await;
 }
 
-/// SPEC §12 shows "up to 5" matches: the title counts every match, not only those shown.
+/// `/search` shows up to 5 matches: the title counts every match, not only those shown.
 #[tokio::test]
 async fn the_search_title_counts_every_match_not_only_those_shown() {
     let db = fresh().await;

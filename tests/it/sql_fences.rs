@@ -1,4 +1,4 @@
-//! The three fences that keep `daylog sql` read-only (SPEC §2), one at a time: each test
+//! The three fences that keep `daylog sql` read-only (docs/operations.md), one at a time: each test
 //! takes the other fences away and shows that the one left still refuses the write, so
 //! removing any single fence makes a test fail.
 //!

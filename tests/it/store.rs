@@ -97,7 +97,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "language",
             "timezone",
             "created_at",
-            // 20261201000010: the Sunday digest, off by default (SPEC §7, §10).
+            // 20261201000010: the Sunday digest, off by default.
             "digest_enabled",
             "digest_next_at",
             // 20261203000021: whether the user chose their zone (`/tz`).
@@ -125,16 +125,16 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "energy",
             "productivity",
             "sleep_hours",
-            // 20261201000003: where the log came from (SPEC §7).
+            // 20261201000003: where the log came from.
             "source",
-            // 20261201000004: the local day the entry belongs to (SPEC §10).
+            // 20261201000004: the local day the entry belongs to.
             "local_day",
-            // 20261201000009: voice notes (SPEC §11).
+            // 20261201000009: voice notes.
             "kind",
             "file_id",
             "duration_s",
             "transcript_sent_at",
-            // 20261201000011: an imported entry's wall-clock time (SPEC §12).
+            // 20261201000011: an imported entry's wall-clock time.
             "import_time",
             // 20261201000014: the last edit that changed the text (max_age counts from it),
             // and why a pending log waits for its next try.
@@ -598,7 +598,7 @@ async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_sch
     );
 }
 
-/// The hourly limit keeps holding after the first hour of a burst (SPEC §8): with a
+/// The hourly limit keeps holding after the first hour of a burst: with a
 /// limit of 2, an hour and a minute after ten entries, six of them still wait for
 /// their slots (in one, two and three hours). A new entry is over the limit although
 /// no entry of the last hour was analysed, and it queues behind them: an hour after

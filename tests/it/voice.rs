@@ -1,4 +1,4 @@
-//! Voice notes end to end (SPEC §11): the real dispatcher against a fake Bot API that
+//! Voice notes end to end (docs/behaviour.md, "Voice notes"): the real dispatcher against a fake Bot API that
 //! serves `getFile` and the download, and a fake Groq Whisper that checks the multipart
 //! upload of a real Ogg Opus recording. Waits are on conditions, never on fixed sleeps.
 
@@ -570,7 +570,7 @@ async fn a_voice_note_given_up_untranscribed_is_not_said_to_have_a_text() {
     app.stop().await;
 }
 
-/// SPEC §4.6 for voice: with no transcription key (only `MISTRAL_API_KEY` set), the
+/// A voice note with no transcription key (only `MISTRAL_API_KEY` set), the
 /// user is told what is missing, not that a service is down, and the recording is not
 /// downloaded at every try for nothing.
 #[tokio::test]
@@ -610,7 +610,7 @@ async fn a_voice_note_with_no_transcription_key_says_so_and_is_not_downloaded() 
     app.stop().await;
 }
 
-/// SPEC §11: any passing failure resumes. `getFile` answering Telegram's "wrong file_id
+/// Any passing failure of a voice note resumes. `getFile` answering Telegram's "wrong file_id
 /// or the file is temporarily unavailable", and a download answering 429 or 408, are
 /// tried again from the stored file id: the voice note is transcribed and answered, not
 /// failed as a recording that can no longer be fetched.
@@ -657,7 +657,7 @@ async fn a_file_telegram_cannot_serve_for_now_is_fetched_again_later() {
     }
 }
 
-/// A voice note whose caption reads like a command is a voice note (SPEC §4): stored,
+/// A voice note whose caption reads like a command is a voice note, never a command: stored,
 /// transcribed and analysed, the command not run in its place.
 #[tokio::test]
 async fn a_voice_note_captioned_with_a_command_is_kept_as_a_voice_note() {

@@ -1,6 +1,6 @@
 //! A voice note against the real `daylog` binary: a kill -9 between its transcription
 //! and its analysis, then a restart. The stored transcript is not made again nor shown
-//! again; the analysis arrives once (SPEC §11).
+//! again; the analysis arrives once.
 
 #![expect(
     clippy::expect_used,

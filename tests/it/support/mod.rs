@@ -555,7 +555,7 @@ where
     }
 }
 
-// ---- voice notes (SPEC §11) ----
+// ---- voice notes ----
 
 /// The transcript the fake Whisper gives; it has HTML in it, which must reach the user
 /// escaped.
@@ -568,7 +568,7 @@ pub fn voice_fixture() -> Vec<u8> {
     std::fs::read(&path).expect("voice fixture")
 }
 
-/// Matches only a Whisper upload as SPEC §11 describes it: multipart with the recording
+/// Matches only a Whisper upload as docs/behaviour.md ("Voice notes") describes it: multipart with the recording
 /// as `file`, a `model`, `response_format=json` and no `language`.
 pub struct WhisperUpload {
     pub audio: Vec<u8>,

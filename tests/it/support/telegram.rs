@@ -704,7 +704,7 @@ pub fn edited_update(user_id: i64, message_id: i64, text: &str) -> Value {
     }})
 }
 
-/// A shared location (SPEC §4: it sets the time zone).
+/// A shared location (it sets the time zone).
 pub fn location_update(user_id: i64, message_id: i64, latitude: f64, longitude: f64) -> Value {
     json!({"message": {
         "message_id": message_id,
