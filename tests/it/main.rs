@@ -23,6 +23,7 @@ mod cli;
 mod cli_config;
 mod digest;
 mod disk_full;
+mod docs;
 mod faults;
 mod hedge_restart;
 mod hostile_text;
