@@ -551,7 +551,7 @@ struct Tier {
     per_model: bool,
 }
 
-/// The free tiers of 2026 (SPEC §5, config/default.toml), as enforced by the fakes.
+/// The free tiers of 2026 (config/default.toml; docs/behaviour.md, "Budgets"), as enforced by the fakes.
 fn tier(provider: &str) -> Tier {
     match provider {
         // 1 request/s per workspace key, all models together.
