@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::ApiKey;
-use crate::llm::budget::Taken;
+use crate::llm::budget::{Taken, request_tokens};
 use crate::llm::cooldown::StepId;
 use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
 use crate::llm::error::{AttemptError, CascadeError, LlmError};
@@ -38,7 +38,8 @@ use crate::llm::hedge::Hedging;
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::llm::state::SharedState;
-use crate::llm::types::{Attempt, AttemptSink, Completion, Outcome, Task};
+use crate::llm::attempt::{Attempt, AttemptSink, Outcome};
+use crate::llm::task::{Parsed, Task};
 use crate::llm::wire::{Call, Input};
 
 /// One step of a cascade: one model of one provider.
@@ -49,6 +50,10 @@ pub(crate) struct Step {
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
 }
+
+/// What makes an answer usable, handed in by the caller: the answer parsed (once), or
+/// why it is of no use — recorded as `unusable`, and the next model is asked.
+pub(crate) type Parse<'a, T> = &'a (dyn Fn(&str) -> Result<T, String> + Sync);
 
 /// The parts of [`crate::llm::Llm`] a task needs.
 pub(crate) struct Engine<'a> {
@@ -64,14 +69,15 @@ pub(crate) struct Engine<'a> {
 /// the models in `refused` (provider, model): they refused this request's log on content
 /// policy before and are never asked about it again (SPEC §5). When every step is
 /// among them the task ends as blocked at once, without a request.
-pub(crate) async fn run(
+pub(crate) async fn run<T>(
     engine: Engine<'_>,
     steps: &[Step],
     task: Task,
     input: Input<'_>,
+    parse: Parse<'_, T>,
     sink: &dyn AttemptSink,
     refused: &[(String, String)],
-) -> Result<Completion, CascadeError> {
+) -> Result<Parsed<T>, CascadeError> {
     if steps.is_empty() {
         return Err(CascadeError::NoUsableProvider);
     }
@@ -112,6 +118,7 @@ pub(crate) async fn run(
         spent: Mutex::new(Vec::new()),
         task,
         input,
+        parse,
         sink,
         deadline,
         hedge: hedge_tx,
@@ -154,8 +161,8 @@ enum Mode {
     Patient,
 }
 
-enum StepEnd<'a> {
-    Answer(Completion),
+enum StepEnd<'a, T> {
+    Answer(Parsed<T>),
     Blocked {
         step: &'a Step,
         reason: String,
@@ -187,7 +194,7 @@ impl Refusal {
     }
 }
 
-struct TaskRun<'a> {
+struct TaskRun<'a, T> {
     client: &'a Client,
     policy: &'a RetryPolicy,
     state: &'a dyn SharedState,
@@ -198,6 +205,7 @@ struct TaskRun<'a> {
     spent: Mutex<Vec<(usize, Instant)>>,
     task: Task,
     input: Input<'a>,
+    parse: Parse<'a, T>,
     sink: &'a dyn AttemptSink,
     deadline: Instant,
     /// An attempt slower than `hedge_after` asks for the next step to start (with its
@@ -211,13 +219,13 @@ struct TaskRun<'a> {
     left_for_now: Mutex<HashSet<usize>>,
 }
 
-impl<'a> TaskRun<'a> {
+impl<'a, T> TaskRun<'a, T> {
     async fn drive(
         &self,
         steps: &'a [Step],
         hedges: &mut mpsc::UnboundedReceiver<usize>,
         refused_before: Option<Refusal>,
-    ) -> Result<Completion, CascadeError> {
+    ) -> Result<Parsed<T>, CascadeError> {
         let mut running = FuturesUnordered::new();
         let mut next = 0;
         let mut forced_done = false;
@@ -426,7 +434,7 @@ impl<'a> TaskRun<'a> {
 
     /// One step, in rounds over its keys. What follows each failed attempt and each
     /// round is [`decision`]'s call; this only gathers the facts and carries it out.
-    async fn run_step(&self, step: &'a Step, mode: Mode) -> StepEnd<'a> {
+    async fn run_step(&self, step: &'a Step, mode: Mode) -> StepEnd<'a, T> {
         let (mut keys, rounds, forced) = match mode {
             Mode::Normal | Mode::Patient => {
                 (step.provider.key_slots(), self.policy.max_attempts, false)
@@ -528,10 +536,10 @@ impl<'a> TaskRun<'a> {
                 wait = Duration::ZERO;
                 drop(permit);
                 let error = match result {
-                    Ok((_, text)) => {
+                    Ok((_, value)) => {
                         self.state.record_success(&step.id, key);
-                        return StepEnd::Answer(Completion {
-                            text,
+                        return StepEnd::Answer(Parsed {
+                            value,
                             provider: step.id.provider.clone(),
                             model: step.id.model.clone(),
                         });
@@ -681,10 +689,7 @@ impl<'a> TaskRun<'a> {
     /// transcription counts none (its budgets are requests and audio seconds).
     fn tokens(&self, step: &Step) -> u32 {
         match self.input {
-            Input::Chat(request) => request.estimated_tokens().saturating_add(
-                step.max_tokens
-                    .unwrap_or_else(|| request.expected_answer_tokens()),
-            ),
+            Input::Chat(request) => request_tokens(request, step.max_tokens),
             Input::Audio(_) => 0,
         }
     }
@@ -697,7 +702,7 @@ impl<'a> TaskRun<'a> {
         taken: Taken,
         attempt: u32,
         wait: Duration,
-    ) -> Result<(u16, String), LlmError> {
+    ) -> Result<(u16, T), LlmError> {
         self.real_attempts.fetch_add(1, Ordering::Relaxed);
         // Analyses and metrics are short answers whose latency the hedging learns; a
         // digest or a transcript takes as long as its week or its recording, and
@@ -751,23 +756,17 @@ impl<'a> TaskRun<'a> {
                     spent_ms = duration_ms(spent), "budget spent for now"
                 );
             }
-            // An answer to a request for one JSON object that holds none (an apology,
-            // reasoning cut by the token limit) is of no use: unusable, so the next
-            // model is asked instead of every metric being defaulted. (An object with no
-            // metric in it, `{}`, is an answer: a trivial entry gets one, and counting it
-            // as a failure would cool the step down for everyone.)
-            let result = match (self.input, result) {
-                (Input::Chat(request), Ok((status, text)))
-                    if request.json && crate::analysis::json_repair::repair(&text).is_none() =>
-                {
-                    Err(LlmError::Unusable {
-                        status,
-                        reason: "the answer holds no JSON object".to_owned(),
-                        foreign: false,
-                    })
-                }
-                (_, result) => result,
-            };
+            // An answer the caller cannot use (the metrics' request holds no JSON
+            // object: an apology, reasoning cut by the token limit) is unusable, so the
+            // next model is asked; one it can use is parsed here, once.
+            let result = result.and_then(|(status, text)| match (self.parse)(&text) {
+                Ok(value) => Ok((status, value)),
+                Err(reason) => Err(LlmError::Unusable {
+                    status,
+                    reason,
+                    foreign: false,
+                }),
+            });
             (result, hint.used_tokens)
         };
         let (result, used_tokens) = match hedge_after {
@@ -831,7 +830,7 @@ impl<'a> TaskRun<'a> {
         if counted {
             self.state.spend_tokens(&step.id, key, taken, used_tokens);
         }
-        in_flight.finish(&result);
+        in_flight.finish(result.as_ref().map(|(status, _)| *status));
         result
     }
 
@@ -974,8 +973,8 @@ impl Drop for Queued<'_> {
 
 /// An attempt in flight. If it is dropped before [`InFlight::finish`] — the task hit its
 /// deadline, or a hedged step won — it records itself as `cancelled`.
-struct InFlight<'r, 'a> {
-    run: &'r TaskRun<'a>,
+struct InFlight<'r, 'a, T> {
+    run: &'r TaskRun<'a, T>,
     step: &'r Step,
     key: Option<usize>,
     /// What its budget let through: a cancelled attempt still took its tokens.
@@ -988,11 +987,11 @@ struct InFlight<'r, 'a> {
     finished: bool,
 }
 
-impl InFlight<'_, '_> {
-    fn finish(&mut self, result: &Result<(u16, String), LlmError>) {
+impl<T> InFlight<'_, '_, T> {
+    fn finish(&mut self, result: Result<u16, &LlmError>) {
         self.finished = true;
         let (outcome, status, error) = match result {
-            Ok((status, _)) => (Outcome::Ok, Some(*status), None),
+            Ok(status) => (Outcome::Ok, Some(status), None),
             Err(e) => (e.outcome(), e.http_status(), Some(e.to_string())),
         };
         self.run.record(
@@ -1008,7 +1007,7 @@ impl InFlight<'_, '_> {
     }
 }
 
-impl Drop for InFlight<'_, '_> {
+impl<T> Drop for InFlight<'_, '_, T> {
     fn drop(&mut self) {
         if self.finished {
             return;
@@ -1058,7 +1057,8 @@ mod tests {
     use crate::llm::budget::Budgets;
     use crate::llm::cooldown::Cooldowns;
     use crate::llm::state::LocalState;
-    use crate::llm::types::{ChatRequest, NullSink};
+    use crate::llm::attempt::NullSink;
+    use crate::llm_request::ChatRequest;
 
     /// A request whose turn came finds its one-per-second budget taken a moment
     /// before, waits for it — and meanwhile the key began to cool down (another
@@ -1116,6 +1116,7 @@ mod tests {
             spent: Mutex::new(Vec::new()),
             task: Task::Analysis,
             input: Input::Chat(&request),
+            parse: &|text| Ok(text.to_owned()),
             sink: &NullSink,
             deadline: Instant::now() + policy.deadline,
             hedge,

@@ -8,6 +8,7 @@
 //! set each step's hedging threshold.
 
 mod anthropic;
+mod attempt;
 mod budget;
 pub mod budget_hint;
 mod cascade;
@@ -21,18 +22,21 @@ mod provider;
 mod retry;
 pub mod retry_after;
 mod state;
-pub mod types;
+mod task;
 mod wake;
 mod wire;
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
 
 pub use budget::SpentBudget;
 pub use error::{AttemptError, CascadeError, LlmError};
 pub use hedge::LatencySample;
-pub use types::{Attempt, AttemptSink, Audio, ChatRequest, Completion, NullSink, Outcome, Task};
+pub use crate::llm_request::ChatRequest;
+pub use attempt::{Attempt, AttemptSink, NullSink, Outcome};
+pub use task::{Audio, Completion, Parsed, Task};
 
 use crate::config::{Settings, StepSettings};
 use budget::Budgets;
@@ -208,17 +212,37 @@ impl Llm {
         sink: &dyn AttemptSink,
         refused: &[(String, String)],
     ) -> Result<Completion, CascadeError> {
+        let any_text = |text: &str| Ok::<_, Infallible>(text.to_owned());
+        self.run_parsed(task, request, sink, refused, any_text)
+            .await
+            .map(Completion::from)
+    }
+
+    /// [`Llm::run_excluding`] for an answer of a given form: `parse` says what makes an
+    /// answer usable (the metrics: one JSON object) and is the one place it is parsed.
+    /// An answer it refuses is recorded as `unusable`, with its error as the reason, and
+    /// the next model is asked.
+    pub async fn run_parsed<T, E: fmt::Display>(
+        &self,
+        task: Task,
+        request: &ChatRequest,
+        sink: &dyn AttemptSink,
+        refused: &[(String, String)],
+        parse: impl Fn(&str) -> Result<T, E> + Sync,
+    ) -> Result<Parsed<T>, CascadeError> {
         let steps = match task {
             Task::Analysis | Task::Digest => &self.analysis,
             Task::Metrics => &self.metrics,
             // A chat request has no audio; the transcription steps never see one.
             Task::Transcription => return Err(CascadeError::NoUsableProvider),
         };
+        let parse = |text: &str| parse(text).map_err(|reason| reason.to_string());
         cascade::run(
             self.engine(),
             steps,
             task,
             Input::Chat(request),
+            &parse,
             sink,
             refused,
         )
@@ -242,10 +266,12 @@ impl Llm {
             &self.transcription,
             Task::Transcription,
             Input::Audio(audio),
+            &|text| Ok(text.to_owned()),
             sink,
             &[],
         )
         .await
+        .map(Completion::from)
     }
 
     fn engine(&self) -> Engine<'_> {

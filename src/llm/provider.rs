@@ -18,7 +18,7 @@ use crate::llm::budget_hint::{self, Hint};
 use crate::llm::error::LlmError;
 use crate::llm::gemini::Gemini;
 use crate::llm::openai::OpenAi;
-use crate::llm::types::Audio;
+use crate::llm::task::Audio;
 use crate::llm::wire::{Call, WireFormat};
 
 /// The one place a provider kind becomes behaviour: a new wire format is a file with a
