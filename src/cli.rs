@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::app::{App, StartError};
-use crate::config::{ConfigError, Settings};
+use crate::config::{ConfigError, Settings, StepSettings};
 use crate::llm::Llm;
 use crate::sqlcmd::{self, Format, QueryError};
 use crate::store::{self, Store, StoreError};
@@ -121,7 +121,10 @@ pub fn main(cli: Cli) -> ExitCode {
             Command::Chat { user: 1 }
         });
     let chat = matches!(command, Command::Chat { .. });
-    crate::telemetry::init(settings.log.format, crate::telemetry::default_filter(chat));
+    crate::telemetry::init(
+        settings.log.format(),
+        crate::telemetry::default_filter(chat),
+    );
     for warning in dotenv_warnings.iter().chain(&settings.warnings) {
         // `daylog chat` logs only errors unless asked: what is wrong with its `.env`
         // (the likely reason it has no key) is said on its terminal instead.
@@ -362,7 +365,7 @@ async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCod
     // Refuse before touching the file, so a refused query changes nothing at all.
     sqlcmd::check(query).map_err(|r| CliError::Usage(r.to_string()))?;
     let pool = store::open_read_only(&settings.database_url, (&settings.store).into()).await?;
-    let result = sqlcmd::query(&pool, query, &settings.sql).await;
+    let result = sqlcmd::query(&pool, query, &(&settings.sql).into()).await;
     // A "no such table" on a file without daylog's tables is the wrong file (or one never
     // migrated), not a wrong query.
     let foreign = match &result {
@@ -461,16 +464,22 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     let mut lines: Vec<(Level, String)> = vec![(Level::Ok, "settings are valid".to_owned())];
     let used: std::collections::BTreeSet<&str> = settings
         .analysis
-        .steps
+        .steps()
         .iter()
-        .chain(&settings.metrics.steps)
-        .map(|s| s.provider.as_str())
+        .chain(settings.metrics.steps())
+        .map(StepSettings::provider)
         .collect();
     let mut any_analysis = false;
     for name in &used {
         let keys = settings.keys(name).len();
         let usable = settings.provider_usable(name);
-        if usable && settings.analysis.steps.iter().any(|s| s.provider == *name) {
+        if usable
+            && settings
+                .analysis
+                .steps()
+                .iter()
+                .any(|s| s.provider() == *name)
+        {
             any_analysis = true;
         }
         lines.push(match (keys, usable) {

@@ -30,6 +30,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::ApiKey;
+use crate::llm::attempt::{Attempt, AttemptSink, Outcome};
 use crate::llm::budget::{Taken, request_tokens};
 use crate::llm::cooldown::StepId;
 use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
@@ -38,7 +39,6 @@ use crate::llm::hedge::Hedging;
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::llm::state::SharedState;
-use crate::llm::attempt::{Attempt, AttemptSink, Outcome};
 use crate::llm::task::{Parsed, Task};
 use crate::llm::wire::{Call, Input};
 
@@ -1053,11 +1053,11 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::config::{BudgetSettings, HedgeAfter, ProviderKind, ProviderSettings};
+    use crate::config::{HedgeAfter, ProviderSettings};
+    use crate::llm::attempt::NullSink;
     use crate::llm::budget::Budgets;
     use crate::llm::cooldown::Cooldowns;
     use crate::llm::state::LocalState;
-    use crate::llm::attempt::NullSink;
     use crate::llm_request::ChatRequest;
 
     /// A request whose turn came finds its one-per-second budget taken a moment
@@ -1066,18 +1066,12 @@ mod tests {
     /// within its second.)
     #[tokio::test]
     async fn a_key_that_cools_while_a_request_waits_for_its_budget_is_not_sent_on() {
-        let budget = BudgetSettings {
-            requests_per_second: Some(1),
-            ..BudgetSettings::default()
-        };
-        let settings = ProviderSettings {
-            kind: ProviderKind::Openai,
-            base_url: url::Url::parse("http://127.0.0.1:9/v1").unwrap_or_else(|_| unreachable!()),
-            require_key: false,
-            key_env: None,
-            max_concurrency: 0,
-            budget: budget.clone(),
-        };
+        let settings: ProviderSettings = toml::from_str(
+            "kind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nrequire_key = false\n\
+             budget = { requests_per_second = 1 }\n",
+        )
+        .unwrap_or_else(|e| panic!("provider settings: {e}"));
+        let budget = settings.budget().clone();
         let step = Step {
             id: StepId {
                 no: 0,

@@ -31,11 +31,11 @@ use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
 
+pub use crate::llm_request::ChatRequest;
+pub use attempt::{Attempt, AttemptSink, NullSink, Outcome};
 pub use budget::SpentBudget;
 pub use error::{AttemptError, CascadeError, LlmError};
 pub use hedge::LatencySample;
-pub use crate::llm_request::ChatRequest;
-pub use attempt::{Attempt, AttemptSink, NullSink, Outcome};
 pub use task::{Audio, Completion, Parsed, Task};
 
 use crate::config::{Settings, StepSettings};
@@ -110,20 +110,20 @@ impl Llm {
         let mut ping_models = BTreeMap::new();
         for step in settings
             .analysis
-            .steps
+            .steps()
             .iter()
-            .chain(&settings.metrics.steps)
+            .chain(settings.metrics.steps())
         {
             ping_models
-                .entry(step.provider.clone())
-                .or_insert_with(|| step.model.clone());
+                .entry(step.provider().to_owned())
+                .or_insert_with(|| step.model().to_owned());
         }
         let transcribes = |name: &String| {
             settings
                 .transcription
-                .steps
+                .steps()
                 .iter()
-                .any(|s| s.provider == *name)
+                .any(|s| s.provider() == *name)
         };
         for (name, provider) in &providers {
             if !provider.usable() && (ping_models.contains_key(name) || transcribes(name)) {
@@ -139,27 +139,27 @@ impl Llm {
             configured
                 .iter()
                 .filter_map(|s| {
-                    let provider = providers.get(&s.provider)?;
+                    let provider = providers.get(s.provider())?;
                     let next = numbers.len();
                     let no = *numbers
-                        .entry((s.provider.clone(), s.model.clone()))
+                        .entry((s.provider().to_owned(), s.model().to_owned()))
                         .or_insert(next);
                     provider.usable().then(|| Step {
                         id: StepId {
                             no,
-                            provider: s.provider.clone(),
-                            model: s.model.clone(),
+                            provider: s.provider().to_owned(),
+                            model: s.model().to_owned(),
                         },
                         provider: Arc::clone(provider),
-                        max_tokens: s.max_tokens,
-                        temperature: s.temperature,
+                        max_tokens: s.max_tokens(),
+                        temperature: s.temperature(),
                     })
                 })
                 .collect()
         };
-        let analysis = steps(&settings.analysis.steps);
-        let metrics = steps(&settings.metrics.steps);
-        let transcription = steps(&settings.transcription.steps);
+        let analysis = steps(settings.analysis.steps());
+        let metrics = steps(settings.metrics.steps());
+        let transcription = steps(settings.transcription.steps());
         let hedging = Hedging::new(
             settings.retry.hedge_after(),
             settings.retry.request_timeout(),
@@ -176,13 +176,13 @@ impl Llm {
             state: LocalState {
                 cooldowns: Cooldowns::new(
                     settings.cooldown.duration(),
-                    settings.cooldown.failures_to_trip,
+                    settings.cooldown.failures_to_trip(),
                 ),
                 budgets: Budgets::new(
                     settings
                         .providers
                         .iter()
-                        .map(|(name, p)| (name.clone(), p.budget.clone()))
+                        .map(|(name, p)| (name.clone(), p.budget().clone()))
                         .collect(),
                 ),
             },

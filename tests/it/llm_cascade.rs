@@ -514,7 +514,9 @@ async fn an_answer_without_the_json_asked_for_is_unusable_and_the_next_model_ask
         .filter_map(|a| a.error.clone())
         .collect();
     assert!(
-        reasons.iter().all(|r| r.contains("the answer holds no JSON object")),
+        reasons
+            .iter()
+            .all(|r| r.contains("the answer holds no JSON object")),
         "{reasons:?}"
     );
     // Prose is an answer where the caller takes any text.
