@@ -1660,7 +1660,7 @@ mod tests {
     }
 
     #[test]
-    fn every_numeric_setting_is_checked_against_its_range() {
+    fn store_sql_and_retry_numbers_are_checked_against_their_range() {
         // (variable, value, key named): beyond what the consumer accepts, or zero where
         // zero means nothing (or panics a timer).
         let cases = [
@@ -1698,6 +1698,16 @@ mod tests {
                 "retry.hedge_after_ms",
             ),
             ("DAYLOG__RETRY__DEADLINE_MS", "0", "retry.deadline_ms"),
+        ];
+        for (var, value, key) in cases {
+            assert_eq!(error_key(&[(var, value)]), key, "{var}={value}");
+        }
+    }
+
+    #[test]
+    fn every_other_numeric_setting_is_checked_against_its_range() {
+        // (variable, value, key named), as above.
+        let cases = [
             (
                 "DAYLOG__COOLDOWN__DURATION_MS",
                 "9000000000000",

@@ -135,31 +135,9 @@ impl Llm {
             }
         }
         let mut numbers: BTreeMap<(String, String), usize> = BTreeMap::new();
-        let mut steps = |configured: &[StepSettings]| -> Vec<Step> {
-            configured
-                .iter()
-                .filter_map(|s| {
-                    let provider = providers.get(s.provider())?;
-                    let next = numbers.len();
-                    let no = *numbers
-                        .entry((s.provider().to_owned(), s.model().to_owned()))
-                        .or_insert(next);
-                    provider.usable().then(|| Step {
-                        id: StepId {
-                            no,
-                            provider: s.provider().to_owned(),
-                            model: s.model().to_owned(),
-                        },
-                        provider: Arc::clone(provider),
-                        max_tokens: s.max_tokens(),
-                        temperature: s.temperature(),
-                    })
-                })
-                .collect()
-        };
-        let analysis = steps(settings.analysis.steps());
-        let metrics = steps(settings.metrics.steps());
-        let transcription = steps(settings.transcription.steps());
+        let analysis = usable_steps(settings.analysis.steps(), &providers, &mut numbers);
+        let metrics = usable_steps(settings.metrics.steps(), &providers, &mut numbers);
+        let transcription = usable_steps(settings.transcription.steps(), &providers, &mut numbers);
         let hedging = Hedging::new(
             settings.retry.hedge_after(),
             settings.retry.request_timeout(),
@@ -437,6 +415,36 @@ impl Llm {
             .iter()
             .map(|(name, p)| (name.as_str(), p.usable()))
     }
+}
+
+/// The configured steps of one cascade whose provider can be called. Each (provider,
+/// model) gets one number in `numbers` across every cascade: its cooldown, budget and
+/// hedging are shared by the tasks that use it.
+fn usable_steps(
+    configured: &[StepSettings],
+    providers: &BTreeMap<String, Arc<Provider>>,
+    numbers: &mut BTreeMap<(String, String), usize>,
+) -> Vec<Step> {
+    configured
+        .iter()
+        .filter_map(|s| {
+            let provider = providers.get(s.provider())?;
+            let next = numbers.len();
+            let no = *numbers
+                .entry((s.provider().to_owned(), s.model().to_owned()))
+                .or_insert(next);
+            provider.usable().then(|| Step {
+                id: StepId {
+                    no,
+                    provider: s.provider().to_owned(),
+                    model: s.model().to_owned(),
+                },
+                provider: Arc::clone(provider),
+                max_tokens: s.max_tokens(),
+                temperature: s.temperature(),
+            })
+        })
+        .collect()
 }
 
 /// What one key's ping got (`daylog doctor --ping`).
