@@ -1078,8 +1078,8 @@ async fn remember_answers(
     // One transaction: a row each, one commit.
     let mut tx = sqlx::Connection::begin(&mut conn).await?;
     let steps = [
-        ("analysis", &settings.analysis.steps),
-        ("metrics", &settings.metrics.steps),
+        ("analysis", settings.analysis.steps()),
+        ("metrics", settings.metrics.steps()),
     ];
     for (task, steps) in steps {
         for step in steps {
@@ -1089,8 +1089,8 @@ async fn remember_answers(
                      VALUES (?1, ?2, ?3, 0, 1, 200, 'ok', ?4)",
                 )
                 .bind(task)
-                .bind(&step.provider)
-                .bind(&step.model)
+                .bind(step.provider())
+                .bind(step.model())
                 .bind(i64::try_from(latency.as_millis()).unwrap_or(i64::MAX))
                 .execute(&mut *tx)
                 .await?;
@@ -1340,10 +1340,10 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let groq_metric_models = {
         let mut models: Vec<&str> = settings
             .metrics
-            .steps
+            .steps()
             .iter()
-            .filter(|step| step.provider == "groq")
-            .map(|step| step.model.as_str())
+            .filter(|step| step.provider() == "groq")
+            .map(|step| step.model())
             .collect();
         models.sort_unstable();
         models.dedup();

@@ -2,13 +2,14 @@
 //! config (with a message that names the key), 1 any other failure. Errors are printed
 //! as one human sentence.
 
+use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 use crate::app::{App, StartError};
-use crate::config::{ConfigError, Settings};
+use crate::config::{ConfigError, Settings, StepSettings};
 use crate::llm::Llm;
 use crate::sqlcmd::{self, Format, QueryError};
 use crate::store::{self, Store, StoreError};
@@ -121,7 +122,10 @@ pub fn main(cli: Cli) -> ExitCode {
             Command::Chat { user: 1 }
         });
     let chat = matches!(command, Command::Chat { .. });
-    crate::telemetry::init(settings.log.format, crate::telemetry::default_filter(chat));
+    crate::telemetry::init(
+        settings.log.format(),
+        crate::telemetry::default_filter(chat),
+    );
     for warning in dotenv_warnings.iter().chain(&settings.warnings) {
         // `daylog chat` logs only errors unless asked: what is wrong with its `.env`
         // (the likely reason it has no key) is said on its terminal instead.
@@ -362,7 +366,7 @@ async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCod
     // Refuse before touching the file, so a refused query changes nothing at all.
     sqlcmd::check(query).map_err(|r| CliError::Usage(r.to_string()))?;
     let pool = store::open_read_only(&settings.database_url, (&settings.store).into()).await?;
-    let result = sqlcmd::query(&pool, query, &settings.sql).await;
+    let result = sqlcmd::query(&pool, query, &(&settings.sql).into()).await;
     // A "no such table" on a file without daylog's tables is the wrong file (or one never
     // migrated), not a wrong query.
     let foreign = match &result {
@@ -459,18 +463,58 @@ impl Level {
 /// Prints one line per check; exit 1 when any check fails.
 async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     let mut lines: Vec<(Level, String)> = vec![(Level::Ok, "settings are valid".to_owned())];
-    let used: std::collections::BTreeSet<&str> = settings
+    let used: BTreeSet<&str> = settings
         .analysis
-        .steps
+        .steps()
         .iter()
-        .chain(&settings.metrics.steps)
-        .map(|s| s.provider.as_str())
+        .chain(settings.metrics.steps())
+        .map(StepSettings::provider)
         .collect();
+    lines.extend(provider_lines(settings, &used));
+    lines.extend(database_lines(settings).await);
+    lines.push(match settings.secrets.telegram_token {
+        Some(_) => (Level::Ok, "TELOXIDE_TOKEN is set".to_owned()),
+        None => (
+            Level::Fail,
+            "TELOXIDE_TOKEN is not set (needed by `daylog run`; `daylog chat` works without it)"
+                .to_owned(),
+        ),
+    });
+    if ping {
+        lines.extend(ping_providers(settings, &used).await);
+        if settings.secrets.telegram_token.is_some() {
+            lines.push(match crate::bot::ping_telegram(settings).await {
+                Ok(answer) => (Level::Ok, format!("ping telegram: {answer}")),
+                Err(why) => (Level::Fail, format!("ping telegram: {why}")),
+            });
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    for (level, text) in &lines {
+        let _ = writeln!(stdout, "{} {text}", level.label());
+    }
+    if lines.iter().any(|(level, _)| *level == Level::Fail) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// One line per provider the cascades use (its keys, never shown), and whether the
+/// analysis cascade has a usable step.
+fn provider_lines(settings: &Settings, used: &BTreeSet<&str>) -> Vec<(Level, String)> {
+    let mut lines = Vec::new();
     let mut any_analysis = false;
-    for name in &used {
+    for name in used {
         let keys = settings.keys(name).len();
         let usable = settings.provider_usable(name);
-        if usable && settings.analysis.steps.iter().any(|s| s.provider == *name) {
+        if usable
+            && settings
+                .analysis
+                .steps()
+                .iter()
+                .any(|s| s.provider() == *name)
+        {
             any_analysis = true;
         }
         lines.push(match (keys, usable) {
@@ -496,6 +540,13 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
             "no analysis step has a key: entries are saved, and analysed once a key is set and daylog is started again".to_owned()
         },
     ));
+    lines
+}
+
+/// Whether the database is there, reachable, migrated and sound, and each key's
+/// stored daily budget. Checking never creates the file.
+async fn database_lines(settings: &Settings) -> Vec<(Level, String)> {
+    let mut lines = Vec::new();
     let missing = crate::config::database_path(&settings.database_url)
         .ok()
         .filter(|path| !path.exists());
@@ -531,32 +582,7 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
             Err(e) => lines.push((Level::Fail, format!("database: {e}"))),
         }
     }
-    lines.push(match settings.secrets.telegram_token {
-        Some(_) => (Level::Ok, "TELOXIDE_TOKEN is set".to_owned()),
-        None => (
-            Level::Fail,
-            "TELOXIDE_TOKEN is not set (needed by `daylog run`; `daylog chat` works without it)"
-                .to_owned(),
-        ),
-    });
-    if ping {
-        lines.extend(ping_providers(settings, &used).await);
-        if settings.secrets.telegram_token.is_some() {
-            lines.push(match crate::bot::ping_telegram(settings).await {
-                Ok(answer) => (Level::Ok, format!("ping telegram: {answer}")),
-                Err(why) => (Level::Fail, format!("ping telegram: {why}")),
-            });
-        }
-    }
-    let mut stdout = std::io::stdout().lock();
-    for (level, text) in &lines {
-        let _ = writeln!(stdout, "{} {text}", level.label());
-    }
-    if lines.iter().any(|(level, _)| *level == Level::Fail) {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    }
+    lines
 }
 
 /// A key as `doctor` names it: its index (as `llm_calls.key_index` and

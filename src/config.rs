@@ -2,10 +2,16 @@
 //! environment.
 //!
 //! Layers, later wins: the compiled-in `config/default.toml`, the TOML file named by
-//! `DAYLOG_CONFIG`, then `DAYLOG__SECTION__KEY` variables. The merged tree is deserialised
-//! with `deny_unknown_fields` everywhere, so a typo is an error that names the key, and
-//! then validated as a whole. API keys are read from `NAME_API_KEY` (comma list) plus
-//! `NAME_API_KEY_2`, `_3`, … and are held as [`ApiKey`], whose `Debug` never shows them.
+//! `DAYLOG_CONFIG`, then `DAYLOG__SECTION__KEY` variables. The merged tree is parsed once
+//! into typed settings, with `deny_unknown_fields` everywhere, so a typo is an error that
+//! names the key. Each bound is checked where its type is built: a number by its
+//! `Bounded` range or a URL by `BaseUrl` as the deserialiser reads it (the error then
+//! carries the key's path), what the fields of a section say together by the section's
+//! constructor (`RetrySettings::new`), and a step's provider when its cascade is built
+//! (`TaskSettings::new`). Fields are private: a typed method is the only way to a
+//! setting (`settings.retry.deadline()`). API keys are read from `NAME_API_KEY` (comma
+//! list) plus `NAME_API_KEY_2`, `_3`, … and are held as [`ApiKey`], whose `Debug` never
+//! shows them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -104,6 +110,67 @@ impl fmt::Debug for ApiKey {
     }
 }
 
+/// The longest wait or timeout any `*_ms` setting may ask for: a year. Far beyond any
+/// sensible value, and well inside what tokio's timers, `Duration` arithmetic and
+/// SQLite's date functions accept.
+const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
+/// SQLite takes `busy_timeout` as a C `int` of milliseconds.
+const MAX_BUSY_TIMEOUT_MS: u64 = i32::MAX as u64;
+/// 16 TiB: beyond it the byte count, and SQLite's page count, stop being meaningful.
+const MAX_STORE_SIZE_MB: u64 = 16 * 1024 * 1024;
+/// A tokio semaphore holds at most `usize::MAX >> 3` permits; far fewer make sense.
+const MAX_CONCURRENCY: u64 = 100_000;
+const MAX_AGE_HOURS: u64 = MAX_DURATION_MS / 3_600_000;
+const U32_MAX: u64 = u32::MAX as u64;
+
+/// A whole number in `MIN..=MAX`, checked as it is read: a value outside would panic a
+/// timer or the SQLite driver, or mean nothing. The message names no key: the
+/// deserialiser's path does (`retry.max_attempts`), as for any other wrong value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bounded<const MIN: u64, const MAX: u64>(u64);
+
+/// Milliseconds of a wait or a timeout: at least `MIN`, at most a year.
+type Ms<const MIN: u64> = Bounded<MIN, MAX_DURATION_MS>;
+
+impl<const MIN: u64, const MAX: u64> Bounded<MIN, MAX> {
+    fn get(self) -> u64 {
+        self.0
+    }
+
+    fn millis(self) -> Duration {
+        Duration::from_millis(self.0)
+    }
+
+    /// The value of a setting whose `MAX` fits a `u32`.
+    fn get_u32(self) -> u32 {
+        u32::try_from(self.0).unwrap_or(u32::MAX)
+    }
+
+    fn get_usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for Bounded<MIN, MAX> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = u64::deserialize(deserializer)?;
+        if (MIN..=MAX).contains(&value) {
+            Ok(Self(value))
+        } else {
+            Err(serde::de::Error::custom(out_of_range(value, MIN, MAX)))
+        }
+    }
+}
+
+/// `5000000000 is out of range: must be from 1 to 1000`.
+fn out_of_range(value: impl fmt::Display, min: u64, max: u64) -> String {
+    if max == u64::MAX || max == U32_MAX {
+        format!("{value} is out of range: must be at least {min}")
+    } else {
+        format!("{value} is out of range: must be from {min} to {max}")
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -114,68 +181,99 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogSettings {
-    pub format: LogFormat,
+    format: LogFormat,
+}
+
+impl LogSettings {
+    pub fn format(&self) -> LogFormat {
+        self.format
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSettings {
-    pub busy_timeout_ms: u64,
+    busy_timeout_ms: Bounded<0, MAX_BUSY_TIMEOUT_MS>,
     /// A quota on the database file; 0 = none.
-    pub max_size_mb: u64,
+    max_size_mb: Bounded<0, MAX_STORE_SIZE_MB>,
 }
 
 impl StoreSettings {
     pub fn busy_timeout(&self) -> Duration {
-        Duration::from_millis(self.busy_timeout_ms)
+        self.busy_timeout_ms.millis()
     }
 
     /// The quota in bytes, `None` when there is none.
     pub fn max_size_bytes(&self) -> Option<u64> {
-        (self.max_size_mb > 0).then(|| self.max_size_mb.saturating_mul(1024 * 1024))
+        let mb = self.max_size_mb.get();
+        (mb > 0).then(|| mb.saturating_mul(1024 * 1024))
     }
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SqlSettings {
-    pub timeout_ms: u64,
-    pub max_rows: u64,
+    timeout_ms: Ms<1>,
+    max_rows: Bounded<1, { u64::MAX }>,
 }
 
 impl SqlSettings {
     /// How long one `daylog sql` query may run before it is interrupted.
     pub fn timeout(&self) -> Duration {
-        Duration::from_millis(self.timeout_ms)
+        self.timeout_ms.millis()
+    }
+
+    /// A query returning more rows is refused (they are held in memory).
+    pub fn max_rows(&self) -> u64 {
+        self.max_rows.get()
     }
 }
 
+/// `[retry]` as written; [`RetrySettings::new`] checks what its fields say together.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RetrySettings {
-    pub max_attempts: u32,
-    pub min_delay_ms: u64,
-    pub max_delay_ms: u64,
-    pub request_timeout_ms: u64,
-    pub hedge_after_ms: HedgeAfter,
-    pub deadline_ms: u64,
+struct RetryFields {
+    max_attempts: Bounded<1, 1000>,
+    min_delay_ms: Ms<0>,
+    max_delay_ms: Ms<0>,
+    request_timeout_ms: Ms<1>,
+    hedge_after_ms: HedgeAfter,
+    deadline_ms: Ms<1>,
 }
 
+#[derive(Debug, Clone)]
+pub struct RetrySettings(RetryFields);
+
 impl RetrySettings {
+    fn new(fields: RetryFields) -> Result<Self, ConfigError> {
+        let (min, max) = (fields.min_delay_ms.get(), fields.max_delay_ms.get());
+        if min > max {
+            return Err(ConfigError::invalid(
+                "retry.min_delay_ms",
+                format!("{min} is greater than retry.max_delay_ms ({max})"),
+            ));
+        }
+        Ok(Self(fields))
+    }
+
+    /// Rounds on one step (each key once per round), the first included: at least 1.
+    pub fn max_attempts(&self) -> u32 {
+        self.0.max_attempts.get_u32()
+    }
     pub fn min_delay(&self) -> Duration {
-        Duration::from_millis(self.min_delay_ms)
+        self.0.min_delay_ms.millis()
     }
     pub fn max_delay(&self) -> Duration {
-        Duration::from_millis(self.max_delay_ms)
+        self.0.max_delay_ms.millis()
     }
     pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms)
+        self.0.request_timeout_ms.millis()
     }
     pub fn hedge_after(&self) -> HedgeAfter {
-        self.hedge_after_ms
+        self.0.hedge_after_ms
     }
     pub fn deadline(&self) -> Duration {
-        Duration::from_millis(self.deadline_ms)
+        self.0.deadline_ms.millis()
     }
 }
 
@@ -205,9 +303,10 @@ impl TryFrom<HedgeSetting> for HedgeAfter {
     fn try_from(raw: HedgeSetting) -> Result<Self, String> {
         match raw {
             HedgeSetting::Ms(0) => Ok(Self::Off),
-            HedgeSetting::Ms(ms) if ms > 0 => {
-                Ok(Self::After(Duration::from_millis(ms.unsigned_abs())))
-            }
+            HedgeSetting::Ms(ms @ 1..) => match ms.unsigned_abs() {
+                ms @ ..=MAX_DURATION_MS => Ok(Self::After(Duration::from_millis(ms))),
+                ms => Err(out_of_range(ms, 0, MAX_DURATION_MS)),
+            },
             HedgeSetting::Word(w) if w.trim() == "auto" => Ok(Self::Auto),
             HedgeSetting::Ms(ms) => Err(format!(
                 "expected \"auto\", a number of milliseconds or 0 (off), not {ms}"
@@ -222,53 +321,88 @@ impl TryFrom<HedgeSetting> for HedgeAfter {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CooldownSettings {
-    pub duration_ms: u64,
-    pub failures_to_trip: u32,
+    duration_ms: Ms<0>,
+    failures_to_trip: Bounded<1, U32_MAX>,
 }
 
 impl CooldownSettings {
     pub fn duration(&self) -> Duration {
-        Duration::from_millis(self.duration_ms)
+        self.duration_ms.millis()
+    }
+
+    /// Failed attempts in a row, from any requests, that trip a step: at least 1.
+    pub fn failures_to_trip(&self) -> u32 {
+        self.failures_to_trip.get_u32()
     }
 }
 
+/// `[worker]` as written; [`WorkerSettings::new`] checks what its fields say together.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WorkerSettings {
-    pub poll_interval_ms: u64,
-    pub retry_min_ms: u64,
-    pub retry_max_ms: u64,
-    pub max_age_hours: u64,
+struct WorkerFields {
+    poll_interval_ms: Ms<1>,
+    retry_min_ms: Ms<1>,
+    retry_max_ms: Ms<1>,
+    max_age_hours: Bounded<0, MAX_AGE_HOURS>,
 }
 
+#[derive(Debug, Clone)]
+pub struct WorkerSettings(WorkerFields);
+
 impl WorkerSettings {
+    fn new(fields: WorkerFields) -> Result<Self, ConfigError> {
+        let (min, max) = (fields.retry_min_ms.get(), fields.retry_max_ms.get());
+        if min > max {
+            return Err(ConfigError::invalid(
+                "worker.retry_min_ms",
+                format!("{min} is greater than worker.retry_max_ms ({max})"),
+            ));
+        }
+        Ok(Self(fields))
+    }
+
     pub fn poll_interval(&self) -> Duration {
-        Duration::from_millis(self.poll_interval_ms)
+        self.0.poll_interval_ms.millis()
     }
     pub fn retry_min(&self) -> Duration {
-        Duration::from_millis(self.retry_min_ms)
+        self.0.retry_min_ms.millis()
     }
     pub fn retry_max(&self) -> Duration {
-        Duration::from_millis(self.retry_max_ms)
+        self.0.retry_max_ms.millis()
     }
     pub fn max_age(&self) -> Duration {
-        Duration::from_secs(self.max_age_hours.saturating_mul(3600))
+        Duration::from_secs(self.0.max_age_hours.get().saturating_mul(3600))
     }
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TelegramSettings {
-    pub throttle: bool,
-    pub allowed_users: Vec<i64>,
-    pub analyses_per_hour: u32,
-    pub max_text_chars: usize,
-    pub shutdown_grace_ms: u64,
+    throttle: bool,
+    allowed_users: Vec<i64>,
+    analyses_per_hour: Bounded<0, U32_MAX>,
+    max_text_chars: Bounded<1, { u64::MAX }>,
+    shutdown_grace_ms: Ms<0>,
 }
 
 impl TelegramSettings {
+    /// teloxide's `Throttle` (Telegram's own limits); off only for capacity benchmarks.
+    pub fn throttle(&self) -> bool {
+        self.throttle
+    }
+
+    /// Immediate analyses per user and hour; 0 = no limit.
+    pub fn analyses_per_hour(&self) -> u32 {
+        self.analyses_per_hour.get_u32()
+    }
+
+    /// Longer entries are saved whole and analysed truncated.
+    pub fn max_text_chars(&self) -> usize {
+        self.max_text_chars.get_usize()
+    }
+
     pub fn shutdown_grace(&self) -> Duration {
-        Duration::from_millis(self.shutdown_grace_ms)
+        self.shutdown_grace_ms.millis()
     }
 
     /// Whether this Telegram user may use the bot (an empty list allows everyone).
@@ -282,15 +416,37 @@ impl TelegramSettings {
 #[serde(deny_unknown_fields)]
 pub struct JournalSettings {
     /// The zone of a user who has not set one (`/tz`).
-    pub default_timezone: String,
+    default_timezone: DefaultZone,
     /// Entries before this local hour belong to the day before.
-    pub day_starts_hour: u8,
+    day_starts_hour: Bounded<0, 23>,
 }
 
 impl JournalSettings {
-    /// The default zone; validated at load, so the fallback is never used in practice.
+    /// The zone of a user who has not set one (`/tz`).
     pub fn default_zone(&self) -> crate::time::UserZone {
-        crate::time::UserZone::parse(&self.default_timezone).unwrap_or_default()
+        self.default_timezone.0.clone()
+    }
+
+    /// Entries before this local hour belong to the day before: 0 to 23.
+    pub fn day_starts_hour(&self) -> u8 {
+        u8::try_from(self.day_starts_hour.get()).unwrap_or(0)
+    }
+}
+
+/// `journal.default_timezone`, parsed as it is read.
+#[derive(Debug, Clone)]
+struct DefaultZone(crate::time::UserZone);
+
+impl<'de> Deserialize<'de> for DefaultZone {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        crate::time::UserZone::parse(&name)
+            .map(Self)
+            .map_err(|error| {
+                serde::de::Error::custom(format!(
+                    "{error}; use an IANA name such as Europe/Berlin, or UTC+03:00"
+                ))
+            })
     }
 }
 
@@ -299,14 +455,14 @@ impl JournalSettings {
 #[serde(deny_unknown_fields)]
 pub struct ReminderSettings {
     /// How often the scheduler looks for due reminders.
-    pub poll_interval_ms: u64,
+    poll_interval_ms: Ms<1>,
     /// A reminder this much past its time (the bot was down) is skipped, not sent late.
-    pub max_late_minutes: u64,
+    max_late_minutes: u64,
 }
 
 impl ReminderSettings {
     pub fn poll_interval(&self) -> Duration {
-        Duration::from_millis(self.poll_interval_ms)
+        self.poll_interval_ms.millis()
     }
     pub fn max_late(&self) -> Duration {
         Duration::from_secs(self.max_late_minutes.saturating_mul(60))
@@ -330,23 +486,84 @@ fn default_true() -> bool {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderSettings {
-    pub kind: ProviderKind,
-    pub base_url: Url,
+    kind: ProviderKind,
+    base_url: BaseUrl,
     /// When false the provider is used without a key (a local Ollama).
     #[serde(default = "default_true")]
-    pub require_key: bool,
+    require_key: bool,
     /// The environment variable holding the keys; default `<NAME>_API_KEY`.
     #[serde(default)]
-    pub key_env: Option<String>,
+    key_env: Option<String>,
     /// An optional safety limit on requests in flight to this provider, across all
     /// tasks; 0 (the default) means none, as budgets pace the requests (SPEC §5). When
     /// the limit is full an attempt spills over to the next step instead of queueing.
     #[serde(default)]
-    pub max_concurrency: usize,
+    max_concurrency: Bounded<0, MAX_CONCURRENCY>,
     /// The free tier's budget (SPEC §5 "Budgets"): what is declared here is enforced
     /// before sending; what the provider says is learned on top.
     #[serde(default)]
-    pub budget: BudgetSettings,
+    budget: BudgetSettings,
+}
+
+impl ProviderSettings {
+    pub fn kind(&self) -> ProviderKind {
+        self.kind
+    }
+
+    /// An http(s) URL without a query or a fragment, so endpoint paths can be appended.
+    pub fn base_url(&self) -> &Url {
+        &self.base_url.0
+    }
+
+    /// When false the provider is used without a key (a local Ollama).
+    pub fn require_key(&self) -> bool {
+        self.require_key
+    }
+
+    /// Name of the environment variable with this provider's keys.
+    pub fn key_env(&self, provider_name: &str) -> String {
+        self.key_env
+            .clone()
+            .unwrap_or_else(|| format!("{}_API_KEY", provider_name.to_ascii_uppercase()))
+    }
+
+    /// The cap on requests in flight; 0 = none.
+    pub fn max_concurrency(&self) -> usize {
+        self.max_concurrency.get_usize()
+    }
+
+    pub fn budget(&self) -> &BudgetSettings {
+        &self.budget
+    }
+}
+
+impl Default for Bounded<0, MAX_CONCURRENCY> {
+    fn default() -> Self {
+        Self(0)
+    }
+}
+
+/// `providers.NAME.base_url`: endpoint paths are appended to it, so it must be an
+/// http(s) URL, and a query or fragment would end up in front of them and send the
+/// requests to the wrong place.
+#[derive(Debug, Clone)]
+struct BaseUrl(Url);
+
+impl<'de> Deserialize<'de> for BaseUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let url = Url::deserialize(deserializer)?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(serde::de::Error::custom(
+                "must be an http:// or https:// URL",
+            ));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(serde::de::Error::custom(
+                "must not have a ?query or #fragment (endpoint paths are appended to it)",
+            ));
+        }
+        Ok(Self(url))
+    }
 }
 
 /// What a provider's budget is counted per.
@@ -361,7 +578,8 @@ pub enum BudgetPer {
 }
 
 /// One provider's declared budget per key (or key and model). Absent limits are not
-/// enforced until the provider's answers teach one.
+/// enforced until the provider's answers teach one. Every value is one a budget can
+/// hold, so the fields are plain.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetSettings {
@@ -378,35 +596,26 @@ pub struct BudgetSettings {
 #[serde(deny_unknown_fields)]
 pub struct BudgetsSettings {
     /// Wait for a better step's budget only when it returns within this; else spill over.
-    pub spill_after_ms: u64,
+    spill_after_ms: Ms<0>,
     /// Tell the user "saved, the analysis follows in about N minutes" only beyond this.
-    pub notify_after_ms: u64,
+    notify_after_ms: Ms<0>,
 }
 
 impl Default for BudgetsSettings {
     fn default() -> Self {
         Self {
-            spill_after_ms: 1500,
-            notify_after_ms: 15_000,
+            spill_after_ms: Bounded(1500),
+            notify_after_ms: Bounded(15_000),
         }
     }
 }
 
 impl BudgetsSettings {
     pub fn spill_after(&self) -> Duration {
-        Duration::from_millis(self.spill_after_ms)
+        self.spill_after_ms.millis()
     }
     pub fn notify_after(&self) -> Duration {
-        Duration::from_millis(self.notify_after_ms)
-    }
-}
-
-impl ProviderSettings {
-    /// Name of the environment variable with this provider's keys.
-    pub fn key_env(&self, provider_name: &str) -> String {
-        self.key_env
-            .clone()
-            .unwrap_or_else(|| format!("{}_API_KEY", provider_name.to_ascii_uppercase()))
+        self.notify_after_ms.millis()
     }
 }
 
@@ -414,19 +623,130 @@ impl ProviderSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepSettings {
-    pub provider: String,
-    pub model: String,
+    provider: String,
+    model: NonBlank,
     /// Upper bound on generated tokens, passed to the provider when set.
     #[serde(default)]
-    pub max_tokens: Option<u32>,
+    max_tokens: Option<Bounded<1, U32_MAX>>,
     #[serde(default)]
-    pub temperature: Option<f32>,
+    temperature: Option<Temperature>,
 }
 
+impl StepSettings {
+    /// The name of a configured provider (checked when its cascade is built).
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+    pub fn model(&self) -> &str {
+        &self.model.0
+    }
+    /// Upper bound on generated tokens, passed to the provider when set.
+    pub fn max_tokens(&self) -> Option<u32> {
+        self.max_tokens.map(Bounded::get_u32)
+    }
+    /// 0.0–2.0, passed to the provider when set.
+    pub fn temperature(&self) -> Option<f32> {
+        self.temperature.map(|t| t.0)
+    }
+}
+
+/// A model name: not empty.
+#[derive(Debug, Clone)]
+struct NonBlank(String);
+
+impl<'de> Deserialize<'de> for NonBlank {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text.trim().is_empty() {
+            return Err(serde::de::Error::custom("must not be empty"));
+        }
+        Ok(Self(text))
+    }
+}
+
+/// A sampling temperature, 0 to 2.
+#[derive(Debug, Clone, Copy)]
+struct Temperature(f32);
+
+impl<'de> Deserialize<'de> for Temperature {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let t = f32::deserialize(deserializer)?;
+        if !(0.0..=2.0).contains(&t) {
+            return Err(serde::de::Error::custom(format!(
+                "{t} is out of range: must be from 0 to 2"
+            )));
+        }
+        Ok(Self(t))
+    }
+}
+
+/// `[[TASK.steps]]` as written: at least one.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct TaskFields {
+    steps: Steps,
+}
+
+#[derive(Debug, Clone)]
+struct Steps(Vec<StepSettings>);
+
+impl<'de> Deserialize<'de> for Steps {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let steps = Vec::<StepSettings>::deserialize(deserializer)?;
+        if steps.is_empty() {
+            return Err(serde::de::Error::custom("needs at least one step"));
+        }
+        Ok(Self(steps))
+    }
+}
+
+/// One cascade: its steps in order, at least one, each naming a configured provider.
+#[derive(Debug, Clone)]
 pub struct TaskSettings {
-    pub steps: Vec<StepSettings>,
+    steps: Vec<StepSettings>,
+}
+
+impl TaskSettings {
+    /// The cascade `task` (`analysis`, …) over `providers`. Speech to text is a request
+    /// shape of the `openai` wire format only (SPEC §11): a transcription step names
+    /// an OpenAI-compatible provider.
+    fn new(
+        task: &str,
+        fields: TaskFields,
+        providers: &BTreeMap<String, ProviderSettings>,
+    ) -> Result<Self, ConfigError> {
+        for (i, step) in fields.steps.0.iter().enumerate() {
+            let key = format!("{task}.steps[{i}].provider");
+            let Some(provider) = providers.get(&step.provider) else {
+                let known: Vec<&str> = providers.keys().map(String::as_str).collect();
+                return Err(ConfigError::invalid(
+                    key,
+                    format!(
+                        "unknown provider `{}` (configured: {})",
+                        step.provider,
+                        known.join(", ")
+                    ),
+                ));
+            };
+            if task == "transcription" && provider.kind != ProviderKind::Openai {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!(
+                        "`{}` is not kind = \"openai\": only OpenAI-compatible providers transcribe",
+                        step.provider
+                    ),
+                ));
+            }
+        }
+        Ok(Self {
+            steps: fields.steps.0,
+        })
+    }
+
+    /// The steps, in the order they are tried; never empty.
+    pub fn steps(&self) -> &[StepSettings] {
+        &self.steps
+    }
 }
 
 /// Voice notes (SPEC §11).
@@ -434,40 +754,36 @@ pub struct TaskSettings {
 #[serde(deny_unknown_fields)]
 pub struct VoiceSettings {
     /// Longer notes are refused and not stored.
-    pub max_seconds: u32,
+    max_seconds: Bounded<1, U32_MAX>,
 }
 
-/// Everything from the TOML layers.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileSettings {
-    pub log: LogSettings,
-    pub store: StoreSettings,
-    pub sql: SqlSettings,
-    pub retry: RetrySettings,
-    pub cooldown: CooldownSettings,
-    pub worker: WorkerSettings,
-    pub telegram: TelegramSettings,
-    pub journal: JournalSettings,
-    pub reminders: ReminderSettings,
-    pub providers: BTreeMap<String, ProviderSettings>,
-    #[serde(default)]
-    pub budgets: BudgetsSettings,
-    pub analysis: TaskSettings,
-    pub metrics: TaskSettings,
-    pub voice: VoiceSettings,
-    pub transcription: TaskSettings,
-}
-
-impl FileSettings {
-    /// The cascades by the name their keys start with.
-    fn tasks(&self) -> [(&'static str, &TaskSettings); 3] {
-        [
-            ("analysis", &self.analysis),
-            ("metrics", &self.metrics),
-            ("transcription", &self.transcription),
-        ]
+impl VoiceSettings {
+    /// Longer notes are refused and not stored.
+    pub fn max_seconds(&self) -> u32 {
+        self.max_seconds.get_u32()
     }
+}
+
+/// Everything from the TOML layers, as written: each value already checked by its type.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSettings {
+    log: LogSettings,
+    store: StoreSettings,
+    sql: SqlSettings,
+    retry: RetryFields,
+    cooldown: CooldownSettings,
+    worker: WorkerFields,
+    telegram: TelegramSettings,
+    journal: JournalSettings,
+    reminders: ReminderSettings,
+    providers: BTreeMap<String, ProviderSettings>,
+    #[serde(default)]
+    budgets: BudgetsSettings,
+    analysis: TaskFields,
+    metrics: TaskFields,
+    voice: VoiceSettings,
+    transcription: TaskFields,
 }
 
 /// Values that only ever come from the environment.
@@ -495,23 +811,32 @@ impl fmt::Debug for Secrets {
     }
 }
 
-/// The complete, validated configuration.
+/// The complete configuration, typed: each value was checked as its type was built
+/// (a bound by the deserialiser, with the key's path; what fields say together by the
+/// section's constructor), so reading a setting is a method that cannot fail.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub file: FileSettings,
+    pub log: LogSettings,
+    pub store: StoreSettings,
+    pub sql: SqlSettings,
+    pub retry: RetrySettings,
+    pub cooldown: CooldownSettings,
+    pub worker: WorkerSettings,
+    pub telegram: TelegramSettings,
+    pub journal: JournalSettings,
+    pub reminders: ReminderSettings,
+    pub providers: BTreeMap<String, ProviderSettings>,
+    pub budgets: BudgetsSettings,
+    pub analysis: TaskSettings,
+    pub metrics: TaskSettings,
+    pub voice: VoiceSettings,
+    pub transcription: TaskSettings,
     pub secrets: Secrets,
     pub database_url: String,
     /// `TELOXIDE_API_URL`, when a test or a self-hosted Bot API server sets it.
     pub telegram_api_url: Option<Url>,
     /// Things that are allowed but probably a mistake, logged once at start-up.
     pub warnings: Vec<String>,
-}
-
-impl std::ops::Deref for Settings {
-    type Target = FileSettings;
-    fn deref(&self) -> &FileSettings {
-        &self.file
-    }
 }
 
 /// Where settings are read from: the process environment, or a map in tests.
@@ -561,29 +886,57 @@ impl Settings {
             merge(&mut tree, layer);
         }
         apply_env_overrides(&mut tree, env)?;
-        let file = deserialize(tree)?;
-        validate(&file)?;
+        Self::build(deserialize(tree)?, env)
+    }
 
-        let database_url = env
-            .var("DATABASE_URL")
-            .filter(|v| !v.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
-        if !database_url.starts_with("sqlite:") {
-            return Err(ConfigError::invalid(
-                "DATABASE_URL",
-                "daylog stores its data in SQLite; expected a URL like sqlite://data/daylog.db",
-            ));
-        }
-        // An empty or in-memory path would be a database that vanishes at exit.
-        database_path(&database_url)
-            .map_err(|e| ConfigError::invalid("DATABASE_URL", e.to_string()))?;
+    /// The settings from the layers' values, each already checked by its type: what
+    /// the fields of a section or the sections say together is checked as each is built,
+    /// then the values that come only from the environment.
+    fn build(file: FileSettings, env: &dyn Env) -> Result<Self, ConfigError> {
+        let (secrets, warnings) = read_secrets(&file.providers, env);
+        let FileSettings {
+            log,
+            store,
+            sql,
+            retry,
+            cooldown,
+            worker,
+            telegram,
+            journal,
+            reminders,
+            providers,
+            budgets,
+            analysis,
+            metrics,
+            voice,
+            transcription,
+        } = file;
+        let retry = RetrySettings::new(retry)?;
+        let worker = WorkerSettings::new(worker)?;
+        let analysis = TaskSettings::new("analysis", analysis, &providers)?;
+        let metrics = TaskSettings::new("metrics", metrics, &providers)?;
+        let transcription = TaskSettings::new("transcription", transcription, &providers)?;
+        let database_url = database_url(env)?;
         let telegram_api_url = match env.var("TELOXIDE_API_URL").filter(|v| !v.trim().is_empty()) {
             None => None,
             Some(raw) => Some(bot_api_url(raw.trim())?),
         };
-        let (secrets, warnings) = read_secrets(&file, env);
         Ok(Self {
-            file,
+            log,
+            store,
+            sql,
+            retry,
+            cooldown,
+            worker,
+            telegram,
+            journal,
+            reminders,
+            providers,
+            budgets,
+            analysis,
+            metrics,
+            voice,
+            transcription,
             secrets,
             database_url,
             telegram_api_url,
@@ -604,8 +957,25 @@ impl Settings {
     pub fn provider_usable(&self, provider: &str) -> bool {
         self.providers
             .get(provider)
-            .is_some_and(|p| !p.require_key || !self.keys(provider).is_empty())
+            .is_some_and(|p| !p.require_key() || !self.keys(provider).is_empty())
     }
+}
+
+/// `DATABASE_URL`, or the default: a SQLite URL naming a file (an empty or in-memory
+/// path would be a database that vanishes at exit).
+fn database_url(env: &dyn Env) -> Result<String, ConfigError> {
+    let url = env
+        .var("DATABASE_URL")
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+    if !url.starts_with("sqlite:") {
+        return Err(ConfigError::invalid(
+            "DATABASE_URL",
+            "daylog stores its data in SQLite; expected a URL like sqlite://data/daylog.db",
+        ));
+    }
+    database_path(&url).map_err(|e| ConfigError::invalid("DATABASE_URL", e.to_string()))?;
+    Ok(url)
 }
 
 /// `TELOXIDE_API_URL`: teloxide appends `bot<token>/<method>` to it, so it must be an
@@ -785,273 +1155,16 @@ fn in_plain_words(key: &str, message: String) -> String {
     )
 }
 
-/// The longest wait or timeout any `*_ms` setting may ask for: a year. Far beyond any
-/// sensible value, and well inside what tokio's timers, `Duration` arithmetic and
-/// SQLite's date functions accept.
-const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
-/// SQLite takes `busy_timeout` as a C `int` of milliseconds.
-const MAX_BUSY_TIMEOUT_MS: u64 = i32::MAX as u64;
-/// 16 TiB: beyond it the byte count, and SQLite's page count, stop being meaningful.
-const MAX_STORE_SIZE_MB: u64 = 16 * 1024 * 1024;
-/// A tokio semaphore holds at most `usize::MAX >> 3` permits; far fewer make sense.
-const MAX_CONCURRENCY: u64 = 100_000;
-
-/// Every numeric setting with the range its consumer accepts: `(key, value, min, max)`.
-/// A value outside it would panic a timer or the SQLite driver, or mean nothing.
-fn numeric_settings(s: &FileSettings) -> Vec<(String, u64, u64, u64)> {
-    let ms = |key: &str, value: u64, min: u64| (key.to_owned(), value, min, MAX_DURATION_MS);
-    let mut table = vec![
-        (
-            "store.busy_timeout_ms".to_owned(),
-            s.store.busy_timeout_ms,
-            0,
-            MAX_BUSY_TIMEOUT_MS,
-        ),
-        (
-            "store.max_size_mb".to_owned(),
-            s.store.max_size_mb,
-            0,
-            MAX_STORE_SIZE_MB,
-        ),
-        ms("sql.timeout_ms", s.sql.timeout_ms, 1),
-        ("sql.max_rows".to_owned(), s.sql.max_rows, 1, u64::MAX),
-        (
-            "retry.max_attempts".to_owned(),
-            u64::from(s.retry.max_attempts),
-            1,
-            1000,
-        ),
-        ms("retry.min_delay_ms", s.retry.min_delay_ms, 0),
-        ms("retry.max_delay_ms", s.retry.max_delay_ms, 0),
-        ms("retry.request_timeout_ms", s.retry.request_timeout_ms, 1),
-        ms(
-            "retry.hedge_after_ms",
-            match s.retry.hedge_after_ms {
-                HedgeAfter::After(after) => u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
-                HedgeAfter::Auto | HedgeAfter::Off => 0,
-            },
-            0,
-        ),
-        ms("retry.deadline_ms", s.retry.deadline_ms, 1),
-        ms("cooldown.duration_ms", s.cooldown.duration_ms, 0),
-        (
-            "cooldown.failures_to_trip".to_owned(),
-            u64::from(s.cooldown.failures_to_trip),
-            1,
-            u64::from(u32::MAX),
-        ),
-        ms("worker.poll_interval_ms", s.worker.poll_interval_ms, 1),
-        ms("worker.retry_min_ms", s.worker.retry_min_ms, 1),
-        ms("worker.retry_max_ms", s.worker.retry_max_ms, 1),
-        (
-            "worker.max_age_hours".to_owned(),
-            s.worker.max_age_hours,
-            0,
-            MAX_DURATION_MS / 3_600_000,
-        ),
-        (
-            "telegram.max_text_chars".to_owned(),
-            s.telegram.max_text_chars as u64,
-            1,
-            u64::MAX,
-        ),
-        ms(
-            "telegram.shutdown_grace_ms",
-            s.telegram.shutdown_grace_ms,
-            0,
-        ),
-        ms(
-            "reminders.poll_interval_ms",
-            s.reminders.poll_interval_ms,
-            1,
-        ),
-        ms("budgets.spill_after_ms", s.budgets.spill_after_ms, 0),
-        ms("budgets.notify_after_ms", s.budgets.notify_after_ms, 0),
-    ];
-    for (name, provider) in &s.providers {
-        table.push((
-            format!("providers.{name}.max_concurrency"),
-            provider.max_concurrency as u64,
-            0,
-            MAX_CONCURRENCY,
-        ));
-    }
-    for (task, settings) in s.tasks() {
-        for (i, step) in settings.steps.iter().enumerate() {
-            if let Some(max_tokens) = step.max_tokens {
-                table.push((
-                    format!("{task}.steps[{i}].max_tokens"),
-                    u64::from(max_tokens),
-                    1,
-                    u64::from(u32::MAX),
-                ));
-            }
-        }
-    }
-    table
-}
-
-fn check_ranges(s: &FileSettings) -> Result<(), ConfigError> {
-    for (key, value, min, max) in numeric_settings(s) {
-        if value < min || value > max {
-            let message = match (min, max) {
-                (1, u64::MAX) => format!("{value} is out of range: must be at least 1"),
-                _ => format!("{value} is out of range: must be from {min} to {max}"),
-            };
-            return Err(ConfigError::invalid(key, message));
-        }
-    }
-    for (task, settings) in s.tasks() {
-        for (i, step) in settings.steps.iter().enumerate() {
-            if let Some(t) = step.temperature
-                && !(0.0..=2.0).contains(&t)
-            {
-                return Err(ConfigError::invalid(
-                    format!("{task}.steps[{i}].temperature"),
-                    format!("{t} is out of range: must be from 0 to 2"),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn validate(s: &FileSettings) -> Result<(), ConfigError> {
-    check_ranges(s)?;
-    if s.retry.max_attempts == 0 {
-        return Err(ConfigError::invalid(
-            "retry.max_attempts",
-            "must be at least 1 (the first attempt counts)",
-        ));
-    }
-    if s.retry.min_delay_ms > s.retry.max_delay_ms {
-        return Err(ConfigError::invalid(
-            "retry.min_delay_ms",
-            format!(
-                "{} is greater than retry.max_delay_ms ({})",
-                s.retry.min_delay_ms, s.retry.max_delay_ms
-            ),
-        ));
-    }
-    if s.retry.request_timeout_ms == 0 {
-        return Err(ConfigError::invalid(
-            "retry.request_timeout_ms",
-            "must be above 0",
-        ));
-    }
-    if s.retry.deadline_ms == 0 {
-        return Err(ConfigError::invalid("retry.deadline_ms", "must be above 0"));
-    }
-    if s.cooldown.failures_to_trip == 0 {
-        return Err(ConfigError::invalid(
-            "cooldown.failures_to_trip",
-            "must be at least 1",
-        ));
-    }
-    if s.worker.retry_min_ms > s.worker.retry_max_ms {
-        return Err(ConfigError::invalid(
-            "worker.retry_min_ms",
-            format!(
-                "{} is greater than worker.retry_max_ms ({})",
-                s.worker.retry_min_ms, s.worker.retry_max_ms
-            ),
-        ));
-    }
-    if s.worker.poll_interval_ms == 0 {
-        return Err(ConfigError::invalid(
-            "worker.poll_interval_ms",
-            "must be above 0",
-        ));
-    }
-    if let Err(error) = crate::time::UserZone::parse(&s.journal.default_timezone) {
-        return Err(ConfigError::invalid(
-            "journal.default_timezone",
-            format!("{error}; use an IANA name such as Europe/Berlin, or UTC+03:00"),
-        ));
-    }
-    if s.journal.day_starts_hour > 23 {
-        return Err(ConfigError::invalid(
-            "journal.day_starts_hour",
-            "must be an hour from 0 to 23",
-        ));
-    }
-    if s.reminders.poll_interval_ms == 0 {
-        return Err(ConfigError::invalid(
-            "reminders.poll_interval_ms",
-            "must be above 0",
-        ));
-    }
-    for (name, provider) in &s.providers {
-        if !matches!(provider.base_url.scheme(), "http" | "https") {
-            return Err(ConfigError::invalid(
-                format!("providers.{name}.base_url"),
-                "must be an http:// or https:// URL",
-            ));
-        }
-        // Endpoint paths are appended to the base URL; a query or fragment would end up
-        // in front of them and the requests would go to the wrong place.
-        if provider.base_url.query().is_some() || provider.base_url.fragment().is_some() {
-            return Err(ConfigError::invalid(
-                format!("providers.{name}.base_url"),
-                "must not have a ?query or #fragment (endpoint paths are appended to it)",
-            ));
-        }
-    }
-    for (task, settings) in s.tasks() {
-        if settings.steps.is_empty() {
-            return Err(ConfigError::invalid(
-                format!("{task}.steps"),
-                "needs at least one step",
-            ));
-        }
-        for (i, step) in settings.steps.iter().enumerate() {
-            if !s.providers.contains_key(&step.provider) {
-                let known: Vec<&str> = s.providers.keys().map(String::as_str).collect();
-                return Err(ConfigError::invalid(
-                    format!("{task}.steps[{i}].provider"),
-                    format!(
-                        "unknown provider `{}` (configured: {})",
-                        step.provider,
-                        known.join(", ")
-                    ),
-                ));
-            }
-            if step.model.trim().is_empty() {
-                return Err(ConfigError::invalid(
-                    format!("{task}.steps[{i}].model"),
-                    "must not be empty",
-                ));
-            }
-        }
-    }
-    // Speech to text is a request shape of the `openai` wire format only (SPEC §11).
-    for (i, step) in s.transcription.steps.iter().enumerate() {
-        if s.providers
-            .get(&step.provider)
-            .is_some_and(|p| p.kind != ProviderKind::Openai)
-        {
-            return Err(ConfigError::invalid(
-                format!("transcription.steps[{i}].provider"),
-                format!(
-                    "`{}` is not kind = \"openai\": only OpenAI-compatible providers transcribe",
-                    step.provider
-                ),
-            ));
-        }
-    }
-    if s.voice.max_seconds == 0 {
-        return Err(ConfigError::invalid("voice.max_seconds", "must be above 0"));
-    }
-    Ok(())
-}
-
 /// Keys of each provider: `NAME_API_KEY` (one, or a comma list), then `NAME_API_KEY_2`,
 /// `_3`, … until the first missing number. Blank entries and duplicates are dropped. A
 /// numbered variable after a gap is never read, and says so in the warnings.
-fn read_secrets(file: &FileSettings, env: &dyn Env) -> (Secrets, Vec<String>) {
+fn read_secrets(
+    providers: &BTreeMap<String, ProviderSettings>,
+    env: &dyn Env,
+) -> (Secrets, Vec<String>) {
     let mut keys = BTreeMap::new();
     let mut warnings = Vec::new();
-    for (name, provider) in &file.providers {
+    for (name, provider) in providers {
         let var = provider.key_env(name);
         // Each key with where it was read from; a key given twice keeps its first place.
         let mut found: Vec<(String, String)> = Vec::new();
@@ -1265,16 +1378,16 @@ mod tests {
     #[test]
     fn defaults_match_the_spec() {
         let s = load(&[]).expect("defaults load");
-        assert_eq!(s.retry.max_attempts, 3);
+        assert_eq!(s.retry.max_attempts(), 3);
         assert_eq!(s.retry.min_delay(), Duration::from_secs(1));
         assert_eq!(s.retry.hedge_after(), HedgeAfter::Auto);
-        assert_eq!(s.cooldown.duration_ms, 60_000);
+        assert_eq!(s.cooldown.duration(), Duration::from_secs(60));
         assert_eq!(s.worker.max_age(), Duration::from_secs(48 * 3600));
-        assert!(s.telegram.throttle);
-        assert_eq!(s.analysis.steps.len(), 3);
-        assert_eq!(s.analysis.steps[0].model, "mistral-small-2506");
-        assert_eq!(s.metrics.steps[0].provider, "groq");
-        assert_eq!(s.providers["gemini"].kind, ProviderKind::Gemini);
+        assert!(s.telegram.throttle());
+        assert_eq!(s.analysis.steps().len(), 3);
+        assert_eq!(s.analysis.steps()[0].model(), "mistral-small-2506");
+        assert_eq!(s.metrics.steps()[0].provider(), "groq");
+        assert_eq!(s.providers["gemini"].kind(), ProviderKind::Gemini);
         assert_eq!(s.database_url, DEFAULT_DATABASE_URL);
     }
 
@@ -1282,7 +1395,7 @@ mod tests {
     fn time_and_rhythm_settings_are_checked_by_name() {
         let s = load(&[]).expect("defaults load");
         assert_eq!(s.journal.default_zone().name(), "UTC");
-        assert_eq!(s.journal.day_starts_hour, 4);
+        assert_eq!(s.journal.day_starts_hour(), 4);
         assert_eq!(s.reminders.max_late(), Duration::from_secs(90 * 60));
         let s = load(&[("DAYLOG__JOURNAL__DEFAULT_TIMEZONE", "europe/berlin")]).expect("loads");
         assert_eq!(s.journal.default_zone().name(), "Europe/Berlin");
@@ -1322,15 +1435,27 @@ mod tests {
             ("DAYLOG__TELEGRAM__THROTTLE", "false"),
         ])
         .expect("loads");
-        assert_eq!(s.retry.min_delay_ms, 10, "file beats defaults");
-        assert_eq!(s.retry.max_delay_ms, 50, "env beats file");
-        assert_eq!(s.retry.max_attempts, 3, "untouched keys keep their default");
         assert_eq!(
-            s.providers["mistral"].base_url.as_str(),
+            s.retry.min_delay(),
+            Duration::from_millis(10),
+            "file beats defaults"
+        );
+        assert_eq!(
+            s.retry.max_delay(),
+            Duration::from_millis(50),
+            "env beats file"
+        );
+        assert_eq!(
+            s.retry.max_attempts(),
+            3,
+            "untouched keys keep their default"
+        );
+        assert_eq!(
+            s.providers["mistral"].base_url().as_str(),
             "http://127.0.0.1:9000/v1"
         );
-        assert_eq!(s.providers["mistral"].kind, ProviderKind::Openai);
-        assert!(!s.telegram.throttle);
+        assert_eq!(s.providers["mistral"].kind(), ProviderKind::Openai);
+        assert!(!s.telegram.throttle());
     }
 
     #[test]
@@ -1339,8 +1464,8 @@ mod tests {
             "[[analysis.steps]]\nprovider = \"gemini\"\nmodel = \"gemini-2.5-flash\"\n",
         );
         let s = load(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]).expect("loads");
-        assert_eq!(s.analysis.steps.len(), 1);
-        assert_eq!(s.analysis.steps[0].model, "gemini-2.5-flash");
+        assert_eq!(s.analysis.steps().len(), 1);
+        assert_eq!(s.analysis.steps()[0].model(), "gemini-2.5-flash");
     }
 
     #[test]
@@ -1411,15 +1536,15 @@ mod tests {
     #[test]
     fn voice_defaults_and_transcription_only_on_openai_providers() {
         let s = load(&[]).expect("defaults load");
-        assert_eq!(s.voice.max_seconds, 600);
+        assert_eq!(s.voice.max_seconds(), 600);
         let models: Vec<&str> = s
             .transcription
-            .steps
+            .steps()
             .iter()
-            .map(|step| step.model.as_str())
+            .map(StepSettings::model)
             .collect();
         assert_eq!(models, ["whisper-large-v3-turbo", "whisper-large-v3"]);
-        assert_eq!(s.transcription.steps[0].provider, "groq");
+        assert_eq!(s.transcription.steps()[0].provider(), "groq");
 
         let file = write_config("[[transcription.steps]]\nprovider = \"gemini\"\nmodel = \"x\"\n");
         let key = error_key(&[(CONFIG_FILE_VAR, file.path().to_str().expect("utf-8"))]);
@@ -1448,6 +1573,28 @@ mod tests {
         assert_eq!(
             error_key(&[("DAYLOG__RETRY__MAX_ATTEMPTS", "0")]),
             "retry.max_attempts"
+        );
+    }
+
+    /// A bound checked as its type is read still names the key and says what to write.
+    #[test]
+    fn an_out_of_range_value_says_its_range() {
+        let said = |var, value| load(&[(var, value)]).expect_err(var).to_string();
+        assert_eq!(
+            said("DAYLOG__RETRY__MAX_ATTEMPTS", "0"),
+            "config key `retry.max_attempts`: 0 is out of range: must be from 1 to 1000"
+        );
+        assert_eq!(
+            said("DAYLOG__SQL__MAX_ROWS", "0"),
+            "config key `sql.max_rows`: 0 is out of range: must be at least 1"
+        );
+        assert_eq!(
+            said("DAYLOG__JOURNAL__DAY_STARTS_HOUR", "24"),
+            "config key `journal.day_starts_hour`: 24 is out of range: must be from 0 to 23"
+        );
+        assert_eq!(
+            said("DAYLOG__RETRY__MIN_DELAY_MS", "20000"),
+            "config key `retry.min_delay_ms`: 20000 is greater than retry.max_delay_ms (10000)"
         );
     }
 
@@ -1513,7 +1660,7 @@ mod tests {
     }
 
     #[test]
-    fn every_numeric_setting_is_checked_against_its_range() {
+    fn store_sql_and_retry_numbers_are_checked_against_their_range() {
         // (variable, value, key named): beyond what the consumer accepts, or zero where
         // zero means nothing (or panics a timer).
         let cases = [
@@ -1551,6 +1698,16 @@ mod tests {
                 "retry.hedge_after_ms",
             ),
             ("DAYLOG__RETRY__DEADLINE_MS", "0", "retry.deadline_ms"),
+        ];
+        for (var, value, key) in cases {
+            assert_eq!(error_key(&[(var, value)]), key, "{var}={value}");
+        }
+    }
+
+    #[test]
+    fn every_other_numeric_setting_is_checked_against_its_range() {
+        // (variable, value, key named), as above.
+        let cases = [
             (
                 "DAYLOG__COOLDOWN__DURATION_MS",
                 "9000000000000",

@@ -89,7 +89,7 @@ fn last_sunday_at_or_before(
 }
 
 fn day_starts_hour(journal: &Journal) -> u8 {
-    journal.settings().journal.day_starts_hour
+    journal.settings().journal.day_starts_hour()
 }
 
 /// Whether the digest is asked for by the user now (who always gets an answer) or

@@ -387,7 +387,7 @@ impl Journal {
 
     /// The local day `at` belongs to in `zone` (SPEC §10).
     pub fn local_day(&self, zone: &UserZone, at: jiff::Timestamp) -> jiff::civil::Date {
-        zone.local_day(at, self.settings.journal.day_starts_hour)
+        zone.local_day(at, self.settings.journal.day_starts_hour())
     }
 
     /// The local day of a moment scheduled for `time` in `zone` (a reminder, a digest):
@@ -398,7 +398,7 @@ impl Journal {
         at: jiff::Timestamp,
         time: crate::time::LocalTime,
     ) -> jiff::civil::Date {
-        zone.local_day_of(at, time, self.settings.journal.day_starts_hour)
+        zone.local_day_of(at, time, self.settings.journal.day_starts_hour())
     }
 
     /// The user's zone and their "today".
@@ -614,7 +614,7 @@ impl Journal {
     /// Why a voice note is refused before anything is stored, if it is: longer than
     /// `voice.max_seconds` or larger than Telegram lets a bot download.
     fn voice_refusal(&self, voice: &IncomingVoice, texts: Texts) -> Option<String> {
-        let max_seconds = self.settings.voice.max_seconds;
+        let max_seconds = self.settings.voice.max_seconds();
         if voice.duration_s.is_some_and(|d| d > max_seconds) {
             return Some(texts.voice_too_long(max_seconds));
         }
@@ -1162,7 +1162,7 @@ impl Journal {
         // The worker's tries are not held to it: one past `worker.max_age_hours` is the
         // last before the entry is given up, and a backlog after an outage is no abuse.
         if !late && self.over_hourly_limit(&log).await? {
-            let limit = self.settings.telegram.analyses_per_hour;
+            let limit = self.settings.telegram.analyses_per_hour();
             let wait = self.store.defer_to_free_slot(&log, limit).await?;
             self.notify(
                 messenger,
@@ -1315,7 +1315,7 @@ impl Journal {
     }
 
     async fn over_hourly_limit(&self, log: &DayLog) -> Result<bool, StoreError> {
-        let limit = self.settings.telegram.analyses_per_hour;
+        let limit = self.settings.telegram.analyses_per_hour();
         if limit == 0 {
             return Ok(false);
         }
@@ -1326,12 +1326,12 @@ impl Journal {
 
     /// The key variable of the analysis cascade's first provider: the one to set first.
     fn first_key_env(&self) -> String {
-        self.first_key_env_of(&self.settings.analysis.steps, "MISTRAL_API_KEY")
+        self.first_key_env_of(self.settings.analysis.steps(), "MISTRAL_API_KEY")
     }
 
     /// The key a voice note needs: that of the first transcription step.
     fn transcription_key_env(&self) -> String {
-        self.first_key_env_of(&self.settings.transcription.steps, "GROQ_API_KEY")
+        self.first_key_env_of(self.settings.transcription.steps(), "GROQ_API_KEY")
     }
 
     fn first_key_env_of(&self, steps: &[crate::config::StepSettings], fallback: &str) -> String {
@@ -1339,14 +1339,14 @@ impl Journal {
         steps
             .iter()
             .find_map(|step| {
-                let provider = settings.providers.get(&step.provider)?;
-                Some(provider.key_env(&step.provider))
+                let provider = settings.providers.get(step.provider())?;
+                Some(provider.key_env(step.provider()))
             })
             .unwrap_or_else(|| fallback.to_owned())
     }
 
     fn was_truncated(&self, log: &DayLog) -> bool {
-        log.text.chars().count() > self.settings.telegram.max_text_chars
+        log.text.chars().count() > self.settings.telegram.max_text_chars()
     }
 
     /// One analysis round: analysis and metrics concurrently, the result stored.
@@ -1356,7 +1356,7 @@ impl Journal {
         author: &Author,
         known: Known,
     ) -> Result<Decided, StoreError> {
-        let text = truncate_chars(&log.text, self.settings.telegram.max_text_chars);
+        let text = truncate_chars(&log.text, self.settings.telegram.max_text_chars());
         let context = self.context(log, author, known).await?;
         let analysis_request = analysis::analysis_request(&context, text);
         let metrics_request = analysis::metrics_request(text);
@@ -1378,9 +1378,15 @@ impl Journal {
                 return Ok(stored.clone());
             }
             self.llm
-                .run_excluding(Task::Metrics, &metrics_request, &sink, &refused)
+                .run_parsed(
+                    Task::Metrics,
+                    &metrics_request,
+                    &sink,
+                    &refused,
+                    Metrics::from_answer,
+                )
                 .await
-                .map(|completion| Metrics::from_llm_text(&completion.text))
+                .map(|parsed| parsed.value)
         };
         let (analysis, metrics) = tokio::join!(
             self.llm
@@ -1554,12 +1560,12 @@ impl Journal {
         let worker = &self.settings.worker;
         let factor =
             2u64.saturating_pow(u32::try_from(attempts.max(0)).unwrap_or(u32::MAX).min(40));
-        Duration::from_millis(
-            worker
-                .retry_min_ms
-                .saturating_mul(factor)
-                .min(worker.retry_max_ms),
-        )
+        let ms = worker
+            .retry_min()
+            .as_millis()
+            .saturating_mul(u128::from(factor))
+            .min(worker.retry_max().as_millis());
+        Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
     }
 
     async fn context(

@@ -27,6 +27,7 @@ pub mod import;
 pub mod journal;
 pub mod language;
 pub mod llm;
+pub mod llm_request;
 pub mod reminders;
 pub mod render;
 pub mod sqlcmd;

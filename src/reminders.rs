@@ -327,7 +327,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
     let language = reminder.language;
     let evening = reminder.local_time.is_none_or(|time| {
         time.hour() >= EVENING_FROM_HOUR
-            || time.is_before_day_start(journal.settings().journal.day_starts_hour)
+            || time.is_before_day_start(journal.settings().journal.day_starts_hour())
     });
     let text = Texts(language).reminder(variant(reminder.user_id.get(), day), evening);
     let target = Target {

@@ -291,14 +291,26 @@ fn classify(error: sqlx::Error, timeout: Duration) -> QueryError {
     }
 }
 
+/// What one query may take: `sql.timeout_ms` and `sql.max_rows`, or a test's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub timeout: Duration,
+    pub max_rows: u64,
+}
+
+impl From<&SqlSettings> for Limits {
+    fn from(settings: &SqlSettings) -> Self {
+        Self {
+            timeout: settings.timeout(),
+            max_rows: settings.max_rows(),
+        }
+    }
+}
+
 /// Runs one checked statement on a read-only pool, interrupted after `sql.timeout_ms`
 /// and refused beyond `sql.max_rows` rows (held in memory for the table's widths).
-pub async fn query(
-    pool: &SqlitePool,
-    sql: &str,
-    settings: &SqlSettings,
-) -> Result<ResultSet, QueryError> {
-    let timeout = settings.timeout();
+pub async fn query(pool: &SqlitePool, sql: &str, limits: &Limits) -> Result<ResultSet, QueryError> {
+    let timeout = limits.timeout;
     check(sql)?;
     let mut conn = pool.acquire().await.map_err(|e| classify(e, timeout))?;
     {
@@ -312,8 +324,8 @@ pub async fn query(
     let mut out = Vec::new();
     let mut rows = sqlx::query(sql).fetch(&mut *conn);
     while let Some(row) = rows.try_next().await.map_err(|e| classify(e, timeout))? {
-        if out.len() as u64 >= settings.max_rows {
-            return Err(QueryError::TooManyRows(settings.max_rows));
+        if out.len() as u64 >= limits.max_rows {
+            return Err(QueryError::TooManyRows(limits.max_rows));
         }
         columns.get_or_insert_with(|| {
             row.columns()
@@ -597,9 +609,9 @@ mod tests {
         assert_eq!(render(&ResultSet::default(), Format::Json), "[]\n");
     }
 
-    fn limits(timeout_ms: u64, max_rows: u64) -> SqlSettings {
-        SqlSettings {
-            timeout_ms,
+    fn limits(timeout_ms: u64, max_rows: u64) -> Limits {
+        Limits {
+            timeout: Duration::from_millis(timeout_ms),
             max_rows,
         }
     }

@@ -178,6 +178,11 @@ impl<'a> Scanner<'a> {
 
     /// The repaired text of the object that starts at `src[0] == '{'`, or `None` when the
     /// structure is not recoverable (the caller then tries the next `{`).
+    ///
+    /// The scanner's state machine: one `match` on the next byte, each arm a token and
+    /// what the open container expects of it. It stays one function, longer than the
+    /// ~80 lines others keep to, so that every transition reads beside the others; the
+    /// arms call out to `string`, `close_top` and `recover` for the longer steps.
     fn run(mut self) -> Option<String> {
         let bytes = self.src.as_bytes();
         while self.pos < bytes.len() {
@@ -454,59 +459,8 @@ impl<'a> Scanner<'a> {
                 }
                 b'\\' => {
                     self.out.push_str(&self.src[run_start..self.pos]);
-                    let Some(&esc) = bytes.get(self.pos + 1) else {
-                        self.pos = bytes.len();
+                    if self.escape().is_none() {
                         return StrEnd::Truncated;
-                    };
-                    match esc {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
-                            self.out.push('\\');
-                            self.out.push(esc as char);
-                            self.pos += 2;
-                        }
-                        b'u' => {
-                            let hex = bytes.get(self.pos + 2..self.pos + 6);
-                            match hex {
-                                Some(h) if h.iter().all(u8::is_ascii_hexdigit) => {
-                                    let rest = &bytes[self.pos + 6..];
-                                    match (utf16_unit(h), rest.get(..6).and_then(low_escape)) {
-                                        // A surrogate pair, whole.
-                                        (0xD800..=0xDBFF, Some(_)) => {
-                                            self.out.push_str(&self.src[self.pos..self.pos + 12]);
-                                            self.pos += 12;
-                                        }
-                                        // Its second half cut by the end of the input
-                                        // (an answer stopped mid-emoji): both go.
-                                        (0xD800..=0xDBFF, None) if cut_escape(rest) => {
-                                            self.pos = bytes.len();
-                                            return StrEnd::Truncated;
-                                        }
-                                        // A lone half, which serde_json refuses (and
-                                        // with it the whole object): the replacement
-                                        // character instead.
-                                        (0xD800..=0xDFFF, _) => {
-                                            self.out.push_str("\\ufffd");
-                                            self.pos += 6;
-                                        }
-                                        _ => {
-                                            self.out.push_str(&self.src[self.pos..self.pos + 6]);
-                                            self.pos += 6;
-                                        }
-                                    }
-                                }
-                                _ if self.pos + 6 > bytes.len()
-                                    && bytes[self.pos + 2..].iter().all(u8::is_ascii_hexdigit) =>
-                                {
-                                    // A `\u12` cut by the end of the input.
-                                    self.pos = bytes.len();
-                                    return StrEnd::Truncated;
-                                }
-                                // Not an escape after all: keep the `u` literally.
-                                _ => self.pos += 1,
-                            }
-                        }
-                        // `\'` and friends: drop the backslash, keep the character.
-                        _ => self.pos += 1,
                     }
                     run_start = self.pos;
                 }
@@ -531,6 +485,68 @@ impl<'a> Scanner<'a> {
         }
         self.out.push_str(&self.src[run_start..]);
         StrEnd::Truncated
+    }
+
+    /// Copies the escape at `self.pos` (a backslash), mended: a valid one as it is, a
+    /// lone surrogate half as U+FFFD, `\'` and friends as their character. `None` when
+    /// the input ends inside it: the partial escape is dropped, the input used up.
+    fn escape(&mut self) -> Option<()> {
+        let bytes = self.src.as_bytes();
+        let Some(&esc) = bytes.get(self.pos + 1) else {
+            self.pos = bytes.len();
+            return None;
+        };
+        match esc {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
+                self.out.push('\\');
+                self.out.push(esc as char);
+                self.pos += 2;
+            }
+            b'u' => {
+                let hex = bytes.get(self.pos + 2..self.pos + 6);
+                match hex {
+                    Some(h) if h.iter().all(u8::is_ascii_hexdigit) => {
+                        let rest = &bytes[self.pos + 6..];
+                        match (utf16_unit(h), rest.get(..6).and_then(low_escape)) {
+                            // A surrogate pair, whole.
+                            (0xD800..=0xDBFF, Some(_)) => {
+                                self.out.push_str(&self.src[self.pos..self.pos + 12]);
+                                self.pos += 12;
+                            }
+                            // Its second half cut by the end of the input
+                            // (an answer stopped mid-emoji): both go.
+                            (0xD800..=0xDBFF, None) if cut_escape(rest) => {
+                                self.pos = bytes.len();
+                                return None;
+                            }
+                            // A lone half, which serde_json refuses (and
+                            // with it the whole object): the replacement
+                            // character instead.
+                            (0xD800..=0xDFFF, _) => {
+                                self.out.push_str("\\ufffd");
+                                self.pos += 6;
+                            }
+                            _ => {
+                                self.out.push_str(&self.src[self.pos..self.pos + 6]);
+                                self.pos += 6;
+                            }
+                        }
+                    }
+                    _ if self.pos + 6 > bytes.len()
+                        && bytes[self.pos + 2..].iter().all(u8::is_ascii_hexdigit) =>
+                    {
+                        // A `\u12` cut by the end of the input.
+                        self.pos = bytes.len();
+                        return None;
+                    }
+                    // Not an escape after all: keep the `u` literally.
+                    _ => self.pos += 1,
+                }
+            }
+            // `\'` and friends: drop the backslash, keep the character.
+            _ => self.pos += 1,
+        }
+        Some(())
     }
 }
 
@@ -858,7 +874,7 @@ mod tests {
     }
 
     #[test]
-    fn repair_cases() {
+    fn repair_finds_the_object_in_the_answer() {
         let cases: &[(&str, &str, Option<Value>)] = &[
             ("plain object", r#"{"mood": 4}"#, Some(json!({"mood": 4}))),
             (
@@ -886,6 +902,13 @@ mod tests {
                 "<think>I guess {\"mood\": 1}",
                 None,
             ),
+        ];
+        check(cases);
+    }
+
+    #[test]
+    fn repair_mends_an_answer_cut_short() {
+        let cases: &[(&str, &str, Option<Value>)] = &[
             (
                 "truncated after comma in key",
                 r#"{"mood": 4, "stre"#,
@@ -976,6 +999,13 @@ mod tests {
                 r#"{"summary": "caf\u00"#,
                 Some(json!({"summary": "caf"})),
             ),
+        ];
+        check(cases);
+    }
+
+    #[test]
+    fn repair_mends_escapes_commas_and_values() {
+        let cases: &[(&str, &str, Option<Value>)] = &[
             (
                 "a {word} in prose before the object",
                 "Mood seems {good}. JSON: {\"mood\": 4, \"stress\": 2}",
@@ -1032,6 +1062,13 @@ mod tests {
                 r#"{"a":1,"b":}"#,
                 Some(json!({"a": 1})),
             ),
+        ];
+        check(cases);
+    }
+
+    #[test]
+    fn repair_reads_the_literals_models_write() {
+        let cases: &[(&str, &str, Option<Value>)] = &[
             (
                 "NaN becomes null",
                 r#"{"mood": NaN, "stress": 2}"#,
@@ -1073,6 +1110,13 @@ mod tests {
                 r#"Use {this format}: {"a": 1}"#,
                 Some(json!({"a": 1})),
             ),
+        ];
+        check(cases);
+    }
+
+    #[test]
+    fn repair_mends_comments_quotes_and_stray_tokens() {
+        let cases: &[(&str, &str, Option<Value>)] = &[
             (
                 "line comments are blank",
                 "{\"mood\": 4, // a good day, \"x\": 1\n \"stress\": 2}",
@@ -1138,6 +1182,13 @@ mod tests {
                 r#"{"stress": 2, "mood": 4/1"#,
                 Some(json!({"stress": 2})),
             ),
+        ];
+        check(cases);
+    }
+
+    #[test]
+    fn repair_costs_an_unmendable_value_its_member_only() {
+        let cases: &[(&str, &str, Option<Value>)] = &[
             (
                 "an unmendable value costs its member only",
                 r#"{"mood": 4, "stress": @high, "energy": 2}"#,
@@ -1168,6 +1219,13 @@ mod tests {
                 r#"{"summary": "ok, "mood": 2}"#,
                 Some(json!({"summary": "ok", "mood": 2})),
             ),
+        ];
+        check(cases);
+    }
+
+    #[test]
+    fn repair_mends_keys_colons_and_closers() {
+        let cases: &[(&str, &str, Option<Value>)] = &[
             (
                 "a key without a colon",
                 r#"{"mood" 4, "stress": 2}"#,
@@ -1243,6 +1301,11 @@ mod tests {
             ("only open brace", "{", Some(json!({}))),
             ("array only", "[1, 2]", None),
         ];
+        check(cases);
+    }
+
+    /// Each case: its name, the answer, and what the repair must give.
+    fn check(cases: &[(&str, &str, Option<Value>)]) {
         for (name, raw, want) in cases {
             assert_eq!(&repaired(raw), want, "case `{name}`: {raw:?}");
         }

@@ -76,6 +76,11 @@ impl Score {
     }
 }
 
+/// An answer to the metrics' request with no JSON object in it: of no use as metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the answer holds no JSON object")]
+pub struct NoJsonObject;
+
 /// Validated metrics of one day log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metrics {
@@ -125,10 +130,18 @@ impl Metrics {
     /// The metrics in an LLM's raw answer: repaired ([`json_repair::repair`]), then
     /// validated by [`Metrics::from_value`]; all defaults if no object is found.
     pub fn from_llm_text(raw: &str) -> Self {
-        match json_repair::repair(raw) {
-            Some(value) => Self::from_value(unwrapped(&value)),
-            None => Self::defaults(),
-        }
+        Self::from_answer(raw).unwrap_or_else(|NoJsonObject| Self::defaults())
+    }
+
+    /// [`Metrics::from_llm_text`] for the cascade, which asks the next model when an
+    /// answer holds no JSON object at all (an apology, reasoning cut by the token limit)
+    /// rather than defaulting every metric. An object with no metric in it (`{}`) is an
+    /// answer: a trivial entry gets one, and counting it as a failure would cool the
+    /// step down for everyone.
+    pub fn from_answer(raw: &str) -> Result<Self, NoJsonObject> {
+        json_repair::repair(raw)
+            .map(|value| Self::from_value(unwrapped(&value)))
+            .ok_or(NoJsonObject)
     }
 
     /// Validates a JSON value field by field (SPEC §6). A value that is not an object

@@ -1,10 +1,12 @@
 //! Everything between a day log's text and the LLM layer: the prompts ([`prompt`], the one
 //! place that builds them), and the metrics answer's repair ([`json_repair`]) and
-//! validation ([`metrics`]).
+//! validation ([`metrics`]). It does not import the LLM layer, nor the LLM layer it: the
+//! request type they share is [`crate::llm_request::ChatRequest`], and the caller hands
+//! the cascade [`Metrics::from_answer`] as what makes a metrics answer usable.
 
 pub mod json_repair;
 pub mod metrics;
 pub mod prompt;
 
-pub use metrics::{Metrics, Score};
+pub use metrics::{Metrics, NoJsonObject, Score};
 pub use prompt::{UserContext, WeekContext, analysis_request, digest_request, metrics_request};

@@ -12,7 +12,7 @@ use jiff::civil::Date;
 
 use crate::day::DayMetrics;
 use crate::language::Language;
-use crate::llm::ChatRequest;
+use crate::llm_request::ChatRequest;
 
 /// A summary in the context is cut to this many characters (stored ones are ≤ 200).
 const MAX_CONTEXT_SUMMARY_CHARS: usize = 200;

@@ -1390,7 +1390,7 @@ pub async fn serve_configured(
     journal: Arc<Journal>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    if journal.settings().telegram.throttle {
+    if journal.settings().telegram.throttle() {
         serve(bot.throttle(Limits::default()), journal, stop).await
     } else {
         serve(bot, journal, stop).await

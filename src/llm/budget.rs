@@ -12,8 +12,8 @@
 //!
 //! Tokens per minute, where declared, are a budget too, counted from what the answers'
 //! `usage` reports ([`Hint::used_tokens`]; the estimate when an answer does not say): a
-//! request is admitted when its estimate ([`crate::llm::ChatRequest::estimated_tokens`]
-//! and the answer it may get) fits beside what the last minute's answers took. Requests
+//! request is admitted when its estimate ([`request_tokens`]: the request's text and the
+//! answer it may get) fits beside what the last minute's answers took. Requests
 //! still in flight are not counted by a guess: in a burst, a guess that is too high
 //! would send work elsewhere that the provider would have taken, and one that is too
 //! low saves nothing; the provider's 429 says when, and is learned like any other. A 429
@@ -31,12 +31,28 @@ use tokio::time::Instant;
 use crate::config::{BudgetPer, BudgetSettings};
 use crate::llm::budget_hint::Hint;
 use crate::llm::cooldown::StepId;
+use crate::llm_request::ChatRequest;
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
 const MIN_PENALTY: Duration = Duration::from_secs(1);
 const MAX_PENALTY: Duration = Duration::from_secs(60);
 const MIN_FACTOR: f64 = 0.1;
+
+/// What one chat request is expected to take from a tokens-per-minute budget: a
+/// cautious estimate of its text — a quarter of its UTF-8 bytes (English runs about four
+/// bytes a token, Cyrillic more), plus a few for the messages' framing — and the answer
+/// it may get: the step's `max_tokens`, else the metrics' JSON object (eight short
+/// fields, 128) or an analysis of a few sentences (256). The answer's `usage` then says
+/// what it took.
+pub(crate) fn request_tokens(request: &ChatRequest, max_tokens: Option<u32>) -> u32 {
+    let bytes = request.system.len() + request.user.len();
+    let text = u32::try_from(bytes.div_ceil(4))
+        .unwrap_or(u32::MAX)
+        .saturating_add(16);
+    let answer = max_tokens.unwrap_or(if request.json { 128 } else { 256 });
+    text.saturating_add(answer)
+}
 
 /// One budget: a provider, the model where it counts per model ('' otherwise), a key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -19,6 +19,7 @@
 //! still in flight, and each one records itself as `cancelled` on the way out.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,7 +31,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::ApiKey;
-use crate::llm::budget::Taken;
+use crate::llm::attempt::{Attempt, AttemptSink, Outcome};
+use crate::llm::budget::{Taken, request_tokens};
 use crate::llm::cooldown::StepId;
 use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
 use crate::llm::error::{AttemptError, CascadeError, LlmError};
@@ -38,7 +40,7 @@ use crate::llm::hedge::Hedging;
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::llm::state::SharedState;
-use crate::llm::types::{Attempt, AttemptSink, Completion, Outcome, Task};
+use crate::llm::task::{Parsed, Task};
 use crate::llm::wire::{Call, Input};
 
 /// One step of a cascade: one model of one provider.
@@ -49,6 +51,10 @@ pub(crate) struct Step {
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
 }
+
+/// What makes an answer usable, handed in by the caller: the answer parsed (once), or
+/// why it is of no use — recorded as `unusable`, and the next model is asked.
+pub(crate) type Parse<'a, T> = &'a (dyn Fn(&str) -> Result<T, String> + Sync);
 
 /// The parts of [`crate::llm::Llm`] a task needs.
 pub(crate) struct Engine<'a> {
@@ -64,14 +70,15 @@ pub(crate) struct Engine<'a> {
 /// the models in `refused` (provider, model): they refused this request's log on content
 /// policy before and are never asked about it again (SPEC §5). When every step is
 /// among them the task ends as blocked at once, without a request.
-pub(crate) async fn run(
+pub(crate) async fn run<T>(
     engine: Engine<'_>,
     steps: &[Step],
     task: Task,
     input: Input<'_>,
+    parse: Parse<'_, T>,
     sink: &dyn AttemptSink,
     refused: &[(String, String)],
-) -> Result<Completion, CascadeError> {
+) -> Result<Parsed<T>, CascadeError> {
     if steps.is_empty() {
         return Err(CascadeError::NoUsableProvider);
     }
@@ -112,6 +119,7 @@ pub(crate) async fn run(
         spent: Mutex::new(Vec::new()),
         task,
         input,
+        parse,
         sink,
         deadline,
         hedge: hedge_tx,
@@ -154,8 +162,8 @@ enum Mode {
     Patient,
 }
 
-enum StepEnd<'a> {
-    Answer(Completion),
+enum StepEnd<'a, T> {
+    Answer(Parsed<T>),
     Blocked {
         step: &'a Step,
         reason: String,
@@ -166,6 +174,66 @@ enum StepEnd<'a> {
         no: usize,
         transient: bool,
     },
+}
+
+/// The step was left for lack of budget (recorded, remembered for a patient wait).
+struct Spilled;
+
+/// What one step carries from round to round (see [`TaskRun::run_step`]).
+struct StepState {
+    /// The keys in play this round.
+    keys: Vec<Option<usize>>,
+    rounds: u32,
+    /// One real attempt whatever is cooling down.
+    forced: bool,
+    /// No other step can answer: wait for this one's budget or cap.
+    patient: bool,
+    /// Whether some key of this step failed for a passing reason.
+    transient: bool,
+    unusable_seen: bool,
+    /// Keys that left the rounds on a 429 whose budget stays spent for a while.
+    spent_keys: Vec<Option<usize>>,
+    /// The pause before this round, recorded on its first attempt.
+    wait: Duration,
+}
+
+impl StepState {
+    fn new(step: &Step, mode: Mode, max_attempts: u32) -> Self {
+        let (keys, rounds, forced) = match mode {
+            Mode::Normal | Mode::Patient => (step.provider.key_slots(), max_attempts, false),
+            Mode::Forced(key) => (vec![key], 1, true),
+        };
+        Self {
+            keys,
+            rounds,
+            forced,
+            patient: !matches!(mode, Mode::Normal),
+            transient: false,
+            unusable_seen: false,
+            spent_keys: Vec::new(),
+            wait: Duration::ZERO,
+        }
+    }
+}
+
+/// How one key's turn in a round ended.
+enum KeyEnd<'a, T> {
+    /// Not sent on (cooling, its budget spent); `again`: still in play next round.
+    Unsent { again: bool },
+    /// Sent and failed; tried again next round, after at least this.
+    Again { wait_at_least: Option<Duration> },
+    /// Sent and failed; done for this step.
+    Retired,
+    /// The step is over (an answer, a block, or no point in going on).
+    Step(StepEnd<'a, T>),
+}
+
+/// What follows a round once its keys had their turn.
+enum Flow {
+    Spilled,
+    /// Nothing was sent: the round does not count.
+    Uncounted,
+    Counted,
 }
 
 /// A content-policy refusal by one model (in this task, or of this log before).
@@ -187,7 +255,7 @@ impl Refusal {
     }
 }
 
-struct TaskRun<'a> {
+struct TaskRun<'a, T> {
     client: &'a Client,
     policy: &'a RetryPolicy,
     state: &'a dyn SharedState,
@@ -198,6 +266,7 @@ struct TaskRun<'a> {
     spent: Mutex<Vec<(usize, Instant)>>,
     task: Task,
     input: Input<'a>,
+    parse: Parse<'a, T>,
     sink: &'a dyn AttemptSink,
     deadline: Instant,
     /// An attempt slower than `hedge_after` asks for the next step to start (with its
@@ -211,13 +280,13 @@ struct TaskRun<'a> {
     left_for_now: Mutex<HashSet<usize>>,
 }
 
-impl<'a> TaskRun<'a> {
+impl<'a, T> TaskRun<'a, T> {
     async fn drive(
         &self,
         steps: &'a [Step],
         hedges: &mut mpsc::UnboundedReceiver<usize>,
         refused_before: Option<Refusal>,
-    ) -> Result<Completion, CascadeError> {
+    ) -> Result<Parsed<T>, CascadeError> {
         let mut running = FuturesUnordered::new();
         let mut next = 0;
         let mut forced_done = false;
@@ -230,25 +299,13 @@ impl<'a> TaskRun<'a> {
         let mut slow: HashSet<usize> = HashSet::new();
         loop {
             if running.is_empty() {
-                if let Some(i) = self.next_available(steps, &mut next) {
-                    running_steps.push(steps[i].id.no);
-                    running.push(self.run_step(&steps[i], Mode::Normal));
-                } else if let Some(i) = self.soonest_budget(steps, &mut waited) {
-                    // No step has budget now: wait for the one that has it first,
-                    // rather than hammering a spent one or giving up.
-                    running_steps.push(steps[i].id.no);
-                    running.push(self.run_step(&steps[i], Mode::Patient));
-                } else if !forced_done && self.real_attempts.load(Ordering::Relaxed) == 0 {
-                    // The user is never told "no provider" without one real attempt.
-                    forced_done = true;
-                    if let Some((i, key)) = self.soonest_free(steps) {
-                        running_steps.push(steps[i].id.no);
-                        running.push(self.run_step(&steps[i], Mode::Forced(key)));
-                    }
-                }
-                if running.is_empty() {
+                let Some((i, mode)) =
+                    self.when_idle(steps, &mut next, &mut waited, &mut forced_done)
+                else {
                     break;
-                }
+                };
+                running_steps.push(steps[i].id.no);
+                running.push(self.run_step(&steps[i], mode));
             }
             let mut ended = None;
             tokio::select! {
@@ -313,6 +370,31 @@ impl<'a> TaskRun<'a> {
             Some(refusal) => refusal.into_error(errors),
             None => CascadeError::Exhausted { errors, settled },
         })
+    }
+
+    /// The step to run when none is running: the next available one; else, when no step
+    /// has budget now, the one whose budget returns first (rather than hammering a
+    /// spent one or giving up); else, once and only before any real attempt, the one
+    /// that leaves cooldown first: the user is never told "no provider" without one.
+    fn when_idle(
+        &self,
+        steps: &[Step],
+        next: &mut usize,
+        waited: &mut HashSet<usize>,
+        forced_done: &mut bool,
+    ) -> Option<(usize, Mode)> {
+        if let Some(i) = self.next_available(steps, next) {
+            return Some((i, Mode::Normal));
+        }
+        if let Some(i) = self.soonest_budget(steps, waited) {
+            return Some((i, Mode::Patient));
+        }
+        if *forced_done || self.real_attempts.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        *forced_done = true;
+        let (i, key) = self.soonest_free(steps)?;
+        Some((i, Mode::Forced(key)))
     }
 
     /// The next step from `*next` on that is not cooling down; cooling ones are recorded
@@ -426,221 +508,272 @@ impl<'a> TaskRun<'a> {
 
     /// One step, in rounds over its keys. What follows each failed attempt and each
     /// round is [`decision`]'s call; this only gathers the facts and carries it out.
-    async fn run_step(&self, step: &'a Step, mode: Mode) -> StepEnd<'a> {
-        let (mut keys, rounds, forced) = match mode {
-            Mode::Normal | Mode::Patient => {
-                (step.provider.key_slots(), self.policy.max_attempts, false)
-            }
-            Mode::Forced(key) => (vec![key], 1, true),
-        };
-        let patient = !matches!(mode, Mode::Normal);
-        let cooling = |key| {
-            if forced {
-                None
-            } else {
-                self.state.key_cooling_until(&step.id, key)
-            }
-        };
-        let mut unusable_seen = false;
+    async fn run_step(&self, step: &'a Step, mode: Mode) -> StepEnd<'a, T> {
+        let mut st = StepState::new(step, mode, self.policy.max_attempts);
         let no = step.id.no;
-        // Whether some key of this step failed for a passing reason.
-        let mut transient = false;
         let mut backoff = self.policy.backoff();
-        // Keys that left the rounds on a 429 whose budget stays spent for a while.
-        let mut spent_keys: Vec<Option<usize>> = Vec::new();
-        // The pause before this round, recorded on its first attempt.
-        let mut wait = Duration::ZERO;
         let mut round = 0;
-        while round < rounds {
+        while round < st.rounds {
             round += 1;
-            // Never send on a spent budget: wait for its turn when it comes soon (or when
-            // no step has budget), else leave the step to the next one (spill-over).
-            // While it waits it is counted in the budget's queue, up to its attempt.
-            let mut queued = None;
-            if let Some((until, key)) = self.state.step_turn(&step.id, &keys, self.tokens(step)) {
-                let now = Instant::now();
-                if until >= self.deadline || (!patient && until > now + self.spill_after) {
-                    self.spill(step, until);
+            let Ok(mut queued) = self.await_turn(step, &mut st).await else {
+                return StepEnd::Failed {
+                    no,
+                    transient: true,
+                };
+            };
+            let mut sent_any = false;
+            let mut wait_at_least: Option<Duration> = None;
+            // The keys still in play after this round.
+            let mut again = Vec::with_capacity(st.keys.len());
+            for key in std::mem::take(&mut st.keys) {
+                match self.try_key(step, &mut st, key, round, &mut queued).await {
+                    KeyEnd::Unsent { again: true } => again.push(key),
+                    KeyEnd::Unsent { again: false } => {}
+                    KeyEnd::Again { wait_at_least: ra } => {
+                        sent_any = true;
+                        again.push(key);
+                        wait_at_least = wait_at_least.max(ra);
+                    }
+                    KeyEnd::Retired => sent_any = true,
+                    KeyEnd::Step(end) => return end,
+                }
+            }
+            st.keys = again;
+            drop(queued);
+            match self.after_keys(step, &st, sent_any) {
+                Flow::Spilled => {
                     return StepEnd::Failed {
                         no,
                         transient: true,
                     };
                 }
-                queued = Some(Queued::join(self.state, &step.id, key));
-                tokio::time::sleep_until(until).await;
-                wait += until.saturating_duration_since(now);
-            }
-            let mut sent_any = false;
-            let mut wait_at_least: Option<Duration> = None;
-            // The keys still in play after this round.
-            let mut again = Vec::with_capacity(keys.len());
-            for key in keys {
-                if let Some(until) = cooling(key) {
-                    self.record_skip(step, key, until);
-                    // Cooling for now (not refused): this key may answer later.
-                    transient |= !self.state.step_refused(&step.id, &[key]);
-                    continue;
-                }
-                let permit = match self.permit(step, patient).await {
-                    Ok(permit) => permit,
-                    Err(Full) => {
-                        // The cap is full: the next step answers instead of a local
-                        // queue; this one is waited for only when no step is left (a
-                        // patient step got here only at the deadline).
-                        if !patient {
-                            self.spill_capped(step, key);
-                        }
-                        return StepEnd::Failed {
-                            no,
-                            transient: true,
-                        };
-                    }
-                };
-                // Waiting for a permit can take a while: others may have given up on
-                // this key meanwhile.
-                if let Some(until) = cooling(key) {
-                    self.record_skip(step, key, until);
-                    continue;
-                }
-                // Only the key it queued for is its turn.
-                let in_turn = queued.as_ref().is_some_and(|q| q.key == key);
-                let taken = match self.admit_in_turn(step, key, in_turn, &cooling).await {
-                    Ok(taken) => {
-                        // Sent now, so no longer waiting: the budget counts this send
-                        // itself, and a request behind it must not count it twice.
-                        queued = None;
-                        taken
-                    }
-                    Err(Unsent::Budget(until)) => {
-                        drop(permit);
-                        self.record_budget_skip(step, key, until);
-                        again.push(key);
-                        continue;
-                    }
-                    Err(Unsent::Cooling(until)) => {
-                        drop(permit);
-                        self.record_skip(step, key, until);
-                        continue;
-                    }
-                };
-                sent_any = true;
-                let result = self.attempt(step, key, taken, round, wait).await;
-                wait = Duration::ZERO;
-                drop(permit);
-                let error = match result {
-                    Ok((_, text)) => {
-                        self.state.record_success(&step.id, key);
-                        return StepEnd::Answer(Completion {
-                            text,
-                            provider: step.id.provider.clone(),
-                            model: step.id.model.clone(),
-                        });
-                    }
-                    Err(error) => error,
-                };
-                transient |= error.is_passing();
-                // A passing failure counts towards the shared trip, whatever follows.
-                let tripped = error.is_retryable() && self.state.record_failure(&step.id, key);
-                let facts = Facts {
-                    error: &error,
-                    unusable_before: unusable_seen,
-                    tripped,
-                    key_cooling: cooling(key).is_some(),
-                    last_round: round == rounds,
-                    max_delay: self.policy.max_delay,
-                    budget_spent: self
-                        .state
-                        .budget_until(&step.id, key, self.tokens(step))
-                        .is_some_and(|until| until > Instant::now() + self.spill_after),
-                };
-                let next = decision::next(&facts);
-                unusable_seen |= matches!(error, LlmError::Unusable { .. });
-                self.keep(step, key, round, error.clone());
-                match next {
-                    Next::Again { wait_at_least: ra } => {
-                        again.push(key);
-                        wait_at_least = wait_at_least.max(ra);
-                    }
-                    Next::Retire { cool } => {
-                        if cool.is_none() && facts.budget_spent {
-                            spent_keys.push(key);
-                        }
-                        if let Some(cool) = cool {
-                            let until = match cool {
-                                Cool::Standard => self.state.default_until(),
-                                Cool::For(asked) => Instant::now() + asked,
-                            };
-                            if error.is_bad_key() {
-                                self.state.refuse_key(&step.id, key, until);
-                            } else {
-                                self.state.cool_key(&step.id, key, until);
-                            }
-                        }
-                    }
-                    Next::CoolStep => {
-                        self.state.cool_step(&step.id, self.state.default_until());
-                        return StepEnd::Failed { no, transient };
-                    }
-                    Next::Step => return StepEnd::Failed { no, transient },
-                    Next::Blocked => {
-                        let reason = match error {
-                            LlmError::Blocked { reason } => reason,
-                            other => other.to_string(),
-                        };
-                        return StepEnd::Blocked { step, reason };
-                    }
-                }
-            }
-            keys = again;
-            drop(queued);
-            // Every key left on a spent budget: the step is left for lack of budget,
-            // remembered for when no step has any (`soonest_budget`), as it would have
-            // been had its budget been known before the request.
-            if keys.is_empty()
-                && let Some(until) =
-                    self.state
-                        .step_budget_until(&step.id, &spent_keys, self.tokens(step))
-            {
-                self.spill(step, until);
-                return StepEnd::Failed {
-                    no,
-                    transient: true,
-                };
-            }
-            if !sent_any && !keys.is_empty() {
                 // A round that sent nothing (every key's budget spent meanwhile) is no
-                // round: the budget check above waits or spills over.
-                round -= 1;
-                continue;
-            }
-            // Every key left has spent its budget (a 429 said so): spill over at once
-            // unless it returns soon; no backoff on a budget known to be spent.
-            if let Some(until) = self
-                .state
-                .step_budget_until(&step.id, &keys, self.tokens(step))
-                && !patient
-                && until > Instant::now() + self.spill_after
-            {
-                self.spill(step, until);
-                return StepEnd::Failed {
-                    no,
-                    transient: true,
-                };
+                // round: the budget check at its start waits or spills over.
+                Flow::Uncounted => {
+                    round -= 1;
+                    continue;
+                }
+                Flow::Counted => {}
             }
             let facts = RoundFacts {
-                keys_left: keys.len(),
+                keys_left: st.keys.len(),
                 backoff: backoff.next_wait(wait_at_least),
                 time_left: self.deadline.saturating_duration_since(Instant::now()),
             };
             match decision::after_round(&facts) {
                 Round::Wait(delay) => {
                     tokio::time::sleep(delay).await;
-                    wait = delay;
+                    st.wait = delay;
                 }
                 Round::End => break,
             }
         }
-        StepEnd::Failed { no, transient }
+        StepEnd::Failed {
+            no,
+            transient: st.transient,
+        }
+    }
+
+    /// Never send on a spent budget: wait for its turn when it comes soon (or when no
+    /// step has budget), else leave the step to the next one (spill-over, `Err`). While
+    /// it waits it is counted in the budget's queue, up to its attempt.
+    async fn await_turn(
+        &self,
+        step: &'a Step,
+        st: &mut StepState,
+    ) -> Result<Option<Queued<'a>>, Spilled> {
+        let Some((until, key)) = self.state.step_turn(&step.id, &st.keys, self.tokens(step)) else {
+            return Ok(None);
+        };
+        let now = Instant::now();
+        if until >= self.deadline || (!st.patient && until > now + self.spill_after) {
+            self.spill(step, until);
+            return Err(Spilled);
+        }
+        let queued = Queued::join(self.state, &step.id, key);
+        tokio::time::sleep_until(until).await;
+        st.wait += until.saturating_duration_since(now);
+        Ok(Some(queued))
+    }
+
+    /// Whether `key` of `step` is cooling down (never for a forced attempt).
+    fn key_cooling(&self, step: &Step, forced: bool, key: Option<usize>) -> Option<Instant> {
+        if forced {
+            None
+        } else {
+            self.state.key_cooling_until(&step.id, key)
+        }
+    }
+
+    /// One key's turn in a round: skipped while cooling, else one attempt under the
+    /// provider's cap and the key's budget, and what the answer means for the step.
+    async fn try_key(
+        &self,
+        step: &'a Step,
+        st: &mut StepState,
+        key: Option<usize>,
+        round: u32,
+        queued: &mut Option<Queued<'a>>,
+    ) -> KeyEnd<'a, T> {
+        let forced = st.forced;
+        let cooling = |key| self.key_cooling(step, forced, key);
+        if let Some(until) = cooling(key) {
+            self.record_skip(step, key, until);
+            // Cooling for now (not refused): this key may answer later.
+            st.transient |= !self.state.step_refused(&step.id, &[key]);
+            return KeyEnd::Unsent { again: false };
+        }
+        let Ok(permit) = self.permit(step, st.patient).await else {
+            // The cap is full: the next step answers instead of a local queue; this
+            // one is waited for only when no step is left (a patient step got here
+            // only at the deadline).
+            if !st.patient {
+                self.spill_capped(step, key);
+            }
+            return KeyEnd::Step(StepEnd::Failed {
+                no: step.id.no,
+                transient: true,
+            });
+        };
+        // Waiting for a permit can take a while: others may have given up on this key
+        // meanwhile.
+        if let Some(until) = cooling(key) {
+            self.record_skip(step, key, until);
+            return KeyEnd::Unsent { again: false };
+        }
+        // Only the key it queued for is its turn.
+        let in_turn = queued.as_ref().is_some_and(|q| q.key == key);
+        let taken = match self.admit_in_turn(step, key, in_turn, &cooling).await {
+            Ok(taken) => {
+                // Sent now, so no longer waiting: the budget counts this send itself,
+                // and a request behind it must not count it twice.
+                *queued = None;
+                taken
+            }
+            Err(Unsent::Budget(until)) => {
+                drop(permit);
+                self.record_budget_skip(step, key, until);
+                return KeyEnd::Unsent { again: true };
+            }
+            Err(Unsent::Cooling(until)) => {
+                drop(permit);
+                self.record_skip(step, key, until);
+                return KeyEnd::Unsent { again: false };
+            }
+        };
+        let result = self.attempt(step, key, taken, round, st.wait).await;
+        st.wait = Duration::ZERO;
+        drop(permit);
+        match result {
+            Ok((_, value)) => {
+                self.state.record_success(&step.id, key);
+                KeyEnd::Step(StepEnd::Answer(Parsed {
+                    value,
+                    provider: step.id.provider.clone(),
+                    model: step.id.model.clone(),
+                }))
+            }
+            Err(error) => self.after_failure(step, st, key, round, error),
+        }
+    }
+
+    /// A failed attempt: [`decision::next`] on its facts, carried out.
+    fn after_failure(
+        &self,
+        step: &'a Step,
+        st: &mut StepState,
+        key: Option<usize>,
+        round: u32,
+        error: LlmError,
+    ) -> KeyEnd<'a, T> {
+        let no = step.id.no;
+        st.transient |= error.is_passing();
+        // A passing failure counts towards the shared trip, whatever follows.
+        let tripped = error.is_retryable() && self.state.record_failure(&step.id, key);
+        let facts = Facts {
+            error: &error,
+            unusable_before: st.unusable_seen,
+            tripped,
+            key_cooling: self.key_cooling(step, st.forced, key).is_some(),
+            last_round: round == st.rounds,
+            max_delay: self.policy.max_delay,
+            budget_spent: self
+                .state
+                .budget_until(&step.id, key, self.tokens(step))
+                .is_some_and(|until| until > Instant::now() + self.spill_after),
+        };
+        let next = decision::next(&facts);
+        st.unusable_seen |= matches!(error, LlmError::Unusable { .. });
+        self.keep(step, key, round, error.clone());
+        match next {
+            Next::Again { wait_at_least } => KeyEnd::Again { wait_at_least },
+            Next::Retire { cool } => {
+                if cool.is_none() && facts.budget_spent {
+                    st.spent_keys.push(key);
+                }
+                if let Some(cool) = cool {
+                    let until = match cool {
+                        Cool::Standard => self.state.default_until(),
+                        Cool::For(asked) => Instant::now() + asked,
+                    };
+                    if error.is_bad_key() {
+                        self.state.refuse_key(&step.id, key, until);
+                    } else {
+                        self.state.cool_key(&step.id, key, until);
+                    }
+                }
+                KeyEnd::Retired
+            }
+            Next::CoolStep => {
+                self.state.cool_step(&step.id, self.state.default_until());
+                KeyEnd::Step(StepEnd::Failed {
+                    no,
+                    transient: st.transient,
+                })
+            }
+            Next::Step => KeyEnd::Step(StepEnd::Failed {
+                no,
+                transient: st.transient,
+            }),
+            Next::Blocked => {
+                let reason = match error {
+                    LlmError::Blocked { reason } => reason,
+                    other => other.to_string(),
+                };
+                KeyEnd::Step(StepEnd::Blocked { step, reason })
+            }
+        }
+    }
+
+    /// After every key of a round had its turn: whether the step spills over for lack
+    /// of budget, or the round counts.
+    fn after_keys(&self, step: &Step, st: &StepState, sent_any: bool) -> Flow {
+        // Every key left on a spent budget: the step is left for lack of budget,
+        // remembered for when no step has any (`soonest_budget`), as it would have
+        // been had its budget been known before the request.
+        if st.keys.is_empty()
+            && let Some(until) =
+                self.state
+                    .step_budget_until(&step.id, &st.spent_keys, self.tokens(step))
+        {
+            self.spill(step, until);
+            return Flow::Spilled;
+        }
+        if !sent_any && !st.keys.is_empty() {
+            return Flow::Uncounted;
+        }
+        // Every key left has spent its budget (a 429 said so): spill over at once
+        // unless it returns soon; no backoff on a budget known to be spent.
+        if let Some(until) = self
+            .state
+            .step_budget_until(&step.id, &st.keys, self.tokens(step))
+            && !st.patient
+            && until > Instant::now() + self.spill_after
+        {
+            self.spill(step, until);
+            return Flow::Spilled;
+        }
+        Flow::Counted
     }
 
     /// Takes one request from the key's budget. A request whose turn has come (it
@@ -681,10 +814,7 @@ impl<'a> TaskRun<'a> {
     /// transcription counts none (its budgets are requests and audio seconds).
     fn tokens(&self, step: &Step) -> u32 {
         match self.input {
-            Input::Chat(request) => request.estimated_tokens().saturating_add(
-                step.max_tokens
-                    .unwrap_or_else(|| request.expected_answer_tokens()),
-            ),
+            Input::Chat(request) => request_tokens(request, step.max_tokens),
             Input::Audio(_) => 0,
         }
     }
@@ -697,7 +827,7 @@ impl<'a> TaskRun<'a> {
         taken: Taken,
         attempt: u32,
         wait: Duration,
-    ) -> Result<(u16, String), LlmError> {
+    ) -> Result<(u16, T), LlmError> {
         self.real_attempts.fetch_add(1, Ordering::Relaxed);
         // Analyses and metrics are short answers whose latency the hedging learns; a
         // digest or a transcript takes as long as its week or its recording, and
@@ -720,98 +850,12 @@ impl<'a> TaskRun<'a> {
             hedge_after,
             finished: false,
         };
-        let response = async {
-            let api_key = step.provider.key(key);
-            let timeout = self.policy.request_timeout;
-            let (result, hint) = match self.input {
-                Input::Chat(request) => {
-                    let call = Call {
-                        model: &step.id.model,
-                        max_tokens: step.max_tokens,
-                        temperature: step.temperature,
-                        request,
-                        count_tokens: taken.counts_tokens(),
-                    };
-                    step.provider
-                        .complete_hinted(self.client, api_key, &call, timeout)
-                        .await
-                }
-                Input::Audio(audio) => {
-                    step.provider
-                        .transcribe_hinted(self.client, api_key, &step.id.model, audio, timeout)
-                        .await
-                }
-            };
-            let rate_limited = matches!(result, Err(LlmError::RateLimited { .. }));
-            if (rate_limited || result.is_ok())
-                && let Some(spent) = self.state.learn(&step.id, key, &hint, rate_limited)
-            {
-                tracing::debug!(
-                    provider = %step.id.provider, model = %step.id.model, key_index = ?key,
-                    spent_ms = duration_ms(spent), "budget spent for now"
-                );
-            }
-            // An answer to a request for one JSON object that holds none (an apology,
-            // reasoning cut by the token limit) is of no use: unusable, so the next
-            // model is asked instead of every metric being defaulted. (An object with no
-            // metric in it, `{}`, is an answer: a trivial entry gets one, and counting it
-            // as a failure would cool the step down for everyone.)
-            let result = match (self.input, result) {
-                (Input::Chat(request), Ok((status, text)))
-                    if request.json && crate::analysis::json_repair::repair(&text).is_none() =>
-                {
-                    Err(LlmError::Unusable {
-                        status,
-                        reason: "the answer holds no JSON object".to_owned(),
-                        foreign: false,
-                    })
-                }
-                (_, result) => result,
-            };
-            (result, hint.used_tokens)
-        };
+        let response = self.ask(step, key, taken);
         let (result, used_tokens) = match hedge_after {
             None => response.await,
             Some(after) => {
-                tokio::pin!(response);
-                // Its own threshold (`true`), or another attempt's finding that the
-                // step has stalled (`false`), whichever comes first.
-                let stall = self.hedging.stall_signal(step.id.no);
-                let slow = async {
-                    match stall {
-                        Some(stall) => tokio::select! {
-                            () = tokio::time::sleep(after) => true,
-                            () = stall => false,
-                        },
-                        None => {
-                            tokio::time::sleep(after).await;
-                            true
-                        }
-                    }
-                };
-                tokio::select! {
-                    answer = &mut response => answer,
-                    own = slow => {
-                        if own && learned && self.hedging.is_auto() {
-                            // Slower than its own recent answers: stalled, as far as
-                            // anyone can tell until this attempt times out. Later
-                            // requests start elsewhere; an answer clears it. With no
-                            // answer from the step since this attempt started, the
-                            // attempts still waiting on it hedge now too.
-                            self.state
-                                .cool_step(&step.id, started + self.policy.request_timeout);
-                            if self.hedging.passed(step.id.no, started) {
-                                tracing::debug!(
-                                    provider = %step.id.provider, model = %step.id.model,
-                                    "step silent past its threshold: attempts waiting on it hedge"
-                                );
-                            }
-                        }
-                        // Nobody listening means the task is over; nothing to do then.
-                        let _ = self.hedge.send(step.id.no);
-                        response.await
-                    }
-                }
+                self.hedge_when_slow(step, started, after, learned, response)
+                    .await
             }
         };
         if result.is_ok() {
@@ -831,8 +875,111 @@ impl<'a> TaskRun<'a> {
         if counted {
             self.state.spend_tokens(&step.id, key, taken, used_tokens);
         }
-        in_flight.finish(&result);
+        in_flight.finish(result.as_ref().map(|(status, _)| *status));
         result
+    }
+
+    /// The request itself: its answer parsed by the caller's function, and the tokens
+    /// the provider said it took. What the answer said about the budget is learned.
+    async fn ask(
+        &self,
+        step: &Step,
+        key: Option<usize>,
+        taken: Taken,
+    ) -> (Result<(u16, T), LlmError>, Option<u64>) {
+        let api_key = step.provider.key(key);
+        let timeout = self.policy.request_timeout;
+        let (result, hint) = match self.input {
+            Input::Chat(request) => {
+                let call = Call {
+                    model: &step.id.model,
+                    max_tokens: step.max_tokens,
+                    temperature: step.temperature,
+                    request,
+                    count_tokens: taken.counts_tokens(),
+                };
+                step.provider
+                    .complete_hinted(self.client, api_key, &call, timeout)
+                    .await
+            }
+            Input::Audio(audio) => {
+                step.provider
+                    .transcribe_hinted(self.client, api_key, &step.id.model, audio, timeout)
+                    .await
+            }
+        };
+        let rate_limited = matches!(result, Err(LlmError::RateLimited { .. }));
+        if (rate_limited || result.is_ok())
+            && let Some(spent) = self.state.learn(&step.id, key, &hint, rate_limited)
+        {
+            tracing::debug!(
+                provider = %step.id.provider, model = %step.id.model, key_index = ?key,
+                spent_ms = duration_ms(spent), "budget spent for now"
+            );
+        }
+        // An answer the caller cannot use (the metrics' request holds no JSON object:
+        // an apology, reasoning cut by the token limit) is unusable, so the next model
+        // is asked; one it can use is parsed here, once.
+        let result = result.and_then(|(status, text)| match (self.parse)(&text) {
+            Ok(value) => Ok((status, value)),
+            Err(reason) => Err(LlmError::Unusable {
+                status,
+                reason,
+                foreign: false,
+            }),
+        });
+        (result, hint.used_tokens)
+    }
+
+    /// Awaits `response`; once it is slower than `after` (or another attempt finds the
+    /// step stalled), the next step is asked to start beside it.
+    async fn hedge_when_slow<R>(
+        &self,
+        step: &Step,
+        started: Instant,
+        after: Duration,
+        learned: bool,
+        response: impl Future<Output = R>,
+    ) -> R {
+        tokio::pin!(response);
+        // Its own threshold (`true`), or another attempt's finding that the step has
+        // stalled (`false`), whichever comes first.
+        let stall = self.hedging.stall_signal(step.id.no);
+        let slow = async {
+            match stall {
+                Some(stall) => tokio::select! {
+                    () = tokio::time::sleep(after) => true,
+                    () = stall => false,
+                },
+                None => {
+                    tokio::time::sleep(after).await;
+                    true
+                }
+            }
+        };
+        tokio::select! {
+            answer = &mut response => answer,
+            own = slow => {
+                if own && learned && self.hedging.is_auto() {
+                    // Slower than its own recent answers: stalled, as far as anyone can
+                    // tell until this attempt times out. Later requests start
+                    // elsewhere; an answer clears it. With no answer from the step
+                    // since this attempt started, the attempts still waiting on it
+                    // hedge now too.
+                    self.state
+                        .cool_step(&step.id, started + self.policy.request_timeout);
+                    if self.hedging.passed(step.id.no, started) {
+                        tracing::debug!(
+                            provider = %step.id.provider, model = %step.id.model,
+                            "step silent past its threshold: attempts waiting on it hedge"
+                        );
+                    }
+                }
+                // Nobody listening means the task is over; nothing to do then.
+                let _ = self.hedge.send(step.id.no);
+                response.await
+            }
+        }
     }
 
     fn keep(&self, step: &Step, key: Option<usize>, attempt: u32, error: LlmError) {
@@ -974,8 +1121,8 @@ impl Drop for Queued<'_> {
 
 /// An attempt in flight. If it is dropped before [`InFlight::finish`] — the task hit its
 /// deadline, or a hedged step won — it records itself as `cancelled`.
-struct InFlight<'r, 'a> {
-    run: &'r TaskRun<'a>,
+struct InFlight<'r, 'a, T> {
+    run: &'r TaskRun<'a, T>,
     step: &'r Step,
     key: Option<usize>,
     /// What its budget let through: a cancelled attempt still took its tokens.
@@ -988,11 +1135,11 @@ struct InFlight<'r, 'a> {
     finished: bool,
 }
 
-impl InFlight<'_, '_> {
-    fn finish(&mut self, result: &Result<(u16, String), LlmError>) {
+impl<T> InFlight<'_, '_, T> {
+    fn finish(&mut self, result: Result<u16, &LlmError>) {
         self.finished = true;
         let (outcome, status, error) = match result {
-            Ok((status, _)) => (Outcome::Ok, Some(*status), None),
+            Ok(status) => (Outcome::Ok, Some(status), None),
             Err(e) => (e.outcome(), e.http_status(), Some(e.to_string())),
         };
         self.run.record(
@@ -1008,7 +1155,7 @@ impl InFlight<'_, '_> {
     }
 }
 
-impl Drop for InFlight<'_, '_> {
+impl<T> Drop for InFlight<'_, '_, T> {
     fn drop(&mut self) {
         if self.finished {
             return;
@@ -1054,11 +1201,12 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::config::{BudgetSettings, HedgeAfter, ProviderKind, ProviderSettings};
+    use crate::config::{HedgeAfter, ProviderSettings};
+    use crate::llm::attempt::NullSink;
     use crate::llm::budget::Budgets;
     use crate::llm::cooldown::Cooldowns;
     use crate::llm::state::LocalState;
-    use crate::llm::types::{ChatRequest, NullSink};
+    use crate::llm_request::ChatRequest;
 
     /// A request whose turn came finds its one-per-second budget taken a moment
     /// before, waits for it — and meanwhile the key began to cool down (another
@@ -1066,18 +1214,12 @@ mod tests {
     /// within its second.)
     #[tokio::test]
     async fn a_key_that_cools_while_a_request_waits_for_its_budget_is_not_sent_on() {
-        let budget = BudgetSettings {
-            requests_per_second: Some(1),
-            ..BudgetSettings::default()
-        };
-        let settings = ProviderSettings {
-            kind: ProviderKind::Openai,
-            base_url: url::Url::parse("http://127.0.0.1:9/v1").unwrap_or_else(|_| unreachable!()),
-            require_key: false,
-            key_env: None,
-            max_concurrency: 0,
-            budget: budget.clone(),
-        };
+        let settings: ProviderSettings = toml::from_str(
+            "kind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nrequire_key = false\n\
+             budget = { requests_per_second = 1 }\n",
+        )
+        .unwrap_or_else(|e| panic!("provider settings: {e}"));
+        let budget = settings.budget().clone();
         let step = Step {
             id: StepId {
                 no: 0,
@@ -1116,6 +1258,7 @@ mod tests {
             spent: Mutex::new(Vec::new()),
             task: Task::Analysis,
             input: Input::Chat(&request),
+            parse: &|text| Ok(text.to_owned()),
             sink: &NullSink,
             deadline: Instant::now() + policy.deadline,
             hedge,

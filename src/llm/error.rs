@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::llm::types::Outcome;
+use crate::llm::attempt::Outcome;
 
 /// Longest provider error text kept (for `llm_calls.error` and logs).
 pub const MAX_ERROR_CHARS: usize = 300;

@@ -8,6 +8,7 @@
 //! set each step's hedging threshold.
 
 mod anthropic;
+mod attempt;
 mod budget;
 pub mod budget_hint;
 mod cascade;
@@ -21,18 +22,21 @@ mod provider;
 mod retry;
 pub mod retry_after;
 mod state;
-pub mod types;
+mod task;
 mod wake;
 mod wire;
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
 
+pub use crate::llm_request::ChatRequest;
+pub use attempt::{Attempt, AttemptSink, NullSink, Outcome};
 pub use budget::SpentBudget;
 pub use error::{AttemptError, CascadeError, LlmError};
 pub use hedge::LatencySample;
-pub use types::{Attempt, AttemptSink, Audio, ChatRequest, Completion, NullSink, Outcome, Task};
+pub use task::{Audio, Completion, Parsed, Task};
 
 use crate::config::{Settings, StepSettings};
 use budget::Budgets;
@@ -106,20 +110,20 @@ impl Llm {
         let mut ping_models = BTreeMap::new();
         for step in settings
             .analysis
-            .steps
+            .steps()
             .iter()
-            .chain(&settings.metrics.steps)
+            .chain(settings.metrics.steps())
         {
             ping_models
-                .entry(step.provider.clone())
-                .or_insert_with(|| step.model.clone());
+                .entry(step.provider().to_owned())
+                .or_insert_with(|| step.model().to_owned());
         }
         let transcribes = |name: &String| {
             settings
                 .transcription
-                .steps
+                .steps()
                 .iter()
-                .any(|s| s.provider == *name)
+                .any(|s| s.provider() == *name)
         };
         for (name, provider) in &providers {
             if !provider.usable() && (ping_models.contains_key(name) || transcribes(name)) {
@@ -131,31 +135,9 @@ impl Llm {
             }
         }
         let mut numbers: BTreeMap<(String, String), usize> = BTreeMap::new();
-        let mut steps = |configured: &[StepSettings]| -> Vec<Step> {
-            configured
-                .iter()
-                .filter_map(|s| {
-                    let provider = providers.get(&s.provider)?;
-                    let next = numbers.len();
-                    let no = *numbers
-                        .entry((s.provider.clone(), s.model.clone()))
-                        .or_insert(next);
-                    provider.usable().then(|| Step {
-                        id: StepId {
-                            no,
-                            provider: s.provider.clone(),
-                            model: s.model.clone(),
-                        },
-                        provider: Arc::clone(provider),
-                        max_tokens: s.max_tokens,
-                        temperature: s.temperature,
-                    })
-                })
-                .collect()
-        };
-        let analysis = steps(&settings.analysis.steps);
-        let metrics = steps(&settings.metrics.steps);
-        let transcription = steps(&settings.transcription.steps);
+        let analysis = usable_steps(settings.analysis.steps(), &providers, &mut numbers);
+        let metrics = usable_steps(settings.metrics.steps(), &providers, &mut numbers);
+        let transcription = usable_steps(settings.transcription.steps(), &providers, &mut numbers);
         let hedging = Hedging::new(
             settings.retry.hedge_after(),
             settings.retry.request_timeout(),
@@ -172,13 +154,13 @@ impl Llm {
             state: LocalState {
                 cooldowns: Cooldowns::new(
                     settings.cooldown.duration(),
-                    settings.cooldown.failures_to_trip,
+                    settings.cooldown.failures_to_trip(),
                 ),
                 budgets: Budgets::new(
                     settings
                         .providers
                         .iter()
-                        .map(|(name, p)| (name.clone(), p.budget.clone()))
+                        .map(|(name, p)| (name.clone(), p.budget().clone()))
                         .collect(),
                 ),
             },
@@ -208,17 +190,37 @@ impl Llm {
         sink: &dyn AttemptSink,
         refused: &[(String, String)],
     ) -> Result<Completion, CascadeError> {
+        let any_text = |text: &str| Ok::<_, Infallible>(text.to_owned());
+        self.run_parsed(task, request, sink, refused, any_text)
+            .await
+            .map(Completion::from)
+    }
+
+    /// [`Llm::run_excluding`] for an answer of a given form: `parse` says what makes an
+    /// answer usable (the metrics: one JSON object) and is the one place it is parsed.
+    /// An answer it refuses is recorded as `unusable`, with its error as the reason, and
+    /// the next model is asked.
+    pub async fn run_parsed<T, E: fmt::Display>(
+        &self,
+        task: Task,
+        request: &ChatRequest,
+        sink: &dyn AttemptSink,
+        refused: &[(String, String)],
+        parse: impl Fn(&str) -> Result<T, E> + Sync,
+    ) -> Result<Parsed<T>, CascadeError> {
         let steps = match task {
             Task::Analysis | Task::Digest => &self.analysis,
             Task::Metrics => &self.metrics,
             // A chat request has no audio; the transcription steps never see one.
             Task::Transcription => return Err(CascadeError::NoUsableProvider),
         };
+        let parse = |text: &str| parse(text).map_err(|reason| reason.to_string());
         cascade::run(
             self.engine(),
             steps,
             task,
             Input::Chat(request),
+            &parse,
             sink,
             refused,
         )
@@ -242,10 +244,12 @@ impl Llm {
             &self.transcription,
             Task::Transcription,
             Input::Audio(audio),
+            &|text| Ok(text.to_owned()),
             sink,
             &[],
         )
         .await
+        .map(Completion::from)
     }
 
     fn engine(&self) -> Engine<'_> {
@@ -411,6 +415,36 @@ impl Llm {
             .iter()
             .map(|(name, p)| (name.as_str(), p.usable()))
     }
+}
+
+/// The configured steps of one cascade whose provider can be called. Each (provider,
+/// model) gets one number in `numbers` across every cascade: its cooldown, budget and
+/// hedging are shared by the tasks that use it.
+fn usable_steps(
+    configured: &[StepSettings],
+    providers: &BTreeMap<String, Arc<Provider>>,
+    numbers: &mut BTreeMap<(String, String), usize>,
+) -> Vec<Step> {
+    configured
+        .iter()
+        .filter_map(|s| {
+            let provider = providers.get(s.provider())?;
+            let next = numbers.len();
+            let no = *numbers
+                .entry((s.provider().to_owned(), s.model().to_owned()))
+                .or_insert(next);
+            provider.usable().then(|| Step {
+                id: StepId {
+                    no,
+                    provider: s.provider().to_owned(),
+                    model: s.model().to_owned(),
+                },
+                provider: Arc::clone(provider),
+                max_tokens: s.max_tokens(),
+                temperature: s.temperature(),
+            })
+        })
+        .collect()
 }
 
 /// What one key's ping got (`daylog doctor --ping`).

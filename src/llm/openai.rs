@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ApiKey;
 use crate::llm::error::{LlmError, body_message};
-use crate::llm::types::Audio;
+use crate::llm::task::Audio;
 use crate::llm::wire::{Call, WireFormat, body_count, secret_header};
 
 /// The OpenAI-compatible wire format.

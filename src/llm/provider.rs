@@ -18,7 +18,7 @@ use crate::llm::budget_hint::{self, Hint};
 use crate::llm::error::LlmError;
 use crate::llm::gemini::Gemini;
 use crate::llm::openai::OpenAi;
-use crate::llm::types::Audio;
+use crate::llm::task::Audio;
 use crate::llm::wire::{Call, WireFormat};
 
 /// The one place a provider kind becomes behaviour: a new wire format is a file with a
@@ -48,13 +48,17 @@ pub(crate) struct Provider {
 impl Provider {
     pub fn new(name: &str, settings: &ProviderSettings, keys: &[ApiKey]) -> Self {
         Self {
-            wire: wire_format(settings.kind),
-            base_url: settings.base_url.as_str().trim_end_matches('/').to_owned(),
+            wire: wire_format(settings.kind()),
+            base_url: settings
+                .base_url()
+                .as_str()
+                .trim_end_matches('/')
+                .to_owned(),
             keys: keys.to_vec(),
-            require_key: settings.require_key,
+            require_key: settings.require_key(),
             key_env: settings.key_env(name),
-            permits: (settings.max_concurrency > 0)
-                .then(|| Arc::new(Semaphore::new(settings.max_concurrency))),
+            permits: (settings.max_concurrency() > 0)
+                .then(|| Arc::new(Semaphore::new(settings.max_concurrency()))),
         }
     }
 

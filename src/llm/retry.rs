@@ -22,7 +22,7 @@ pub(crate) struct RetryPolicy {
 impl RetryPolicy {
     pub fn new(settings: &RetrySettings) -> Self {
         Self {
-            max_attempts: settings.max_attempts.max(1),
+            max_attempts: settings.max_attempts(),
             min_delay: settings.min_delay(),
             max_delay: settings.max_delay(),
             request_timeout: settings.request_timeout(),
@@ -78,14 +78,13 @@ mod tests {
     use super::*;
 
     fn policy(max_attempts: u32, min_ms: u64, max_ms: u64) -> RetryPolicy {
-        RetryPolicy::new(&RetrySettings {
+        RetryPolicy {
             max_attempts,
-            min_delay_ms: min_ms,
-            max_delay_ms: max_ms,
-            request_timeout_ms: 1000,
-            hedge_after_ms: crate::config::HedgeAfter::Off,
-            deadline_ms: 10_000,
-        })
+            min_delay: Duration::from_millis(min_ms),
+            max_delay: Duration::from_millis(max_ms),
+            request_timeout: Duration::from_secs(1),
+            deadline: Duration::from_secs(10),
+        }
     }
 
     #[test]

@@ -16,7 +16,8 @@ use reqwest::{Client, RequestBuilder, StatusCode};
 use crate::config::ApiKey;
 use crate::llm::error::LlmError;
 use crate::llm::retry_after;
-use crate::llm::types::{Audio, ChatRequest};
+use crate::llm::task::Audio;
+use crate::llm_request::ChatRequest;
 
 /// What one attempt asks of a model.
 #[derive(Debug, Clone, Copy)]

@@ -495,17 +495,34 @@ async fn an_answer_without_the_json_asked_for_is_unusable_and_the_next_model_ask
     let sink = RecordingSink::default();
 
     let answer = llm
-        .run(Task::Analysis, &request(true), &sink)
+        .run_parsed(
+            Task::Analysis,
+            &request(true),
+            &sink,
+            &[],
+            daylog::analysis::Metrics::from_answer,
+        )
         .await
         .expect("answer");
 
     assert_eq!(answer.model, "m2");
-    assert_eq!(answer.text, "{\"mood\": 4}");
+    assert_eq!(answer.value.mood(), 4);
     assert_eq!(sink.count("m1", Outcome::Unusable), 2);
-    // Prose is an answer where no JSON was asked for.
+    let reasons: Vec<String> = sink
+        .attempts()
+        .iter()
+        .filter_map(|a| a.error.clone())
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r.contains("the answer holds no JSON object")),
+        "{reasons:?}"
+    );
+    // Prose is an answer where the caller takes any text.
     let sink = RecordingSink::default();
     let answer = llm
-        .run(Task::Analysis, &request(false), &sink)
+        .run(Task::Analysis, &request(true), &sink)
         .await
         .expect("answer");
     assert_eq!(answer.model, "m1");

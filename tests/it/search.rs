@@ -469,8 +469,8 @@ async fn the_readme_query_runs_through_the_read_only_daylog_sql() {
         "SELECT d.created_at, d.text FROM
          day_logs_fts JOIN day_logs d ON d.id = day_logs_fts.rowid WHERE day_logs_fts MATCH
          'coffee AND park' ORDER BY rank",
-        &daylog::config::SqlSettings {
-            timeout_ms: 30_000,
+        &daylog::sqlcmd::Limits {
+            timeout: std::time::Duration::from_secs(30),
             max_rows: 1_000_000,
         },
     )

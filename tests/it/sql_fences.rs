@@ -13,9 +13,8 @@
 
 use std::time::Duration;
 
-use daylog::config::SqlSettings;
 use daylog::language::Language;
-use daylog::sqlcmd::{self, QueryError, Refusal};
+use daylog::sqlcmd::{self, Limits, QueryError, Refusal};
 use daylog::store::UserId;
 use daylog::store::{self, NewUser, Store};
 use sqlx::SqlitePool;
@@ -23,8 +22,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
 const BUSY: Duration = Duration::from_secs(5);
 /// `daylog sql`'s own limits, as shipped.
-const SQL: SqlSettings = SqlSettings {
-    timeout_ms: 30_000,
+const SQL: Limits = Limits {
+    timeout: Duration::from_secs(30),
     max_rows: 1_000_000,
 };
 

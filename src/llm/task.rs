@@ -1,4 +1,7 @@
-//! The types the rest of daylog uses to talk to the LLM layer.
+//! What a caller asks of the LLM layer and gets back: the [`Task`] (which cascade), the
+//! [`Audio`] to transcribe (a chat request is [`crate::llm_request::ChatRequest`]), and
+//! the answer with who gave it ([`Completion`], or [`Parsed`] when the caller said what
+//! makes an answer usable).
 
 use std::fmt;
 
@@ -21,34 +24,6 @@ impl Task {
             Self::Transcription => "transcription",
             Self::Digest => "digest",
         }
-    }
-}
-
-/// One chat request. User text goes only into `user`, never into `system`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChatRequest {
-    pub system: String,
-    pub user: String,
-    /// Ask for one JSON object (JSON mode where the provider has it).
-    pub json: bool,
-}
-
-impl ChatRequest {
-    /// A cautious estimate of the tokens the request's text takes: a quarter of its
-    /// UTF-8 bytes (English runs about four bytes a token, Cyrillic more), plus a few
-    /// for the messages' framing. Budgets count it before sending; the answer's `usage`
-    /// then says what it took.
-    pub fn estimated_tokens(&self) -> u32 {
-        let bytes = self.system.len() + self.user.len();
-        u32::try_from(bytes.div_ceil(4))
-            .unwrap_or(u32::MAX)
-            .saturating_add(16)
-    }
-
-    /// The tokens its answer is expected to take when the step sets no `max_tokens`:
-    /// the metrics' JSON object (eight short fields) or an analysis of a few sentences.
-    pub fn expected_answer_tokens(&self) -> u32 {
-        if self.json { 128 } else { 256 }
     }
 }
 
@@ -117,76 +92,22 @@ pub struct Completion {
     pub model: String,
 }
 
-/// The outcome of one attempt, as stored in `llm_calls.outcome`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    Ok,
-    Retryable,
-    BadKey,
-    BadRequest,
-    Blocked,
-    Timeout,
-    SkippedCooldown,
-    /// The budget of the key (or of every key of the step) is known to be spent: no
-    /// request was sent.
-    SkippedBudget,
-    Unusable,
-    /// A hedged attempt that lost the race.
-    Cancelled,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Retryable => "retryable",
-            Self::BadKey => "bad_key",
-            Self::BadRequest => "bad_request",
-            Self::Blocked => "blocked",
-            Self::Timeout => "timeout",
-            Self::SkippedCooldown => "skipped_cooldown",
-            Self::SkippedBudget => "skipped_budget",
-            Self::Unusable => "unusable",
-            Self::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One recorded attempt (a row of `llm_calls`, without the log it belongs to).
+/// An answer the caller's parse function accepted, parsed once, and who gave it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Attempt {
-    pub task: Task,
+pub struct Parsed<T> {
+    pub value: T,
     pub provider: String,
     pub model: String,
-    /// Index of the key in the provider's key list; never the key.
-    pub key_index: Option<usize>,
-    /// 1-based attempt number on this key and step.
-    pub attempt: u32,
-    pub http_status: Option<u16>,
-    pub outcome: Outcome,
-    pub latency_ms: u64,
-    /// How long the cascade waited before this attempt (backoff, Retry-After).
-    pub wait_ms: u64,
-    /// A short, key-free description of what went wrong.
-    pub error: Option<String>,
 }
 
-/// Where the cascade reports attempts. `record` must not block: the store's sink queues.
-pub trait AttemptSink: Send + Sync {
-    fn record(&self, attempt: Attempt);
-}
-
-/// A sink that drops every attempt.
-pub struct NullSink;
-
-impl AttemptSink for NullSink {
-    fn record(&self, _attempt: Attempt) {}
+impl From<Parsed<String>> for Completion {
+    fn from(parsed: Parsed<String>) -> Self {
+        Self {
+            text: parsed.value,
+            provider: parsed.provider,
+            model: parsed.model,
+        }
+    }
 }
 
 #[cfg(test)]
