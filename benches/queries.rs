@@ -56,7 +56,7 @@ fn queries(c: &mut Criterion) {
             b.iter(|| {
                 runtime.block_on(commands::respond(
                     &journal,
-                    black_box(USER),
+                    black_box(UserId(USER)),
                     Command::Stats(days.to_string()),
                 ))
             })
@@ -69,13 +69,13 @@ fn queries(c: &mut Criterion) {
         b.iter(|| {
             runtime.block_on(commands::respond(
                 &journal,
-                black_box(USER),
+                black_box(UserId(USER)),
                 Command::History("10".into()),
             ))
         })
     });
     group.bench_function("store_streaks", |b| {
-        b.iter(|| runtime.block_on(journal.streaks(black_box(USER))))
+        b.iter(|| runtime.block_on(journal.streaks(black_box(UserId(USER)))))
     });
     // Every fill text is "Day log number <i>: worked, ran, slept.": "number 4242" is
     // two words of which one is in a single entry (the usual search), "worked" is in
@@ -88,7 +88,7 @@ fn queries(c: &mut Criterion) {
             b.iter(|| {
                 runtime.block_on(commands::respond(
                     &journal,
-                    black_box(USER),
+                    black_box(UserId(USER)),
                     Command::Search(words.into()),
                 ))
             })
@@ -138,7 +138,7 @@ impl Messenger for Discard {
     async fn send(&self, _target: Target, _responses: Vec<Response>) -> Result<(), SendError> {
         Ok(())
     }
-    async fn typing(&self, _chat_id: i64) {}
+    async fn typing(&self, _chat_id: daylog::domain::ChatId) {}
 }
 
 /// `n` users (ids from 1 000 000) with a reminder, next due every 24 h / n from now.

@@ -110,7 +110,7 @@ fn count_arg(arg: &str, default: u32, max: u32) -> Option<u32> {
 /// Answers one command of `user_id`.
 pub async fn respond(
     journal: &Journal,
-    user_id: i64,
+    user_id: UserId,
     command: Command,
 ) -> Result<Vec<Response>, StoreError> {
     let language = journal.language_of(user_id).await;
@@ -143,10 +143,7 @@ pub async fn respond(
             let Some(n) = count_arg(&arg, HISTORY_DEFAULT, HISTORY_MAX) else {
                 return text(Reply::new().text(texts.bad_number("history", HISTORY_MAX)));
             };
-            let logs = journal
-                .store()
-                .history(UserId(user_id), i64::from(n))
-                .await?;
+            let logs = journal.store().history(user_id, i64::from(n)).await?;
             let zone = journal.zone_of(user_id).await;
             text(history_reply(language, &zone, &logs))
         }
@@ -158,15 +155,9 @@ pub async fn respond(
             let first = today
                 .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
                 .unwrap_or(today);
-            let rows = journal
-                .store()
-                .daily_metrics(UserId(user_id), first)
-                .await?;
+            let rows = journal.store().daily_metrics(user_id, first).await?;
             let streaks = journal.streaks(user_id).await?;
-            let activities = journal
-                .store()
-                .day_activities(UserId(user_id), first)
-                .await?;
+            let activities = journal.store().day_activities(user_id, first).await?;
             let goes_with =
                 crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
                     rows.iter().map(|r| (r.day, r.mood)),
@@ -195,7 +186,7 @@ pub async fn respond(
             Ok(responses)
         }
         Command::Export => {
-            let logs = journal.store().export(UserId(user_id)).await?;
+            let logs = journal.store().export(user_id).await?;
             if logs.is_empty() {
                 return text(Reply::new().text(texts.no_entries()));
             }
@@ -209,10 +200,7 @@ pub async fn respond(
         Command::Delete => Ok(vec![Response::ConfirmDelete { language, user_id }]),
         Command::Lang(arg) => match arg.trim().parse::<Language>() {
             Ok(chosen) => {
-                journal
-                    .store()
-                    .set_language(UserId(user_id), chosen)
-                    .await?;
+                journal.store().set_language(user_id, chosen).await?;
                 text(Reply::new().text(Texts(chosen).lang_set()))
             }
             Err(()) => text(Reply::new().text(texts.lang_usage())),
@@ -254,7 +242,7 @@ pub async fn respond(
             if words.split_whitespace().next().is_none() {
                 return text(Reply::new().text(texts.search_usage()));
             }
-            let hits = journal.store().search(UserId(user_id), &words).await?;
+            let hits = journal.store().search(user_id, &words).await?;
             text(search_reply(language, &hits))
         }
         Command::Year(arg) => {
@@ -266,7 +254,7 @@ pub async fn respond(
                     None => return text(Reply::new().text(texts.year_usage())),
                 },
             };
-            let moods = journal.store().year_moods(UserId(user_id), year).await?;
+            let moods = journal.store().year_moods(user_id, year).await?;
             Ok(year_responses(language, year, &moods, today))
         }
         // The file itself comes as a document (the bot) or a path (`daylog chat`); the
@@ -293,18 +281,18 @@ fn zone_error(texts: Texts, error: &ZoneError) -> String {
 /// stored keep their local day; a reminder moves to the new zone's wall clock.
 pub async fn set_zone(
     journal: &Journal,
-    user_id: i64,
+    user_id: UserId,
     zone: &UserZone,
 ) -> Result<Reply, StoreError> {
     let before = journal.zone_of(user_id).await;
-    journal.store().set_timezone(UserId(user_id), zone).await?;
+    journal.store().set_timezone(user_id, zone).await?;
     // The same zone again moves nothing (a reminder due this very moment stays due);
     // a new one moves the reminder and the digest to its wall clock.
     if before.name() != zone.name() {
         crate::reminders::zone_changed(journal, user_id, zone).await?;
         crate::digest::reschedule(journal, user_id).await?;
     }
-    tracing::info!(user_id, zone = zone.name(), "time zone set");
+    tracing::info!(user_id = user_id.get(), zone = zone.name(), "time zone set");
     let language = journal.language_of(user_id).await;
     let now = local_clock(zone, journal.now());
     Ok(Reply::new().text(Texts(language).tz_set(zone.name(), &now)))
@@ -313,7 +301,7 @@ pub async fn set_zone(
 /// A shared location: the zone at those coordinates, or a sentence when there is none.
 pub async fn set_zone_from_location(
     journal: &Journal,
-    user_id: i64,
+    user_id: UserId,
     latitude: f64,
     longitude: f64,
 ) -> Result<Reply, StoreError> {
@@ -398,11 +386,15 @@ fn year_responses(language: Language, year: i32, moods: &[DayMood], today: Date)
 /// `/delete` confirmed: every row of the user goes.
 pub async fn delete_confirmed(
     journal: &Journal,
-    user_id: i64,
+    user_id: UserId,
     language: Language,
 ) -> Result<Reply, StoreError> {
-    let entries = journal.store().delete_user(UserId(user_id)).await?;
-    tracing::info!(user_id, entries, "user data deleted on request");
+    let entries = journal.store().delete_user(user_id).await?;
+    tracing::info!(
+        user_id = user_id.get(),
+        entries,
+        "user data deleted on request"
+    );
     Ok(Reply::new().text(Texts(language).deleted(entries)))
 }
 

@@ -105,7 +105,7 @@ enum Asked {
 /// count down from −1, so keys from `i64::MIN` up never meet one.
 fn claim(journal: &Journal, user_id: UserId, week_start: Date) -> Option<Claim> {
     let week = i64::from(week_start.year()) * 1000 + i64::from(week_start.day_of_year());
-    journal.claim(ChatId(user_id.get()), MessageId(i64::MIN + week))
+    journal.claim(ChatId::private(user_id), MessageId(i64::MIN + week))
 }
 
 /// When the user's Sunday digest comes: the reminder time, 19:00 without one.
@@ -120,8 +120,8 @@ async fn digest_time(journal: &Journal, user_id: UserId) -> Result<LocalTime, St
 }
 
 /// `/digest`, `/digest on`, `/digest off`.
-pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply, StoreError> {
-    let id = UserId(user_id);
+pub async fn command(journal: &Journal, user_id: UserId, arg: &str) -> Result<Reply, StoreError> {
+    let id = user_id;
     let texts = Texts(journal.language_of(user_id).await);
     let zone = journal.zone_of(user_id).await;
     let time = digest_time(journal, id).await?;
@@ -148,19 +148,19 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
             let next = next_sunday_at(&zone, journal.now(), time, day_starts_hour(journal));
             journal.store().set_digest(id, Some(next)).await?;
         }
-        tracing::info!(user_id, "weekly digest turned on");
+        tracing::info!(user_id = id.get(), "weekly digest turned on");
         Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name(), night)))
     } else {
         journal.store().set_digest(id, None).await?;
-        tracing::info!(user_id, "weekly digest turned off");
+        tracing::info!(user_id = id.get(), "weekly digest turned off");
         Ok(Reply::new().text(texts.digest_off()))
     }
 }
 
 /// The user's zone or reminder time changed: a Sunday digest that is on follows it
 /// (one already due is sent first, by the scheduler, which then follows the change).
-pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreError> {
-    let id = UserId(user_id);
+pub async fn reschedule(journal: &Journal, user_id: UserId) -> Result<(), StoreError> {
+    let id = user_id;
     if !journal.store().digest_enabled(id).await? {
         return Ok(());
     }
@@ -183,22 +183,20 @@ pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreErro
         .await
 }
 
-/// `/week`: the digest of the last 7 local days, sent through `messenger` to `chat_id`
-/// (as a reply to `reply_to`). With no entry in those days the user is told so and
+/// `/week`: the digest of the last 7 local days, sent through `messenger` to `target`
+/// (its message, if any, is the one that asked). With no entry in those days the user is told so and
 /// nothing is stored. A store failure is returned for the front end to report.
 pub async fn week<M: Messenger>(
     journal: &Journal,
     messenger: &M,
-    user_id: i64,
-    chat_id: i64,
-    reply_to: Option<i64>,
+    user_id: UserId,
+    target: Target,
     front_end: FrontEnd,
 ) -> Result<(), StoreError> {
-    let id = UserId(user_id);
-    let asked_by = reply_to.map(MessageId);
+    let id = user_id;
+    let asked_by = target.reply_to;
     let language = journal.language_of(user_id).await;
     let texts = Texts(language);
-    let target = Target { chat_id, reply_to };
     let (_, today) = journal.today_of(user_id).await;
     let (first, last) = week_ending(today);
     if journal.store().entries_between(id, first, last).await? == 0 {
@@ -215,7 +213,7 @@ pub async fn week<M: Messenger>(
     };
     let (digest, _) = journal
         .store()
-        .insert_digest(id, ChatId(chat_id), first, front_end, asked_by)
+        .insert_digest(id, target.chat_id, first, front_end, asked_by)
         .await?;
     match digest.status {
         // Not written yet and waiting for the worker's next try after failed ones: the
@@ -241,7 +239,7 @@ pub async fn week<M: Messenger>(
             let text = digest.text.clone().unwrap_or_default();
             let responses = responses(journal, language, &digest, &text).await?;
             if let Err(error) = messenger.send(target, responses).await {
-                tracing::warn!(%error, user_id, "digest not delivered again");
+                tracing::warn!(%error, user_id = id.get(), "digest not delivered again");
             }
         }
         _ => send_notice(messenger, target, texts.digest_refused(), id).await,
@@ -282,7 +280,7 @@ async fn run<M: Messenger>(
     target: Target,
     asked: Asked,
 ) -> Result<(), StoreError> {
-    let language = journal.language_of(digest.user_id.get()).await;
+    let language = journal.language_of(digest.user_id).await;
     let texts = Texts(language);
     let text = match digest.text.clone() {
         Some(text) => text,
@@ -507,11 +505,8 @@ pub async fn deliver_due<M: Messenger>(
                 let Some(message_id) = digest.message_id else {
                     continue;
                 };
-                let texts = Texts(journal.language_of(digest.user_id.get()).await);
-                let target = Target {
-                    chat_id: digest.chat_id.get(),
-                    reply_to: Some(message_id.get()),
-                };
+                let texts = Texts(journal.language_of(digest.user_id).await);
+                let target = Target::reply(digest.chat_id, message_id);
                 send_notice(
                     messenger.as_ref(),
                     target,
@@ -551,10 +546,7 @@ pub async fn deliver_due<M: Messenger>(
                     return;
                 }
             };
-            let target = Target {
-                chat_id: digest.chat_id.get(),
-                reply_to: None,
-            };
+            let target = Target::chat(digest.chat_id);
             let id = digest.id;
             if let Err(error) = run(
                 journal.as_ref(),

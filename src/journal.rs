@@ -27,15 +27,16 @@ use std::time::Duration;
 
 use crate::analysis::{self, Metrics, UserContext};
 use crate::config::Settings;
+use crate::domain::{Failure, ModelRef, Outcome, Wait};
 use crate::frontend::{
     FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target, truncate_chars,
 };
 use crate::language::Language;
-use crate::llm::{Attempt, AttemptSink, CascadeError, Llm, Outcome, Task};
+use crate::llm::{Attempt, AttemptSink, CascadeError, Llm, Task};
 use crate::render::Reply;
 use crate::store::{
     ChatId, DayLog, FrontEnd, Inserted, LogId, LogStatus, MessageId, NewLog, NewUser, NewVoiceLog,
-    Store, StoreError, Unfinished, UserId, VoiceNote, Waiting,
+    Store, StoreError, Unfinished, UserId, VoiceNote,
 };
 use crate::streaks::Streaks;
 use crate::texts::Texts;
@@ -68,9 +69,9 @@ impl EntryError {
 /// A text message from a user.
 #[derive(Debug, Clone)]
 pub struct Incoming {
-    pub user_id: i64,
-    pub chat_id: i64,
-    pub message_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
     pub username: Option<String>,
     pub language_code: Option<String>,
     pub text: String,
@@ -81,9 +82,9 @@ pub struct Incoming {
 /// A voice or audio message from a user (SPEC §11).
 #[derive(Debug, Clone)]
 pub struct IncomingVoice {
-    pub user_id: i64,
-    pub chat_id: i64,
-    pub message_id: i64,
+    pub user_id: UserId,
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
     pub username: Option<String>,
     pub language_code: Option<String>,
     /// What [`Messenger::fetch_audio`] fetches it by: Telegram's `file_id`, or for
@@ -100,46 +101,20 @@ pub struct IncomingVoice {
 enum Transcribed {
     /// The transcript is stored: the log, with it as its text.
     Text(Box<DayLog>),
-    /// Not now; the log stays pending and the worker tries again. `refused`: every
-    /// step refused the request itself (a 4xx such as a format it cannot read), not a
-    /// passing outage, which the user is not told is one.
-    Pending { refused: bool },
-    /// The recording cannot be fetched any more.
-    Gone,
+    /// Not a text: what the store now holds about the log (a wait, or a give-up).
+    Decided(Outcome),
     /// Someone else stored a transcript meanwhile (or the log is no longer pending).
     Superseded,
-    /// The recording has no words in it (silence, noise): nothing to analyse.
-    NoWords,
-    /// No transcription step has a key: nothing can transcribe it until the operator
-    /// adds one (SPEC §4.6); the log stays pending, the recording is not fetched.
-    NoProvider,
 }
 
-/// What became of one analysis round.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decided {
-    Analyzed {
-        analysis: String,
-        metrics: Metrics,
-    },
-    /// No provider answered; the log stays pending and the worker tries again.
-    Pending,
-    /// No analysis step has a provider with a key: pending like [`Decided::Pending`],
-    /// and the user is told that no AI provider is set up (SPEC §4.6).
-    NoProvider,
-    /// Every provider that was asked refused its API key: pending like
-    /// [`Decided::Pending`], and the user is told that the bot's key needs fixing, not
-    /// that the services are down.
-    KeysRefused,
-    /// Every step's budget is spent: the log is parked until the first returns, about
-    /// `back_in` from now, and the worker takes it up then (oldest logs first).
-    WaitingForBudget {
-        back_in: Duration,
-    },
-    Blocked,
-    /// The log was edited while this round ran: nothing was stored, and the worker
-    /// analyses the new text.
-    Superseded,
+/// Whether the user hears about an entry before its answer, and how the answer is
+/// titled: [`Timing::Live`] for the path that stored it (notices such as "saved, it
+/// follows" go out), [`Timing::Late`] once the user was told it follows, and for the
+/// worker's answers (no notices; the answer says it is the one that was owed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timing {
+    Live,
+    Late,
 }
 
 /// The author of a log as the path that brought it to its analysis read them: their
@@ -357,8 +332,8 @@ impl Journal {
     }
 
     /// Whether this Telegram user may use the bot (an empty allowed list: everyone).
-    pub fn is_allowed(&self, user_id: i64) -> bool {
-        self.settings.telegram.is_allowed(user_id)
+    pub fn is_allowed(&self, user_id: UserId) -> bool {
+        self.settings.telegram.is_allowed(user_id.get())
     }
 
     /// Records a user seen for the first time (or again: a new name);
@@ -374,12 +349,12 @@ impl Journal {
     }
 
     /// The user's zone (the default for a user not seen yet).
-    pub async fn zone_of(&self, user_id: i64) -> UserZone {
-        match self.store.user(UserId(user_id)).await {
+    pub async fn zone_of(&self, user_id: UserId) -> UserZone {
+        match self.store.user(user_id).await {
             Ok(Some(user)) => user.timezone,
             Ok(None) => self.settings.journal.default_zone(),
             Err(error) => {
-                tracing::warn!(%error, user_id, "could not read the user's zone");
+                tracing::warn!(%error, user_id = user_id.get(), "could not read the user's zone");
                 self.settings.journal.default_zone()
             }
         }
@@ -402,32 +377,32 @@ impl Journal {
     }
 
     /// The user's zone and their "today".
-    pub async fn today_of(&self, user_id: i64) -> (UserZone, jiff::civil::Date) {
+    pub async fn today_of(&self, user_id: UserId) -> (UserZone, jiff::civil::Date) {
         let zone = self.zone_of(user_id).await;
         let today = self.local_day(&zone, self.now());
         (zone, today)
     }
 
     /// The user's current and longest streak, in local days.
-    pub async fn streaks(&self, user_id: i64) -> Result<Streaks, StoreError> {
+    pub async fn streaks(&self, user_id: UserId) -> Result<Streaks, StoreError> {
         let (_, today) = self.today_of(user_id).await;
-        let days = self.store.entry_days(UserId(user_id)).await?;
+        let days = self.store.entry_days(user_id).await?;
         Ok(Streaks::from_days(&days, today))
     }
 
     /// The current streak for an analysis reply's note, in the author's zone; 0 when it
     /// cannot be read.
-    async fn streak_for_note(&self, user_id: i64, zone: &UserZone) -> u32 {
+    async fn streak_for_note(&self, user_id: UserId, zone: &UserZone) -> u32 {
         let today = self.local_day(zone, self.now());
         let streaks = self
             .store
-            .entry_days(UserId(user_id))
+            .entry_days(user_id)
             .await
             .map(|days| Streaks::from_days(&days, today));
         match streaks {
             Ok(streaks) => streaks.current,
             Err(error) => {
-                tracing::warn!(%error, user_id, "could not read the streak");
+                tracing::warn!(%error, user_id = user_id.get(), "could not read the streak");
                 0
             }
         }
@@ -463,18 +438,18 @@ impl Journal {
     }
 
     /// The user's language, as stored (English when unknown).
-    pub async fn language_of(&self, user_id: i64) -> Language {
+    pub async fn language_of(&self, user_id: UserId) -> Language {
         self.language_or(user_id, Language::default()).await
     }
 
     /// The user's language, as stored; `fallback` (for Telegram, the client's
     /// `language_code`) for a user not stored yet or when the store cannot say.
-    pub async fn language_or(&self, user_id: i64, fallback: Language) -> Language {
-        match self.store.user(UserId(user_id)).await {
+    pub async fn language_or(&self, user_id: UserId, fallback: Language) -> Language {
+        match self.store.user(user_id).await {
             Ok(Some(user)) => user.language(),
             Ok(None) => fallback,
             Err(error) => {
-                tracing::warn!(%error, user_id, "could not read the user's language");
+                tracing::warn!(%error, user_id = user_id.get(), "could not read the user's language");
                 fallback
             }
         }
@@ -483,8 +458,8 @@ impl Journal {
     /// A log's author as stored, with the fallbacks of [`Journal::language_of`] and
     /// [`Journal::zone_of`] (English and the default zone for a user the store does not
     /// have or cannot read), in one read.
-    async fn author_of(&self, user_id: i64) -> Author {
-        match self.store.user(UserId(user_id)).await {
+    async fn author_of(&self, user_id: UserId) -> Author {
+        match self.store.user(user_id).await {
             Ok(Some(user)) => Author {
                 language: user.language(),
                 zone: user.timezone.clone(),
@@ -494,7 +469,7 @@ impl Journal {
                 zone: self.settings.journal.default_zone(),
             },
             Err(error) => {
-                tracing::warn!(%error, user_id, "could not read the user's language and zone");
+                tracing::warn!(%error, user_id = user_id.get(), "could not read the user's language and zone");
                 Author {
                     language: Language::default(),
                     zone: self.settings.journal.default_zone(),
@@ -519,13 +494,13 @@ impl Journal {
     /// (a re-delivered update, or one being handled right now).
     pub async fn accept_text(&self, msg: Incoming) -> Result<Option<Accepted>, EntryError> {
         // Claimed before the insert, so the worker cannot take a log that is seconds old.
-        let Some(claim) = self.claim(ChatId(msg.chat_id), MessageId(msg.message_id)) else {
+        let Some(claim) = self.claim(msg.chat_id, msg.message_id) else {
             return Ok(None); // the same message is being handled right now
         };
         let user = self
             .store
             .upsert_user(&NewUser {
-                user_id: UserId(msg.user_id),
+                user_id: msg.user_id,
                 username: msg.username.as_deref(),
                 language: Language::from_code(msg.language_code.as_deref()),
             })
@@ -540,9 +515,9 @@ impl Journal {
         let inserted = self
             .store
             .insert_log(&NewLog {
-                user_id: UserId(msg.user_id),
-                chat_id: ChatId(msg.chat_id),
-                message_id: MessageId(msg.message_id),
+                user_id: msg.user_id,
+                chat_id: msg.chat_id,
+                message_id: msg.message_id,
                 text: &msg.text,
                 local_day: Some(local_day),
                 written_at: msg.sent_at,
@@ -570,14 +545,14 @@ impl Journal {
     pub async fn on_terminal_text<M: Messenger>(
         &self,
         messenger: &M,
-        user_id: i64,
+        user_id: UserId,
         text: &str,
         read_at: jiff::Timestamp,
     ) -> Result<(), EntryError> {
         let user = self
             .store
             .upsert_user(&NewUser {
-                user_id: UserId(user_id),
+                user_id,
                 username: None,
                 language: Language::default(),
             })
@@ -592,7 +567,7 @@ impl Journal {
             let _storing = self.claim_gate.read().await;
             let log = self
                 .store
-                .insert_chat_log(UserId(user_id), text, Some(local_day))
+                .insert_chat_log(user_id, text, Some(local_day))
                 .await
                 .map_err(EntryError::NotSaved)?;
             let claim = self.claim(log.chat_id, log.message_id);
@@ -632,34 +607,31 @@ impl Journal {
         messenger: &M,
         voice: IncomingVoice,
     ) -> Result<Option<Accepted>, EntryError> {
-        let language = match self.store.user(UserId(voice.user_id)).await {
+        let language = match self.store.user(voice.user_id).await {
             Ok(Some(user)) => user.language(),
             _ => Language::from_code(voice.language_code.as_deref()),
         };
         if let Some(refusal) = self.voice_refusal(&voice, Texts(language)) {
             tracing::info!(
-                chat_id = voice.chat_id,
+                chat_id = voice.chat_id.get(),
                 duration_s = voice.duration_s,
                 file_size = voice.file_size,
                 "voice note refused: too long or too large"
             );
-            let target = Target {
-                chat_id: voice.chat_id,
-                reply_to: Some(voice.message_id),
-            };
+            let target = Target::reply(voice.chat_id, voice.message_id);
             let reply = Reply::new().text(refusal);
             if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
-                tracing::warn!(%error, chat_id = voice.chat_id, "refusal not delivered");
+                tracing::warn!(%error, chat_id = voice.chat_id.get(), "refusal not delivered");
             }
             return Ok(None);
         }
-        let Some(claim) = self.claim(ChatId(voice.chat_id), MessageId(voice.message_id)) else {
+        let Some(claim) = self.claim(voice.chat_id, voice.message_id) else {
             return Ok(None);
         };
         let user = self
             .store
             .upsert_user(&NewUser {
-                user_id: UserId(voice.user_id),
+                user_id: voice.user_id,
                 username: voice.username.as_deref(),
                 language: Language::from_code(voice.language_code.as_deref()),
             })
@@ -672,9 +644,9 @@ impl Journal {
         let inserted = self
             .store
             .insert_voice_log(&NewVoiceLog {
-                user_id: UserId(voice.user_id),
-                chat_id: ChatId(voice.chat_id),
-                message_id: MessageId(voice.message_id),
+                user_id: voice.user_id,
+                chat_id: voice.chat_id,
+                message_id: voice.message_id,
                 file_id: &voice.file_id,
                 duration_s: voice.duration_s,
                 local_day: Some(
@@ -707,7 +679,7 @@ impl Journal {
         let user = self
             .store
             .upsert_user(&NewUser {
-                user_id: UserId(voice.user_id),
+                user_id: voice.user_id,
                 username: None,
                 language: Language::default(),
             })
@@ -715,10 +687,7 @@ impl Journal {
             .map_err(EntryError::NotSaved)?;
         let texts = Texts(user.language());
         if let Some(refusal) = self.voice_refusal(&voice, texts) {
-            let target = Target {
-                chat_id: voice.user_id,
-                reply_to: None,
-            };
+            let target = Target::chat(ChatId::private(voice.user_id));
             let reply = Reply::new().text(refusal);
             if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
                 tracing::warn!(%error, "refusal not shown");
@@ -735,7 +704,7 @@ impl Journal {
             let log = self
                 .store
                 .insert_chat_voice_log(
-                    UserId(voice.user_id),
+                    voice.user_id,
                     &voice.file_id,
                     voice.duration_s,
                     Some(local_day),
@@ -785,10 +754,7 @@ impl Journal {
     /// Analyses and answers an accepted entry once the chat's earlier ones are done. A
     /// failure after the store is told to the user here, in the entry's turn.
     pub async fn answer_accepted<M: Messenger>(&self, messenger: &M, accepted: Accepted) {
-        let target = Target {
-            chat_id: accepted.log.chat_id.get(),
-            reply_to: Some(accepted.log.message_id.get()),
-        };
+        let target = Target::reply(accepted.log.chat_id, accepted.log.message_id);
         let Accepted {
             log,
             author,
@@ -802,10 +768,10 @@ impl Journal {
             .await
         {
             let error = EntryError::Later(error);
-            tracing::error!(%error, chat_id = target.chat_id, "day log handling failed");
+            tracing::error!(%error, chat_id = target.chat_id.get(), "day log handling failed");
             let reply = Reply::new().text(error.sentence(author.language));
             if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
-                tracing::warn!(%error, chat_id = target.chat_id, "reply not delivered");
+                tracing::warn!(%error, chat_id = target.chat_id.get(), "reply not delivered");
             }
         }
         drop(turn); // the chat's next entry goes now
@@ -833,13 +799,13 @@ impl Journal {
             Work::Text(known) => known,
             Work::Voice { file_id } => {
                 return self
-                    .transcribe_and_answer(messenger, log, &file_id, author, false, claim)
+                    .transcribe_and_answer(messenger, log, &file_id, author, Timing::Live, claim)
                     .await;
             }
         };
         loop {
             let id = log.id;
-            self.analyse_and_answer(messenger, log, author, known, false, claim)
+            self.analyse_and_answer(messenger, log, author, known, Timing::Live, claim)
                 .await?;
             // Edited while it was analysed: the old text's result was not stored, and
             // the new text is answered now, as the edit itself would have been.
@@ -872,62 +838,27 @@ impl Journal {
         log: DayLog,
         file_id: &str,
         author: &Author,
-        late: bool,
+        timing: Timing,
         claim: &Claim,
     ) -> Result<(), StoreError> {
-        let language = author.language;
-        let texts = Texts(language);
         let transcribed = with_typing(
             messenger,
-            log.chat_id.get(),
+            log.chat_id,
             self.transcribe(messenger, &log, file_id),
         )
         .await?;
         match transcribed {
             Transcribed::Text(log) => {
-                if !self.show_transcript(messenger, &log, language).await {
+                if !self.show_transcript(messenger, &log, author.language).await {
                     // The analysis follows the transcript, never overtakes it.
                     return self.postpone(&log).await;
                 }
-                self.analyse_and_answer(messenger, *log, author, Known::default(), late, claim)
+                self.analyse_and_answer(messenger, *log, author, Known::default(), timing, claim)
                     .await
             }
-            Transcribed::Pending { refused } => {
-                if !late {
-                    let sentence = if refused {
-                        texts.saved_voice_refused()
-                    } else {
-                        texts.saved_voice_pending()
-                    };
-                    self.notify(messenger, &log, Reply::new().text(sentence))
-                        .await;
-                }
-                Ok(())
-            }
-            Transcribed::NoProvider => {
-                if !late {
-                    let sentence = texts.saved_voice_no_provider(&self.transcription_key_env());
-                    self.notify(messenger, &log, Reply::new().text(sentence))
-                        .await;
-                }
-                Ok(())
-            }
-            Transcribed::Gone => {
-                if self.store.mark_failed(log.id, &log.text).await? {
-                    self.answer(
-                        messenger,
-                        &log,
-                        Reply::new().text(texts.voice_unavailable()),
-                    )
+            Transcribed::Decided(outcome) => {
+                self.answer_outcome(messenger, &log, &outcome, author, timing)
                     .await;
-                }
-                Ok(())
-            }
-            Transcribed::NoWords => {
-                if self.store.mark_failed(log.id, &log.text).await? {
-                    self.answer(messenger, &log, Reply::new().text(texts.voice_no_words()))
-                        .await;
-                }
                 Ok(())
             }
             Transcribed::Superseded => Ok(()),
@@ -944,35 +875,29 @@ impl Journal {
     ) -> Result<Transcribed, StoreError> {
         if !self.llm.can_transcribe() {
             // Not worth a download (up to 20 MB at every try) that nothing can use.
-            let Some(retry_in) = self.wait_for_transcription(log).await? else {
-                return Ok(Transcribed::Superseded);
-            };
             tracing::warn!(
                 log_id = log.id.get(),
-                retry_in_s = retry_in.as_secs(),
                 "no transcription provider has a key; voice note stays pending"
             );
-            return Ok(Transcribed::NoProvider);
+            return self.wait_for_transcription(log, Wait::NoTranscriber).await;
         }
         let audio = match messenger.fetch_audio(file_id).await {
             Ok(audio) => audio,
             Err(FetchError::Gone(reason)) => {
                 tracing::warn!(log_id = log.id.get(), %reason, "voice note recording unavailable");
-                return Ok(Transcribed::Gone);
+                return self.give_up_voice(log, Failure::RecordingGone).await;
             }
             Err(FetchError::Transient(reason)) => {
-                let Some(retry_in) = self.wait_for_transcription(log).await? else {
-                    return Ok(Transcribed::Superseded);
-                };
-                tracing::warn!(log_id = log.id.get(), %reason, retry_in_s = retry_in.as_secs(), "voice note download failed; log stays pending");
-                return Ok(Transcribed::Pending { refused: false });
+                tracing::warn!(log_id = log.id.get(), %reason, "voice note download failed; log stays pending");
+                let wait = Wait::Transcription { refused: false };
+                return self.wait_for_transcription(log, wait).await;
             }
         };
         let sink = self.store.call_sink(Some(log.id));
         match self.llm.transcribe(&audio, &sink).await {
             Ok(completion) if completion.text.is_empty() => {
                 tracing::info!(log_id = log.id.get(), provider = %completion.provider, model = %completion.model, "voice note has no words");
-                Ok(Transcribed::NoWords)
+                self.give_up_voice(log, Failure::NoWords).await
             }
             Ok(completion) => match self
                 .store
@@ -986,26 +911,42 @@ impl Journal {
                 None => Ok(Transcribed::Superseded),
             },
             Err(error) => {
-                let Some(retry_in) = self.wait_for_transcription(log).await? else {
-                    return Ok(Transcribed::Superseded);
-                };
-                tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "transcription cascade failed; log stays pending");
-                Ok(Transcribed::Pending {
+                tracing::warn!(log_id = log.id.get(), %error, "transcription cascade failed; log stays pending");
+                let wait = Wait::Transcription {
                     refused: error.every_attempt_refused(),
-                })
+                };
+                self.wait_for_transcription(log, wait).await
             }
         }
     }
 
-    /// The voice note waits for its transcription again, on the retry schedule: the
-    /// delay, or `None` when the log moved on meanwhile (edited, or answered).
-    async fn wait_for_transcription(&self, log: &DayLog) -> Result<Option<Duration>, StoreError> {
-        let retry_in = self.retry_delay(log.attempts);
-        Ok(self
-            .store
-            .mark_retry(log.id, &log.text, retry_in, Waiting::Transcription)
-            .await?
-            .then_some(retry_in))
+    /// The voice note waits for its transcription again, on the retry schedule
+    /// (superseded when the log moved on meanwhile: edited, or answered).
+    async fn wait_for_transcription(
+        &self,
+        log: &DayLog,
+        wait: Wait,
+    ) -> Result<Transcribed, StoreError> {
+        let outcome = Outcome::Waiting {
+            wait,
+            retry_in: self.retry_delay(log.attempts),
+            metrics: None,
+        };
+        Ok(if self.store.record(log.id, &log.text, &outcome).await? {
+            Transcribed::Decided(outcome)
+        } else {
+            Transcribed::Superseded
+        })
+    }
+
+    /// A voice note that can never be transcribed is given up on, with its reason.
+    async fn give_up_voice(&self, log: &DayLog, why: Failure) -> Result<Transcribed, StoreError> {
+        let outcome = Outcome::Failed(why);
+        Ok(if self.store.record(log.id, &log.text, &outcome).await? {
+            Transcribed::Decided(outcome)
+        } else {
+            Transcribed::Superseded
+        })
     }
 
     /// The worker comes back to this log later without counting an attempt (a
@@ -1032,10 +973,7 @@ impl Journal {
             .italic(Texts(language).transcript_title())
             .paragraph()
             .text(&log.text);
-        let target = Target {
-            chat_id: log.chat_id.get(),
-            reply_to: Some(log.message_id.get()),
-        };
+        let target = Target::reply(log.chat_id, log.message_id);
         let shown = match messenger.send(target, vec![Response::Text(reply)]).await {
             Ok(()) => true,
             Err(SendError::Gone(reason) | SendError::Refused(reason)) => {
@@ -1113,19 +1051,19 @@ impl Journal {
     pub async fn accept_edit(&self, msg: Incoming) -> Result<Option<Accepted>, EntryError> {
         let Some(log) = self
             .store
-            .update_text(ChatId(msg.chat_id), MessageId(msg.message_id), &msg.text)
+            .update_text(msg.chat_id, msg.message_id, &msg.text)
             .await
             .map_err(EntryError::NotSaved)?
         else {
             if let Some(sent_at) = msg.sent_at
                 && self
                     .store
-                    .erased_after(UserId(msg.user_id), sent_at)
+                    .erased_after(msg.user_id, sent_at)
                     .await
                     .map_err(EntryError::NotSaved)?
             {
                 tracing::info!(
-                    user_id = msg.user_id,
+                    user_id = msg.user_id.get(),
                     "edit of a message sent before the user's /delete; not stored again"
                 );
                 return Ok(None);
@@ -1133,11 +1071,11 @@ impl Journal {
             return self.accept_text(msg).await;
         };
         tracing::info!(log_id = log.id.get(), "day log edited");
-        let Some(claim) = self.claim(ChatId(msg.chat_id), MessageId(msg.message_id)) else {
+        let Some(claim) = self.claim(msg.chat_id, msg.message_id) else {
             // Its entry waits for its turn (and reads the new text when it comes), or an
             // analysis of the old text is running: that result will not be stored (the
             // text changed), and the claim's holder analyses the new text after it.
-            self.mark_edited(ChatId(msg.chat_id), MessageId(msg.message_id));
+            self.mark_edited(msg.chat_id, msg.message_id);
             return Ok(None);
         };
         let author = self.author_of(msg.user_id).await;
@@ -1149,19 +1087,22 @@ impl Journal {
         )))
     }
 
+    /// Analyses a pending log and answers it: the answer, or (live) a notice of why it
+    /// waits. Live, an analysis that takes longer than `budgets.notify_after_ms` is said
+    /// to the user, and the answer still follows (here, or from the worker).
     async fn analyse_and_answer<M: Messenger>(
         &self,
         messenger: &M,
         log: DayLog,
         author: &Author,
         known: Known,
-        late: bool,
+        timing: Timing,
         _claim: &Claim,
     ) -> Result<(), StoreError> {
         let texts = Texts(author.language);
         // The worker's tries are not held to it: one past `worker.max_age_hours` is the
         // last before the entry is given up, and a backlog after an outage is no abuse.
-        if !late && self.over_hourly_limit(&log).await? {
+        if timing == Timing::Live && self.over_hourly_limit(&log).await? {
             let limit = self.settings.telegram.analyses_per_hour;
             let wait = self.store.defer_to_free_slot(&log, limit).await?;
             self.notify(
@@ -1173,87 +1114,30 @@ impl Journal {
             return Ok(());
         }
         // In a block, so that the analysis (which borrows the log) is gone before the
-        // decision takes the log over.
-        let (decided, told) = {
-            let analysing = with_typing(
-                messenger,
-                log.chat_id.get(),
-                self.analyse(&log, author, known),
-            );
+        // answer takes the log over.
+        let (outcome, timing) = {
+            let analysing = with_typing(messenger, log.chat_id, self.analyse(&log, author, known));
             tokio::pin!(analysing);
-            // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the user,
-            // and the answer still follows (here, or from the worker when the log parks).
+            // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the
+            // user, and the answer still follows.
             tokio::select! {
-                decided = &mut analysing => (decided?, false),
-                () = tokio::time::sleep(self.settings.budgets.notify_after()), if !late => {
+                outcome = &mut analysing => (outcome?, timing),
+                () = tokio::time::sleep(self.settings.budgets.notify_after()), if timing == Timing::Live => {
                     let reply = match self.llm.budget_wait(Task::Analysis) {
                         Some(back_in) => texts.saved_budget(back_in),
                         None => texts.saved_slow().to_owned(),
                     };
                     tracing::info!(log_id = log.id.get(), "the analysis takes longer than notify_after_ms; user told it follows");
                     self.notify(messenger, &log, Reply::new().text(reply)).await;
-                    (analysing.await?, true)
+                    (analysing.await?, Timing::Late)
                 }
             }
         };
-        let late = late || told;
-        match decided {
-            // The log as the decision just stored it (its text unchanged, or the store
-            // would have refused the decision: `Superseded`), so it is not read back; an
-            // edit after this point is caught by `mark_replied`, and the worker answers
-            // the new text.
-            Decided::Analyzed { analysis, metrics } => {
-                let log = DayLog {
-                    status: LogStatus::Analyzed,
-                    analysis: Some(analysis),
-                    metrics: Some(metrics),
-                    ..log
-                };
-                self.answer_decided(messenger, &log, author, late).await;
-            }
-            Decided::Blocked => {
-                let log = DayLog {
-                    status: LogStatus::Blocked,
-                    ..log
-                };
-                self.answer_decided(messenger, &log, author, late).await;
-            }
-            Decided::Pending if !late => {
-                self.notify(messenger, &log, Reply::new().text(texts.saved_pending()))
-                    .await;
-            }
-            Decided::NoProvider if !late => {
-                let sentence = texts.saved_no_provider(&self.first_key_env());
-                self.notify(messenger, &log, Reply::new().text(sentence))
-                    .await;
-            }
-            Decided::KeysRefused if !late => {
-                self.notify(
-                    messenger,
-                    &log,
-                    Reply::new().text(texts.saved_key_refused()),
-                )
+        // `None`: edited meanwhile, nothing stored; the new text is answered next. An
+        // edit after the outcome was stored is caught by `mark_replied`.
+        if let Some(outcome) = outcome {
+            self.answer_outcome(messenger, &log, &outcome, author, timing)
                 .await;
-            }
-            Decided::WaitingForBudget { back_in }
-                if !late && back_in > self.settings.budgets.notify_after() =>
-            {
-                self.notify(
-                    messenger,
-                    &log,
-                    Reply::new().text(texts.saved_budget(back_in)),
-                )
-                .await;
-            }
-            Decided::WaitingForBudget { .. } if !late => {
-                // Short enough that the user is not told "later" (it came back within
-                // notify_after_ms); the worker answers as soon as it is back.
-            }
-            Decided::Pending
-            | Decided::NoProvider
-            | Decided::KeysRefused
-            | Decided::Superseded
-            | Decided::WaitingForBudget { .. } => {}
         }
         Ok(())
     }
@@ -1266,10 +1150,7 @@ impl Journal {
         log: &DayLog,
         responses: Vec<Response>,
     ) -> bool {
-        let target = Target {
-            chat_id: log.chat_id.get(),
-            reply_to: Some(log.message_id.get()),
-        };
+        let target = Target::reply(log.chat_id, log.message_id);
         match messenger.send(target, responses).await {
             Ok(()) => true,
             Err(SendError::Gone(reason) | SendError::Refused(reason)) => {
@@ -1349,17 +1230,17 @@ impl Journal {
         log.text.chars().count() > self.settings.telegram.max_text_chars
     }
 
-    /// One analysis round: analysis and metrics concurrently, the result stored.
+    /// One analysis round: analysis and metrics concurrently, the outcome stored and
+    /// returned; `None` when the log was edited meanwhile (nothing stored). It never
+    /// messages anyone: the answer is [`Journal::answer_outcome`]'s.
     async fn analyse(
         &self,
         log: &DayLog,
         author: &Author,
         known: Known,
-    ) -> Result<Decided, StoreError> {
+    ) -> Result<Option<Outcome>, StoreError> {
         let text = truncate_chars(&log.text, self.settings.telegram.max_text_chars);
         let context = self.context(log, author, known).await?;
-        let analysis_request = analysis::analysis_request(&context, text);
-        let metrics_request = analysis::metrics_request(text);
         // Models that refused this text before are not asked again (SPEC §5); new
         // refusals are remembered before the outcome is stored, so the worker's next
         // round already leaves them out.
@@ -1369,24 +1250,7 @@ impl Journal {
             self.store.refusals(log.id).await?
         };
         let sink = RefusalWatch::new(self.store.call_sink(Some(log.id)));
-        // Metrics an earlier round of this very text got (its analysis failed) are not
-        // asked for again: they cost a request, and in an outage they might be lost to
-        // defaults on the round that finally has an analysis.
-        let earlier = log.metrics.clone().filter(|m| !m.is_all_defaulted());
-        let metrics_round = async {
-            if let Some(stored) = &earlier {
-                return Ok(stored.clone());
-            }
-            self.llm
-                .run_excluding(Task::Metrics, &metrics_request, &sink, &refused)
-                .await
-                .map(|completion| Metrics::from_llm_text(&completion.text))
-        };
-        let (analysis, metrics) = tokio::join!(
-            self.llm
-                .run_excluding(Task::Analysis, &analysis_request, &sink, &refused),
-            metrics_round,
-        );
+        let (analysis, metrics) = self.ask(log, &context, text, &sink, &refused).await;
         let spent = self.llm.take_new_daily_budgets();
         if !spent.is_empty()
             && let Err(error) = self.store.save_spent_budgets(&spent).await
@@ -1400,96 +1264,142 @@ impl Journal {
                 .record_refusals(log.id, &log.text, &newly_refused)
                 .await?;
         }
-        // Asked for in this round (not kept from an earlier one) and answered.
-        let answered = earlier.is_none() && metrics.is_ok();
-        let metrics = metrics.unwrap_or_else(|error| {
-            tracing::warn!(log_id = log.id.get(), %error, "metrics cascade failed; defaults stored");
-            Metrics::defaults()
-        });
-        match analysis {
+        let outcome = match analysis {
             Ok(completion) => {
-                let text = completion.text.trim().to_owned();
-                if !self
-                    .store
-                    .mark_analyzed(log.id, &log.text, &text, &metrics.to_json())
-                    .await?
-                {
-                    return Ok(superseded(log.id.get()));
-                }
                 tracing::info!(log_id = log.id.get(), provider = %completion.provider, model = %completion.model, "day log analysed");
-                // The store takes writes again: logs left alone after a failed write
-                // are due as soon as the backlog is.
-                self.unrecorded().failed.clear();
-                self.resume_backlog().await;
-                Ok(Decided::Analyzed {
-                    analysis: text,
-                    metrics,
-                })
+                Outcome::Analysed {
+                    analysis: completion.text.trim().to_owned(),
+                    metrics: metrics.or_defaults(log),
+                }
             }
             Err(error) if error.is_blocked() => {
-                if !self
-                    .store
-                    .mark_blocked(log.id, &log.text, Some(&metrics.to_json()))
-                    .await?
-                {
-                    return Ok(superseded(log.id.get()));
-                }
                 tracing::info!(
                     log_id = log.id.get(),
                     "analysis refused by the content filter"
                 );
-                Ok(Decided::Blocked)
+                Outcome::Blocked {
+                    metrics: Some(metrics.or_defaults(log)),
+                }
             }
             Err(error) => {
-                // No step has budget: come back when the first one returns, not on the
-                // failure schedule.
-                // Only when budgets are the whole story: a step that failed for another
-                // reason (5xx, a stall) puts the log on the failure schedule.
-                let only_budgets = error
-                    .errors()
-                    .iter()
-                    .all(|e| matches!(e.error, crate::llm::LlmError::RateLimited { .. }));
-                let refused: Vec<(String, String)> =
-                    refused.into_iter().chain(newly_refused).collect();
-                let budget_wait = self
-                    .llm
-                    .budget_wait_excluding(Task::Analysis, &refused)
-                    .filter(|_| only_budgets);
-                let (retry_in, why) = match budget_wait {
-                    Some(back_in) => (back_in, Waiting::Budget),
-                    None => (self.retry_delay(log.attempts), Waiting::Provider),
-                };
-                if answered && !metrics.is_all_defaulted() {
-                    self.store
-                        .keep_metrics(log.id, &log.text, &metrics.to_json())
-                        .await?;
-                }
-                if !self
-                    .store
-                    .mark_retry(log.id, &log.text, retry_in, why)
-                    .await?
-                {
-                    return Ok(superseded(log.id.get()));
-                }
-                if let Some(back_in) = budget_wait {
-                    // Stored as due no later than this (the store rounds down): the
-                    // worker is woken then, not at its next poll.
-                    self.llm.wake_at(tokio::time::Instant::now() + back_in);
-                    tracing::info!(
-                        log_id = log.id.get(),
-                        back_in_s = back_in.as_secs(),
-                        "every budget is spent; log parked until one returns"
-                    );
-                    return Ok(Decided::WaitingForBudget { back_in });
-                }
-                self.backlog().waits = true;
-                tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
-                Ok(match error {
-                    CascadeError::NoUsableProvider => Decided::NoProvider,
-                    error if error.every_key_refused() => Decided::KeysRefused,
-                    _ => Decided::Pending,
-                })
+                let refused: Vec<ModelRef> = refused.into_iter().chain(newly_refused).collect();
+                self.waiting(log, &error, &refused, metrics.answered())
             }
+        };
+        if !self.store.record(log.id, &log.text, &outcome).await? {
+            tracing::info!(
+                log_id = log.id.get(),
+                "log edited during its analysis; the new text is analysed next"
+            );
+            return Ok(None);
+        }
+        self.after_recording(log, &outcome).await;
+        Ok(Some(outcome))
+    }
+
+    /// Asks for the analysis and the metrics of `text` at once. Metrics an earlier
+    /// round of this very text got (its analysis failed) are not asked for again: they
+    /// cost a request, and in an outage they might be lost to defaults on the round
+    /// that finally has an analysis.
+    async fn ask<S: AttemptSink>(
+        &self,
+        log: &DayLog,
+        context: &UserContext,
+        text: &str,
+        sink: &S,
+        refused: &[ModelRef],
+    ) -> (Result<crate::llm::Completion, CascadeError>, RoundMetrics) {
+        let analysis_request = analysis::analysis_request(context, text);
+        let metrics_request = analysis::metrics_request(text);
+        let excluded = ModelRef::pairs(refused);
+        let earlier = log.metrics.clone().filter(|m| !m.is_all_defaulted());
+        let metrics_round = async {
+            if let Some(stored) = earlier {
+                return RoundMetrics::Kept(stored);
+            }
+            match self
+                .llm
+                .run_excluding(Task::Metrics, &metrics_request, sink, &excluded)
+                .await
+            {
+                Ok(completion) => RoundMetrics::Answered(Metrics::from_llm_text(&completion.text)),
+                Err(error) => RoundMetrics::Failed(error),
+            }
+        };
+        tokio::join!(
+            self.llm
+                .run_excluding(Task::Analysis, &analysis_request, sink, &excluded),
+            metrics_round,
+        )
+    }
+
+    /// The wait after an analysis that failed for `error`: until a budget returns when
+    /// budgets are the whole story, else on the failure schedule. Metrics this round
+    /// `answered` are kept with the log.
+    fn waiting(
+        &self,
+        log: &DayLog,
+        error: &CascadeError,
+        refused: &[ModelRef],
+        answered: Option<Metrics>,
+    ) -> Outcome {
+        // A step that failed for another reason (5xx, a stall) puts the log on the
+        // failure schedule.
+        let only_budgets = error
+            .errors()
+            .iter()
+            .all(|e| matches!(e.error, crate::llm::LlmError::RateLimited { .. }));
+        let budget_wait = self
+            .llm
+            .budget_wait_excluding(Task::Analysis, &ModelRef::pairs(refused))
+            .filter(|_| only_budgets);
+        let (wait, retry_in) = match budget_wait {
+            Some(back_in) => (Wait::Budget, back_in),
+            None => {
+                let wait = match error {
+                    CascadeError::NoUsableProvider => Wait::NoProvider,
+                    error if error.every_key_refused() => Wait::KeysRefused,
+                    _ => Wait::Provider,
+                };
+                (wait, self.retry_delay(log.attempts))
+            }
+        };
+        if wait != Wait::Budget {
+            tracing::warn!(log_id = log.id.get(), %error, retry_in_s = retry_in.as_secs(), "analysis cascade failed; log stays pending");
+        }
+        Outcome::Waiting {
+            wait,
+            retry_in,
+            metrics: answered.filter(|m| !m.is_all_defaulted()),
+        }
+    }
+
+    /// What follows from an outcome once it is stored: a success makes the backlog
+    /// due; a budget wait wakes the worker when it ends; a failure marks a backlog.
+    async fn after_recording(&self, log: &DayLog, outcome: &Outcome) {
+        match outcome {
+            Outcome::Analysed { .. } => {
+                // The store takes writes again: logs left alone after a failed write
+                // are due as soon as the backlog is.
+                self.unrecorded().failed.clear();
+                self.resume_backlog().await;
+            }
+            Outcome::Waiting {
+                wait: Wait::Budget,
+                retry_in,
+                ..
+            } => {
+                // Stored as due no later than this (the store rounds down): the
+                // worker is woken then, not at its next poll.
+                self.llm.wake_at(tokio::time::Instant::now() + *retry_in);
+                tracing::info!(
+                    log_id = log.id.get(),
+                    back_in_s = retry_in.as_secs(),
+                    "every budget is spent; log parked until one returns"
+                );
+            }
+            Outcome::Waiting { .. } => self.backlog().waits = true,
+            Outcome::Blocked { .. } | Outcome::Failed(_) => {}
         }
     }
 
@@ -1604,14 +1514,14 @@ impl Journal {
         if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
             // Stored, never transcribed: start from the recording.
             return self
-                .transcribe_and_answer(messenger, log, &voice.file_id, author, true, claim)
+                .transcribe_and_answer(messenger, log, &voice.file_id, author, Timing::Late, claim)
                 .await;
         }
         let known = Known {
             spoken: Some(spoken),
             new: false,
         };
-        self.analyse_and_answer(messenger, log, author, known, true, claim)
+        self.analyse_and_answer(messenger, log, author, known, Timing::Late, claim)
             .await
     }
 
@@ -1652,7 +1562,7 @@ impl Journal {
         let Some((kind, log)) = self.store.unfinished_one(id).await? else {
             return Ok(());
         };
-        let author = self.author_of(log.user_id.get()).await;
+        let author = self.author_of(log.user_id).await;
         let language = author.language;
         let voice = self.store.voice_note(log.id).await?;
         // A transcript stored before a crash (or a lost delivery) is shown before anything
@@ -1699,10 +1609,13 @@ impl Journal {
                     age_h = age.as_secs() / 3600,
                     "giving up on a pending log"
                 );
-                if !self.store.mark_failed(id, &left.text).await? {
+                let gave_up = Outcome::Failed(Failure::GaveUp);
+                if !self.store.record(id, &left.text, &gave_up).await? {
                     return Ok(()); // edited meanwhile: the new text gets its chance
                 }
-                self.answer_stored(messenger, id, &author, true).await
+                self.answer_outcome(messenger, &left, &gave_up, &author, Timing::Late)
+                    .await;
+                Ok(())
             }
             Unfinished::Reply if self.unrecorded().replies.contains(&log.id) => {
                 // Already delivered by this process: only the record is missing.
@@ -1718,74 +1631,90 @@ impl Journal {
                 Ok(())
             }
             Unfinished::Reply => {
-                if let Some(reply) = self.final_reply(&log, &author, true).await {
-                    self.answer(messenger, &log, reply).await;
+                if let Some(outcome) = log.outcome() {
+                    self.answer_outcome(messenger, &log, &outcome, &author, Timing::Late)
+                        .await;
                 }
                 Ok(())
             }
         }
     }
 
-    /// A log's final answer, decided from what is stored about it: its analysis (with
-    /// the metrics line and the notes), the content filter's refusal, or the give-up
-    /// sentence; `None` while it is pending. The one place that decides it: the live
-    /// path (with the log as its decision was stored), the worker's give-up (through
-    /// [`Journal::answer_stored`]) and its resend all ask here.
-    /// `late`: the worker's answer, titled as such.
-    async fn final_reply(&self, log: &DayLog, author: &Author, late: bool) -> Option<Reply> {
-        let language = author.language;
-        let texts = Texts(language);
-        Some(match log.status {
-            LogStatus::Analyzed => {
-                let metrics = log.metrics.clone().unwrap_or_else(Metrics::defaults);
-                let analysis = log.analysis.as_deref().unwrap_or_default();
-                let streak = self.streak_for_note(log.user_id.get(), &author.zone).await;
-                analysis_reply(
-                    language,
-                    analysis,
-                    &metrics,
-                    self.was_truncated(log),
-                    late,
-                    log.edited_at.is_some(),
-                    streak,
-                )
-            }
-            LogStatus::Blocked => Reply::new().text(texts.blocked()),
-            // A voice note given up on before it had a transcript has no text to show.
-            LogStatus::Failed if log.text.trim().is_empty() => {
-                Reply::new().text(texts.voice_failed())
-            }
-            LogStatus::Failed => Reply::new().text(texts.failed()),
-            LogStatus::Pending => return None,
-        })
-    }
-
-    /// Reads a log that was just decided back from the store and sends its final answer
-    /// (nothing when it was edited or deleted meanwhile: the new text is answered then).
-    async fn answer_stored<M: Messenger>(
+    /// The one reply to an outcome, for the live path and the worker alike: the
+    /// answer to a final outcome (the analysis with its metrics line and notes, the
+    /// content filter's refusal, a give-up), or — live only — the notice of why the
+    /// log waits; `None` when there is nothing to say.
+    async fn reply(
         &self,
-        messenger: &M,
-        log_id: LogId,
+        log: &DayLog,
+        outcome: &Outcome,
         author: &Author,
-        late: bool,
-    ) -> Result<(), StoreError> {
-        let Some(log) = self.store.log(log_id).await? else {
-            return Ok(());
+        timing: Timing,
+    ) -> Option<Reply> {
+        let texts = Texts(author.language);
+        let sentence = match outcome {
+            Outcome::Analysed { analysis, metrics } => {
+                let style = match timing {
+                    Timing::Late => Style::Late,
+                    Timing::Live if log.edited_at.is_some() => Style::Edited,
+                    Timing::Live => Style::Saved,
+                };
+                let notes = Notes {
+                    truncated: self.was_truncated(log),
+                    streak: self.streak_for_note(log.user_id, &author.zone).await,
+                };
+                return Some(analysis_reply(
+                    author.language,
+                    analysis,
+                    metrics,
+                    style,
+                    notes,
+                ));
+            }
+            Outcome::Blocked { .. } => texts.blocked().to_owned(),
+            // A voice note given up on before it had a transcript has no text to show.
+            Outcome::Failed(Failure::GaveUp) if log.text.trim().is_empty() => {
+                texts.voice_failed().to_owned()
+            }
+            Outcome::Failed(Failure::GaveUp) => texts.failed().to_owned(),
+            Outcome::Failed(Failure::RecordingGone) => texts.voice_unavailable().to_owned(),
+            Outcome::Failed(Failure::NoWords) => texts.voice_no_words().to_owned(),
+            Outcome::Waiting { .. } if timing == Timing::Late => return None,
+            Outcome::Waiting { wait, retry_in, .. } => match wait {
+                Wait::Provider => texts.saved_pending().to_owned(),
+                Wait::NoProvider => texts.saved_no_provider(&self.first_key_env()),
+                Wait::KeysRefused => texts.saved_key_refused().to_owned(),
+                // Short enough that the user is not told "later" (it came back within
+                // notify_after_ms); the worker answers as soon as it is back.
+                Wait::Budget if *retry_in <= self.settings.budgets.notify_after() => {
+                    return None;
+                }
+                Wait::Budget => texts.saved_budget(*retry_in),
+                Wait::Transcription { refused: true } => texts.saved_voice_refused().to_owned(),
+                Wait::Transcription { refused: false } => texts.saved_voice_pending().to_owned(),
+                Wait::NoTranscriber => texts.saved_voice_no_provider(&self.transcription_key_env()),
+            },
         };
-        self.answer_decided(messenger, &log, author, late).await;
-        Ok(())
+        Some(Reply::new().text(sentence))
     }
 
-    /// Sends the final answer about a log whose decision is stored.
-    async fn answer_decided<M: Messenger>(
+    /// Sends [`Journal::reply`] to an outcome: a final one as the log's answer
+    /// (recorded as sent), a wait as a notice.
+    async fn answer_outcome<M: Messenger>(
         &self,
         messenger: &M,
         log: &DayLog,
+        outcome: &Outcome,
         author: &Author,
-        late: bool,
+        timing: Timing,
     ) {
-        if let Some(reply) = self.final_reply(log, author, late).await {
+        let Some(reply) = self.reply(log, outcome, author, timing).await else {
+            return;
+        };
+        if outcome.is_final() {
             self.answer(messenger, log, reply).await;
+        } else {
+            self.notify(messenger, log, reply).await;
         }
     }
 }
@@ -1793,7 +1722,7 @@ impl Journal {
 /// Passes attempts on to the store and notes each model that refused on content policy.
 struct RefusalWatch<S> {
     inner: S,
-    refused: Mutex<Vec<(String, String)>>,
+    refused: Mutex<Vec<ModelRef>>,
 }
 
 impl<S: AttemptSink> RefusalWatch<S> {
@@ -1804,7 +1733,7 @@ impl<S: AttemptSink> RefusalWatch<S> {
         }
     }
 
-    fn refused(&self) -> Vec<(String, String)> {
+    fn refused(&self) -> Vec<ModelRef> {
         self.refused
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -1814,8 +1743,8 @@ impl<S: AttemptSink> RefusalWatch<S> {
 
 impl<S: AttemptSink> AttemptSink for RefusalWatch<S> {
     fn record(&self, attempt: Attempt) {
-        if attempt.outcome == Outcome::Blocked {
-            let model = (attempt.provider.clone(), attempt.model.clone());
+        if attempt.outcome == crate::llm::Outcome::Blocked {
+            let model = ModelRef::new(attempt.provider.clone(), attempt.model.clone());
             let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
             if !refused.contains(&model) {
                 refused.push(model);
@@ -1825,53 +1754,89 @@ impl<S: AttemptSink> AttemptSink for RefusalWatch<S> {
     }
 }
 
-fn superseded(log_id: i64) -> Decided {
-    tracing::info!(
-        log_id,
-        "log edited during its analysis; the new text is analysed next"
-    );
-    Decided::Superseded
+/// How the answer to an analysed log is titled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// The first answer to a new entry ("Saved.").
+    Saved,
+    /// The answer to an edited entry ("Updated."), not a second entry.
+    Edited,
+    /// The worker's answer, or one the user was told would follow.
+    Late,
 }
 
-/// The answer to an analysed log: the one place that lays it out. `late`: the worker's
-/// (or one the user was told would follow); `edited`: the analysis of an edited text,
-/// titled "Updated." rather than "Saved." as if it were a second entry.
+/// The notes under an analysis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Notes {
+    /// The entry was longer than was analysed.
+    pub truncated: bool,
+    /// The current streak, noted from two days on.
+    pub streak: u32,
+}
+
+/// The answer to an analysed log: the one place that lays it out.
 pub fn analysis_reply(
     language: Language,
     analysis: &str,
     metrics: &Metrics,
-    truncated: bool,
-    late: bool,
-    edited: bool,
-    streak: u32,
+    style: Style,
+    notes: Notes,
 ) -> Reply {
     let texts = Texts(language);
-    let title = if late {
-        texts.late_analysis_title()
-    } else if edited {
-        texts.edited_title()
-    } else {
-        texts.analysis_title()
+    let title = match style {
+        Style::Saved => texts.analysis_title(),
+        Style::Edited => texts.edited_title(),
+        Style::Late => texts.late_analysis_title(),
     };
     let mut reply = Reply::new().bold(title).paragraph().text(analysis);
     let line = metrics.compact_line(language);
     if !line.is_empty() {
         reply = reply.paragraph().italic(line);
     }
-    if truncated {
+    if notes.truncated {
         reply = reply.paragraph().italic(texts.truncated_note());
     }
-    if streak >= 2 {
-        reply = reply.paragraph().italic(texts.streak_note(streak));
+    if notes.streak >= 2 {
+        reply = reply.paragraph().italic(texts.streak_note(notes.streak));
     }
     reply
+}
+
+/// The metrics of one analysis round.
+enum RoundMetrics {
+    /// Kept from an earlier round of the same text: not asked for again.
+    Kept(Metrics),
+    /// Asked for in this round and answered.
+    Answered(Metrics),
+    Failed(CascadeError),
+}
+
+impl RoundMetrics {
+    /// The metrics to store with an answer: defaults when none came.
+    fn or_defaults(self, log: &DayLog) -> Metrics {
+        match self {
+            Self::Kept(metrics) | Self::Answered(metrics) => metrics,
+            Self::Failed(error) => {
+                tracing::warn!(log_id = log.id.get(), %error, "metrics cascade failed; defaults stored");
+                Metrics::defaults()
+            }
+        }
+    }
+
+    /// The metrics this round got, if it asked for them.
+    fn answered(self) -> Option<Metrics> {
+        match self {
+            Self::Answered(metrics) => Some(metrics),
+            Self::Kept(_) | Self::Failed(_) => None,
+        }
+    }
 }
 
 /// Runs `work` while showing "typing…": Telegram shows it for 5 s, so it is renewed
 /// every 4 s until the work is done.
 async fn with_typing<M: Messenger, T>(
     messenger: &M,
-    chat_id: i64,
+    chat_id: ChatId,
     work: impl Future<Output = T>,
 ) -> T {
     tokio::pin!(work);

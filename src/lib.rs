@@ -21,6 +21,7 @@ pub mod commands;
 pub mod config;
 pub mod day;
 pub mod digest;
+pub mod domain;
 pub mod frontend;
 pub mod good_days;
 pub mod import;

@@ -79,13 +79,13 @@ pub fn decide(
 }
 
 /// `/remind`, `/remind off`, `/remind HH:MM`.
-pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply, StoreError> {
+pub async fn command(journal: &Journal, user_id: UserId, arg: &str) -> Result<Reply, StoreError> {
     let language = journal.language_of(user_id).await;
     let texts = Texts(language);
     let arg = arg.trim();
     let zone = journal.zone_of(user_id).await;
     if arg.is_empty() {
-        let reminder = journal.store().reminder(UserId(user_id)).await?;
+        let reminder = journal.store().reminder(user_id).await?;
         return Ok(Reply::new().text(match reminder {
             Some(Reminder {
                 enabled: true,
@@ -96,8 +96,8 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
         }));
     }
     if matches!(arg.to_lowercase().as_str(), "off" | "stop" | "выкл" | "нет") {
-        journal.store().disable_reminder(UserId(user_id)).await?;
-        tracing::info!(user_id, "reminder turned off");
+        journal.store().disable_reminder(user_id).await?;
+        tracing::info!(user_id = user_id.get(), "reminder turned off");
         return Ok(Reply::new().text(texts.remind_off()));
     }
     let Some(time) = LocalTime::parse(arg) else {
@@ -107,19 +107,19 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
     let next = zone.next_at(now, time);
     journal
         .store()
-        .set_reminder(UserId(user_id), time, next, now)
+        .set_reminder(user_id, time, next, now)
         .await?;
-    tracing::info!(user_id, "reminder set");
+    tracing::info!(user_id = user_id.get(), "reminder set");
     Ok(Reply::new().text(texts.remind_set(&time.to_string(), zone.name())))
 }
 
 /// The user moved to `zone`: a reminder that is on follows the new wall clock.
 pub async fn zone_changed(
     journal: &Journal,
-    user_id: i64,
+    user_id: UserId,
     zone: &UserZone,
 ) -> Result<(), StoreError> {
-    let Some(reminder) = journal.store().reminder(UserId(user_id)).await? else {
+    let Some(reminder) = journal.store().reminder(user_id).await? else {
         return Ok(());
     };
     let Some(time) = reminder.local_time else {
@@ -127,10 +127,7 @@ pub async fn zone_changed(
     };
     if reminder.enabled {
         let next = zone.next_at(journal.now(), time);
-        journal
-            .store()
-            .reschedule_reminder(UserId(user_id), next)
-            .await?;
+        journal.store().reschedule_reminder(user_id, next).await?;
     }
     Ok(())
 }
@@ -329,11 +326,8 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
         time.hour() >= EVENING_FROM_HOUR
             || time.is_before_day_start(journal.settings().journal.day_starts_hour)
     });
-    let text = Texts(language).reminder(variant(reminder.user_id.get(), day), evening);
-    let target = Target {
-        chat_id: reminder.chat_id.get(),
-        reply_to: None,
-    };
+    let text = Texts(language).reminder(variant(reminder.user_id, day), evening);
+    let target = Target::chat(reminder.chat_id);
     match messenger
         .send(target, vec![Response::Text(Reply::new().text(text))])
         .await
@@ -371,9 +365,9 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
 }
 
 /// Which of the reminder texts: varies from day to day, the same for a user on a day.
-fn variant(user_id: i64, day: jiff::civil::Date) -> usize {
+fn variant(user_id: UserId, day: jiff::civil::Date) -> usize {
     let days = i64::from(day.day_of_year()) + i64::from(day.year()) * 366;
-    usize::try_from(user_id.wrapping_add(days).rem_euclid(1 << 16)).unwrap_or(0)
+    usize::try_from(user_id.get().wrapping_add(days).rem_euclid(1 << 16)).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -443,8 +437,8 @@ mod tests {
     #[test]
     fn texts_vary_by_day() {
         let day = |s: &str| -> jiff::civil::Date { s.parse().expect("day") };
-        let a = variant(5, day("2026-12-01"));
-        let b = variant(5, day("2026-12-02"));
+        let a = variant(UserId(5), day("2026-12-01"));
+        let b = variant(UserId(5), day("2026-12-02"));
         assert_ne!(a % 3, b % 3);
     }
 }

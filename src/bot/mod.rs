@@ -97,7 +97,7 @@ pub struct Telegram<B> {
     bot: B,
     /// When each user last sent `/import` (SPEC §12: a document within 10 minutes of it
     /// is an import). In memory only: after a restart the caption still works.
-    import_asked: Arc<std::sync::Mutex<std::collections::HashMap<i64, jiff::Timestamp>>>,
+    import_asked: Arc<std::sync::Mutex<std::collections::HashMap<UserId, jiff::Timestamp>>>,
     /// Chats already told that this is a private bot (SPEC §8: one polite refusal, not
     /// one per message, which in a group would flood it).
     refused: Once<i64>,
@@ -168,7 +168,7 @@ impl<B: TgBot> Telegram<B> {
         }
     }
 
-    fn asked_import(&self, user_id: i64, at: jiff::Timestamp) {
+    fn asked_import(&self, user_id: UserId, at: jiff::Timestamp) {
         self.import_asked
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -177,7 +177,7 @@ impl<B: TgBot> Telegram<B> {
 
     /// Whether `user_id` sent `/import` within [`IMPORT_WINDOW`] before `now`; the ask is
     /// used up either way.
-    fn take_import_ask(&self, user_id: i64, now: jiff::Timestamp) -> bool {
+    fn take_import_ask(&self, user_id: UserId, now: jiff::Timestamp) -> bool {
         let asked = self
             .import_asked
             .lock()
@@ -246,16 +246,16 @@ impl<B: TgBot> Telegram<B> {
         response: &Response,
         done: &mut usize,
     ) -> Result<(), RequestError> {
-        let chat = ChatId(target.chat_id);
+        let chat = ChatId(target.chat_id.get());
         let reply_to = target
             .reply_to
-            .and_then(|id| i32::try_from(id).ok())
+            .and_then(|id| i32::try_from(id.get()).ok())
             .map(|id| ReplyParameters::new(MessageId(id)).allow_sending_without_reply());
         // In a group every message about an entry or a command is a reply to it: in a
         // forum supergroup a message that is no reply goes to the General topic, away
         // from the topic it answers; and in a busy group it says whose it is. A private
         // chat quotes only the first part.
-        let in_group = target.chat_id < 0;
+        let in_group = target.chat_id.get() < 0;
         let attached = if in_group { reply_to.clone() } else { None };
         match response {
             Response::Text(reply) => {
@@ -386,17 +386,11 @@ impl<B: TgBot> Messenger for Telegram<B> {
                     // what was owed to it goes to the new chat, as a plain message.
                     Err(RequestError::MigrateToChatId(to)) if !moved => {
                         tracing::info!(
-                            chat_id = target.chat_id,
+                            chat_id = target.chat_id.get(),
                             to = to.0,
                             "the group became a supergroup; sending there"
                         );
-                        (target, moved) = (
-                            Target {
-                                chat_id: to.0,
-                                reply_to: None,
-                            },
-                            true,
-                        );
+                        (target, moved) = (Target::chat(crate::domain::ChatId(to.0)), true);
                         continue;
                     }
                     Err(error) => classify(error),
@@ -406,7 +400,7 @@ impl<B: TgBot> Messenger for Telegram<B> {
                 }
                 match (error, pauses.next()) {
                     (SendError::Transient(reason), Some(pause)) => {
-                        tracing::debug!(chat_id = target.chat_id, %reason, "a later part of a message failed; trying it again");
+                        tracing::debug!(chat_id = target.chat_id.get(), %reason, "a later part of a message failed; trying it again");
                         tokio::time::sleep(*pause).await;
                     }
                     // Still failing: the caller sends it all again later. Its first
@@ -414,7 +408,7 @@ impl<B: TgBot> Messenger for Telegram<B> {
                     (error @ SendError::Transient(_), None) => return Err(error),
                     (SendError::Gone(reason) | SendError::Refused(reason), _) => {
                         tracing::warn!(
-                            chat_id = target.chat_id,
+                            chat_id = target.chat_id.get(),
                             delivered = delivered + done,
                             %reason,
                             "Telegram refused a later part of a message; the parts before it were delivered, so it is not sent again"
@@ -435,8 +429,9 @@ impl<B: TgBot> Messenger for Telegram<B> {
         Ok(Audio::named(&path, bytes.into()))
     }
 
-    async fn typing(&self, chat_id: i64) {
+    async fn typing(&self, chat_id: crate::domain::ChatId) {
         let bot = self.bot.clone();
+        let chat_id = chat_id.get();
         tokio::spawn(async move {
             if let Err(error) = bot
                 .send_chat_action(ChatId(chat_id), ChatAction::Typing)
@@ -528,9 +523,9 @@ fn is_server_trouble(description: &str) -> bool {
 fn incoming(msg: &Message, text: String) -> Option<Incoming> {
     let from = msg.from.as_ref()?;
     Some(Incoming {
-        user_id: i64::try_from(from.id.0).ok()?,
-        chat_id: msg.chat.id.0,
-        message_id: i64::from(msg.id.0),
+        user_id: user_id_of(from.id)?,
+        chat_id: chat_of(msg),
+        message_id: crate::domain::MessageId(i64::from(msg.id.0)),
         username: from.username.clone(),
         language_code: from.language_code.clone(),
         text,
@@ -547,9 +542,9 @@ fn incoming_voice(msg: &Message) -> Option<IncomingVoice> {
     };
     let from = msg.from.as_ref()?;
     Some(IncomingVoice {
-        user_id: i64::try_from(from.id.0).ok()?,
-        chat_id: msg.chat.id.0,
-        message_id: i64::from(msg.id.0),
+        user_id: user_id_of(from.id)?,
+        chat_id: chat_of(msg),
+        message_id: crate::domain::MessageId(i64::from(msg.id.0)),
         username: from.username.clone(),
         language_code: from.language_code.clone(),
         file_id: file.id.0.clone(),
@@ -560,8 +555,18 @@ fn incoming_voice(msg: &Message) -> Option<IncomingVoice> {
     })
 }
 
-fn sender_id(msg: &Message) -> Option<i64> {
-    msg.from.as_ref().and_then(|u| i64::try_from(u.id.0).ok())
+fn sender_id(msg: &Message) -> Option<UserId> {
+    msg.from.as_ref().and_then(|u| user_id_of(u.id))
+}
+
+/// A Telegram user's id as daylog types it (Telegram's are below 2^52).
+fn user_id_of(id: teloxide::types::UserId) -> Option<UserId> {
+    i64::try_from(id.0).ok().map(UserId)
+}
+
+/// The chat of `msg` as daylog types it.
+fn chat_of(msg: &Message) -> crate::domain::ChatId {
+    crate::domain::ChatId(msg.chat.id.0)
 }
 
 /// The handler tree: every update kind the bot answers, in one place.
@@ -853,10 +858,10 @@ async fn report_entry_error<B: TgBot>(
     language: Language,
     error: &EntryError,
 ) {
-    tracing::error!(%error, chat_id = target.chat_id, "day log handling failed");
+    tracing::error!(%error, chat_id = target.chat_id.get(), "day log handling failed");
     let reply = Reply::new().text(error.sentence(language));
     if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
-        tracing::warn!(%error, chat_id = target.chat_id, "reply not delivered");
+        tracing::warn!(%error, chat_id = target.chat_id.get(), "reply not delivered");
     }
 }
 
@@ -883,7 +888,7 @@ async fn on_location<B: TgBot>(
     {
         Ok(reply) => reply,
         Err(error) => {
-            tracing::error!(%error, user_id, "could not set the time zone from a location");
+            tracing::error!(%error, user_id = user_id.get(), "could not set the time zone from a location");
             Reply::new().text(Texts(journal.language_of(user_id).await).internal_error())
         }
     };
@@ -893,17 +898,17 @@ async fn on_location<B: TgBot>(
 
 /// Commands, locations and documents may come before any entry: the user must exist
 /// (with a language). A failure is logged; what follows reports its own.
-async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
+async fn ensure_user(msg: &Message, journal: &Journal, user_id: UserId) {
     if let Some(from) = msg.from.as_ref()
         && let Err(error) = journal
             .ensure_user(&crate::store::NewUser {
-                user_id: UserId(user_id),
+                user_id,
                 username: from.username.as_deref(),
                 language: Language::from_code(from.language_code.as_deref()),
             })
             .await
     {
-        tracing::warn!(%error, user_id, "could not record the user");
+        tracing::warn!(%error, user_id = user_id.get(), "could not record the user");
     }
 }
 
@@ -968,13 +973,13 @@ async fn import_document<B: TgBot>(
                     .to_owned()
             }
             Err(error) => {
-                tracing::warn!(%error, user_id, "could not download an import");
+                tracing::warn!(%error, user_id = user_id.get(), "could not download an import");
                 texts.import_download_failed().to_owned()
             }
             Ok((_, bytes)) => match crate::import::import_bytes(&journal, user_id, &bytes).await {
                 Ok(report) => report.sentence(language),
                 Err(error) => {
-                    tracing::warn!(%error, user_id, "import refused");
+                    tracing::warn!(%error, user_id = user_id.get(), "import refused");
                     error.sentence(language)
                 }
             },
@@ -1060,18 +1065,16 @@ async fn run_command<B: TgBot>(
         messenger.asked_import(user_id, journal.now());
     }
     if command == Command::Week {
-        let (chat_id, reply_to) = (msg.chat.id.0, Some(i64::from(msg.id.0)));
         if let Err(error) = crate::digest::week(
             &journal,
             messenger.as_ref(),
             user_id,
-            chat_id,
-            reply_to,
+            reply_target(&msg),
             FrontEnd::Telegram,
         )
         .await
         {
-            tracing::error!(%error, user_id, "weekly digest failed");
+            tracing::error!(%error, user_id = user_id.get(), "weekly digest failed");
             let language = journal.language_of(user_id).await;
             let reply = Reply::new().text(commands::failure_sentence(language));
             send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
@@ -1092,7 +1095,7 @@ async fn run_command<B: TgBot>(
             responses
         }
         Err(error) => {
-            tracing::error!(%error, user_id, "command failed");
+            tracing::error!(%error, user_id = user_id.get(), "command failed");
             let language = journal.language_of(user_id).await;
             vec![Response::Text(
                 Reply::new().text(commands::failure_sentence(language)),
@@ -1111,7 +1114,7 @@ async fn on_callback<B: TgBot>(
     ticket: Ticket,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
-    let user_id = i64::try_from(query.from.id.0).unwrap_or_default();
+    let user_id = user_id_of(query.from.id).unwrap_or_default();
     // A group member the bot does not know may press someone else's button.
     let client = Language::from_code(query.from.language_code.as_deref());
     let language = journal.language_or(user_id, client).await;
@@ -1122,7 +1125,7 @@ async fn on_callback<B: TgBot>(
     let texts = Texts(language);
     let in_own_chat = query
         .regular_message()
-        .is_some_and(|message| message.chat.id.0 == user_id);
+        .is_some_and(|message| message.chat.id.0 == user_id.get());
     let not_theirs = match asked_by {
         Some(asked_by) if asked_by == user_id => None,
         Some(_) => Some(texts.delete_not_yours()),
@@ -1135,7 +1138,7 @@ async fn on_callback<B: TgBot>(
     if let Some(refusal) = not_theirs {
         let _ = answered.text(refusal).await;
         tracing::info!(
-            user_id,
+            user_id = user_id.get(),
             "a /delete button pressed by someone who did not ask"
         );
         return Ok(());
@@ -1146,7 +1149,7 @@ async fn on_callback<B: TgBot>(
             match commands::delete_confirmed(&journal, user_id, language).await {
                 Ok(reply) => reply,
                 Err(error) => {
-                    tracing::error!(%error, user_id, "delete failed");
+                    tracing::error!(%error, user_id = user_id.get(), "delete failed");
                     Reply::new().text(commands::failure_sentence(language))
                 }
             }
@@ -1161,12 +1164,9 @@ async fn on_callback<B: TgBot>(
             .await;
     }
     if let Some(chat_id) = query.chat_id() {
-        let target = Target {
-            chat_id: chat_id.0,
-            reply_to: None,
-        };
+        let target = Target::chat(crate::domain::ChatId(chat_id.0));
         if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
-            tracing::warn!(%error, user_id, "could not confirm a delete");
+            tracing::warn!(%error, user_id = user_id.get(), "could not confirm a delete");
         }
     }
     Ok(())
@@ -1182,7 +1182,7 @@ enum DeleteAnswer {
 impl DeleteAnswer {
     /// The answer, and the id of the user who asked (`None` for a button sent before
     /// buttons named their user); `None` for any other data.
-    fn parse(data: &str) -> Option<(Self, Option<i64>)> {
+    fn parse(data: &str) -> Option<(Self, Option<UserId>)> {
         for (prefix, answer) in [(DELETE_YES, Self::Yes), (DELETE_NO, Self::No)] {
             if let Some(rest) = data.strip_prefix(prefix) {
                 if rest.is_empty() {
@@ -1198,10 +1198,10 @@ impl DeleteAnswer {
 
 /// Where an answer to `msg` goes: a reply to it.
 fn reply_target(msg: &Message) -> Target {
-    Target {
-        chat_id: msg.chat.id.0,
-        reply_to: Some(i64::from(msg.id.0)),
-    }
+    Target::reply(
+        crate::domain::ChatId(msg.chat.id.0),
+        crate::domain::MessageId(i64::from(msg.id.0)),
+    )
 }
 
 /// Sends `responses` in answer to `msg`; a failure is logged. `true` once delivered.
@@ -1527,6 +1527,7 @@ async fn polling_failed(error: RequestError) {
 
 #[cfg(test)]
 mod tests {
+    use crate::domain::UserId;
     use std::sync::Arc;
 
     use teloxide::types::Seconds;
@@ -1605,8 +1606,8 @@ mod tests {
     #[test]
     fn delete_buttons_name_their_user() {
         let table = [
-            ("delete:yes:19", Some((DeleteAnswer::Yes, Some(19)))),
-            ("delete:no:-5", Some((DeleteAnswer::No, Some(-5)))),
+            ("delete:yes:19", Some((DeleteAnswer::Yes, Some(UserId(19))))),
+            ("delete:no:-5", Some((DeleteAnswer::No, Some(UserId(-5))))),
             // Buttons sent before they named their user.
             ("delete:yes", Some((DeleteAnswer::Yes, None))),
             ("delete:no", Some((DeleteAnswer::No, None))),
@@ -1657,12 +1658,15 @@ mod tests {
         let telegram = super::Telegram::new(teloxide::Bot::new("1:test"));
         let at = jiff::Timestamp::UNIX_EPOCH;
         let later = |minutes: i64| at + jiff::SignedDuration::from_mins(minutes);
-        assert!(!telegram.take_import_ask(5, at), "never asked");
-        telegram.asked_import(5, at);
-        assert!(!telegram.take_import_ask(6, later(1)), "another user");
-        assert!(telegram.take_import_ask(5, later(10)));
-        assert!(!telegram.take_import_ask(5, later(10)), "used up");
-        telegram.asked_import(5, at);
-        assert!(!telegram.take_import_ask(5, later(11)), "too late");
+        assert!(!telegram.take_import_ask(UserId(5), at), "never asked");
+        telegram.asked_import(UserId(5), at);
+        assert!(
+            !telegram.take_import_ask(UserId(6), later(1)),
+            "another user"
+        );
+        assert!(telegram.take_import_ask(UserId(5), later(10)));
+        assert!(!telegram.take_import_ask(UserId(5), later(10)), "used up");
+        telegram.asked_import(UserId(5), at);
+        assert!(!telegram.take_import_ask(UserId(5), later(11)), "too late");
     }
 }

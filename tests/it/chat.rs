@@ -81,7 +81,13 @@ impl Chat {
     async fn talk(&self, user: i64, files: std::path::PathBuf, input: &[u8]) -> String {
         let screen = Screen::default();
         let terminal = Arc::new(Terminal::new(Box::new(screen.clone()), files));
-        let result = chat::converse(Arc::clone(&self.journal), terminal, input, user).await;
+        let result = chat::converse(
+            Arc::clone(&self.journal),
+            terminal,
+            input,
+            daylog::domain::UserId(user),
+        )
+        .await;
         let printed = screen.text();
         assert!(
             result.is_ok(),
@@ -350,7 +356,7 @@ async fn a_terminal_entry_and_a_telegram_message_with_the_same_number_are_both_k
         terminal_journal,
         terminal,
         &b"Typed in the terminal.\n"[..],
-        555,
+        daylog::domain::UserId(555),
     )
     .await
     .expect("session");

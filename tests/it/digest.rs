@@ -782,7 +782,7 @@ async fn the_terminal_prints_the_week_and_writes_its_chart() {
         journal,
         terminal,
         &b"Ran 5 km.\n/week\n/digest on\n/digest off\n"[..],
-        7,
+        daylog::domain::UserId(7),
     )
     .await
     .expect("session");

@@ -21,7 +21,7 @@ use daylog::language::Language;
 use daylog::store::{NewUser, UserId};
 use jiff::civil::Date;
 
-const ME: i64 = 7;
+const ME: UserId = UserId(7);
 const DAYS: i64 = 300;
 
 struct Db {
@@ -38,7 +38,7 @@ async fn fresh() -> Db {
     let app = daylog::app::App::build(settings).await.expect("app");
     app.store()
         .upsert_user(&NewUser {
-            user_id: UserId(ME),
+            user_id: ME,
             username: None,
             language: Language::En,
         })
@@ -156,7 +156,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     // A terminal entry after the import still gets a fresh id.
     db.journal
         .store()
-        .insert_chat_log(UserId(ME), "typed", None)
+        .insert_chat_log(ME, "typed", None)
         .await
         .expect("terminal entry after an import");
 
@@ -183,7 +183,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     let hits = db
         .journal
         .store()
-        .search(UserId(ME), "morning20")
+        .search(ME, "morning20")
         .await
         .expect("search");
     assert_eq!(hits.len(), 1);
@@ -191,7 +191,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     let daily = db
         .journal
         .store()
-        .daily_metrics(UserId(ME), Date::new(2025, 1, 1).expect("date"))
+        .daily_metrics(ME, Date::new(2025, 1, 1).expect("date"))
         .await
         .expect("daily");
     // The terminal entry above is of today, outside the export's 2025.
@@ -387,12 +387,7 @@ async fn every_activity_of_a_row_is_imported_past_the_tenth() {
         .await
         .expect("count");
     assert_eq!(stored, 14);
-    let logs = db
-        .journal
-        .store()
-        .history(UserId(ME), 1)
-        .await
-        .expect("logs");
+    let logs = db.journal.store().history(ME, 1).await.expect("logs");
     let metrics = logs[0].metrics.as_ref().expect("metrics");
     assert_eq!(metrics.activities().len(), 14);
     assert_eq!(metrics.activities()[13], "activity 14");

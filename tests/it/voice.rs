@@ -311,9 +311,14 @@ async fn daylog_chat_takes_a_voice_note_by_path_through_the_same_transcription()
         dir.path().display()
     );
 
-    chat::converse(journal, terminal, input.as_bytes(), 900)
-        .await
-        .expect("session");
+    chat::converse(
+        journal,
+        terminal,
+        input.as_bytes(),
+        daylog::domain::UserId(900),
+    )
+    .await
+    .expect("session");
 
     let printed = String::from_utf8_lossy(&screen.0.lock().expect("screen")).into_owned();
     assert!(printed.contains(TRANSCRIPT), "{printed}");
