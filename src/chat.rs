@@ -301,10 +301,17 @@ impl Session {
         }
         match self
             .journal
-            .on_terminal_text(self.terminal.as_ref(), self.user, line, read_at)
+            .accept_terminal_text(self.user, line, read_at)
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(accepted) => {
+                if let Some(accepted) = accepted {
+                    self.journal
+                        .answer_accepted(self.terminal.as_ref(), accepted)
+                        .await;
+                }
+                Ok(())
+            }
             Err(error) => {
                 tracing::error!(%error, user_id = self.user.get(), "day log handling failed");
                 self.terminal.print(error.sentence(language))
@@ -346,10 +353,17 @@ impl Session {
         };
         match self
             .journal
-            .on_terminal_voice(self.terminal.as_ref(), voice)
+            .accept_terminal_voice(self.terminal.as_ref(), voice)
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(accepted) => {
+                if let Some(accepted) = accepted {
+                    self.journal
+                        .answer_accepted(self.terminal.as_ref(), accepted)
+                        .await;
+                }
+                Ok(())
+            }
             Err(error) => {
                 tracing::error!(%error, user_id = self.user.get(), "voice note handling failed");
                 self.terminal.print(error.sentence(language))
