@@ -107,7 +107,7 @@ fn count_arg(arg: &str, default: u32, max: u32) -> Option<u32> {
     arg.parse::<u32>().ok().filter(|n| (1..=max).contains(n))
 }
 
-/// Answers one command of `user_id`.
+/// Answers one command of `user_id`: each command has its handler below.
 pub async fn respond(
     journal: &Journal,
     user_id: UserId,
@@ -115,152 +115,227 @@ pub async fn respond(
 ) -> Result<Vec<Response>, StoreError> {
     let language = journal.language_of(user_id).await;
     let texts = Texts(language);
-    let text = |reply: Reply| Ok(vec![Response::Text(reply)]);
     match command {
-        Command::Start => {
-            let mut reply = Reply::new()
-                .bold(texts.start_title())
-                .paragraph()
-                .text(texts.start_body());
-            // A user still on the default zone is invited to set theirs.
-            let zone = journal.zone_of(user_id).await;
-            if zone == journal.settings().journal.default_zone() {
-                reply = reply.paragraph().text(texts.start_tz_invite(zone.name()));
-            }
-            text(reply.paragraph().italic(texts.privacy()))
-        }
-        Command::Help => {
-            let mut reply = Reply::new().bold(texts.help_title()).newline();
-            for (name, description) in Command::menu(language) {
-                reply = reply
-                    .newline()
-                    .code(format!("/{name}"))
-                    .text(format!(" — {description}"));
-            }
-            text(reply.paragraph().text(texts.help_footer()))
-        }
-        Command::History(arg) => {
-            let Some(n) = count_arg(&arg, HISTORY_DEFAULT, HISTORY_MAX) else {
-                return text(Reply::new().text(texts.bad_number("history", HISTORY_MAX)));
-            };
-            let logs = journal.store().history(user_id, i64::from(n)).await?;
-            let zone = journal.zone_of(user_id).await;
-            text(history_reply(language, &zone, &logs))
-        }
-        Command::Stats(arg) => {
-            let Some(days) = count_arg(&arg, STATS_DEFAULT, STATS_MAX) else {
-                return text(Reply::new().text(texts.bad_number("stats", STATS_MAX)));
-            };
-            let (_, today) = journal.today_of(user_id).await;
-            let first = today
-                .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
-                .unwrap_or(today);
-            let rows = journal.store().daily_metrics(user_id, first).await?;
-            let streaks = journal.streaks(user_id).await?;
-            let activities = journal.store().day_activities(user_id, first).await?;
-            let goes_with =
-                crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
-                    rows.iter().map(|r| (r.day, r.mood)),
-                    activities,
-                ));
-            let mut responses = stats_responses(language, days, &rows, today);
-            if let Some(Response::Text(reply)) = responses.first_mut() {
-                let mut more = std::mem::take(reply);
-                if streaks.longest > 0 {
-                    more = more
-                        .newline()
-                        .text(texts.streak_summary(streaks.current, streaks.longest));
-                }
-                if !goes_with.is_empty() {
-                    more = more.paragraph().bold(texts.goes_with_title());
-                    for found in &goes_with {
-                        more = more.newline().text(texts.goes_with_line(
-                            &found.activity,
-                            found.with,
-                            found.without,
-                        ));
-                    }
-                }
-                *reply = more;
-            }
-            Ok(responses)
-        }
-        Command::Export => {
-            let logs = journal.store().export(user_id).await?;
-            if logs.is_empty() {
-                return text(Reply::new().text(texts.no_entries()));
-            }
-            let zone = journal.zone_of(user_id).await;
-            Ok(vec![Response::Document {
-                bytes: export_csv(&logs, &zone),
-                file_name: "daylog-export.csv".to_owned(),
-                caption: texts.export_caption(logs.len()),
-            }])
-        }
+        Command::Start => text(start(journal, user_id, language).await),
+        Command::Help => text(help(language)),
+        Command::History(arg) => history(journal, user_id, language, &arg).await,
+        Command::Stats(arg) => stats(journal, user_id, language, &arg).await,
+        Command::Export => export(journal, user_id, language).await,
         Command::Delete => Ok(vec![Response::ConfirmDelete { language, user_id }]),
-        Command::Lang(arg) => match arg.trim().parse::<Language>() {
-            Ok(chosen) => {
-                journal.store().set_language(user_id, chosen).await?;
-                text(Reply::new().text(Texts(chosen).lang_set()))
-            }
-            Err(()) => text(Reply::new().text(texts.lang_usage())),
-        },
-        Command::Tz(arg) => {
-            if arg.trim().is_empty() {
-                let zone = journal.zone_of(user_id).await;
-                let now = local_clock(&zone, journal.now());
-                return text(
-                    Reply::new()
-                        .text(texts.tz_current(zone.name(), &now))
-                        .newline()
-                        .text(texts.tz_how_to_change()),
-                );
-            }
-            match UserZone::parse(&arg) {
-                Ok(zone) => text(set_zone(journal, user_id, &zone).await?),
-                Err(error) => text(Reply::new().text(zone_error(texts, &error))),
-            }
-        }
-        Command::Remind(arg) => {
-            let reply = crate::reminders::command(journal, user_id, &arg).await?;
-            // The Sunday digest comes at the reminder time.
-            crate::digest::reschedule(journal, user_id).await?;
-            text(reply)
-        }
+        Command::Lang(arg) => text(lang(journal, user_id, texts, &arg).await?),
+        Command::Tz(arg) => text(tz(journal, user_id, texts, &arg).await?),
+        Command::Remind(arg) => text(remind(journal, user_id, &arg).await?),
         // `/week` writes through the cascade and sends by itself (`digest::week`, which
         // both front ends call instead); here it has nothing more to say.
         Command::Week => Ok(Vec::new()),
         Command::Digest(arg) => text(crate::digest::command(journal, user_id, &arg).await?),
-        Command::Streak => {
-            let streaks = journal.streaks(user_id).await?;
-            if streaks.longest == 0 {
-                return text(Reply::new().text(texts.streak_none()));
-            }
-            text(Reply::new().text(texts.streak_summary(streaks.current, streaks.longest)))
-        }
-        Command::Search(words) => {
-            if words.split_whitespace().next().is_none() {
-                return text(Reply::new().text(texts.search_usage()));
-            }
-            let hits = journal.store().search(user_id, &words).await?;
-            text(search_reply(language, &hits))
-        }
-        Command::Year(arg) => {
-            let today = journal.today_of(user_id).await.1;
-            let year = match arg.trim() {
-                "" => i32::from(today.year()),
-                given => match year_arg(given) {
-                    Some(year) => year,
-                    None => return text(Reply::new().text(texts.year_usage())),
-                },
-            };
-            let moods = journal.store().year_moods(user_id, year).await?;
-            Ok(year_responses(language, year, &moods, today))
-        }
+        Command::Streak => text(streak(journal, user_id, texts).await?),
+        Command::Search(words) => search(journal, user_id, language, &words).await,
+        Command::Year(arg) => year(journal, user_id, language, &arg).await,
         // The file itself comes as a document (the bot) or a path (`daylog chat`); the
         // command alone explains how.
         Command::Import(_) => text(Reply::new().text(texts.import_usage())),
     }
+}
+
+/// One text reply as a command's answer.
+fn text<E>(reply: Reply) -> Result<Vec<Response>, E> {
+    Ok(vec![Response::Text(reply)])
+}
+
+/// `/start`: what the bot does; a user still on the default zone is invited to set
+/// theirs.
+async fn start(journal: &Journal, user_id: UserId, language: Language) -> Reply {
+    let texts = Texts(language);
+    let mut reply = Reply::new()
+        .bold(texts.start_title())
+        .paragraph()
+        .text(texts.start_body());
+    let zone = journal.zone_of(user_id).await;
+    if zone == journal.settings().journal.default_zone() {
+        reply = reply.paragraph().text(texts.start_tz_invite(zone.name()));
+    }
+    reply.paragraph().italic(texts.privacy())
+}
+
+/// `/help`: the command menu in the user's language.
+fn help(language: Language) -> Reply {
+    let texts = Texts(language);
+    let mut reply = Reply::new().bold(texts.help_title()).newline();
+    for (name, description) in Command::menu(language) {
+        reply = reply
+            .newline()
+            .code(format!("/{name}"))
+            .text(format!(" — {description}"));
+    }
+    reply.paragraph().text(texts.help_footer())
+}
+
+/// `/history [n]`.
+async fn history(
+    journal: &Journal,
+    user_id: UserId,
+    language: Language,
+    arg: &str,
+) -> Result<Vec<Response>, StoreError> {
+    let Some(n) = count_arg(arg, HISTORY_DEFAULT, HISTORY_MAX) else {
+        return text(Reply::new().text(Texts(language).bad_number("history", HISTORY_MAX)));
+    };
+    let logs = journal.store().history(user_id, i64::from(n)).await?;
+    let zone = journal.zone_of(user_id).await;
+    text(history_reply(language, &zone, &logs))
+}
+
+/// `/stats [days]`: averages and the chart, with the streak and what goes with good
+/// days under them.
+async fn stats(
+    journal: &Journal,
+    user_id: UserId,
+    language: Language,
+    arg: &str,
+) -> Result<Vec<Response>, StoreError> {
+    let texts = Texts(language);
+    let Some(days) = count_arg(arg, STATS_DEFAULT, STATS_MAX) else {
+        return text(Reply::new().text(texts.bad_number("stats", STATS_MAX)));
+    };
+    let (_, today) = journal.today_of(user_id).await;
+    let first = today
+        .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
+        .unwrap_or(today);
+    let rows = journal.store().daily_metrics(user_id, first).await?;
+    let streaks = journal.streaks(user_id).await?;
+    let activities = journal.store().day_activities(user_id, first).await?;
+    let goes_with = crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
+        rows.iter().map(|r| (r.day, r.mood)),
+        activities,
+    ));
+    let mut responses = stats_responses(language, days, &rows, today);
+    if let Some(Response::Text(reply)) = responses.first_mut() {
+        let mut more = std::mem::take(reply);
+        if streaks.longest > 0 {
+            more = more
+                .newline()
+                .text(texts.streak_summary(streaks.current, streaks.longest));
+        }
+        if !goes_with.is_empty() {
+            more = more.paragraph().bold(texts.goes_with_title());
+            for found in &goes_with {
+                more = more.newline().text(texts.goes_with_line(
+                    &found.activity,
+                    found.with,
+                    found.without,
+                ));
+            }
+        }
+        *reply = more;
+    }
+    Ok(responses)
+}
+
+/// `/export`: every entry as a CSV file.
+async fn export(
+    journal: &Journal,
+    user_id: UserId,
+    language: Language,
+) -> Result<Vec<Response>, StoreError> {
+    let texts = Texts(language);
+    let logs = journal.store().export(user_id).await?;
+    if logs.is_empty() {
+        return text(Reply::new().text(texts.no_entries()));
+    }
+    let zone = journal.zone_of(user_id).await;
+    Ok(vec![Response::Document {
+        bytes: export_csv(&logs, &zone),
+        file_name: "daylog-export.csv".to_owned(),
+        caption: texts.export_caption(logs.len()),
+    }])
+}
+
+/// `/lang en|ru`.
+async fn lang(
+    journal: &Journal,
+    user_id: UserId,
+    texts: Texts,
+    arg: &str,
+) -> Result<Reply, StoreError> {
+    Ok(match arg.trim().parse::<Language>() {
+        Ok(chosen) => {
+            journal.store().set_language(user_id, chosen).await?;
+            Reply::new().text(Texts(chosen).lang_set())
+        }
+        Err(()) => Reply::new().text(texts.lang_usage()),
+    })
+}
+
+/// `/tz`: the zone and its clock, or a new zone.
+async fn tz(
+    journal: &Journal,
+    user_id: UserId,
+    texts: Texts,
+    arg: &str,
+) -> Result<Reply, StoreError> {
+    if arg.trim().is_empty() {
+        let zone = journal.zone_of(user_id).await;
+        let now = local_clock(&zone, journal.now());
+        return Ok(Reply::new()
+            .text(texts.tz_current(zone.name(), &now))
+            .newline()
+            .text(texts.tz_how_to_change()));
+    }
+    match UserZone::parse(arg) {
+        Ok(zone) => set_zone(journal, user_id, &zone).await,
+        Err(error) => Ok(Reply::new().text(zone_error(texts, &error))),
+    }
+}
+
+/// `/remind`: the daily reminder; the Sunday digest comes at its time.
+async fn remind(journal: &Journal, user_id: UserId, arg: &str) -> Result<Reply, StoreError> {
+    let reply = crate::reminders::command(journal, user_id, arg).await?;
+    crate::digest::reschedule(journal, user_id).await?;
+    Ok(reply)
+}
+
+/// `/streak`: current and longest.
+async fn streak(journal: &Journal, user_id: UserId, texts: Texts) -> Result<Reply, StoreError> {
+    let streaks = journal.streaks(user_id).await?;
+    Ok(Reply::new().text(if streaks.longest == 0 {
+        texts.streak_none().to_owned()
+    } else {
+        texts.streak_summary(streaks.current, streaks.longest)
+    }))
+}
+
+/// `/search word…`.
+async fn search(
+    journal: &Journal,
+    user_id: UserId,
+    language: Language,
+    words: &str,
+) -> Result<Vec<Response>, StoreError> {
+    if words.split_whitespace().next().is_none() {
+        return text(Reply::new().text(Texts(language).search_usage()));
+    }
+    let hits = journal.store().search(user_id, words).await?;
+    text(search_reply(language, &hits))
+}
+
+/// `/year [YYYY]`: the year in pixels.
+async fn year(
+    journal: &Journal,
+    user_id: UserId,
+    language: Language,
+    arg: &str,
+) -> Result<Vec<Response>, StoreError> {
+    let today = journal.today_of(user_id).await.1;
+    let year = match arg.trim() {
+        "" => i32::from(today.year()),
+        given => match year_arg(given) {
+            Some(year) => year,
+            None => return text(Reply::new().text(Texts(language).year_usage())),
+        },
+    };
+    let moods = journal.store().year_moods(user_id, year).await?;
+    Ok(year_responses(language, year, &moods, today))
 }
 
 /// `HH:MM` on the user's wall clock.

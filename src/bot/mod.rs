@@ -49,8 +49,10 @@ use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
 use crate::store::{FrontEnd, UserId};
 use crate::texts::Texts;
 use crate::worker;
+use delete_button::{DeleteAnswer, DeleteButton};
 use intake::{Intake, Listener, Ticket};
 
+mod delete_button;
 mod intake;
 pub use intake::CONFIRM_WAIT;
 
@@ -80,10 +82,6 @@ type HandlerResult = Result<(), anyhow::Error>;
 
 /// Long-polling timeout of `getUpdates` (below the Bot API client's longest silence, 17 s).
 const POLL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Callback data of the `/delete` buttons, followed by `:` and the id of the user who
-/// asked (see [`DeleteAnswer::parse`]).
-const DELETE_YES: &str = "delete:yes";
-const DELETE_NO: &str = "delete:no";
 /// Telegram's `RetryAfter` is honoured this many times per request.
 const MAX_TELEGRAM_RETRIES: u32 = 5;
 /// Backoff of the start-up calls while Telegram has passing trouble.
@@ -337,11 +335,11 @@ impl<B: TgBot> Telegram<B> {
                 let keyboard = InlineKeyboardMarkup::new([[
                     InlineKeyboardButton::callback(
                         texts.delete_yes(),
-                        format!("{DELETE_YES}:{user_id}"),
+                        DeleteButton::new(DeleteAnswer::Yes, *user_id).data(),
                     ),
                     InlineKeyboardButton::callback(
                         texts.delete_no(),
-                        format!("{DELETE_NO}:{user_id}"),
+                        DeleteButton::new(DeleteAnswer::No, *user_id).data(),
                     ),
                 ]]);
                 with_retry_after(|| {
@@ -1118,7 +1116,9 @@ async fn on_callback<B: TgBot>(
     // A group member the bot does not know may press someone else's button.
     let client = Language::from_code(query.from.language_code.as_deref());
     let language = journal.language_or(user_id, client).await;
-    let Some((answer, asked_by)) = query.data.as_deref().and_then(DeleteAnswer::parse) else {
+    let Some(DeleteButton { answer, asked_by }) =
+        query.data.as_deref().and_then(DeleteButton::parse)
+    else {
         let _ = bot.answer_callback_query(query.id.clone()).await;
         return Ok(());
     };
@@ -1170,30 +1170,6 @@ async fn on_callback<B: TgBot>(
         }
     }
     Ok(())
-}
-
-/// What a `/delete` button says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DeleteAnswer {
-    Yes,
-    No,
-}
-
-impl DeleteAnswer {
-    /// The answer, and the id of the user who asked (`None` for a button sent before
-    /// buttons named their user); `None` for any other data.
-    fn parse(data: &str) -> Option<(Self, Option<UserId>)> {
-        for (prefix, answer) in [(DELETE_YES, Self::Yes), (DELETE_NO, Self::No)] {
-            if let Some(rest) = data.strip_prefix(prefix) {
-                if rest.is_empty() {
-                    return Some((answer, None));
-                }
-                let asked_by = rest.strip_prefix(':')?.parse().ok()?;
-                return Some((answer, Some(asked_by)));
-            }
-        }
-        None
-    }
 }
 
 /// Where an answer to `msg` goes: a reply to it.
@@ -1533,7 +1509,7 @@ mod tests {
     use teloxide::types::Seconds;
     use teloxide::{ApiError, RequestError};
 
-    use super::{DeleteAnswer, classify, is_import_caption, is_passing};
+    use super::{classify, is_import_caption, is_passing};
     use crate::frontend::SendError;
 
     #[test]
@@ -1600,25 +1576,6 @@ mod tests {
                 import,
                 "{caption:?}"
             );
-        }
-    }
-
-    #[test]
-    fn delete_buttons_name_their_user() {
-        let table = [
-            ("delete:yes:19", Some((DeleteAnswer::Yes, Some(UserId(19))))),
-            ("delete:no:-5", Some((DeleteAnswer::No, Some(UserId(-5))))),
-            // Buttons sent before they named their user.
-            ("delete:yes", Some((DeleteAnswer::Yes, None))),
-            ("delete:no", Some((DeleteAnswer::No, None))),
-            ("delete:yes:", None),
-            ("delete:yes:x", None),
-            ("delete:yesno", None),
-            ("delete:maybe:19", None),
-            ("", None),
-        ];
-        for (data, expected) in table {
-            assert_eq!(DeleteAnswer::parse(data), expected, "{data}");
         }
     }
 
