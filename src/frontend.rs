@@ -1,6 +1,6 @@
 //! What a front end is to the journal: where an answer goes ([`Target`]), what it shows
 //! ([`Response`]), how it answers ([`Messenger`]) and how that can fail ([`SendError`],
-//! [`FetchError`]). Telegram (`bot`) and the terminal (`chat`) implement [`Messenger`];
+//! [`FetchError`]). Telegram (`bot`) and the terminal (`terminal`) implement [`Messenger`];
 //! the journal, the worker and the commands only speak these types.
 
 use std::future::Future;

@@ -1,4 +1,4 @@
-//! Intake: a new entry is stored before anything else (SPEC §4.1) and claimed, then
+//! Intake: a new entry is stored before anything else and claimed, then
 //! handed back as an [`Accepted`] entry that [`Journal::answer_accepted`] analyses and
 //! answers in its turn among the chat's entries. Text, voice notes, edits, and the
 //! terminal's entries (numbered by the store, claimed after their insert).
@@ -289,8 +289,8 @@ impl Journal {
             .filter(|log| log.status == LogStatus::Pending))
     }
 
-    /// A line typed in `daylog chat` by its terminal user, stored (SPEC §4.1); the store
-    /// numbers terminal entries itself (SPEC §7 `source = 'chat'`), so its claim follows
+    /// A line typed in `daylog chat` by its terminal user, stored; the store numbers
+    /// terminal entries itself (`source = 'chat'`), so its claim follows
     /// the insert, under the claim gate. `None` when there is nothing to answer.
     pub async fn accept_terminal_text(
         &self,

@@ -1,4 +1,4 @@
-//! What the worker resumes (SPEC §4.6): logs left pending by an outage or a crash,
+//! What the worker resumes: logs left pending by an outage or a crash,
 //! and answers decided but never delivered. Each is claimed, given its turn in its
 //! chat, and finished through the same stages as a new entry.
 

@@ -1,4 +1,4 @@
-//! Voice notes (SPEC §11): refused before anything is stored when too long or too
+//! Voice notes: refused before anything is stored when too long or too
 //! large; else transcribed (the recording fetched into memory, never written to disk),
 //! the transcript shown once, then analysed as text. Each stage leaves what it did in
 //! the store, so the worker resumes from there.
