@@ -257,38 +257,7 @@ impl<B: TgBot> Telegram<B> {
         let attached = if in_group { reply_to.clone() } else { None };
         match response {
             Response::Text(reply) => {
-                let parts = render::split_message(reply.pieces(), TELEGRAM_MESSAGE_LIMIT);
-                for (i, part) in parts.into_iter().enumerate().skip(*done) {
-                    let reply_to = if i == 0 || in_group {
-                        reply_to.clone()
-                    } else {
-                        None
-                    };
-                    let send = |text: String, html: bool| {
-                        let mut request = self.bot.send_message(chat, text);
-                        if html {
-                            request = request.parse_mode(ParseMode::Html);
-                        }
-                        if let Some(r) = reply_to.clone() {
-                            request = request.reply_parameters(r);
-                        }
-                        request.into_future()
-                    };
-                    match with_retry_after(|| send(part.clone(), true)).await {
-                        Err(RequestError::Api(ApiError::CantParseEntities(reason))) => {
-                            // Our escaping should make this impossible; if Telegram still
-                            // disagrees, the user gets the words without the formatting.
-                            tracing::error!(%reason, "Telegram could not parse a reply's HTML; sending it as plain text");
-                            let plain = render::html_to_plain(&part);
-                            with_retry_after(|| send(plain.clone(), false)).await?;
-                        }
-                        other => {
-                            other?;
-                        }
-                    }
-                    *done += 1;
-                }
-                return Ok(());
+                return self.send_text(chat, reply, reply_to, in_group, done).await;
             }
             Response::Photo {
                 png,
@@ -357,6 +326,51 @@ impl<B: TgBot> Telegram<B> {
         }
         // Every other response is one message.
         *done += 1;
+        Ok(())
+    }
+
+    /// Sends a text reply in as many messages as Telegram's limit needs, from part
+    /// `done` on (see [`Telegram::send_one`]). Only the first part quotes the message it
+    /// answers, but in a group every part does.
+    async fn send_text(
+        &self,
+        chat: ChatId,
+        reply: &Reply,
+        reply_to: Option<ReplyParameters>,
+        in_group: bool,
+        done: &mut usize,
+    ) -> Result<(), RequestError> {
+        let parts = render::split_message(reply.pieces(), TELEGRAM_MESSAGE_LIMIT);
+        for (i, part) in parts.into_iter().enumerate().skip(*done) {
+            let reply_to = if i == 0 || in_group {
+                reply_to.clone()
+            } else {
+                None
+            };
+            let send = |text: String, html: bool| {
+                let mut request = self.bot.send_message(chat, text);
+                if html {
+                    request = request.parse_mode(ParseMode::Html);
+                }
+                if let Some(r) = reply_to.clone() {
+                    request = request.reply_parameters(r);
+                }
+                request.into_future()
+            };
+            match with_retry_after(|| send(part.clone(), true)).await {
+                Err(RequestError::Api(ApiError::CantParseEntities(reason))) => {
+                    // Our escaping should make this impossible; if Telegram still
+                    // disagrees, the user gets the words without the formatting.
+                    tracing::error!(%reason, "Telegram could not parse a reply's HTML; sending it as plain text");
+                    let plain = render::html_to_plain(&part);
+                    with_retry_after(|| send(plain.clone(), false)).await?;
+                }
+                other => {
+                    other?;
+                }
+            }
+            *done += 1;
+        }
         Ok(())
     }
 }

@@ -136,43 +136,8 @@ impl Journal {
         }
         match kind {
             Unfinished::Analyse => {
-                // Past `worker.max_age_hours` a log still gets this try: after a downtime
-                // longer than that, or when the first answer after a long outage makes
-                // the backlog due, a provider may well answer now. Only a log this try
-                // leaves pending is given up.
-                let age = self.store.log_age(log.id).await?.unwrap_or_default();
-                let id = log.id;
-                // What the give-up compares with, kept only when it can come to that.
-                let tried = (age > self.settings.worker.max_age())
-                    .then(|| (log.edited_at, log.text.clone()));
-                self.try_unfinished(messenger, log, voice, &author, &claim)
-                    .await?;
-                let Some((tried_edit, tried_text)) = tried else {
-                    return Ok(());
-                };
-                // Still pending, and still the entry that was tried (a voice note's text
-                // is its transcript, stored by the try): one edited during the try is
-                // young again (its age counts from the edit), and the next poll analyses
-                // its new text.
-                let Some(left) = self.store.log(id).await?.filter(|l| {
-                    l.status == LogStatus::Pending
-                        && l.edited_at == tried_edit
-                        && (tried_text.is_empty() || l.text == tried_text)
-                }) else {
-                    return Ok(());
-                };
-                tracing::warn!(
-                    log_id = id.get(),
-                    age_h = age.as_secs() / 3600,
-                    "giving up on a pending log"
-                );
-                let gave_up = Outcome::Failed(Failure::GaveUp);
-                if !self.store.record(id, &left.text, &gave_up).await? {
-                    return Ok(()); // edited meanwhile: the new text gets its chance
-                }
-                self.answer_outcome(messenger, &left, &gave_up, &author, Timing::Late)
-                    .await;
-                Ok(())
+                self.try_or_give_up(messenger, log, voice, &author, &claim)
+                    .await
             }
             Unfinished::Reply if self.unrecorded().replies.contains(&log.id) => {
                 // Already delivered by this process: only the record is missing.
@@ -195,5 +160,51 @@ impl Journal {
                 Ok(())
             }
         }
+    }
+
+    /// The worker's try at a pending log. Past `worker.max_age_hours` a log still gets
+    /// this try: after a downtime longer than that, or when the first answer after a
+    /// long outage makes the backlog due, a provider may well answer now. Only a log
+    /// this try leaves pending is given up.
+    async fn try_or_give_up<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: DayLog,
+        voice: Option<VoiceNote>,
+        author: &Author,
+        claim: &Claim,
+    ) -> Result<(), StoreError> {
+        let age = self.store.log_age(log.id).await?.unwrap_or_default();
+        let id = log.id;
+        // What the give-up compares with, kept only when it can come to that.
+        let tried =
+            (age > self.settings.worker.max_age()).then(|| (log.edited_at, log.text.clone()));
+        self.try_unfinished(messenger, log, voice, author, claim)
+            .await?;
+        let Some((tried_edit, tried_text)) = tried else {
+            return Ok(());
+        };
+        // Still pending, and still the entry that was tried (a voice note's text is its
+        // transcript, stored by the try): one edited during the try is young again (its
+        // age counts from the edit), and the next poll analyses its new text.
+        let Some(left) = self.store.log(id).await?.filter(|l| {
+            l.status == LogStatus::Pending
+                && l.edited_at == tried_edit
+                && (tried_text.is_empty() || l.text == tried_text)
+        }) else {
+            return Ok(());
+        };
+        tracing::warn!(
+            log_id = id.get(),
+            age_h = age.as_secs() / 3600,
+            "giving up on a pending log"
+        );
+        let gave_up = Outcome::Failed(Failure::GaveUp);
+        if !self.store.record(id, &left.text, &gave_up).await? {
+            return Ok(()); // edited meanwhile: the new text gets its chance
+        }
+        self.answer_outcome(messenger, &left, &gave_up, author, Timing::Late)
+            .await;
+        Ok(())
     }
 }
