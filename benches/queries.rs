@@ -55,7 +55,8 @@ fn queries(c: &mut Criterion) {
         group.bench_function(format!("command_stats_{days}"), |b| {
             b.iter(|| {
                 runtime.block_on(commands::respond(
-                    &journal,
+                    journal.store(),
+                    journal.users(),
                     black_box(UserId(USER)),
                     Command::Stats(days.to_string()),
                 ))
@@ -68,14 +69,15 @@ fn queries(c: &mut Criterion) {
     group.bench_function("command_history_10", |b| {
         b.iter(|| {
             runtime.block_on(commands::respond(
-                &journal,
+                journal.store(),
+                journal.users(),
                 black_box(UserId(USER)),
                 Command::History("10".into()),
             ))
         })
     });
     group.bench_function("store_streaks", |b| {
-        b.iter(|| runtime.block_on(journal.streaks(black_box(UserId(USER)))))
+        b.iter(|| runtime.block_on(journal.users().streaks(black_box(UserId(USER)))))
     });
     // Every fill text is "Day log number <i>: worked, ran, slept.": "number 4242" is
     // two words of which one is in a single entry (the usual search), "worked" is in
@@ -87,7 +89,8 @@ fn queries(c: &mut Criterion) {
         group.bench_function(format!("command_search_{name}"), |b| {
             b.iter(|| {
                 runtime.block_on(commands::respond(
-                    &journal,
+                    journal.store(),
+                    journal.users(),
                     black_box(UserId(USER)),
                     Command::Search(words.into()),
                 ))

@@ -8,12 +8,12 @@ use teloxide::utils::command::BotCommands;
 use crate::analysis::Metrics;
 use crate::charts;
 use crate::frontend::{Response, truncate_chars};
-use crate::journal::Journal;
 use crate::language::Language;
 use crate::render::Reply;
-use crate::store::{DayLog, DayMetrics, DayMood, SearchHit, SnippetRun, StoreError, UserId};
+use crate::store::{DayLog, DayMetrics, DayMood, SearchHit, SnippetRun, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{UserZone, ZoneError};
+use crate::users::Users;
 
 /// Default and largest `/history` length.
 const HISTORY_DEFAULT: u32 = 5;
@@ -109,29 +109,30 @@ fn count_arg(arg: &str, default: u32, max: u32) -> Option<u32> {
 
 /// Answers one command of `user_id`: each command has its handler below.
 pub async fn respond(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     command: Command,
 ) -> Result<Vec<Response>, StoreError> {
-    let language = journal.language_of(user_id).await;
+    let language = users.language_of(user_id).await;
     let texts = Texts(language);
     match command {
-        Command::Start => text(start(journal, user_id, language).await),
+        Command::Start => text(start(users, user_id, language).await),
         Command::Help => text(help(language)),
-        Command::History(arg) => history(journal, user_id, language, &arg).await,
-        Command::Stats(arg) => stats(journal, user_id, language, &arg).await,
-        Command::Export => export(journal, user_id, language).await,
+        Command::History(arg) => history(store, users, user_id, language, &arg).await,
+        Command::Stats(arg) => stats(store, users, user_id, language, &arg).await,
+        Command::Export => export(store, users, user_id, language).await,
         Command::Delete => Ok(vec![Response::ConfirmDelete { language, user_id }]),
-        Command::Lang(arg) => text(lang(journal, user_id, texts, &arg).await?),
-        Command::Tz(arg) => text(tz(journal, user_id, texts, &arg).await?),
-        Command::Remind(arg) => text(remind(journal, user_id, &arg).await?),
+        Command::Lang(arg) => text(lang(store, user_id, texts, &arg).await?),
+        Command::Tz(arg) => text(tz(store, users, user_id, texts, &arg).await?),
+        Command::Remind(arg) => text(remind(store, users, user_id, &arg).await?),
         // `/week` writes through the cascade and sends by itself (`digest::week`, which
         // both front ends call instead); here it has nothing more to say.
         Command::Week => Ok(Vec::new()),
-        Command::Digest(arg) => text(crate::digest::command(journal, user_id, &arg).await?),
-        Command::Streak => text(streak(journal, user_id, texts).await?),
-        Command::Search(words) => search(journal, user_id, language, &words).await,
-        Command::Year(arg) => year(journal, user_id, language, &arg).await,
+        Command::Digest(arg) => text(crate::digest::command(store, users, user_id, &arg).await?),
+        Command::Streak => text(streak(users, user_id, texts).await?),
+        Command::Search(words) => search(store, user_id, language, &words).await,
+        Command::Year(arg) => year(store, users, user_id, language, &arg).await,
         // The file itself comes as a document (the bot) or a path (`daylog chat`); the
         // command alone explains how.
         Command::Import(_) => text(Reply::new().text(texts.import_usage())),
@@ -145,14 +146,14 @@ fn text<E>(reply: Reply) -> Result<Vec<Response>, E> {
 
 /// `/start`: what the bot does; a user still on the default zone is invited to set
 /// theirs.
-async fn start(journal: &Journal, user_id: UserId, language: Language) -> Reply {
+async fn start(users: &Users, user_id: UserId, language: Language) -> Reply {
     let texts = Texts(language);
     let mut reply = Reply::new()
         .bold(texts.start_title())
         .paragraph()
         .text(texts.start_body());
-    let zone = journal.zone_of(user_id).await;
-    if zone == journal.settings().journal.default_zone() {
+    let zone = users.zone_of(user_id).await;
+    if zone == *users.default_zone() {
         reply = reply.paragraph().text(texts.start_tz_invite(zone.name()));
     }
     reply.paragraph().italic(texts.privacy())
@@ -173,7 +174,8 @@ fn help(language: Language) -> Reply {
 
 /// `/history [n]`.
 async fn history(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     language: Language,
     arg: &str,
@@ -181,15 +183,16 @@ async fn history(
     let Some(n) = count_arg(arg, HISTORY_DEFAULT, HISTORY_MAX) else {
         return text(Reply::new().text(Texts(language).bad_number("history", HISTORY_MAX)));
     };
-    let logs = journal.store().history(user_id, i64::from(n)).await?;
-    let zone = journal.zone_of(user_id).await;
+    let logs = store.history(user_id, i64::from(n)).await?;
+    let zone = users.zone_of(user_id).await;
     text(history_reply(language, &zone, &logs))
 }
 
 /// `/stats [days]`: averages and the chart, with the streak and what goes with good
 /// days under them.
 async fn stats(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     language: Language,
     arg: &str,
@@ -198,13 +201,13 @@ async fn stats(
     let Some(days) = count_arg(arg, STATS_DEFAULT, STATS_MAX) else {
         return text(Reply::new().text(texts.bad_number("stats", STATS_MAX)));
     };
-    let (_, today) = journal.today_of(user_id).await;
+    let (_, today) = users.today_of(user_id).await;
     let first = today
         .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
         .unwrap_or(today);
-    let rows = journal.store().daily_metrics(user_id, first).await?;
-    let streaks = journal.streaks(user_id).await?;
-    let activities = journal.store().day_activities(user_id, first).await?;
+    let rows = store.daily_metrics(user_id, first).await?;
+    let streaks = users.streaks(user_id).await?;
+    let activities = store.day_activities(user_id, first).await?;
     let goes_with = crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
         rows.iter().map(|r| (r.day, r.mood)),
         activities,
@@ -234,16 +237,17 @@ async fn stats(
 
 /// `/export`: every entry as a CSV file.
 async fn export(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     language: Language,
 ) -> Result<Vec<Response>, StoreError> {
     let texts = Texts(language);
-    let logs = journal.store().export(user_id).await?;
+    let logs = store.export(user_id).await?;
     if logs.is_empty() {
         return text(Reply::new().text(texts.no_entries()));
     }
-    let zone = journal.zone_of(user_id).await;
+    let zone = users.zone_of(user_id).await;
     Ok(vec![Response::Document {
         bytes: export_csv(&logs, &zone),
         file_name: "daylog-export.csv".to_owned(),
@@ -253,14 +257,14 @@ async fn export(
 
 /// `/lang en|ru`.
 async fn lang(
-    journal: &Journal,
+    store: &Store,
     user_id: UserId,
     texts: Texts,
     arg: &str,
 ) -> Result<Reply, StoreError> {
     Ok(match arg.trim().parse::<Language>() {
         Ok(chosen) => {
-            journal.store().set_language(user_id, chosen).await?;
+            store.set_language(user_id, chosen).await?;
             Reply::new().text(Texts(chosen).lang_set())
         }
         Err(()) => Reply::new().text(texts.lang_usage()),
@@ -269,35 +273,41 @@ async fn lang(
 
 /// `/tz`: the zone and its clock, or a new zone.
 async fn tz(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     texts: Texts,
     arg: &str,
 ) -> Result<Reply, StoreError> {
     if arg.trim().is_empty() {
-        let zone = journal.zone_of(user_id).await;
-        let now = local_clock(&zone, journal.now());
+        let zone = users.zone_of(user_id).await;
+        let now = local_clock(&zone, users.now());
         return Ok(Reply::new()
             .text(texts.tz_current(zone.name(), &now))
             .newline()
             .text(texts.tz_how_to_change()));
     }
     match UserZone::parse(arg) {
-        Ok(zone) => set_zone(journal, user_id, &zone).await,
+        Ok(zone) => set_zone(store, users, user_id, &zone).await,
         Err(error) => Ok(Reply::new().text(zone_error(texts, &error))),
     }
 }
 
 /// `/remind`: the daily reminder; the Sunday digest comes at its time.
-async fn remind(journal: &Journal, user_id: UserId, arg: &str) -> Result<Reply, StoreError> {
-    let reply = crate::reminders::command(journal, user_id, arg).await?;
-    crate::digest::reschedule(journal, user_id).await?;
+async fn remind(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    arg: &str,
+) -> Result<Reply, StoreError> {
+    let reply = crate::reminders::command(store, users, user_id, arg).await?;
+    crate::digest::reschedule(store, users, user_id).await?;
     Ok(reply)
 }
 
 /// `/streak`: current and longest.
-async fn streak(journal: &Journal, user_id: UserId, texts: Texts) -> Result<Reply, StoreError> {
-    let streaks = journal.streaks(user_id).await?;
+async fn streak(users: &Users, user_id: UserId, texts: Texts) -> Result<Reply, StoreError> {
+    let streaks = users.streaks(user_id).await?;
     Ok(Reply::new().text(if streaks.longest == 0 {
         texts.streak_none().to_owned()
     } else {
@@ -307,7 +317,7 @@ async fn streak(journal: &Journal, user_id: UserId, texts: Texts) -> Result<Repl
 
 /// `/search word…`.
 async fn search(
-    journal: &Journal,
+    store: &Store,
     user_id: UserId,
     language: Language,
     words: &str,
@@ -315,18 +325,19 @@ async fn search(
     if words.split_whitespace().next().is_none() {
         return text(Reply::new().text(Texts(language).search_usage()));
     }
-    let hits = journal.store().search(user_id, words).await?;
+    let hits = store.search(user_id, words).await?;
     text(search_reply(language, &hits))
 }
 
 /// `/year [YYYY]`: the year in pixels.
 async fn year(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     language: Language,
     arg: &str,
 ) -> Result<Vec<Response>, StoreError> {
-    let today = journal.today_of(user_id).await.1;
+    let today = users.today_of(user_id).await.1;
     let year = match arg.trim() {
         "" => i32::from(today.year()),
         given => match year_arg(given) {
@@ -334,7 +345,7 @@ async fn year(
             None => return text(Reply::new().text(Texts(language).year_usage())),
         },
     };
-    let moods = journal.store().year_moods(user_id, year).await?;
+    let moods = store.year_moods(user_id, year).await?;
     Ok(year_responses(language, year, &moods, today))
 }
 
@@ -355,35 +366,37 @@ fn zone_error(texts: Texts, error: &ZoneError) -> String {
 /// Sets the user's zone (`/tz …` or a shared location) and says so. Entries already
 /// stored keep their local day; a reminder moves to the new zone's wall clock.
 pub async fn set_zone(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     zone: &UserZone,
 ) -> Result<Reply, StoreError> {
-    let before = journal.zone_of(user_id).await;
-    journal.store().set_timezone(user_id, zone).await?;
+    let before = users.zone_of(user_id).await;
+    store.set_timezone(user_id, zone).await?;
     // The same zone again moves nothing (a reminder due this very moment stays due);
     // a new one moves the reminder and the digest to its wall clock.
     if before.name() != zone.name() {
-        crate::reminders::zone_changed(journal, user_id, zone).await?;
-        crate::digest::reschedule(journal, user_id).await?;
+        crate::reminders::zone_changed(store, users, user_id, zone).await?;
+        crate::digest::reschedule(store, users, user_id).await?;
     }
     tracing::info!(user_id = user_id.get(), zone = zone.name(), "time zone set");
-    let language = journal.language_of(user_id).await;
-    let now = local_clock(zone, journal.now());
+    let language = users.language_of(user_id).await;
+    let now = local_clock(zone, users.now());
     Ok(Reply::new().text(Texts(language).tz_set(zone.name(), &now)))
 }
 
 /// A shared location: the zone at those coordinates, or a sentence when there is none.
 pub async fn set_zone_from_location(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     latitude: f64,
     longitude: f64,
 ) -> Result<Reply, StoreError> {
     match UserZone::from_location(latitude, longitude) {
-        Some(zone) => set_zone(journal, user_id, &zone).await,
+        Some(zone) => set_zone(store, users, user_id, &zone).await,
         None => {
-            let language = journal.language_of(user_id).await;
+            let language = users.language_of(user_id).await;
             Ok(Reply::new().text(Texts(language).location_unknown()))
         }
     }
@@ -460,11 +473,11 @@ fn year_responses(language: Language, year: i32, moods: &[DayMood], today: Date)
 
 /// `/delete` confirmed: every row of the user goes.
 pub async fn delete_confirmed(
-    journal: &Journal,
+    store: &Store,
     user_id: UserId,
     language: Language,
 ) -> Result<Reply, StoreError> {
-    let entries = journal.store().delete_user(user_id).await?;
+    let entries = store.delete_user(user_id).await?;
     tracing::info!(
         user_id = user_id.get(),
         entries,

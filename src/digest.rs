@@ -31,10 +31,12 @@ use crate::journal::{Claim, Journal};
 use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{
-    ChatId, Digest, DigestAdvance, DigestStatus, DueDigest, FrontEnd, MessageId, StoreError, UserId,
+    ChatId, Digest, DigestAdvance, DigestStatus, DueDigest, FrontEnd, MessageId, Store, StoreError,
+    UserId,
 };
 use crate::texts::Texts;
 use crate::time::{LocalTime, UserZone};
+use crate::users::Users;
 
 /// Due users (scheduler) or due digests (worker) read per look; more wait for the next.
 const BATCH: i64 = 200;
@@ -109,9 +111,8 @@ fn claim(journal: &Journal, user_id: UserId, week_start: Date) -> Option<Claim> 
 }
 
 /// When the user's Sunday digest comes: the reminder time, 19:00 without one.
-async fn digest_time(journal: &Journal, user_id: UserId) -> Result<LocalTime, StoreError> {
-    Ok(journal
-        .store()
+async fn digest_time(store: &Store, user_id: UserId) -> Result<LocalTime, StoreError> {
+    Ok(store
         .reminder(user_id)
         .await?
         .filter(|r| r.enabled)
@@ -120,15 +121,20 @@ async fn digest_time(journal: &Journal, user_id: UserId) -> Result<LocalTime, St
 }
 
 /// `/digest`, `/digest on`, `/digest off`.
-pub async fn command(journal: &Journal, user_id: UserId, arg: &str) -> Result<Reply, StoreError> {
+pub async fn command(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    arg: &str,
+) -> Result<Reply, StoreError> {
     let id = user_id;
-    let texts = Texts(journal.language_of(user_id).await);
-    let zone = journal.zone_of(user_id).await;
-    let time = digest_time(journal, id).await?;
-    let night = time.is_before_day_start(day_starts_hour(journal));
+    let texts = Texts(users.language_of(user_id).await);
+    let zone = users.zone_of(user_id).await;
+    let time = digest_time(store, id).await?;
+    let night = time.is_before_day_start(users.day_starts_hour());
     let on = match arg.trim().to_lowercase().as_str() {
         "" => {
-            let enabled = journal.store().digest_enabled(id).await?;
+            let enabled = store.digest_enabled(id).await?;
             return Ok(Reply::new().text(if enabled {
                 texts.digest_on(&time.to_string(), zone.name(), night)
             } else {
@@ -140,18 +146,18 @@ pub async fn command(journal: &Journal, user_id: UserId, arg: &str) -> Result<Re
         _ => return Ok(Reply::new().text(texts.digest_usage())),
     };
     if on {
-        if journal.store().digest_enabled(id).await? {
+        if store.digest_enabled(id).await? {
             // Already on: the schedule follows the settings, but a digest that is due
             // this very moment is kept for the scheduler rather than skipped.
-            reschedule(journal, user_id).await?;
+            reschedule(store, users, user_id).await?;
         } else {
-            let next = next_sunday_at(&zone, journal.now(), time, day_starts_hour(journal));
-            journal.store().set_digest(id, Some(next)).await?;
+            let next = next_sunday_at(&zone, users.now(), time, users.day_starts_hour());
+            store.set_digest(id, Some(next)).await?;
         }
         tracing::info!(user_id = id.get(), "weekly digest turned on");
         Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name(), night)))
     } else {
-        journal.store().set_digest(id, None).await?;
+        store.set_digest(id, None).await?;
         tracing::info!(user_id = id.get(), "weekly digest turned off");
         Ok(Reply::new().text(texts.digest_off()))
     }
@@ -159,15 +165,15 @@ pub async fn command(journal: &Journal, user_id: UserId, arg: &str) -> Result<Re
 
 /// The user's zone or reminder time changed: a Sunday digest that is on follows it
 /// (one already due is sent first, by the scheduler, which then follows the change).
-pub async fn reschedule(journal: &Journal, user_id: UserId) -> Result<(), StoreError> {
+pub async fn reschedule(store: &Store, users: &Users, user_id: UserId) -> Result<(), StoreError> {
     let id = user_id;
-    if !journal.store().digest_enabled(id).await? {
+    if !store.digest_enabled(id).await? {
         return Ok(());
     }
-    let zone = journal.zone_of(user_id).await;
-    let time = digest_time(journal, id).await?;
-    let now = journal.now();
-    let starts = day_starts_hour(journal);
+    let zone = users.zone_of(user_id).await;
+    let time = digest_time(store, id).await?;
+    let now = users.now();
+    let starts = users.day_starts_hour();
     let next = next_sunday_at(&zone, now, time, starts);
     // A moment still to come before the local day of the new one is this week's Sunday
     // (a new time earlier than now on a Sunday evening, `/remind off` after 19:00): it
@@ -177,10 +183,7 @@ pub async fn reschedule(journal: &Journal, user_id: UserId) -> Result<(), StoreE
         .ok()
         .and_then(|start| zone.to_timestamp(sunday.to_datetime(start)))
         .unwrap_or(next);
-    journal
-        .store()
-        .reschedule_digest(id, next, now, sunday_begins)
-        .await
+    store.reschedule_digest(id, next, now, sunday_begins).await
 }
 
 /// `/week`: the digest of the last 7 local days, sent through `messenger` to `target`
@@ -197,7 +200,7 @@ pub async fn week<M: Messenger>(
     let asked_by = target.reply_to;
     let language = journal.language_of(user_id).await;
     let texts = Texts(language);
-    let (_, today) = journal.today_of(user_id).await;
+    let (_, today) = journal.users().today_of(user_id).await;
     let (first, last) = week_ending(today);
     if journal.store().entries_between(id, first, last).await? == 0 {
         send_notice(messenger, target, texts.week_empty(), id).await;
@@ -611,7 +614,7 @@ async fn schedule_one(
     let (due_at, meant) = zone.owed(due_at, latest, time);
     // The week ends on the local day of the due moment, the Sunday, judged by the time
     // that moment was scheduled for (the reminder time may have changed since).
-    let day = journal.local_day_of(zone, due_at, meant);
+    let day = journal.users().local_day_of(zone, due_at, meant);
     if day.weekday() != Weekday::Sunday && zone.civil(due_at).date().weekday() == Weekday::Sunday {
         // Scheduled by an earlier version by the calendar: a 00:30 reminder's Sunday
         // night began on Saturday's local day. This week's moment is the next one.

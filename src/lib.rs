@@ -38,6 +38,7 @@ pub mod telemetry;
 pub mod terminal;
 pub mod texts;
 pub mod time;
+pub mod users;
 pub mod worker;
 
 use std::time::Duration;

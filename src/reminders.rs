@@ -22,9 +22,10 @@ use tokio_util::sync::CancellationToken;
 use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::journal::Journal;
 use crate::render::Reply;
-use crate::store::{DueReminder, Reminder, StoreError, UserId};
+use crate::store::{DueReminder, Reminder, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{LocalTime, UserZone};
+use crate::users::Users;
 
 /// Due reminders read per look; more wait for the next tick (soonest first).
 const BATCH: i64 = 1000;
@@ -79,13 +80,18 @@ pub fn decide(
 }
 
 /// `/remind`, `/remind off`, `/remind HH:MM`.
-pub async fn command(journal: &Journal, user_id: UserId, arg: &str) -> Result<Reply, StoreError> {
-    let language = journal.language_of(user_id).await;
+pub async fn command(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    arg: &str,
+) -> Result<Reply, StoreError> {
+    let language = users.language_of(user_id).await;
     let texts = Texts(language);
     let arg = arg.trim();
-    let zone = journal.zone_of(user_id).await;
+    let zone = users.zone_of(user_id).await;
     if arg.is_empty() {
-        let reminder = journal.store().reminder(user_id).await?;
+        let reminder = store.reminder(user_id).await?;
         return Ok(Reply::new().text(match reminder {
             Some(Reminder {
                 enabled: true,
@@ -96,38 +102,36 @@ pub async fn command(journal: &Journal, user_id: UserId, arg: &str) -> Result<Re
         }));
     }
     if matches!(arg.to_lowercase().as_str(), "off" | "stop" | "выкл" | "нет") {
-        journal.store().disable_reminder(user_id).await?;
+        store.disable_reminder(user_id).await?;
         tracing::info!(user_id = user_id.get(), "reminder turned off");
         return Ok(Reply::new().text(texts.remind_off()));
     }
     let Some(time) = LocalTime::parse(arg) else {
         return Ok(Reply::new().text(texts.remind_usage()));
     };
-    let now = journal.now();
+    let now = users.now();
     let next = zone.next_at(now, time);
-    journal
-        .store()
-        .set_reminder(user_id, time, next, now)
-        .await?;
+    store.set_reminder(user_id, time, next, now).await?;
     tracing::info!(user_id = user_id.get(), "reminder set");
     Ok(Reply::new().text(texts.remind_set(&time.to_string(), zone.name())))
 }
 
 /// The user moved to `zone`: a reminder that is on follows the new wall clock.
 pub async fn zone_changed(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     zone: &UserZone,
 ) -> Result<(), StoreError> {
-    let Some(reminder) = journal.store().reminder(user_id).await? else {
+    let Some(reminder) = store.reminder(user_id).await? else {
         return Ok(());
     };
     let Some(time) = reminder.local_time else {
         return Ok(());
     };
     if reminder.enabled {
-        let next = zone.next_at(journal.now(), time);
-        journal.store().reschedule_reminder(user_id, next).await?;
+        let next = zone.next_at(users.now(), time);
+        store.reschedule_reminder(user_id, next).await?;
     }
     Ok(())
 }
@@ -277,7 +281,7 @@ async fn prepare(
     // not be: the reminder owed is the last one at or before now (SPEC §10 skips only
     // the day whose own moment is more than `max_late_minutes` past).
     let (due_at, meant) = zone.owed(due_at, zone.last_at_or_before(now, time), time);
-    let day = journal.local_day_of(zone, due_at, meant);
+    let day = journal.users().local_day_of(zone, due_at, meant);
     let has_entry = journal.store().has_entry_on(reminder.user_id, day).await?;
     let decision = decide(
         due_at,

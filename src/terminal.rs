@@ -281,15 +281,16 @@ impl Session {
         if std::mem::take(&mut self.confirming_delete) {
             match Confirmation::of(line) {
                 Confirmation::Yes => {
-                    let reply = match commands::delete_confirmed(&self.journal, self.user, language)
-                        .await
-                    {
-                        Ok(reply) => reply,
-                        Err(error) => {
-                            tracing::error!(%error, user_id = self.user.get(), "delete failed");
-                            render::Reply::new().text(commands::failure_sentence(language))
-                        }
-                    };
+                    let reply =
+                        match commands::delete_confirmed(self.journal.store(), self.user, language)
+                            .await
+                        {
+                            Ok(reply) => reply,
+                            Err(error) => {
+                                tracing::error!(%error, user_id = self.user.get(), "delete failed");
+                                render::Reply::new().text(commands::failure_sentence(language))
+                            }
+                        };
                     return self.terminal.show(vec![Response::Text(reply)], language);
                 }
                 Confirmation::No => return self.terminal.print(texts.delete_cancelled()),
@@ -445,7 +446,14 @@ impl Session {
                     render::Reply::new().text(commands::failure_sentence(language)),
                 )]
             }
-            Ok(command) => match commands::respond(&self.journal, self.user, command).await {
+            Ok(command) => match commands::respond(
+                self.journal.store(),
+                self.journal.users(),
+                self.user,
+                command,
+            )
+            .await
+            {
                 Ok(responses) => responses,
                 Err(error) => {
                     tracing::error!(%error, user_id = self.user.get(), "command failed");

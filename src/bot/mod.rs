@@ -46,8 +46,9 @@ use crate::journal::{Accepted, EntryError, Incoming, IncomingVoice, Journal};
 use crate::language::Language;
 use crate::llm::Audio;
 use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
-use crate::store::{FrontEnd, UserId};
+use crate::store::{FrontEnd, Store, UserId};
 use crate::texts::Texts;
+use crate::users::Users;
 use crate::worker;
 use delete_button::{DeleteAnswer, DeleteButton};
 use intake::{Intake, Listener, Ticket};
@@ -884,6 +885,8 @@ async fn on_location<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
     ticket: Ticket,
+    store: Store,
+    users: Users,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let Some(user_id) = sender_id(&msg) else {
@@ -891,7 +894,8 @@ async fn on_location<B: TgBot>(
     };
     ensure_user(&msg, &journal, user_id).await;
     let reply = match commands::set_zone_from_location(
-        &journal,
+        &store,
+        &users,
         user_id,
         location.latitude,
         location.longitude,
@@ -1039,6 +1043,10 @@ async fn answer_in_language<B: TgBot>(
     send_logged(messenger, msg, vec![Response::Text(reply)]).await
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a dptree endpoint: its arguments are the dependencies it is handed by type"
+)]
 async fn on_command<B: TgBot>(
     msg: Message,
     command: Command,
@@ -1046,6 +1054,8 @@ async fn on_command<B: TgBot>(
     messenger: Arc<Telegram<B>>,
     answers: Answers,
     ticket: Ticket,
+    store: Store,
+    users: Users,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     // The others are quick, and run here, in order with the chat's updates: a `/lang`
@@ -1053,9 +1063,12 @@ async fn on_command<B: TgBot>(
     let slow = command == Command::Week
         || matches!(command, Command::Import(_)) && msg.document().is_some();
     if !slow {
-        return run_command(msg, command, journal, messenger).await;
+        return run_command(msg, command, journal, messenger, store, users).await;
     }
-    answers.slow_command(msg.chat.id.0, run_command(msg, command, journal, messenger));
+    answers.slow_command(
+        msg.chat.id.0,
+        run_command(msg, command, journal, messenger, store, users),
+    );
     Ok(())
 }
 
@@ -1064,6 +1077,8 @@ async fn run_command<B: TgBot>(
     command: Command,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    store: Store,
+    users: Users,
 ) -> HandlerResult {
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
@@ -1096,7 +1111,7 @@ async fn run_command<B: TgBot>(
     // Reminders and the digest go to the private chat (`users.chat_id`), never here.
     let scheduled_elsewhere =
         !msg.chat.is_private() && matches!(command, Command::Remind(_) | Command::Digest(_));
-    let responses = match commands::respond(&journal, user_id, command).await {
+    let responses = match commands::respond(&store, &users, user_id, command).await {
         Ok(mut responses) => {
             if scheduled_elsewhere {
                 let texts = Texts(journal.language_of(user_id).await);
@@ -1124,6 +1139,7 @@ async fn on_callback<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
     ticket: Ticket,
+    store: Store,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let user_id = user_id_of(query.from.id).unwrap_or_default();
@@ -1160,7 +1176,7 @@ async fn on_callback<B: TgBot>(
     let _ = answered.await;
     let reply = match answer {
         DeleteAnswer::Yes if journal.is_allowed(user_id) => {
-            match commands::delete_confirmed(&journal, user_id, language).await {
+            match commands::delete_confirmed(&store, user_id, language).await {
                 Ok(reply) => reply,
                 Err(error) => {
                     tracing::error!(%error, user_id = user_id.get(), "delete failed");
@@ -1417,7 +1433,9 @@ pub async fn serve<B: TgBot>(
             Arc::clone(&journal),
             Arc::clone(&messenger),
             answers.clone(),
-            intake.clone()
+            intake.clone(),
+            journal.store().clone(),
+            journal.users().clone()
         ])
         .default_handler(|_| async {})
         .build();

@@ -38,9 +38,9 @@ use crate::config::Settings;
 use crate::language::Language;
 use crate::llm::{CascadeError, Llm, Task};
 use crate::store::{ChatId, DayLog, LogId, MessageId, NewUser, Store, StoreError, UserId};
-use crate::streaks::Streaks;
 use crate::texts::Texts;
 use crate::time::{Clock, SystemClock, UserZone};
+use crate::users::Users;
 use analyse::Backlog;
 use lanes::{Lanes, Turn};
 pub use reply::{Notes, Style, analysis_reply};
@@ -202,7 +202,8 @@ pub struct Journal {
     /// Whether logs may wait out their retry schedule after a failure, and when they
     /// were last made due ([`Journal::resume_backlog`]).
     backlog: Mutex<Backlog>,
-    clock: Arc<dyn Clock>,
+    /// The users' languages, zones and days, and the clock.
+    users: Users,
 }
 
 /// An entry its handler has stored and claimed; its analysis and answer are still to
@@ -246,6 +247,12 @@ enum Work {
 impl Journal {
     pub fn new(settings: Arc<Settings>, store: Store, llm: Arc<Llm>) -> Self {
         let store = store.with_default_timezone(&settings.journal.default_zone());
+        let users = Users::new(
+            store.clone(),
+            Arc::new(SystemClock),
+            settings.journal.default_zone(),
+            settings.journal.day_starts_hour,
+        );
         Self {
             settings,
             store,
@@ -255,14 +262,20 @@ impl Journal {
             unrecorded: Mutex::default(),
             lanes: Lanes::default(),
             backlog: Mutex::default(),
-            clock: Arc::new(SystemClock),
+            users,
         }
     }
 
     /// The same journal reading "now" from `clock` (tests drive time with it).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.users = self.users.with_clock(clock);
         self
+    }
+
+    /// The users service the journal reads authors through, for the front ends to hand
+    /// the commands, the digest and the reminders.
+    pub fn users(&self) -> &Users {
+        &self.users
     }
 
     /// The settings the journal runs with.
@@ -292,58 +305,24 @@ impl Journal {
         self.settings.telegram.is_allowed(user_id.get())
     }
 
-    /// Records a user seen for the first time (or again: a new name);
-    /// commands, locations and documents may come before any entry, and the
-    /// user must exist (with a language) for what they do to stick.
+    /// Records a user seen for the first time ([`Users::ensure`]).
     pub async fn ensure_user(&self, user: &NewUser<'_>) -> Result<(), StoreError> {
-        self.store.upsert_user(user).await.map(drop)
+        self.users.ensure(user).await
     }
 
     /// Now, by the one clock of the process.
     pub fn now(&self) -> jiff::Timestamp {
-        self.clock.now()
+        self.users.now()
     }
 
-    /// The user's zone (the default for a user not seen yet).
+    /// The user's zone ([`Users::zone_of`]).
     pub async fn zone_of(&self, user_id: UserId) -> UserZone {
-        match self.store.user(user_id).await {
-            Ok(Some(user)) => user.timezone,
-            Ok(None) => self.settings.journal.default_zone(),
-            Err(error) => {
-                tracing::warn!(%error, user_id = user_id.get(), "could not read the user's zone");
-                self.settings.journal.default_zone()
-            }
-        }
+        self.users.zone_of(user_id).await
     }
 
-    /// The local day `at` belongs to in `zone` (SPEC §10).
+    /// The local day `at` belongs to in `zone` ([`Users::local_day`]).
     pub fn local_day(&self, zone: &UserZone, at: jiff::Timestamp) -> jiff::civil::Date {
-        zone.local_day(at, self.settings.journal.day_starts_hour)
-    }
-
-    /// The local day of a moment scheduled for `time` in `zone` (a reminder, a digest):
-    /// that of the time it was meant for ([`UserZone::local_day_of`]).
-    pub fn local_day_of(
-        &self,
-        zone: &UserZone,
-        at: jiff::Timestamp,
-        time: crate::time::LocalTime,
-    ) -> jiff::civil::Date {
-        zone.local_day_of(at, time, self.settings.journal.day_starts_hour)
-    }
-
-    /// The user's zone and their "today".
-    pub async fn today_of(&self, user_id: UserId) -> (UserZone, jiff::civil::Date) {
-        let zone = self.zone_of(user_id).await;
-        let today = self.local_day(&zone, self.now());
-        (zone, today)
-    }
-
-    /// The user's current and longest streak, in local days.
-    pub async fn streaks(&self, user_id: UserId) -> Result<Streaks, StoreError> {
-        let (_, today) = self.today_of(user_id).await;
-        let days = self.store.entry_days(user_id).await?;
-        Ok(Streaks::from_days(&days, today))
+        self.users.local_day(zone, at)
     }
 
     fn unrecorded(&self) -> std::sync::MutexGuard<'_, Unrecorded> {
@@ -375,22 +354,14 @@ impl Journal {
         }
     }
 
-    /// The user's language, as stored (English when unknown).
+    /// The user's language ([`Users::language_of`]).
     pub async fn language_of(&self, user_id: UserId) -> Language {
-        self.language_or(user_id, Language::default()).await
+        self.users.language_of(user_id).await
     }
 
-    /// The user's language, as stored; `fallback` (for Telegram, the client's
-    /// `language_code`) for a user not stored yet or when the store cannot say.
+    /// The user's language, or `fallback` ([`Users::language_or`]).
     pub async fn language_or(&self, user_id: UserId, fallback: Language) -> Language {
-        match self.store.user(user_id).await {
-            Ok(Some(user)) => user.language(),
-            Ok(None) => fallback,
-            Err(error) => {
-                tracing::warn!(%error, user_id = user_id.get(), "could not read the user's language");
-                fallback
-            }
-        }
+        self.users.language_or(user_id, fallback).await
     }
 
     /// A log's author as stored, with the fallbacks of [`Journal::language_of`] and

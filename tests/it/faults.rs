@@ -764,7 +764,8 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
     let journal = std::sync::Arc::clone(app.journal());
     for days in ["30", "365"] {
         let responses = commands::respond(
-            &journal,
+            journal.store(),
+            journal.users(),
             daylog::domain::UserId(77),
             Command::Stats(days.into()),
         )
@@ -806,7 +807,8 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
             .all(|w| w[0].created_at >= w[1].created_at)
     );
     let responses = commands::respond(
-        &journal,
+        journal.store(),
+        journal.users(),
         daylog::domain::UserId(77),
         Command::History("10".into()),
     )

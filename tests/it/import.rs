@@ -45,9 +45,14 @@ async fn fresh() -> Db {
         .await
         .expect("user");
     let journal = Arc::clone(app.journal());
-    commands::respond(&journal, ME, Command::Tz("Europe/Moscow".into()))
-        .await
-        .expect("tz");
+    commands::respond(
+        journal.store(),
+        journal.users(),
+        ME,
+        Command::Tz("Europe/Moscow".into()),
+    )
+    .await
+    .expect("tz");
     Db {
         _dir: dir,
         url,
@@ -178,7 +183,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     assert_eq!(metrics.activities(), ["friends", "reading", "work"]);
 
     // Streaks, search and the daily metrics see the imported days.
-    let streaks = db.journal.streaks(ME).await.expect("streaks");
+    let streaks = db.journal.users().streaks(ME).await.expect("streaks");
     assert_eq!(i64::from(streaks.longest), DAYS);
     let hits = db
         .journal
@@ -244,9 +249,14 @@ async fn a_zone_change_between_two_imports_imports_nothing_twice() {
         .expect("imports");
     assert_eq!(first.imported, readable);
     for zone in ["America/New_York", "UTC+05:30"] {
-        commands::respond(&db.journal, ME, Command::Tz(zone.into()))
-            .await
-            .expect("tz");
+        commands::respond(
+            db.journal.store(),
+            db.journal.users(),
+            ME,
+            Command::Tz(zone.into()),
+        )
+        .await
+        .expect("tz");
         let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
             .await
             .expect("imports again");
@@ -270,9 +280,14 @@ async fn a_zone_change_between_two_imports_imports_nothing_twice() {
     );
     // /history shows them at the export's own 21:14, on the clock of the zone they were
     // read in again.
-    let history = commands::respond(&db.journal, ME, Command::History("50".into()))
-        .await
-        .expect("history");
+    let history = commands::respond(
+        db.journal.store(),
+        db.journal.users(),
+        ME,
+        Command::History("50".into()),
+    )
+    .await
+    .expect("history");
     let shown = format!("{history:?}");
     assert!(shown.contains("21:14"), "{shown}");
     assert!(!shown.contains("America/New_York"), "{shown}");
@@ -311,9 +326,14 @@ async fn rows_imported_before_the_import_key_are_recognised_and_keyed() {
         .await
         .expect("again in the same zone");
     assert_eq!((same_zone.imported, same_zone.already), (0, readable));
-    commands::respond(&db.journal, ME, Command::Tz("Asia/Tokyo".into()))
-        .await
-        .expect("tz");
+    commands::respond(
+        db.journal.store(),
+        db.journal.users(),
+        ME,
+        Command::Tz("Asia/Tokyo".into()),
+    )
+    .await
+    .expect("tz");
     let other_zone = import::import_bytes(&db.journal, ME, csv.as_bytes())
         .await
         .expect("again in another zone");
