@@ -128,7 +128,14 @@ fn queries(c: &mut Criterion) {
     // The first iteration sends what is due; later ones are the steady state of a
     // tick every poll interval (a handful or none due).
     group.bench_function("scheduler_tick", |b| {
-        b.iter(|| runtime.block_on(daylog::reminders::tick(&journal, &messenger)))
+        b.iter(|| {
+            runtime.block_on(daylog::reminders::tick(
+                journal.store(),
+                journal.users(),
+                journal.settings(),
+                &messenger,
+            ))
+        })
     });
     group.finish();
     runtime.block_on(store.close());

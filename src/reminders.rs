@@ -19,6 +19,7 @@ use jiff::Timestamp;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Settings;
 use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::journal::Journal;
 use crate::render::Reply;
@@ -158,7 +159,8 @@ pub async fn run<M: Messenger>(
         if shutdown.is_cancelled() {
             break;
         }
-        match tick_until(&journal, &messenger, &shutdown).await {
+        let (store, users) = (journal.store(), journal.users());
+        match tick_until(store, users, journal.settings(), &messenger, &shutdown).await {
             Ok(done) if done != Tick::default() => {
                 tracing::info!(
                     sent = done.sent,
@@ -187,21 +189,25 @@ pub async fn run<M: Messenger>(
 
 /// One look at the due reminders: each is sent or moved on, soonest first.
 pub async fn tick<M: Messenger>(
-    journal: &Arc<Journal>,
+    store: &Store,
+    users: &Users,
+    settings: &Settings,
     messenger: &Arc<M>,
 ) -> Result<Tick, StoreError> {
-    tick_until(journal, messenger, &CancellationToken::new()).await
+    tick_until(store, users, settings, messenger, &CancellationToken::new()).await
 }
 
 /// [`tick`], taking no further reminder once `stop` is cancelled; the ones already
 /// recorded as sent are still delivered.
 async fn tick_until<M: Messenger>(
-    journal: &Arc<Journal>,
+    store: &Store,
+    users: &Users,
+    settings: &Settings,
     messenger: &Arc<M>,
     stop: &CancellationToken,
 ) -> Result<Tick, StoreError> {
-    let now = journal.now();
-    let due = journal.store().due_reminders(now, BATCH).await?;
+    let now = users.now();
+    let due = store.due_reminders(now, BATCH).await?;
     let mut done = Tick::default();
     let mut sending = JoinSet::new();
     for reminder in due {
@@ -215,11 +221,13 @@ async fn tick_until<M: Messenger>(
         if stop.is_cancelled() {
             break;
         }
-        match prepare(journal, &reminder, now).await {
+        let max_late = settings.reminders.max_late();
+        match prepare(store, users, max_late, &reminder, now).await {
             Ok(Some(send)) => {
-                let journal = Arc::clone(journal);
+                let (store, users) = (store.clone(), users.clone());
                 let messenger = Arc::clone(messenger);
-                sending.spawn(async move { deliver(&journal, messenger.as_ref(), send).await });
+                sending
+                    .spawn(async move { deliver(&store, &users, messenger.as_ref(), send).await });
             }
             Ok(None) => done.skipped += 1,
             Err(error) => {
@@ -251,7 +259,9 @@ struct ToSend {
 
 /// Decides one due reminder and records the decision; `Some` when it is to be sent.
 async fn prepare(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
+    max_late: std::time::Duration,
     reminder: &DueReminder,
     now: Timestamp,
 ) -> Result<Option<ToSend>, StoreError> {
@@ -261,7 +271,7 @@ async fn prepare(
             user_id = reminder.user_id.get(),
             "unreadable reminder time; turning it off"
         );
-        journal.store().disable_reminder(reminder.user_id).await?;
+        store.disable_reminder(reminder.user_id).await?;
         return Ok(None);
     };
     let due_at = reminder.next_due_at.at();
@@ -270,8 +280,7 @@ async fn prepare(
         // offset): it goes to that moment, written as the store writes moments. One
         // written so already is a hand edit far ahead, read at every tick: left as it is.
         if !reminder.next_due_at.is_canonical() {
-            journal
-                .store()
+            store
                 .advance_reminder(reminder.user_id, &reminder.next_due_at, None, due_at)
                 .await?;
         }
@@ -281,12 +290,12 @@ async fn prepare(
     // not be: the reminder owed is the last one at or before now (SPEC §10 skips only
     // the day whose own moment is more than `max_late_minutes` past).
     let (due_at, meant) = zone.owed(due_at, zone.last_at_or_before(now, time), time);
-    let day = journal.users().local_day_of(zone, due_at, meant);
-    let has_entry = journal.store().has_entry_on(reminder.user_id, day).await?;
+    let day = users.local_day_of(zone, due_at, meant);
+    let has_entry = store.has_entry_on(reminder.user_id, day).await?;
     let decision = decide(
         due_at,
         now,
-        journal.settings().reminders.max_late(),
+        max_late,
         day,
         reminder.last_sent_day,
         has_entry,
@@ -304,8 +313,7 @@ async fn prepare(
             None
         }
     };
-    let won = journal
-        .store()
+    let won = store
         .advance_reminder(reminder.user_id, &reminder.next_due_at, sent_day, next)
         .await?;
     Ok(match decision {
@@ -319,7 +327,7 @@ async fn prepare(
 }
 
 /// Sends one reminder; `true` when it reached the user.
-async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -> bool {
+async fn deliver<M: Messenger>(store: &Store, users: &Users, messenger: &M, send: ToSend) -> bool {
     let ToSend {
         reminder,
         day,
@@ -327,8 +335,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
     } = send;
     let language = reminder.language;
     let evening = reminder.local_time.is_none_or(|time| {
-        time.hour() >= EVENING_FROM_HOUR
-            || time.is_before_day_start(journal.settings().journal.day_starts_hour)
+        time.hour() >= EVENING_FROM_HOUR || time.is_before_day_start(users.day_starts_hour())
     });
     let text = Texts(language).reminder(variant(reminder.user_id, day), evening);
     let target = Target::chat(reminder.chat_id);
@@ -339,7 +346,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
         Ok(()) => true,
         Err(SendError::Gone(reason)) => {
             tracing::warn!(user_id = reminder.user_id.get(), %reason, "reminder undeliverable; reminders turned off");
-            if let Err(error) = journal.store().disable_reminder(reminder.user_id).await {
+            if let Err(error) = store.disable_reminder(reminder.user_id).await {
                 tracing::error!(%error, user_id = reminder.user_id.get(), "could not turn reminders off");
             }
             false
@@ -351,8 +358,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
         }
         Err(SendError::Transient(reason)) => {
             tracing::warn!(user_id = reminder.user_id.get(), %reason, "reminder not delivered; the next tick tries again");
-            if let Err(error) = journal
-                .store()
+            if let Err(error) = store
                 .restore_reminder(
                     reminder.user_id,
                     &reminder.next_due_at,
