@@ -7,6 +7,7 @@ use teloxide::utils::command::BotCommands;
 
 use crate::analysis::Metrics;
 use crate::charts;
+use crate::domain::MetricField;
 use crate::frontend::{Response, truncate_chars};
 use crate::language::Language;
 use crate::render::Reply;
@@ -569,19 +570,19 @@ fn stats_responses(
     let texts = Texts(language);
     let entries: i64 = rows.iter().map(|r| r.logs).sum();
     type Field = fn(&DayMetrics) -> Option<f64>;
-    let fields: [(&str, Field); 4] = [
-        ("mood", |r| r.mood),
-        ("stress", |r| r.stress),
-        ("energy", |r| r.energy),
-        ("sleep_hours", |r| r.sleep_hours),
+    let fields: [(MetricField, Field); 4] = [
+        (MetricField::Mood, |r| r.mood),
+        (MetricField::Stress, |r| r.stress),
+        (MetricField::Energy, |r| r.energy),
+        (MetricField::SleepHours, |r| r.sleep_hours),
     ];
     let mut lines = Vec::new();
-    for (name, get) in fields {
+    for (field, get) in fields {
         let values: Vec<Option<f64>> = rows.iter().map(get).collect();
         let Some(avg) = crate::day::mean(values.iter().copied()) else {
             continue;
         };
-        let value = if name == "sleep_hours" {
+        let value = if field == MetricField::SleepHours {
             format!("{avg:.1} {}", texts.hours_unit())
         } else {
             format!("{avg:.1}/5")
@@ -592,7 +593,10 @@ fn stats_responses(
             Some(_) => format!(" · {}", texts.trend_flat()),
             None => String::new(),
         };
-        lines.push(format!("{}: {value}{direction}", texts.metric_name(name)));
+        lines.push(format!(
+            "{}: {value}{direction}",
+            texts.metric_name(field.name())
+        ));
     }
     let mut reply = Reply::new()
         .bold(texts.stats_title())
@@ -662,9 +666,9 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
     for log in logs {
         let metrics = log.metrics.as_ref();
         let written_in = log.written_in(zone);
-        let score = |f: fn(&Metrics) -> u8, name: &str| {
+        let score = |f: fn(&Metrics) -> u8, field: MetricField| {
             metrics
-                .filter(|m| !m.is_defaulted(name))
+                .filter(|m| !m.is_defaulted(field.name()))
                 .map(|m| f(m).to_string())
                 .unwrap_or_default()
         };
@@ -674,10 +678,10 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
             log.status.as_str().to_owned(),
             spreadsheet_text(log.text.clone()),
             spreadsheet_text(log.analysis.clone().unwrap_or_default()),
-            score(Metrics::mood, "mood"),
-            score(Metrics::stress, "stress"),
-            score(Metrics::energy, "energy"),
-            score(Metrics::productivity, "productivity"),
+            score(Metrics::mood, MetricField::Mood),
+            score(Metrics::stress, MetricField::Stress),
+            score(Metrics::energy, MetricField::Energy),
+            score(Metrics::productivity, MetricField::Productivity),
             metrics
                 .and_then(Metrics::sleep_hours)
                 .map(|h| h.to_string())
