@@ -4,7 +4,7 @@
 //! (the one start-up, [`app::App::build`]), `cli`, `telemetry`, `config`; the front ends
 //! `bot` (Telegram) and `terminal` (`daylog chat`) and what they are to the journal,
 //! `frontend`; `commands`, `import`, `reminders`, `digest` (the weekly digest), `worker`
-//! (unfinished logs); `journal` (the life of a day log, front-end independent, a file
+//! (unfinished logs), `users` (a user's language, zone, day and streaks); `journal` (the life of a day log, front-end independent, a file
 //! per stage); `store` (SQLite, the only place that talks SQL), `sqlcmd` (`daylog sql`);
 //! `llm` (provider clients and the cascade), `analysis` (prompts, metric repair and
 //! validation); `render` (reply HTML and splitting), `charts`, `texts` (English and
