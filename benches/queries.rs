@@ -55,8 +55,9 @@ fn queries(c: &mut Criterion) {
         group.bench_function(format!("command_stats_{days}"), |b| {
             b.iter(|| {
                 runtime.block_on(commands::respond(
-                    &journal,
-                    black_box(USER),
+                    journal.store(),
+                    journal.users(),
+                    black_box(UserId(USER)),
                     Command::Stats(days.to_string()),
                 ))
             })
@@ -68,14 +69,15 @@ fn queries(c: &mut Criterion) {
     group.bench_function("command_history_10", |b| {
         b.iter(|| {
             runtime.block_on(commands::respond(
-                &journal,
-                black_box(USER),
+                journal.store(),
+                journal.users(),
+                black_box(UserId(USER)),
                 Command::History("10".into()),
             ))
         })
     });
     group.bench_function("store_streaks", |b| {
-        b.iter(|| runtime.block_on(journal.streaks(black_box(USER))))
+        b.iter(|| runtime.block_on(journal.users().streaks(black_box(UserId(USER)))))
     });
     // Every fill text is "Day log number <i>: worked, ran, slept.": "number 4242" is
     // two words of which one is in a single entry (the usual search), "worked" is in
@@ -87,8 +89,9 @@ fn queries(c: &mut Criterion) {
         group.bench_function(format!("command_search_{name}"), |b| {
             b.iter(|| {
                 runtime.block_on(commands::respond(
-                    &journal,
-                    black_box(USER),
+                    journal.store(),
+                    journal.users(),
+                    black_box(UserId(USER)),
                     Command::Search(words.into()),
                 ))
             })
@@ -125,7 +128,14 @@ fn queries(c: &mut Criterion) {
     // The first iteration sends what is due; later ones are the steady state of a
     // tick every poll interval (a handful or none due).
     group.bench_function("scheduler_tick", |b| {
-        b.iter(|| runtime.block_on(daylog::reminders::tick(&journal, &messenger)))
+        b.iter(|| {
+            runtime.block_on(daylog::reminders::tick(
+                journal.store(),
+                journal.users(),
+                journal.settings(),
+                &messenger,
+            ))
+        })
     });
     group.finish();
     runtime.block_on(store.close());
@@ -138,7 +148,7 @@ impl Messenger for Discard {
     async fn send(&self, _target: Target, _responses: Vec<Response>) -> Result<(), SendError> {
         Ok(())
     }
-    async fn typing(&self, _chat_id: i64) {}
+    async fn typing(&self, _chat_id: daylog::domain::ChatId) {}
 }
 
 /// `n` users (ids from 1 000 000) with a reminder, next due every 24 h / n from now.

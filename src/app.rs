@@ -103,7 +103,8 @@ impl App {
 
     /// `daylog chat` for the local `user` until stdin ends; then the store is closed.
     pub async fn chat(self, user: i64) -> anyhow::Result<()> {
-        let talked = crate::chat::run(Arc::clone(&self.journal), user).await;
+        let talked =
+            crate::terminal::run(Arc::clone(&self.journal), crate::domain::UserId(user)).await;
         self.store.close().await;
         talked
     }

@@ -7,13 +7,14 @@ use teloxide::utils::command::BotCommands;
 
 use crate::analysis::Metrics;
 use crate::charts;
+use crate::domain::MetricField;
 use crate::frontend::{Response, truncate_chars};
-use crate::journal::Journal;
 use crate::language::Language;
 use crate::render::Reply;
-use crate::store::{DayLog, DayMetrics, DayMood, SearchHit, SnippetRun, StoreError, UserId};
+use crate::store::{DayLog, DayMetrics, DayMood, SearchHit, SnippetRun, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{UserZone, ZoneError};
+use crate::users::Users;
 
 /// Default and largest `/history` length.
 const HISTORY_DEFAULT: u32 = 5;
@@ -107,172 +108,246 @@ fn count_arg(arg: &str, default: u32, max: u32) -> Option<u32> {
     arg.parse::<u32>().ok().filter(|n| (1..=max).contains(n))
 }
 
-/// Answers one command of `user_id`.
+/// Answers one command of `user_id`: each command has its handler below.
 pub async fn respond(
-    journal: &Journal,
-    user_id: i64,
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
     command: Command,
 ) -> Result<Vec<Response>, StoreError> {
-    let language = journal.language_of(user_id).await;
+    let language = users.language_of(user_id).await;
     let texts = Texts(language);
-    let text = |reply: Reply| Ok(vec![Response::Text(reply)]);
     match command {
-        Command::Start => {
-            let mut reply = Reply::new()
-                .bold(texts.start_title())
-                .paragraph()
-                .text(texts.start_body());
-            // A user still on the default zone is invited to set theirs.
-            let zone = journal.zone_of(user_id).await;
-            if zone == journal.settings().journal.default_zone() {
-                reply = reply.paragraph().text(texts.start_tz_invite(zone.name()));
-            }
-            text(reply.paragraph().italic(texts.privacy()))
-        }
-        Command::Help => {
-            let mut reply = Reply::new().bold(texts.help_title()).newline();
-            for (name, description) in Command::menu(language) {
-                reply = reply
-                    .newline()
-                    .code(format!("/{name}"))
-                    .text(format!(" — {description}"));
-            }
-            text(reply.paragraph().text(texts.help_footer()))
-        }
-        Command::History(arg) => {
-            let Some(n) = count_arg(&arg, HISTORY_DEFAULT, HISTORY_MAX) else {
-                return text(Reply::new().text(texts.bad_number("history", HISTORY_MAX)));
-            };
-            let logs = journal
-                .store()
-                .history(UserId(user_id), i64::from(n))
-                .await?;
-            let zone = journal.zone_of(user_id).await;
-            text(history_reply(language, &zone, &logs))
-        }
-        Command::Stats(arg) => {
-            let Some(days) = count_arg(&arg, STATS_DEFAULT, STATS_MAX) else {
-                return text(Reply::new().text(texts.bad_number("stats", STATS_MAX)));
-            };
-            let (_, today) = journal.today_of(user_id).await;
-            let first = today
-                .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
-                .unwrap_or(today);
-            let rows = journal
-                .store()
-                .daily_metrics(UserId(user_id), first)
-                .await?;
-            let streaks = journal.streaks(user_id).await?;
-            let activities = journal
-                .store()
-                .day_activities(UserId(user_id), first)
-                .await?;
-            let goes_with =
-                crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
-                    rows.iter().map(|r| (r.day, r.mood)),
-                    activities,
-                ));
-            let mut responses = stats_responses(language, days, &rows, today);
-            if let Some(Response::Text(reply)) = responses.first_mut() {
-                let mut more = std::mem::take(reply);
-                if streaks.longest > 0 {
-                    more = more
-                        .newline()
-                        .text(texts.streak_summary(streaks.current, streaks.longest));
-                }
-                if !goes_with.is_empty() {
-                    more = more.paragraph().bold(texts.goes_with_title());
-                    for found in &goes_with {
-                        more = more.newline().text(texts.goes_with_line(
-                            &found.activity,
-                            found.with,
-                            found.without,
-                        ));
-                    }
-                }
-                *reply = more;
-            }
-            Ok(responses)
-        }
-        Command::Export => {
-            let logs = journal.store().export(UserId(user_id)).await?;
-            if logs.is_empty() {
-                return text(Reply::new().text(texts.no_entries()));
-            }
-            let zone = journal.zone_of(user_id).await;
-            Ok(vec![Response::Document {
-                bytes: export_csv(&logs, &zone),
-                file_name: "daylog-export.csv".to_owned(),
-                caption: texts.export_caption(logs.len()),
-            }])
-        }
+        Command::Start => text(start(users, user_id, language).await),
+        Command::Help => text(help(language)),
+        Command::History(arg) => history(store, users, user_id, language, &arg).await,
+        Command::Stats(arg) => stats(store, users, user_id, language, &arg).await,
+        Command::Export => export(store, users, user_id, language).await,
         Command::Delete => Ok(vec![Response::ConfirmDelete { language, user_id }]),
-        Command::Lang(arg) => match arg.trim().parse::<Language>() {
-            Ok(chosen) => {
-                journal
-                    .store()
-                    .set_language(UserId(user_id), chosen)
-                    .await?;
-                text(Reply::new().text(Texts(chosen).lang_set()))
-            }
-            Err(()) => text(Reply::new().text(texts.lang_usage())),
-        },
-        Command::Tz(arg) => {
-            if arg.trim().is_empty() {
-                let zone = journal.zone_of(user_id).await;
-                let now = local_clock(&zone, journal.now());
-                return text(
-                    Reply::new()
-                        .text(texts.tz_current(zone.name(), &now))
-                        .newline()
-                        .text(texts.tz_how_to_change()),
-                );
-            }
-            match UserZone::parse(&arg) {
-                Ok(zone) => text(set_zone(journal, user_id, &zone).await?),
-                Err(error) => text(Reply::new().text(zone_error(texts, &error))),
-            }
-        }
-        Command::Remind(arg) => {
-            let reply = crate::reminders::command(journal, user_id, &arg).await?;
-            // The Sunday digest comes at the reminder time.
-            crate::digest::reschedule(journal, user_id).await?;
-            text(reply)
-        }
+        Command::Lang(arg) => text(lang(store, user_id, texts, &arg).await?),
+        Command::Tz(arg) => text(tz(store, users, user_id, texts, &arg).await?),
+        Command::Remind(arg) => text(remind(store, users, user_id, &arg).await?),
         // `/week` writes through the cascade and sends by itself (`digest::week`, which
         // both front ends call instead); here it has nothing more to say.
         Command::Week => Ok(Vec::new()),
-        Command::Digest(arg) => text(crate::digest::command(journal, user_id, &arg).await?),
-        Command::Streak => {
-            let streaks = journal.streaks(user_id).await?;
-            if streaks.longest == 0 {
-                return text(Reply::new().text(texts.streak_none()));
-            }
-            text(Reply::new().text(texts.streak_summary(streaks.current, streaks.longest)))
-        }
-        Command::Search(words) => {
-            if words.split_whitespace().next().is_none() {
-                return text(Reply::new().text(texts.search_usage()));
-            }
-            let hits = journal.store().search(UserId(user_id), &words).await?;
-            text(search_reply(language, &hits))
-        }
-        Command::Year(arg) => {
-            let today = journal.today_of(user_id).await.1;
-            let year = match arg.trim() {
-                "" => i32::from(today.year()),
-                given => match year_arg(given) {
-                    Some(year) => year,
-                    None => return text(Reply::new().text(texts.year_usage())),
-                },
-            };
-            let moods = journal.store().year_moods(UserId(user_id), year).await?;
-            Ok(year_responses(language, year, &moods, today))
-        }
+        Command::Digest(arg) => text(crate::digest::command(store, users, user_id, &arg).await?),
+        Command::Streak => text(streak(users, user_id, texts).await?),
+        Command::Search(words) => search(store, user_id, language, &words).await,
+        Command::Year(arg) => year(store, users, user_id, language, &arg).await,
         // The file itself comes as a document (the bot) or a path (`daylog chat`); the
         // command alone explains how.
         Command::Import(_) => text(Reply::new().text(texts.import_usage())),
     }
+}
+
+/// One text reply as a command's answer.
+fn text<E>(reply: Reply) -> Result<Vec<Response>, E> {
+    Ok(vec![Response::Text(reply)])
+}
+
+/// `/start`: what the bot does; a user still on the default zone is invited to set
+/// theirs.
+async fn start(users: &Users, user_id: UserId, language: Language) -> Reply {
+    let texts = Texts(language);
+    let mut reply = Reply::new()
+        .bold(texts.start_title())
+        .paragraph()
+        .text(texts.start_body());
+    let zone = users.zone_of(user_id).await;
+    if zone == *users.default_zone() {
+        reply = reply.paragraph().text(texts.start_tz_invite(zone.name()));
+    }
+    reply.paragraph().italic(texts.privacy())
+}
+
+/// `/help`: the command menu in the user's language.
+fn help(language: Language) -> Reply {
+    let texts = Texts(language);
+    let mut reply = Reply::new().bold(texts.help_title()).newline();
+    for (name, description) in Command::menu(language) {
+        reply = reply
+            .newline()
+            .code(format!("/{name}"))
+            .text(format!(" — {description}"));
+    }
+    reply.paragraph().text(texts.help_footer())
+}
+
+/// `/history [n]`.
+async fn history(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    language: Language,
+    arg: &str,
+) -> Result<Vec<Response>, StoreError> {
+    let Some(n) = count_arg(arg, HISTORY_DEFAULT, HISTORY_MAX) else {
+        return text(Reply::new().text(Texts(language).bad_number("history", HISTORY_MAX)));
+    };
+    let logs = store.history(user_id, i64::from(n)).await?;
+    let zone = users.zone_of(user_id).await;
+    text(history_reply(language, &zone, &logs))
+}
+
+/// `/stats [days]`: averages and the chart, with the streak and what goes with good
+/// days under them.
+async fn stats(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    language: Language,
+    arg: &str,
+) -> Result<Vec<Response>, StoreError> {
+    let texts = Texts(language);
+    let Some(days) = count_arg(arg, STATS_DEFAULT, STATS_MAX) else {
+        return text(Reply::new().text(texts.bad_number("stats", STATS_MAX)));
+    };
+    let (_, today) = users.today_of(user_id).await;
+    let first = today
+        .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
+        .unwrap_or(today);
+    let rows = store.daily_metrics(user_id, first).await?;
+    let streaks = users.streaks(user_id).await?;
+    let activities = store.day_activities(user_id, first).await?;
+    let goes_with = crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
+        rows.iter().map(|r| (r.day, r.mood)),
+        activities,
+    ));
+    let mut responses = stats_responses(language, days, &rows, today);
+    if let Some(Response::Text(reply)) = responses.first_mut() {
+        let mut more = std::mem::take(reply);
+        if streaks.longest > 0 {
+            more = more
+                .newline()
+                .text(texts.streak_summary(streaks.current, streaks.longest));
+        }
+        if !goes_with.is_empty() {
+            more = more.paragraph().bold(texts.goes_with_title());
+            for found in &goes_with {
+                more = more.newline().text(texts.goes_with_line(
+                    &found.activity,
+                    found.with,
+                    found.without,
+                ));
+            }
+        }
+        *reply = more;
+    }
+    Ok(responses)
+}
+
+/// `/export`: every entry as a CSV file.
+async fn export(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    language: Language,
+) -> Result<Vec<Response>, StoreError> {
+    let texts = Texts(language);
+    let logs = store.export(user_id).await?;
+    if logs.is_empty() {
+        return text(Reply::new().text(texts.no_entries()));
+    }
+    let zone = users.zone_of(user_id).await;
+    Ok(vec![Response::Document {
+        bytes: export_csv(&logs, &zone),
+        file_name: "daylog-export.csv".to_owned(),
+        caption: texts.export_caption(logs.len()),
+    }])
+}
+
+/// `/lang en|ru`.
+async fn lang(
+    store: &Store,
+    user_id: UserId,
+    texts: Texts,
+    arg: &str,
+) -> Result<Reply, StoreError> {
+    Ok(match arg.trim().parse::<Language>() {
+        Ok(chosen) => {
+            store.set_language(user_id, chosen).await?;
+            Reply::new().text(Texts(chosen).lang_set())
+        }
+        Err(()) => Reply::new().text(texts.lang_usage()),
+    })
+}
+
+/// `/tz`: the zone and its clock, or a new zone.
+async fn tz(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    texts: Texts,
+    arg: &str,
+) -> Result<Reply, StoreError> {
+    if arg.trim().is_empty() {
+        let zone = users.zone_of(user_id).await;
+        let now = local_clock(&zone, users.now());
+        return Ok(Reply::new()
+            .text(texts.tz_current(zone.name(), &now))
+            .newline()
+            .text(texts.tz_how_to_change()));
+    }
+    match UserZone::parse(arg) {
+        Ok(zone) => set_zone(store, users, user_id, &zone).await,
+        Err(error) => Ok(Reply::new().text(zone_error(texts, &error))),
+    }
+}
+
+/// `/remind`: the daily reminder; the Sunday digest comes at its time.
+async fn remind(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    arg: &str,
+) -> Result<Reply, StoreError> {
+    let reply = crate::reminders::command(store, users, user_id, arg).await?;
+    crate::digest::reschedule(store, users, user_id).await?;
+    Ok(reply)
+}
+
+/// `/streak`: current and longest.
+async fn streak(users: &Users, user_id: UserId, texts: Texts) -> Result<Reply, StoreError> {
+    let streaks = users.streaks(user_id).await?;
+    Ok(Reply::new().text(if streaks.longest == 0 {
+        texts.streak_none().to_owned()
+    } else {
+        texts.streak_summary(streaks.current, streaks.longest)
+    }))
+}
+
+/// `/search word…`.
+async fn search(
+    store: &Store,
+    user_id: UserId,
+    language: Language,
+    words: &str,
+) -> Result<Vec<Response>, StoreError> {
+    if words.split_whitespace().next().is_none() {
+        return text(Reply::new().text(Texts(language).search_usage()));
+    }
+    let hits = store.search(user_id, words).await?;
+    text(search_reply(language, &hits))
+}
+
+/// `/year [YYYY]`: the year in pixels.
+async fn year(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    language: Language,
+    arg: &str,
+) -> Result<Vec<Response>, StoreError> {
+    let today = users.today_of(user_id).await.1;
+    let year = match arg.trim() {
+        "" => i32::from(today.year()),
+        given => match year_arg(given) {
+            Some(year) => year,
+            None => return text(Reply::new().text(Texts(language).year_usage())),
+        },
+    };
+    let moods = store.year_moods(user_id, year).await?;
+    Ok(year_responses(language, year, &moods, today))
 }
 
 /// `HH:MM` on the user's wall clock.
@@ -292,35 +367,37 @@ fn zone_error(texts: Texts, error: &ZoneError) -> String {
 /// Sets the user's zone (`/tz …` or a shared location) and says so. Entries already
 /// stored keep their local day; a reminder moves to the new zone's wall clock.
 pub async fn set_zone(
-    journal: &Journal,
-    user_id: i64,
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
     zone: &UserZone,
 ) -> Result<Reply, StoreError> {
-    let before = journal.zone_of(user_id).await;
-    journal.store().set_timezone(UserId(user_id), zone).await?;
+    let before = users.zone_of(user_id).await;
+    store.set_timezone(user_id, zone).await?;
     // The same zone again moves nothing (a reminder due this very moment stays due);
     // a new one moves the reminder and the digest to its wall clock.
     if before.name() != zone.name() {
-        crate::reminders::zone_changed(journal, user_id, zone).await?;
-        crate::digest::reschedule(journal, user_id).await?;
+        crate::reminders::zone_changed(store, users, user_id, zone).await?;
+        crate::digest::reschedule(store, users, user_id).await?;
     }
-    tracing::info!(user_id, zone = zone.name(), "time zone set");
-    let language = journal.language_of(user_id).await;
-    let now = local_clock(zone, journal.now());
+    tracing::info!(user_id = user_id.get(), zone = zone.name(), "time zone set");
+    let language = users.language_of(user_id).await;
+    let now = local_clock(zone, users.now());
     Ok(Reply::new().text(Texts(language).tz_set(zone.name(), &now)))
 }
 
 /// A shared location: the zone at those coordinates, or a sentence when there is none.
 pub async fn set_zone_from_location(
-    journal: &Journal,
-    user_id: i64,
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
     latitude: f64,
     longitude: f64,
 ) -> Result<Reply, StoreError> {
     match UserZone::from_location(latitude, longitude) {
-        Some(zone) => set_zone(journal, user_id, &zone).await,
+        Some(zone) => set_zone(store, users, user_id, &zone).await,
         None => {
-            let language = journal.language_of(user_id).await;
+            let language = users.language_of(user_id).await;
             Ok(Reply::new().text(Texts(language).location_unknown()))
         }
     }
@@ -397,12 +474,16 @@ fn year_responses(language: Language, year: i32, moods: &[DayMood], today: Date)
 
 /// `/delete` confirmed: every row of the user goes.
 pub async fn delete_confirmed(
-    journal: &Journal,
-    user_id: i64,
+    store: &Store,
+    user_id: UserId,
     language: Language,
 ) -> Result<Reply, StoreError> {
-    let entries = journal.store().delete_user(UserId(user_id)).await?;
-    tracing::info!(user_id, entries, "user data deleted on request");
+    let entries = store.delete_user(user_id).await?;
+    tracing::info!(
+        user_id = user_id.get(),
+        entries,
+        "user data deleted on request"
+    );
     Ok(Reply::new().text(Texts(language).deleted(entries)))
 }
 
@@ -489,19 +570,19 @@ fn stats_responses(
     let texts = Texts(language);
     let entries: i64 = rows.iter().map(|r| r.logs).sum();
     type Field = fn(&DayMetrics) -> Option<f64>;
-    let fields: [(&str, Field); 4] = [
-        ("mood", |r| r.mood),
-        ("stress", |r| r.stress),
-        ("energy", |r| r.energy),
-        ("sleep_hours", |r| r.sleep_hours),
+    let fields: [(MetricField, Field); 4] = [
+        (MetricField::Mood, |r| r.mood),
+        (MetricField::Stress, |r| r.stress),
+        (MetricField::Energy, |r| r.energy),
+        (MetricField::SleepHours, |r| r.sleep_hours),
     ];
     let mut lines = Vec::new();
-    for (name, get) in fields {
+    for (field, get) in fields {
         let values: Vec<Option<f64>> = rows.iter().map(get).collect();
         let Some(avg) = crate::day::mean(values.iter().copied()) else {
             continue;
         };
-        let value = if name == "sleep_hours" {
+        let value = if field == MetricField::SleepHours {
             format!("{avg:.1} {}", texts.hours_unit())
         } else {
             format!("{avg:.1}/5")
@@ -512,7 +593,10 @@ fn stats_responses(
             Some(_) => format!(" · {}", texts.trend_flat()),
             None => String::new(),
         };
-        lines.push(format!("{}: {value}{direction}", texts.metric_name(name)));
+        lines.push(format!(
+            "{}: {value}{direction}",
+            texts.metric_name(field.name())
+        ));
     }
     let mut reply = Reply::new()
         .bold(texts.stats_title())
@@ -582,9 +666,9 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
     for log in logs {
         let metrics = log.metrics.as_ref();
         let written_in = log.written_in(zone);
-        let score = |f: fn(&Metrics) -> u8, name: &str| {
+        let score = |f: fn(&Metrics) -> u8, field: MetricField| {
             metrics
-                .filter(|m| !m.is_defaulted(name))
+                .filter(|m| !m.is_defaulted(field.name()))
                 .map(|m| f(m).to_string())
                 .unwrap_or_default()
         };
@@ -594,10 +678,10 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
             log.status.as_str().to_owned(),
             spreadsheet_text(log.text.clone()),
             spreadsheet_text(log.analysis.clone().unwrap_or_default()),
-            score(Metrics::mood, "mood"),
-            score(Metrics::stress, "stress"),
-            score(Metrics::energy, "energy"),
-            score(Metrics::productivity, "productivity"),
+            score(Metrics::mood, MetricField::Mood),
+            score(Metrics::stress, MetricField::Stress),
+            score(Metrics::energy, MetricField::Energy),
+            score(Metrics::productivity, MetricField::Productivity),
             metrics
                 .and_then(Metrics::sleep_hours)
                 .map(|h| h.to_string())

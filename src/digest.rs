@@ -31,10 +31,12 @@ use crate::journal::{Claim, Journal};
 use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{
-    ChatId, Digest, DigestAdvance, DigestStatus, DueDigest, FrontEnd, MessageId, StoreError, UserId,
+    ChatId, Digest, DigestAdvance, DigestStatus, DueDigest, FrontEnd, MessageId, Store, StoreError,
+    UserId,
 };
 use crate::texts::Texts;
 use crate::time::{LocalTime, UserZone};
+use crate::users::Users;
 
 /// Due users (scheduler) or due digests (worker) read per look; more wait for the next.
 const BATCH: i64 = 200;
@@ -105,13 +107,12 @@ enum Asked {
 /// count down from −1, so keys from `i64::MIN` up never meet one.
 fn claim(journal: &Journal, user_id: UserId, week_start: Date) -> Option<Claim> {
     let week = i64::from(week_start.year()) * 1000 + i64::from(week_start.day_of_year());
-    journal.claim(ChatId(user_id.get()), MessageId(i64::MIN + week))
+    journal.claim(ChatId::private(user_id), MessageId(i64::MIN + week))
 }
 
 /// When the user's Sunday digest comes: the reminder time, 19:00 without one.
-async fn digest_time(journal: &Journal, user_id: UserId) -> Result<LocalTime, StoreError> {
-    Ok(journal
-        .store()
+async fn digest_time(store: &Store, user_id: UserId) -> Result<LocalTime, StoreError> {
+    Ok(store
         .reminder(user_id)
         .await?
         .filter(|r| r.enabled)
@@ -120,15 +121,20 @@ async fn digest_time(journal: &Journal, user_id: UserId) -> Result<LocalTime, St
 }
 
 /// `/digest`, `/digest on`, `/digest off`.
-pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply, StoreError> {
-    let id = UserId(user_id);
-    let texts = Texts(journal.language_of(user_id).await);
-    let zone = journal.zone_of(user_id).await;
-    let time = digest_time(journal, id).await?;
-    let night = time.is_before_day_start(day_starts_hour(journal));
+pub async fn command(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    arg: &str,
+) -> Result<Reply, StoreError> {
+    let id = user_id;
+    let texts = Texts(users.language_of(user_id).await);
+    let zone = users.zone_of(user_id).await;
+    let time = digest_time(store, id).await?;
+    let night = time.is_before_day_start(users.day_starts_hour());
     let on = match arg.trim().to_lowercase().as_str() {
         "" => {
-            let enabled = journal.store().digest_enabled(id).await?;
+            let enabled = store.digest_enabled(id).await?;
             return Ok(Reply::new().text(if enabled {
                 texts.digest_on(&time.to_string(), zone.name(), night)
             } else {
@@ -140,34 +146,34 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
         _ => return Ok(Reply::new().text(texts.digest_usage())),
     };
     if on {
-        if journal.store().digest_enabled(id).await? {
+        if store.digest_enabled(id).await? {
             // Already on: the schedule follows the settings, but a digest that is due
             // this very moment is kept for the scheduler rather than skipped.
-            reschedule(journal, user_id).await?;
+            reschedule(store, users, user_id).await?;
         } else {
-            let next = next_sunday_at(&zone, journal.now(), time, day_starts_hour(journal));
-            journal.store().set_digest(id, Some(next)).await?;
+            let next = next_sunday_at(&zone, users.now(), time, users.day_starts_hour());
+            store.set_digest(id, Some(next)).await?;
         }
-        tracing::info!(user_id, "weekly digest turned on");
+        tracing::info!(user_id = id.get(), "weekly digest turned on");
         Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name(), night)))
     } else {
-        journal.store().set_digest(id, None).await?;
-        tracing::info!(user_id, "weekly digest turned off");
+        store.set_digest(id, None).await?;
+        tracing::info!(user_id = id.get(), "weekly digest turned off");
         Ok(Reply::new().text(texts.digest_off()))
     }
 }
 
 /// The user's zone or reminder time changed: a Sunday digest that is on follows it
 /// (one already due is sent first, by the scheduler, which then follows the change).
-pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreError> {
-    let id = UserId(user_id);
-    if !journal.store().digest_enabled(id).await? {
+pub async fn reschedule(store: &Store, users: &Users, user_id: UserId) -> Result<(), StoreError> {
+    let id = user_id;
+    if !store.digest_enabled(id).await? {
         return Ok(());
     }
-    let zone = journal.zone_of(user_id).await;
-    let time = digest_time(journal, id).await?;
-    let now = journal.now();
-    let starts = day_starts_hour(journal);
+    let zone = users.zone_of(user_id).await;
+    let time = digest_time(store, id).await?;
+    let now = users.now();
+    let starts = users.day_starts_hour();
     let next = next_sunday_at(&zone, now, time, starts);
     // A moment still to come before the local day of the new one is this week's Sunday
     // (a new time earlier than now on a Sunday evening, `/remind off` after 19:00): it
@@ -177,29 +183,24 @@ pub async fn reschedule(journal: &Journal, user_id: i64) -> Result<(), StoreErro
         .ok()
         .and_then(|start| zone.to_timestamp(sunday.to_datetime(start)))
         .unwrap_or(next);
-    journal
-        .store()
-        .reschedule_digest(id, next, now, sunday_begins)
-        .await
+    store.reschedule_digest(id, next, now, sunday_begins).await
 }
 
-/// `/week`: the digest of the last 7 local days, sent through `messenger` to `chat_id`
-/// (as a reply to `reply_to`). With no entry in those days the user is told so and
+/// `/week`: the digest of the last 7 local days, sent through `messenger` to `target`
+/// (its message, if any, is the one that asked). With no entry in those days the user is told so and
 /// nothing is stored. A store failure is returned for the front end to report.
 pub async fn week<M: Messenger>(
     journal: &Journal,
     messenger: &M,
-    user_id: i64,
-    chat_id: i64,
-    reply_to: Option<i64>,
+    user_id: UserId,
+    target: Target,
     front_end: FrontEnd,
 ) -> Result<(), StoreError> {
-    let id = UserId(user_id);
-    let asked_by = reply_to.map(MessageId);
+    let id = user_id;
+    let asked_by = target.reply_to;
     let language = journal.language_of(user_id).await;
     let texts = Texts(language);
-    let target = Target { chat_id, reply_to };
-    let (_, today) = journal.today_of(user_id).await;
+    let (_, today) = journal.users().today_of(user_id).await;
     let (first, last) = week_ending(today);
     if journal.store().entries_between(id, first, last).await? == 0 {
         send_notice(messenger, target, texts.week_empty(), id).await;
@@ -215,7 +216,7 @@ pub async fn week<M: Messenger>(
     };
     let (digest, _) = journal
         .store()
-        .insert_digest(id, ChatId(chat_id), first, front_end, asked_by)
+        .insert_digest(id, target.chat_id, first, front_end, asked_by)
         .await?;
     match digest.status {
         // Not written yet and waiting for the worker's next try after failed ones: the
@@ -241,7 +242,7 @@ pub async fn week<M: Messenger>(
             let text = digest.text.clone().unwrap_or_default();
             let responses = responses(journal, language, &digest, &text).await?;
             if let Err(error) = messenger.send(target, responses).await {
-                tracing::warn!(%error, user_id, "digest not delivered again");
+                tracing::warn!(%error, user_id = id.get(), "digest not delivered again");
             }
         }
         _ => send_notice(messenger, target, texts.digest_refused(), id).await,
@@ -282,7 +283,7 @@ async fn run<M: Messenger>(
     target: Target,
     asked: Asked,
 ) -> Result<(), StoreError> {
-    let language = journal.language_of(digest.user_id.get()).await;
+    let language = journal.language_of(digest.user_id).await;
     let texts = Texts(language);
     let text = match digest.text.clone() {
         Some(text) => text,
@@ -507,11 +508,8 @@ pub async fn deliver_due<M: Messenger>(
                 let Some(message_id) = digest.message_id else {
                     continue;
                 };
-                let texts = Texts(journal.language_of(digest.user_id.get()).await);
-                let target = Target {
-                    chat_id: digest.chat_id.get(),
-                    reply_to: Some(message_id.get()),
-                };
+                let texts = Texts(journal.language_of(digest.user_id).await);
+                let target = Target::reply(digest.chat_id, message_id);
                 send_notice(
                     messenger.as_ref(),
                     target,
@@ -551,10 +549,7 @@ pub async fn deliver_due<M: Messenger>(
                     return;
                 }
             };
-            let target = Target {
-                chat_id: digest.chat_id.get(),
-                reply_to: None,
-            };
+            let target = Target::chat(digest.chat_id);
             let id = digest.id;
             if let Err(error) = run(
                 journal.as_ref(),
@@ -619,7 +614,7 @@ async fn schedule_one(
     let (due_at, meant) = zone.owed(due_at, latest, time);
     // The week ends on the local day of the due moment, the Sunday, judged by the time
     // that moment was scheduled for (the reminder time may have changed since).
-    let day = journal.local_day_of(zone, due_at, meant);
+    let day = journal.users().local_day_of(zone, due_at, meant);
     if day.weekday() != Weekday::Sunday && zone.civil(due_at).date().weekday() == Weekday::Sunday {
         // Scheduled by an earlier version by the calendar: a 00:30 reminder's Sunday
         // night began on Saturday's local day. This week's moment is the next one.

@@ -1,10 +1,11 @@
 //! What a front end is to the journal: where an answer goes ([`Target`]), what it shows
 //! ([`Response`]), how it answers ([`Messenger`]) and how that can fail ([`SendError`],
-//! [`FetchError`]). Telegram (`bot`) and the terminal (`chat`) implement [`Messenger`];
+//! [`FetchError`]). Telegram (`bot`) and the terminal (`terminal`) implement [`Messenger`];
 //! the journal, the worker and the commands only speak these types.
 
 use std::future::Future;
 
+use crate::domain::{ChatId, MessageId, UserId};
 use crate::language::Language;
 use crate::llm::Audio;
 use crate::render::Reply;
@@ -12,8 +13,26 @@ use crate::render::Reply;
 /// Where an answer goes: a chat, as a reply to one message when there is one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target {
-    pub chat_id: i64,
-    pub reply_to: Option<i64>,
+    pub chat_id: ChatId,
+    pub reply_to: Option<MessageId>,
+}
+
+impl Target {
+    /// A reply to `message` in `chat`.
+    pub const fn reply(chat_id: ChatId, message: MessageId) -> Self {
+        Self {
+            chat_id,
+            reply_to: Some(message),
+        }
+    }
+
+    /// A message of its own in `chat` (a reminder, a digest).
+    pub const fn chat(chat_id: ChatId) -> Self {
+        Self {
+            chat_id,
+            reply_to: None,
+        }
+    }
 }
 
 /// One thing to show the user. Front ends decide how (HTML message, photo, file, …).
@@ -35,7 +54,7 @@ pub enum Response {
     /// answer, in a group too).
     ConfirmDelete {
         language: Language,
-        user_id: i64,
+        user_id: UserId,
     },
 }
 
@@ -79,7 +98,7 @@ pub trait Messenger: Send + Sync + 'static {
 
     /// Shows that the bot is working (Telegram's "typing…"); may do nothing. It must
     /// return quickly (fire and forget): the analysis waits while it runs.
-    fn typing(&self, chat_id: i64) -> impl Future<Output = ()> + Send;
+    fn typing(&self, chat_id: ChatId) -> impl Future<Output = ()> + Send;
 
     /// The recording of a voice note, in memory only (never written to disk), by what
     /// the front end stored as its `file_id`. A front end without voice notes has none.

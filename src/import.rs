@@ -289,7 +289,7 @@ pub fn to_store<'a>(rows: &'a [ImportRow], zone: &UserZone) -> Vec<NewImportLog<
 /// readable row in one transaction. No AI call, no reply per entry.
 pub async fn import_bytes(
     journal: &Journal,
-    user_id: i64,
+    user_id: UserId,
     bytes: &[u8],
 ) -> Result<Report, ImportFailure> {
     let parsed = parse(bytes)?;
@@ -303,7 +303,7 @@ pub async fn import_bytes(
         // a chunk stored before a failure is found again when the file comes again.
         let done = journal
             .store()
-            .import_logs(UserId(user_id), chunk)
+            .import_logs(user_id, chunk)
             .await
             .map_err(|error| ImportFailure::Store {
                 error,
@@ -317,7 +317,7 @@ pub async fn import_bytes(
         .unwrap_or(u64::MAX)
         .saturating_add(out_of_range);
     tracing::info!(
-        user_id,
+        user_id = user_id.get(),
         imported = counts.imported,
         already = counts.already,
         retimed = counts.retimed,

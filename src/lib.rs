@@ -2,25 +2,27 @@
 //!
 //! Module map, in the order an entry passes through it (README has the table): `app`
 //! (the one start-up, [`app::App::build`]), `cli`, `telemetry`, `config`; the front ends
-//! `bot` (Telegram) and `chat` (the terminal) and what they are to the journal,
-//! `frontend`; `commands`, `import`, `reminders`, `digest` (the weekly digest), `worker` (unfinished logs); `journal`
-//! (the life of a day log, front-end independent); `store` (SQLite, the only place that
-//! talks SQL), `sqlcmd` (`daylog sql`); `llm` (provider clients and the cascade),
-//! `analysis` (prompts, metric repair and validation); `render` (reply HTML and
-//! splitting), `charts`, `texts` (English and Russian), `day` (one day's metrics), `language`; SPEC §10: `time` (the
-//! one clock, user zones, local days), `streaks`, `good_days`. README states the layers that
-//! imports go down, never up.
+//! `bot` (Telegram) and `terminal` (`daylog chat`) and what they are to the journal,
+//! `frontend`; `commands`, `import`, `reminders`, `digest` (the weekly digest), `worker`
+//! (unfinished logs), `users` (a user's language, zone, day and streaks); `journal` (the life of a day log, front-end independent, a file
+//! per stage); `store` (SQLite, the only place that talks SQL), `sqlcmd` (`daylog sql`);
+//! `llm` (provider clients and the cascade), `analysis` (prompts, metric repair and
+//! validation); `render` (reply HTML and splitting), `charts`, `texts` (English and
+//! Russian), `day` (one day's metrics), `language`; local days: `time` (the one clock, user
+//! zones, local days), `streaks`, `good_days`. Below them all, `domain`: the typed ids, a
+//! model reference and a log's outcome, which every layer uses. README states the
+//! layers that imports go down, never up.
 
 pub mod analysis;
 pub mod app;
 pub mod bot;
 pub mod charts;
-pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod day;
 pub mod digest;
+pub mod domain;
 pub mod frontend;
 pub mod good_days;
 pub mod import;
@@ -34,8 +36,10 @@ pub mod sqlcmd;
 pub mod store;
 pub mod streaks;
 pub mod telemetry;
+pub mod terminal;
 pub mod texts;
 pub mod time;
+pub mod users;
 pub mod worker;
 
 use std::time::Duration;

@@ -19,12 +19,14 @@ use jiff::Timestamp;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Settings;
 use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::journal::Journal;
 use crate::render::Reply;
-use crate::store::{DueReminder, Reminder, StoreError, UserId};
+use crate::store::{DueReminder, Reminder, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{LocalTime, UserZone};
+use crate::users::Users;
 
 /// Due reminders read per look; more wait for the next tick (soonest first).
 const BATCH: i64 = 1000;
@@ -79,13 +81,18 @@ pub fn decide(
 }
 
 /// `/remind`, `/remind off`, `/remind HH:MM`.
-pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply, StoreError> {
-    let language = journal.language_of(user_id).await;
+pub async fn command(
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
+    arg: &str,
+) -> Result<Reply, StoreError> {
+    let language = users.language_of(user_id).await;
     let texts = Texts(language);
     let arg = arg.trim();
-    let zone = journal.zone_of(user_id).await;
+    let zone = users.zone_of(user_id).await;
     if arg.is_empty() {
-        let reminder = journal.store().reminder(UserId(user_id)).await?;
+        let reminder = store.reminder(user_id).await?;
         return Ok(Reply::new().text(match reminder {
             Some(Reminder {
                 enabled: true,
@@ -96,41 +103,36 @@ pub async fn command(journal: &Journal, user_id: i64, arg: &str) -> Result<Reply
         }));
     }
     if matches!(arg.to_lowercase().as_str(), "off" | "stop" | "выкл" | "нет") {
-        journal.store().disable_reminder(UserId(user_id)).await?;
-        tracing::info!(user_id, "reminder turned off");
+        store.disable_reminder(user_id).await?;
+        tracing::info!(user_id = user_id.get(), "reminder turned off");
         return Ok(Reply::new().text(texts.remind_off()));
     }
     let Some(time) = LocalTime::parse(arg) else {
         return Ok(Reply::new().text(texts.remind_usage()));
     };
-    let now = journal.now();
+    let now = users.now();
     let next = zone.next_at(now, time);
-    journal
-        .store()
-        .set_reminder(UserId(user_id), time, next, now)
-        .await?;
-    tracing::info!(user_id, "reminder set");
+    store.set_reminder(user_id, time, next, now).await?;
+    tracing::info!(user_id = user_id.get(), "reminder set");
     Ok(Reply::new().text(texts.remind_set(&time.to_string(), zone.name())))
 }
 
 /// The user moved to `zone`: a reminder that is on follows the new wall clock.
 pub async fn zone_changed(
-    journal: &Journal,
-    user_id: i64,
+    store: &Store,
+    users: &Users,
+    user_id: UserId,
     zone: &UserZone,
 ) -> Result<(), StoreError> {
-    let Some(reminder) = journal.store().reminder(UserId(user_id)).await? else {
+    let Some(reminder) = store.reminder(user_id).await? else {
         return Ok(());
     };
     let Some(time) = reminder.local_time else {
         return Ok(());
     };
     if reminder.enabled {
-        let next = zone.next_at(journal.now(), time);
-        journal
-            .store()
-            .reschedule_reminder(UserId(user_id), next)
-            .await?;
+        let next = zone.next_at(users.now(), time);
+        store.reschedule_reminder(user_id, next).await?;
     }
     Ok(())
 }
@@ -157,7 +159,8 @@ pub async fn run<M: Messenger>(
         if shutdown.is_cancelled() {
             break;
         }
-        match tick_until(&journal, &messenger, &shutdown).await {
+        let (store, users) = (journal.store(), journal.users());
+        match tick_until(store, users, journal.settings(), &messenger, &shutdown).await {
             Ok(done) if done != Tick::default() => {
                 tracing::info!(
                     sent = done.sent,
@@ -186,21 +189,25 @@ pub async fn run<M: Messenger>(
 
 /// One look at the due reminders: each is sent or moved on, soonest first.
 pub async fn tick<M: Messenger>(
-    journal: &Arc<Journal>,
+    store: &Store,
+    users: &Users,
+    settings: &Settings,
     messenger: &Arc<M>,
 ) -> Result<Tick, StoreError> {
-    tick_until(journal, messenger, &CancellationToken::new()).await
+    tick_until(store, users, settings, messenger, &CancellationToken::new()).await
 }
 
 /// [`tick`], taking no further reminder once `stop` is cancelled; the ones already
 /// recorded as sent are still delivered.
 async fn tick_until<M: Messenger>(
-    journal: &Arc<Journal>,
+    store: &Store,
+    users: &Users,
+    settings: &Settings,
     messenger: &Arc<M>,
     stop: &CancellationToken,
 ) -> Result<Tick, StoreError> {
-    let now = journal.now();
-    let due = journal.store().due_reminders(now, BATCH).await?;
+    let now = users.now();
+    let due = store.due_reminders(now, BATCH).await?;
     let mut done = Tick::default();
     let mut sending = JoinSet::new();
     for reminder in due {
@@ -214,11 +221,13 @@ async fn tick_until<M: Messenger>(
         if stop.is_cancelled() {
             break;
         }
-        match prepare(journal, &reminder, now).await {
+        let max_late = settings.reminders.max_late();
+        match prepare(store, users, max_late, &reminder, now).await {
             Ok(Some(send)) => {
-                let journal = Arc::clone(journal);
+                let (store, users) = (store.clone(), users.clone());
                 let messenger = Arc::clone(messenger);
-                sending.spawn(async move { deliver(&journal, messenger.as_ref(), send).await });
+                sending
+                    .spawn(async move { deliver(&store, &users, messenger.as_ref(), send).await });
             }
             Ok(None) => done.skipped += 1,
             Err(error) => {
@@ -250,7 +259,9 @@ struct ToSend {
 
 /// Decides one due reminder and records the decision; `Some` when it is to be sent.
 async fn prepare(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
+    max_late: std::time::Duration,
     reminder: &DueReminder,
     now: Timestamp,
 ) -> Result<Option<ToSend>, StoreError> {
@@ -260,7 +271,7 @@ async fn prepare(
             user_id = reminder.user_id.get(),
             "unreadable reminder time; turning it off"
         );
-        journal.store().disable_reminder(reminder.user_id).await?;
+        store.disable_reminder(reminder.user_id).await?;
         return Ok(None);
     };
     let due_at = reminder.next_due_at.at();
@@ -269,8 +280,7 @@ async fn prepare(
         // offset): it goes to that moment, written as the store writes moments. One
         // written so already is a hand edit far ahead, read at every tick: left as it is.
         if !reminder.next_due_at.is_canonical() {
-            journal
-                .store()
+            store
                 .advance_reminder(reminder.user_id, &reminder.next_due_at, None, due_at)
                 .await?;
         }
@@ -280,12 +290,12 @@ async fn prepare(
     // not be: the reminder owed is the last one at or before now (SPEC §10 skips only
     // the day whose own moment is more than `max_late_minutes` past).
     let (due_at, meant) = zone.owed(due_at, zone.last_at_or_before(now, time), time);
-    let day = journal.local_day_of(zone, due_at, meant);
-    let has_entry = journal.store().has_entry_on(reminder.user_id, day).await?;
+    let day = users.local_day_of(zone, due_at, meant);
+    let has_entry = store.has_entry_on(reminder.user_id, day).await?;
     let decision = decide(
         due_at,
         now,
-        journal.settings().reminders.max_late(),
+        max_late,
         day,
         reminder.last_sent_day,
         has_entry,
@@ -303,8 +313,7 @@ async fn prepare(
             None
         }
     };
-    let won = journal
-        .store()
+    let won = store
         .advance_reminder(reminder.user_id, &reminder.next_due_at, sent_day, next)
         .await?;
     Ok(match decision {
@@ -318,7 +327,7 @@ async fn prepare(
 }
 
 /// Sends one reminder; `true` when it reached the user.
-async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -> bool {
+async fn deliver<M: Messenger>(store: &Store, users: &Users, messenger: &M, send: ToSend) -> bool {
     let ToSend {
         reminder,
         day,
@@ -326,14 +335,10 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
     } = send;
     let language = reminder.language;
     let evening = reminder.local_time.is_none_or(|time| {
-        time.hour() >= EVENING_FROM_HOUR
-            || time.is_before_day_start(journal.settings().journal.day_starts_hour())
+        time.hour() >= EVENING_FROM_HOUR || time.is_before_day_start(users.day_starts_hour())
     });
-    let text = Texts(language).reminder(variant(reminder.user_id.get(), day), evening);
-    let target = Target {
-        chat_id: reminder.chat_id.get(),
-        reply_to: None,
-    };
+    let text = Texts(language).reminder(variant(reminder.user_id, day), evening);
+    let target = Target::chat(reminder.chat_id);
     match messenger
         .send(target, vec![Response::Text(Reply::new().text(text))])
         .await
@@ -341,7 +346,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
         Ok(()) => true,
         Err(SendError::Gone(reason)) => {
             tracing::warn!(user_id = reminder.user_id.get(), %reason, "reminder undeliverable; reminders turned off");
-            if let Err(error) = journal.store().disable_reminder(reminder.user_id).await {
+            if let Err(error) = store.disable_reminder(reminder.user_id).await {
                 tracing::error!(%error, user_id = reminder.user_id.get(), "could not turn reminders off");
             }
             false
@@ -353,8 +358,7 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
         }
         Err(SendError::Transient(reason)) => {
             tracing::warn!(user_id = reminder.user_id.get(), %reason, "reminder not delivered; the next tick tries again");
-            if let Err(error) = journal
-                .store()
+            if let Err(error) = store
                 .restore_reminder(
                     reminder.user_id,
                     &reminder.next_due_at,
@@ -371,9 +375,9 @@ async fn deliver<M: Messenger>(journal: &Journal, messenger: &M, send: ToSend) -
 }
 
 /// Which of the reminder texts: varies from day to day, the same for a user on a day.
-fn variant(user_id: i64, day: jiff::civil::Date) -> usize {
+fn variant(user_id: UserId, day: jiff::civil::Date) -> usize {
     let days = i64::from(day.day_of_year()) + i64::from(day.year()) * 366;
-    usize::try_from(user_id.wrapping_add(days).rem_euclid(1 << 16)).unwrap_or(0)
+    usize::try_from(user_id.get().wrapping_add(days).rem_euclid(1 << 16)).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -443,8 +447,8 @@ mod tests {
     #[test]
     fn texts_vary_by_day() {
         let day = |s: &str| -> jiff::civil::Date { s.parse().expect("day") };
-        let a = variant(5, day("2026-12-01"));
-        let b = variant(5, day("2026-12-02"));
+        let a = variant(UserId(5), day("2026-12-01"));
+        let b = variant(UserId(5), day("2026-12-02"));
         assert_ne!(a % 3, b % 3);
     }
 }

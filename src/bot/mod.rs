@@ -46,11 +46,14 @@ use crate::journal::{Accepted, EntryError, Incoming, IncomingVoice, Journal};
 use crate::language::Language;
 use crate::llm::Audio;
 use crate::render::{self, Reply, TELEGRAM_MESSAGE_LIMIT};
-use crate::store::{FrontEnd, UserId};
+use crate::store::{FrontEnd, Store, UserId};
 use crate::texts::Texts;
+use crate::users::Users;
 use crate::worker;
+use delete_button::{DeleteAnswer, DeleteButton};
 use intake::{Intake, Listener, Ticket};
 
+mod delete_button;
 mod intake;
 pub use intake::CONFIRM_WAIT;
 
@@ -80,10 +83,6 @@ type HandlerResult = Result<(), anyhow::Error>;
 
 /// Long-polling timeout of `getUpdates` (below the Bot API client's longest silence, 17 s).
 const POLL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Callback data of the `/delete` buttons, followed by `:` and the id of the user who
-/// asked (see [`DeleteAnswer::parse`]).
-const DELETE_YES: &str = "delete:yes";
-const DELETE_NO: &str = "delete:no";
 /// Telegram's `RetryAfter` is honoured this many times per request.
 const MAX_TELEGRAM_RETRIES: u32 = 5;
 /// Backoff of the start-up calls while Telegram has passing trouble.
@@ -97,7 +96,7 @@ pub struct Telegram<B> {
     bot: B,
     /// When each user last sent `/import` (SPEC §12: a document within 10 minutes of it
     /// is an import). In memory only: after a restart the caption still works.
-    import_asked: Arc<std::sync::Mutex<std::collections::HashMap<i64, jiff::Timestamp>>>,
+    import_asked: Arc<std::sync::Mutex<std::collections::HashMap<UserId, jiff::Timestamp>>>,
     /// Chats already told that this is a private bot (SPEC §8: one polite refusal, not
     /// one per message, which in a group would flood it).
     refused: Once<i64>,
@@ -168,7 +167,7 @@ impl<B: TgBot> Telegram<B> {
         }
     }
 
-    fn asked_import(&self, user_id: i64, at: jiff::Timestamp) {
+    fn asked_import(&self, user_id: UserId, at: jiff::Timestamp) {
         self.import_asked
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -177,7 +176,7 @@ impl<B: TgBot> Telegram<B> {
 
     /// Whether `user_id` sent `/import` within [`IMPORT_WINDOW`] before `now`; the ask is
     /// used up either way.
-    fn take_import_ask(&self, user_id: i64, now: jiff::Timestamp) -> bool {
+    fn take_import_ask(&self, user_id: UserId, now: jiff::Timestamp) -> bool {
         let asked = self
             .import_asked
             .lock()
@@ -246,51 +245,20 @@ impl<B: TgBot> Telegram<B> {
         response: &Response,
         done: &mut usize,
     ) -> Result<(), RequestError> {
-        let chat = ChatId(target.chat_id);
+        let chat = ChatId(target.chat_id.get());
         let reply_to = target
             .reply_to
-            .and_then(|id| i32::try_from(id).ok())
+            .and_then(|id| i32::try_from(id.get()).ok())
             .map(|id| ReplyParameters::new(MessageId(id)).allow_sending_without_reply());
         // In a group every message about an entry or a command is a reply to it: in a
         // forum supergroup a message that is no reply goes to the General topic, away
         // from the topic it answers; and in a busy group it says whose it is. A private
         // chat quotes only the first part.
-        let in_group = target.chat_id < 0;
+        let in_group = target.chat_id.get() < 0;
         let attached = if in_group { reply_to.clone() } else { None };
         match response {
             Response::Text(reply) => {
-                let parts = render::split_message(reply.pieces(), TELEGRAM_MESSAGE_LIMIT);
-                for (i, part) in parts.into_iter().enumerate().skip(*done) {
-                    let reply_to = if i == 0 || in_group {
-                        reply_to.clone()
-                    } else {
-                        None
-                    };
-                    let send = |text: String, html: bool| {
-                        let mut request = self.bot.send_message(chat, text);
-                        if html {
-                            request = request.parse_mode(ParseMode::Html);
-                        }
-                        if let Some(r) = reply_to.clone() {
-                            request = request.reply_parameters(r);
-                        }
-                        request.into_future()
-                    };
-                    match with_retry_after(|| send(part.clone(), true)).await {
-                        Err(RequestError::Api(ApiError::CantParseEntities(reason))) => {
-                            // Our escaping should make this impossible; if Telegram still
-                            // disagrees, the user gets the words without the formatting.
-                            tracing::error!(%reason, "Telegram could not parse a reply's HTML; sending it as plain text");
-                            let plain = render::html_to_plain(&part);
-                            with_retry_after(|| send(plain.clone(), false)).await?;
-                        }
-                        other => {
-                            other?;
-                        }
-                    }
-                    *done += 1;
-                }
-                return Ok(());
+                return self.send_text(chat, reply, reply_to, in_group, done).await;
             }
             Response::Photo {
                 png,
@@ -337,11 +305,11 @@ impl<B: TgBot> Telegram<B> {
                 let keyboard = InlineKeyboardMarkup::new([[
                     InlineKeyboardButton::callback(
                         texts.delete_yes(),
-                        format!("{DELETE_YES}:{user_id}"),
+                        DeleteButton::new(DeleteAnswer::Yes, *user_id).data(),
                     ),
                     InlineKeyboardButton::callback(
                         texts.delete_no(),
-                        format!("{DELETE_NO}:{user_id}"),
+                        DeleteButton::new(DeleteAnswer::No, *user_id).data(),
                     ),
                 ]]);
                 with_retry_after(|| {
@@ -359,6 +327,51 @@ impl<B: TgBot> Telegram<B> {
         }
         // Every other response is one message.
         *done += 1;
+        Ok(())
+    }
+
+    /// Sends a text reply in as many messages as Telegram's limit needs, from part
+    /// `done` on (see [`Telegram::send_one`]). Only the first part quotes the message it
+    /// answers, but in a group every part does.
+    async fn send_text(
+        &self,
+        chat: ChatId,
+        reply: &Reply,
+        reply_to: Option<ReplyParameters>,
+        in_group: bool,
+        done: &mut usize,
+    ) -> Result<(), RequestError> {
+        let parts = render::split_message(reply.pieces(), TELEGRAM_MESSAGE_LIMIT);
+        for (i, part) in parts.into_iter().enumerate().skip(*done) {
+            let reply_to = if i == 0 || in_group {
+                reply_to.clone()
+            } else {
+                None
+            };
+            let send = |text: String, html: bool| {
+                let mut request = self.bot.send_message(chat, text);
+                if html {
+                    request = request.parse_mode(ParseMode::Html);
+                }
+                if let Some(r) = reply_to.clone() {
+                    request = request.reply_parameters(r);
+                }
+                request.into_future()
+            };
+            match with_retry_after(|| send(part.clone(), true)).await {
+                Err(RequestError::Api(ApiError::CantParseEntities(reason))) => {
+                    // Our escaping should make this impossible; if Telegram still
+                    // disagrees, the user gets the words without the formatting.
+                    tracing::error!(%reason, "Telegram could not parse a reply's HTML; sending it as plain text");
+                    let plain = render::html_to_plain(&part);
+                    with_retry_after(|| send(plain.clone(), false)).await?;
+                }
+                other => {
+                    other?;
+                }
+            }
+            *done += 1;
+        }
         Ok(())
     }
 }
@@ -386,17 +399,11 @@ impl<B: TgBot> Messenger for Telegram<B> {
                     // what was owed to it goes to the new chat, as a plain message.
                     Err(RequestError::MigrateToChatId(to)) if !moved => {
                         tracing::info!(
-                            chat_id = target.chat_id,
+                            chat_id = target.chat_id.get(),
                             to = to.0,
                             "the group became a supergroup; sending there"
                         );
-                        (target, moved) = (
-                            Target {
-                                chat_id: to.0,
-                                reply_to: None,
-                            },
-                            true,
-                        );
+                        (target, moved) = (Target::chat(crate::domain::ChatId(to.0)), true);
                         continue;
                     }
                     Err(error) => classify(error),
@@ -406,7 +413,7 @@ impl<B: TgBot> Messenger for Telegram<B> {
                 }
                 match (error, pauses.next()) {
                     (SendError::Transient(reason), Some(pause)) => {
-                        tracing::debug!(chat_id = target.chat_id, %reason, "a later part of a message failed; trying it again");
+                        tracing::debug!(chat_id = target.chat_id.get(), %reason, "a later part of a message failed; trying it again");
                         tokio::time::sleep(*pause).await;
                     }
                     // Still failing: the caller sends it all again later. Its first
@@ -414,7 +421,7 @@ impl<B: TgBot> Messenger for Telegram<B> {
                     (error @ SendError::Transient(_), None) => return Err(error),
                     (SendError::Gone(reason) | SendError::Refused(reason), _) => {
                         tracing::warn!(
-                            chat_id = target.chat_id,
+                            chat_id = target.chat_id.get(),
                             delivered = delivered + done,
                             %reason,
                             "Telegram refused a later part of a message; the parts before it were delivered, so it is not sent again"
@@ -435,8 +442,9 @@ impl<B: TgBot> Messenger for Telegram<B> {
         Ok(Audio::named(&path, bytes.into()))
     }
 
-    async fn typing(&self, chat_id: i64) {
+    async fn typing(&self, chat_id: crate::domain::ChatId) {
         let bot = self.bot.clone();
+        let chat_id = chat_id.get();
         tokio::spawn(async move {
             if let Err(error) = bot
                 .send_chat_action(ChatId(chat_id), ChatAction::Typing)
@@ -528,9 +536,9 @@ fn is_server_trouble(description: &str) -> bool {
 fn incoming(msg: &Message, text: String) -> Option<Incoming> {
     let from = msg.from.as_ref()?;
     Some(Incoming {
-        user_id: i64::try_from(from.id.0).ok()?,
-        chat_id: msg.chat.id.0,
-        message_id: i64::from(msg.id.0),
+        user_id: user_id_of(from.id)?,
+        chat_id: chat_of(msg),
+        message_id: crate::domain::MessageId(i64::from(msg.id.0)),
         username: from.username.clone(),
         language_code: from.language_code.clone(),
         text,
@@ -547,9 +555,9 @@ fn incoming_voice(msg: &Message) -> Option<IncomingVoice> {
     };
     let from = msg.from.as_ref()?;
     Some(IncomingVoice {
-        user_id: i64::try_from(from.id.0).ok()?,
-        chat_id: msg.chat.id.0,
-        message_id: i64::from(msg.id.0),
+        user_id: user_id_of(from.id)?,
+        chat_id: chat_of(msg),
+        message_id: crate::domain::MessageId(i64::from(msg.id.0)),
         username: from.username.clone(),
         language_code: from.language_code.clone(),
         file_id: file.id.0.clone(),
@@ -560,8 +568,18 @@ fn incoming_voice(msg: &Message) -> Option<IncomingVoice> {
     })
 }
 
-fn sender_id(msg: &Message) -> Option<i64> {
-    msg.from.as_ref().and_then(|u| i64::try_from(u.id.0).ok())
+fn sender_id(msg: &Message) -> Option<UserId> {
+    msg.from.as_ref().and_then(|u| user_id_of(u.id))
+}
+
+/// A Telegram user's id as daylog types it (Telegram's are below 2^52).
+fn user_id_of(id: teloxide::types::UserId) -> Option<UserId> {
+    i64::try_from(id.0).ok().map(UserId)
+}
+
+/// The chat of `msg` as daylog types it.
+fn chat_of(msg: &Message) -> crate::domain::ChatId {
+    crate::domain::ChatId(msg.chat.id.0)
 }
 
 /// The handler tree: every update kind the bot answers, in one place.
@@ -853,10 +871,10 @@ async fn report_entry_error<B: TgBot>(
     language: Language,
     error: &EntryError,
 ) {
-    tracing::error!(%error, chat_id = target.chat_id, "day log handling failed");
+    tracing::error!(%error, chat_id = target.chat_id.get(), "day log handling failed");
     let reply = Reply::new().text(error.sentence(language));
     if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
-        tracing::warn!(%error, chat_id = target.chat_id, "reply not delivered");
+        tracing::warn!(%error, chat_id = target.chat_id.get(), "reply not delivered");
     }
 }
 
@@ -867,6 +885,8 @@ async fn on_location<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
     ticket: Ticket,
+    store: Store,
+    users: Users,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let Some(user_id) = sender_id(&msg) else {
@@ -874,7 +894,8 @@ async fn on_location<B: TgBot>(
     };
     ensure_user(&msg, &journal, user_id).await;
     let reply = match commands::set_zone_from_location(
-        &journal,
+        &store,
+        &users,
         user_id,
         location.latitude,
         location.longitude,
@@ -883,7 +904,7 @@ async fn on_location<B: TgBot>(
     {
         Ok(reply) => reply,
         Err(error) => {
-            tracing::error!(%error, user_id, "could not set the time zone from a location");
+            tracing::error!(%error, user_id = user_id.get(), "could not set the time zone from a location");
             Reply::new().text(Texts(journal.language_of(user_id).await).internal_error())
         }
     };
@@ -893,17 +914,17 @@ async fn on_location<B: TgBot>(
 
 /// Commands, locations and documents may come before any entry: the user must exist
 /// (with a language). A failure is logged; what follows reports its own.
-async fn ensure_user(msg: &Message, journal: &Journal, user_id: i64) {
+async fn ensure_user(msg: &Message, journal: &Journal, user_id: UserId) {
     if let Some(from) = msg.from.as_ref()
         && let Err(error) = journal
             .ensure_user(&crate::store::NewUser {
-                user_id: UserId(user_id),
+                user_id,
                 username: from.username.as_deref(),
                 language: Language::from_code(from.language_code.as_deref()),
             })
             .await
     {
-        tracing::warn!(%error, user_id, "could not record the user");
+        tracing::warn!(%error, user_id = user_id.get(), "could not record the user");
     }
 }
 
@@ -968,13 +989,13 @@ async fn import_document<B: TgBot>(
                     .to_owned()
             }
             Err(error) => {
-                tracing::warn!(%error, user_id, "could not download an import");
+                tracing::warn!(%error, user_id = user_id.get(), "could not download an import");
                 texts.import_download_failed().to_owned()
             }
             Ok((_, bytes)) => match crate::import::import_bytes(&journal, user_id, &bytes).await {
                 Ok(report) => report.sentence(language),
                 Err(error) => {
-                    tracing::warn!(%error, user_id, "import refused");
+                    tracing::warn!(%error, user_id = user_id.get(), "import refused");
                     error.sentence(language)
                 }
             },
@@ -1022,6 +1043,10 @@ async fn answer_in_language<B: TgBot>(
     send_logged(messenger, msg, vec![Response::Text(reply)]).await
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a dptree endpoint: its arguments are the dependencies it is handed by type"
+)]
 async fn on_command<B: TgBot>(
     msg: Message,
     command: Command,
@@ -1029,6 +1054,8 @@ async fn on_command<B: TgBot>(
     messenger: Arc<Telegram<B>>,
     answers: Answers,
     ticket: Ticket,
+    store: Store,
+    users: Users,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     // The others are quick, and run here, in order with the chat's updates: a `/lang`
@@ -1036,9 +1063,12 @@ async fn on_command<B: TgBot>(
     let slow = command == Command::Week
         || matches!(command, Command::Import(_)) && msg.document().is_some();
     if !slow {
-        return run_command(msg, command, journal, messenger).await;
+        return run_command(msg, command, journal, messenger, store, users).await;
     }
-    answers.slow_command(msg.chat.id.0, run_command(msg, command, journal, messenger));
+    answers.slow_command(
+        msg.chat.id.0,
+        run_command(msg, command, journal, messenger, store, users),
+    );
     Ok(())
 }
 
@@ -1047,6 +1077,8 @@ async fn run_command<B: TgBot>(
     command: Command,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    store: Store,
+    users: Users,
 ) -> HandlerResult {
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
@@ -1060,18 +1092,16 @@ async fn run_command<B: TgBot>(
         messenger.asked_import(user_id, journal.now());
     }
     if command == Command::Week {
-        let (chat_id, reply_to) = (msg.chat.id.0, Some(i64::from(msg.id.0)));
         if let Err(error) = crate::digest::week(
             &journal,
             messenger.as_ref(),
             user_id,
-            chat_id,
-            reply_to,
+            reply_target(&msg),
             FrontEnd::Telegram,
         )
         .await
         {
-            tracing::error!(%error, user_id, "weekly digest failed");
+            tracing::error!(%error, user_id = user_id.get(), "weekly digest failed");
             let language = journal.language_of(user_id).await;
             let reply = Reply::new().text(commands::failure_sentence(language));
             send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
@@ -1081,7 +1111,7 @@ async fn run_command<B: TgBot>(
     // Reminders and the digest go to the private chat (`users.chat_id`), never here.
     let scheduled_elsewhere =
         !msg.chat.is_private() && matches!(command, Command::Remind(_) | Command::Digest(_));
-    let responses = match commands::respond(&journal, user_id, command).await {
+    let responses = match commands::respond(&store, &users, user_id, command).await {
         Ok(mut responses) => {
             if scheduled_elsewhere {
                 let texts = Texts(journal.language_of(user_id).await);
@@ -1092,7 +1122,7 @@ async fn run_command<B: TgBot>(
             responses
         }
         Err(error) => {
-            tracing::error!(%error, user_id, "command failed");
+            tracing::error!(%error, user_id = user_id.get(), "command failed");
             let language = journal.language_of(user_id).await;
             vec![Response::Text(
                 Reply::new().text(commands::failure_sentence(language)),
@@ -1109,20 +1139,23 @@ async fn on_callback<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
     ticket: Ticket,
+    store: Store,
 ) -> HandlerResult {
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
-    let user_id = i64::try_from(query.from.id.0).unwrap_or_default();
+    let user_id = user_id_of(query.from.id).unwrap_or_default();
     // A group member the bot does not know may press someone else's button.
     let client = Language::from_code(query.from.language_code.as_deref());
     let language = journal.language_or(user_id, client).await;
-    let Some((answer, asked_by)) = query.data.as_deref().and_then(DeleteAnswer::parse) else {
+    let Some(DeleteButton { answer, asked_by }) =
+        query.data.as_deref().and_then(DeleteButton::parse)
+    else {
         let _ = bot.answer_callback_query(query.id.clone()).await;
         return Ok(());
     };
     let texts = Texts(language);
     let in_own_chat = query
         .regular_message()
-        .is_some_and(|message| message.chat.id.0 == user_id);
+        .is_some_and(|message| message.chat.id.0 == user_id.get());
     let not_theirs = match asked_by {
         Some(asked_by) if asked_by == user_id => None,
         Some(_) => Some(texts.delete_not_yours()),
@@ -1135,7 +1168,7 @@ async fn on_callback<B: TgBot>(
     if let Some(refusal) = not_theirs {
         let _ = answered.text(refusal).await;
         tracing::info!(
-            user_id,
+            user_id = user_id.get(),
             "a /delete button pressed by someone who did not ask"
         );
         return Ok(());
@@ -1143,10 +1176,10 @@ async fn on_callback<B: TgBot>(
     let _ = answered.await;
     let reply = match answer {
         DeleteAnswer::Yes if journal.is_allowed(user_id) => {
-            match commands::delete_confirmed(&journal, user_id, language).await {
+            match commands::delete_confirmed(&store, user_id, language).await {
                 Ok(reply) => reply,
                 Err(error) => {
-                    tracing::error!(%error, user_id, "delete failed");
+                    tracing::error!(%error, user_id = user_id.get(), "delete failed");
                     Reply::new().text(commands::failure_sentence(language))
                 }
             }
@@ -1161,47 +1194,20 @@ async fn on_callback<B: TgBot>(
             .await;
     }
     if let Some(chat_id) = query.chat_id() {
-        let target = Target {
-            chat_id: chat_id.0,
-            reply_to: None,
-        };
+        let target = Target::chat(crate::domain::ChatId(chat_id.0));
         if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
-            tracing::warn!(%error, user_id, "could not confirm a delete");
+            tracing::warn!(%error, user_id = user_id.get(), "could not confirm a delete");
         }
     }
     Ok(())
 }
 
-/// What a `/delete` button says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DeleteAnswer {
-    Yes,
-    No,
-}
-
-impl DeleteAnswer {
-    /// The answer, and the id of the user who asked (`None` for a button sent before
-    /// buttons named their user); `None` for any other data.
-    fn parse(data: &str) -> Option<(Self, Option<i64>)> {
-        for (prefix, answer) in [(DELETE_YES, Self::Yes), (DELETE_NO, Self::No)] {
-            if let Some(rest) = data.strip_prefix(prefix) {
-                if rest.is_empty() {
-                    return Some((answer, None));
-                }
-                let asked_by = rest.strip_prefix(':')?.parse().ok()?;
-                return Some((answer, Some(asked_by)));
-            }
-        }
-        None
-    }
-}
-
 /// Where an answer to `msg` goes: a reply to it.
 fn reply_target(msg: &Message) -> Target {
-    Target {
-        chat_id: msg.chat.id.0,
-        reply_to: Some(i64::from(msg.id.0)),
-    }
+    Target::reply(
+        crate::domain::ChatId(msg.chat.id.0),
+        crate::domain::MessageId(i64::from(msg.id.0)),
+    )
 }
 
 /// Sends `responses` in answer to `msg`; a failure is logged. `true` once delivered.
@@ -1427,7 +1433,9 @@ pub async fn serve<B: TgBot>(
             Arc::clone(&journal),
             Arc::clone(&messenger),
             answers.clone(),
-            intake.clone()
+            intake.clone(),
+            journal.store().clone(),
+            journal.users().clone()
         ])
         .default_handler(|_| async {})
         .build();
@@ -1527,12 +1535,13 @@ async fn polling_failed(error: RequestError) {
 
 #[cfg(test)]
 mod tests {
+    use crate::domain::UserId;
     use std::sync::Arc;
 
     use teloxide::types::Seconds;
     use teloxide::{ApiError, RequestError};
 
-    use super::{DeleteAnswer, classify, is_import_caption, is_passing};
+    use super::{classify, is_import_caption, is_passing};
     use crate::frontend::SendError;
 
     #[test]
@@ -1603,25 +1612,6 @@ mod tests {
     }
 
     #[test]
-    fn delete_buttons_name_their_user() {
-        let table = [
-            ("delete:yes:19", Some((DeleteAnswer::Yes, Some(19)))),
-            ("delete:no:-5", Some((DeleteAnswer::No, Some(-5)))),
-            // Buttons sent before they named their user.
-            ("delete:yes", Some((DeleteAnswer::Yes, None))),
-            ("delete:no", Some((DeleteAnswer::No, None))),
-            ("delete:yes:", None),
-            ("delete:yes:x", None),
-            ("delete:yesno", None),
-            ("delete:maybe:19", None),
-            ("", None),
-        ];
-        for (data, expected) in table {
-            assert_eq!(DeleteAnswer::parse(data), expected, "{data}");
-        }
-    }
-
-    #[test]
     fn only_passing_trouble_is_retried_at_start() {
         let not_json = serde_json::from_str::<u8>("<html>502</html>").expect_err("not JSON");
         let unknown = |description: &str| RequestError::Api(ApiError::Unknown(description.into()));
@@ -1657,12 +1647,15 @@ mod tests {
         let telegram = super::Telegram::new(teloxide::Bot::new("1:test"));
         let at = jiff::Timestamp::UNIX_EPOCH;
         let later = |minutes: i64| at + jiff::SignedDuration::from_mins(minutes);
-        assert!(!telegram.take_import_ask(5, at), "never asked");
-        telegram.asked_import(5, at);
-        assert!(!telegram.take_import_ask(6, later(1)), "another user");
-        assert!(telegram.take_import_ask(5, later(10)));
-        assert!(!telegram.take_import_ask(5, later(10)), "used up");
-        telegram.asked_import(5, at);
-        assert!(!telegram.take_import_ask(5, later(11)), "too late");
+        assert!(!telegram.take_import_ask(UserId(5), at), "never asked");
+        telegram.asked_import(UserId(5), at);
+        assert!(
+            !telegram.take_import_ask(UserId(6), later(1)),
+            "another user"
+        );
+        assert!(telegram.take_import_ask(UserId(5), later(10)));
+        assert!(!telegram.take_import_ask(UserId(5), later(10)), "used up");
+        telegram.asked_import(UserId(5), at);
+        assert!(!telegram.take_import_ask(UserId(5), later(11)), "too late");
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sqlx::sqlite::SqlitePool;
 
+use crate::domain::ModelRef;
 use crate::llm::{Attempt, AttemptSink, LatencySample, SpentBudget};
 
 use super::{DigestId, LogId, Store, StoreError, retry_busy};
@@ -146,14 +147,15 @@ impl Store {
 
     /// The models (provider, model) that refused this log's current text on content
     /// policy: they are never asked about it again.
-    pub async fn refusals(&self, day_log_id: LogId) -> Result<Vec<(String, String)>, StoreError> {
-        Ok(sqlx::query_as(
+    pub async fn refusals(&self, day_log_id: LogId) -> Result<Vec<ModelRef>, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
             "SELECT provider, model FROM llm_refusals WHERE day_log_id = ?1
              ORDER BY created_at, provider, model",
         )
         .bind(day_log_id)
         .fetch_all(&self.read)
-        .await?)
+        .await?;
+        Ok(rows.into_iter().map(ModelRef::from).collect())
     }
 
     /// Remembers that these models refused `analysed_text` of this log. Nothing is
@@ -162,9 +164,9 @@ impl Store {
         &self,
         day_log_id: LogId,
         analysed_text: &str,
-        refused: &[(String, String)],
+        refused: &[ModelRef],
     ) -> Result<(), StoreError> {
-        for (provider, model) in refused {
+        for ModelRef { provider, model } in refused {
             retry_busy("record_refusals", || async {
                 sqlx::query(
                     "INSERT INTO llm_refusals (day_log_id, provider, model)

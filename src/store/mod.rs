@@ -27,8 +27,8 @@
 //! `unfinished` (the worker's states and queries), `calls` (the call recorder,
 //! refusals, spent budgets), `reminders`, `digests`, `read_only` (`daylog sql`'s
 //! connection). This file holds what they share: opening and migrating, the errors,
-//! the one retry policy for writes, the typed ids. Every public item is re-exported
-//! here, so callers name `crate::store::X` whatever file it lives in.
+//! the one retry policy for writes. The typed ids are `crate::domain`'s, re-exported.
+//! Every public item is re-exported here, so callers name `crate::store::X` whatever file it lives in.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -43,61 +43,7 @@ use crate::config::{DatabaseUrlError, database_path};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
-/// Small typed ids, so that a user id, a chat id, a message id, a log id and a digest id
-/// cannot be passed for one another (`recent_use(user, log)`,
-/// `claim(chat, message)`, `insert_digest(user, chat, …)`).
-/// Stored as the plain integers of the schema (`sqlx(transparent)`).
-macro_rules! id_type {
-    ($(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
-        #[derive(
-            Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, sqlx::Type,
-        )]
-        #[sqlx(transparent)]
-        pub struct $name(pub i64);
-
-        impl $name {
-            /// The integer as stored.
-            pub const fn get(self) -> i64 {
-                self.0
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                self.0.fmt(f)
-            }
-        }
-
-        impl From<$name> for i64 {
-            fn from(id: $name) -> i64 {
-                id.0
-            }
-        }
-    };
-}
-
-id_type!(
-    /// A Telegram user id (`users.user_id`); a terminal user has one too.
-    UserId
-);
-id_type!(
-    /// A Telegram chat id (`day_logs.chat_id`, `users.chat_id`).
-    ChatId
-);
-id_type!(
-    /// A message id within its chat (`day_logs.message_id`); negative for terminal and
-    /// imported entries.
-    MessageId
-);
-id_type!(
-    /// A day log (`day_logs.id`).
-    LogId
-);
-id_type!(
-    /// A weekly digest (`digests.id`).
-    DigestId
-);
+pub use crate::domain::{ChatId, DigestId, LogId, MessageId, UserId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -441,6 +387,24 @@ impl DayLog {
     pub fn written(&self) -> jiff::Timestamp {
         self.written_at.unwrap_or(self.created_at)
     }
+
+    /// The final outcome stored for the log, to answer from (the worker's resend);
+    /// `None` while it is pending. A give-up stores no reason: it reads as
+    /// [`Failure::GaveUp`](crate::domain::Failure::GaveUp).
+    pub fn outcome(&self) -> Option<crate::domain::Outcome> {
+        use crate::domain::{Failure, Outcome};
+        Some(match self.status {
+            LogStatus::Pending => return None,
+            LogStatus::Analyzed => Outcome::Analysed {
+                analysis: self.analysis.clone().unwrap_or_default(),
+                metrics: self.metrics.clone().unwrap_or_else(Metrics::defaults),
+            },
+            LogStatus::Blocked => Outcome::Blocked {
+                metrics: self.metrics.clone(),
+            },
+            LogStatus::Failed => Outcome::Failed(Failure::GaveUp),
+        })
+    }
 }
 
 /// A `day_logs` row as SQLite holds it, before [`DayLog`] parses its columns.
@@ -596,7 +560,7 @@ pub use logs::{
 };
 pub use read_only::{Backup, backup, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
-pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished, Waiting};
+pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished};
 pub use users::{NewUser, User};
 
 /// The shared handle on the database. Cheap to clone.

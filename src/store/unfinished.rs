@@ -4,28 +4,7 @@
 use std::time::Duration;
 
 use super::{DayLog, FrontEnd, LOG_COLUMNS, LogId, LogStatus, Store, StoreError, retry_busy};
-
-/// Why a pending log waits for its next try (`day_logs.waiting_for`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Waiting {
-    /// Its analysis failed for a reason other than budget: the growing retry schedule,
-    /// cut short when an analysis succeeds again ([`Store::retry_pending_now`]).
-    Provider,
-    /// Parked until a budget returns.
-    Budget,
-    /// Its voice note could not be fetched or transcribed yet.
-    Transcription,
-}
-
-impl Waiting {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Provider => "provider",
-            Self::Budget => "budget",
-            Self::Transcription => "transcription",
-        }
-    }
-}
+use crate::domain::Outcome;
 
 /// What the worker has to finish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,78 +58,66 @@ pub const UNFINISHED_REPLY: &str =
      AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))";
 
 impl Store {
-    /// Stores the analysis of `analysed_text`. Returns `false`, changing nothing, when the
-    /// log's text is no longer that text (edited meanwhile) or it is no longer pending.
-    pub async fn mark_analyzed(
+    /// Records what a round decided about `analysed_text` ([`Outcome`]), in one
+    /// statement. Returns `false`, changing nothing, when the log's text is no longer
+    /// that text (edited meanwhile) or it is no longer pending: a result is stored only
+    /// for the text it was made from.
+    ///
+    /// An analysis or a refusal counts an attempt and waits for its reply; a wait
+    /// counts an attempt and sets the next try (metrics that came are kept with the
+    /// pending log); a give-up counts none.
+    pub async fn record(
         &self,
         id: LogId,
         analysed_text: &str,
-        analysis: &str,
-        metrics_json: &str,
+        outcome: &Outcome,
     ) -> Result<bool, StoreError> {
-        retry_busy("mark_analyzed", || async {
-            let done = sqlx::query(
-                "UPDATE day_logs SET status = 'analyzed', analysis = ?3, metrics = ?4,
-                     attempts = attempts + 1, next_attempt_at = NULL, replied_at = NULL
-                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
-            )
+        const DECIDED: &str = "UPDATE day_logs SET status = ?3,
+                 analysis = coalesce(?4, analysis), metrics = coalesce(?5, metrics),
+                 attempts = attempts + 1, next_attempt_at = NULL, replied_at = NULL
+             WHERE id = ?1 AND text = ?2 AND status = 'pending'";
+        const WAITING: &str = "UPDATE day_logs SET attempts = attempts + 1,
+                 next_attempt_at = datetime('now', '+' || ?3 || ' seconds'), waiting_for = ?4,
+                 metrics = coalesce(?5, metrics)
+             WHERE id = ?1 AND text = ?2 AND status = 'pending'";
+        const FAILED: &str =
+            "UPDATE day_logs SET status = 'failed', next_attempt_at = NULL, replied_at = NULL
+             WHERE id = ?1 AND text = ?2 AND status = 'pending'";
+        let what = match outcome {
+            Outcome::Analysed { .. } => "record analysed",
+            Outcome::Blocked { .. } => "record blocked",
+            Outcome::Waiting { .. } => "record waiting",
+            Outcome::Failed(_) => "record failed",
+        };
+        retry_busy(what, || async {
+            let query = sqlx::query(match outcome {
+                Outcome::Analysed { .. } | Outcome::Blocked { .. } => DECIDED,
+                Outcome::Waiting { .. } => WAITING,
+                Outcome::Failed(_) => FAILED,
+            })
             .bind(id)
-            .bind(analysed_text)
-            .bind(analysis)
-            .bind(metrics_json)
-            .execute(&self.write)
-            .await?;
+            .bind(analysed_text);
+            let query = match outcome {
+                Outcome::Analysed { analysis, metrics } => query
+                    .bind(LogStatus::Analyzed.as_str())
+                    .bind(analysis.as_str())
+                    .bind(metrics.to_json()),
+                Outcome::Blocked { metrics } => query
+                    .bind(LogStatus::Blocked.as_str())
+                    .bind(None::<&str>)
+                    .bind(metrics.as_ref().map(crate::analysis::Metrics::to_json)),
+                Outcome::Waiting {
+                    wait,
+                    retry_in,
+                    metrics,
+                } => query
+                    .bind(retry_in.as_secs_f64())
+                    .bind(wait.column())
+                    .bind(metrics.as_ref().map(crate::analysis::Metrics::to_json)),
+                Outcome::Failed(_) => query,
+            };
+            let done = query.execute(&self.write).await?;
             Ok(done.rows_affected() == 1)
-        })
-        .await
-    }
-
-    /// The analysis of `analysed_text` failed for now, for `why`: try again after
-    /// `retry_in`. `false` when the log changed meanwhile (see [`Store::mark_analyzed`]).
-    pub async fn mark_retry(
-        &self,
-        id: LogId,
-        analysed_text: &str,
-        retry_in: Duration,
-        why: Waiting,
-    ) -> Result<bool, StoreError> {
-        retry_busy("mark_retry", || async {
-            let done = sqlx::query(
-                "UPDATE day_logs SET attempts = attempts + 1,
-                     next_attempt_at = datetime('now', '+' || ?3 || ' seconds'), waiting_for = ?4
-                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
-            )
-            .bind(id)
-            .bind(analysed_text)
-            .bind(retry_in.as_secs_f64())
-            .bind(why.as_str())
-            .execute(&self.write)
-            .await?;
-            Ok(done.rows_affected() == 1)
-        })
-        .await
-    }
-
-    /// The metrics a round got for `text` although its analysis failed: kept with the
-    /// pending log, so the next round asks only for the analysis. Nothing when the
-    /// text changed meanwhile (an edit clears the metrics with the text).
-    pub async fn keep_metrics(
-        &self,
-        id: LogId,
-        text: &str,
-        metrics_json: &str,
-    ) -> Result<(), StoreError> {
-        retry_busy("keep_metrics", || async {
-            sqlx::query(
-                "UPDATE day_logs SET metrics = ?3
-                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
-            )
-            .bind(id)
-            .bind(text)
-            .bind(metrics_json)
-            .execute(&self.write)
-            .await?;
-            Ok(())
         })
         .await
     }
@@ -243,47 +210,6 @@ impl Store {
                 .execute(&self.write)
                 .await?;
             Ok(())
-        })
-        .await
-    }
-
-    /// A content-policy refusal of `analysed_text`: never retried. Metrics may still have
-    /// been extracted. `false` when the log changed meanwhile.
-    pub async fn mark_blocked(
-        &self,
-        id: LogId,
-        analysed_text: &str,
-        metrics_json: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        retry_busy("mark_blocked", || async {
-            let done = sqlx::query(
-                "UPDATE day_logs SET status = 'blocked', metrics = coalesce(?3, metrics),
-                     attempts = attempts + 1, next_attempt_at = NULL, replied_at = NULL
-                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
-            )
-            .bind(id)
-            .bind(analysed_text)
-            .bind(metrics_json)
-            .execute(&self.write)
-            .await?;
-            Ok(done.rows_affected() == 1)
-        })
-        .await
-    }
-
-    /// Given up on `text` after `worker.max_age_hours`. `false` when the log changed
-    /// meanwhile (an edit: it is pending again, with a fresh text).
-    pub async fn mark_failed(&self, id: LogId, text: &str) -> Result<bool, StoreError> {
-        retry_busy("mark_failed", || async {
-            let done = sqlx::query(
-                "UPDATE day_logs SET status = 'failed', next_attempt_at = NULL, replied_at = NULL
-                 WHERE id = ?1 AND text = ?2 AND status = 'pending'",
-            )
-            .bind(id)
-            .bind(text)
-            .execute(&self.write)
-            .await?;
-            Ok(done.rows_affected() == 1)
         })
         .await
     }

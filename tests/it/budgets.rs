@@ -126,7 +126,7 @@ async fn an_edit_forgets_the_refusals_of_the_old_text() {
     else {
         panic!("a new log");
     };
-    let gemini = ("gemini".to_owned(), "flash".to_owned());
+    let gemini = daylog::domain::ModelRef::new("gemini", "flash");
     store
         .record_refusals(log.id, "old text", &[gemini.clone(), gemini.clone()])
         .await

@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use daylog::chat::{self, Terminal};
 use daylog::config::Settings;
 use daylog::journal::Journal;
 use daylog::store::Store;
+use daylog::terminal::{self, Terminal};
 use daylog::texts::Texts;
 use support::telegram::text_update;
 use support::{ANALYSIS_TEXT, App, FakeTelegram, Providers, test_env};
@@ -81,7 +81,13 @@ impl Chat {
     async fn talk(&self, user: i64, files: std::path::PathBuf, input: &[u8]) -> String {
         let screen = Screen::default();
         let terminal = Arc::new(Terminal::new(Box::new(screen.clone()), files));
-        let result = chat::converse(Arc::clone(&self.journal), terminal, input, user).await;
+        let result = terminal::converse(
+            Arc::clone(&self.journal),
+            terminal,
+            input,
+            daylog::domain::UserId(user),
+        )
+        .await;
         let printed = screen.text();
         assert!(
             result.is_ok(),
@@ -346,11 +352,11 @@ async fn a_terminal_entry_and_a_telegram_message_with_the_same_number_are_both_k
     ));
 
     // Act: an entry typed in the terminal, then user 555's first Telegram message.
-    chat::converse(
+    terminal::converse(
         terminal_journal,
         terminal,
         &b"Typed in the terminal.\n"[..],
-        555,
+        daylog::domain::UserId(555),
     )
     .await
     .expect("session");

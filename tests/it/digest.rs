@@ -772,17 +772,17 @@ async fn the_terminal_prints_the_week_and_writes_its_chart() {
     let (journal, store) = (Arc::clone(app.journal()), app.store().clone());
     let screen = Screen::default();
     let files = dir.path().to_path_buf();
-    let terminal = Arc::new(daylog::chat::Terminal::new(
+    let terminal = Arc::new(daylog::terminal::Terminal::new(
         Box::new(screen.clone()),
         files.clone(),
     ));
 
     // Act
-    daylog::chat::converse(
+    daylog::terminal::converse(
         journal,
         terminal,
         &b"Ran 5 km.\n/week\n/digest on\n/digest off\n"[..],
-        7,
+        daylog::domain::UserId(7),
     )
     .await
     .expect("session");

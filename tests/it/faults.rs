@@ -763,9 +763,14 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
     // Act + Assert: the commands answer on this data.
     let journal = std::sync::Arc::clone(app.journal());
     for days in ["30", "365"] {
-        let responses = commands::respond(&journal, 77, Command::Stats(days.into()))
-            .await
-            .expect("/stats");
+        let responses = commands::respond(
+            journal.store(),
+            journal.users(),
+            daylog::domain::UserId(77),
+            Command::Stats(days.into()),
+        )
+        .await
+        .expect("/stats");
         assert!(
             responses
                 .iter()
@@ -801,9 +806,14 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
             .windows(2)
             .all(|w| w[0].created_at >= w[1].created_at)
     );
-    let responses = commands::respond(&journal, 77, Command::History("10".into()))
-        .await
-        .expect("/history");
+    let responses = commands::respond(
+        journal.store(),
+        journal.users(),
+        daylog::domain::UserId(77),
+        Command::History("10".into()),
+    )
+    .await
+    .expect("/history");
     assert!(matches!(responses.as_slice(), [Response::Text(_)]));
     store.close().await;
 }

@@ -24,7 +24,7 @@ impl Messenger for Recorder {
         self.0.lock().expect("lock").push((target, responses));
         Ok(())
     }
-    async fn typing(&self, _chat_id: i64) {}
+    async fn typing(&self, _chat_id: daylog::domain::ChatId) {}
 }
 
 struct Fixture {
@@ -74,9 +74,9 @@ fn roundtrip(fx: &Fixture, text: &str) -> (String, Vec<(Target, Vec<Response>)>)
             .on_text(
                 &recorder,
                 Incoming {
-                    user_id: 9,
-                    chat_id: 9,
-                    message_id,
+                    user_id: daylog::domain::UserId(9),
+                    chat_id: daylog::domain::ChatId(9),
+                    message_id: daylog::domain::MessageId(message_id),
                     username: Some("\u{202E}evil\0name".into()),
                     language_code: Some("\u{0}xx".into()),
                     text: text.to_owned(),
@@ -98,7 +98,7 @@ fn roundtrip(fx: &Fixture, text: &str) -> (String, Vec<(Target, Vec<Response>)>)
 fn assert_answered(text: &str, sent: &[(Target, Vec<Response>)]) {
     assert_eq!(sent.len(), 1, "one answer for {text:?}");
     let (target, responses) = &sent[0];
-    assert_eq!(target.chat_id, 9);
+    assert_eq!(target.chat_id, daylog::domain::ChatId(9));
     assert!(matches!(responses.as_slice(), [Response::Text(_)]));
 }
 

@@ -21,7 +21,7 @@ use daylog::language::Language;
 use daylog::store::{NewUser, UserId};
 use jiff::civil::Date;
 
-const ME: i64 = 7;
+const ME: UserId = UserId(7);
 const DAYS: i64 = 300;
 
 struct Db {
@@ -38,16 +38,21 @@ async fn fresh() -> Db {
     let app = daylog::app::App::build(settings).await.expect("app");
     app.store()
         .upsert_user(&NewUser {
-            user_id: UserId(ME),
+            user_id: ME,
             username: None,
             language: Language::En,
         })
         .await
         .expect("user");
     let journal = Arc::clone(app.journal());
-    commands::respond(&journal, ME, Command::Tz("Europe/Moscow".into()))
-        .await
-        .expect("tz");
+    commands::respond(
+        journal.store(),
+        journal.users(),
+        ME,
+        Command::Tz("Europe/Moscow".into()),
+    )
+    .await
+    .expect("tz");
     Db {
         _dir: dir,
         url,
@@ -156,7 +161,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     // A terminal entry after the import still gets a fresh id.
     db.journal
         .store()
-        .insert_chat_log(UserId(ME), "typed", None)
+        .insert_chat_log(ME, "typed", None)
         .await
         .expect("terminal entry after an import");
 
@@ -178,12 +183,12 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     assert_eq!(metrics.activities(), ["friends", "reading", "work"]);
 
     // Streaks, search and the daily metrics see the imported days.
-    let streaks = db.journal.streaks(ME).await.expect("streaks");
+    let streaks = db.journal.users().streaks(ME).await.expect("streaks");
     assert_eq!(i64::from(streaks.longest), DAYS);
     let hits = db
         .journal
         .store()
-        .search(UserId(ME), "morning20")
+        .search(ME, "morning20")
         .await
         .expect("search");
     assert_eq!(hits.len(), 1);
@@ -191,7 +196,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     let daily = db
         .journal
         .store()
-        .daily_metrics(UserId(ME), Date::new(2025, 1, 1).expect("date"))
+        .daily_metrics(ME, Date::new(2025, 1, 1).expect("date"))
         .await
         .expect("daily");
     // The terminal entry above is of today, outside the export's 2025.
@@ -244,9 +249,14 @@ async fn a_zone_change_between_two_imports_imports_nothing_twice() {
         .expect("imports");
     assert_eq!(first.imported, readable);
     for zone in ["America/New_York", "UTC+05:30"] {
-        commands::respond(&db.journal, ME, Command::Tz(zone.into()))
-            .await
-            .expect("tz");
+        commands::respond(
+            db.journal.store(),
+            db.journal.users(),
+            ME,
+            Command::Tz(zone.into()),
+        )
+        .await
+        .expect("tz");
         let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
             .await
             .expect("imports again");
@@ -270,9 +280,14 @@ async fn a_zone_change_between_two_imports_imports_nothing_twice() {
     );
     // /history shows them at the export's own 21:14, on the clock of the zone they were
     // read in again.
-    let history = commands::respond(&db.journal, ME, Command::History("50".into()))
-        .await
-        .expect("history");
+    let history = commands::respond(
+        db.journal.store(),
+        db.journal.users(),
+        ME,
+        Command::History("50".into()),
+    )
+    .await
+    .expect("history");
     let shown = format!("{history:?}");
     assert!(shown.contains("21:14"), "{shown}");
     assert!(!shown.contains("America/New_York"), "{shown}");
@@ -311,9 +326,14 @@ async fn rows_imported_before_the_import_key_are_recognised_and_keyed() {
         .await
         .expect("again in the same zone");
     assert_eq!((same_zone.imported, same_zone.already), (0, readable));
-    commands::respond(&db.journal, ME, Command::Tz("Asia/Tokyo".into()))
-        .await
-        .expect("tz");
+    commands::respond(
+        db.journal.store(),
+        db.journal.users(),
+        ME,
+        Command::Tz("Asia/Tokyo".into()),
+    )
+    .await
+    .expect("tz");
     let other_zone = import::import_bytes(&db.journal, ME, csv.as_bytes())
         .await
         .expect("again in another zone");
@@ -387,12 +407,7 @@ async fn every_activity_of_a_row_is_imported_past_the_tenth() {
         .await
         .expect("count");
     assert_eq!(stored, 14);
-    let logs = db
-        .journal
-        .store()
-        .history(UserId(ME), 1)
-        .await
-        .expect("logs");
+    let logs = db.journal.store().history(ME, 1).await.expect("logs");
     let metrics = logs[0].metrics.as_ref().expect("metrics");
     assert_eq!(metrics.activities().len(), 14);
     assert_eq!(metrics.activities()[13], "activity 14");

@@ -636,7 +636,7 @@ async fn stats_names_what_goes_with_good_days() {
         };
         assert!(
             app.store
-                .mark_analyzed(id, "a day", "ok", metrics)
+                .record(id, "a day", &support::analysed("ok", metrics))
                 .await
                 .expect("mark")
         );

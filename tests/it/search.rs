@@ -745,7 +745,7 @@ async fn journal(db: &TestDb) -> Arc<Journal> {
 
 /// The Telegram HTML of a command's one text answer.
 async fn answer_html(journal: &Journal, command: Command) -> String {
-    let responses = commands::respond(journal, ME, command)
+    let responses = commands::respond(journal.store(), journal.users(), UserId(ME), command)
         .await
         .expect("answer");
     match responses.as_slice() {
@@ -812,7 +812,11 @@ async fn analysed_on(db: &TestDb, user_id: i64, message_id: i64, day: &str, metr
     let id = entry(&db.store, user_id, message_id, "An entry.").await;
     assert!(
         db.store
-            .mark_analyzed(LogId(id.get()), "An entry.", "An analysis.", metrics)
+            .record(
+                LogId(id.get()),
+                "An entry.",
+                &support::analysed("An analysis.", metrics)
+            )
             .await
             .expect("analysed")
     );
@@ -858,9 +862,14 @@ async fn the_year_colours_each_day_by_its_moods_that_were_not_defaulted() {
     analysed_on(&db, OTHER, 1, "2025-03-13", &metrics(5, &[])).await;
     let journal = journal(&db).await;
 
-    let responses = commands::respond(&journal, ME, Command::Year("2025".into()))
-        .await
-        .expect("/year");
+    let responses = commands::respond(
+        journal.store(),
+        journal.users(),
+        UserId(ME),
+        Command::Year("2025".into()),
+    )
+    .await
+    .expect("/year");
 
     let [Response::Photo { png, file_name, .. }] = responses.as_slice() else {
         panic!("not one photo: {responses:?}");
@@ -890,9 +899,14 @@ async fn the_year_defaults_to_this_one_and_a_bad_year_gets_a_sentence() {
         .await
         .expect("year");
 
-    let responses = commands::respond(&journal, ME, Command::Year(String::new()))
-        .await
-        .expect("/year");
+    let responses = commands::respond(
+        journal.store(),
+        journal.users(),
+        UserId(ME),
+        Command::Year(String::new()),
+    )
+    .await
+    .expect("/year");
     let bad = answer_html(&journal, Command::Year("25".into())).await;
 
     assert!(

@@ -8,10 +8,13 @@
 
 use std::time::Duration;
 
+use daylog::domain::{ModelRef, Outcome as LogOutcome, Wait};
 use daylog::language::Language;
 use daylog::llm::{Attempt, AttemptSink, Outcome, Task};
 use daylog::store::{self, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store, Unfinished};
 use daylog::store::{ChatId, LogId, MessageId, UserId};
+
+use crate::support;
 
 struct TestDb {
     _dir: tempfile::TempDir,
@@ -79,7 +82,7 @@ async fn store_analysis(
 ) -> Result<bool, store::StoreError> {
     let text = store.log(LogId(id)).await?.expect("log").text;
     store
-        .mark_analyzed(LogId(id), &text, analysis, metrics)
+        .record(LogId(id), &text, &support::analysed(analysis, metrics))
         .await
 }
 
@@ -238,10 +241,18 @@ async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none() {
             .expect("store")
     );
     assert!(
-        store_analysis(&db.store, bad.get(), "odd", "[1]")
+        store_analysis(&db.store, bad.get(), "odd", "{}")
             .await
             .expect("store")
     );
+    // The store writes only metrics objects: a malformed one is a hand edit.
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query("UPDATE day_logs SET metrics = '[1]' WHERE id = ?1")
+        .bind(bad)
+        .execute(&writer)
+        .await
+        .expect("corrupt");
+    writer.close().await;
 
     let stored = db.store.log(good).await.expect("read").expect("row");
     let parsed = stored.metrics.expect("parsed metrics");
@@ -567,13 +578,13 @@ async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_sch
     let voice = log(&db.store, 1, 3, "voice").await.id();
     let limited = log(&db.store, 1, 4, "limited").await.id();
     for (id, text, why) in [
-        (failed, "failed", store::Waiting::Provider),
-        (budget, "budget", store::Waiting::Budget),
-        (voice, "voice", store::Waiting::Transcription),
+        (failed, "failed", Wait::Provider),
+        (budget, "budget", Wait::Budget),
+        (voice, "voice", Wait::Transcription { refused: false }),
     ] {
         assert!(
             db.store
-                .mark_retry(id, text, hour, why)
+                .record(id, text, &support::waiting(why, hour))
                 .await
                 .expect("retry")
         );
@@ -668,11 +679,10 @@ async fn unfinished_finds_due_pending_and_unreplied_logs() {
     let analysed = log(&db.store, 1, 3, "analysed, not replied").await.id();
     let done = log(&db.store, 1, 4, "done").await.id();
     db.store
-        .mark_retry(
+        .record(
             later,
             "later",
-            Duration::from_secs(3600),
-            store::Waiting::Provider,
+            &support::waiting(Wait::Provider, Duration::from_secs(3600)),
         )
         .await
         .expect("retry");
@@ -857,7 +867,11 @@ async fn results_of_an_old_text_are_not_stored_over_an_edit() {
 
     let stored = db
         .store
-        .mark_analyzed(id, "first text", "analysis of the old text", "{}")
+        .record(
+            id,
+            "first text",
+            &support::analysed("analysis of the old text", "{}"),
+        )
         .await
         .expect("query");
 
@@ -867,24 +881,23 @@ async fn results_of_an_old_text_are_not_stored_over_an_edit() {
     assert_eq!(row.analysis, None);
     assert!(
         !db.store
-            .mark_retry(
+            .record(
                 id,
                 "first text",
-                Duration::from_secs(1),
-                store::Waiting::Provider
+                &support::waiting(Wait::Provider, Duration::from_secs(1))
             )
             .await
             .expect("q")
     );
     assert!(
         !db.store
-            .mark_blocked(id, "first text", None)
+            .record(id, "first text", &LogOutcome::Blocked { metrics: None })
             .await
             .expect("q")
     );
     assert!(
         db.store
-            .mark_analyzed(id, "edited text", "ok", "{}")
+            .record(id, "edited text", &support::analysed("ok", "{}"))
             .await
             .expect("q")
     );
@@ -928,7 +941,7 @@ async fn an_answer_sent_for_an_old_text_does_not_mark_the_edited_log_answered() 
     // The worker stores the analysis of A and starts sending it…
     assert!(
         db.store
-            .mark_analyzed(id, "text A", "about A", "{}")
+            .record(id, "text A", &support::analysed("about A", "{}"))
             .await
             .expect("q")
     );
@@ -957,7 +970,7 @@ async fn an_edit_that_keeps_the_text_changes_nothing() {
     let id = log(&db.store, 1, 7, "same").await.id();
     assert!(
         db.store
-            .mark_analyzed(id, "same", "x", "{}")
+            .record(id, "same", &support::analysed("x", "{}"))
             .await
             .expect("q")
     );
@@ -1566,7 +1579,7 @@ async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
         .record_refusals(
             refused_pending,
             "refused once, still pending",
-            &[("gemini".to_owned(), "flash".to_owned())],
+            &[ModelRef::new("gemini", "flash")],
         )
         .await
         .expect("refusal");
@@ -1580,16 +1593,22 @@ async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
     );
     assert!(
         db.store
-            .mark_blocked(refused, "something the model refused", None)
+            .record(
+                refused,
+                "something the model refused",
+                &LogOutcome::Blocked { metrics: None },
+            )
             .await
             .expect("blocked")
     );
     assert!(
         db.store
-            .mark_blocked(
+            .record(
                 refused_with_summary,
                 "refused, but summarised",
-                Some(&metrics("a hard day"))
+                &LogOutcome::Blocked {
+                    metrics: Some(support::stored_metrics(&metrics("a hard day"))),
+                },
             )
             .await
             .expect("blocked")

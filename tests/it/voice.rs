@@ -12,8 +12,8 @@ use crate::support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use daylog::chat::{self, Terminal};
 use daylog::config::Settings;
+use daylog::terminal::{self, Terminal};
 use support::telegram::{audio_update, voice_update};
 use support::{ANALYSIS_TEXT, App, FakeTelegram, Providers, TRANSCRIPT, test_env, voice_fixture};
 
@@ -311,9 +311,14 @@ async fn daylog_chat_takes_a_voice_note_by_path_through_the_same_transcription()
         dir.path().display()
     );
 
-    chat::converse(journal, terminal, input.as_bytes(), 900)
-        .await
-        .expect("session");
+    terminal::converse(
+        journal,
+        terminal,
+        input.as_bytes(),
+        daylog::domain::UserId(900),
+    )
+    .await
+    .expect("session");
 
     let printed = String::from_utf8_lossy(&screen.0.lock().expect("screen")).into_owned();
     assert!(printed.contains(TRANSCRIPT), "{printed}");

@@ -677,3 +677,26 @@ pub async fn database_before(first_not_run: &str, rows: &[&str]) -> (tempfile::T
     pool.close().await;
     (dir, url)
 }
+
+/// What a store test records for an analysed log: `analysis`, with the metrics that
+/// `metrics_json` holds (as the store writes them).
+pub fn analysed(analysis: &str, metrics_json: &str) -> daylog::domain::Outcome {
+    daylog::domain::Outcome::Analysed {
+        analysis: analysis.to_owned(),
+        metrics: stored_metrics(metrics_json),
+    }
+}
+
+/// Metrics as the store reads them back from `json`.
+pub fn stored_metrics(json: &str) -> daylog::analysis::Metrics {
+    daylog::analysis::Metrics::from_stored_json(json).expect("metrics JSON")
+}
+
+/// A pending log's next try in `retry_in`, for `wait`.
+pub fn waiting(wait: daylog::domain::Wait, retry_in: Duration) -> daylog::domain::Outcome {
+    daylog::domain::Outcome::Waiting {
+        wait,
+        retry_in,
+        metrics: None,
+    }
+}

@@ -21,12 +21,13 @@ use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::commands::{self, Command};
+use crate::domain::{ChatId, MessageId, UserId};
 use crate::frontend::{FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target};
 use crate::journal::{IncomingVoice, Journal};
 use crate::language::Language;
 use crate::llm::Audio;
 use crate::render;
-use crate::store::{FrontEnd, NewUser, UserId};
+use crate::store::{FrontEnd, NewUser};
 use crate::texts::Texts;
 use crate::worker;
 
@@ -118,7 +119,7 @@ impl Messenger for Terminal {
             .map_err(|e| SendError::Transient(e.to_string()))
     }
 
-    async fn typing(&self, _chat_id: i64) {}
+    async fn typing(&self, _chat_id: ChatId) {}
 
     async fn fetch_audio(&self, file_id: &str) -> Result<Audio, FetchError> {
         let path = std::path::Path::new(file_id);
@@ -171,7 +172,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Runs the chat on stdin and stdout until stdin ends.
-pub async fn run(journal: Arc<Journal>, user: i64) -> anyhow::Result<()> {
+pub async fn run(journal: Arc<Journal>, user: UserId) -> anyhow::Result<()> {
     let terminal = Arc::new(Terminal::new(
         Box::new(std::io::stdout()),
         std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
@@ -190,7 +191,7 @@ pub async fn converse<R>(
     journal: Arc<Journal>,
     terminal: Arc<Terminal>,
     mut input: R,
-    user: i64,
+    user: UserId,
 ) -> anyhow::Result<()>
 where
     R: tokio::io::AsyncBufRead + Unpin,
@@ -199,9 +200,7 @@ where
     let worker = tokio::spawn(worker::run(
         Arc::clone(&journal),
         Arc::clone(&terminal),
-        FrontEnd::Terminal {
-            user_id: UserId(user),
-        },
+        FrontEnd::Terminal { user_id: user },
         stop.clone(),
     ));
     if std::io::stdin().is_terminal() {
@@ -237,7 +236,7 @@ where
 struct Session {
     journal: Arc<Journal>,
     terminal: Arc<Terminal>,
-    user: i64,
+    user: UserId,
     /// `/delete` asked for a confirmation; the next line answers it.
     confirming_delete: bool,
 }
@@ -270,7 +269,7 @@ impl Session {
         let texts = Texts(language);
         if matches!(decoded, Cow::Owned(_)) {
             tracing::warn!(
-                user_id = self.user,
+                user_id = self.user.get(),
                 "stdin line with invalid UTF-8 replaced"
             );
             self.terminal.print(texts.invalid_bytes_replaced())?;
@@ -282,15 +281,16 @@ impl Session {
         if std::mem::take(&mut self.confirming_delete) {
             match Confirmation::of(line) {
                 Confirmation::Yes => {
-                    let reply = match commands::delete_confirmed(&self.journal, self.user, language)
-                        .await
-                    {
-                        Ok(reply) => reply,
-                        Err(error) => {
-                            tracing::error!(%error, user_id = self.user, "delete failed");
-                            render::Reply::new().text(commands::failure_sentence(language))
-                        }
-                    };
+                    let reply =
+                        match commands::delete_confirmed(self.journal.store(), self.user, language)
+                            .await
+                        {
+                            Ok(reply) => reply,
+                            Err(error) => {
+                                tracing::error!(%error, user_id = self.user.get(), "delete failed");
+                                render::Reply::new().text(commands::failure_sentence(language))
+                            }
+                        };
                     return self.terminal.show(vec![Response::Text(reply)], language);
                 }
                 Confirmation::No => return self.terminal.print(texts.delete_cancelled()),
@@ -302,12 +302,19 @@ impl Session {
         }
         match self
             .journal
-            .on_terminal_text(self.terminal.as_ref(), self.user, line, read_at)
+            .accept_terminal_text(self.user, line, read_at)
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(accepted) => {
+                if let Some(accepted) = accepted {
+                    self.journal
+                        .answer_accepted(self.terminal.as_ref(), accepted)
+                        .await;
+                }
+                Ok(())
+            }
             Err(error) => {
-                tracing::error!(%error, user_id = self.user, "day log handling failed");
+                tracing::error!(%error, user_id = self.user.get(), "day log handling failed");
                 self.terminal.print(error.sentence(language))
             }
         }
@@ -336,8 +343,8 @@ impl Session {
         };
         let voice = IncomingVoice {
             user_id: self.user,
-            chat_id: self.user,
-            message_id: 0,
+            chat_id: ChatId::private(self.user),
+            message_id: MessageId(0),
             username: None,
             language_code: None,
             file_id: path.display().to_string(),
@@ -347,12 +354,19 @@ impl Session {
         };
         match self
             .journal
-            .on_terminal_voice(self.terminal.as_ref(), voice)
+            .accept_terminal_voice(self.terminal.as_ref(), voice)
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(accepted) => {
+                if let Some(accepted) = accepted {
+                    self.journal
+                        .answer_accepted(self.terminal.as_ref(), accepted)
+                        .await;
+                }
+                Ok(())
+            }
             Err(error) => {
-                tracing::error!(%error, user_id = self.user, "voice note handling failed");
+                tracing::error!(%error, user_id = self.user.get(), "voice note handling failed");
                 self.terminal.print(error.sentence(language))
             }
         }
@@ -364,7 +378,7 @@ impl Session {
         let too_large = match tokio::fs::metadata(path).await {
             Ok(meta) => meta.len() > crate::import::MAX_FILE_BYTES as u64,
             Err(error) => {
-                tracing::warn!(%error, user_id = self.user, "import file unreadable");
+                tracing::warn!(%error, user_id = self.user.get(), "import file unreadable");
                 return self.terminal.print(&texts.import_file_unreadable(path));
             }
         };
@@ -376,14 +390,14 @@ impl Session {
         let bytes = match tokio::fs::read(path).await {
             Ok(bytes) => bytes,
             Err(error) => {
-                tracing::warn!(%error, user_id = self.user, "import file unreadable");
+                tracing::warn!(%error, user_id = self.user.get(), "import file unreadable");
                 return self.terminal.print(&texts.import_file_unreadable(path));
             }
         };
         match crate::import::import_bytes(&self.journal, self.user, &bytes).await {
             Ok(report) => self.terminal.print(&report.sentence(language)),
             Err(error) => {
-                tracing::warn!(%error, user_id = self.user, "import refused");
+                tracing::warn!(%error, user_id = self.user.get(), "import refused");
                 self.terminal.print(&error.sentence(language))
             }
         }
@@ -393,12 +407,12 @@ impl Session {
         let texts = Texts(language);
         // A command may come before any entry: the user must exist for `/lang` to stick.
         let new_user = NewUser {
-            user_id: UserId(self.user),
+            user_id: self.user,
             username: None,
             language,
         };
         if let Err(error) = self.journal.ensure_user(&new_user).await {
-            tracing::error!(%error, user_id = self.user, "could not store the terminal user");
+            tracing::error!(%error, user_id = self.user.get(), "could not store the terminal user");
         }
         if let Some(rest) = line.strip_prefix("/voice")
             && (rest.is_empty() || rest.starts_with(char::is_whitespace))
@@ -420,25 +434,29 @@ impl Session {
                     &self.journal,
                     self.terminal.as_ref(),
                     self.user,
-                    self.user,
-                    None,
-                    FrontEnd::Terminal {
-                        user_id: UserId(self.user),
-                    },
+                    Target::chat(ChatId::private(self.user)),
+                    FrontEnd::Terminal { user_id: self.user },
                 )
                 .await;
                 let Err(error) = done else {
                     return Ok(());
                 };
-                tracing::error!(%error, user_id = self.user, "weekly digest failed");
+                tracing::error!(%error, user_id = self.user.get(), "weekly digest failed");
                 vec![Response::Text(
                     render::Reply::new().text(commands::failure_sentence(language)),
                 )]
             }
-            Ok(command) => match commands::respond(&self.journal, self.user, command).await {
+            Ok(command) => match commands::respond(
+                self.journal.store(),
+                self.journal.users(),
+                self.user,
+                command,
+            )
+            .await
+            {
                 Ok(responses) => responses,
                 Err(error) => {
-                    tracing::error!(%error, user_id = self.user, "command failed");
+                    tracing::error!(%error, user_id = self.user.get(), "command failed");
                     vec![Response::Text(
                         render::Reply::new().text(commands::failure_sentence(language)),
                     )]

@@ -1,0 +1,311 @@
+//! Answering: the one reply to an [`Outcome`] ([`Journal::reply`]), for the live path
+//! and the worker alike, and how it goes out (a final answer recorded as sent, a notice
+//! not). The live path (`analyse_and_answer`) tells the user when an analysis takes
+//! longer than `budgets.notify_after_ms`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::analysis::Metrics;
+use crate::domain::{Failure, Outcome, Wait};
+use crate::frontend::{Messenger, Response, SendError, Target};
+use crate::language::Language;
+use crate::llm::Task;
+use crate::render::Reply;
+use crate::store::{ChatId, DayLog, StoreError, UserId};
+use crate::streaks::Streaks;
+use crate::texts::Texts;
+use crate::time::UserZone;
+
+use super::*;
+
+/// How the answer to an analysed log is titled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// The first answer to a new entry ("Saved.").
+    Saved,
+    /// The answer to an edited entry ("Updated."), not a second entry.
+    Edited,
+    /// The worker's answer, or one the user was told would follow.
+    Late,
+}
+
+/// The notes under an analysis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Notes {
+    /// The entry was longer than was analysed.
+    pub truncated: bool,
+    /// The current streak, noted from two days on.
+    pub streak: u32,
+}
+
+/// The answer to an analysed log: the one place that lays it out.
+pub fn analysis_reply(
+    language: Language,
+    analysis: &str,
+    metrics: &Metrics,
+    style: Style,
+    notes: Notes,
+) -> Reply {
+    let texts = Texts(language);
+    let title = match style {
+        Style::Saved => texts.analysis_title(),
+        Style::Edited => texts.edited_title(),
+        Style::Late => texts.late_analysis_title(),
+    };
+    let mut reply = Reply::new().bold(title).paragraph().text(analysis);
+    let line = metrics.compact_line(language);
+    if !line.is_empty() {
+        reply = reply.paragraph().italic(line);
+    }
+    if notes.truncated {
+        reply = reply.paragraph().italic(texts.truncated_note());
+    }
+    if notes.streak >= 2 {
+        reply = reply.paragraph().italic(texts.streak_note(notes.streak));
+    }
+    reply
+}
+
+/// Runs `work` while showing "typing…": Telegram shows it for 5 s, so it is renewed
+/// every 4 s until the work is done.
+pub(super) async fn with_typing<M: Messenger, T>(
+    messenger: &M,
+    chat_id: ChatId,
+    work: impl Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    let mut renew = tokio::time::interval(Duration::from_secs(4));
+    loop {
+        tokio::select! {
+            result = &mut work => return result,
+            _ = renew.tick() => messenger.typing(chat_id).await,
+        }
+    }
+}
+
+impl Journal {
+    /// Analyses a pending log and answers it: the answer, or (live) a notice of why it
+    /// waits. Live, an analysis that takes longer than `budgets.notify_after_ms` is said
+    /// to the user, and the answer still follows (here, or from the worker).
+    pub(super) async fn analyse_and_answer<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: DayLog,
+        author: &Author,
+        known: Known,
+        timing: Timing,
+        _claim: &Claim,
+    ) -> Result<(), StoreError> {
+        let texts = Texts(author.language);
+        // The worker's tries are not held to it: one past `worker.max_age_hours` is the
+        // last before the entry is given up, and a backlog after an outage is no abuse.
+        if timing == Timing::Live && self.over_hourly_limit(&log).await? {
+            let limit = self.settings.telegram.analyses_per_hour();
+            let wait = self.store.defer_to_free_slot(&log, limit).await?;
+            self.notify(
+                messenger,
+                &log,
+                Reply::new().text(texts.saved_rate_limited(wait)),
+            )
+            .await;
+            return Ok(());
+        }
+        // In a block, so that the analysis (which borrows the log) is gone before the
+        // answer takes the log over.
+        let (outcome, timing) = {
+            let analysing = with_typing(messenger, log.chat_id, self.analyse(&log, author, known));
+            tokio::pin!(analysing);
+            // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the
+            // user, and the answer still follows.
+            tokio::select! {
+                outcome = &mut analysing => (outcome?, timing),
+                () = tokio::time::sleep(self.settings.budgets.notify_after()), if timing == Timing::Live => {
+                    let reply = match self.llm.budget_wait(Task::Analysis) {
+                        Some(back_in) => texts.saved_budget(back_in),
+                        None => texts.saved_slow().to_owned(),
+                    };
+                    tracing::info!(log_id = log.id.get(), "the analysis takes longer than notify_after_ms; user told it follows");
+                    self.notify(messenger, &log, Reply::new().text(reply)).await;
+                    (analysing.await?, Timing::Late)
+                }
+            }
+        };
+        // `None`: edited meanwhile, nothing stored; the new text is answered next. An
+        // edit after the outcome was stored is caught by `mark_replied`.
+        if let Some(outcome) = outcome {
+            self.answer_outcome(messenger, &log, &outcome, author, timing)
+                .await;
+        }
+        Ok(())
+    }
+
+    /// The one reply to an outcome, for the live path and the worker alike: the
+    /// answer to a final outcome (the analysis with its metrics line and notes, the
+    /// content filter's refusal, a give-up), or — live only — the notice of why the
+    /// log waits; `None` when there is nothing to say.
+    pub(super) async fn reply(
+        &self,
+        log: &DayLog,
+        outcome: &Outcome,
+        author: &Author,
+        timing: Timing,
+    ) -> Option<Reply> {
+        let texts = Texts(author.language);
+        let sentence = match outcome {
+            Outcome::Analysed { analysis, metrics } => {
+                let style = match timing {
+                    Timing::Late => Style::Late,
+                    Timing::Live if log.edited_at.is_some() => Style::Edited,
+                    Timing::Live => Style::Saved,
+                };
+                let notes = Notes {
+                    truncated: self.was_truncated(log),
+                    streak: self.streak_for_note(log.user_id, &author.zone).await,
+                };
+                return Some(analysis_reply(
+                    author.language,
+                    analysis,
+                    metrics,
+                    style,
+                    notes,
+                ));
+            }
+            Outcome::Blocked { .. } => texts.blocked().to_owned(),
+            // A voice note given up on before it had a transcript has no text to show.
+            Outcome::Failed(Failure::GaveUp) if log.text.trim().is_empty() => {
+                texts.voice_failed().to_owned()
+            }
+            Outcome::Failed(Failure::GaveUp) => texts.failed().to_owned(),
+            Outcome::Failed(Failure::RecordingGone) => texts.voice_unavailable().to_owned(),
+            Outcome::Failed(Failure::NoWords) => texts.voice_no_words().to_owned(),
+            Outcome::Waiting { .. } if timing == Timing::Late => return None,
+            Outcome::Waiting { wait, retry_in, .. } => match wait {
+                Wait::Provider => texts.saved_pending().to_owned(),
+                Wait::NoProvider => texts.saved_no_provider(&self.first_key_env()),
+                Wait::KeysRefused => texts.saved_key_refused().to_owned(),
+                // Short enough that the user is not told "later" (it came back within
+                // notify_after_ms); the worker answers as soon as it is back.
+                Wait::Budget if *retry_in <= self.settings.budgets.notify_after() => {
+                    return None;
+                }
+                Wait::Budget => texts.saved_budget(*retry_in),
+                Wait::Transcription { refused: true } => texts.saved_voice_refused().to_owned(),
+                Wait::Transcription { refused: false } => texts.saved_voice_pending().to_owned(),
+                Wait::NoTranscriber => texts.saved_voice_no_provider(&self.transcription_key_env()),
+            },
+        };
+        Some(Reply::new().text(sentence))
+    }
+
+    /// Sends [`Journal::reply`] to an outcome: a final one as the log's answer
+    /// (recorded as sent), a wait as a notice.
+    pub(super) async fn answer_outcome<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        outcome: &Outcome,
+        author: &Author,
+        timing: Timing,
+    ) {
+        let Some(reply) = self.reply(log, outcome, author, timing).await else {
+            return;
+        };
+        if outcome.is_final() {
+            self.answer(messenger, log, reply).await;
+        } else {
+            self.notify(messenger, log, reply).await;
+        }
+    }
+
+    /// Sends responses about a log; `true` when they went out or never can (so the
+    /// log counts as answered), `false` when it is worth trying again later.
+    async fn deliver<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        responses: Vec<Response>,
+    ) -> bool {
+        let target = Target::reply(log.chat_id, log.message_id);
+        match messenger.send(target, responses).await {
+            Ok(()) => true,
+            Err(SendError::Gone(reason) | SendError::Refused(reason)) => {
+                tracing::warn!(log_id = log.id.get(), chat_id = log.chat_id.get(), %reason, "answer undeliverable; not retried");
+                true
+            }
+            Err(SendError::Transient(reason)) => {
+                let retry_in = self.settings.worker.retry_min();
+                tracing::warn!(log_id = log.id.get(), chat_id = log.chat_id.get(), %reason, retry_in_ms = retry_in.as_millis() as u64, "answer not delivered; the worker retries");
+                if let Err(error) = self.store.delay_reply(log.id, retry_in).await {
+                    tracing::error!(log_id = log.id.get(), %error, "could not schedule the reply retry");
+                }
+                false
+            }
+        }
+    }
+
+    /// Sends the final answer about a log and records that it went out. A failure to
+    /// record is logged, not reported to the user, who already has the answer (the
+    /// worker may send it once more: the window SPEC §9 allows).
+    async fn answer<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) {
+        if !self
+            .deliver(messenger, log, vec![Response::Text(reply)])
+            .await
+        {
+            return;
+        }
+        match self.store.mark_replied(log.id).await {
+            Ok(()) => {
+                self.unrecorded().replies.remove(&log.id);
+            }
+            Err(error) => {
+                tracing::error!(log_id = log.id.get(), %error, "answer sent but not recorded; recording is retried, the answer is not sent again");
+                self.unrecorded().replies.insert(log.id);
+            }
+        }
+    }
+
+    /// Sends a notice about a log that is not its final answer ("saved, will follow").
+    async fn notify<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) {
+        self.deliver(messenger, log, vec![Response::Text(reply)])
+            .await;
+    }
+
+    /// The key variable of the analysis cascade's first provider: the one to set first.
+    fn first_key_env(&self) -> String {
+        self.first_key_env_of(self.settings.analysis.steps(), "MISTRAL_API_KEY")
+    }
+
+    pub(super) fn first_key_env_of(
+        &self,
+        steps: &[crate::config::StepSettings],
+        fallback: &str,
+    ) -> String {
+        let settings = &self.settings;
+        steps
+            .iter()
+            .find_map(|step| {
+                let provider = settings.providers.get(step.provider())?;
+                Some(provider.key_env(step.provider()))
+            })
+            .unwrap_or_else(|| fallback.to_owned())
+    }
+
+    /// The current streak for an analysis reply's note, in the author's zone; 0 when it
+    /// cannot be read.
+    async fn streak_for_note(&self, user_id: UserId, zone: &UserZone) -> u32 {
+        let today = self.local_day(zone, self.now());
+        let streaks = self
+            .store
+            .entry_days(user_id)
+            .await
+            .map(|days| Streaks::from_days(&days, today));
+        match streaks {
+            Ok(streaks) => streaks.current,
+            Err(error) => {
+                tracing::warn!(%error, user_id = user_id.get(), "could not read the streak");
+                0
+            }
+        }
+    }
+}
