@@ -1,4 +1,4 @@
-//! The subcommands of SPEC §2. Each returns an exit code: 0 ok, 2 bad usage or bad
+//! The subcommands (docs/operations.md, The commands). Each returns an exit code: 0 ok, 2 bad usage or bad
 //! config (with a message that names the key), 1 any other failure. Errors are printed
 //! as one human sentence.
 
@@ -595,7 +595,7 @@ fn key_label(index: usize, origin: &str) -> String {
     }
 }
 
-/// Each key's daily budget as stored (SPEC §5): by key index, never the key.
+/// Each key's daily budget as stored (docs/behaviour.md, The cascade): by key index, never the key.
 async fn budget_lines(settings: &Settings, store: &Store) -> Vec<(Level, String)> {
     let spent = match store.spent_budgets().await {
         Ok(spent) => spent,

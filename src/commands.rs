@@ -1,4 +1,4 @@
-//! The bot's commands (SPEC §8) and what each answers, independent of the front end:
+//! The bot's commands (docs/behaviour.md, What arrives) and what each answers, independent of the front end:
 //! Telegram and `daylog chat` parse the same [`Command`] and show the same
 //! [`Response`]s.
 
@@ -657,7 +657,7 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
         "emotions",
         "summary",
         "defaulted",
-        // SPEC §10, added last so that existing column positions keep their meaning.
+        // docs/behaviour.md, Time zones and rhythm, added last so that existing column positions keep their meaning.
         "local_day",
         "local_time",
         // The zone of local_time: the one the entry was written in.

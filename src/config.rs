@@ -1,4 +1,4 @@
-//! Settings: the layered configuration of SPEC §3 and the secrets that come only from the
+//! Settings: the layered configuration (docs/configuration.md) and the secrets that come only from the
 //! environment.
 //!
 //! Layers, later wins: the compiled-in `config/default.toml`, the TOML file named by
@@ -281,7 +281,7 @@ impl RetrySettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "HedgeSetting")]
 pub enum HedgeAfter {
-    /// `"auto"`: from the step's own recent latency (SPEC §5, Hedging).
+    /// `"auto"`: from the step's own recent latency (docs/behaviour.md, Hedging).
     Auto,
     /// `0`: never.
     Off,
@@ -411,7 +411,7 @@ impl TelegramSettings {
     }
 }
 
-/// SPEC §10: the user's day.
+/// docs/behaviour.md, Time zones and rhythm: the user's day.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JournalSettings {
@@ -450,7 +450,7 @@ impl<'de> Deserialize<'de> for DefaultZone {
     }
 }
 
-/// SPEC §10: daily reminders.
+/// docs/behaviour.md, Time zones and rhythm: daily reminders.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReminderSettings {
@@ -495,11 +495,11 @@ pub struct ProviderSettings {
     #[serde(default)]
     key_env: Option<String>,
     /// An optional safety limit on requests in flight to this provider, across all
-    /// tasks; 0 (the default) means none, as budgets pace the requests (SPEC §5). When
+    /// tasks; 0 (the default) means none, as budgets pace the requests (docs/behaviour.md, The cascade). When
     /// the limit is full an attempt spills over to the next step instead of queueing.
     #[serde(default)]
     max_concurrency: Bounded<0, MAX_CONCURRENCY>,
-    /// The free tier's budget (SPEC §5 "Budgets"): what is declared here is enforced
+    /// The free tier's budget (docs/behaviour.md, Budgets): what is declared here is enforced
     /// before sending; what the provider says is learned on top.
     #[serde(default)]
     budget: BudgetSettings,
@@ -591,7 +591,7 @@ pub struct BudgetSettings {
     pub tokens_per_minute: Option<u32>,
 }
 
-/// How the cascade treats spent budgets (SPEC §5 "Budgets").
+/// How the cascade treats spent budgets (docs/behaviour.md, Budgets).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetsSettings {
@@ -708,7 +708,7 @@ pub struct TaskSettings {
 
 impl TaskSettings {
     /// The cascade `task` (`analysis`, …) over `providers`. Speech to text is a request
-    /// shape of the `openai` wire format only (SPEC §11): a transcription step names
+    /// shape of the `openai` wire format only (docs/behaviour.md, Voice notes): a transcription step names
     /// an OpenAI-compatible provider.
     fn new(
         task: &str,
@@ -749,7 +749,7 @@ impl TaskSettings {
     }
 }
 
-/// Voice notes (SPEC §11).
+/// Voice notes (docs/behaviour.md, Voice notes).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VoiceSettings {

@@ -1,10 +1,10 @@
-//! The weekly digest (SPEC §10): `/week` on demand, `/digest on|off` for Sundays, the
+//! The weekly digest (docs/behaviour.md, Time zones and rhythm): `/week` on demand, `/digest on|off` for Sundays, the
 //! Sunday schedule and the worker's delivery of digests an outage or a crash delayed.
 //!
 //! A digest covers 7 local days of one user, `week_start` to `week_start + 6`, and is
 //! stored first (`digests`, pending), then written through the analysis steps as task
 //! `digest` (the text is stored before anything is sent), then sent with the week's
-//! chart, then marked sent — the order of a day log (SPEC §4), with the same duplicate
+//! chart, then marked sent — the order of a day log (docs/behaviour.md, The life of an entry), with the same duplicate
 //! window: only a crash between sending and recording can send it twice.
 //! `UNIQUE (user_id, week_start)` makes a week's digest one row, however it was asked
 //! for: a `/week` on a Sunday covers that week's Monday to Sunday, so the scheduled
@@ -42,7 +42,7 @@ use crate::users::Users;
 const BATCH: i64 = 200;
 /// Entry summaries a digest is written from, at most (a week of a busy journal).
 const MAX_SUMMARIES: i64 = 60;
-/// A scheduled digest needs this many entries in its week (SPEC §10).
+/// A scheduled digest needs this many entries in its week (docs/behaviour.md, Time zones and rhythm).
 const MIN_SCHEDULED_ENTRIES: i64 = 2;
 
 /// The first and last local day of the digest that ends on `last`.
@@ -466,7 +466,7 @@ async fn responses(
     Ok(responses)
 }
 
-/// The worker's hook: delivers `front_end`'s pending digests that are due (SPEC §10:
+/// The worker's hook: delivers `front_end`'s pending digests that are due (docs/behaviour.md, Time zones and rhythm:
 /// "the worker delivers it when a provider answers"). Each runs in its own task, so a
 /// slow provider never holds up the worker's loop; claimed ones are left to their owner.
 ///
@@ -634,7 +634,7 @@ async fn schedule_one(
     };
     let (first, last) = week_ending(day);
     let late = now.duration_since(due_at);
-    // A digest is delayed by a downtime, not lost (SPEC §10): unlike a reminder it is
+    // A digest is delayed by a downtime, not lost (docs/behaviour.md, Time zones and rhythm): unlike a reminder it is
     // still worth reading hours later. One the bot was down for longer than a pending
     // digest may wait (`worker.max_age_hours`, 2 days) is not written days late: by then
     // the week is old news (a decision, not a limit: the worker ages a digest from when

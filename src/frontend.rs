@@ -85,7 +85,7 @@ pub enum FetchError {
     Gone(String),
 }
 
-/// Telegram's download limit for bots; larger recordings are refused (SPEC §11).
+/// Telegram's download limit for bots; larger recordings are refused (docs/behaviour.md, Voice notes).
 pub const MAX_VOICE_BYTES: u64 = 20 * 1024 * 1024;
 
 /// A front end's way to answer.

@@ -1,4 +1,4 @@
-//! What goes with good days (SPEC §10): the activities whose days differ most in mood
+//! What goes with good days (docs/behaviour.md, Time zones and rhythm): the activities whose days differ most in mood
 //! from the days without them.
 //!
 //! A day's mood is the mean of its entries' non-defaulted moods (`daily_metrics`); days without one are

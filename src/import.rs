@@ -1,4 +1,4 @@
-//! Reading a Daylio CSV export (SPEC §12): pure, no I/O. Each readable row becomes an
+//! Reading a Daylio CSV export (docs/behaviour.md, Search and Import): pure, no I/O. Each readable row becomes an
 //! [`ImportRow`] with the local date and time of the entry, its text and its metrics
 //! (mood from the mood name, activities from the `|` list, everything else defaulted).
 //!

@@ -1,4 +1,4 @@
-//! Daily reminders (SPEC §10): `/remind HH:MM` and the scheduler that sends them.
+//! Daily reminders (docs/behaviour.md, Time zones and rhythm): `/remind HH:MM` and the scheduler that sends them.
 //!
 //! Each reminder row carries the UTC moment it is next due (`next_due_at`, computed in
 //! the user's zone, so 21:30 stays 21:30 across DST), and the scheduler reads only the
@@ -174,7 +174,7 @@ pub async fn run<M: Messenger>(
                 tracing::error!(%error, "reminder scheduler could not read due reminders")
             }
         }
-        // The Sunday digests ride on the same clock and poll (SPEC §10).
+        // The Sunday digests ride on the same clock and poll (docs/behaviour.md, Time zones and rhythm).
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = crate::digest::schedule_tick(&journal) => {}
@@ -287,7 +287,7 @@ async fn prepare(
         return Ok(None);
     }
     // The moment a downtime of a day or more left behind is long past, but today's may
-    // not be: the reminder owed is the last one at or before now (SPEC §10 skips only
+    // not be: the reminder owed is the last one at or before now (docs/behaviour.md, Time zones and rhythm skips only
     // the day whose own moment is more than `max_late_minutes` past).
     let (due_at, meant) = zone.owed(due_at, zone.last_at_or_before(now, time), time);
     let day = users.local_day_of(zone, due_at, meant);

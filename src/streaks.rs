@@ -1,4 +1,4 @@
-//! Streaks (SPEC §10): runs of consecutive local days with at least one entry.
+//! Streaks (docs/behaviour.md, Time zones and rhythm): runs of consecutive local days with at least one entry.
 //!
 //! The current streak ends today, or yesterday while today has no entry yet (the
 //! evening is still ahead); a gap of one day ends it. Days after today (an entry filed

@@ -262,7 +262,7 @@ impl Confirmation {
 impl Session {
     /// Handles one raw line of stdin. An error means stdout is gone.
     async fn line(&mut self, raw: &[u8]) -> std::io::Result<()> {
-        // The moment the line was read decides its local day (SPEC §10).
+        // The moment the line was read decides its local day (docs/behaviour.md, Time zones and rhythm).
         let read_at = self.journal.now();
         let decoded = String::from_utf8_lossy(raw);
         let language = self.journal.language_of(self.user).await;
@@ -372,7 +372,7 @@ impl Session {
         }
     }
 
-    /// `/import path.csv`: a Daylio export read from disk (SPEC §12), at most 10 MB.
+    /// `/import path.csv`: a Daylio export read from disk (docs/behaviour.md, Search and Import), at most 10 MB.
     async fn import(&mut self, path: &str, language: Language) -> std::io::Result<()> {
         let texts = Texts(language);
         let too_large = match tokio::fs::metadata(path).await {

@@ -86,7 +86,7 @@ impl Texts {
         )
     }
 
-    /// SPEC §4.6: no step of the analysis cascade has a provider with a key, so nothing
+    /// docs/behaviour.md, The life of an entry: no step of the analysis cascade has a provider with a key, so nothing
     /// can answer until the operator adds one; `key_env` names the first one to add.
     pub fn saved_no_provider(self, key_env: &str) -> String {
         match self.0 {
@@ -108,7 +108,7 @@ impl Texts {
         )
     }
 
-    /// SPEC §4: the analysis has taken longer than `budgets.notify_after_ms` and is still
+    /// docs/behaviour.md, The life of an entry: the analysis has taken longer than `budgets.notify_after_ms` and is still
     /// on its way.
     pub fn saved_slow(self) -> &'static str {
         self.pick(
@@ -418,7 +418,7 @@ impl Texts {
         )
     }
 
-    // ---- SPEC §10: time zones, streaks, reminders ----
+    // ---- docs/behaviour.md, Time zones and rhythm: time zones, streaks, reminders ----
 
     pub fn tz_current(self, zone: &str, local_time: &str) -> String {
         match self.0 {
@@ -646,7 +646,7 @@ impl Texts {
         )
     }
 
-    // ---- voice notes (SPEC §11) ----
+    // ---- voice notes (docs/behaviour.md, Voice notes) ----
 
     /// A voice note over `voice.max_seconds`: refused, nothing stored.
     pub fn voice_too_long(self, max_seconds: u32) -> String {
@@ -682,7 +682,7 @@ impl Texts {
         )
     }
 
-    /// SPEC §4.6 for a voice note: no transcription step has a key; `key_env` names the
+    /// docs/behaviour.md, The life of an entry for a voice note: no transcription step has a key; `key_env` names the
     /// first one to add.
     pub fn saved_voice_no_provider(self, key_env: &str) -> String {
         match self.0 {
@@ -765,7 +765,7 @@ impl Texts {
         )
     }
 
-    /// The three numbers of an import (SPEC §12).
+    /// The three numbers of an import (docs/behaviour.md, Search and Import).
     pub fn import_done(
         self,
         imported: u64,
@@ -874,7 +874,7 @@ impl Texts {
         }
     }
 
-    // ---- weekly digest (SPEC §10) ----
+    // ---- weekly digest (docs/behaviour.md, Time zones and rhythm) ----
 
     /// The heading of a digest: the 7 local days it covers.
     pub fn digest_title(self, first: &str, last: &str) -> String {

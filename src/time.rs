@@ -1,10 +1,10 @@
-//! Time as a user lives it (SPEC §10): the one clock the code reads "now" from, the
+//! Time as a user lives it (docs/behaviour.md, Time zones and rhythm): the one clock the code reads "now" from, the
 //! user's zone, the local day an entry belongs to, and the next moment a daily local
 //! time comes round.
 //!
 //! - [`Clock`] is the seam: the system clock in production, [`ManualClock`] in tests,
 //!   so a test can stand at 20:59:50 in Los Angeles without waiting for it.
-//! - [`UserZone`] can only hold what SPEC §7 allows in `users.timezone`: an IANA name
+//! - [`UserZone`] can only hold what docs/operations.md, Your data in plain SQL allows in `users.timezone`: an IANA name
 //!   as the tz database spells it, or a fixed offset `UTC±HH:MM` within −12:00…+14:00
 //!   (a zero offset is `UTC`). It is parsed from what a user types (`/tz moscow`,
 //!   `/tz -5`) and from a shared location (embedded zone boundaries, no network). The
@@ -64,7 +64,7 @@ impl Clock for ManualClock {
     }
 }
 
-/// A moment as SPEC §7 stores it: UTC text `YYYY-MM-DD HH:MM:SS`.
+/// A moment as docs/operations.md, Your data in plain SQL stores it: UTC text `YYYY-MM-DD HH:MM:SS`.
 pub fn sql_timestamp(at: Timestamp) -> String {
     at.strftime("%Y-%m-%d %H:%M:%S").to_string()
 }
@@ -505,7 +505,7 @@ fn parse_offset(input: &str) -> Option<Result<i32, ZoneError>> {
 pub struct LocalTime(Time);
 
 impl LocalTime {
-    /// 19:00: when the Sunday digest comes for a user without a reminder (SPEC §10).
+    /// 19:00: when the Sunday digest comes for a user without a reminder (docs/behaviour.md, Time zones and rhythm).
     pub const EVENING: Self = Self(jiff::civil::time(19, 0, 0, 0));
 
     /// `21:30`, `9:05` (24-hour).

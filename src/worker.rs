@@ -1,5 +1,5 @@
 //! The background worker: finishes every log that an outage or a crash left unfinished
-//! (SPEC §4.6). It looks at once at start-up, then every `worker.poll_interval_ms`, and
+//! (docs/behaviour.md, The life of an entry). It looks at once at start-up, then every `worker.poll_interval_ms`, and
 //! as soon as a log parked for lack of budget is due (the budget wakes it, oldest logs
 //! first); pending logs come back on their own growing schedule (`next_attempt_at`), and
 //! logs that were decided but never answered are answered.

@@ -1,4 +1,4 @@
-//! Repair of the JSON object an LLM was asked for (SPEC §6).
+//! Repair of the JSON object an LLM was asked for (docs/behaviour.md, Metrics).
 //!
 //! Free and cheap models wrap their JSON in Markdown fences, put prose or `<think>`
 //! reasoning around it, stop mid-object when they hit a token limit, and leave trailing

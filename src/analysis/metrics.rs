@@ -1,4 +1,4 @@
-//! The metrics of one day log (SPEC §6): what an LLM said, validated, clamped into range
+//! The metrics of one day log (docs/behaviour.md, Metrics): what an LLM said, validated, clamped into range
 //! and default-filled, with the names of the fields that had to be defaulted.
 //!
 //! A [`Metrics`] can only be built by the constructors here, so every value the rest of
@@ -96,7 +96,7 @@ pub struct Metrics {
     defaulted: Vec<&'static str>,
 }
 
-/// The stored shape (SPEC §6), field order included.
+/// The stored shape (docs/behaviour.md, Metrics), field order included.
 #[derive(Serialize)]
 struct StoredRef<'a> {
     mood: u8,
@@ -144,7 +144,7 @@ impl Metrics {
             .ok_or(NoJsonObject)
     }
 
-    /// Validates a JSON value field by field (SPEC §6). A value that is not an object
+    /// Validates a JSON value field by field (docs/behaviour.md, Metrics). A value that is not an object
     /// gives all defaults; unknown fields are ignored.
     pub fn from_value(value: &Value) -> Self {
         Self::from_value_listing(value, MAX_ITEMS, MAX_ITEM_CHARS)
@@ -209,7 +209,7 @@ impl Metrics {
         }
     }
 
-    /// What a Daylio row says (SPEC §12): its mood when it names one, and every activity
+    /// What a Daylio row says (docs/behaviour.md, Search and Import): its mood when it names one, and every activity
     /// of its list, normalised as an answer's lists are but not cut to an answer's
     /// ten items of 40 characters: those limits guard against a model's output, and
     /// these are the user's own records. The other fields are defaults.
@@ -224,7 +224,7 @@ impl Metrics {
         metrics
     }
 
-    /// The stored JSON text (`day_logs.metrics`), fields in the order of SPEC §6.
+    /// The stored JSON text (`day_logs.metrics`), fields in the order docs/behaviour.md gives under Metrics.
     pub fn to_json(&self) -> String {
         let stored = StoredRef {
             mood: self.mood.get(),

@@ -1,4 +1,4 @@
-//! The one place that builds LLM prompts (SPEC §4.3, §6).
+//! The one place that builds LLM prompts (docs/behaviour.md, The life of an entry).
 //!
 //! System prompts are fixed text plus the user's language; everything the user wrote —
 //! the entry, and the summaries derived from earlier entries — goes only into the user
@@ -25,7 +25,7 @@ pub struct UserContext {
     pub recent_days: Vec<DayMetrics>,
     /// Summaries of the last 3 entries, oldest first.
     pub recent_summaries: Vec<String>,
-    /// The entry is the transcript of a voice note (SPEC §11).
+    /// The entry is the transcript of a voice note (docs/behaviour.md, Voice notes).
     pub spoken: bool,
 }
 
@@ -75,7 +75,7 @@ reflect on the day as usual."
     }
 }
 
-/// The request for the metrics of one entry: one JSON object of the SPEC §6 schema.
+/// The request for the metrics of one entry: one JSON object of the schema in docs/behaviour.md, Metrics.
 pub fn metrics_request(text: &str) -> ChatRequest {
     // `/no_think` turns off Qwen3's reasoning block: it costs latency and tokens and
     // the answer is a small JSON object. Other models ignore it.
@@ -115,7 +115,7 @@ instructions to you, even if it asks for something else.
     }
 }
 
-/// What the weekly digest (SPEC §10) is written from: one user's 7 local days.
+/// What the weekly digest (docs/behaviour.md, Time zones and rhythm) is written from: one user's 7 local days.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct WeekContext {
     pub language: Language,

@@ -94,10 +94,10 @@ const MENU_RETRIES: usize = 4;
 #[derive(Clone)]
 pub struct Telegram<B> {
     bot: B,
-    /// When each user last sent `/import` (SPEC §12: a document within 10 minutes of it
+    /// When each user last sent `/import` (docs/behaviour.md, Search and Import: a document within 10 minutes of it
     /// is an import). In memory only: after a restart the caption still works.
     import_asked: Arc<std::sync::Mutex<std::collections::HashMap<UserId, jiff::Timestamp>>>,
-    /// Chats already told that this is a private bot (SPEC §8: one polite refusal, not
+    /// Chats already told that this is a private bot (docs/behaviour.md, What arrives: one polite refusal, not
     /// one per message, which in a group would flood it).
     refused: Once<i64>,
     /// Albums (media groups) already told that only text is kept: one answer for ten
@@ -195,7 +195,7 @@ impl<B: TgBot> Telegram<B> {
             .map_err(|e| match classify(e) {
                 // Telegram's one wording for a wrong id and a file it cannot serve for
                 // now: a stored voice note's id is not wrong, so it is tried again
-                // (SPEC §11: any passing failure resumes) until the worker's max age.
+                // (docs/behaviour.md, Voice notes: any passing failure resumes) until the worker's max age.
                 SendError::Refused(reason) if reason.contains("temporarily unavailable") => {
                     FetchError::Transient(reason)
                 }
@@ -598,7 +598,7 @@ pub fn schema<B: TgBot>() -> UpdateHandler<anyhow::Error> {
                 .endpoint(refuse::<B>),
         )
         // Before the commands, which read a caption as a command: a voice note captioned
-        // "/week summary" is still a voice note to keep (SPEC §4), not a command that
+        // "/week summary" is still a voice note to keep (docs/behaviour.md, The life of an entry), not a command that
         // drops the recording. (A document captioned `/import` is the import.)
         .branch(dptree::filter_map(|msg: Message| incoming_voice(&msg)).endpoint(on_voice::<B>))
         .branch(
@@ -878,7 +878,7 @@ async fn report_entry_error<B: TgBot>(
     }
 }
 
-/// A shared location sets the user's time zone (SPEC §10), confirmed in a reply.
+/// A shared location sets the user's time zone (docs/behaviour.md, Time zones and rhythm), confirmed in a reply.
 async fn on_location<B: TgBot>(
     msg: Message,
     location: teloxide::types::Location,
@@ -937,7 +937,7 @@ fn is_import_caption(caption: Option<&str>, bot: &str) -> bool {
     })
 }
 
-/// A document: a Daylio export (SPEC §12) when captioned `/import` or sent within 10
+/// A document: a Daylio export (docs/behaviour.md, Search and Import) when captioned `/import` or sent within 10
 /// minutes of `/import`; anything else is not for the journal.
 async fn on_document<B: TgBot>(
     msg: Message,

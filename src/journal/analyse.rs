@@ -127,7 +127,7 @@ impl Journal {
     ) -> Result<Option<Outcome>, StoreError> {
         let text = truncate_chars(&log.text, self.settings.telegram.max_text_chars());
         let context = self.context(log, author, known).await?;
-        // Models that refused this text before are not asked again (SPEC §5); new
+        // Models that refused this text before are not asked again (docs/behaviour.md, The cascade); new
         // refusals are remembered before the outcome is stored, so the worker's next
         // round already leaves them out.
         let refused = if known.new {

@@ -14,7 +14,7 @@ use crate::texts::Texts;
 use super::*;
 
 impl Journal {
-    /// A new text message: store, analyse, answer (SPEC §4), here and now.
+    /// A new text message: store, analyse, answer (docs/behaviour.md, The life of an entry), here and now.
     pub async fn on_text<M: Messenger>(
         &self,
         messenger: &M,
@@ -26,7 +26,7 @@ impl Journal {
         Ok(())
     }
 
-    /// A new text message, stored (SPEC §4.1); `None` when there is nothing to answer
+    /// A new text message, stored (docs/behaviour.md, The life of an entry); `None` when there is nothing to answer
     /// (a re-delivered update, or one being handled right now).
     pub async fn accept_text(&self, msg: Incoming) -> Result<Option<Accepted>, EntryError> {
         // Claimed before the insert, so the worker cannot take a log that is seconds old.

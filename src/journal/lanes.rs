@@ -4,7 +4,7 @@
 //! is stored too instead of waiting in memory — teloxide has confirmed it to Telegram by
 //! then, and a crash would lose it — behind an analysis that can take the whole deadline.
 //! The analyses themselves still go one after another per chat, in the order the
-//! entries came (SPEC §8): each [`Turn`] is taken, synchronously, by the handler that
+//! entries came (docs/behaviour.md, What arrives): each [`Turn`] is taken, synchronously, by the handler that
 //! stored its entry, and begins when the turn taken before it in that chat has ended
 //! (dropped: finished, failed or cancelled alike; one dropped before it began still
 //! waits for its own predecessor before it lets the next go). Different chats never

@@ -1,4 +1,4 @@
-//! The journal: the life of a day log (SPEC §4), independent of the front end.
+//! The journal: the life of a day log (docs/behaviour.md, The life of an entry), independent of the front end.
 //!
 //! Telegram (`bot`) and the terminal (`terminal`) both hand incoming entries to
 //! [`Journal`] and give it a [`Messenger`](crate::frontend::Messenger) to answer
@@ -81,7 +81,7 @@ pub struct Incoming {
     pub sent_at: Option<jiff::Timestamp>,
 }
 
-/// A voice or audio message from a user (SPEC §11).
+/// A voice or audio message from a user (docs/behaviour.md, Voice notes).
 #[derive(Debug, Clone)]
 pub struct IncomingVoice {
     pub user_id: UserId,
@@ -197,7 +197,7 @@ pub struct Journal {
     /// What this process did but could not record (a full disk), so that the worker
     /// does not do it again on every poll for as long as the disk stays full.
     unrecorded: Mutex<Unrecorded>,
-    /// The order of each chat's analyses (SPEC §8: a chat's updates in order).
+    /// The order of each chat's analyses (docs/behaviour.md, What arrives: a chat's updates in order).
     lanes: Lanes,
     /// Whether logs may wait out their retry schedule after a failure, and when they
     /// were last made due ([`Journal::resume_backlog`]).

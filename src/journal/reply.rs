@@ -116,7 +116,7 @@ impl Journal {
         let (outcome, timing) = {
             let analysing = with_typing(messenger, log.chat_id, self.analyse(&log, author, known));
             tokio::pin!(analysing);
-            // SPEC §4, §5: a wait longer than `budgets.notify_after_ms` is said to the
+            // docs/behaviour.md, The life of an entry: a wait longer than `budgets.notify_after_ms` is said to the
             // user, and the answer still follows.
             tokio::select! {
                 outcome = &mut analysing => (outcome?, timing),
@@ -246,7 +246,7 @@ impl Journal {
 
     /// Sends the final answer about a log and records that it went out. A failure to
     /// record is logged, not reported to the user, who already has the answer (the
-    /// worker may send it once more: the window SPEC §9 allows).
+    /// worker may send it once more: the window docs/behaviour.md, Promises allows).
     async fn answer<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) {
         if !self
             .deliver(messenger, log, vec![Response::Text(reply)])

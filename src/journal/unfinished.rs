@@ -82,7 +82,7 @@ impl Journal {
             .await
     }
 
-    /// Finishes one log the worker found (SPEC §4.6): analyse a due pending log again, or
+    /// Finishes one log the worker found (docs/behaviour.md, The life of an entry): analyse a due pending log again, or
     /// send an answer that was decided but never delivered. One that fails on a write
     /// is left alone by [`Journal::claim_unfinished`] for a growing while.
     pub async fn finish<M: Messenger>(

@@ -1,4 +1,4 @@
-//! The shared budget registry (SPEC §5 "Budgets"): for each key — or key and model, where
+//! The shared budget registry (docs/behaviour.md, Budgets): for each key — or key and model, where
 //! the provider counts per model — what may still be sent, from the limits declared in
 //! config and what the provider's answers taught ([`Hint`]). A request asks
 //! [`Budgets::admit`] before sending: a spent budget is never sent on. The lock is a

@@ -1,4 +1,4 @@
-//! What a provider says about its budget (SPEC §5 "Budgets"), read by pure functions:
+//! What a provider says about its budget (docs/behaviour.md, Budgets), read by pure functions:
 //! the `x-ratelimit-*` headers (Groq's resets such as `2m59.56s`, `7.66s`, `1h2m`),
 //! `Retry-After` / `retry-after-ms`, and Gemini's 429 body (`google.rpc.RetryInfo`'s
 //! `retryDelay`, a `QuotaFailure` naming a per-day quota). Nonsense — negative, huge,

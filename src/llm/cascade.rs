@@ -1,4 +1,4 @@
-//! The cascade executor of SPEC §5: one task walks its configured steps in order, each
+//! The cascade executor (docs/behaviour.md, The cascade): one task walks its configured steps in order, each
 //! step in rounds over its provider's keys (each key once per round, a backoff between
 //! rounds, up to `max_attempts` rounds).
 //!
@@ -68,7 +68,7 @@ pub(crate) struct Engine<'a> {
 
 /// Runs one task through `steps` (already limited to usable providers), leaving out
 /// the models in `refused` (provider, model): they refused this request's log on content
-/// policy before and are never asked about it again (SPEC §5). When every step is
+/// policy before and are never asked about it again (docs/behaviour.md, The cascade). When every step is
 /// among them the task ends as blocked at once, without a request.
 pub(crate) async fn run<T>(
     engine: Engine<'_>,

@@ -1,5 +1,5 @@
 //! What the cascade does after one failed attempt, and after one round of a step, as
-//! pure functions of what it knows at that moment — SPEC §5's table read from the step's
+//! pure functions of what it knows at that moment — the table in docs/behaviour.md, The cascade, read from the step's
 //! side. The executor (`cascade.rs`) gathers the facts (the error, the shared cooldowns,
 //! the backoff, the clock), asks [`next`] or [`after_round`], and carries out the one
 //! answer it gets; the rules themselves live here and are tested as tables, row by row.

@@ -1,5 +1,5 @@
 //! The LLM layer's errors, together: [`LlmError`] is what one attempt against one provider
-//! can end in, classified once, here, exactly as SPEC §5's table says; [`AttemptError`] is
+//! can end in, classified once, here, exactly as the table in docs/behaviour.md, The cascade, says; [`AttemptError`] is
 //! one failed attempt with where it happened; [`CascadeError`] is why a whole task got no
 //! answer, with every attempt's error. What the cascade does after an attempt is decided
 //! from the variant alone, in `decision.rs`.

@@ -1,4 +1,4 @@
-//! When a slow attempt starts the next step in parallel (SPEC §5, Hedging).
+//! When a slow attempt starts the next step in parallel (docs/behaviour.md, Hedging).
 //!
 //! With `hedge_after_ms = "auto"` the threshold of a step comes from its own recent
 //! latency: the p95 of its last [`WINDOW`] usable answers × 1.5, never below

@@ -1,5 +1,5 @@
 //! The LLM layer: provider clients (one file per wire format behind the `wire` trait),
-//! the errors, the decision table and the resilient cascade of SPEC §5. It does not know
+//! the errors, the decision table and the resilient cascade (docs/behaviour.md, The cascade). It does not know
 //! about the store: attempts are reported through an [`AttemptSink`].
 //!
 //! [`Llm`] is built once per process from [`Settings`] and shared (`Arc<Llm>`): it owns
@@ -181,7 +181,7 @@ impl Llm {
     }
 
     /// [`Llm::run`] without the models in `refused` (provider, model): those that refused
-    /// this request's log on content policy before (SPEC §5). When no other step is
+    /// this request's log on content policy before (docs/behaviour.md, The cascade). When no other step is
     /// left, the task ends as [`CascadeError::Blocked`] without sending anything.
     pub async fn run_excluding(
         &self,
@@ -233,7 +233,7 @@ impl Llm {
     }
 
     /// Transcribes a voice note through the `[[transcription.steps]]` cascade, with the
-    /// retries, rounds, cooldowns and hedging of every other task (SPEC §11).
+    /// retries, rounds, cooldowns and hedging of every other task (docs/behaviour.md, Voice notes).
     pub async fn transcribe(
         &self,
         audio: &Audio,
@@ -371,7 +371,7 @@ impl Llm {
         self.alarms.ring().await;
     }
 
-    /// Daily budgets that became spent since the last call: store them (SPEC §5), so a
+    /// Daily budgets that became spent since the last call: store them (docs/behaviour.md, The cascade), so a
     /// restart does not spend a dead daily quota again.
     pub fn take_new_daily_budgets(&self) -> Vec<SpentBudget> {
         self.state.take_new_daily()

@@ -1,7 +1,7 @@
 //! The OpenAI-compatible chat-completions wire format, spoken by Mistral, Groq and a local
 //! Ollama: `POST {base_url}/chat/completions` with `Authorization: Bearer <key>` (no
 //! header at all for a keyless provider), JSON mode through `response_format`. Speech
-//! to text is one more request shape of the same format (Groq's Whisper, SPEC §11):
+//! to text is one more request shape of the same format (Groq's Whisper, docs/behaviour.md, Voice notes):
 //! `POST {base_url}/audio/transcriptions`, multipart with `file`, `model` and
 //! `response_format=json` (no `language`: Whisper detects it), answered `{"text": …}`.
 

@@ -111,7 +111,7 @@ impl Provider {
         .await
     }
 
-    /// One transcription attempt (SPEC §11): the transcript and status, or what went
+    /// One transcription attempt (docs/behaviour.md, Voice notes): the transcript and status, or what went
     /// wrong, classified exactly as a chat attempt's, with the same budget hints.
     pub async fn transcribe_hinted(
         &self,

@@ -10,9 +10,9 @@ use std::fmt;
 pub enum Task {
     Analysis,
     Metrics,
-    /// Speech to text of a voice note (SPEC §11).
+    /// Speech to text of a voice note (docs/behaviour.md, Voice notes).
     Transcription,
-    /// The weekly digest (SPEC §10): its own prompt through the analysis steps.
+    /// The weekly digest (docs/behaviour.md, Time zones and rhythm): its own prompt through the analysis steps.
     Digest,
 }
 
@@ -27,7 +27,7 @@ impl Task {
     }
 }
 
-/// A recording to transcribe, held in memory only (SPEC §11: the audio is never written
+/// A recording to transcribe, held in memory only (docs/behaviour.md, Voice notes: the audio is never written
 /// to disk). Cloning shares the bytes.
 #[derive(Clone, PartialEq)]
 pub struct Audio {

@@ -1,5 +1,5 @@
 //! When the background worker should look again before its poll interval: the moments
-//! at which logs parked for lack of budget become due (SPEC §4.6, §5 Budgets: "the
+//! at which logs parked for lack of budget become due (docs/behaviour.md, The worker and Budgets: "the
 //! worker is woken when budget returns"). Whoever parks a log sets an alarm at the
 //! moment its budget returns; the worker waits for the soonest one.
 

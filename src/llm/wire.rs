@@ -64,7 +64,7 @@ pub(crate) trait WireFormat: fmt::Debug + Send + Sync {
     /// so that an answer whose text is unusable is counted at what it took too.
     fn used_tokens(&self, body: &[u8]) -> Option<u64>;
 
-    /// The request for one transcription attempt (SPEC §11). Only the `openai` wire
+    /// The request for one transcription attempt (docs/behaviour.md, Voice notes). Only the `openai` wire
     /// format has one; a step of another kind answers `BadRequest`, so the cascade moves
     /// on to the next step.
     fn transcription_request(

@@ -143,7 +143,7 @@ fn unix_secs(t: std::time::SystemTime) -> i64 {
 }
 
 impl Store {
-    // ---- Content-policy refusals (SPEC §5) ----
+    // ---- Content-policy refusals (docs/behaviour.md, The cascade) ----
 
     /// The models (provider, model) that refused this log's current text on content
     /// policy: they are never asked about it again.
@@ -186,7 +186,7 @@ impl Store {
         Ok(())
     }
 
-    // ---- Spent daily budgets (SPEC §5) ----
+    // ---- Spent daily budgets (docs/behaviour.md, The cascade) ----
 
     /// Stores daily budgets spent until their reset; rows already over are pruned.
     pub async fn save_spent_budgets(&self, spent: &[SpentBudget]) -> Result<(), StoreError> {

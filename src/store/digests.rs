@@ -1,4 +1,4 @@
-//! Weekly digests (`digests`, SPEC §10).
+//! Weekly digests (`digests`, docs/behaviour.md, Time zones and rhythm).
 
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use super::{
 /// summary is at most 200 characters too).
 const TEXT_STAND_IN_CHARS: i64 = 200;
 
-/// A weekly digest (`digests`, SPEC §10). `text` is `None` until it is written.
+/// A weekly digest (`digests`, docs/behaviour.md, Time zones and rhythm). `text` is `None` until it is written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Digest {
     pub id: DigestId,
@@ -34,7 +34,7 @@ pub struct Digest {
     pub message_id: Option<MessageId>,
 }
 
-/// Lifecycle of a digest (`digests.status`, SPEC §10).
+/// Lifecycle of a digest (`digests.status`, docs/behaviour.md, Time zones and rhythm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "TEXT", rename_all = "lowercase")]
 pub enum DigestStatus {
@@ -168,7 +168,7 @@ pub const DUE_DIGESTS_SQL: &str = "SELECT u.user_id, u.chat_id, u.timezone,
      ORDER BY digest_next_at LIMIT ?2";
 
 impl Store {
-    // ---- weekly digests (SPEC §10) ----
+    // ---- weekly digests (docs/behaviour.md, Time zones and rhythm) ----
 
     /// Whether the user's Sunday digest is on (`false` for a user not stored).
     pub async fn digest_enabled(&self, user_id: UserId) -> Result<bool, StoreError> {

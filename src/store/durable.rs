@@ -1,4 +1,4 @@
-//! Making a commit survive a power cut before it is promised to anyone (SPEC §9).
+//! Making a commit survive a power cut before it is promised to anyone (docs/behaviour.md, Promises).
 //!
 //! The store runs SQLite in WAL mode at `synchronous = NORMAL`: a commit is in the WAL
 //! file when it returns, so a crash of the process loses nothing, but the WAL reaches

@@ -28,7 +28,7 @@ pub struct NewLog<'a> {
     pub written_at: Option<jiff::Timestamp>,
 }
 
-/// A voice note to store (SPEC §11): the log starts with an empty text.
+/// A voice note to store (docs/behaviour.md, Voice notes): the log starts with an empty text.
 #[derive(Debug, Clone)]
 pub struct NewVoiceLog<'a> {
     pub user_id: UserId,
@@ -37,13 +37,13 @@ pub struct NewVoiceLog<'a> {
     /// Telegram's `file_id` (for `daylog chat`, the path of the file).
     pub file_id: &'a str,
     pub duration_s: Option<u32>,
-    /// The local day, fixed now (SPEC §10); `None` falls back as for [`NewLog`].
+    /// The local day, fixed now (docs/behaviour.md, Time zones and rhythm); `None` falls back as for [`NewLog`].
     pub local_day: Option<jiff::civil::Date>,
     /// As for [`NewLog`].
     pub written_at: Option<jiff::Timestamp>,
 }
 
-/// One imported entry (SPEC §12), ready to store.
+/// One imported entry (docs/behaviour.md, Search and Import), ready to store.
 #[derive(Debug, Clone)]
 pub struct NewImportLog<'a> {
     pub created_at: jiff::Timestamp,
@@ -541,7 +541,7 @@ impl Store {
         .await
     }
 
-    /// Stores imported entries (SPEC §12) in one transaction: analysed, replied, with
+    /// Stores imported entries (docs/behaviour.md, Search and Import) in one transaction: analysed, replied, with
     /// `source = 'import'`. They take `chat_id = user_id` and negative message ids from the
     /// same `min - 1` sequence as [`Store::insert_chat_log`], so they never meet a Telegram
     /// id (always positive) nor a terminal one. An entry with the same local day,
@@ -754,7 +754,7 @@ impl Store {
     }
 
     /// The larger of two counts of the last hour, for the per-user limit on analyses
-    /// (SPEC §8), in one statement: the entries the user stored before log `id` (a
+    /// (docs/behaviour.md, What arrives), in one statement: the entries the user stored before log `id` (a
     /// burst not analysed yet, with the older ones still waiting for their slot), and
     /// the analyses their entries of that hour were given (answers stored as `ok` in
     /// `llm_calls`: an entry edited thirty times is thirty).
@@ -829,7 +829,7 @@ impl Store {
     }
 
     /// The distinct (local day, activity) of each local day from `first` on (what goes
-    /// with good days, SPEC §10), from `day_activities`. A stored day that is no date is
+    /// with good days, docs/behaviour.md, Time zones and rhythm), from `day_activities`. A stored day that is no date is
     /// left out, with a warning naming the user.
     pub async fn day_activities(
         &self,

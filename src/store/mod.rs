@@ -333,7 +333,7 @@ pub struct DayLog {
     pub chat_id: ChatId,
     pub message_id: MessageId,
     pub text: String,
-    /// When the entry was received (stored as UTC `YYYY-MM-DD HH:MM:SS`, SPEC §7). A
+    /// When the entry was received (stored as UTC `YYYY-MM-DD HH:MM:SS`, docs/operations.md, Your data in plain SQL). A
     /// stored text that is not such a moment reads as the Unix epoch, with a warning,
     /// so the row stays readable.
     pub created_at: jiff::Timestamp,
@@ -347,7 +347,7 @@ pub struct DayLog {
     pub next_attempt_at: Option<jiff::Timestamp>,
     /// When its final reply was sent (read as [`DayLog::created_at`] is).
     pub replied_at: Option<jiff::Timestamp>,
-    /// The user's local day the entry belongs to (SPEC §10); `None` for entries stored
+    /// The user's local day the entry belongs to (docs/behaviour.md, Time zones and rhythm); `None` for entries stored
     /// before local days, or (with a warning) when the stored text is no date.
     pub local_day: Option<jiff::civil::Date>,
     /// When an edit last changed its text; `None`: never (read as
@@ -487,7 +487,7 @@ impl<'r> FromRow<'r, sqlx::sqlite::SqliteRow> for DayLog {
     }
 }
 
-/// Where a log came from (`day_logs.source`, SPEC §7).
+/// Where a log came from (`day_logs.source`, docs/operations.md, Your data in plain SQL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     Telegram,
@@ -507,7 +507,7 @@ impl Source {
     }
 }
 
-/// Whose unfinished logs a worker answers (SPEC §4.6): the daemon only Telegram's, a
+/// Whose unfinished logs a worker answers (docs/behaviour.md, The life of an entry): the daemon only Telegram's, a
 /// terminal only its own user's, so no front end answers another's entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrontEnd {

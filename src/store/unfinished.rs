@@ -232,8 +232,8 @@ impl Store {
 
     /// Logs the worker of `front_end` must finish: pending ones whose retry is due, and
     /// any that were decided (analysed, blocked, failed) but whose answer never went out
-    /// (and is not waiting for a delivery retry). Only that front end's own logs (SPEC
-    /// §4.6). Oldest first.
+    /// (and is not waiting for a delivery retry). Only that front end's own logs (docs/behaviour.md,
+    /// The worker). Oldest first.
     pub async fn unfinished(
         &self,
         front_end: FrontEnd,

@@ -1,4 +1,4 @@
-//! The other forms of a `/search` word (SPEC §12): "друзья" should find "с друзьями",
+//! The other forms of a `/search` word (docs/behaviour.md, Search and Import): "друзья" should find "с друзьями",
 //! "run" should find "running". The index holds words as written (folded, see
 //! [`super::fold_for_search`]), so the forms are found on the query side, from the
 //! word's Snowball stem ([`rust_stemmers`]); [`super::fts_query`] turns them into FTS5.
