@@ -250,7 +250,9 @@ pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
 ///   Russian stemmer for a word of Russian letters only, the English one for ASCII
 ///   letters only, none for anything else (digits, a mix, other scripts, diacritics).
 ///   - A stem of 4 letters or more is a prefix: `друзья` → `("друзья" OR "друз"*)`,
-///     which finds "друзьями"; `walked` → `("walked" OR "walk"*)`.
+///     which finds "друзьями"; `walked` → `("walked" OR "walk"*)`. An English stem
+///     whose last `i` was a `y` is a prefix with its `y` too: `cities` →
+///     `("cities" OR "citi"* OR "city"*)`, which finds "city".
 ///   - A stem of 3 letters would find unrelated words as a prefix ("кот"* finds
 ///     "который"), so it is listed with the endings of its language instead: `кот` →
 ///     `("кот" OR "кот" OR "кота" OR … OR "котом" OR …)`, `бег` → … `"бегал"` …, `run`
@@ -277,9 +279,13 @@ pub fn fts_query(words: &str) -> Option<String> {
             let word = fts_string(&folded);
             // "друзья," and "(walked" have forms too: the tokenizer drops the marks.
             match word_forms::forms(folded.trim_matches(|c: char| !is_token_char(c))) {
-                Forms::Prefix(stem) if forms_left >= 1 => {
-                    forms_left -= 1;
-                    format!("({word} OR {}*)", fts_string(&stem))
+                Forms::Prefix(stems) if forms_left >= stems.len() => {
+                    forms_left -= stems.len();
+                    let stems: Vec<String> = stems
+                        .iter()
+                        .map(|stem| format!("{}*", fts_string(stem)))
+                        .collect();
+                    format!("({word} OR {})", stems.join(" OR "))
                 }
                 Forms::Listed(forms) if forms_left >= forms.len() => {
                     forms_left -= forms.len();

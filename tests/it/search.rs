@@ -1242,3 +1242,37 @@ fn a_long_query_looks_for_a_bounded_number_of_forms() {
         Some(format!("\"{last}\"").as_str())
     );
 }
+
+/// The English stemmer writes a `y` as `i` ("cities" → "citi", "tries" → "tri"): the
+/// word with its `y` is one of its forms too, so the plural finds the singular, as the
+/// singular ("city" → `citi*`) already found the plural.
+#[tokio::test]
+async fn an_english_y_that_the_stem_makes_i_is_found_both_ways() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let city = entry(&db.store, ME, 1, "A walk across the city.").await;
+    let cities = entry(&db.store, ME, 2, "Two cities in one week.").await;
+    let happy = entry(&db.store, ME, 3, "A happy evening.").await;
+    let happier = entry(&db.store, ME, 4, "Happier than yesterday.").await;
+    let tried = entry(&db.store, ME, 5, "Tried the new bakery.").await;
+    let to_try = entry(&db.store, ME, 6, "Want to try climbing.").await;
+    let trying = entry(&db.store, ME, 7, "Trying to sleep earlier.").await;
+    other_entries(&db.store, 10).await;
+
+    // Act
+    let from_cities = found(&db.store, "cities").await;
+    let from_city = found(&db.store, "city").await;
+    let from_happiness = found(&db.store, "happiness").await;
+    let from_tries = found(&db.store, "tries").await;
+
+    // Assert
+    assert_eq!(from_cities, [city, cities]);
+    assert_eq!(from_city, [city, cities]);
+    assert_eq!(from_happiness, [happy, happier]);
+    assert_eq!(from_tries, [tried, to_try, trying]);
+    assert_eq!(
+        store::fts_query("cities"),
+        Some("(\"cities\" OR \"citi\"* OR \"city\"*)".into())
+    );
+}
