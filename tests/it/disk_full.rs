@@ -276,7 +276,7 @@ async fn a_full_store_refuses_entries_plainly_and_takes_them_again_when_room_ret
     );
 }
 
-/// Mounts a tmpfs of `size`; `None` (with a note) where mounting is not allowed —
+/// Mounts a tmpfs of `size`; skipped (with a note) where mounting is not allowed —
 /// except under `CI=true`, where a test that cannot mount fails rather than passes
 /// without having run.
 struct Tmpfs {
@@ -284,16 +284,16 @@ struct Tmpfs {
 }
 
 impl Tmpfs {
-    fn mount(size: &str) -> Option<Self> {
+    /// `Err`: why the test is skipped (the test says it).
+    fn mount(size: &str) -> Result<Self, String> {
         match Self::try_mount(size) {
-            Ok(disk) => Some(disk),
+            Ok(disk) => Ok(disk),
             Err(why) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
                 panic!("CI=true: the tmpfs full-disk tests must run here, but {why}")
             }
-            Err(why) => {
-                println!("skipped: cannot mount a tmpfs here (needs root): {why}");
-                None
-            }
+            Err(why) => Err(format!(
+                "skipped: cannot mount a tmpfs here (needs root): {why}"
+            )),
         }
     }
 
@@ -338,8 +338,12 @@ impl Drop for Tmpfs {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_entries_plainly_and_takes_them_again_when_space_returns() {
-    let Some(disk) = Tmpfs::mount("1m") else {
-        return;
+    let disk = match Tmpfs::mount("1m") {
+        Ok(disk) => disk,
+        Err(skipped) => {
+            println!("{skipped}");
+            return;
+        }
     };
     let work = tempfile::tempdir().expect("work dir");
     let db = format!("sqlite://{}/daylog.db", disk.dir.path().display());
@@ -408,8 +412,12 @@ async fn telegram_entry(app: &support::App, chat: i64, n: usize, text: &str) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_under_telegram_refuses_entries_plainly_and_takes_them_again() {
     const CHAT: i64 = 5300;
-    let Some(disk) = Tmpfs::mount("1m") else {
-        return;
+    let disk = match Tmpfs::mount("1m") {
+        Ok(disk) => disk,
+        Err(skipped) => {
+            println!("{skipped}");
+            return;
+        }
     };
     let db = format!("sqlite://{}/daylog.db", disk.dir.path().display());
     let app = support::App::spawn_with(|env| {
@@ -558,8 +566,12 @@ async fn an_analysis_that_cannot_be_stored_is_not_asked_for_at_every_poll() {
 /// written there before (the user's copy) is still whole, as the sentence promises.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_that_does_not_fit_leaves_the_previous_export_whole() {
-    let Some(disk) = Tmpfs::mount("64k") else {
-        return;
+    let disk = match Tmpfs::mount("64k") {
+        Ok(disk) => disk,
+        Err(skipped) => {
+            println!("{skipped}");
+            return;
+        }
     };
     let dir = tempfile::tempdir().expect("db dir");
     let db = format!("sqlite://{}/daylog.db", dir.path().display());
