@@ -959,7 +959,7 @@ async fn import_document<B: TgBot>(
     ensure_user(&msg, &journal, user_id).await;
     let language = journal.language_of(user_id).await;
     let texts = Texts(language);
-    let max = u64::try_from(crate::import::MAX_FILE_BYTES).unwrap_or(u64::MAX);
+    let max = u64::try_from(crate::import::MAX_DOWNLOAD_BYTES).unwrap_or(u64::MAX);
     let sentence = if u64::from(document.file.size) > max {
         crate::import::ImportError::TooLarge
             .sentence(language)

@@ -53,6 +53,8 @@ pub struct NewImportLog<'a> {
     pub text: &'a str,
     /// The mood score the export named, `None` when the mood is defaulted.
     pub mood: Option<u8>,
+    /// The mood's name, part of what identifies the row (`import_mood`).
+    pub mood_name: &'a str,
     pub metrics_json: String,
 }
 
@@ -570,11 +572,19 @@ impl Store {
                 // A row imported before `import_time` existed has none: it is the same
                 // row when its UTC time is (it was imported in the zone of this import),
                 // and it gets its wall-clock time now.
-                let found: Option<(i64, bool, bool)> = sqlx::query_as(
-                    "SELECT id, import_time IS NULL, created_at IS NOT ?4 FROM day_logs
+                // The mood is keyed by its name (`import_mood`): two custom moods at one
+                // minute are two rows, and a backup sent after the CSV finds the CSV's
+                // row of a custom mood and gives it its level. A row stored before the
+                // name was kept is found by its score, and gets the name now.
+                let found: Option<(i64, bool, bool, bool)> = sqlx::query_as(
+                    "SELECT id, import_time IS NULL OR import_mood IS NULL,
+                         created_at IS NOT ?4, mood IS NULL AND ?6 IS NOT NULL
+                     FROM day_logs
                      WHERE user_id = ?1 AND source = 'import' AND local_day = ?2
                        AND (import_time = ?3 OR (import_time IS NULL AND created_at = ?4))
-                       AND text = ?5 AND mood IS ?6
+                       AND text = ?5
+                       AND (import_mood = ?7 OR (import_mood IS NULL AND mood IS ?6))
+                     ORDER BY import_mood IS NULL
                      LIMIT 1",
                 )
                 .bind(user_id)
@@ -583,22 +593,33 @@ impl Store {
                 .bind(&created_at)
                 .bind(log.text)
                 .bind(log.mood)
+                .bind(log.mood_name)
                 .fetch_optional(&mut *tx)
                 .await?;
-                if let Some((id, legacy, moved)) = found {
+                if let Some((id, legacy, moved, leveled)) = found {
                     // Read again in this import's zone, and keyed by its wall-clock time.
                     if moved || legacy {
                         sqlx::query(&format!(
                             "UPDATE day_logs SET created_at = ?3, import_time = ?4,
-                                 written_zone = {WRITTEN_ZONE}
+                                 import_mood = ?5, written_zone = {WRITTEN_ZONE}
                              WHERE id = ?2"
                         ))
                         .bind(user_id)
                         .bind(id)
                         .bind(&created_at)
                         .bind(&time)
+                        .bind(log.mood_name)
                         .execute(&mut *tx)
                         .await?;
+                    }
+                    // A mood whose level this file gives (a backup) and the stored row
+                    // lacked: its metrics, and with them the mood, are this file's.
+                    if leveled {
+                        sqlx::query("UPDATE day_logs SET metrics = ?2 WHERE id = ?1")
+                            .bind(id)
+                            .bind(&log.metrics_json)
+                            .execute(&mut *tx)
+                            .await?;
                     }
                     if moved {
                         counts.retimed += 1;
@@ -611,9 +632,10 @@ impl Store {
                 // activities follow as for an analysed entry, in the same statement.
                 let inserted = sqlx::query(&format!(
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
-                         replied_at, source, local_day, import_time, metrics, written_zone)
+                         replied_at, source, local_day, import_time, metrics, written_zone,
+                         import_mood)
                      SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, ?3, 'analyzed',
-                         datetime('now'), 'import', ?4, ?5, ?6, {WRITTEN_ZONE}
+                         datetime('now'), 'import', ?4, ?5, ?6, {WRITTEN_ZONE}, ?7
                      FROM day_logs WHERE chat_id = ?1"
                 ))
                 .bind(user_id)
@@ -622,6 +644,7 @@ impl Store {
                 .bind(&day)
                 .bind(&time)
                 .bind(&log.metrics_json)
+                .bind(log.mood_name)
                 .execute(&mut *tx)
                 .await?;
                 if inserted.rows_affected() != 1 {

@@ -119,3 +119,42 @@ async fn an_import_is_not_confirmed_to_telegram_before_its_rows_are_stored() {
         app.telegram.confirmed_below()
     );
 }
+
+/// Daylio's backup file (`.daylio`, a zip) sent as a document with the caption
+/// `/import`: every mood comes in with its level, custom ones too.
+#[tokio::test]
+async fn a_daylio_backup_document_is_imported_with_every_mood() {
+    let app = App::spawn().await;
+    let backup = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/daylio/custom_moods.daylio"),
+    )
+    .unwrap();
+    app.telegram
+        .add_file("backup-1", "documents/file_2.daylio", &backup);
+    let mut update = document_update(1, "backup-1", Some("/import"));
+    update["message"]["document"]["file_name"] = json!("Daylio_backup.daylio");
+    update["message"]["document"]["mime_type"] = json!("application/octet-stream");
+    update["message"]["document"]["file_size"] = json!(backup.len());
+    app.telegram.push_update(update);
+
+    let sent = app.telegram.wait_sent(USER, 1).await;
+
+    let texts = Texts(Language::En);
+    assert_eq!(
+        sent[0].text(),
+        format!(
+            "{} {}",
+            texts.import_done(4, 0, 0, None),
+            texts.import_zone("UTC", 0)
+        )
+    );
+    let moods: Vec<i64> = sqlx::query_scalar(
+        "SELECT CAST(mood AS INTEGER) FROM day_logs WHERE user_id = ?1 ORDER BY mood",
+    )
+    .bind(USER)
+    .fetch_all(app.store.read_pool())
+    .await
+    .unwrap();
+    assert_eq!(moods, [2, 3, 3, 4]);
+}

@@ -144,6 +144,8 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "written_at",
             // 20261203000021: the user's zone then, whose clock /history shows.
             "written_zone",
+            // 20261203000022: an imported entry's mood name, part of its key.
+            "import_mood",
         ])
     );
     assert_eq!(
