@@ -270,6 +270,18 @@ pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
 ///   would match nothing, where strings side by side used to skip it. `None` when no
 ///   word is left.
 pub fn fts_query(words: &str) -> Option<String> {
+    fts_query_with(words, |_| None)
+}
+
+/// [`fts_query`], where a stem searched as a prefix may instead be the list of the
+/// index's words that begin with it (`listed(stem)`, `None` to keep the prefix): FTS5
+/// reads an OR of words lazily, newest first, where a prefix makes it read the whole
+/// doclist of every word it covers first. Every listed word is an FTS5 string, and
+/// counts against [`SEARCH_MAX_FORMS`] (past it, the prefix).
+pub fn fts_query_with(
+    words: &str,
+    mut listed: impl FnMut(&str) -> Option<Vec<String>>,
+) -> Option<String> {
     let mut seen = std::collections::HashSet::new();
     let mut forms_left = SEARCH_MAX_FORMS;
     let clauses: Vec<String> = words
@@ -282,12 +294,25 @@ pub fn fts_query(words: &str) -> Option<String> {
             // "друзья," and "(walked" have forms too: the tokenizer drops the marks.
             match word_forms::forms(folded.trim_matches(|c: char| !is_token_char(c))) {
                 Forms::Prefix(stems) if forms_left >= stems.len() => {
-                    forms_left -= stems.len();
-                    let stems: Vec<String> = stems
-                        .iter()
-                        .map(|stem| format!("{}*", fts_string(stem)))
-                        .collect();
-                    format!("({word} OR {})", stems.join(" OR "))
+                    let mut parts = Vec::new();
+                    for stem in &stems {
+                        match listed(stem) {
+                            // Room for the prefix is kept, should the list not fit.
+                            Some(found) if forms_left > found.len() => {
+                                forms_left -= found.len();
+                                parts.extend(found.iter().map(|form| fts_string(form)));
+                            }
+                            _ => {
+                                forms_left -= 1;
+                                parts.push(format!("{}*", fts_string(stem)));
+                            }
+                        }
+                    }
+                    if parts.is_empty() {
+                        word
+                    } else {
+                        format!("({word} OR {})", parts.join(" OR "))
+                    }
                 }
                 Forms::Listed(forms) if forms_left >= forms.len() => {
                     forms_left -= forms.len();
@@ -300,6 +325,10 @@ pub fn fts_query(words: &str) -> Option<String> {
         .collect();
     (!clauses.is_empty()).then(|| clauses.join(" AND "))
 }
+
+/// Most words of the index one prefix stem is listed as ([`fts_query_with`]); a stem
+/// that begins more words (of any user's entries) stays a prefix.
+pub const SEARCH_MAX_LISTED: i64 = 32;
 
 /// Most forms one query looks for besides its words ([`fts_query`]): bm25 scores every
 /// string of the query for every candidate entry, and a message of a thousand short
@@ -925,7 +954,32 @@ impl Store {
     /// best matches first.
     /// No words at all finds nothing.
     pub async fn search(&self, user_id: UserId, words: &str) -> Result<Vec<SearchHit>, StoreError> {
-        let Some(query) = fts_query(words) else {
+        // The stems searched as prefixes, then the index's words of each (a few).
+        let mut stems = Vec::new();
+        if fts_query_with(words, |stem| {
+            stems.push(stem.to_owned());
+            None
+        })
+        .is_none()
+        {
+            return Ok(Vec::new());
+        }
+        let mut found = std::collections::HashMap::new();
+        for stem in stems {
+            let words: Vec<String> = sqlx::query_scalar(
+                "SELECT term FROM day_logs_fts_vocab WHERE term >= ?1 AND term < ?2
+                 ORDER BY term LIMIT ?3",
+            )
+            .bind(&stem)
+            .bind(format!("{stem}\u{10FFFF}"))
+            .bind(SEARCH_MAX_LISTED + 1)
+            .fetch_all(&self.read)
+            .await?;
+            if words.len() <= SEARCH_MAX_LISTED as usize {
+                found.insert(stem, words);
+            }
+        }
+        let Some(query) = fts_query_with(words, |stem| found.get(stem).cloned()) else {
             return Ok(Vec::new());
         };
         let rows = sqlx::query_as::<_, SearchHitRow>(SEARCH_SQL)
