@@ -86,6 +86,24 @@ fn queries(c: &mut Criterion) {
         group.bench_function(format!("store_search_{name}"), |b| {
             b.iter(|| runtime.block_on(store.search(black_box(UserId(USER)), words)))
         });
+        // The same search with every stem as an FTS5 prefix, as before the stems were
+        // listed as the index's words (migration 23): the before of the same run.
+        let prefixes = daylog::store::fts_query(words).expect("words");
+        group.bench_function(format!("store_search_{name}_as_prefixes"), |b| {
+            b.iter(|| {
+                runtime.block_on(
+                    sqlx::query(daylog::store::SEARCH_SQL)
+                        .bind(black_box(USER))
+                        .bind(&prefixes)
+                        .bind("\u{E000}")
+                        .bind("\u{E001}")
+                        .bind(daylog::store::SEARCH_LIMIT)
+                        .bind(daylog::store::SEARCH_CANDIDATES)
+                        .bind("\u{E002}")
+                        .fetch_all(store.read_pool()),
+                )
+            })
+        });
         group.bench_function(format!("command_search_{name}"), |b| {
             b.iter(|| {
                 runtime.block_on(commands::respond(

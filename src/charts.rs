@@ -735,6 +735,7 @@ mod tests {
             }
         }
 
+        let mut pngs = Vec::new();
         for (lang, name) in [(Language::En, "en"), (Language::Ru, "ru")] {
             let png = year_chart(2026, &days, LATER, lang).unwrap();
             std::fs::write(
@@ -742,7 +743,55 @@ mod tests {
                 &png,
             )
             .unwrap();
+            let img = image::load_from_memory(&png).unwrap().to_rgb8();
+            assert_eq!((img.width(), img.height()), (YEAR_WIDTH, YEAR_HEIGHT));
+            let at = |x: i32, y: i32| {
+                let p = img.get_pixel(x as u32, y as u32).0;
+                RGBColor(p[0], p[1], p[2])
+            };
+            // Every square of the year has its day's colour: gaps and defaulted moods
+            // grey, the bad November week awful.
+            for month in 1..=12u32 {
+                for day in 1..=days_in_month(2026, month) {
+                    let date = format!("2026-{month:02}-{day:02}");
+                    let mood = days
+                        .iter()
+                        .find(|d| d.day.to_string() == date)
+                        .and_then(|d| d.mood);
+                    let (x, y) = year_cell_origin(month, day);
+                    assert_eq!(
+                        at(x + CELL / 2, y + CELL / 2),
+                        mood_color(mood),
+                        "{name}: {date}"
+                    );
+                }
+            }
+            let (x, y) = year_cell_origin(11, 13);
+            assert_eq!(at(x + CELL / 2, y + CELL / 2), MOOD_COLORS[0]);
+            let (x, y) = year_cell_origin(12, 25);
+            assert_eq!(at(x + CELL / 2, y + CELL / 2), NO_MOOD_COLOR);
+            // The legend: the five colours in order, on one line under the months.
+            let top = YEAR_TOP + 12 * PITCH + 18;
+            for (i, color) in (0i32..).zip(MOOD_COLORS) {
+                let x = YEAR_LEFT + i * (31 * PITCH) / 5;
+                assert_eq!(
+                    at(x + CELL / 2, top + CELL / 2),
+                    color,
+                    "{name}: legend {i}"
+                );
+            }
+            // The title and the month names are written (ink left of and above the
+            // squares, which are all the colour there is below the title).
+            let inked = |xs: std::ops::Range<i32>, ys: std::ops::Range<i32>| {
+                xs.flat_map(|x| ys.clone().map(move |y| (x, y)))
+                    .any(|(x, y)| at(x, y) == INK)
+            };
+            assert!(inked(YEAR_LEFT..YEAR_LEFT + 200, 20..52), "{name}: title");
+            let (_, jan) = year_cell_origin(1, 1);
+            assert!(inked(0..YEAR_LEFT - 8, jan..jan + CELL), "{name}: month");
+            pngs.push(png);
         }
+        assert_ne!(pngs[0], pngs[1], "each language's own labels");
     }
 
     #[test]

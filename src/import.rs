@@ -8,7 +8,13 @@
 //!   readable is not a Daylio export and imports nothing.
 //! - The older header's `date` is read as `Month day` or `day Month` with the `year`.
 //! - Mood names are Daylio's English and Russian defaults, any case; any other name
-//!   (a custom mood) leaves the mood defaulted.
+//!   (a custom mood, a renamed one) leaves the mood defaulted, and the report names
+//!   it and suggests the backup file, which has every mood's level ([`daylio`]).
+//! - A row is the same row again by its date, time, text and mood *name* (custom moods
+//!   at one minute are two entries), so a backup sent after the CSV finds the CSV's
+//!   rows and gives them their moods.
+
+pub mod daylio;
 
 use jiff::civil::{Date, Time};
 
@@ -19,8 +25,13 @@ use crate::store::{NewImportLog, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::UserZone;
 
-/// Files (and any one line) larger than this are refused before parsing.
+/// CSV files (and any one line) larger than this are refused before parsing.
 pub const MAX_FILE_BYTES: usize = 10 * 1024 * 1024;
+
+/// The largest file downloaded for an import: a backup holds its photos too, so it may
+/// be Telegram's whole bot download limit (a CSV is still refused past
+/// [`MAX_FILE_BYTES`]).
+pub const MAX_DOWNLOAD_BYTES: usize = 20 * 1024 * 1024;
 
 const NEW_HEADER: [&str; 8] = [
     "full_date",
@@ -48,8 +59,10 @@ pub struct ImportRow {
     pub date: Date,
     pub time: Time,
     pub text: String,
-    /// `None` when the mood name is not one of Daylio's defaults.
+    /// `None` when the mood's level is not known (a CSV's custom mood name).
     pub mood: Option<u8>,
+    /// The mood's name as the row is keyed by ([`mood_key`]).
+    pub mood_name: String,
     pub metrics: Metrics,
 }
 
@@ -60,6 +73,8 @@ pub struct Parsed {
     pub unreadable: usize,
     /// The 1-based line number of the first unreadable row.
     pub first_unreadable_line: Option<u64>,
+    /// Mood names of the file whose level is not known, as first written.
+    pub unknown_moods: Vec<String>,
 }
 
 /// Why a whole file is refused; nothing of it is imported.
@@ -75,6 +90,10 @@ pub enum ImportError {
     WrongHeader,
     #[error("no row of the file has a date and time that parse")]
     NoReadableRow,
+    #[error("the zip file is not a Daylio backup")]
+    NotBackup,
+    #[error("the backup unpacks to more than daylog reads")]
+    BackupTooLarge,
 }
 
 impl ImportError {
@@ -86,6 +105,8 @@ impl ImportError {
             Self::NotUtf8 => texts.import_not_utf8(),
             Self::NotCsv | Self::WrongHeader => texts.import_not_daylio(),
             Self::NoReadableRow => texts.import_no_readable_row(),
+            Self::NotBackup => texts.import_not_backup(),
+            Self::BackupTooLarge => texts.import_backup_too_large(),
         }
     }
 }
@@ -107,6 +128,16 @@ pub fn mood_score(name: &str) -> Option<u8> {
         "bad" | "плохо" => Some(2),
         "awful" | "ужасно" => Some(1),
         _ => None,
+    }
+}
+
+/// The name a row's mood is keyed by: a default name in any of its languages as
+/// Daylio's English one ("Супер" → "rad"), any other name lower-cased and trimmed.
+pub fn mood_key(name: &str) -> String {
+    const DEFAULT: [&str; 5] = ["awful", "bad", "meh", "good", "rad"];
+    match mood_score(name) {
+        Some(score) => DEFAULT[usize::from(score) - 1].to_owned(),
+        None => name.trim().to_lowercase(),
     }
 }
 
@@ -139,7 +170,18 @@ fn parse_old_date(year: &str, date: &str) -> Option<Date> {
         .find_map(|format| Date::strptime(format, &text).ok())
 }
 
-/// Parses a whole export. Errors refuse the file; single bad rows are counted.
+/// Parses a Daylio file, a backup ([`daylio`]) or a CSV export ([`parse`]).
+pub fn parse_any(bytes: &[u8]) -> Result<Parsed, ImportError> {
+    if daylio::is_zip(bytes) {
+        if bytes.len() > MAX_DOWNLOAD_BYTES {
+            return Err(ImportError::TooLarge);
+        }
+        return daylio::parse_backup(bytes);
+    }
+    parse(bytes)
+}
+
+/// Parses a whole CSV export. Errors refuse the file; single bad rows are counted.
 pub fn parse(bytes: &[u8]) -> Result<Parsed, ImportError> {
     if bytes.len() > MAX_FILE_BYTES {
         return Err(ImportError::TooLarge);
@@ -166,7 +208,19 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, ImportError> {
         match reader.read_record(&mut record) {
             Ok(false) => break,
             Ok(true) => match row(layout, &record) {
-                Some(row) => parsed.rows.push(row),
+                Some(row) => {
+                    let name = record.get(4).unwrap_or_default().trim();
+                    if row.mood.is_none()
+                        && !name.is_empty()
+                        && !parsed
+                            .unknown_moods
+                            .iter()
+                            .any(|known| mood_key(known) == row.mood_name)
+                    {
+                        parsed.unknown_moods.push(name.to_owned());
+                    }
+                    parsed.rows.push(row);
+                }
                 None => {
                     parsed.unreadable += 1;
                     parsed
@@ -192,6 +246,7 @@ fn row(layout: Layout, record: &csv::StringRecord) -> Option<ImportRow> {
     };
     let time = parse_time(field(3)?)?;
     let mood = mood_score(field(4)?);
+    let mood_name = mood_key(field(4)?);
     let activities = field(5)?;
     let parts: Vec<&str> = match layout {
         Layout::New => vec![field(6)?, field(7)?],
@@ -208,6 +263,7 @@ fn row(layout: Layout, record: &csv::StringRecord) -> Option<ImportRow> {
         time,
         text,
         mood,
+        mood_name,
         metrics: Metrics::imported(mood, activities.split('|')),
     })
 }
@@ -224,12 +280,14 @@ pub struct Report {
     pub zone: String,
     /// Of `already`, those whose times were read again in `zone` (it changed).
     pub retimed: u64,
+    /// Mood names whose level the file did not give (a CSV's custom moods).
+    pub unknown_moods: Vec<String>,
 }
 
 impl Report {
     pub fn sentence(&self, language: Language) -> String {
         let texts = Texts(language);
-        format!(
+        let mut sentence = format!(
             "{} {}",
             texts.import_done(
                 self.imported,
@@ -238,7 +296,12 @@ impl Report {
                 self.first_unreadable_line,
             ),
             texts.import_zone(&self.zone, self.retimed)
-        )
+        );
+        if !self.unknown_moods.is_empty() {
+            sentence.push(' ');
+            sentence.push_str(&texts.import_unknown_moods(&self.unknown_moods));
+        }
+        sentence
     }
 }
 
@@ -279,6 +342,7 @@ pub fn to_store<'a>(rows: &'a [ImportRow], zone: &UserZone) -> Vec<NewImportLog<
                 local_time: row.time,
                 text: &row.text,
                 mood: row.mood,
+                mood_name: &row.mood_name,
                 metrics_json: row.metrics.to_json(),
             })
         })
@@ -292,7 +356,7 @@ pub async fn import_bytes(
     user_id: UserId,
     bytes: &[u8],
 ) -> Result<Report, ImportFailure> {
-    let parsed = parse(bytes)?;
+    let parsed = parse_any(bytes)?;
     let zone = journal.zone_of(user_id).await;
     let logs = to_store(&parsed.rows, &zone);
     let out_of_range =
@@ -331,6 +395,7 @@ pub async fn import_bytes(
         first_unreadable_line: parsed.first_unreadable_line,
         zone: zone.name().to_owned(),
         retimed: counts.retimed,
+        unknown_moods: parsed.unknown_moods,
     })
 }
 

@@ -760,8 +760,8 @@ impl Texts {
 
     pub fn import_usage(self) -> &'static str {
         self.pick(
-            "Send your Daylio export (Settings → Export entries → CSV) as a file with the caption /import, or right after /import. Entries come in with their own dates and moods; sending the same file again adds nothing.",
-            "Пришли экспорт Daylio (Настройки → Экспорт записей → CSV) файлом с подписью /import или сразу после /import. Записи придут со своими датами и настроением; повторная отправка того же файла ничего не добавит.",
+            "Send your Daylio export (Settings → Export entries → CSV) or its backup file (.daylio, which knows the level of moods you renamed or added) as a file with the caption /import, or right after /import. Entries come in with their own dates and moods; sending the same file again adds nothing.",
+            "Пришли экспорт Daylio (Настройки → Экспорт записей → CSV) или файл резервной копии (.daylio — в нём уровень переименованных и своих настроений) файлом с подписью /import или сразу после /import. Записи придут со своими датами и настроением; повторная отправка того же файла ничего не добавит.",
         )
     }
 
@@ -851,6 +851,45 @@ impl Texts {
                 "Перенос не удалось сохранить до конца: добавлено {entries}, остальное нет. Пришли файл ещё раз позже — то, что уже есть, не добавится дважды."
             ),
         }
+    }
+
+    /// A CSV's mood names whose level it does not give (custom or renamed moods): their
+    /// entries came in without a mood; the backup file has every mood's level.
+    pub fn import_unknown_moods(self, names: &[String]) -> String {
+        const SHOWN: usize = 10;
+        let mut list = names
+            .iter()
+            .take(SHOWN)
+            .map(|name| format!("\"{name}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if names.len() > SHOWN {
+            list.push_str(", …");
+        }
+        match self.0 {
+            Language::En => format!(
+                "These moods are not Daylio's default names, so their entries came in without a mood: {list}. Daylio's backup file (Settings → Backup & Restore → Export backup, a .daylio file) knows every mood's level: send it the same way, and those entries get their moods without being doubled."
+            ),
+            Language::Ru => format!(
+                "Эти настроения — не стандартные названия Daylio, поэтому их записи перенесены без настроения: {list}. В файле резервной копии Daylio (Настройки → Резервное копирование → Экспорт, файл .daylio) есть уровень каждого настроения: пришли его так же, и эти записи получат настроение, не задвоившись."
+            ),
+        }
+    }
+
+    /// A zip sent to `/import` that is not a Daylio backup.
+    pub fn import_not_backup(self) -> &'static str {
+        self.pick(
+            "This zip file is not a Daylio backup, so nothing was imported.",
+            "Этот zip-файл — не резервная копия Daylio, ничего не перенесено.",
+        )
+    }
+
+    /// A backup whose data would unpack past what daylog reads (a zip bomb, or none).
+    pub fn import_backup_too_large(self) -> &'static str {
+        self.pick(
+            "This backup unpacks to far more than a Daylio journal holds, so it was not read and nothing was imported.",
+            "Эта резервная копия распаковывается в гораздо больший объём, чем бывает у дневника Daylio, поэтому она не прочитана и ничего не перенесено.",
+        )
     }
 
     pub fn import_failed(self) -> &'static str {

@@ -948,7 +948,6 @@ async fn on_document<B: TgBot>(
     ticket: Ticket,
     me: Me,
 ) -> HandlerResult {
-    ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
     };
@@ -957,16 +956,23 @@ async fn on_document<B: TgBot>(
         return on_other(msg, journal, messenger, ticket).await;
     }
     let chat = msg.chat.id.0;
-    answers.slow_command(chat, import_document(msg, document, journal, messenger));
+    answers.slow_command(
+        chat,
+        import_document(msg, document, journal, messenger, ticket),
+    );
     Ok(())
 }
 
 /// Downloads a Daylio export and imports it; answers with the three numbers or why not.
+/// The update is confirmed to Telegram (`ticket`) only once the import's rows are
+/// committed, or it stored nothing: a crash before then brings the file again, and an
+/// import sent again adds nothing twice.
 async fn import_document<B: TgBot>(
     msg: Message,
     document: teloxide::types::Document,
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
+    ticket: Ticket,
 ) -> HandlerResult {
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
@@ -974,7 +980,7 @@ async fn import_document<B: TgBot>(
     ensure_user(&msg, &journal, user_id).await;
     let language = journal.language_of(user_id).await;
     let texts = Texts(language);
-    let max = u64::try_from(crate::import::MAX_FILE_BYTES).unwrap_or(u64::MAX);
+    let max = u64::try_from(crate::import::MAX_DOWNLOAD_BYTES).unwrap_or(u64::MAX);
     let sentence = if u64::from(document.file.size) > max {
         crate::import::ImportError::TooLarge
             .sentence(language)
@@ -1001,6 +1007,7 @@ async fn import_document<B: TgBot>(
             },
         }
     };
+    ticket.taken();
     send_logged(
         &messenger,
         &msg,
@@ -1057,11 +1064,22 @@ async fn on_command<B: TgBot>(
     store: Store,
     users: Users,
 ) -> HandlerResult {
+    if matches!(command, Command::Import(_))
+        && let Some(document) = msg.document().cloned()
+    {
+        // The caption of a document is parsed as a command too: that is the import,
+        // confirmed once it is stored.
+        let chat = msg.chat.id.0;
+        answers.slow_command(
+            chat,
+            import_document(msg, document, journal, messenger, ticket),
+        );
+        return Ok(());
+    }
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
     // The others are quick, and run here, in order with the chat's updates: a `/lang`
     // or `/tz` applies to the entry sent after it, an `/import` ask to the file.
-    let slow = command == Command::Week
-        || matches!(command, Command::Import(_)) && msg.document().is_some();
+    let slow = command == Command::Week;
     if !slow {
         return run_command(msg, command, journal, messenger, store, users).await;
     }
@@ -1085,10 +1103,6 @@ async fn run_command<B: TgBot>(
     };
     ensure_user(&msg, &journal, user_id).await;
     if matches!(command, Command::Import(_)) {
-        // The caption of a document is parsed as a command too: that is the import.
-        if let Some(document) = msg.document().cloned() {
-            return import_document(msg, document, journal, messenger).await;
-        }
         messenger.asked_import(user_id, journal.now());
     }
     if command == Command::Week {

@@ -53,6 +53,8 @@ pub struct NewImportLog<'a> {
     pub text: &'a str,
     /// The mood score the export named, `None` when the mood is defaulted.
     pub mood: Option<u8>,
+    /// The mood's name, part of what identifies the row (`import_mood`).
+    pub mood_name: &'a str,
     pub metrics_json: String,
 }
 
@@ -250,7 +252,9 @@ pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
 ///   Russian stemmer for a word of Russian letters only, the English one for ASCII
 ///   letters only, none for anything else (digits, a mix, other scripts, diacritics).
 ///   - A stem of 4 letters or more is a prefix: `друзья` → `("друзья" OR "друз"*)`,
-///     which finds "друзьями"; `walked` → `("walked" OR "walk"*)`.
+///     which finds "друзьями"; `walked` → `("walked" OR "walk"*)`. An English stem
+///     whose last `i` was a `y` is a prefix with its `y` too: `cities` →
+///     `("cities" OR "citi"* OR "city"*)`, which finds "city".
 ///   - A stem of 3 letters would find unrelated words as a prefix ("кот"* finds
 ///     "который"), so it is listed with the endings of its language instead: `кот` →
 ///     `("кот" OR "кот" OR "кота" OR … OR "котом" OR …)`, `бег` → … `"бегал"` …, `run`
@@ -266,6 +270,18 @@ pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
 ///   would match nothing, where strings side by side used to skip it. `None` when no
 ///   word is left.
 pub fn fts_query(words: &str) -> Option<String> {
+    fts_query_with(words, |_| None)
+}
+
+/// [`fts_query`], where a stem searched as a prefix may instead be the list of the
+/// index's words that begin with it (`listed(stem)`, `None` to keep the prefix): FTS5
+/// reads an OR of words lazily, newest first, where a prefix makes it read the whole
+/// doclist of every word it covers first. Every listed word is an FTS5 string, and
+/// counts against [`SEARCH_MAX_FORMS`] (past it, the prefix).
+pub fn fts_query_with(
+    words: &str,
+    mut listed: impl FnMut(&str) -> Option<Vec<String>>,
+) -> Option<String> {
     let mut seen = std::collections::HashSet::new();
     let mut forms_left = SEARCH_MAX_FORMS;
     let clauses: Vec<String> = words
@@ -277,9 +293,26 @@ pub fn fts_query(words: &str) -> Option<String> {
             let word = fts_string(&folded);
             // "друзья," and "(walked" have forms too: the tokenizer drops the marks.
             match word_forms::forms(folded.trim_matches(|c: char| !is_token_char(c))) {
-                Forms::Prefix(stem) if forms_left >= 1 => {
-                    forms_left -= 1;
-                    format!("({word} OR {}*)", fts_string(&stem))
+                Forms::Prefix(stems) if forms_left >= stems.len() => {
+                    let mut parts = Vec::new();
+                    for stem in &stems {
+                        match listed(stem) {
+                            // Room for the prefix is kept, should the list not fit.
+                            Some(found) if forms_left > found.len() => {
+                                forms_left -= found.len();
+                                parts.extend(found.iter().map(|form| fts_string(form)));
+                            }
+                            _ => {
+                                forms_left -= 1;
+                                parts.push(format!("{}*", fts_string(stem)));
+                            }
+                        }
+                    }
+                    if parts.is_empty() {
+                        word
+                    } else {
+                        format!("({word} OR {})", parts.join(" OR "))
+                    }
                 }
                 Forms::Listed(forms) if forms_left >= forms.len() => {
                     forms_left -= forms.len();
@@ -292,6 +325,10 @@ pub fn fts_query(words: &str) -> Option<String> {
         .collect();
     (!clauses.is_empty()).then(|| clauses.join(" AND "))
 }
+
+/// Most words of the index one prefix stem is listed as ([`fts_query_with`]); a stem
+/// that begins more words (of any user's entries) stays a prefix.
+pub const SEARCH_MAX_LISTED: i64 = 32;
 
 /// Most forms one query looks for besides its words ([`fts_query`]): bm25 scores every
 /// string of the query for every candidate entry, and a message of a thousand short
@@ -564,11 +601,19 @@ impl Store {
                 // A row imported before `import_time` existed has none: it is the same
                 // row when its UTC time is (it was imported in the zone of this import),
                 // and it gets its wall-clock time now.
-                let found: Option<(i64, bool, bool)> = sqlx::query_as(
-                    "SELECT id, import_time IS NULL, created_at IS NOT ?4 FROM day_logs
+                // The mood is keyed by its name (`import_mood`): two custom moods at one
+                // minute are two rows, and a backup sent after the CSV finds the CSV's
+                // row of a custom mood and gives it its level. A row stored before the
+                // name was kept is found by its score, and gets the name now.
+                let found: Option<(i64, bool, bool, bool)> = sqlx::query_as(
+                    "SELECT id, import_time IS NULL OR import_mood IS NULL,
+                         created_at IS NOT ?4, mood IS NULL AND ?6 IS NOT NULL
+                     FROM day_logs
                      WHERE user_id = ?1 AND source = 'import' AND local_day = ?2
                        AND (import_time = ?3 OR (import_time IS NULL AND created_at = ?4))
-                       AND text = ?5 AND mood IS ?6
+                       AND text = ?5
+                       AND (import_mood = ?7 OR (import_mood IS NULL AND mood IS ?6))
+                     ORDER BY import_mood IS NULL
                      LIMIT 1",
                 )
                 .bind(user_id)
@@ -577,22 +622,33 @@ impl Store {
                 .bind(&created_at)
                 .bind(log.text)
                 .bind(log.mood)
+                .bind(log.mood_name)
                 .fetch_optional(&mut *tx)
                 .await?;
-                if let Some((id, legacy, moved)) = found {
+                if let Some((id, legacy, moved, leveled)) = found {
                     // Read again in this import's zone, and keyed by its wall-clock time.
                     if moved || legacy {
                         sqlx::query(&format!(
                             "UPDATE day_logs SET created_at = ?3, import_time = ?4,
-                                 written_zone = {WRITTEN_ZONE}
+                                 import_mood = ?5, written_zone = {WRITTEN_ZONE}
                              WHERE id = ?2"
                         ))
                         .bind(user_id)
                         .bind(id)
                         .bind(&created_at)
                         .bind(&time)
+                        .bind(log.mood_name)
                         .execute(&mut *tx)
                         .await?;
+                    }
+                    // A mood whose level this file gives (a backup) and the stored row
+                    // lacked: its metrics, and with them the mood, are this file's.
+                    if leveled {
+                        sqlx::query("UPDATE day_logs SET metrics = ?2 WHERE id = ?1")
+                            .bind(id)
+                            .bind(&log.metrics_json)
+                            .execute(&mut *tx)
+                            .await?;
                     }
                     if moved {
                         counts.retimed += 1;
@@ -605,9 +661,10 @@ impl Store {
                 // activities follow as for an analysed entry, in the same statement.
                 let inserted = sqlx::query(&format!(
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
-                         replied_at, source, local_day, import_time, metrics, written_zone)
+                         replied_at, source, local_day, import_time, metrics, written_zone,
+                         import_mood)
                      SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, ?3, 'analyzed',
-                         datetime('now'), 'import', ?4, ?5, ?6, {WRITTEN_ZONE}
+                         datetime('now'), 'import', ?4, ?5, ?6, {WRITTEN_ZONE}, ?7
                      FROM day_logs WHERE chat_id = ?1"
                 ))
                 .bind(user_id)
@@ -616,6 +673,7 @@ impl Store {
                 .bind(&day)
                 .bind(&time)
                 .bind(&log.metrics_json)
+                .bind(log.mood_name)
                 .execute(&mut *tx)
                 .await?;
                 if inserted.rows_affected() != 1 {
@@ -896,7 +954,32 @@ impl Store {
     /// best matches first.
     /// No words at all finds nothing.
     pub async fn search(&self, user_id: UserId, words: &str) -> Result<Vec<SearchHit>, StoreError> {
-        let Some(query) = fts_query(words) else {
+        // The stems searched as prefixes, then the index's words of each (a few).
+        let mut stems = Vec::new();
+        if fts_query_with(words, |stem| {
+            stems.push(stem.to_owned());
+            None
+        })
+        .is_none()
+        {
+            return Ok(Vec::new());
+        }
+        let mut found = std::collections::HashMap::new();
+        for stem in stems {
+            let words: Vec<String> = sqlx::query_scalar(
+                "SELECT term FROM day_logs_fts_vocab WHERE term >= ?1 AND term < ?2
+                 ORDER BY term LIMIT ?3",
+            )
+            .bind(&stem)
+            .bind(format!("{stem}\u{10FFFF}"))
+            .bind(SEARCH_MAX_LISTED + 1)
+            .fetch_all(&self.read)
+            .await?;
+            if words.len() <= SEARCH_MAX_LISTED as usize {
+                found.insert(stem, words);
+            }
+        }
+        let Some(query) = fts_query_with(words, |stem| found.get(stem).cloned()) else {
             return Ok(Vec::new());
         };
         let rows = sqlx::query_as::<_, SearchHitRow>(SEARCH_SQL)

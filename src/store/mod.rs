@@ -557,6 +557,7 @@ pub use logs::{
     DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts, Inserted, NewImportLog,
     NewLog, NewVoiceLog, RECENT_USE_SQL, SEARCH_CANDIDATES, SEARCH_LIMIT, SEARCH_MAX_FORMS,
     SEARCH_SQL, SearchHit, SnippetRun, VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query,
+    fts_query_with,
 };
 pub use read_only::{Backup, backup, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
@@ -850,13 +851,23 @@ impl Store {
         // into the file when its last connection closes, but only a connection that may
         // write can: the read-only pool goes first. The WAL is folded in explicitly too,
         // for when another process (a `daylog sql`, the daemon beside a `doctor`) still
-        // has the file open — PASSIVE, which never waits for a reader nor holds up a
-        // writer of the other process; what a reader still needs stays for its next one.
+        // has the file open, or a connection of this one is (sqlx does not always close
+        // a read connection given back as its pool closes: 1 exit in 7 kept one, and
+        // with it the whole `-wal`). TRUNCATE, which also empties the WAL once every
+        // frame is in the file, with no busy wait: it never waits for a reader nor
+        // holds up a writer of the other process, and does what PASSIVE does when it
+        // cannot; what a reader still needs stays for its next one.
         self.read.close().await;
-        let folded: Result<(i64, i64, i64), sqlx::Error> =
-            sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-                .fetch_one(&self.write)
-                .await;
+        let folded: Result<(i64, i64, i64), sqlx::Error> = async {
+            let mut conn = self.write.acquire().await?;
+            sqlx::query("PRAGMA busy_timeout = 0")
+                .execute(&mut *conn)
+                .await?;
+            sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)")
+                .fetch_one(&mut *conn)
+                .await
+        }
+        .await;
         match folded {
             Ok((_, log, done)) if log == done => {}
             Ok((_, log, done)) => tracing::debug!(

@@ -35,8 +35,10 @@ pub const LISTED_STEM_CHARS: usize = 3;
 pub enum Forms {
     /// Nothing else: the word only.
     Exact,
-    /// Every word that begins with this stem (lower case).
-    Prefix(String),
+    /// Every word that begins with one of these (lower case): the stem, and for an
+    /// English stem that ends in the `i` the stemmer made of a `y`, the stem with its
+    /// `y` ("cities" → "citi", "city": `citi*` alone misses "city").
+    Prefix(Vec<String>),
     /// These words (lower case): the stem, and the stem with each ending of its language.
     Listed(Vec<String>),
 }
@@ -55,7 +57,10 @@ pub fn forms(folded: &str) -> Forms {
         return Forms::Exact;
     };
     match stem.chars().count() {
-        n if n >= PREFIX_STEM_CHARS => Forms::Prefix(stem),
+        n if n >= PREFIX_STEM_CHARS => {
+            let y_form = alphabet.y_form(&stem);
+            Forms::Prefix(std::iter::once(stem).chain(y_form).collect())
+        }
         LISTED_STEM_CHARS => Forms::Listed(alphabet.listed(&stem)),
         _ => Forms::Exact,
     }
@@ -92,6 +97,19 @@ impl Alphabet {
         Stemmer::create(algorithm).stem(lower).into_owned()
     }
 
+    /// The English stem with the `y` the stemmer turned into its last `i` ("citi" →
+    /// "city", "happi" → "happy", "tri" → "try"); `None` for any other stem. A stem of a
+    /// word that had an `i` of its own ("ski") gets it too: one word more to look for.
+    fn y_form(self, stem: &str) -> Option<String> {
+        match self {
+            Self::English => stem
+                .strip_suffix('i')
+                .filter(|base| !base.is_empty())
+                .map(|base| format!("{base}y")),
+            Self::Russian => None,
+        }
+    }
+
     /// A short stem, and the stem with each ending of this alphabet's language.
     fn listed(self, stem: &str) -> Vec<String> {
         let with = |endings: &[&str], stem: &str| -> Vec<String> {
@@ -107,6 +125,10 @@ impl Alphabet {
                 words.extend(with(ENGLISH_ENDINGS, stem));
                 if let Some(doubled) = doubled_consonant(stem) {
                     words.extend(with(ENGLISH_DOUBLED_ENDINGS, &doubled));
+                }
+                // "tries" → "tri": "try", "trying" and "trys" have the `y` back.
+                if let Some(y_form) = self.y_form(stem) {
+                    words.extend(with(ENGLISH_Y_ENDINGS, &y_form));
                 }
             }
         }
@@ -155,6 +177,9 @@ pub const ENGLISH_ENDINGS: &[&str] = &[
     "s", "es", "ed", "ing", "ings", "er", "ers", "est", "ly", "y", "ies", "ied",
 ];
 
+/// English endings after a short stem's `y` form ("try"): itself, `-ing`, `-s`.
+pub const ENGLISH_Y_ENDINGS: &[&str] = &["", "ing", "s"];
+
 /// English endings after a short stem whose last consonant is doubled.
 pub const ENGLISH_DOUBLED_ENDINGS: &[&str] = &["ing", "ings", "ed", "er", "ers", "est", "y"];
 
@@ -176,10 +201,10 @@ mod tests {
     #[test]
     fn the_stem_decides_between_a_prefix_a_list_and_the_word_only() {
         let table: &[(&str, Forms)] = &[
-            ("друзья", Forms::Prefix("друз".into())),
-            ("Работа", Forms::Prefix("работ".into())),
-            ("walked", Forms::Prefix("walk".into())),
-            ("coffee", Forms::Prefix("coffe".into())),
+            ("друзья", Forms::Prefix(vec!["друз".into()])),
+            ("Работа", Forms::Prefix(vec!["работ".into()])),
+            ("walked", Forms::Prefix(vec!["walk".into()])),
+            ("coffee", Forms::Prefix(vec!["coffe".into()])),
             // Short stems: a list (checked below).
             // Too short a stem, and words the stemmers are not given.
             ("еще", Forms::Exact),
@@ -256,7 +281,7 @@ mod tests {
         ) {
             match forms(&word) {
                 Forms::Exact => {}
-                Forms::Prefix(stem) => prop_assert!(stem.chars().count() >= PREFIX_STEM_CHARS),
+                Forms::Prefix(stems) => prop_assert!(stems.iter().all(|stem| stem.chars().count() >= PREFIX_STEM_CHARS)),
                 Forms::Listed(words) => {
                     prop_assert_eq!(words[0].chars().count(), LISTED_STEM_CHARS);
                 }

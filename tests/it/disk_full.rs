@@ -276,21 +276,43 @@ async fn a_full_store_refuses_entries_plainly_and_takes_them_again_when_room_ret
     );
 }
 
-/// Mounts a tmpfs of `size`; `None` (with a note) where mounting is not allowed.
+/// Mounts a tmpfs of `size`; skipped (with a note) where mounting is not allowed —
+/// except under `CI=true`, where a test that cannot mount fails rather than passes
+/// without having run.
 struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
-    fn mount(size: &str) -> Option<Self> {
-        let dir = tempfile::tempdir().ok()?;
-        let status = Command::new("mount")
+    /// `Err`: why the test is skipped (the test says it).
+    fn mount(size: &str) -> Result<Self, String> {
+        match Self::try_mount(size) {
+            Ok(disk) => Ok(disk),
+            Err(why) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+                panic!("CI=true: the tmpfs full-disk tests must run here, but {why}")
+            }
+            Err(why) => Err(format!(
+                "skipped: cannot mount a tmpfs here (needs root): {why}"
+            )),
+        }
+    }
+
+    fn try_mount(size: &str) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("no temporary folder: {e}"))?;
+        let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir.path())
-            .stderr(Stdio::null())
-            .status()
-            .ok()?;
-        status.success().then_some(Self { dir })
+            .output()
+            .map_err(|e| format!("`mount` did not run: {e}"))?;
+        if out.status.success() {
+            Ok(Self { dir })
+        } else {
+            Err(format!(
+                "`mount -t tmpfs` failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
     }
 
     fn resize(&self, size: &str) {
@@ -305,15 +327,23 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
+        // Lazily: a file the test's bot process still holds open (its runtime's last
+        // tasks) must not leave the mount behind.
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_entries_plainly_and_takes_them_again_when_space_returns() {
-    let Some(disk) = Tmpfs::mount("1m") else {
-        println!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
+    let disk = match Tmpfs::mount("1m") {
+        Ok(disk) => disk,
+        Err(skipped) => {
+            println!("{skipped}");
+            return;
+        }
     };
     let work = tempfile::tempdir().expect("work dir");
     let db = format!("sqlite://{}/daylog.db", disk.dir.path().display());
@@ -344,6 +374,101 @@ async fn a_full_disk_refuses_entries_plainly_and_takes_them_again_when_space_ret
         stderr.contains("ERROR"),
         "the operator gets an error event: {stderr}"
     );
+}
+
+/// Sends entry `n` (1, 2, …) of `chat` and waits for its reply (the first message
+/// that answers it; an analysis that follows later is a second one).
+async fn telegram_entry(app: &support::App, chat: i64, n: usize, text: &str) -> Outcome {
+    let id = n as i64;
+    app.telegram
+        .push_update(support::telegram::text_update(chat, id, text));
+    let answers = |calls: &[support::telegram::Call]| {
+        calls
+            .iter()
+            .find(|c| c.chat_id() == Some(chat) && c.reply_to() == Some(id))
+            .map(|c| c.text().to_owned())
+    };
+    let calls = app
+        .telegram
+        .wait_for(&format!("the answer to entry {n}"), HANG_GUARD, |calls| {
+            answers(calls).is_some()
+        })
+        .await;
+    let reply = answers(&calls).expect("an answer");
+    if reply.contains(REFUSED) {
+        return Outcome::Refused;
+    }
+    assert!(
+        reply.contains(ACCEPTED) || reply.contains(STORED_SAFE),
+        "one entry, one outcome: {reply:?}"
+    );
+    Outcome::Accepted
+}
+
+/// The Telegram front end on a full disk (the tmpfs, where SQLite fails at commit,
+/// after `INSERT … RETURNING` handed back its row): every entry is either answered as
+/// saved and stored, or told it could not be saved and not stored; once the disk has
+/// room again, entries are taken again by the same process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_telegram_refuses_entries_plainly_and_takes_them_again() {
+    const CHAT: i64 = 5300;
+    let disk = match Tmpfs::mount("1m") {
+        Ok(disk) => disk,
+        Err(skipped) => {
+            println!("{skipped}");
+            return;
+        }
+    };
+    let db = format!("sqlite://{}/daylog.db", disk.dir.path().display());
+    let app = support::App::spawn_with(|env| {
+        env.insert("DATABASE_URL".into(), db.clone());
+        env.insert("DAYLOG__TELEGRAM__ANALYSES_PER_HOUR".into(), "0".into());
+    })
+    .await;
+    app.providers.healthy().await;
+    let mut sent: Vec<(String, Outcome)> = Vec::new();
+    let mut refused_in_a_row = 0;
+    while refused_in_a_row < 3 {
+        assert!(sent.len() < 400, "the disk never filled up");
+        let text = entry_text(sent.len());
+        let outcome = telegram_entry(&app, CHAT, sent.len() + 1, &text).await;
+        refused_in_a_row = if outcome == Outcome::Refused {
+            refused_in_a_row + 1
+        } else {
+            0
+        };
+        sent.push((text, outcome));
+    }
+    disk.resize("8m");
+    for n in 0..3 {
+        let text = format!("After the disk grew {n}");
+        let outcome = telegram_entry(&app, CHAT, sent.len() + 1, &text).await;
+        assert_eq!(outcome, Outcome::Accepted, "{text}");
+        sent.push((text, outcome));
+    }
+
+    let stored: Vec<String> = sqlx::query_scalar("SELECT text FROM day_logs ORDER BY id")
+        .fetch_all(app.store.read_pool())
+        .await
+        .expect("texts");
+    for (text, outcome) in &sent {
+        let in_db = stored.contains(text);
+        assert_eq!(
+            in_db,
+            *outcome == Outcome::Accepted,
+            "{:?} was answered {outcome:?} but is {}stored",
+            &text[..text.len().min(12)],
+            if in_db { "" } else { "not " }
+        );
+    }
+    let accepted = sent.iter().filter(|(_, o)| *o == Outcome::Accepted).count();
+    assert_eq!(stored.len(), accepted, "accepted == stored, exactly");
+    assert!(accepted > 3, "some entries fit before the disk filled");
+    println!("telegram on tmpfs: {} entries fitted", accepted - 3);
+    let store = app.store.clone();
+    app.stop().await;
+    store.close().await;
+    drop(disk);
 }
 
 /// Makes the writes `event` of `day_logs` (when `condition`) fail the way a full disk
@@ -441,9 +566,12 @@ async fn an_analysis_that_cannot_be_stored_is_not_asked_for_at_every_poll() {
 /// written there before (the user's copy) is still whole, as the sentence promises.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_that_does_not_fit_leaves_the_previous_export_whole() {
-    let Some(disk) = Tmpfs::mount("64k") else {
-        println!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
+    let disk = match Tmpfs::mount("64k") {
+        Ok(disk) => disk,
+        Err(skipped) => {
+            println!("{skipped}");
+            return;
+        }
     };
     let dir = tempfile::tempdir().expect("db dir");
     let db = format!("sqlite://{}/daylog.db", dir.path().display());

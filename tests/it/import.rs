@@ -141,6 +141,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
             first_unreadable_line: Some(2),
             zone: "Europe/Moscow".into(),
             retimed: 0,
+            unknown_moods: vec!["sleepy".into()],
         }
     );
     let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
@@ -457,4 +458,122 @@ async fn an_import_that_fails_part_way_says_what_came_in_and_a_resend_completes_
     assert_eq!(again.already, imported);
     assert_eq!(again.imported, 1200 - imported);
     assert_eq!(rows(&db).await, 1200);
+}
+
+fn daylio_fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/daylio")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// (mood name, mood) of the imported entries, oldest first.
+async fn imported_moods(db: &Db) -> Vec<(Option<String>, Option<i64>)> {
+    sqlx::query_as(
+        "SELECT import_mood, CAST(mood AS INTEGER) FROM day_logs WHERE user_id = ?1 AND source = 'import'
+         ORDER BY local_day, import_time, import_mood",
+    )
+    .bind(ME)
+    .fetch_all(db.journal.store().read_pool())
+    .await
+    .expect("rows")
+}
+
+/// Custom moods in a CSV: each is an entry of its own, even two at one minute with no
+/// note; they come in without a mood, and the answer names them and points to the
+/// backup file, whose levels the same entries then get — without being doubled.
+#[tokio::test]
+async fn custom_moods_in_a_csv_stay_apart_and_the_backup_gives_them_their_levels() {
+    let db = fresh().await;
+
+    let csv = import::import_bytes(&db.journal, ME, &daylio_fixture("custom_moods.csv"))
+        .await
+        .expect("imports");
+    assert_eq!((csv.imported, csv.already), (4, 0), "{csv:?}");
+    assert_eq!(csv.unknown_moods, ["irritable", "tired", "ok"]);
+    let said = csv.sentence(Language::En);
+    assert!(
+        said.contains("\"irritable\", \"tired\", \"ok\"") && said.contains(".daylio"),
+        "{said}"
+    );
+    let none = |name: &str| (Some(name.to_owned()), None);
+    let level = |name: &str, mood: i64| (Some(name.to_owned()), Some(mood));
+    assert_eq!(
+        imported_moods(&db).await,
+        [
+            level("good", 4),
+            none("ok"),
+            none("irritable"),
+            none("tired")
+        ]
+    );
+
+    let backup = import::import_bytes(&db.journal, ME, &daylio_fixture("custom_moods.daylio"))
+        .await
+        .expect("imports the backup");
+    assert_eq!((backup.imported, backup.already), (0, 4), "{backup:?}");
+    assert!(backup.unknown_moods.is_empty());
+    assert_eq!(
+        imported_moods(&db).await,
+        [
+            level("good", 4),
+            level("ok", 3),
+            level("irritable", 2),
+            level("tired", 3)
+        ]
+    );
+    // Sent again, nothing changes.
+    let again = import::import_bytes(&db.journal, ME, &daylio_fixture("custom_moods.daylio"))
+        .await
+        .expect("again");
+    assert_eq!((again.imported, again.already), (0, 4));
+    assert_eq!(rows(&db).await, 4);
+}
+
+/// A backup on its own: every mood with its level, activities and notes.
+#[tokio::test]
+async fn a_backup_alone_brings_every_mood_and_activity() {
+    let db = fresh().await;
+
+    let report = import::import_bytes(&db.journal, ME, &daylio_fixture("custom_moods.daylio"))
+        .await
+        .expect("imports");
+
+    assert_eq!((report.imported, report.unreadable), (4, 0), "{report:?}");
+    let level = |name: &str, mood: i64| (Some(name.to_owned()), Some(mood));
+    assert_eq!(
+        imported_moods(&db).await,
+        [
+            level("good", 4),
+            level("ok", 3),
+            level("irritable", 2),
+            level("tired", 3)
+        ]
+    );
+    let (text, activities): (String, String) = sqlx::query_as(
+        "SELECT text, json_extract(metrics, '$.activities') FROM day_logs
+         WHERE user_id = ?1 AND local_day = '2021-03-26'",
+    )
+    .bind(ME)
+    .fetch_one(db.journal.store().read_pool())
+    .await
+    .expect("row");
+    assert_eq!(text, "Lunch\nSoup, then a walk");
+    assert_eq!(activities, "[\"reading\"]");
+}
+
+/// A zip that is no backup, and one that would unpack without end, are each a sentence.
+#[tokio::test]
+async fn a_zip_that_is_no_backup_is_refused_with_a_sentence() {
+    let db = fresh().await;
+    let not_a_backup = b"PK\x03\x04 not really a zip".to_vec();
+
+    let refused = import::import_bytes(&db.journal, ME, &not_a_backup).await;
+
+    let Err(ImportFailure::File(why)) = refused else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(why, ImportError::NotBackup);
+    assert!(why.sentence(Language::En).contains("not a Daylio backup"));
+    assert_eq!(rows(&db).await, 0);
 }

@@ -87,3 +87,74 @@ async fn a_daylio_document_is_downloaded_and_imported_once() {
         .unwrap();
     assert_eq!(llm_calls, 0);
 }
+
+/// An import is confirmed to Telegram only once its rows are committed (or it stored
+/// nothing): while the file is still coming, a crash must bring the update again, as
+/// sending the same file again is safe. Other chats' updates are taken meanwhile.
+#[tokio::test]
+async fn an_import_is_not_confirmed_to_telegram_before_its_rows_are_stored() {
+    const OTHER: i64 = 42;
+    let app = App::spawn().await;
+    app.telegram
+        .add_file("csv-1", "documents/file_1.csv", EXPORT.as_bytes());
+    app.telegram.hang("GetFile");
+    let import = app
+        .telegram
+        .push_update(document_update(1, "csv-1", Some("/import")));
+    support::wait_until(
+        "the import's getFile to hang",
+        std::time::Duration::from_secs(20),
+        || async { app.telegram.hung().iter().any(|m| m == "GetFile") },
+    )
+    .await;
+    // Past the wait after which a batch used to be confirmed anyway.
+    tokio::time::sleep(daylog::bot::CONFIRM_WAIT + std::time::Duration::from_secs(1)).await;
+    // The poll that brings this update is asked with the offset of everything taken.
+    app.telegram.push_update(text_update(OTHER, 1, "/help"));
+    app.telegram.wait_sent(OTHER, 1).await;
+    assert_eq!(imported(&app).await, 0);
+    assert!(
+        app.telegram.confirmed_below() <= import,
+        "the import was confirmed (below {}) before anything of it was stored",
+        app.telegram.confirmed_below()
+    );
+}
+
+/// Daylio's backup file (`.daylio`, a zip) sent as a document with the caption
+/// `/import`: every mood comes in with its level, custom ones too.
+#[tokio::test]
+async fn a_daylio_backup_document_is_imported_with_every_mood() {
+    let app = App::spawn().await;
+    let backup = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/daylio/custom_moods.daylio"),
+    )
+    .unwrap();
+    app.telegram
+        .add_file("backup-1", "documents/file_2.daylio", &backup);
+    let mut update = document_update(1, "backup-1", Some("/import"));
+    update["message"]["document"]["file_name"] = json!("Daylio_backup.daylio");
+    update["message"]["document"]["mime_type"] = json!("application/octet-stream");
+    update["message"]["document"]["file_size"] = json!(backup.len());
+    app.telegram.push_update(update);
+
+    let sent = app.telegram.wait_sent(USER, 1).await;
+
+    let texts = Texts(Language::En);
+    assert_eq!(
+        sent[0].text(),
+        format!(
+            "{} {}",
+            texts.import_done(4, 0, 0, None),
+            texts.import_zone("UTC", 0)
+        )
+    );
+    let moods: Vec<i64> = sqlx::query_scalar(
+        "SELECT CAST(mood AS INTEGER) FROM day_logs WHERE user_id = ?1 ORDER BY mood",
+    )
+    .bind(USER)
+    .fetch_all(app.store.read_pool())
+    .await
+    .unwrap();
+    assert_eq!(moods, [2, 3, 3, 4]);
+}

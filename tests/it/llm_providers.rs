@@ -294,12 +294,19 @@ struct Wire {
 /// the 429 would say nothing and the key would be asked again after a short backoff or
 /// by the next task.
 async fn a_retry_after_header_cools_the_key(wire: Wire) {
+    let refusal = wire.rate_limited;
+    a_refusal_with_retry_after_cools_the_key(wire, 429, refusal).await;
+}
+
+/// As [`a_retry_after_header_cools_the_key`], for a refusal of any `status` (a 5xx: an
+/// overloaded provider that says when to come back) with the body `fixture`.
+async fn a_refusal_with_retry_after_cools_the_key(wire: Wire, status: u16, fixture: &str) {
     let server = MockServer::start().await;
     let key = |k: &str| format!("{}{k}", wire.key_prefix);
     Mock::given(method("POST"))
         .and(path(wire.endpoint))
         .and(header(wire.key_header, key("k1").as_str()))
-        .respond_with(json_reply(429, wire.rate_limited).insert_header("retry-after", "30"))
+        .respond_with(json_reply(status, fixture).insert_header("retry-after", "30"))
         .mount(&server)
         .await;
     Mock::given(method("POST"))
@@ -372,7 +379,16 @@ async fn openai_reads_the_retry_after_header() {
 /// the header can say it.
 #[tokio::test]
 async fn gemini_reads_the_retry_after_header() {
-    a_retry_after_header_cools_the_key(Wire {
+    a_retry_after_header_cools_the_key(gemini_wire()).await;
+}
+
+#[tokio::test]
+async fn anthropic_reads_the_retry_after_header() {
+    a_retry_after_header_cools_the_key(anthropic_wire()).await;
+}
+
+fn gemini_wire() -> Wire {
+    Wire {
         kind: "gemini",
         base: "/v1beta",
         endpoint: "/v1beta/models/gemini-2.5-flash:generateContent",
@@ -381,13 +397,11 @@ async fn gemini_reads_the_retry_after_header() {
         key_prefix: "",
         rate_limited: "gemini/rate_limited.json",
         ok: "gemini/generate_content.json",
-    })
-    .await;
+    }
 }
 
-#[tokio::test]
-async fn anthropic_reads_the_retry_after_header() {
-    a_retry_after_header_cools_the_key(Wire {
+fn anthropic_wire() -> Wire {
+    Wire {
         kind: "anthropic",
         base: "/v1",
         endpoint: "/v1/messages",
@@ -396,6 +410,20 @@ async fn anthropic_reads_the_retry_after_header() {
         key_prefix: "",
         rate_limited: "anthropic/rate_limited.json",
         ok: "anthropic/message.json",
-    })
-    .await;
+    }
+}
+
+/// A Gemini 503 ("the model is overloaded") with `Retry-After: 30`: the budget code
+/// reads that header only on a 429, so here only the wire format's own reading of it
+/// can leave the key alone for the next task.
+#[tokio::test]
+async fn gemini_reads_the_retry_after_header_of_a_503() {
+    a_refusal_with_retry_after_cools_the_key(gemini_wire(), 503, "gemini/unavailable.json").await;
+}
+
+/// Anthropic's 529 ("overloaded_error") with `Retry-After: 30`, as for Gemini's 503.
+#[tokio::test]
+async fn anthropic_reads_the_retry_after_header_of_a_529() {
+    a_refusal_with_retry_after_cools_the_key(anthropic_wire(), 529, "anthropic/overloaded.json")
+        .await;
 }

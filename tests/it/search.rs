@@ -1256,3 +1256,79 @@ fn a_long_query_looks_for_a_bounded_number_of_forms() {
         Some(format!("\"{last}\"").as_str())
     );
 }
+
+/// The English stemmer writes a `y` as `i` ("cities" → "citi", "tries" → "tri"): the
+/// word with its `y` is one of its forms too, so the plural finds the singular, as the
+/// singular ("city" → `citi*`) already found the plural.
+#[tokio::test]
+async fn an_english_y_that_the_stem_makes_i_is_found_both_ways() {
+    // Arrange
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let city = entry(&db.store, ME, 1, "A walk across the city.").await;
+    let cities = entry(&db.store, ME, 2, "Two cities in one week.").await;
+    let happy = entry(&db.store, ME, 3, "A happy evening.").await;
+    let happier = entry(&db.store, ME, 4, "Happier than yesterday.").await;
+    let tried = entry(&db.store, ME, 5, "Tried the new bakery.").await;
+    let to_try = entry(&db.store, ME, 6, "Want to try climbing.").await;
+    let trying = entry(&db.store, ME, 7, "Trying to sleep earlier.").await;
+    other_entries(&db.store, 10).await;
+
+    // Act
+    let from_cities = found(&db.store, "cities").await;
+    let from_city = found(&db.store, "city").await;
+    let from_happiness = found(&db.store, "happiness").await;
+    let from_tries = found(&db.store, "tries").await;
+
+    // Assert
+    assert_eq!(from_cities, [city, cities]);
+    assert_eq!(from_city, [city, cities]);
+    assert_eq!(from_happiness, [happy, happier]);
+    assert_eq!(from_tries, [tried, to_try, trying]);
+    assert_eq!(
+        store::fts_query("cities"),
+        Some("(\"cities\" OR \"citi\"* OR \"city\"*)".into())
+    );
+}
+
+/// A stem whose words the index holds few of is searched as those words (FTS5 reads
+/// them lazily, newest first), each an FTS5 string whatever the index holds; one that
+/// begins too many stays a prefix, and one that begins none adds nothing.
+#[test]
+fn a_prefix_stem_may_be_listed_as_the_index_words_it_begins() {
+    let listed = |stem: &str| match stem {
+        "walk" => Some(vec!["walk".to_owned(), "walked".into(), "walk\"ing".into()]),
+        "citi" => Some(Vec::new()),
+        _ => None,
+    };
+    assert_eq!(
+        store::fts_query_with("walked", listed),
+        Some("(\"walked\" OR \"walk\" OR \"walked\" OR \"walk\"\"ing\")".into())
+    );
+    assert_eq!(
+        store::fts_query_with("cities", listed),
+        Some("(\"cities\" OR \"city\"*)".into())
+    );
+    assert_eq!(
+        store::fts_query_with("друзья", listed),
+        Some("(\"друзья\" OR \"друз\"*)".into())
+    );
+}
+
+/// Through the store, with the index's own words: every form is still found, and a
+/// word typed with FTS5 syntax around it stays text.
+#[tokio::test]
+async fn a_listed_stem_finds_every_form_the_index_holds() {
+    let db = fresh().await;
+    user(&db.store, ME).await;
+    let walked = entry(&db.store, ME, 1, "Walked to the lake.").await;
+    let walking = entry(&db.store, ME, 2, "Walking in the rain.").await;
+    let walks = entry(&db.store, ME, 3, "Two walks a day.").await;
+    other_entries(&db.store, 10).await;
+
+    let found_walk = found(&db.store, "walk").await;
+    let found_hostile = found(&db.store, "walk* OR NEAR(").await;
+
+    assert_eq!(found_walk, [walked, walking, walks]);
+    assert!(found_hostile.is_empty(), "{found_hostile:?}");
+}

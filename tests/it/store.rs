@@ -147,6 +147,8 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "written_at",
             // 20261203000021: the user's zone then, whose clock /history shows.
             "written_zone",
+            // 20261203000022: an imported entry's mood name, part of its key.
+            "import_mood",
         ])
     );
     assert_eq!(
@@ -1660,4 +1662,94 @@ async fn a_busy_weeks_summaries_keep_every_day() {
 
     let lines: Vec<&str> = summaries.iter().map(|(_, line)| line.as_str()).collect();
     assert_eq!(lines, ["Monday 1", "Monday 2", "Sunday"]);
+}
+
+/// The store's own guard of a reminder: it is sent at most once per local day, whoever
+/// asks. A tick that finds the reminder due again on a day it was already sent (a second
+/// instance, a scheduler that decided from a stale read) cannot move it on as sent.
+#[tokio::test]
+async fn a_reminder_is_moved_on_as_sent_at_most_once_per_local_day() {
+    let db = fresh().await;
+    user(&db.store, 1).await;
+    let at = |text: &str| -> jiff::Timestamp { text.parse().expect("moment") };
+    let day = |text: &str| -> jiff::civil::Date { text.parse().expect("day") };
+    let now = at("2026-12-01T21:05:00Z");
+    let time = daylog::time::LocalTime::parse("21:00").expect("time");
+    db.store
+        .set_reminder(UserId(1), time, at("2026-12-01T21:00:00Z"), now)
+        .await
+        .expect("set");
+    let due = |now| {
+        let store = db.store.clone();
+        async move {
+            let mut due = store.due_reminders(now, 10).await.expect("due");
+            assert_eq!(due.len(), 1, "the reminder is due");
+            due.remove(0)
+        }
+    };
+
+    let first = due(now).await;
+    let sent = db
+        .store
+        .advance_reminder(
+            UserId(1),
+            &first.next_due_at,
+            Some(day("2026-12-01")),
+            at("2026-12-02T21:00:00Z"),
+        )
+        .await
+        .expect("advance");
+    assert!(sent, "the first send of the day");
+
+    // Due again the same day (a hand edit stands for a second scheduler's stale view).
+    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
+    sqlx::query("UPDATE reminders SET next_due_at = '2026-12-01 21:30:00' WHERE user_id = 1")
+        .execute(&writer)
+        .await
+        .expect("hand edit");
+    writer.close().await;
+    let again = due(at("2026-12-01T21:35:00Z")).await;
+    assert_eq!(again.last_sent_day, Some(day("2026-12-01")));
+    let twice = db
+        .store
+        .advance_reminder(
+            UserId(1),
+            &again.next_due_at,
+            Some(day("2026-12-01")),
+            at("2026-12-02T21:00:00Z"),
+        )
+        .await
+        .expect("advance");
+    assert!(!twice, "a second send on the same local day");
+    let kept = db
+        .store
+        .reminder(UserId(1))
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        kept.next_due_at,
+        Some(at("2026-12-01T21:30:00Z")),
+        "not moved on"
+    );
+
+    // The next local day it is sent again; a skip (no day sent) always moves it on.
+    let next_day = db
+        .store
+        .advance_reminder(
+            UserId(1),
+            &again.next_due_at,
+            Some(day("2026-12-02")),
+            at("2026-12-02T21:00:00Z"),
+        )
+        .await
+        .expect("advance");
+    assert!(next_day, "another local day");
+    let kept = db
+        .store
+        .reminder(UserId(1))
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(kept.last_sent_day, Some(day("2026-12-02")));
 }
