@@ -23,6 +23,8 @@ use std::sync::OnceLock;
 
 use image::ImageEncoder;
 use image::codecs::png::PngEncoder;
+use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -173,7 +175,7 @@ fn draw(
         .bold_line_style(BLACK.mix(0.12))
         .draw()?;
 
-    let series = [
+    let series: [Series<'_>; 3] = [
         (
             t.mood,
             MOOD_COLOR,
@@ -192,8 +194,37 @@ fn draw(
     ];
     // Dots stay visible for a lone day but do not turn two months into a bead string.
     let dot_radius = if n > 31 { 2 } else { 4 };
+    let any_value = draw_lines(&mut chart, &series, dot_radius)?;
+    draw_legend(&legend_area, &series)?;
+
+    if !any_value {
+        let grey = BLACK.mix(0.6);
+        let style = TextStyle::from((FONT, 24).into_font())
+            .color(&grey)
+            .pos(Pos::new(HPos::Center, VPos::Center));
+        let center = ((n.max(1) as f64 - 1.0) / 2.0, 3.0);
+        chart.draw_series(std::iter::once(Text::new(t.no_data, center, style)))?;
+    }
+
+    root.present()?;
+    Ok(())
+}
+
+/// One line of the chart: its legend name, its colour, a value per slot.
+type Series<'a> = (&'a str, RGBColor, Vec<Option<f64>>);
+
+type Chart<'a, 'b> =
+    ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Draws each series as lines between consecutive days and a dot per day; a missing
+/// day breaks the line. Whether any value was drawn at all.
+fn draw_lines(
+    chart: &mut Chart<'_, '_>,
+    series: &[Series<'_>],
+    dot_radius: u32,
+) -> Result<bool, Box<dyn std::error::Error>> {
     let mut any_value = false;
-    for (_, color, values) in &series {
+    for (_, color, values) in series {
         let points: Vec<Option<(f64, f64)>> = values
             .iter()
             .enumerate()
@@ -215,27 +246,23 @@ fn draw(
                 .map(|p| Circle::new(p, dot_radius, color.filled())),
         )?;
     }
+    Ok(any_value)
+}
 
-    for (row, (name, color, _)) in (0i32..).zip(&series) {
+/// The legend, in its own strip so it never hides a line.
+fn draw_legend(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    series: &[Series<'_>],
+) -> Result<(), Box<dyn std::error::Error>> {
+    for (row, (name, color, _)) in (0i32..).zip(series) {
         let y = 40 + row * 28;
-        legend_area.draw(&PathElement::new(
+        area.draw(&PathElement::new(
             vec![(4, y), (28, y)],
             color.stroke_width(3),
         ))?;
         let style = TextStyle::from((FONT, 15).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
-        legend_area.draw(&Text::new(*name, (36, y), style))?;
+        area.draw(&Text::new(*name, (36, y), style))?;
     }
-
-    if !any_value {
-        let grey = BLACK.mix(0.6);
-        let style = TextStyle::from((FONT, 24).into_font())
-            .color(&grey)
-            .pos(Pos::new(HPos::Center, VPos::Center));
-        let center = ((n.max(1) as f64 - 1.0) / 2.0, 3.0);
-        chart.draw_series(std::iter::once(Text::new(t.no_data, center, style)))?;
-    }
-
-    root.present()?;
     Ok(())
 }
 

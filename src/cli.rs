@@ -351,7 +351,8 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
                     ),
                 }));
             }
-            crate::app::run_daemon(settings).await?;
+            // The daemon's future is large (every front end's state); one box, once.
+            Box::pin(crate::app::run_daemon(settings)).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Chat { user } => {

@@ -118,31 +118,33 @@ pub async fn respond(
     let language = users.language_of(user_id).await;
     let texts = Texts(language);
     match command {
-        Command::Start => text(start(users, user_id, language).await),
-        Command::Help => text(help(language)),
+        Command::Start => Ok(text(start(users, user_id, language).await)),
+        Command::Help => Ok(text(help(language))),
         Command::History(arg) => history(store, users, user_id, language, &arg).await,
         Command::Stats(arg) => stats(store, users, user_id, language, &arg).await,
         Command::Export => export(store, users, user_id, language).await,
         Command::Delete => Ok(vec![Response::ConfirmDelete { language, user_id }]),
-        Command::Lang(arg) => text(lang(store, user_id, texts, &arg).await?),
-        Command::Tz(arg) => text(tz(store, users, user_id, texts, &arg).await?),
-        Command::Remind(arg) => text(remind(store, users, user_id, &arg).await?),
+        Command::Lang(arg) => Ok(text(lang(store, user_id, texts, &arg).await?)),
+        Command::Tz(arg) => Ok(text(tz(store, users, user_id, texts, &arg).await?)),
+        Command::Remind(arg) => Ok(text(remind(store, users, user_id, &arg).await?)),
         // `/week` writes through the cascade and sends by itself (`digest::week`, which
         // both front ends call instead); here it has nothing more to say.
         Command::Week => Ok(Vec::new()),
-        Command::Digest(arg) => text(crate::digest::command(store, users, user_id, &arg).await?),
-        Command::Streak => text(streak(users, user_id, texts).await?),
+        Command::Digest(arg) => Ok(text(
+            crate::digest::command(store, users, user_id, &arg).await?,
+        )),
+        Command::Streak => Ok(text(streak(users, user_id, texts).await?)),
         Command::Search(words) => search(store, user_id, language, &words).await,
         Command::Year(arg) => year(store, users, user_id, language, &arg).await,
         // The file itself comes as a document (the bot) or a path (`daylog chat`); the
         // command alone explains how.
-        Command::Import(_) => text(Reply::new().text(texts.import_usage())),
+        Command::Import(_) => Ok(text(Reply::new().text(texts.import_usage()))),
     }
 }
 
 /// One text reply as a command's answer.
-fn text<E>(reply: Reply) -> Result<Vec<Response>, E> {
-    Ok(vec![Response::Text(reply)])
+fn text(reply: Reply) -> Vec<Response> {
+    vec![Response::Text(reply)]
 }
 
 /// `/start`: what the bot does; a user still on the default zone is invited to set
@@ -182,11 +184,13 @@ async fn history(
     arg: &str,
 ) -> Result<Vec<Response>, StoreError> {
     let Some(n) = count_arg(arg, HISTORY_DEFAULT, HISTORY_MAX) else {
-        return text(Reply::new().text(Texts(language).bad_number("history", HISTORY_MAX)));
+        return Ok(text(
+            Reply::new().text(Texts(language).bad_number("history", HISTORY_MAX)),
+        ));
     };
     let logs = store.history(user_id, i64::from(n)).await?;
     let zone = users.zone_of(user_id).await;
-    text(history_reply(language, &zone, &logs))
+    Ok(text(history_reply(language, &zone, &logs)))
 }
 
 /// `/stats [days]`: averages and the chart, with the streak and what goes with good
@@ -200,7 +204,9 @@ async fn stats(
 ) -> Result<Vec<Response>, StoreError> {
     let texts = Texts(language);
     let Some(days) = count_arg(arg, STATS_DEFAULT, STATS_MAX) else {
-        return text(Reply::new().text(texts.bad_number("stats", STATS_MAX)));
+        return Ok(text(
+            Reply::new().text(texts.bad_number("stats", STATS_MAX)),
+        ));
     };
     let (_, today) = users.today_of(user_id).await;
     let first = today
@@ -246,7 +252,7 @@ async fn export(
     let texts = Texts(language);
     let logs = store.export(user_id).await?;
     if logs.is_empty() {
-        return text(Reply::new().text(texts.no_entries()));
+        return Ok(text(Reply::new().text(texts.no_entries())));
     }
     let zone = users.zone_of(user_id).await;
     Ok(vec![Response::Document {
@@ -324,10 +330,10 @@ async fn search(
     words: &str,
 ) -> Result<Vec<Response>, StoreError> {
     if words.split_whitespace().next().is_none() {
-        return text(Reply::new().text(Texts(language).search_usage()));
+        return Ok(text(Reply::new().text(Texts(language).search_usage())));
     }
     let hits = store.search(user_id, words).await?;
-    text(search_reply(language, &hits))
+    Ok(text(search_reply(language, &hits)))
 }
 
 /// `/year [YYYY]`: the year in pixels.
@@ -343,7 +349,7 @@ async fn year(
         "" => i32::from(today.year()),
         given => match year_arg(given) {
             Some(year) => year,
-            None => return text(Reply::new().text(Texts(language).year_usage())),
+            None => return Ok(text(Reply::new().text(Texts(language).year_usage()))),
         },
     };
     let moods = store.year_moods(user_id, year).await?;

@@ -1408,7 +1408,7 @@ mod tests {
             pretty in any::<bool>(),
         ) {
             let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(VALID) else {
-                unreachable!("VALID is an object");
+                panic!("VALID is an object");
             };
             let sep = if pretty { ",\n  " } else { ", " };
             let members: Vec<String> = fields

@@ -13,6 +13,11 @@
 //! no global tracing subscriber of its own (capture logs with
 //! `support::llm::LogCapture::this_thread`, which sees only its own thread).
 
+#![expect(
+    clippy::panic,
+    reason = "the harness fails a test the way `assert!` does: by panicking with what it found"
+)]
+
 mod support;
 
 mod bot_e2e;
