@@ -1,17 +1,15 @@
 //! daylog: a Telegram journaling bot that never loses an entry.
 //!
-//! Module map, in the order an entry passes through it (README has the table): `app`
-//! (the one start-up, [`app::App::build`]), `cli`, `telemetry`, `config`; the front ends
-//! `bot` (Telegram) and `terminal` (`daylog chat`) and what they are to the journal,
-//! `frontend`; `commands`, `import`, `reminders`, `digest` (the weekly digest), `worker`
-//! (unfinished logs), `users` (a user's language, zone, day and streaks); `journal` (the life of a day log, front-end independent, a file
-//! per stage); `store` (SQLite, the only place that talks SQL), `sqlcmd` (`daylog sql`);
-//! `llm` (provider clients and the cascade), `analysis` (prompts, metric repair and
-//! validation); `render` (reply HTML and splitting), `charts`, `texts` (English and
-//! Russian), `day` (one day's metrics), `language`; local days: `time` (the one clock, user
-//! zones, local days), `streaks`, `good_days`. Below them all, `domain`: the typed ids, a
-//! model reference and a log's outcome, which every layer uses. README states the
-//! layers that imports go down, never up.
+//! The map of these modules, their layers and the walk of one entry through them is
+//! docs/architecture.md. In short, from the top: the binary (`cli`, `telemetry`), the
+//! start-up (`app`), the front ends (`bot`, `terminal`) and what they are to the journal
+//! (`frontend`), what users ask for (`commands`, `import`, `reminders`, `digest`,
+//! `worker`), the life of an entry (`journal`, a file per stage) and a user's zone,
+//! language and streaks (`users`), SQL (`store`, `sqlcmd`), the two siblings `analysis`
+//! (prompts, metrics) and `llm` (providers, budgets, the cascade), `config`, the floor
+//! (`render`, `charts`, `texts`, `time`, `language`, `day`, `streaks`, `good_days`,
+//! `llm_request`), and below it all `domain` (typed ids, a model reference, a log's
+//! outcome, the metrics' field names). Imports go down, never up.
 
 pub mod analysis;
 pub mod app;
