@@ -121,7 +121,8 @@ enum ScenarioName {
     Slow,
     /// mistral-small answers 503; run with cooldown on, then with cooldown off.
     Failover,
-    /// Providers at 200 ms, 200 chats × 3 logs, every log pushed at once.
+    /// Providers at 200 ms, 200 chats × 3 logs, every log pushed at once; then again
+    /// with a restarted bot whose hedging starts from its stored latencies.
     Many,
     /// mistral-small holds every connection (2 s request timeout); 200 chats × 3 at
     /// 200 ms, pushed at once.
