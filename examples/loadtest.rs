@@ -121,7 +121,8 @@ enum ScenarioName {
     Slow,
     /// mistral-small answers 503; run with cooldown on, then with cooldown off.
     Failover,
-    /// Providers at 200 ms, 200 chats × 3 logs, every log pushed at once.
+    /// Providers at 200 ms, 200 chats × 3 logs, every log pushed at once; then again
+    /// with a restarted bot whose hedging starts from its stored latencies.
     Many,
     /// mistral-small holds every connection (2 s request timeout); 200 chats × 3 at
     /// 200 ms, pushed at once.
@@ -1753,7 +1754,13 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         out.extend([on, off]);
     }
     if wants(ScenarioName::Many) {
-        out.push(burst("many", 200, 3, 200));
+        let many = burst("many", 200, 3, 200);
+        // Beside it: a bot that has answered before, whose hedging thresholds start
+        // from its stored (idle) latencies: the burst's own queueing must not hedge.
+        let mut known = many.clone();
+        known.name = "many, the bot restarted with its last answers stored".to_owned();
+        known.history = true;
+        out.extend([many, known]);
     }
     if wants(ScenarioName::Stalled) {
         let mut stalled = burst("stalled primary", 200, 3, 200);

@@ -36,7 +36,7 @@ use crate::llm::budget::{Taken, request_tokens};
 use crate::llm::cooldown::StepId;
 use crate::llm::decision::{self, Cool, Facts, Next, Round, RoundFacts};
 use crate::llm::error::{AttemptError, CascadeError, LlmError};
-use crate::llm::hedge::Hedging;
+use crate::llm::hedge::{self, Hedging, Threshold};
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::llm::state::SharedState;
@@ -475,6 +475,7 @@ impl<'a, T> TaskRun<'a, T> {
             Duration::ZERO,
             Duration::ZERO,
             Some("max_concurrency reached".to_owned()),
+            None,
         );
         let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
         spent.push((step.id.no, now));
@@ -853,8 +854,8 @@ impl<'a, T> TaskRun<'a, T> {
         let response = self.ask(step, key, taken);
         let (result, used_tokens) = match hedge_after {
             None => response.await,
-            Some(after) => {
-                self.hedge_when_slow(step, started, after, learned, response)
+            Some(threshold) => {
+                self.hedge_when_slow(step, started, threshold, learned, response)
                     .await
             }
         };
@@ -931,29 +932,52 @@ impl<'a, T> TaskRun<'a, T> {
         (result, hint.used_tokens)
     }
 
-    /// Awaits `response`; once it is slower than `after` (or another attempt finds the
-    /// step stalled), the next step is asked to start beside it.
+    /// Awaits `response`; once it is slower than its threshold (or another attempt
+    /// finds the step stalled), the next step is asked to start beside it.
     async fn hedge_when_slow<R>(
         &self,
         step: &Step,
         started: Instant,
-        after: Duration,
+        threshold: Threshold,
         learned: bool,
         response: impl Future<Output = R>,
     ) -> R {
         tokio::pin!(response);
+        let after = threshold.after;
         // Its own threshold (`true`), or another attempt's finding that the step has
-        // stalled (`false`), whichever comes first.
-        let stall = self.hedging.stall_signal(step.id.no);
-        let slow = async {
-            match stall {
-                Some(stall) => tokio::select! {
-                    () = tokio::time::sleep(after) => true,
-                    () = stall => false,
-                },
-                None => {
-                    tokio::time::sleep(after).await;
-                    true
+        // stalled (`false`), whichever comes first. The threshold counts the step's
+        // silence, not the process's lag: a timer that wakes late means an answer may
+        // be waiting its turn, so it is given that turn first (`hedge::wait_more`).
+        let stall = std::pin::pin!(self.hedging.stall_signal(step.id.no));
+        let slow = async move {
+            let mut stall = stall;
+            let mut due = started + after;
+            loop {
+                let own = match stall.as_mut().as_pin_mut() {
+                    Some(stall) => tokio::select! {
+                        () = tokio::time::sleep_until(due) => true,
+                        () = stall => false,
+                    },
+                    None => {
+                        tokio::time::sleep_until(due).await;
+                        true
+                    }
+                };
+                if !own {
+                    return false;
+                }
+                let now = Instant::now();
+                let lag = now.saturating_duration_since(due);
+                match hedge::wait_more(after, now - started, lag) {
+                    None => return true,
+                    Some(more) => {
+                        tracing::trace!(
+                            provider = %step.id.provider, model = %step.id.model,
+                            lag_ms = duration_ms(lag),
+                            "hedge due, but the process is behind: the answer gets its turn"
+                        );
+                        due = now + more;
+                    }
                 }
             }
         };
@@ -975,6 +999,12 @@ impl<'a, T> TaskRun<'a, T> {
                         );
                     }
                 }
+                tracing::debug!(
+                    task = self.task.as_str(), provider = %step.id.provider,
+                    model = %step.id.model, threshold_ms = duration_ms(after),
+                    hedge_basis = threshold.basis.as_str(), own,
+                    elapsed_ms = duration_ms(started.elapsed()), "attempt past its hedge threshold"
+                );
                 // Nobody listening means the task is over; nothing to do then.
                 let _ = self.hedge.send(step.id.no);
                 response.await
@@ -1017,6 +1047,7 @@ impl<'a, T> TaskRun<'a, T> {
             Duration::ZERO,
             Duration::ZERO,
             Some(format!("cooling down for {}ms more", duration_ms(left))),
+            None,
         );
     }
 
@@ -1031,6 +1062,7 @@ impl<'a, T> TaskRun<'a, T> {
             Duration::ZERO,
             Duration::ZERO,
             Some(format!("budget spent for {}ms more", duration_ms(left))),
+            None,
         );
     }
 
@@ -1048,15 +1080,19 @@ impl<'a, T> TaskRun<'a, T> {
         latency: Duration,
         wait: Duration,
         error: Option<String>,
+        hedge: Option<Threshold>,
     ) {
         let (provider, model) = (&step.id.provider, &step.id.model);
         let task = self.task.as_str();
         let latency_ms = duration_ms(latency);
         let wait_ms = duration_ms(wait);
+        // Which hedging threshold the attempt ran under, and where it came from.
+        let hedge_ms = hedge.map(|t| duration_ms(t.after));
+        let hedge_basis = hedge.map_or("none", |t| t.basis.as_str());
         match outcome {
             Outcome::Ok => tracing::debug!(
                 task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
-                %outcome, latency_ms, wait_ms, "llm attempt"
+                %outcome, latency_ms, wait_ms, hedge_ms, hedge_basis, "llm attempt"
             ),
             // The operator must act (a mistyped, revoked or unpaid key): an error, which
             // `daylog chat` shows on its terminal too, naming the variable to fix.
@@ -1068,12 +1104,12 @@ impl<'a, T> TaskRun<'a, T> {
             Outcome::SkippedCooldown | Outcome::SkippedBudget | Outcome::Cancelled => {
                 tracing::debug!(
                     task, %provider, %model, key_index = ?key, %outcome, error = ?error,
-                    "llm attempt"
+                    latency_ms, hedge_ms, hedge_basis, "llm attempt"
                 )
             }
             _ => tracing::info!(
                 task, %provider, %model, key_index = ?key, attempt, status = ?http_status,
-                %outcome, latency_ms, wait_ms, "llm attempt failed"
+                %outcome, latency_ms, wait_ms, hedge_ms, hedge_basis, "llm attempt failed"
             ),
         }
         // A provider's error body can quote the request back, user text included: it
@@ -1131,7 +1167,7 @@ struct InFlight<'r, 'a, T> {
     wait: Duration,
     started: Instant,
     /// The hedging threshold this attempt ran under.
-    hedge_after: Option<Duration>,
+    hedge_after: Option<Threshold>,
     finished: bool,
 }
 
@@ -1151,6 +1187,7 @@ impl<T> InFlight<'_, '_, T> {
             self.started.elapsed(),
             self.wait,
             error,
+            self.hedge_after,
         );
     }
 }
@@ -1175,7 +1212,7 @@ impl<T> Drop for InFlight<'_, '_, T> {
         // (One merely cut short by the deadline right after it started does not.)
         let slow = self
             .hedge_after
-            .is_some_and(|after| self.started.elapsed() >= after);
+            .is_some_and(|threshold| self.started.elapsed() >= threshold.after);
         if slow {
             self.run.state.record_failure(&self.step.id, self.key);
         }
@@ -1188,6 +1225,7 @@ impl<T> Drop for InFlight<'_, '_, T> {
             self.started.elapsed(),
             self.wait,
             Some(why.to_owned()),
+            self.hedge_after,
         );
     }
 }

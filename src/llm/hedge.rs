@@ -21,6 +21,18 @@
 //! own threshold. One slow answer among a loaded step's many does not do that: the
 //! others keep answering.
 //!
+//! A hedge fires on a step that is slow, not on a process that is busy. When this
+//! process's own cores are saturated (a burst of entries, other programs on the host), a
+//! healthy answer that reached the socket in time waits its turn: first the connection's
+//! task reads it, then the attempt's. The hedge timer waits in the same queue, so how
+//! late it wakes is how far behind the process is ([`wait_more`]): the silence of the
+//! step is only known up to twice that lag ago, and the hedge waits until that silence
+//! covers the threshold. An idle process wakes within a millisecond and hedges at once.
+//!
+//! Every threshold says where it came from ([`Basis`]): the start value, latencies
+//! stored by the last run, this process's own answers, a fixed setting, or the slow
+//! tasks' half request timeout. Each attempt's record in the log carries it.
+//!
 //! Latencies are kept per step, shared by every request and both tasks (a step's number
 //! is the same for equal provider/model pairs), behind one short mutex each, never held
 //! across an await.
@@ -43,6 +55,54 @@ pub(crate) const MIN_SAMPLES: usize = 5;
 pub(crate) const START: Duration = Duration::from_secs(2);
 /// The lowest learned threshold.
 pub(crate) const FLOOR: Duration = Duration::from_millis(100);
+
+/// Where an attempt's hedging threshold came from (the `hedge_basis` of its log event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Basis {
+    /// `auto`, fewer than [`MIN_SAMPLES`] latencies known: [`START`].
+    Start,
+    /// `auto`, learned mostly from latencies the last run stored in `llm_calls`.
+    Stored,
+    /// `auto`, learned from at least [`MIN_SAMPLES`] answers of this process.
+    Learned,
+    /// A fixed `hedge_after_ms`.
+    Fixed,
+    /// `auto`, a task slow by nature: half the request timeout.
+    Slow,
+}
+
+impl Basis {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Stored => "stored",
+            Self::Learned => "learned",
+            Self::Fixed => "fixed",
+            Self::Slow => "slow_task",
+        }
+    }
+}
+
+/// A hedging threshold and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Threshold {
+    pub after: Duration,
+    pub basis: Basis,
+}
+
+/// The hedge timer of an attempt fired `elapsed` after it started, `lag` after the
+/// moment it was set for: whether the attempt has been silent for `after` as seen from
+/// the socket (`None`: hedge now), or how much longer to wait before asking again.
+///
+/// A timer that wakes `lag` late means every task of the process waits about that long
+/// for its turn. An answer that reached the socket up to twice that long ago may still
+/// be on its way in (the connection's turn, then the attempt's), so the silence known
+/// for sure is `elapsed - 2 × lag`. In a steady lag the hedge fires about three lags
+/// after the threshold; with no lag, at the threshold.
+pub(crate) fn wait_more(after: Duration, elapsed: Duration, lag: Duration) -> Option<Duration> {
+    let silent = elapsed.saturating_sub(lag.saturating_mul(2));
+    (silent < after).then(|| after - silent)
+}
 
 /// The auto threshold from a step's recent latencies (any order).
 pub(crate) fn auto_threshold(recent: &[Duration], request_timeout: Duration) -> Duration {
@@ -71,7 +131,8 @@ pub struct LatencySample {
 /// The recent latencies of one step, and its threshold computed from them.
 #[derive(Debug)]
 struct Recent {
-    samples: VecDeque<Duration>,
+    /// Each latency, and whether it is an answer of this process (not a stored one).
+    samples: VecDeque<(Duration, bool)>,
     threshold: Duration,
     /// When the step last gave a usable answer in this process.
     last_answer: Option<Instant>,
@@ -123,14 +184,35 @@ impl Hedging {
         self.setting == HedgeAfter::Auto
     }
 
-    /// How long an attempt on step `no` may take before the next step starts.
-    pub fn threshold(&self, no: usize) -> Option<Duration> {
+    /// How long an attempt on step `no` may take before the next step starts, and
+    /// where that came from.
+    pub fn threshold(&self, no: usize) -> Option<Threshold> {
         match self.setting {
             HedgeAfter::Off => None,
-            HedgeAfter::After(after) => Some(after),
+            HedgeAfter::After(after) => Some(Threshold {
+                after,
+                basis: Basis::Fixed,
+            }),
             HedgeAfter::Auto => Some(match self.steps.get(no) {
-                Some(step) => lock(&step.recent).threshold,
-                None => auto_threshold(&[], self.request_timeout),
+                Some(step) => {
+                    let recent = lock(&step.recent);
+                    let own = recent.samples.iter().filter(|(_, own)| *own).count();
+                    let basis = if recent.samples.len() < MIN_SAMPLES {
+                        Basis::Start
+                    } else if own >= MIN_SAMPLES {
+                        Basis::Learned
+                    } else {
+                        Basis::Stored
+                    };
+                    Threshold {
+                        after: recent.threshold,
+                        basis,
+                    }
+                }
+                None => Threshold {
+                    after: auto_threshold(&[], self.request_timeout),
+                    basis: Basis::Start,
+                },
             }),
         }
     }
@@ -139,11 +221,17 @@ impl Hedging {
     /// recording's transcript) may take before the next step starts: learned latencies
     /// are those of analyses and metrics, so under `auto` it is half the request
     /// timeout (a stalled step still costs less than the timeout).
-    pub fn slow_threshold(&self) -> Option<Duration> {
+    pub fn slow_threshold(&self) -> Option<Threshold> {
         match self.setting {
             HedgeAfter::Off => None,
-            HedgeAfter::After(after) => Some(after),
-            HedgeAfter::Auto => Some(self.request_timeout / 2),
+            HedgeAfter::After(after) => Some(Threshold {
+                after,
+                basis: Basis::Fixed,
+            }),
+            HedgeAfter::Auto => Some(Threshold {
+                after: self.request_timeout / 2,
+                basis: Basis::Slow,
+            }),
         }
     }
 
@@ -201,9 +289,9 @@ impl Hedging {
         if recent.samples.len() == WINDOW {
             recent.samples.pop_front();
         }
-        recent.samples.push_back(latency);
-        let samples = recent.samples.make_contiguous();
-        recent.threshold = auto_threshold(samples, self.request_timeout);
+        recent.samples.push_back((latency, answered_at.is_some()));
+        let samples: Vec<Duration> = recent.samples.iter().map(|(latency, _)| *latency).collect();
+        recent.threshold = auto_threshold(&samples, self.request_timeout);
     }
 }
 
@@ -220,6 +308,67 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    fn after(hedging: &Hedging, no: usize) -> Option<Duration> {
+        hedging.threshold(no).map(|t| t.after)
+    }
+
+    /// Issue 31 item 7: in a burst the process's own busy cores made healthy answers
+    /// look slow, and 17 % of tasks hedged. The hedge timer's own lateness is the lag.
+    #[test]
+    fn a_busy_process_waits_out_its_own_lag_before_it_hedges() {
+        let after = ms(300);
+        // (elapsed when the timer fired, how late it fired, what happens)
+        let rows = [
+            // An idle process: the timer on time, hedge now; a millisecond late, one more
+            // millisecond's look, then hedge.
+            (ms(300), ms(0), None),
+            (ms(301), ms(1), Some(ms(1))),
+            (ms(303), ms(1), None),
+            // Busy: the timer woke 120 ms late, so an answer that reached the socket
+            // since 180 ms may not be read yet. Wait until the silence covers 300 ms.
+            (ms(420), ms(120), Some(ms(120))),
+            // The second look, the process still 120 ms behind: 540 - 240 = 300, hedge.
+            (ms(540), ms(120), None),
+            // It fell further behind meanwhile: wait again.
+            (ms(540), ms(200), Some(ms(160))),
+            // The runtime was blocked for a second: nothing is known of the step's
+            // silence yet, so the whole threshold again (the answer is likely in).
+            (ms(1300), ms(1000), Some(ms(300))),
+        ];
+        for (elapsed, lag, expected) in rows {
+            assert_eq!(
+                wait_more(after, elapsed, lag),
+                expected,
+                "{elapsed:?} late by {lag:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_threshold_says_where_it_came_from() {
+        let basis = |hedging: &Hedging| hedging.threshold(0).map(|t| t.basis);
+        let auto = Hedging::new(HedgeAfter::Auto, ms(30_000), 1);
+        assert_eq!(basis(&auto), Some(Basis::Start));
+        for _ in 0..MIN_SAMPLES {
+            auto.restore(0, ms(400));
+        }
+        assert_eq!(basis(&auto), Some(Basis::Stored));
+        for _ in 0..MIN_SAMPLES - 1 {
+            auto.record(0, ms(400));
+        }
+        assert_eq!(basis(&auto), Some(Basis::Stored), "mostly the last run's");
+        auto.record(0, ms(400));
+        assert_eq!(basis(&auto), Some(Basis::Learned));
+        let fresh = Hedging::new(HedgeAfter::Auto, ms(30_000), 1);
+        for _ in 0..MIN_SAMPLES {
+            fresh.record(0, ms(400));
+        }
+        assert_eq!(basis(&fresh), Some(Basis::Learned));
+        let fixed = Hedging::new(HedgeAfter::After(ms(8000)), ms(30_000), 1);
+        assert_eq!(basis(&fixed), Some(Basis::Fixed));
+        assert_eq!(fixed.slow_threshold().map(|t| t.basis), Some(Basis::Fixed));
     }
 
     #[test]
@@ -259,13 +408,13 @@ mod tests {
     #[test]
     fn a_step_learns_from_its_own_answers_only() {
         let hedging = Hedging::new(HedgeAfter::Auto, ms(30_000), 2);
-        assert_eq!(hedging.threshold(0), Some(START));
+        assert_eq!(after(&hedging, 0), Some(START));
         for _ in 0..MIN_SAMPLES {
             hedging.record(0, ms(400));
         }
-        assert_eq!(hedging.threshold(0), Some(ms(600)));
+        assert_eq!(after(&hedging, 0), Some(ms(600)));
         assert_eq!(
-            hedging.threshold(1),
+            after(&hedging, 1),
             Some(START),
             "the other step knows nothing"
         );
@@ -273,7 +422,7 @@ mod tests {
         for _ in 0..WINDOW {
             hedging.record(0, ms(200));
         }
-        assert_eq!(hedging.threshold(0), Some(ms(300)));
+        assert_eq!(after(&hedging, 0), Some(ms(300)));
     }
 
     #[tokio::test]
@@ -323,14 +472,21 @@ mod tests {
     fn fixed_and_off_do_not_learn() {
         let fixed = Hedging::new(HedgeAfter::After(ms(8000)), ms(30_000), 1);
         fixed.record(0, ms(10));
-        assert_eq!(fixed.threshold(0), Some(ms(8000)));
+        assert_eq!(fixed.threshold(0).map(|t| t.after), Some(ms(8000)));
         assert!(!fixed.is_auto());
         let off = Hedging::new(HedgeAfter::Off, ms(30_000), 1);
         assert_eq!(off.threshold(0), None);
         assert_eq!(off.slow_threshold(), None);
-        assert_eq!(fixed.slow_threshold(), Some(ms(8000)));
+        assert_eq!(fixed.slow_threshold().map(|t| t.after), Some(ms(8000)));
         let auto = Hedging::new(HedgeAfter::Auto, ms(30_000), 1);
         auto.record(0, ms(10));
-        assert_eq!(auto.slow_threshold(), Some(ms(15_000)), "not learned");
+        assert_eq!(
+            auto.slow_threshold(),
+            Some(Threshold {
+                after: ms(15_000),
+                basis: Basis::Slow
+            }),
+            "not learned"
+        );
     }
 }

@@ -30,6 +30,7 @@ mod digest;
 mod disk_full;
 mod docs;
 mod faults;
+mod hedge_busy;
 mod hedge_restart;
 mod hostile_text;
 mod import;

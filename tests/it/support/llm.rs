@@ -176,7 +176,12 @@ thread_local! {
 }
 
 fn thread_capture() -> Option<LogCapture> {
-    THREAD_CAPTURE.with(|c| c.borrow().clone())
+    // An event from a thread-local's destructor, as the thread exits, finds this one
+    // gone: no capture then (panicking there aborts the whole test binary).
+    THREAD_CAPTURE
+        .try_with(|c| c.borrow().clone())
+        .ok()
+        .flatten()
 }
 
 /// The process's one tracing subscriber, installed on first use by any test: it keeps
@@ -196,7 +201,9 @@ pub fn install_test_subscriber() {
             .with_writer(|| ThreadWriter(thread_capture()))
             .with_ansi(false)
             .with_filter(tracing_subscriber::filter::filter_fn(|_| {
-                THREAD_CAPTURE.with(|c| c.borrow().is_some())
+                THREAD_CAPTURE
+                    .try_with(|c| c.borrow().is_some())
+                    .unwrap_or(false)
             }));
         let test_log = std::env::var("TEST_LOG").is_ok().then(|| {
             tracing_subscriber::fmt::layer()
