@@ -23,7 +23,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use daylog::analysis::{Metrics, json_repair};
+use daylog::analysis::json_repair;
+use daylog::analysis::metrics::from_llm_text;
 
 const TYPICAL: &str = r#"{"mood": 4, "stress": 2, "energy": 4, "productivity": 3, "sleep_hours": 7.5, "activities": ["running", "work", "cooking"], "emotions": ["calm", "focused"], "summary": "Morning run, a focused work day and a quiet dinner."}"#;
 const FENCED: &str = include_str!("../tests/fixtures/metrics/fenced.txt");
@@ -47,7 +48,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("from_llm_text");
     group.throughput(Throughput::Elements(1));
     for (name, raw) in cases {
-        group.bench_function(name, |b| b.iter(|| Metrics::from_llm_text(black_box(raw))));
+        group.bench_function(name, |b| b.iter(|| from_llm_text(black_box(raw))));
     }
     group.finish();
 
@@ -80,7 +81,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("10_docs", |b| {
         b.iter(|| {
             for raw in mix {
-                black_box(Metrics::from_llm_text(black_box(raw)));
+                black_box(from_llm_text(black_box(raw)));
             }
         })
     });

@@ -5,9 +5,9 @@
 use jiff::civil::Date;
 use teloxide::utils::command::BotCommands;
 
-use crate::analysis::Metrics;
 use crate::charts;
 use crate::domain::MetricField;
+use crate::domain::Metrics;
 use crate::frontend::{Response, truncate_chars};
 use crate::language::Language;
 use crate::render::Reply;

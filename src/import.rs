@@ -18,7 +18,7 @@ pub mod daylio;
 
 use jiff::civil::{Date, Time};
 
-use crate::analysis::metrics::Metrics;
+use crate::domain::Metrics;
 use crate::journal::Journal;
 use crate::language::Language;
 use crate::store::{NewImportLog, StoreError, UserId};

@@ -7,9 +7,9 @@
 //! `worker`), the life of an entry (`journal`, a file per stage) and a user's zone,
 //! language and streaks (`users`), SQL (`store`, `sqlcmd`), the two siblings `analysis`
 //! (prompts, metrics) and `llm` (providers, budgets, the cascade), `config`, the floor
-//! (`render`, `charts`, `texts`, `time`, `language`, `day`, `streaks`, `good_days`,
-//! `llm_request`), and below it all `domain` (typed ids, a model reference, a log's
-//! outcome, the metrics' field names). Imports go down, never up.
+//! (`render`, `charts`, `texts`, `time`, `day`, `streaks`, `good_days`, `llm_request`),
+//! and below it all `domain` (typed ids, a model reference, a log's outcome and metrics)
+//! beside `language`. Imports go down, never up.
 
 pub mod analysis;
 pub mod app;

@@ -432,7 +432,7 @@ mod tests {
         assert!(req.json);
         assert!(!req.system.contains("argued"));
         assert_eq!(req.user, format!("<entry>\n{ENTRY}\n</entry>"));
-        for field in crate::analysis::metrics::FIELDS {
+        for field in crate::domain::metrics::FIELDS {
             assert!(req.system.contains(&format!("\"{field}\"")), "{field}");
         }
         assert!(req.system.contains("200 characters"));

@@ -71,7 +71,7 @@ mod tests {
     #[test]
     fn the_names_are_those_the_metrics_are_stored_under() {
         let names = MetricField::ALL.map(MetricField::name);
-        assert_eq!(names, crate::analysis::metrics::FIELDS);
+        assert_eq!(names, super::super::metrics::FIELDS);
     }
 
     #[test]

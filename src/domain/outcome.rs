@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::analysis::Metrics;
+use crate::domain::Metrics;
 
 /// What one round decided about a log's text.
 #[derive(Debug, Clone, PartialEq)]

@@ -22,7 +22,7 @@ use jiff::civil::{Date, Time};
 use serde::Deserialize;
 
 use super::{ImportError, ImportRow, Parsed, mood_key};
-use crate::analysis::metrics::Metrics;
+use crate::domain::Metrics;
 
 /// The member that holds the data.
 const MEMBER: &str = "backup.daylio";

@@ -6,7 +6,8 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::analysis::{self, Metrics, UserContext};
+use crate::analysis::{self, UserContext};
+use crate::domain::Metrics;
 use crate::domain::{ModelRef, Outcome, Wait};
 use crate::frontend::truncate_chars;
 use crate::llm::{Attempt, AttemptSink, CascadeError, Task};
@@ -210,7 +211,7 @@ impl Journal {
                     &metrics_request,
                     sink,
                     &excluded,
-                    Metrics::from_answer,
+                    analysis::metrics::from_answer,
                 )
                 .await
             {

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::analysis::Metrics;
+use crate::domain::Metrics;
 use crate::domain::{Failure, Outcome, Wait};
 use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::language::Language;

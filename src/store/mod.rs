@@ -38,8 +38,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{FromRow, Row};
 
-use crate::analysis::metrics::Metrics;
 use crate::config::{DatabaseUrlError, database_path};
+use crate::domain::Metrics;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 

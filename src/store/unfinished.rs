@@ -105,7 +105,7 @@ impl Store {
                 Outcome::Blocked { metrics } => query
                     .bind(LogStatus::Blocked.as_str())
                     .bind(None::<&str>)
-                    .bind(metrics.as_ref().map(crate::analysis::Metrics::to_json)),
+                    .bind(metrics.as_ref().map(crate::domain::Metrics::to_json)),
                 Outcome::Waiting {
                     wait,
                     retry_in,
@@ -113,7 +113,7 @@ impl Store {
                 } => query
                     .bind(retry_in.as_secs_f64())
                     .bind(wait.column())
-                    .bind(metrics.as_ref().map(crate::analysis::Metrics::to_json)),
+                    .bind(metrics.as_ref().map(crate::domain::Metrics::to_json)),
                 Outcome::Failed(_) => query,
             };
             let done = query.execute(&self.write).await?;

@@ -179,7 +179,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         text,
         "Title\nDay 10, with \"quotes\", commas\nand a second line"
     );
-    let metrics = daylog::analysis::metrics::Metrics::from_stored_json(&metrics).expect("json");
+    let metrics = daylog::domain::Metrics::from_stored_json(&metrics).expect("json");
     assert_eq!(metrics.mood(), 3, "i = 10 is MOODS[2], MEH");
     assert_eq!(metrics.activities(), ["friends", "reading", "work"]);
 

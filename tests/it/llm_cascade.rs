@@ -500,7 +500,7 @@ async fn an_answer_without_the_json_asked_for_is_unusable_and_the_next_model_ask
             &request(true),
             &sink,
             &[],
-            daylog::analysis::Metrics::from_answer,
+            daylog::analysis::metrics::from_answer,
         )
         .await
         .expect("answer");

@@ -688,8 +688,8 @@ pub fn analysed(analysis: &str, metrics_json: &str) -> daylog::domain::Outcome {
 }
 
 /// Metrics as the store reads them back from `json`.
-pub fn stored_metrics(json: &str) -> daylog::analysis::Metrics {
-    daylog::analysis::Metrics::from_stored_json(json).expect("metrics JSON")
+pub fn stored_metrics(json: &str) -> daylog::domain::Metrics {
+    daylog::domain::Metrics::from_stored_json(json).expect("metrics JSON")
 }
 
 /// A pending log's next try in `retry_in`, for `wait`.
