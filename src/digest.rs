@@ -214,10 +214,15 @@ pub async fn week<M: Messenger>(
         }
         return Ok(());
     };
-    let (digest, _) = journal
+    let (digest, inserted) = journal
         .store()
         .insert_digest(id, target.chat_id, first, front_end, asked_by)
         .await?;
+    let digest = if inserted || same_ask(&digest, asked_by) {
+        digest
+    } else {
+        renewed_if_stale(journal.store(), digest, target, front_end).await?
+    };
     match digest.status {
         // Not written yet and waiting for the worker's next try after failed ones: the
         // providers were down a moment ago, so asking again now would only bypass the
@@ -251,6 +256,38 @@ pub async fn week<M: Messenger>(
     Ok(())
 }
 
+/// A digest written before and asked for again by `target`'s message: when the week's
+/// entries changed since its text was written (one created or edited since; or it was
+/// written before that was kept), the same row is renewed, pending and without its
+/// text, so that it is written again from the entries now — never the earlier text
+/// without that day's later entries. Otherwise (or when someone else changed the row
+/// meanwhile) the digest as stored.
+async fn renewed_if_stale(
+    store: &Store,
+    digest: Digest,
+    target: Target,
+    front_end: FrontEnd,
+) -> Result<Digest, StoreError> {
+    let (Some(_), Some((first, last))) = (&digest.text, days_of(&digest)) else {
+        return Ok(digest);
+    };
+    let now = store.week_entries_mark(digest.user_id, first, last).await?;
+    if digest.written_from.as_deref() == Some(now.as_str()) {
+        return Ok(digest);
+    }
+    let renewed = store
+        .renew_digest(&digest, target.chat_id, front_end, target.reply_to)
+        .await?;
+    if let Some(renewed) = &renewed {
+        tracing::info!(
+            digest_id = renewed.id.get(),
+            user_id = renewed.user_id.get(),
+            "the week's entries changed since its digest was written; it is written again"
+        );
+    }
+    Ok(renewed.unwrap_or(digest))
+}
+
 /// Whether `digest` was asked for by this very message (a re-delivered update).
 fn same_ask(digest: &Digest, message_id: Option<MessageId>) -> bool {
     message_id.is_some() && digest.message_id == message_id
@@ -267,7 +304,9 @@ async fn send_notice<M: Messenger>(messenger: &M, target: Target, text: &str, us
 
 /// What writing a digest came to.
 enum Written {
-    Text(String),
+    /// The text, and the week's entries it was written from
+    /// ([`Store::week_entries_mark`]).
+    Text(String, String),
     /// No provider answered now: the worker tries again.
     Later,
     /// The content filter refused it: never retried.
@@ -288,8 +327,12 @@ async fn run<M: Messenger>(
     let text = match digest.text.clone() {
         Some(text) => text,
         None => match write(journal, &digest, language).await? {
-            Written::Text(text) => {
-                if !journal.store().store_digest_text(digest.id, &text).await? {
+            Written::Text(text, written_from) => {
+                if !journal
+                    .store()
+                    .store_digest_text(digest.id, &text, &written_from)
+                    .await?
+                {
                     // Written by someone else meanwhile (another process): theirs to send.
                     return Ok(());
                 }
@@ -382,6 +425,12 @@ async fn write(
         return Ok(Written::Refused);
     };
     let user_id = digest.user_id;
+    // Read before the week itself: an entry stored while the digest is written makes
+    // it out of date, so a `/week` after it writes it again.
+    let written_from = journal
+        .store()
+        .week_entries_mark(user_id, first, last)
+        .await?;
     let days = week_days(journal, user_id, first, last).await?;
     let summaries = journal
         .store()
@@ -402,7 +451,7 @@ async fn write(
     Ok(match journal.write_digest(digest.id, &request).await {
         Ok(completion) if !completion.text.trim().is_empty() => {
             tracing::info!(digest_id = digest.id.get(), provider = %completion.provider, model = %completion.model, "digest written");
-            Written::Text(completion.text.trim().to_owned())
+            Written::Text(completion.text.trim().to_owned(), written_from)
         }
         Ok(_) => Written::Later,
         Err(error) if error.is_blocked() => Written::Refused,
