@@ -371,10 +371,14 @@ mod tests {
         assert_eq!(first.mood, Some(4));
         assert_eq!(first.metrics.mood(), 4);
         assert_eq!(first.metrics.activities(), ["friends", "reading"]);
-        assert!(!first.metrics.is_defaulted("mood"));
+        assert!(!first.metrics.is_defaulted(crate::domain::MetricField::Mood));
         let second = &parsed.rows[1];
         assert_eq!(second.text, "");
-        assert!(second.metrics.is_defaulted("mood"));
+        assert!(
+            second
+                .metrics
+                .is_defaulted(crate::domain::MetricField::Mood)
+        );
         assert!(second.metrics.activities().is_empty());
     }
 
