@@ -13,11 +13,11 @@
 use jiff::civil::{Date, Time};
 
 use crate::analysis::metrics::Metrics;
-use crate::journal::Journal;
 use crate::language::Language;
-use crate::store::{NewImportLog, StoreError, UserId};
+use crate::store::{NewImportLog, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::UserZone;
+use crate::users::Users;
 
 /// Files (and any one line) larger than this are refused before parsing.
 pub const MAX_FILE_BYTES: usize = 10 * 1024 * 1024;
@@ -288,12 +288,13 @@ pub fn to_store<'a>(rows: &'a [ImportRow], zone: &UserZone) -> Vec<NewImportLog<
 /// Imports a Daylio export for `user_id` (who must exist): parses it, then stores every
 /// readable row in one transaction. No AI call, no reply per entry.
 pub async fn import_bytes(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     bytes: &[u8],
 ) -> Result<Report, ImportFailure> {
     let parsed = parse(bytes)?;
-    let zone = journal.zone_of(user_id).await;
+    let zone = users.zone_of(user_id).await;
     let logs = to_store(&parsed.rows, &zone);
     let out_of_range =
         u64::try_from(parsed.rows.len().saturating_sub(logs.len())).unwrap_or(u64::MAX);
@@ -301,14 +302,14 @@ pub async fn import_bytes(
     for chunk in logs.chunks(IMPORT_CHUNK) {
         // Each chunk is its own transaction: other writes go between them. A row of
         // a chunk stored before a failure is found again when the file comes again.
-        let done = journal
-            .store()
-            .import_logs(user_id, chunk)
-            .await
-            .map_err(|error| ImportFailure::Store {
-                error,
-                imported: counts.imported,
-            })?;
+        let done =
+            store
+                .import_logs(user_id, chunk)
+                .await
+                .map_err(|error| ImportFailure::Store {
+                    error,
+                    imported: counts.imported,
+                })?;
         counts.imported += done.imported;
         counts.already += done.already;
         counts.retimed += done.retimed;
