@@ -8,7 +8,10 @@
 //! window: only a crash between sending and recording can send it twice.
 //! `UNIQUE (user_id, week_start)` makes a week's digest one row, however it was asked
 //! for: a `/week` on a Sunday covers that week's Monday to Sunday, so the scheduled
-//! digest of that evening finds it already there and sends nothing.
+//! digest of that evening finds it already there and sends nothing. A written digest
+//! keeps a fingerprint of the week's entries it was written from: a `/week` asked again
+//! after an entry of the week was created or edited since renews the same row (pending,
+//! its text cleared) and writes it again, rather than sending the earlier text.
 //!
 //! Within a process, whoever works on a digest holds an in-memory claim on its user and
 //! week, taken *before* the row is stored, so the worker never picks up a digest that a

@@ -409,7 +409,8 @@ impl Store {
 
     /// A written digest asked for again by `message_id` after its week's entries changed:
     /// the same row goes back to pending, its text, `sent_at` and tries cleared, to be
-    /// written again and sent to `chat_id` (stored first, as a new one is). `None` when
+    /// written again and sent to `chat_id` (stored first, as a new one is, and aged by
+    /// `worker.max_age_hours` from now). `None` when
     /// it is no longer the digest read (someone renewed or finished it meanwhile).
     pub async fn renew_digest(
         &self,
@@ -422,6 +423,7 @@ impl Store {
             let rows: Vec<Digest> = sqlx::query_as(&format!(
                 "UPDATE digests SET status = 'pending', text = NULL, written_from = NULL,
                      sent_at = NULL, attempts = 0, next_attempt_at = datetime('now'),
+                     created_at = datetime('now'),
                      chat_id = ?2, front_end = ?3, message_id = ?4
                  WHERE id = ?1 AND status = ?5 AND text IS NOT NULL
                    AND written_from IS ?6
