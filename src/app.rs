@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
+use crate::digest::Digests;
 use crate::journal::Journal;
 use crate::llm::{Llm, LlmError};
 use crate::store::{Store, StoreError};
@@ -41,6 +42,7 @@ pub struct App {
     store: Store,
     llm: Arc<Llm>,
     journal: Arc<Journal>,
+    digests: Arc<Digests>,
 }
 
 impl App {
@@ -58,11 +60,13 @@ impl App {
             store.clone(),
             Arc::clone(&llm),
         ));
+        let digests = digests_of(&journal);
         Ok(Self {
             settings,
             store,
             llm,
             journal,
+            digests,
         })
     }
 
@@ -78,6 +82,7 @@ impl App {
             )
             .with_clock(clock),
         );
+        self.digests = digests_of(&self.journal);
         self
     }
 
@@ -93,12 +98,16 @@ impl App {
         &self.journal
     }
 
+    pub fn digests(&self) -> &Arc<Digests> {
+        &self.digests
+    }
+
     /// The Telegram front end until `stop` is cancelled (then in-flight work gets
     /// `telegram.shutdown_grace_ms`). The store stays open: closing it is the caller's.
     pub async fn serve_telegram(self, stop: CancellationToken) -> anyhow::Result<()> {
         let client = crate::telegram_client().map_err(StartError::Client)?;
         let bot = crate::bot::build_bot(&self.settings, client)?;
-        crate::bot::serve_configured(bot, self.journal, stop).await
+        crate::bot::serve_configured(bot, self.journal, self.digests, stop).await
     }
 
     /// `daylog chat` for the local `user` until stdin ends; then the store is closed.
@@ -108,6 +117,16 @@ impl App {
         self.store.close().await;
         talked
     }
+}
+
+/// The weekly digests over the journal's store, users (and so its clock) and LLM layer.
+fn digests_of(journal: &Journal) -> Arc<Digests> {
+    Arc::new(Digests::new(
+        journal.store().clone(),
+        journal.users().clone(),
+        Arc::clone(journal.llm()),
+        journal.settings().worker.clone(),
+    ))
 }
 
 /// What an earlier run of this database learned, handed to the LLM layer before anything

@@ -674,7 +674,7 @@ pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
         let written_in = log.written_in(zone);
         let score = |f: fn(&Metrics) -> u8, field: MetricField| {
             metrics
-                .filter(|m| !m.is_defaulted(field.name()))
+                .filter(|m| !m.is_defaulted(field))
                 .map(|m| f(m).to_string())
                 .unwrap_or_default()
         };

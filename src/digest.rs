@@ -8,7 +8,10 @@
 //! window: only a crash between sending and recording can send it twice.
 //! `UNIQUE (user_id, week_start)` makes a week's digest one row, however it was asked
 //! for: a `/week` on a Sunday covers that week's Monday to Sunday, so the scheduled
-//! digest of that evening finds it already there and sends nothing.
+//! digest of that evening finds it already there and sends nothing. A written digest
+//! keeps a fingerprint of the week's entries it was written from: a `/week` asked again
+//! after an entry of the week was created or edited since renews the same row (pending,
+//! its text cleared) and writes it again, rather than sending the earlier text.
 //!
 //! Within a process, whoever works on a digest holds an in-memory claim on its user and
 //! week, taken *before* the row is stored, so the worker never picks up a digest that a
@@ -17,7 +20,8 @@
 //! user, and only stores their digests: the worker writes and sends them, a few at a
 //! time (its permits), and waits for them when the process stops.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::Timestamp;
 use jiff::civil::{Date, Time, Weekday};
@@ -26,13 +30,13 @@ use tokio::task::JoinSet;
 
 use crate::analysis::{self, WeekContext};
 use crate::charts;
+use crate::config::WorkerSettings;
 use crate::frontend::{Messenger, Response, SendError, Target};
-use crate::journal::{Claim, Journal};
 use crate::language::Language;
+use crate::llm::{Llm, Task};
 use crate::render::Reply;
 use crate::store::{
-    ChatId, Digest, DigestAdvance, DigestStatus, DueDigest, FrontEnd, MessageId, Store, StoreError,
-    UserId,
+    Digest, DigestAdvance, DigestStatus, DueDigest, FrontEnd, MessageId, Store, StoreError, UserId,
 };
 use crate::texts::Texts;
 use crate::time::{LocalTime, UserZone};
@@ -90,8 +94,34 @@ fn last_sunday_at_or_before(
     moment
 }
 
-fn day_starts_hour(journal: &Journal) -> u8 {
-    journal.settings().journal.day_starts_hour()
+/// The weekly digests of every user: what `/week`, the Sunday scheduler and the worker
+/// go through. It holds what a digest uses — the store, the users (languages, zones,
+/// local days and the clock), the [`Llm`] that writes it, the worker's retry and age
+/// settings — and the in-memory claims on the digests being worked on.
+pub struct Digests {
+    store: Store,
+    users: Users,
+    llm: Arc<Llm>,
+    worker: WorkerSettings,
+    claims: Claims,
+}
+
+/// The digests being worked on in this process, by user and week.
+type Claims = Arc<Mutex<HashSet<(UserId, Date)>>>;
+
+/// An in-memory claim on a user's digest of one week, released on drop.
+struct Claim {
+    key: (UserId, Date),
+    set: Claims,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
+    }
 }
 
 /// Whether the digest is asked for by the user now (who always gets an answer) or
@@ -100,14 +130,6 @@ fn day_starts_hour(journal: &Journal) -> u8 {
 enum Asked {
     OnDemand,
     Background,
-}
-
-/// The in-memory claim on a user's digest of one week. Journal claims are keyed by
-/// (chat, message); message ids of Telegram are positive and those of `daylog chat`
-/// count down from −1, so keys from `i64::MIN` up never meet one.
-fn claim(journal: &Journal, user_id: UserId, week_start: Date) -> Option<Claim> {
-    let week = i64::from(week_start.year()) * 1000 + i64::from(week_start.day_of_year());
-    journal.claim(ChatId::private(user_id), MessageId(i64::MIN + week))
 }
 
 /// When the user's Sunday digest comes: the reminder time, 19:00 without one.
@@ -186,69 +208,540 @@ pub async fn reschedule(store: &Store, users: &Users, user_id: UserId) -> Result
     store.reschedule_digest(id, next, now, sunday_begins).await
 }
 
-/// `/week`: the digest of the last 7 local days, sent through `messenger` to `target`
-/// (its message, if any, is the one that asked). With no entry in those days the user is told so and
-/// nothing is stored. A store failure is returned for the front end to report.
-pub async fn week<M: Messenger>(
-    journal: &Journal,
-    messenger: &M,
-    user_id: UserId,
-    target: Target,
-    front_end: FrontEnd,
-) -> Result<(), StoreError> {
-    let id = user_id;
-    let asked_by = target.reply_to;
-    let language = journal.language_of(user_id).await;
-    let texts = Texts(language);
-    let (_, today) = journal.users().today_of(user_id).await;
-    let (first, last) = week_ending(today);
-    if journal.store().entries_between(id, first, last).await? == 0 {
-        send_notice(messenger, target, texts.week_empty(), id).await;
-        return Ok(());
+impl Digests {
+    pub fn new(store: Store, users: Users, llm: Arc<Llm>, worker: WorkerSettings) -> Self {
+        Self {
+            store,
+            users,
+            llm,
+            worker,
+            claims: Arc::default(),
+        }
     }
-    let Some(claim) = claim(journal, id, first) else {
-        // The scheduler or the worker is writing this very digest; it comes from there.
-        let stored = journal.store().digest_of_week(id, first).await?;
-        if !stored.is_some_and(|d| same_ask(&d, asked_by)) {
-            send_notice(messenger, target, texts.digest_on_its_way(), id).await;
+
+    /// Claims the user's digest of the week from `week_start`; `None` when someone in
+    /// this process is already on it.
+    fn claim(&self, user_id: UserId, week_start: Date) -> Option<Claim> {
+        let key = (user_id, week_start);
+        let mut set = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        if !set.insert(key) {
+            return None;
         }
-        return Ok(());
-    };
-    let (digest, _) = journal
-        .store()
-        .insert_digest(id, target.chat_id, first, front_end, asked_by)
-        .await?;
-    match digest.status {
-        // Not written yet and waiting for the worker's next try after failed ones: the
-        // providers were down a moment ago, so asking again now would only bypass the
-        // worker's growing delay (a `/week` pressed again and again in an outage).
-        DigestStatus::Pending
-            if digest.text.is_none()
-                && digest.attempts > 0
-                && journal.store().due_digest(digest.id).await?.is_none() =>
-        {
-            send_notice(messenger, target, texts.digest_will_follow(), id).await;
+        Some(Claim {
+            key,
+            set: Arc::clone(&self.claims),
+        })
+    }
+
+    /// `/week`: the digest of the last 7 local days, sent through `messenger` to `target`
+    /// (its message, if any, is the one that asked). With no entry in those days the user
+    /// is told so and nothing is stored. A store failure is returned for the front end to
+    /// report.
+    pub async fn week<M: Messenger>(
+        &self,
+        messenger: &M,
+        user_id: UserId,
+        target: Target,
+        front_end: FrontEnd,
+    ) -> Result<(), StoreError> {
+        let id = user_id;
+        let asked_by = target.reply_to;
+        let language = self.users.language_of(user_id).await;
+        let texts = Texts(language);
+        let (_, today) = self.users.today_of(user_id).await;
+        let (first, last) = week_ending(today);
+        if self.store.entries_between(id, first, last).await? == 0 {
+            send_notice(messenger, target, texts.week_empty(), id).await;
+            return Ok(());
         }
-        DigestStatus::Pending => {
-            run(journal, messenger, digest, target, Asked::OnDemand).await?;
+        let Some(claim) = self.claim(id, first) else {
+            // The scheduler or the worker is writing this very digest; it comes from there.
+            let stored = self.store.digest_of_week(id, first).await?;
+            if !stored.is_some_and(|d| same_ask(&d, asked_by)) {
+                send_notice(messenger, target, texts.digest_on_its_way(), id).await;
+            }
+            return Ok(());
+        };
+        let (digest, inserted) = self
+            .store
+            .insert_digest(id, target.chat_id, first, front_end, asked_by)
+            .await?;
+        let digest = if inserted || same_ask(&digest, asked_by) {
+            digest
+        } else {
+            renewed_if_stale(&self.store, digest, target, front_end).await?
+        };
+        match digest.status {
+            // Not written yet and waiting for the worker's next try after failed ones: the
+            // providers were down a moment ago, so asking again now would only bypass the
+            // worker's growing delay (a `/week` pressed again and again in an outage).
+            DigestStatus::Pending
+                if digest.text.is_none()
+                    && digest.attempts > 0
+                    && self.store.due_digest(digest.id).await?.is_none() =>
+            {
+                send_notice(messenger, target, texts.digest_will_follow(), id).await;
+            }
+            DigestStatus::Pending => {
+                self.run(messenger, digest, target, Asked::OnDemand).await?;
+            }
+            // The same `/week` re-delivered after a crash: it has had its answer.
+            _ if same_ask(&digest, asked_by) => {}
+            // Asked again for a week already sent, with the same entries: the same digest
+            // again, nothing new written and nothing recorded (the user asked; no schedule
+            // is involved). A digest written but failed (a 403 while the user had blocked
+            // the bot) is sent the same way: the user is back, and the AI did not refuse
+            // anything.
+            DigestStatus::Sent | DigestStatus::Failed if digest.text.is_some() => {
+                let text = digest.text.clone().unwrap_or_default();
+                let responses = self.responses(language, &digest, &text).await?;
+                if let Err(error) = messenger.send(target, responses).await {
+                    tracing::warn!(%error, user_id = id.get(), "digest not delivered again");
+                }
+            }
+            _ => send_notice(messenger, target, texts.digest_refused(), id).await,
         }
-        // The same `/week` re-delivered after a crash: it has had its answer.
-        _ if same_ask(&digest, asked_by) => {}
-        // Asked again for a week already sent: the same digest again, nothing new
-        // written and nothing recorded (the user asked; no schedule is involved). A
-        // digest written but failed (a 403 while the user had blocked the bot) is sent
-        // the same way: the user is back, and the AI did not refuse anything.
-        DigestStatus::Sent | DigestStatus::Failed if digest.text.is_some() => {
-            let text = digest.text.clone().unwrap_or_default();
-            let responses = responses(journal, language, &digest, &text).await?;
-            if let Err(error) = messenger.send(target, responses).await {
-                tracing::warn!(%error, user_id = id.get(), "digest not delivered again");
+        drop(claim);
+        Ok(())
+    }
+
+    /// Writes (if not written yet), sends and records one pending digest that the caller
+    /// has claimed.
+    async fn run<M: Messenger>(
+        &self,
+        messenger: &M,
+        digest: Digest,
+        target: Target,
+        asked: Asked,
+    ) -> Result<(), StoreError> {
+        let language = self.users.language_of(digest.user_id).await;
+        let texts = Texts(language);
+        let text = match digest.text.clone() {
+            Some(text) => text,
+            None => match self.write(&digest, language).await? {
+                Written::Text(text, written_from) => {
+                    if !self
+                        .store
+                        .store_digest_text(digest.id, &text, &written_from)
+                        .await?
+                    {
+                        // Written by someone else meanwhile (another process): theirs to send.
+                        return Ok(());
+                    }
+                    text
+                }
+                Written::Later => {
+                    let retry_in = crate::journal::retry_delay(&self.worker, digest.attempts);
+                    self.store.digest_retry(digest.id, retry_in).await?;
+                    tracing::warn!(
+                        digest_id = digest.id.get(),
+                        user_id = digest.user_id.get(),
+                        retry_in_s = retry_in.as_secs(),
+                        "digest not written now; it stays pending"
+                    );
+                    if asked == Asked::OnDemand {
+                        let user_id = digest.user_id;
+                        send_notice(messenger, target, texts.digest_will_follow(), user_id).await;
+                    }
+                    return Ok(());
+                }
+                Written::Refused => {
+                    self.store.mark_digest_failed(digest.id).await?;
+                    tracing::info!(
+                        digest_id = digest.id.get(),
+                        "digest refused by the content filter"
+                    );
+                    if asked == Asked::OnDemand {
+                        send_notice(messenger, target, texts.digest_refused(), digest.user_id)
+                            .await;
+                    }
+                    return Ok(());
+                }
+            },
+        };
+        let responses = self.responses(language, &digest, &text).await?;
+        let sent = messenger.send(target, responses).await;
+        self.record_send(&digest, sent).await
+    }
+
+    /// Records what sending a written digest came to.
+    async fn record_send(
+        &self,
+        digest: &Digest,
+        sent: Result<(), SendError>,
+    ) -> Result<(), StoreError> {
+        let (digest_id, user_id) = (digest.id.get(), digest.user_id.get());
+        match sent {
+            Ok(()) => {
+                if let Err(error) = self.store.mark_digest_sent(digest.id).await {
+                    // The same window as a log's answer: the worker may send it once more.
+                    tracing::error!(%error, digest_id, "digest sent but not recorded");
+                } else {
+                    tracing::info!(digest_id, user_id, "weekly digest sent");
+                }
+            }
+            // A `/week` asked in a group the bot has left since: the user's own Sunday
+            // digests (in their private chat) are not about that group.
+            Err(SendError::Gone(reason)) if digest.chat_id.get() != digest.user_id.get() => {
+                tracing::warn!(digest_id, user_id, %reason, "digest undeliverable in the group it was asked in");
+                self.store.mark_digest_failed(digest.id).await?;
+            }
+            Err(SendError::Gone(reason)) => {
+                tracing::warn!(digest_id, user_id, %reason, "digest undeliverable; weekly digests turned off");
+                // Off first: the digest marked failed is the last thing a `/week` can see
+                // change, so one sent right after it finds the digest no longer being
+                // written (the off switch now waits for the disk).
+                self.store.set_digest(digest.user_id, None).await?;
+                self.store.mark_digest_failed(digest.id).await?;
+            }
+            Err(SendError::Refused(reason)) => {
+                // This digest cannot go out, but the user still wants the next one.
+                tracing::warn!(digest_id, user_id, %reason, "digest refused by Telegram; weekly digests stay on");
+                self.store.mark_digest_failed(digest.id).await?;
+            }
+            Err(SendError::Transient(reason)) => {
+                // As a log's answer: a Telegram outage is waited out at a growing pace, not
+                // knocked on every `retry_min_ms` until the digest is too old.
+                let retry_in = crate::journal::retry_delay(&self.worker, digest.attempts);
+                tracing::warn!(digest_id, %reason, retry_in_ms = retry_in.as_millis() as u64, "digest not delivered; the worker retries");
+                self.store.digest_retry(digest.id, retry_in).await?;
             }
         }
-        _ => send_notice(messenger, target, texts.digest_refused(), id).await,
+        Ok(())
     }
-    drop(claim);
-    Ok(())
+
+    /// The week's data of the digest's user only, and the cascade's answer (task
+    /// `digest`, its attempts recorded against the digest).
+    async fn write(&self, digest: &Digest, language: Language) -> Result<Written, StoreError> {
+        let Some((first, last)) = days_of(digest) else {
+            return Ok(Written::Refused);
+        };
+        let (store, user_id) = (&self.store, digest.user_id);
+        // Read before the week itself: an entry stored while the digest is written makes
+        // it out of date, so a `/week` after it writes it again.
+        let written_from = store.week_entries_mark(user_id, first, last).await?;
+        let days = week_days(store, user_id, first, last).await?;
+        let summaries = store
+            .summaries_between(user_id, first, last, MAX_SUMMARIES)
+            .await?;
+        let entries = store.entries_between(user_id, first, last).await?;
+        let request = analysis::digest_request(&WeekContext {
+            language,
+            first_day: first,
+            last_day: last,
+            days,
+            summaries,
+            entries,
+        });
+        let sink = store.digest_call_sink(digest.id);
+        Ok(match self.llm.run(Task::Digest, &request, &sink).await {
+            Ok(completion) if !completion.text.trim().is_empty() => {
+                tracing::info!(digest_id = digest.id.get(), provider = %completion.provider, model = %completion.model, "digest written");
+                Written::Text(completion.text.trim().to_owned(), written_from)
+            }
+            Ok(_) => Written::Later,
+            Err(error) if error.is_blocked() => Written::Refused,
+            Err(error) => {
+                tracing::warn!(digest_id = digest.id.get(), %error, "digest cascade failed");
+                Written::Later
+            }
+        })
+    }
+
+    /// The digest as sent: its text under a heading, then the week's chart as a photo.
+    async fn responses(
+        &self,
+        language: Language,
+        digest: &Digest,
+        text: &str,
+    ) -> Result<Vec<Response>, StoreError> {
+        let texts = Texts(language);
+        let (first, last) = days_of(digest).unwrap_or_else(|| {
+            let today = self.users.local_day(&UserZone::utc(), self.users.now());
+            week_ending(today)
+        });
+        let reply = Reply::new()
+            .bold(texts.digest_title(&first.to_string(), &last.to_string()))
+            .paragraph()
+            .text(text);
+        let mut responses = vec![Response::Text(reply)];
+        let days = week_days(&self.store, digest.user_id, first, last).await?;
+        // Every day of the week has its place: a day without an entry breaks the lines.
+        let days = crate::day::calendar(&days, first, last);
+        match charts::stats_chart(&days, language) {
+            Ok(png) => responses.push(Response::Photo {
+                png,
+                caption: texts.digest_chart_caption().to_owned(),
+                file_name: format!("daylog-week-{first}.png"),
+            }),
+            // The digest goes out without its chart rather than not at all.
+            Err(error) => {
+                tracing::error!(%error, digest_id = digest.id.get(), "digest chart failed")
+            }
+        }
+        Ok(responses)
+    }
+
+    /// The worker's hook: delivers `front_end`'s pending digests that are due
+    /// (docs/behaviour.md, Time zones and rhythm: "the worker delivers it when a provider
+    /// answers"). Each runs in its own task, so a slow provider never holds up the
+    /// worker's loop; claimed ones are left to their owner.
+    ///
+    /// The tasks go into `tasks`, which the worker waits for when it stops (within the
+    /// shutdown grace, as its logs): a digest cut off between its send and its record would
+    /// be sent again by the next start. Each holds one of the worker's `permits` while it
+    /// works, so many due digests never run all at once against the providers.
+    pub async fn deliver_due<M: Messenger>(
+        self: &Arc<Self>,
+        messenger: &Arc<M>,
+        front_end: FrontEnd,
+        tasks: &mut JoinSet<()>,
+        permits: &Arc<Semaphore>,
+    ) {
+        let due = match self.store.due_digests(front_end, BATCH).await {
+            Ok(due) => due,
+            Err(error) => {
+                tracing::error!(%error, "worker could not read pending digests");
+                return;
+            }
+        };
+        if due.is_empty() {
+            return;
+        }
+        // Only when there is something to do, so an idle worker never writes.
+        self.give_up_old(messenger.as_ref(), front_end).await;
+        for listed in due {
+            let Some((first, _)) = days_of(&listed) else {
+                if let Err(error) = self.store.mark_digest_failed(listed.id).await {
+                    tracing::error!(%error, digest_id = listed.id.get(), "could not give up a digest");
+                }
+                continue;
+            };
+            let Some(claim) = self.claim(listed.user_id, first) else {
+                continue;
+            };
+            let digests = Arc::clone(self);
+            let messenger = Arc::clone(messenger);
+            let permits = Arc::clone(permits);
+            tasks.spawn(async move {
+                let _claim = claim;
+                // A few at a time, sharing the worker's slots with its logs.
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return;
+                };
+                digests.finish_listed(messenger.as_ref(), &listed).await;
+            });
+        }
+    }
+
+    /// Gives up `front_end`'s digests pending longer than `worker.max_age_hours`, telling
+    /// a `/week` that asked.
+    async fn give_up_old<M: Messenger>(&self, messenger: &M, front_end: FrontEnd) {
+        match self
+            .store
+            .fail_old_digests(front_end, self.worker.max_age())
+            .await
+        {
+            Ok(given_up) if given_up.is_empty() => {}
+            Ok(given_up) => {
+                tracing::warn!(
+                    count = given_up.len(),
+                    "digests pending longer than worker.max_age_hours given up"
+                );
+                // Only a `/week` that asked was told the digest would follow.
+                for digest in given_up {
+                    let Some(message_id) = digest.message_id else {
+                        continue;
+                    };
+                    let texts = Texts(self.users.language_of(digest.user_id).await);
+                    let target = Target::reply(digest.chat_id, message_id);
+                    send_notice(messenger, target, texts.digest_given_up(), digest.user_id).await;
+                }
+            }
+            Err(error) => tracing::error!(%error, "could not give up old digests"),
+        }
+    }
+
+    /// Writes and sends a digest the worker listed and claimed, read again under the
+    /// claim: whoever held it before may have finished it.
+    async fn finish_listed<M: Messenger>(&self, messenger: &M, listed: &Digest) {
+        let digest = match self.store.due_digest(listed.id).await {
+            Ok(Some(digest)) => digest,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::error!(%error, digest_id = listed.id.get(), "could not read a digest");
+                return;
+            }
+        };
+        let target = Target::chat(digest.chat_id);
+        let id = digest.id;
+        if let Err(error) = self.run(messenger, digest, target, Asked::Background).await {
+            tracing::error!(%error, digest_id = id.get(), "worker could not finish a digest");
+        }
+    }
+
+    /// The scheduler's hook (beside the reminders, with the same clock): every user whose
+    /// Sunday digest is due gets it stored and sent when the week has at least 2 entries;
+    /// the schedule moves on to the next Sunday either way. Writing and sending it is the
+    /// worker's ([`Digests::deliver_due`]), so that a Sunday evening of many digests is
+    /// written a few at a time.
+    pub async fn schedule_tick(&self) {
+        let now = self.users.now();
+        let due = match self.store.due_digest_users(now, BATCH).await {
+            Ok(due) => due,
+            Err(error) => {
+                tracing::error!(%error, "digest scheduler could not read due digests");
+                return;
+            }
+        };
+        for user in due {
+            if let Err(error) = self.schedule_one(&user, now).await {
+                tracing::error!(%error, user_id = user.user_id.get(), "could not schedule a weekly digest");
+            }
+        }
+    }
+
+    async fn schedule_one(&self, user: &DueDigest, now: Timestamp) -> Result<(), StoreError> {
+        let zone = &user.timezone;
+        let time = user.reminder_time.unwrap_or(LocalTime::EVENING);
+        let due_at = user.digest_next_at.at();
+        let starts = self.users.day_starts_hour();
+        if due_at > now {
+            // Its text sorted as due but it spells a later moment (a hand edit with a UTC
+            // offset): it goes to that moment, written as the store writes moments. One
+            // written so already is a hand edit far ahead, read at every tick: left as it is.
+            if !user.digest_next_at.is_canonical() {
+                self.store
+                    .advance_digest(user.user_id, &user.digest_next_at, due_at, None)
+                    .await?;
+            }
+            return Ok(());
+        }
+        let next = next_sunday_at(zone, now.max(due_at), time, starts);
+        // After a downtime of a week or more, the Sunday owed is the last one at or before
+        // now, not the one the row still names.
+        let latest = last_sunday_at_or_before(zone, now, time, starts);
+        let (due_at, meant) = zone.owed(due_at, latest, time);
+        // The week ends on the local day of the due moment, the Sunday, judged by the time
+        // that moment was scheduled for (the reminder time may have changed since).
+        let day = self.users.local_day_of(zone, due_at, meant);
+        if day.weekday() != Weekday::Sunday
+            && zone.civil(due_at).date().weekday() == Weekday::Sunday
+        {
+            // Scheduled by an earlier version by the calendar: a 00:30 reminder's Sunday
+            // night began on Saturday's local day. This week's moment is the next one.
+            self.store
+                .advance_digest(user.user_id, &user.digest_next_at, next, None)
+                .await?;
+            return Ok(());
+        }
+        // A moment kept across a move east (`/tz Asia/Tokyo` on a UTC Sunday afternoon:
+        // 19:00 UTC is Monday 04:00 there, at most Monday morning anywhere) is still that
+        // Sunday's digest: its week ends on the Sunday, not on the Monday. (A due time that
+        // is no moment, a hand edit, is due now and ends on today, whatever day it is.)
+        let day = match day.weekday() {
+            Weekday::Monday => day.yesterday().unwrap_or(day),
+            _ => day,
+        };
+        let (first, _) = week_ending(day);
+        let claim = self.claim(user.user_id, first);
+        let create = match &claim {
+            Some(_) => self.scheduled_create(user, now, due_at, day).await?,
+            // A `/week` is writing this week's digest right now: that one is it.
+            None => None,
+        };
+        let advanced = self
+            .store
+            .advance_digest(user.user_id, &user.digest_next_at, next, create)
+            .await?;
+        if let DigestAdvance::Moved {
+            created: Some(digest),
+        } = advanced
+        {
+            // Stored as due now: the worker writes and sends it at its next look, a few at
+            // a time with everything else it has in hand, and waits for it on a stop.
+            tracing::debug!(
+                digest_id = digest.id.get(),
+                user_id = user.user_id.get(),
+                "weekly digest stored for the worker"
+            );
+        }
+        drop(claim);
+        Ok(())
+    }
+
+    /// Whether the Sunday digest of the week ending on `last`, due at `due_at`, is stored:
+    /// `Some((chat, week_start))` when it is, `None` when it is skipped.
+    async fn scheduled_create(
+        &self,
+        user: &DueDigest,
+        now: Timestamp,
+        due_at: Timestamp,
+        last: Date,
+    ) -> Result<Option<(crate::store::ChatId, Date)>, StoreError> {
+        let (first, last) = week_ending(last);
+        let late = now.duration_since(due_at);
+        // A digest is delayed by a downtime, not lost (docs/behaviour.md, Time zones and
+        // rhythm): unlike a reminder it is still worth reading hours later. One the bot was
+        // down for longer than a pending digest may wait (`worker.max_age_hours`, 2 days)
+        // is not written days late: by then the week is old news (a decision, not a limit:
+        // the worker ages a digest from when it is stored, so it would still deliver one
+        // stored now).
+        let max_late = jiff::SignedDuration::try_from(self.worker.max_age())
+            .unwrap_or(jiff::SignedDuration::MAX);
+        if late > max_late {
+            tracing::info!(
+                user_id = user.user_id.get(),
+                "weekly digest skipped: the bot was down longer than worker.max_age_hours at its moment"
+            );
+            return Ok(None);
+        }
+        if self
+            .store
+            .entries_between(user.user_id, first, last)
+            .await?
+            < MIN_SCHEDULED_ENTRIES
+        {
+            tracing::debug!(
+                user_id = user.user_id.get(),
+                "weekly digest skipped: fewer than 2 entries"
+            );
+            return Ok(None);
+        }
+        Ok(Some((user.chat_id, first)))
+    }
+}
+
+/// A digest written before and asked for again by `target`'s message: when the week's
+/// entries changed since its text was written (one created or edited since; or it was
+/// written before that was kept), the same row is renewed, pending and without its
+/// text, so that it is written again from the entries now — never the earlier text
+/// without that day's later entries. Otherwise (or when someone else changed the row
+/// meanwhile) the digest as stored.
+async fn renewed_if_stale(
+    store: &Store,
+    digest: Digest,
+    target: Target,
+    front_end: FrontEnd,
+) -> Result<Digest, StoreError> {
+    let (Some(_), Some((first, last))) = (&digest.text, days_of(&digest)) else {
+        return Ok(digest);
+    };
+    let now = store.week_entries_mark(digest.user_id, first, last).await?;
+    if digest.written_from.as_deref() == Some(now.as_str()) {
+        return Ok(digest);
+    }
+    let renewed = store
+        .renew_digest(&digest, target.chat_id, front_end, target.reply_to)
+        .await?;
+    if let Some(renewed) = &renewed {
+        tracing::info!(
+            digest_id = renewed.id.get(),
+            user_id = renewed.user_id.get(),
+            "the week's entries changed since its digest was written; it is written again"
+        );
+    }
+    Ok(renewed.unwrap_or(digest))
 }
 
 /// Whether `digest` was asked for by this very message (a re-delivered update).
@@ -267,150 +760,13 @@ async fn send_notice<M: Messenger>(messenger: &M, target: Target, text: &str, us
 
 /// What writing a digest came to.
 enum Written {
-    Text(String),
+    /// The text, and the week's entries it was written from
+    /// ([`Store::week_entries_mark`]).
+    Text(String, String),
     /// No provider answered now: the worker tries again.
     Later,
     /// The content filter refused it: never retried.
     Refused,
-}
-
-/// Writes (if not written yet), sends and records one pending digest that the caller
-/// has claimed.
-async fn run<M: Messenger>(
-    journal: &Journal,
-    messenger: &M,
-    digest: Digest,
-    target: Target,
-    asked: Asked,
-) -> Result<(), StoreError> {
-    let language = journal.language_of(digest.user_id).await;
-    let texts = Texts(language);
-    let text = match digest.text.clone() {
-        Some(text) => text,
-        None => match write(journal, &digest, language).await? {
-            Written::Text(text) => {
-                if !journal.store().store_digest_text(digest.id, &text).await? {
-                    // Written by someone else meanwhile (another process): theirs to send.
-                    return Ok(());
-                }
-                text
-            }
-            Written::Later => {
-                let retry_in = journal.retry_delay(digest.attempts);
-                journal.store().digest_retry(digest.id, retry_in).await?;
-                tracing::warn!(
-                    digest_id = digest.id.get(),
-                    user_id = digest.user_id.get(),
-                    retry_in_s = retry_in.as_secs(),
-                    "digest not written now; it stays pending"
-                );
-                if asked == Asked::OnDemand {
-                    send_notice(
-                        messenger,
-                        target,
-                        texts.digest_will_follow(),
-                        digest.user_id,
-                    )
-                    .await;
-                }
-                return Ok(());
-            }
-            Written::Refused => {
-                journal.store().mark_digest_failed(digest.id).await?;
-                tracing::info!(
-                    digest_id = digest.id.get(),
-                    "digest refused by the content filter"
-                );
-                if asked == Asked::OnDemand {
-                    send_notice(messenger, target, texts.digest_refused(), digest.user_id).await;
-                }
-                return Ok(());
-            }
-        },
-    };
-    let responses = responses(journal, language, &digest, &text).await?;
-    match messenger.send(target, responses).await {
-        Ok(()) => {
-            if let Err(error) = journal.store().mark_digest_sent(digest.id).await {
-                // The same window as a log's answer: the worker may send it once more.
-                tracing::error!(%error, digest_id = digest.id.get(), "digest sent but not recorded");
-            } else {
-                tracing::info!(
-                    digest_id = digest.id.get(),
-                    user_id = digest.user_id.get(),
-                    "weekly digest sent"
-                );
-            }
-        }
-        // A `/week` asked in a group the bot has left since: the user's own Sunday
-        // digests (in their private chat) are not about that group.
-        Err(SendError::Gone(reason)) if digest.chat_id.get() != digest.user_id.get() => {
-            tracing::warn!(digest_id = digest.id.get(), user_id = digest.user_id.get(), %reason, "digest undeliverable in the group it was asked in");
-            journal.store().mark_digest_failed(digest.id).await?;
-        }
-        Err(SendError::Gone(reason)) => {
-            tracing::warn!(digest_id = digest.id.get(), user_id = digest.user_id.get(), %reason, "digest undeliverable; weekly digests turned off");
-            // Off first: the digest marked failed is the last thing a `/week` can see
-            // change, so one sent right after it finds the digest no longer being
-            // written (the off switch now waits for the disk).
-            journal.store().set_digest(digest.user_id, None).await?;
-            journal.store().mark_digest_failed(digest.id).await?;
-        }
-        Err(SendError::Refused(reason)) => {
-            // This digest cannot go out, but the user still wants the next one.
-            tracing::warn!(digest_id = digest.id.get(), user_id = digest.user_id.get(), %reason, "digest refused by Telegram; weekly digests stay on");
-            journal.store().mark_digest_failed(digest.id).await?;
-        }
-        Err(SendError::Transient(reason)) => {
-            // As a log's answer: a Telegram outage is waited out at a growing pace, not
-            // knocked on every `retry_min_ms` until the digest is too old.
-            let retry_in = journal.retry_delay(digest.attempts);
-            tracing::warn!(digest_id = digest.id.get(), %reason, retry_in_ms = retry_in.as_millis() as u64, "digest not delivered; the worker retries");
-            journal.store().digest_retry(digest.id, retry_in).await?;
-        }
-    }
-    Ok(())
-}
-
-/// The week's data of the digest's user only, and the cascade's answer.
-async fn write(
-    journal: &Journal,
-    digest: &Digest,
-    language: Language,
-) -> Result<Written, StoreError> {
-    let Some((first, last)) = days_of(digest) else {
-        return Ok(Written::Refused);
-    };
-    let user_id = digest.user_id;
-    let days = week_days(journal, user_id, first, last).await?;
-    let summaries = journal
-        .store()
-        .summaries_between(user_id, first, last, MAX_SUMMARIES)
-        .await?;
-    let entries = journal
-        .store()
-        .entries_between(user_id, first, last)
-        .await?;
-    let request = analysis::digest_request(&WeekContext {
-        language,
-        first_day: first,
-        last_day: last,
-        days,
-        summaries,
-        entries,
-    });
-    Ok(match journal.write_digest(digest.id, &request).await {
-        Ok(completion) if !completion.text.trim().is_empty() => {
-            tracing::info!(digest_id = digest.id.get(), provider = %completion.provider, model = %completion.model, "digest written");
-            Written::Text(completion.text.trim().to_owned())
-        }
-        Ok(_) => Written::Later,
-        Err(error) if error.is_blocked() => Written::Refused,
-        Err(error) => {
-            tracing::warn!(digest_id = digest.id.get(), %error, "digest cascade failed");
-            Written::Later
-        }
-    })
 }
 
 /// The digest's 7 local days; `None` for a `week_start` that is not a date (written by
@@ -424,265 +780,14 @@ fn days_of(digest: &Digest) -> Option<(Date, Date)> {
 }
 
 async fn week_days(
-    journal: &Journal,
+    store: &Store,
     user_id: UserId,
     first: Date,
     last: Date,
 ) -> Result<Vec<crate::store::DayMetrics>, StoreError> {
-    let mut days = journal.store().daily_metrics(user_id, first).await?;
+    let mut days = store.daily_metrics(user_id, first).await?;
     days.retain(|d| d.day <= last);
     Ok(days)
-}
-
-/// The digest as sent: its text under a heading, then the week's chart as a photo.
-async fn responses(
-    journal: &Journal,
-    language: Language,
-    digest: &Digest,
-    text: &str,
-) -> Result<Vec<Response>, StoreError> {
-    let texts = Texts(language);
-    let (first, last) = days_of(digest).unwrap_or_else(|| {
-        let today = journal.local_day(&UserZone::utc(), journal.now());
-        week_ending(today)
-    });
-    let reply = Reply::new()
-        .bold(texts.digest_title(&first.to_string(), &last.to_string()))
-        .paragraph()
-        .text(text);
-    let mut responses = vec![Response::Text(reply)];
-    let days = week_days(journal, digest.user_id, first, last).await?;
-    // Every day of the week has its place: a day without an entry breaks the lines.
-    let days = crate::day::calendar(&days, first, last);
-    match charts::stats_chart(&days, language) {
-        Ok(png) => responses.push(Response::Photo {
-            png,
-            caption: texts.digest_chart_caption().to_owned(),
-            file_name: format!("daylog-week-{first}.png"),
-        }),
-        // The digest goes out without its chart rather than not at all.
-        Err(error) => tracing::error!(%error, digest_id = digest.id.get(), "digest chart failed"),
-    }
-    Ok(responses)
-}
-
-/// The worker's hook: delivers `front_end`'s pending digests that are due (docs/behaviour.md, Time zones and rhythm:
-/// "the worker delivers it when a provider answers"). Each runs in its own task, so a
-/// slow provider never holds up the worker's loop; claimed ones are left to their owner.
-///
-/// The tasks go into `tasks`, which the worker waits for when it stops (within the
-/// shutdown grace, as its logs): a digest cut off between its send and its record would
-/// be sent again by the next start. Each holds one of the worker's `permits` while it
-/// works, so many due digests never run all at once against the providers.
-pub async fn deliver_due<M: Messenger>(
-    journal: &Arc<Journal>,
-    messenger: &Arc<M>,
-    front_end: FrontEnd,
-    tasks: &mut JoinSet<()>,
-    permits: &Arc<Semaphore>,
-) {
-    let due = match journal.store().due_digests(front_end, BATCH).await {
-        Ok(due) => due,
-        Err(error) => {
-            tracing::error!(%error, "worker could not read pending digests");
-            return;
-        }
-    };
-    if due.is_empty() {
-        return;
-    }
-    // Only when there is something to do, so an idle worker never writes.
-    match journal
-        .store()
-        .fail_old_digests(front_end, journal.settings().worker.max_age())
-        .await
-    {
-        Ok(given_up) if given_up.is_empty() => {}
-        Ok(given_up) => {
-            tracing::warn!(
-                count = given_up.len(),
-                "digests pending longer than worker.max_age_hours given up"
-            );
-            // Only a `/week` that asked was told the digest would follow.
-            for digest in given_up {
-                let Some(message_id) = digest.message_id else {
-                    continue;
-                };
-                let texts = Texts(journal.language_of(digest.user_id).await);
-                let target = Target::reply(digest.chat_id, message_id);
-                send_notice(
-                    messenger.as_ref(),
-                    target,
-                    texts.digest_given_up(),
-                    digest.user_id,
-                )
-                .await;
-            }
-        }
-        Err(error) => tracing::error!(%error, "could not give up old digests"),
-    }
-    for listed in due {
-        let Some((first, _)) = days_of(&listed) else {
-            if let Err(error) = journal.store().mark_digest_failed(listed.id).await {
-                tracing::error!(%error, digest_id = listed.id.get(), "could not give up a digest");
-            }
-            continue;
-        };
-        let Some(claim) = claim(journal, listed.user_id, first) else {
-            continue;
-        };
-        let journal = Arc::clone(journal);
-        let messenger = Arc::clone(messenger);
-        let permits = Arc::clone(permits);
-        tasks.spawn(async move {
-            let _claim = claim;
-            // A few at a time, sharing the worker's slots with its logs.
-            let Ok(_permit) = permits.acquire_owned().await else {
-                return;
-            };
-            // Read again under the claim: whoever held it before may have finished it.
-            let digest = match journal.store().due_digest(listed.id).await {
-                Ok(Some(digest)) => digest,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::error!(%error, digest_id = listed.id.get(), "could not read a digest");
-                    return;
-                }
-            };
-            let target = Target::chat(digest.chat_id);
-            let id = digest.id;
-            if let Err(error) = run(
-                journal.as_ref(),
-                messenger.as_ref(),
-                digest,
-                target,
-                Asked::Background,
-            )
-            .await
-            {
-                tracing::error!(%error, digest_id = id.get(), "worker could not finish a digest");
-            }
-        });
-    }
-}
-
-/// The scheduler's hook (beside the reminders, with the same clock): every user whose
-/// Sunday digest is due gets it stored and sent when the week has at least 2 entries;
-/// the schedule moves on to the next Sunday either way. Writing and sending it is the
-/// worker's ([`deliver_due`]), so that a Sunday evening of many digests is written a few
-/// at a time.
-pub async fn schedule_tick(journal: &Arc<Journal>) {
-    let now = journal.now();
-    let due = match journal.store().due_digest_users(now, BATCH).await {
-        Ok(due) => due,
-        Err(error) => {
-            tracing::error!(%error, "digest scheduler could not read due digests");
-            return;
-        }
-    };
-    for user in due {
-        if let Err(error) = schedule_one(journal, &user, now).await {
-            tracing::error!(%error, user_id = user.user_id.get(), "could not schedule a weekly digest");
-        }
-    }
-}
-
-async fn schedule_one(
-    journal: &Arc<Journal>,
-    user: &DueDigest,
-    now: Timestamp,
-) -> Result<(), StoreError> {
-    let zone = &user.timezone;
-    let time = user.reminder_time.unwrap_or(LocalTime::EVENING);
-    let due_at = user.digest_next_at.at();
-    if due_at > now {
-        // Its text sorted as due but it spells a later moment (a hand edit with a UTC
-        // offset): it goes to that moment, written as the store writes moments. One
-        // written so already is a hand edit far ahead, read at every tick: left as it is.
-        if !user.digest_next_at.is_canonical() {
-            journal
-                .store()
-                .advance_digest(user.user_id, &user.digest_next_at, due_at, None)
-                .await?;
-        }
-        return Ok(());
-    }
-    let next = next_sunday_at(zone, now.max(due_at), time, day_starts_hour(journal));
-    // After a downtime of a week or more, the Sunday owed is the last one at or before
-    // now, not the one the row still names.
-    let latest = last_sunday_at_or_before(zone, now, time, day_starts_hour(journal));
-    let (due_at, meant) = zone.owed(due_at, latest, time);
-    // The week ends on the local day of the due moment, the Sunday, judged by the time
-    // that moment was scheduled for (the reminder time may have changed since).
-    let day = journal.users().local_day_of(zone, due_at, meant);
-    if day.weekday() != Weekday::Sunday && zone.civil(due_at).date().weekday() == Weekday::Sunday {
-        // Scheduled by an earlier version by the calendar: a 00:30 reminder's Sunday
-        // night began on Saturday's local day. This week's moment is the next one.
-        journal
-            .store()
-            .advance_digest(user.user_id, &user.digest_next_at, next, None)
-            .await?;
-        return Ok(());
-    }
-    // A moment kept across a move east (`/tz Asia/Tokyo` on a UTC Sunday afternoon:
-    // 19:00 UTC is Monday 04:00 there, at most Monday morning anywhere) is still that
-    // Sunday's digest: its week ends on the Sunday, not on the Monday. (A due time that
-    // is no moment, a hand edit, is due now and ends on today, whatever day it is.)
-    let day = match day.weekday() {
-        Weekday::Monday => day.yesterday().unwrap_or(day),
-        _ => day,
-    };
-    let (first, last) = week_ending(day);
-    let late = now.duration_since(due_at);
-    // A digest is delayed by a downtime, not lost (docs/behaviour.md, Time zones and rhythm): unlike a reminder it is
-    // still worth reading hours later. One the bot was down for longer than a pending
-    // digest may wait (`worker.max_age_hours`, 2 days) is not written days late: by then
-    // the week is old news (a decision, not a limit: the worker ages a digest from when
-    // it is stored, so it would still deliver one stored now).
-    let max_late = jiff::SignedDuration::try_from(journal.settings().worker.max_age())
-        .unwrap_or(jiff::SignedDuration::MAX);
-    let claim = claim(journal, user.user_id, first);
-    let create = if late > max_late {
-        tracing::info!(
-            user_id = user.user_id.get(),
-            "weekly digest skipped: the bot was down longer than worker.max_age_hours at its moment"
-        );
-        None
-    } else if claim.is_none() {
-        // A `/week` is writing this week's digest right now: that one is it.
-        None
-    } else if journal
-        .store()
-        .entries_between(user.user_id, first, last)
-        .await?
-        < MIN_SCHEDULED_ENTRIES
-    {
-        tracing::debug!(
-            user_id = user.user_id.get(),
-            "weekly digest skipped: fewer than 2 entries"
-        );
-        None
-    } else {
-        Some((user.chat_id, first))
-    };
-    let advanced = journal
-        .store()
-        .advance_digest(user.user_id, &user.digest_next_at, next, create)
-        .await?;
-    if let DigestAdvance::Moved {
-        created: Some(digest),
-    } = advanced
-    {
-        // Stored as due now: the worker writes and sends it at its next look, a few at
-        // a time with everything else it has in hand, and waits for it on a stop.
-        tracing::debug!(
-            digest_id = digest.id.get(),
-            user_id = user.user_id.get(),
-            "weekly digest stored for the worker"
-        );
-    }
-    drop(claim);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -19,11 +19,11 @@ pub mod daylio;
 use jiff::civil::{Date, Time};
 
 use crate::domain::Metrics;
-use crate::journal::Journal;
 use crate::language::Language;
-use crate::store::{NewImportLog, StoreError, UserId};
+use crate::store::{NewImportLog, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::UserZone;
+use crate::users::Users;
 
 /// CSV files (and any one line) larger than this are refused before parsing.
 pub const MAX_FILE_BYTES: usize = 10 * 1024 * 1024;
@@ -352,12 +352,13 @@ pub fn to_store<'a>(rows: &'a [ImportRow], zone: &UserZone) -> Vec<NewImportLog<
 /// Imports a Daylio export for `user_id` (who must exist): parses it, then stores every
 /// readable row in one transaction. No AI call, no reply per entry.
 pub async fn import_bytes(
-    journal: &Journal,
+    store: &Store,
+    users: &Users,
     user_id: UserId,
     bytes: &[u8],
 ) -> Result<Report, ImportFailure> {
     let parsed = parse_any(bytes)?;
-    let zone = journal.zone_of(user_id).await;
+    let zone = users.zone_of(user_id).await;
     let logs = to_store(&parsed.rows, &zone);
     let out_of_range =
         u64::try_from(parsed.rows.len().saturating_sub(logs.len())).unwrap_or(u64::MAX);
@@ -365,14 +366,14 @@ pub async fn import_bytes(
     for chunk in logs.chunks(IMPORT_CHUNK) {
         // Each chunk is its own transaction: other writes go between them. A row of
         // a chunk stored before a failure is found again when the file comes again.
-        let done = journal
-            .store()
-            .import_logs(user_id, chunk)
-            .await
-            .map_err(|error| ImportFailure::Store {
-                error,
-                imported: counts.imported,
-            })?;
+        let done =
+            store
+                .import_logs(user_id, chunk)
+                .await
+                .map_err(|error| ImportFailure::Store {
+                    error,
+                    imported: counts.imported,
+                })?;
         counts.imported += done.imported;
         counts.already += done.already;
         counts.retimed += done.retimed;
@@ -436,10 +437,14 @@ mod tests {
         assert_eq!(first.mood, Some(4));
         assert_eq!(first.metrics.mood(), 4);
         assert_eq!(first.metrics.activities(), ["friends", "reading"]);
-        assert!(!first.metrics.is_defaulted("mood"));
+        assert!(!first.metrics.is_defaulted(crate::domain::MetricField::Mood));
         let second = &parsed.rows[1];
         assert_eq!(second.text, "");
-        assert!(second.metrics.is_defaulted("mood"));
+        assert!(
+            second
+                .metrics
+                .is_defaulted(crate::domain::MetricField::Mood)
+        );
         assert!(second.metrics.activities().is_empty());
     }
 

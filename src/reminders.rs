@@ -20,8 +20,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
+use crate::digest::Digests;
 use crate::frontend::{Messenger, Response, SendError, Target};
-use crate::journal::Journal;
 use crate::render::Reply;
 use crate::store::{DueReminder, Reminder, Store, StoreError, UserId};
 use crate::texts::Texts;
@@ -146,12 +146,17 @@ pub struct Tick {
 }
 
 /// Runs until `shutdown`: a tick at once, then every `reminders.poll_interval_ms`.
+///
+/// The Sunday digests ride on the same clock and poll (`digests`).
 pub async fn run<M: Messenger>(
-    journal: Arc<Journal>,
+    store: Store,
+    users: Users,
+    settings: Arc<Settings>,
+    digests: Arc<Digests>,
     messenger: Arc<M>,
     shutdown: CancellationToken,
 ) {
-    let poll = journal.settings().reminders.poll_interval();
+    let poll = settings.reminders.poll_interval();
     loop {
         // Not cancelled by the stop: a reminder recorded as sent and still on its way
         // would be lost for the day (the next is due tomorrow). The stop ends the tick
@@ -159,8 +164,7 @@ pub async fn run<M: Messenger>(
         if shutdown.is_cancelled() {
             break;
         }
-        let (store, users) = (journal.store(), journal.users());
-        match tick_until(store, users, journal.settings(), &messenger, &shutdown).await {
+        match tick_until(&store, &users, &settings, &messenger, &shutdown).await {
             Ok(done) if done != Tick::default() => {
                 tracing::info!(
                     sent = done.sent,
@@ -177,7 +181,7 @@ pub async fn run<M: Messenger>(
         // The Sunday digests ride on the same clock and poll (docs/behaviour.md, Time zones and rhythm).
         tokio::select! {
             () = shutdown.cancelled() => break,
-            () = crate::digest::schedule_tick(&journal) => {}
+            () = digests.schedule_tick() => {}
         }
         tokio::select! {
             () = shutdown.cancelled() => break,

@@ -21,6 +21,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::commands::{self, Command};
+use crate::digest::Digests;
 use crate::domain::{ChatId, MessageId, UserId};
 use crate::frontend::{FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target};
 use crate::journal::{IncomingVoice, Journal};
@@ -197,8 +198,15 @@ where
     R: tokio::io::AsyncBufRead + Unpin,
 {
     let stop = CancellationToken::new();
+    let digests = Arc::new(Digests::new(
+        journal.store().clone(),
+        journal.users().clone(),
+        Arc::clone(journal.llm()),
+        journal.settings().worker.clone(),
+    ));
     let worker = tokio::spawn(worker::run(
         Arc::clone(&journal),
+        Arc::clone(&digests),
         Arc::clone(&terminal),
         FrontEnd::Terminal { user_id: user },
         stop.clone(),
@@ -211,6 +219,7 @@ where
     }
     let mut session = Session {
         journal,
+        digests,
         terminal,
         user,
         confirming_delete: false,
@@ -235,6 +244,7 @@ where
 /// One terminal conversation: what the lines so far have left open.
 struct Session {
     journal: Arc<Journal>,
+    digests: Arc<Digests>,
     terminal: Arc<Terminal>,
     user: UserId,
     /// `/delete` asked for a confirmation; the next line answers it.
@@ -394,7 +404,14 @@ impl Session {
                 return self.terminal.print(&texts.import_file_unreadable(path));
             }
         };
-        match crate::import::import_bytes(&self.journal, self.user, &bytes).await {
+        match crate::import::import_bytes(
+            self.journal.store(),
+            self.journal.users(),
+            self.user,
+            &bytes,
+        )
+        .await
+        {
             Ok(report) => self.terminal.print(&report.sentence(language)),
             Err(error) => {
                 tracing::warn!(%error, user_id = self.user.get(), "import refused");
@@ -430,14 +447,15 @@ impl Session {
         }
         let responses = match Command::parse(line, "") {
             Ok(Command::Week) => {
-                let done = crate::digest::week(
-                    &self.journal,
-                    self.terminal.as_ref(),
-                    self.user,
-                    Target::chat(ChatId::private(self.user)),
-                    FrontEnd::Terminal { user_id: self.user },
-                )
-                .await;
+                let done = self
+                    .digests
+                    .week(
+                        self.terminal.as_ref(),
+                        self.user,
+                        Target::chat(ChatId::private(self.user)),
+                        FrontEnd::Terminal { user_id: self.user },
+                    )
+                    .await;
                 let Err(error) = done else {
                     return Ok(());
                 };

@@ -10,6 +10,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::digest::Digests;
 use crate::frontend::Messenger;
 use crate::journal::Journal;
 use crate::store::FrontEnd;
@@ -20,9 +21,10 @@ const CONCURRENCY: usize = 16;
 const BATCH: i64 = 200;
 
 /// Runs until `shutdown` is cancelled, then lets the logs in hand finish. It finishes
-/// only `front_end`'s own logs.
+/// only `front_end`'s own logs, and delivers its due digests through `digests`.
 pub async fn run<M: Messenger>(
     journal: Arc<Journal>,
+    digests: Arc<Digests>,
     messenger: Arc<M>,
     front_end: FrontEnd,
     shutdown: CancellationToken,
@@ -71,7 +73,9 @@ pub async fn run<M: Messenger>(
             Err(error) => tracing::error!(%error, "worker could not read unfinished logs"),
         }
         while tasks.try_join_next().is_some() {}
-        crate::digest::deliver_due(&journal, &messenger, front_end, &mut tasks, &permits).await;
+        digests
+            .deliver_due(&messenger, front_end, &mut tasks, &permits)
+            .await;
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(poll) => {}

@@ -41,6 +41,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::commands::{self, Command};
 use crate::config::Settings;
+use crate::digest::Digests;
 use crate::frontend::{FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target};
 use crate::journal::{Accepted, EntryError, Incoming, IncomingVoice, Journal};
 use crate::language::Language;
@@ -939,6 +940,10 @@ fn is_import_caption(caption: Option<&str>, bot: &str) -> bool {
 
 /// A document: a Daylio export (docs/behaviour.md, Search and Import) when captioned `/import` or sent within 10
 /// minutes of `/import`; anything else is not for the journal.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a dptree endpoint: its arguments are the dependencies it is handed by type"
+)]
 async fn on_document<B: TgBot>(
     msg: Message,
     document: teloxide::types::Document,
@@ -947,6 +952,8 @@ async fn on_document<B: TgBot>(
     answers: Answers,
     ticket: Ticket,
     me: Me,
+    store: Store,
+    users: Users,
 ) -> HandlerResult {
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
@@ -956,10 +963,8 @@ async fn on_document<B: TgBot>(
         return on_other(msg, journal, messenger, ticket).await;
     }
     let chat = msg.chat.id.0;
-    answers.slow_command(
-        chat,
-        import_document(msg, document, journal, messenger, ticket),
-    );
+    let import = import_document(msg, document, journal, messenger, ticket, store, users);
+    answers.slow_command(chat, import);
     Ok(())
 }
 
@@ -973,6 +978,8 @@ async fn import_document<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
     ticket: Ticket,
+    store: Store,
+    users: Users,
 ) -> HandlerResult {
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
@@ -998,13 +1005,15 @@ async fn import_document<B: TgBot>(
                 tracing::warn!(%error, user_id = user_id.get(), "could not download an import");
                 texts.import_download_failed().to_owned()
             }
-            Ok((_, bytes)) => match crate::import::import_bytes(&journal, user_id, &bytes).await {
-                Ok(report) => report.sentence(language),
-                Err(error) => {
-                    tracing::warn!(%error, user_id = user_id.get(), "import refused");
-                    error.sentence(language)
+            Ok((_, bytes)) => {
+                match crate::import::import_bytes(&store, &users, user_id, &bytes).await {
+                    Ok(report) => report.sentence(language),
+                    Err(error) => {
+                        tracing::warn!(%error, user_id = user_id.get(), "import refused");
+                        error.sentence(language)
+                    }
                 }
-            },
+            }
         }
     };
     ticket.taken();
@@ -1063,6 +1072,7 @@ async fn on_command<B: TgBot>(
     ticket: Ticket,
     store: Store,
     users: Users,
+    digests: Arc<Digests>,
 ) -> HandlerResult {
     if matches!(command, Command::Import(_))
         && let Some(document) = msg.document().cloned()
@@ -1070,10 +1080,8 @@ async fn on_command<B: TgBot>(
         // The caption of a document is parsed as a command too: that is the import,
         // confirmed once it is stored.
         let chat = msg.chat.id.0;
-        answers.slow_command(
-            chat,
-            import_document(msg, document, journal, messenger, ticket),
-        );
+        let import = import_document(msg, document, journal, messenger, ticket, store, users);
+        answers.slow_command(chat, import);
         return Ok(());
     }
     ticket.taken(); // it holds no entry: Telegram may forget it while it is handled
@@ -1081,11 +1089,11 @@ async fn on_command<B: TgBot>(
     // or `/tz` applies to the entry sent after it, an `/import` ask to the file.
     let slow = command == Command::Week;
     if !slow {
-        return run_command(msg, command, journal, messenger, store, users).await;
+        return run_command(msg, command, journal, messenger, store, users, digests).await;
     }
     answers.slow_command(
         msg.chat.id.0,
-        run_command(msg, command, journal, messenger, store, users),
+        run_command(msg, command, journal, messenger, store, users, digests),
     );
     Ok(())
 }
@@ -1097,6 +1105,7 @@ async fn run_command<B: TgBot>(
     messenger: Arc<Telegram<B>>,
     store: Store,
     users: Users,
+    digests: Arc<Digests>,
 ) -> HandlerResult {
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
@@ -1106,14 +1115,10 @@ async fn run_command<B: TgBot>(
         messenger.asked_import(user_id, journal.now());
     }
     if command == Command::Week {
-        if let Err(error) = crate::digest::week(
-            &journal,
-            messenger.as_ref(),
-            user_id,
-            reply_target(&msg),
-            FrontEnd::Telegram,
-        )
-        .await
+        let target = reply_target(&msg);
+        if let Err(error) = digests
+            .week(messenger.as_ref(), user_id, target, FrontEnd::Telegram)
+            .await
         {
             tracing::error!(%error, user_id = user_id.get(), "weekly digest failed");
             let language = journal.language_of(user_id).await;
@@ -1408,12 +1413,13 @@ where
 pub async fn serve_configured(
     bot: Bot,
     journal: Arc<Journal>,
+    digests: Arc<Digests>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     if journal.settings().telegram.throttle() {
-        serve(bot.throttle(Limits::default()), journal, stop).await
+        serve(bot.throttle(Limits::default()), journal, digests, stop).await
     } else {
-        serve(bot, journal, stop).await
+        serve(bot, journal, digests, stop).await
     }
 }
 
@@ -1422,6 +1428,7 @@ pub async fn serve_configured(
 pub async fn serve<B: TgBot>(
     bot: B,
     journal: Arc<Journal>,
+    digests: Arc<Digests>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let grace = journal.settings().telegram.shutdown_grace();
@@ -1431,12 +1438,16 @@ pub async fn serve<B: TgBot>(
     let messenger = Arc::new(Telegram::new(bot.clone()));
     let worker = tokio::spawn(worker::run(
         Arc::clone(&journal),
+        Arc::clone(&digests),
         Arc::clone(&messenger),
         FrontEnd::Telegram,
         stop.clone(),
     ));
     let reminders = tokio::spawn(crate::reminders::run(
-        Arc::clone(&journal),
+        journal.store().clone(),
+        journal.users().clone(),
+        Arc::clone(journal.shared_settings()),
+        Arc::clone(&digests),
         Arc::clone(&messenger),
         stop.clone(),
     ));
@@ -1449,27 +1460,12 @@ pub async fn serve<B: TgBot>(
             answers.clone(),
             intake.clone(),
             journal.store().clone(),
-            journal.users().clone()
+            journal.users().clone(),
+            digests
         ])
         .default_handler(|_| async {})
         .build();
-    let shutdown = dispatcher.shutdown_token();
-    let stopper = tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            stop.cancelled().await;
-            // The dispatcher may still be starting; ask until it listens.
-            for _ in 0..200 {
-                match shutdown.shutdown() {
-                    Ok(done) => {
-                        done.await;
-                        return;
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
-                }
-            }
-        }
-    });
+    let stopper = stop_dispatcher_on(stop.clone(), dispatcher.shutdown_token());
     let listener = Listener::new(bot.clone(), intake, POLL_TIMEOUT);
     let listener_errors = Arc::new(polling_failed);
     tracing::info!("daylog is running");
@@ -1518,6 +1514,26 @@ pub async fn serve<B: TgBot>(
     }
     stopper.abort();
     dispatched.map_err(|e| anyhow::anyhow!("Telegram refused the bot: {e}"))
+}
+
+/// Shuts the dispatcher down once `stop` is cancelled.
+fn stop_dispatcher_on(
+    stop: CancellationToken,
+    shutdown: teloxide::dispatching::ShutdownToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        // The dispatcher may still be starting; ask until it listens.
+        for _ in 0..200 {
+            match shutdown.shutdown() {
+                Ok(done) => {
+                    done.await;
+                    return;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+            }
+        }
+    })
 }
 
 /// A failed `getUpdates` (the listener retries it with backoff), said as a sentence where

@@ -19,6 +19,7 @@
 
 use std::fmt::Write as _;
 
+use super::MetricField;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -287,8 +288,9 @@ impl Metrics {
         &self.defaulted
     }
 
-    pub fn is_defaulted(&self, field: &str) -> bool {
-        self.defaulted.contains(&field)
+    /// Whether `field` had to be defaulted.
+    pub fn is_defaulted(&self, field: MetricField) -> bool {
+        self.defaulted.contains(&field.name())
     }
 
     /// True when nothing usable came from the model.
@@ -319,10 +321,10 @@ impl Metrics {
             let _ = write!(line, "{label} {value}");
         };
         let scores = [
-            ("mood", mood, self.mood),
-            ("stress", stress, self.stress),
-            ("energy", energy, self.energy),
-            ("productivity", productivity, self.productivity),
+            (MetricField::Mood, mood, self.mood),
+            (MetricField::Stress, stress, self.stress),
+            (MetricField::Energy, energy, self.energy),
+            (MetricField::Productivity, productivity, self.productivity),
         ];
         for (field, label, score) in scores {
             if !self.is_defaulted(field) {
@@ -331,7 +333,7 @@ impl Metrics {
         }
         if let Some(h) = self
             .sleep_hours
-            .filter(|_| !self.is_defaulted("sleep_hours"))
+            .filter(|_| !self.is_defaulted(MetricField::SleepHours))
         {
             part(sleep, format_args!("{} {hours}", format_hours(h)));
         }
@@ -536,9 +538,13 @@ mod tests {
         for (name, value, want, defaulted) in cases {
             let m = from(full(json!({ "stress": value })));
             assert_eq!(m.stress(), *want, "case `{name}`");
-            assert_eq!(m.is_defaulted("stress"), *defaulted, "case `{name}`");
+            assert_eq!(
+                m.is_defaulted(MetricField::Stress),
+                *defaulted,
+                "case `{name}`"
+            );
             assert!(
-                !m.is_defaulted("mood"),
+                !m.is_defaulted(MetricField::Mood),
                 "case `{name}`: other fields untouched"
             );
         }
@@ -585,7 +591,11 @@ mod tests {
         for (name, value, want, defaulted) in cases {
             let m = from(full(json!({ "sleep_hours": value })));
             assert_eq!(m.sleep_hours(), *want, "case `{name}`");
-            assert_eq!(m.is_defaulted("sleep_hours"), *defaulted, "case `{name}`");
+            assert_eq!(
+                m.is_defaulted(MetricField::SleepHours),
+                *defaulted,
+                "case `{name}`"
+            );
         }
         let m = from(full(json!({"sleep_hours": -1})));
         let stored = m.to_json();
@@ -599,9 +609,12 @@ mod tests {
             "emotions": "anxious",
         })));
         assert_eq!(m.activities(), &["running", "going out", "йога"]);
-        assert!(!m.is_defaulted("activities"));
+        assert!(!m.is_defaulted(MetricField::Activities));
         assert_eq!(m.emotions(), &[] as &[String]);
-        assert!(m.is_defaulted("emotions"), "a string is not a list");
+        assert!(
+            m.is_defaulted(MetricField::Emotions),
+            "a string is not a list"
+        );
     }
 
     #[test]
@@ -618,8 +631,8 @@ mod tests {
     #[test]
     fn empty_list_is_an_answer_not_a_default() {
         let m = from(full(json!({"activities": [], "summary": ""})));
-        assert!(!m.is_defaulted("activities"));
-        assert!(!m.is_defaulted("summary"));
+        assert!(!m.is_defaulted(MetricField::Activities));
+        assert!(!m.is_defaulted(MetricField::Summary));
     }
 
     #[test]
@@ -631,7 +644,7 @@ mod tests {
         assert!(!m.summary().ends_with(' '));
         let m = from(full(json!({ "summary": 42 })));
         assert_eq!(m.summary(), "");
-        assert!(m.is_defaulted("summary"));
+        assert!(m.is_defaulted(MetricField::Summary));
     }
 
     #[test]
@@ -813,12 +826,17 @@ mod tests {
             let m = from_llm_text(&raw[..cut]);
             let at = format!("cut at {cut}: {:?}", &raw[..cut]);
             for (field, got, want) in [
-                ("mood", m.mood(), full.mood()),
-                ("stress", m.stress(), full.stress()),
-                ("energy", m.energy(), full.energy()),
-                ("productivity", m.productivity(), full.productivity()),
+                (MetricField::Mood, m.mood(), full.mood()),
+                (MetricField::Stress, m.stress(), full.stress()),
+                (MetricField::Energy, m.energy(), full.energy()),
+                (
+                    MetricField::Productivity,
+                    m.productivity(),
+                    full.productivity(),
+                ),
             ] {
-                assert!(m.is_defaulted(field) || got == want, "{field} {at}");
+                let name = field.name();
+                assert!(m.is_defaulted(field) || got == want, "{name} {at}");
             }
             assert!(
                 m.sleep_hours().is_none() || m.sleep_hours() == full.sleep_hours(),

@@ -7,6 +7,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::analysis::{self, UserContext};
+use crate::config::WorkerSettings;
 use crate::domain::Metrics;
 use crate::domain::{ModelRef, Outcome, Wait};
 use crate::frontend::truncate_chars;
@@ -351,18 +352,9 @@ impl Journal {
         self.backlog.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The background retry interval after `attempts` failed rounds: doubling from
-    /// `worker.retry_min_ms`, capped at `worker.retry_max_ms`.
+    /// The background retry interval after `attempts` failed rounds ([`retry_delay`]).
     pub fn retry_delay(&self, attempts: i64) -> Duration {
-        let worker = &self.settings.worker;
-        let factor =
-            2u64.saturating_pow(u32::try_from(attempts.max(0)).unwrap_or(u32::MAX).min(40));
-        let ms = worker
-            .retry_min()
-            .as_millis()
-            .saturating_mul(u128::from(factor))
-            .min(worker.retry_max().as_millis());
-        Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+        retry_delay(&self.settings.worker, attempts)
     }
 
     async fn context(
@@ -406,6 +398,18 @@ impl Journal {
     pub(super) fn was_truncated(&self, log: &DayLog) -> bool {
         log.text.chars().count() > self.settings.telegram.max_text_chars()
     }
+}
+
+/// The background retry interval after `attempts` failed rounds: doubling from
+/// `worker.retry_min_ms`, capped at `worker.retry_max_ms` (a log's, and a digest's).
+pub fn retry_delay(worker: &WorkerSettings, attempts: i64) -> Duration {
+    let factor = 2u64.saturating_pow(u32::try_from(attempts.max(0)).unwrap_or(u32::MAX).min(40));
+    let ms = worker
+        .retry_min()
+        .as_millis()
+        .saturating_mul(u128::from(factor))
+        .min(worker.retry_max().as_millis());
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

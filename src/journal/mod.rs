@@ -36,12 +36,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::config::Settings;
 
 use crate::language::Language;
-use crate::llm::{CascadeError, Llm, Task};
+use crate::llm::Llm;
 use crate::store::{ChatId, DayLog, LogId, MessageId, NewUser, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{Clock, SystemClock, UserZone};
 use crate::users::Users;
 use analyse::Backlog;
+pub use analyse::retry_delay;
 use lanes::{Lanes, Turn};
 pub use reply::{Notes, Style, analysis_reply};
 
@@ -183,9 +184,10 @@ struct Unrecorded {
     failed: HashMap<LogId, (i64, tokio::time::Instant)>,
 }
 
-/// The journal of every user: what front ends, the worker and the commands go through.
-/// Its parts are its own; [`Journal::settings`] and [`Journal::store`] are there for the
-/// commands and schedulers that read them.
+/// The journal of every user: what front ends and the worker go through for a log. Its
+/// parts are its own; [`Journal::store`], [`Journal::users`], [`Journal::llm`] and
+/// [`Journal::settings`] are there for the front ends' wiring, which hands the commands,
+/// the digests and the reminders what each uses.
 pub struct Journal {
     settings: Arc<Settings>,
     store: Store,
@@ -283,21 +285,20 @@ impl Journal {
         &self.settings
     }
 
-    /// The store, for the commands and schedulers that query it (`commands`,
-    /// `reminders`, `import`): what a log goes through is the journal's own methods.
+    /// The same settings, shared, for the front ends to hand the reminders.
+    pub fn shared_settings(&self) -> &Arc<Settings> {
+        &self.settings
+    }
+
+    /// The store, for the front ends to hand the commands, the digests, the reminders and
+    /// the import: what a log goes through is the journal's own methods.
     pub fn store(&self) -> &Store {
         &self.store
     }
 
-    /// Writes one weekly digest through the cascade (task `digest`); its attempts are
-    /// recorded against the digest.
-    pub async fn write_digest(
-        &self,
-        digest_id: crate::store::DigestId,
-        request: &crate::llm::ChatRequest,
-    ) -> Result<crate::llm::Completion, CascadeError> {
-        let sink = self.store.digest_call_sink(digest_id);
-        self.llm.run(Task::Digest, request, &sink).await
+    /// The LLM layer the journal asks, for the front ends to hand the digests.
+    pub fn llm(&self) -> &Arc<Llm> {
+        &self.llm
     }
 
     /// Whether this Telegram user may use the bot (an empty allowed list: everyone).

@@ -32,6 +32,9 @@ pub struct Digest {
     pub created_at: Timestamp,
     /// The `/week` message that asked for it; `None` for the schedule or a terminal.
     pub message_id: Option<MessageId>,
+    /// The week's entries its text was written from ([`Store::week_entries_mark`]);
+    /// `None` before it is written, and for a digest written before this was kept.
+    pub written_from: Option<String>,
 }
 
 /// Lifecycle of a digest (`digests.status`, docs/behaviour.md, Time zones and rhythm).
@@ -67,6 +70,7 @@ struct DigestRow {
     attempts: i64,
     created_at: String,
     message_id: Option<MessageId>,
+    written_from: Option<String>,
 }
 
 impl From<DigestRow> for Digest {
@@ -81,6 +85,7 @@ impl From<DigestRow> for Digest {
             text: row.text,
             attempts: row.attempts,
             message_id: row.message_id,
+            written_from: row.written_from,
         }
     }
 }
@@ -91,8 +96,8 @@ impl<'r> FromRow<'r, sqlx::sqlite::SqliteRow> for Digest {
     }
 }
 
-const DIGEST_COLUMNS: &str =
-    "id, user_id, chat_id, week_start, status, text, attempts, created_at, message_id";
+const DIGEST_COLUMNS: &str = "id, user_id, chat_id, week_start, status, text, attempts, created_at,
+     message_id, written_from";
 
 /// A user whose Sunday digest is due, with what writing it needs to know.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +110,27 @@ pub struct DueDigest {
     pub reminder_time: Option<LocalTime>,
     /// When it was due; also the key that [`Store::advance_digest`] moves it on by.
     pub digest_next_at: DueAt,
+}
+
+/// The fingerprint of a week's entries, `(id, text)` in id order: their count and a
+/// 64-bit FNV-1a hash of them (stable across builds and versions, unlike `std`'s hasher,
+/// since it is stored).
+fn entries_mark(entries: &[(i64, String)]) -> String {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    for (id, text) in entries {
+        let length = u64::try_from(text.len()).unwrap_or(u64::MAX);
+        for byte in id
+            .to_le_bytes()
+            .into_iter()
+            .chain(length.to_le_bytes())
+            .chain(text.bytes())
+        {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(PRIME);
+        }
+    }
+    format!("{}:{hash:016x}", entries.len())
 }
 
 /// A row of [`DUE_DIGESTS_SQL`], before [`DueDigest`] parses it.
@@ -268,6 +294,28 @@ impl Store {
         .await?)
     }
 
+    /// A fingerprint of the user's entries on the local days `first..=last`: their count
+    /// and a hash of their ids and texts, so that an entry created, edited or removed
+    /// changes it. Stored with a digest's text ([`Store::store_digest_text`]) and
+    /// compared when the week is asked for again.
+    pub async fn week_entries_mark(
+        &self,
+        user_id: UserId,
+        first: jiff::civil::Date,
+        last: jiff::civil::Date,
+    ) -> Result<String, StoreError> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT id, text FROM day_logs
+             WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3 ORDER BY id",
+        )
+        .bind(user_id)
+        .bind(first.to_string())
+        .bind(last.to_string())
+        .fetch_all(&self.read)
+        .await?;
+        Ok(entries_mark(&rows))
+    }
+
     /// (local day, summary) of the user's entries on `first..=last`, oldest first, at
     /// most `limit`, every day of them represented. An entry without a summary yet (still pending when the digest is
     /// due, or given up on) stands in with the start of its text, so that a week written
@@ -357,6 +405,41 @@ impl Store {
             .await?
             .ok_or(StoreError::Sql(sqlx::Error::RowNotFound))?;
         Ok((stored, false))
+    }
+
+    /// A written digest asked for again by `message_id` after its week's entries changed:
+    /// the same row goes back to pending, its text, `sent_at` and tries cleared, to be
+    /// written again and sent to `chat_id` (stored first, as a new one is, and aged by
+    /// `worker.max_age_hours` from now). `None` when
+    /// it is no longer the digest read (someone renewed or finished it meanwhile).
+    pub async fn renew_digest(
+        &self,
+        digest: &Digest,
+        chat_id: ChatId,
+        front_end: FrontEnd,
+        message_id: Option<MessageId>,
+    ) -> Result<Option<Digest>, StoreError> {
+        retry_busy("renew_digest", || async {
+            let rows: Vec<Digest> = sqlx::query_as(&format!(
+                "UPDATE digests SET status = 'pending', text = NULL, written_from = NULL,
+                     sent_at = NULL, attempts = 0, next_attempt_at = datetime('now'),
+                     created_at = datetime('now'),
+                     chat_id = ?2, front_end = ?3, message_id = ?4
+                 WHERE id = ?1 AND status = ?5 AND text IS NOT NULL
+                   AND written_from IS ?6
+                 RETURNING {DIGEST_COLUMNS}"
+            ))
+            .bind(digest.id)
+            .bind(chat_id)
+            .bind(front_end.source().as_str())
+            .bind(message_id)
+            .bind(digest.status.as_str())
+            .bind(&digest.written_from)
+            .fetch_all(&self.write)
+            .await?;
+            Ok(returned(rows))
+        })
+        .await
     }
 
     /// The user's digest of `week_start`, if one is stored (read through the writer).
@@ -485,16 +568,23 @@ impl Store {
         .await?)
     }
 
-    /// The digest's text, written; stored before anything is sent. `false` when it
+    /// The digest's text, written from the week's entries `written_from` (their
+    /// [`Store::week_entries_mark`]); stored before anything is sent. `false` when it
     /// already had one (it is never written twice).
-    pub async fn store_digest_text(&self, id: DigestId, text: &str) -> Result<bool, StoreError> {
+    pub async fn store_digest_text(
+        &self,
+        id: DigestId,
+        text: &str,
+        written_from: &str,
+    ) -> Result<bool, StoreError> {
         retry_busy("store_digest_text", || async {
             let done = sqlx::query(
-                "UPDATE digests SET text = ?2
+                "UPDATE digests SET text = ?2, written_from = ?3
                  WHERE id = ?1 AND status = 'pending' AND text IS NULL",
             )
             .bind(id)
             .bind(text)
+            .bind(written_from)
             .execute(&self.write)
             .await?;
             Ok(done.rows_affected() == 1)
@@ -551,5 +641,29 @@ impl Store {
             Ok(())
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entries_mark;
+
+    #[test]
+    fn a_weeks_mark_changes_with_an_entry_added_edited_or_removed() {
+        let week = vec![(1, "Ran".to_owned()), (2, "Slept".to_owned())];
+        let mark = entries_mark(&week);
+        assert_eq!(mark, entries_mark(&week.clone()), "stable");
+        assert!(mark.starts_with("2:"), "{mark}");
+        let mut added = week.clone();
+        added.push((3, "Read".to_owned()));
+        let mut edited = week.clone();
+        edited[1].1 = "Slept well".to_owned();
+        let removed = vec![week[0].clone()];
+        // The text moved between ids is another week too.
+        let shifted = vec![(1, "RanS".to_owned()), (2, "lept".to_owned())];
+        for other in [added, edited, removed, shifted] {
+            assert_ne!(entries_mark(&other), mark, "{other:?}");
+        }
+        assert_eq!(entries_mark(&[]), "0:cbf29ce484222325");
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use daylog::language::Language;
 use daylog::texts::Texts;
 use jiff::Timestamp;
-use support::telegram::{Call, group_text_update, text_update, text_update_at};
+use support::telegram::{Call, edited_update, group_text_update, text_update, text_update_at};
 use support::{App, FakeTelegram, Providers, completion, gemini_completion, wait_until};
 use wiremock::matchers::{body_string_contains, method};
 use wiremock::{Mock, ResponseTemplate};
@@ -344,6 +344,101 @@ async fn a_week_on_sunday_is_that_weeks_digest_and_the_evening_sends_none() {
     assert_eq!(photos_to(&app.telegram, 1), 1);
     assert_eq!(
         app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND week_start = '2026-11-30'")
+            .await,
+        1
+    );
+}
+
+/// Sends `/week` as message `message_id` and waits until user 1 has had `digests`
+/// digests and the week's row is recorded as sent again.
+async fn week_again(app: &App, message_id: i64, digests: usize) {
+    app.telegram
+        .push_update(text_update(1, message_id, "/week"));
+    app.telegram
+        .wait_for("the digest again", WAIT, |calls| {
+            let to_user = |c: &&Call| c.chat_id() == Some(1);
+            calls
+                .iter()
+                .filter(to_user)
+                .filter(|c| is_digest(c))
+                .count()
+                == digests
+        })
+        .await;
+    wait_until("the digest is recorded as sent", WAIT, || async {
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1 AND status = 'sent'")
+            .await
+            == 1
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn week_asked_again_after_new_or_edited_entries_is_written_again_in_its_row() {
+    // Arrange: Tuesday evening; /week once, with Monday's entry only.
+    let app = App::spawn().await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    entry(&app, 1, 1, "2026-11-30T12:00:00Z", "Walked by the river").await;
+    week_again(&app, 10, 1).await;
+    assert_eq!(digest_requests(&app.providers).await.len(), 1);
+    sqlx::query("UPDATE digests SET sent_at = '2000-01-01 00:00:00'")
+        .execute(&raw_pool(&app).await)
+        .await
+        .expect("an old sent_at");
+
+    // Act: an entry later that day, then /week again.
+    app.clock.set(at("2026-12-01T21:00:00Z"));
+    entry(
+        &app,
+        1,
+        2,
+        "2026-12-01T20:30:00Z",
+        "Read late in the evening",
+    )
+    .await;
+    week_again(&app, 11, 2).await;
+
+    // Assert: written again from the week now, in the same row, sent_at renewed.
+    let requests = digest_requests(&app.providers).await;
+    assert_eq!(requests.len(), 2, "written again");
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.contains("Read late in the evening")),
+        "the later entry is in the second digest"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1")
+            .await,
+        1,
+        "one row per week"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE sent_at = '2000-01-01 00:00:00'")
+            .await,
+        0,
+        "sent_at renewed"
+    );
+    assert_eq!(photos_to(&app.telegram, 1), 2);
+
+    // An edit since counts as a change too.
+    app.telegram
+        .push_update(edited_update(1, 2, "Entry 2, and a call home"));
+    wait_until("the edit is stored", WAIT, || async {
+        app.count("SELECT count(*) FROM day_logs WHERE text = 'Entry 2, and a call home'")
+            .await
+            == 1
+    })
+    .await;
+    week_again(&app, 12, 3).await;
+    assert_eq!(digest_requests(&app.providers).await.len(), 3);
+
+    // Nothing new since: the digest as written, no provider asked.
+    week_again(&app, 13, 4).await;
+    assert_eq!(digest_requests(&app.providers).await.len(), 3);
+    assert_eq!(
+        app.count("SELECT count(*) FROM digests WHERE user_id = 1")
             .await,
         1
     );

@@ -129,7 +129,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
     let (csv, readable) = export(DAYS);
     let readable = u64::try_from(readable).expect("small");
 
-    let first = import::import_bytes(&db.journal, ME, csv.as_bytes())
+    let first = import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
         .await
         .expect("imports");
     assert_eq!(
@@ -144,7 +144,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
             unknown_moods: vec!["sleepy".into()],
         }
     );
-    let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
+    let again = import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
         .await
         .expect("imports again");
     assert_eq!((again.imported, again.already), (0, readable));
@@ -228,10 +228,10 @@ async fn the_same_day_and_text_with_another_mood_is_another_row() {
     let header = "full_date,date,weekday,time,mood,activities,note_title,note\n";
     let one = format!("{header}2025-02-01,February 1,Saturday,21:14,rad,,,same\n");
     let other = format!("{header}2025-02-01,February 1,Saturday,21:14,bad,,,same\n");
-    let first = import::import_bytes(&db.journal, ME, one.as_bytes())
+    let first = import::import_bytes(db.journal.store(), db.journal.users(), ME, one.as_bytes())
         .await
         .expect("one");
-    let second = import::import_bytes(&db.journal, ME, other.as_bytes())
+    let second = import::import_bytes(db.journal.store(), db.journal.users(), ME, other.as_bytes())
         .await
         .expect("two");
     assert_eq!((first.imported, second.imported, second.already), (1, 1, 0));
@@ -245,7 +245,7 @@ async fn a_zone_change_between_two_imports_imports_nothing_twice() {
     let db = fresh().await;
     let (csv, readable) = export(40);
     let readable = u64::try_from(readable).expect("small");
-    let first = import::import_bytes(&db.journal, ME, csv.as_bytes())
+    let first = import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
         .await
         .expect("imports");
     assert_eq!(first.imported, readable);
@@ -258,9 +258,10 @@ async fn a_zone_change_between_two_imports_imports_nothing_twice() {
         )
         .await
         .expect("tz");
-        let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
-            .await
-            .expect("imports again");
+        let again =
+            import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
+                .await
+                .expect("imports again");
         assert_eq!((again.imported, again.already), (0, readable), "in {zone}");
         assert_eq!(again.retimed, readable, "in {zone}");
         assert_eq!(again.zone, zone);
@@ -293,14 +294,14 @@ async fn a_zone_change_between_two_imports_imports_nothing_twice() {
     assert!(shown.contains("21:14"), "{shown}");
     assert!(!shown.contains("America/New_York"), "{shown}");
     // The same zone again moves nothing.
-    let same = import::import_bytes(&db.journal, ME, csv.as_bytes())
+    let same = import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
         .await
         .expect("imports again");
     assert_eq!(same.retimed, 0);
     // A row of another time on a known day is still new.
     let header = "full_date,date,weekday,time,mood,activities,note_title,note\n";
     let later = format!("{header}2025-01-01,January 1,Wednesday,23:59,awful,,,morning0\n");
-    let one = import::import_bytes(&db.journal, ME, later.as_bytes())
+    let one = import::import_bytes(db.journal.store(), db.journal.users(), ME, later.as_bytes())
         .await
         .expect("one more");
     assert_eq!((one.imported, one.already), (1, 0));
@@ -313,7 +314,7 @@ async fn rows_imported_before_the_import_key_are_recognised_and_keyed() {
     let db = fresh().await;
     let (csv, readable) = export(12);
     let readable = u64::try_from(readable).expect("small");
-    import::import_bytes(&db.journal, ME, csv.as_bytes())
+    import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
         .await
         .expect("imports");
     // What the rows of an older daylog look like: no wall-clock time.
@@ -323,9 +324,10 @@ async fn rows_imported_before_the_import_key_are_recognised_and_keyed() {
         .await
         .expect("forget the key");
     raw.close().await;
-    let same_zone = import::import_bytes(&db.journal, ME, csv.as_bytes())
-        .await
-        .expect("again in the same zone");
+    let same_zone =
+        import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
+            .await
+            .expect("again in the same zone");
     assert_eq!((same_zone.imported, same_zone.already), (0, readable));
     commands::respond(
         db.journal.store(),
@@ -335,9 +337,10 @@ async fn rows_imported_before_the_import_key_are_recognised_and_keyed() {
     )
     .await
     .expect("tz");
-    let other_zone = import::import_bytes(&db.journal, ME, csv.as_bytes())
-        .await
-        .expect("again in another zone");
+    let other_zone =
+        import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
+            .await
+            .expect("again in another zone");
     assert_eq!((other_zone.imported, other_zone.already), (0, readable));
 }
 
@@ -354,7 +357,7 @@ async fn bad_files_import_nothing() {
         (bad_dates.as_bytes(), ImportError::NoReadableRow),
         (too_big.as_slice(), ImportError::TooLarge),
     ] {
-        match import::import_bytes(&db.journal, ME, bytes).await {
+        match import::import_bytes(db.journal.store(), db.journal.users(), ME, bytes).await {
             Err(ImportFailure::File(got)) => assert_eq!(got, why),
             other => panic!("expected {why:?}, got {other:?}"),
         }
@@ -368,12 +371,12 @@ async fn ten_thousand_rows_timed() {
     let db = fresh().await;
     let (csv, readable) = export(9_091);
     let started = Instant::now();
-    let report = import::import_bytes(&db.journal, ME, csv.as_bytes())
+    let report = import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
         .await
         .expect("imports");
     let first = started.elapsed();
     let started = Instant::now();
-    let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
+    let again = import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
         .await
         .expect("imports again");
     println!(
@@ -397,7 +400,7 @@ async fn every_activity_of_a_row_is_imported_past_the_tenth() {
         quote(&names.join(" | "))
     );
 
-    let report = import::import_bytes(&db.journal, ME, csv.as_bytes())
+    let report = import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
         .await
         .expect("imports");
 
@@ -435,7 +438,8 @@ async fn an_import_that_fails_part_way_says_what_came_in_and_a_resend_completes_
     .await
     .expect("trigger");
 
-    let failed = import::import_bytes(&db.journal, ME, csv.as_bytes()).await;
+    let failed =
+        import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes()).await;
 
     let Err(failure @ ImportFailure::Store { imported, .. }) = failed else {
         panic!("not a store failure: {failed:?}");
@@ -452,7 +456,7 @@ async fn an_import_that_fails_part_way_says_what_came_in_and_a_resend_completes_
         .execute(&writer)
         .await
         .expect("drop");
-    let again = import::import_bytes(&db.journal, ME, csv.as_bytes())
+    let again = import::import_bytes(db.journal.store(), db.journal.users(), ME, csv.as_bytes())
         .await
         .expect("imports");
     assert_eq!(again.already, imported);
@@ -486,9 +490,14 @@ async fn imported_moods(db: &Db) -> Vec<(Option<String>, Option<i64>)> {
 async fn custom_moods_in_a_csv_stay_apart_and_the_backup_gives_them_their_levels() {
     let db = fresh().await;
 
-    let csv = import::import_bytes(&db.journal, ME, &daylio_fixture("custom_moods.csv"))
-        .await
-        .expect("imports");
+    let csv = import::import_bytes(
+        db.journal.store(),
+        db.journal.users(),
+        ME,
+        &daylio_fixture("custom_moods.csv"),
+    )
+    .await
+    .expect("imports");
     assert_eq!((csv.imported, csv.already), (4, 0), "{csv:?}");
     assert_eq!(csv.unknown_moods, ["irritable", "tired", "ok"]);
     let said = csv.sentence(Language::En);
@@ -508,9 +517,14 @@ async fn custom_moods_in_a_csv_stay_apart_and_the_backup_gives_them_their_levels
         ]
     );
 
-    let backup = import::import_bytes(&db.journal, ME, &daylio_fixture("custom_moods.daylio"))
-        .await
-        .expect("imports the backup");
+    let backup = import::import_bytes(
+        db.journal.store(),
+        db.journal.users(),
+        ME,
+        &daylio_fixture("custom_moods.daylio"),
+    )
+    .await
+    .expect("imports the backup");
     assert_eq!((backup.imported, backup.already), (0, 4), "{backup:?}");
     assert!(backup.unknown_moods.is_empty());
     assert_eq!(
@@ -523,9 +537,14 @@ async fn custom_moods_in_a_csv_stay_apart_and_the_backup_gives_them_their_levels
         ]
     );
     // Sent again, nothing changes.
-    let again = import::import_bytes(&db.journal, ME, &daylio_fixture("custom_moods.daylio"))
-        .await
-        .expect("again");
+    let again = import::import_bytes(
+        db.journal.store(),
+        db.journal.users(),
+        ME,
+        &daylio_fixture("custom_moods.daylio"),
+    )
+    .await
+    .expect("again");
     assert_eq!((again.imported, again.already), (0, 4));
     assert_eq!(rows(&db).await, 4);
 }
@@ -535,9 +554,14 @@ async fn custom_moods_in_a_csv_stay_apart_and_the_backup_gives_them_their_levels
 async fn a_backup_alone_brings_every_mood_and_activity() {
     let db = fresh().await;
 
-    let report = import::import_bytes(&db.journal, ME, &daylio_fixture("custom_moods.daylio"))
-        .await
-        .expect("imports");
+    let report = import::import_bytes(
+        db.journal.store(),
+        db.journal.users(),
+        ME,
+        &daylio_fixture("custom_moods.daylio"),
+    )
+    .await
+    .expect("imports");
 
     assert_eq!((report.imported, report.unreadable), (4, 0), "{report:?}");
     let level = |name: &str, mood: i64| (Some(name.to_owned()), Some(mood));
@@ -568,7 +592,8 @@ async fn a_zip_that_is_no_backup_is_refused_with_a_sentence() {
     let db = fresh().await;
     let not_a_backup = b"PK\x03\x04 not really a zip".to_vec();
 
-    let refused = import::import_bytes(&db.journal, ME, &not_a_backup).await;
+    let refused =
+        import::import_bytes(db.journal.store(), db.journal.users(), ME, &not_a_backup).await;
 
     let Err(ImportFailure::File(why)) = refused else {
         panic!("{refused:?}")

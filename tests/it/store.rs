@@ -175,7 +175,9 @@ async fn schema_matches_the_public_contract_column_by_column() {
             "attempts",
             "next_attempt_at",
             "created_at",
-            "sent_at"
+            "sent_at",
+            // 20261203000024: the week's entries the text was written from.
+            "written_from"
         ])
     );
     assert_eq!(
