@@ -80,6 +80,10 @@ pub enum FetchError {
     /// Worth trying again later (network, Telegram down).
     #[error("temporary download failure: {0}")]
     Transient(String),
+    /// Refused for now in words that may mean gone or not (Telegram's "wrong file_id or
+    /// the file is temporarily unavailable"): tried again, `voice.fetch_max_tries` times.
+    #[error("recording refused for now: {0}")]
+    Refused(String),
     /// Never fetchable (the file is gone, or too large to download).
     #[error("recording unavailable: {0}")]
     Gone(String),

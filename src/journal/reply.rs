@@ -177,7 +177,9 @@ impl Journal {
                 texts.voice_failed().to_owned()
             }
             Outcome::Failed(Failure::GaveUp) => texts.failed().to_owned(),
-            Outcome::Failed(Failure::RecordingGone) => texts.voice_unavailable().to_owned(),
+            Outcome::Failed(Failure::RecordingGone | Failure::RecordingRefused) => {
+                texts.voice_unavailable().to_owned()
+            }
             Outcome::Failed(Failure::NoWords) => texts.voice_no_words().to_owned(),
             Outcome::Waiting { .. } if timing == Timing::Late => return None,
             Outcome::Waiting { wait, retry_in, .. } => match wait {
@@ -191,7 +193,9 @@ impl Journal {
                 }
                 Wait::Budget => texts.saved_budget(*retry_in),
                 Wait::Transcription { refused: true } => texts.saved_voice_refused().to_owned(),
-                Wait::Transcription { refused: false } => texts.saved_voice_pending().to_owned(),
+                Wait::Transcription { refused: false } | Wait::TranscriberKeysRefused => {
+                    texts.saved_voice_pending().to_owned()
+                }
                 Wait::NoTranscriber => texts.saved_voice_no_provider(&self.transcription_key_env()),
             },
         };

@@ -94,7 +94,7 @@ impl Journal {
                 tracing::warn!(log_id = log.id.get(), %reason, "voice note recording unavailable");
                 return self.give_up_voice(log, Failure::RecordingGone).await;
             }
-            Err(FetchError::Transient(reason)) => {
+            Err(FetchError::Transient(reason) | FetchError::Refused(reason)) => {
                 tracing::warn!(log_id = log.id.get(), %reason, "voice note download failed; log stays pending");
                 let wait = Wait::Transcription { refused: false };
                 return self.wait_for_transcription(log, wait).await;
