@@ -704,6 +704,28 @@ impl Texts {
         )
     }
 
+    /// Every transcription provider asked refused the bot's API key (401/403): not an
+    /// outage, the operator must fix the key; `key_env` names the first one to check.
+    pub fn saved_voice_key_refused(self, key_env: &str) -> String {
+        match self.0 {
+            Language::En => format!(
+                "Saved your voice note. The speech-to-text provider refused this bot's transcription key, so nothing can turn it into text for now: {key_env} in .env needs checking (`daylog doctor --ping` tests each key). Your voice note is transcribed and analysed once daylog starts again with a key that works."
+            ),
+            Language::Ru => format!(
+                "Голосовое сохранено. Сервис расшифровки отклонил ключ бота для расшифровки, поэтому превратить его в текст пока некому: {key_env} в .env нужно проверить (`daylog doctor --ping` проверит каждый ключ). Голосовое будет расшифровано и разобрано, когда daylog запустят снова с рабочим ключом."
+            ),
+        }
+    }
+
+    /// Telegram kept refusing to hand over the recording (`voice.fetch_max_tries`
+    /// tries): the note is given up, the user asked to send it again.
+    pub fn voice_fetch_refused(self) -> &'static str {
+        self.pick(
+            "I saved your voice note, but Telegram kept refusing to hand me the recording, so I could not fetch it and there is no transcript. Please send it again (or tell me about your day in words).",
+            "Я сохранил голосовое, но Telegram так и не отдал мне запись, поэтому скачать её не получилось и расшифровки нет. Пришли его ещё раз (или расскажи о дне текстом).",
+        )
+    }
+
     /// The recording cannot be fetched any more (deleted, or the file is gone).
     pub fn voice_unavailable(self) -> &'static str {
         self.pick(

@@ -177,10 +177,9 @@ impl Journal {
                 texts.voice_failed().to_owned()
             }
             Outcome::Failed(Failure::GaveUp) => texts.failed().to_owned(),
-            Outcome::Failed(Failure::RecordingGone | Failure::RecordingRefused) => {
-                texts.voice_unavailable().to_owned()
-            }
+            Outcome::Failed(Failure::RecordingGone) => texts.voice_unavailable().to_owned(),
             Outcome::Failed(Failure::NoWords) => texts.voice_no_words().to_owned(),
+            Outcome::Failed(Failure::RecordingRefused) => texts.voice_fetch_refused().to_owned(),
             Outcome::Waiting { .. } if timing == Timing::Late => return None,
             Outcome::Waiting { wait, retry_in, .. } => match wait {
                 Wait::Provider => texts.saved_pending().to_owned(),
@@ -193,10 +192,11 @@ impl Journal {
                 }
                 Wait::Budget => texts.saved_budget(*retry_in),
                 Wait::Transcription { refused: true } => texts.saved_voice_refused().to_owned(),
-                Wait::Transcription { refused: false } | Wait::TranscriberKeysRefused => {
-                    texts.saved_voice_pending().to_owned()
-                }
+                Wait::Transcription { refused: false } => texts.saved_voice_pending().to_owned(),
                 Wait::NoTranscriber => texts.saved_voice_no_provider(&self.transcription_key_env()),
+                Wait::TranscriberKeysRefused => {
+                    texts.saved_voice_key_refused(&self.transcription_key_env())
+                }
             },
         };
         Some(Reply::new().text(sentence))
