@@ -104,6 +104,12 @@ pub trait Messenger: Send + Sync + 'static {
     /// return quickly (fire and forget): the analysis waits while it runs.
     fn typing(&self, chat_id: ChatId) -> impl Future<Output = ()> + Send;
 
+    /// Whether a reply shows the message it answers (Telegram quotes it). A front end
+    /// that does not (the terminal) gets a late answer with its entry named.
+    fn shows_what_a_reply_answers(&self) -> bool {
+        true
+    }
+
     /// The recording of a voice note, in memory only (never written to disk), by what
     /// the front end stored as its `file_id`. A front end without voice notes has none.
     fn fetch_audio(&self, file_id: &str) -> impl Future<Output = Result<Audio, FetchError>> + Send {
