@@ -747,6 +747,34 @@ impl Texts {
         )
     }
 
+    /// `daylog chat`'s `/help`: how `/import` works there (a path, not a document).
+    pub fn help_import_in_terminal(self) -> &'static str {
+        self.pick(
+            "Bring in a Daylio CSV export from a file: /import path/to/file.csv",
+            "Перенести экспорт Daylio (CSV) из файла: /import путь/к/файлу.csv",
+        )
+    }
+
+    /// `daylog chat`'s `/help`: the terminal's own `/voice`.
+    pub fn help_voice_in_terminal(self) -> &'static str {
+        self.pick(
+            "A recording from a file, journaled like a voice note: /voice path/to/note.ogg",
+            "Запись из файла — как голосовое: /voice путь/к/записи.ogg",
+        )
+    }
+
+    /// `daylog chat`: the line above a late answer (a backlog resumed at start-up, an
+    /// analysis that had to wait), naming the entry it answers: when it was written and
+    /// its first words (`None`: a voice note with no transcript).
+    pub fn answering_entry(self, when: &str, first_words: Option<&str>) -> String {
+        match (self.0, first_words) {
+            (Language::En, Some(words)) => format!("About your entry of {when}, “{words}”:"),
+            (Language::En, None) => format!("About your voice note of {when}:"),
+            (Language::Ru, Some(words)) => format!("О записи от {when}, «{words}»:"),
+            (Language::Ru, None) => format!("О голосовом от {when}:"),
+        }
+    }
+
     /// `daylog chat`: `/voice` without a path.
     pub fn voice_usage(self) -> &'static str {
         self.pick(
