@@ -119,7 +119,7 @@ pub async fn respond(
     let texts = Texts(language);
     match command {
         Command::Start => Ok(text(start(users, user_id, language).await)),
-        Command::Help => Ok(text(help(language))),
+        Command::Help => Ok(text(help(language, HelpFor::Telegram))),
         Command::History(arg) => history(store, users, user_id, language, &arg).await,
         Command::Stats(arg) => stats(store, users, user_id, language, &arg).await,
         Command::Export => export(store, users, user_id, language).await,
@@ -162,15 +162,34 @@ async fn start(users: &Users, user_id: UserId, language: Language) -> Reply {
     reply.paragraph().italic(texts.privacy())
 }
 
-/// `/help`: the command menu in the user's language.
-fn help(language: Language) -> Reply {
+/// Which front end `/help` is read in: they differ in how a file comes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HelpFor {
+    /// A document sent with a caption.
+    Telegram,
+    /// A path on the command's line (`daylog chat`), and its `/voice`.
+    Terminal,
+}
+
+/// `/help`: the command menu in the user's language, as `front` takes files.
+pub fn help(language: Language, front: HelpFor) -> Reply {
     let texts = Texts(language);
     let mut reply = Reply::new().bold(texts.help_title()).newline();
     for (name, description) in Command::menu(language) {
+        let description = match (front, name.as_str()) {
+            (HelpFor::Terminal, "import") => texts.help_import_in_terminal().to_owned(),
+            _ => description,
+        };
         reply = reply
             .newline()
             .code(format!("/{name}"))
             .text(format!(" — {description}"));
+    }
+    if front == HelpFor::Terminal {
+        reply = reply
+            .newline()
+            .code("/voice")
+            .text(format!(" — {}", texts.help_voice_in_terminal()));
     }
     reply.paragraph().text(texts.help_footer())
 }

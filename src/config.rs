@@ -755,12 +755,21 @@ impl TaskSettings {
 pub struct VoiceSettings {
     /// Longer notes are refused and not stored.
     max_seconds: Bounded<1, U32_MAX>,
+    /// Tries of a recording Telegram keeps refusing before the note is given up.
+    fetch_max_tries: Bounded<1, 1000>,
 }
 
 impl VoiceSettings {
     /// Longer notes are refused and not stored.
     pub fn max_seconds(&self) -> u32 {
         self.max_seconds.get_u32()
+    }
+
+    /// How many tries a voice note gets while Telegram's `getFile` keeps answering "wrong
+    /// file_id or the file is temporarily unavailable" (on the worker's retry schedule)
+    /// before it is given up and the user asked to send it again.
+    pub fn fetch_max_tries(&self) -> i64 {
+        i64::try_from(self.fetch_max_tries.get()).unwrap_or(i64::MAX)
     }
 }
 
@@ -1537,6 +1546,7 @@ mod tests {
     fn voice_defaults_and_transcription_only_on_openai_providers() {
         let s = load(&[]).expect("defaults load");
         assert_eq!(s.voice.max_seconds(), 600);
+        assert_eq!(s.voice.fetch_max_tries(), 7);
         let models: Vec<&str> = s
             .transcription
             .steps()
@@ -1552,6 +1562,10 @@ mod tests {
         assert_eq!(
             error_key(&[("DAYLOG__VOICE__MAX_SECONDS", "0")]),
             "voice.max_seconds"
+        );
+        assert_eq!(
+            error_key(&[("DAYLOG__VOICE__FETCH_MAX_TRIES", "0")]),
+            "voice.fetch_max_tries"
         );
     }
 

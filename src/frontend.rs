@@ -80,6 +80,10 @@ pub enum FetchError {
     /// Worth trying again later (network, Telegram down).
     #[error("temporary download failure: {0}")]
     Transient(String),
+    /// Refused for now in words that may mean gone or not (Telegram's "wrong file_id or
+    /// the file is temporarily unavailable"): tried again, `voice.fetch_max_tries` times.
+    #[error("recording refused for now: {0}")]
+    Refused(String),
     /// Never fetchable (the file is gone, or too large to download).
     #[error("recording unavailable: {0}")]
     Gone(String),
@@ -99,6 +103,12 @@ pub trait Messenger: Send + Sync + 'static {
     /// Shows that the bot is working (Telegram's "typing…"); may do nothing. It must
     /// return quickly (fire and forget): the analysis waits while it runs.
     fn typing(&self, chat_id: ChatId) -> impl Future<Output = ()> + Send;
+
+    /// Whether a reply shows the message it answers (Telegram quotes it). A front end
+    /// that does not (the terminal) gets a late answer with its entry named.
+    fn shows_what_a_reply_answers(&self) -> bool {
+        true
+    }
 
     /// The recording of a voice note, in memory only (never written to disk), by what
     /// the front end stored as its `file_id`. A front end without voice notes has none.

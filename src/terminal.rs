@@ -122,6 +122,11 @@ impl Messenger for Terminal {
 
     async fn typing(&self, _chat_id: ChatId) {}
 
+    /// Replies are printed one after another, quoting nothing: a late one names its entry.
+    fn shows_what_a_reply_answers(&self) -> bool {
+        false
+    }
+
     async fn fetch_audio(&self, file_id: &str) -> Result<Audio, FetchError> {
         let path = std::path::Path::new(file_id);
         let bytes = read_recording(path).await?;
@@ -446,6 +451,11 @@ impl Session {
             return self.import(rest.trim(), language).await;
         }
         let responses = match Command::parse(line, "") {
+            // Files come as paths here, not as Telegram's captioned documents.
+            Ok(Command::Help) => vec![Response::Text(commands::help(
+                language,
+                commands::HelpFor::Terminal,
+            ))],
             Ok(Command::Week) => {
                 let done = self
                     .digests

@@ -704,6 +704,28 @@ impl Texts {
         )
     }
 
+    /// Every transcription provider asked refused the bot's API key (401/403): not an
+    /// outage, the operator must fix the key; `key_env` names the first one to check.
+    pub fn saved_voice_key_refused(self, key_env: &str) -> String {
+        match self.0 {
+            Language::En => format!(
+                "Saved your voice note. The speech-to-text provider refused this bot's transcription key, so nothing can turn it into text for now: {key_env} in .env needs checking (`daylog doctor --ping` tests each key). Your voice note is transcribed and analysed once daylog starts again with a key that works."
+            ),
+            Language::Ru => format!(
+                "Голосовое сохранено. Сервис расшифровки отклонил ключ бота для расшифровки, поэтому превратить его в текст пока некому: {key_env} в .env нужно проверить (`daylog doctor --ping` проверит каждый ключ). Голосовое будет расшифровано и разобрано, когда daylog запустят снова с рабочим ключом."
+            ),
+        }
+    }
+
+    /// Telegram kept refusing to hand over the recording (`voice.fetch_max_tries`
+    /// tries): the note is given up, the user asked to send it again.
+    pub fn voice_fetch_refused(self) -> &'static str {
+        self.pick(
+            "I saved your voice note, but Telegram kept refusing to hand me the recording, so I could not fetch it and there is no transcript. Please send it again (or tell me about your day in words).",
+            "Я сохранил голосовое, но Telegram так и не отдал мне запись, поэтому скачать её не получилось и расшифровки нет. Пришли его ещё раз (или расскажи о дне текстом).",
+        )
+    }
+
     /// The recording cannot be fetched any more (deleted, or the file is gone).
     pub fn voice_unavailable(self) -> &'static str {
         self.pick(
@@ -723,6 +745,34 @@ impl Texts {
             "Usage: /import path/to/daylio.csv (a Daylio export: Settings → Export entries → CSV)",
             "Как пользоваться: /import путь/к/daylio.csv (экспорт Daylio: Настройки → Экспорт записей → CSV)",
         )
+    }
+
+    /// `daylog chat`'s `/help`: how `/import` works there (a path, not a document).
+    pub fn help_import_in_terminal(self) -> &'static str {
+        self.pick(
+            "Bring in a Daylio CSV export from a file: /import path/to/file.csv",
+            "Перенести экспорт Daylio (CSV) из файла: /import путь/к/файлу.csv",
+        )
+    }
+
+    /// `daylog chat`'s `/help`: the terminal's own `/voice`.
+    pub fn help_voice_in_terminal(self) -> &'static str {
+        self.pick(
+            "A recording from a file, journaled like a voice note: /voice path/to/note.ogg",
+            "Запись из файла — как голосовое: /voice путь/к/записи.ogg",
+        )
+    }
+
+    /// `daylog chat`: the line above a late answer (a backlog resumed at start-up, an
+    /// analysis that had to wait), naming the entry it answers: when it was written and
+    /// its first words (`None`: a voice note with no transcript).
+    pub fn answering_entry(self, when: &str, first_words: Option<&str>) -> String {
+        match (self.0, first_words) {
+            (Language::En, Some(words)) => format!("About your entry of {when}, “{words}”:"),
+            (Language::En, None) => format!("About your voice note of {when}:"),
+            (Language::Ru, Some(words)) => format!("О записи от {when}, «{words}»:"),
+            (Language::Ru, None) => format!("О голосовом от {when}:"),
+        }
     }
 
     /// `daylog chat`: `/voice` without a path.

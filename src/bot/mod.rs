@@ -196,9 +196,9 @@ impl<B: TgBot> Telegram<B> {
             .map_err(|e| match classify(e) {
                 // Telegram's one wording for a wrong id and a file it cannot serve for
                 // now: a stored voice note's id is not wrong, so it is tried again
-                // (docs/behaviour.md, Voice notes: any passing failure resumes) until the worker's max age.
+                // (docs/behaviour.md, Voice notes), up to `voice.fetch_max_tries` times.
                 SendError::Refused(reason) if reason.contains("temporarily unavailable") => {
-                    FetchError::Transient(reason)
+                    FetchError::Refused(reason)
                 }
                 SendError::Gone(reason) | SendError::Refused(reason) => FetchError::Gone(reason),
                 SendError::Transient(reason) => FetchError::Transient(reason),

@@ -54,6 +54,9 @@ pub enum Wait {
     Transcription { refused: bool },
     /// No transcription step has a key.
     NoTranscriber,
+    /// Every transcription provider asked refused its API key: the bot's transcription
+    /// key needs fixing.
+    TranscriberKeysRefused,
 }
 
 impl Wait {
@@ -63,7 +66,9 @@ impl Wait {
         match self {
             Self::Provider | Self::NoProvider | Self::KeysRefused => "provider",
             Self::Budget => "budget",
-            Self::Transcription { .. } | Self::NoTranscriber => "transcription",
+            Self::Transcription { .. } | Self::NoTranscriber | Self::TranscriberKeysRefused => {
+                "transcription"
+            }
         }
     }
 }
@@ -77,6 +82,9 @@ pub enum Failure {
     RecordingGone,
     /// The recording has no words in it (silence, noise): nothing to analyse.
     NoWords,
+    /// Telegram kept refusing to hand over the recording ("wrong file_id or the file
+    /// is temporarily unavailable") for `voice.fetch_max_tries` tries.
+    RecordingRefused,
 }
 
 #[cfg(test)]
@@ -110,6 +118,7 @@ mod tests {
             (Wait::Transcription { refused: true }, "transcription"),
             (Wait::Transcription { refused: false }, "transcription"),
             (Wait::NoTranscriber, "transcription"),
+            (Wait::TranscriberKeysRefused, "transcription"),
         ];
         for (wait, column) in table {
             assert_eq!(wait.column(), column, "{wait:?}");

@@ -67,6 +67,27 @@ pub fn analysis_reply(
     reply
 }
 
+/// The first words of an entry, enough to know it by: up to 6 words and 40
+/// characters, on one line, with "…" when there is more.
+fn first_words(text: &str) -> String {
+    const WORDS: usize = 6;
+    const CHARS: usize = 40;
+    let mut words = text.split_whitespace();
+    let mut said = String::new();
+    for word in words.by_ref().take(WORDS) {
+        if !said.is_empty() {
+            said.push(' ');
+        }
+        said.push_str(word);
+    }
+    let cut = crate::frontend::truncate_chars(&said, CHARS);
+    if cut.len() < said.len() || words.next().is_some() {
+        format!("{}…", cut.trim_end())
+    } else {
+        said
+    }
+}
+
 /// Runs `work` while showing "typing…": Telegram shows it for 5 s, so it is renewed
 /// every 4 s until the work is done.
 pub(super) async fn with_typing<M: Messenger, T>(
@@ -179,6 +200,7 @@ impl Journal {
             Outcome::Failed(Failure::GaveUp) => texts.failed().to_owned(),
             Outcome::Failed(Failure::RecordingGone) => texts.voice_unavailable().to_owned(),
             Outcome::Failed(Failure::NoWords) => texts.voice_no_words().to_owned(),
+            Outcome::Failed(Failure::RecordingRefused) => texts.voice_fetch_refused().to_owned(),
             Outcome::Waiting { .. } if timing == Timing::Late => return None,
             Outcome::Waiting { wait, retry_in, .. } => match wait {
                 Wait::Provider => texts.saved_pending().to_owned(),
@@ -193,6 +215,9 @@ impl Journal {
                 Wait::Transcription { refused: true } => texts.saved_voice_refused().to_owned(),
                 Wait::Transcription { refused: false } => texts.saved_voice_pending().to_owned(),
                 Wait::NoTranscriber => texts.saved_voice_no_provider(&self.transcription_key_env()),
+                Wait::TranscriberKeysRefused => {
+                    texts.saved_voice_key_refused(&self.transcription_key_env())
+                }
             },
         };
         Some(Reply::new().text(sentence))
@@ -208,9 +233,14 @@ impl Journal {
         author: &Author,
         timing: Timing,
     ) {
-        let Some(reply) = self.reply(log, outcome, author, timing).await else {
+        let Some(mut reply) = self.reply(log, outcome, author, timing).await else {
             return;
         };
+        // A late answer comes after whatever was typed since: where the reply does not
+        // show the message it answers (the terminal), it names the entry.
+        if timing == Timing::Late && !messenger.shows_what_a_reply_answers() {
+            reply = self.naming_the_entry(log, author, reply);
+        }
         if outcome.is_final() {
             self.answer(messenger, log, reply).await;
         } else {
@@ -271,6 +301,25 @@ impl Journal {
             .await;
     }
 
+    /// `reply` under a line that names the entry it answers: its local time (with the
+    /// day when that is not today) and first words.
+    fn naming_the_entry(&self, log: &DayLog, author: &Author, reply: Reply) -> Reply {
+        let written_in = log.written_in(&author.zone);
+        let written = written_in.civil(log.written());
+        let today = self.local_day(&author.zone, self.now());
+        let when = if log.local_day == Some(today) {
+            written.strftime("%H:%M").to_string()
+        } else {
+            written.strftime("%Y-%m-%d %H:%M").to_string()
+        };
+        let words = first_words(&log.text);
+        let line = Texts(author.language)
+            .answering_entry(&when, (!words.is_empty()).then_some(words.as_str()));
+        let mut pieces = Reply::new().italic(line).newline().pieces().to_vec();
+        pieces.extend_from_slice(reply.pieces());
+        Reply::from(pieces)
+    }
+
     /// The key variable of the analysis cascade's first provider: the one to set first.
     fn first_key_env(&self) -> String {
         self.first_key_env_of(self.settings.analysis.steps(), "MISTRAL_API_KEY")
@@ -307,5 +356,27 @@ impl Journal {
                 0
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_words;
+
+    #[test]
+    fn an_entry_is_named_by_its_first_words_on_one_line() {
+        assert_eq!(first_words("A quiet day."), "A quiet day.");
+        assert_eq!(
+            first_words("Walked the dog\nalong the river at dawn, then coffee."),
+            "Walked the dog along the river…"
+        );
+        assert_eq!(
+            first_words("Пробежка вдоль реки на рассвете была прекрасной"),
+            "Пробежка вдоль реки на рассвете была…"
+        );
+        let long = "Supercalifragilisticexpialidocious-and-then-some words";
+        assert_eq!(first_words(long).chars().count(), 41);
+        assert!(first_words(long).ends_with('…'));
+        assert_eq!(first_words("  "), "");
     }
 }

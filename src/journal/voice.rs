@@ -94,6 +94,19 @@ impl Journal {
                 tracing::warn!(log_id = log.id.get(), %reason, "voice note recording unavailable");
                 return self.give_up_voice(log, Failure::RecordingGone).await;
             }
+            Err(FetchError::Refused(reason)) => {
+                // Counted in the log's tries (this one included): a file id Telegram
+                // keeps refusing is given up after `voice.fetch_max_tries`, not at the
+                // worker's max age.
+                let tries = log.attempts.saturating_add(1);
+                if tries >= self.settings.voice.fetch_max_tries() {
+                    tracing::warn!(log_id = log.id.get(), tries, %reason, "Telegram kept refusing the voice note's recording; given up");
+                    return self.give_up_voice(log, Failure::RecordingRefused).await;
+                }
+                tracing::warn!(log_id = log.id.get(), tries, %reason, "Telegram refused the voice note's recording for now; log stays pending");
+                let wait = Wait::Transcription { refused: false };
+                return self.wait_for_transcription(log, wait).await;
+            }
             Err(FetchError::Transient(reason)) => {
                 tracing::warn!(log_id = log.id.get(), %reason, "voice note download failed; log stays pending");
                 let wait = Wait::Transcription { refused: false };
@@ -119,8 +132,14 @@ impl Journal {
             },
             Err(error) => {
                 tracing::warn!(log_id = log.id.get(), %error, "transcription cascade failed; log stays pending");
-                let wait = Wait::Transcription {
-                    refused: error.every_attempt_refused(),
+                // A refused key is the operator's to fix (the cascade's error names its
+                // variable), not an outage to wait out.
+                let wait = if error.every_key_refused() {
+                    Wait::TranscriberKeysRefused
+                } else {
+                    Wait::Transcription {
+                        refused: error.every_attempt_refused(),
+                    }
                 };
                 self.wait_for_transcription(log, wait).await
             }

@@ -436,3 +436,100 @@ async fn terminal_usage_sentences_are_the_terminals_and_in_the_users_language() 
     );
     assert!(chat.texts_of(62).await.is_empty());
 }
+
+/// `/help` in the terminal says how its `/import` works (a file path, not Telegram's
+/// document with a caption) and lists its `/voice`.
+#[tokio::test]
+async fn help_in_the_terminal_says_import_takes_a_path() {
+    let chat = Chat::start().await;
+    let printed = chat
+        .talk(63, chat.dir.path().to_owned(), b"/help\n/lang ru\n/help\n")
+        .await;
+    assert!(
+        printed.contains(&format!(
+            "/import — {}",
+            english().help_import_in_terminal()
+        )),
+        "{printed}"
+    );
+    assert!(printed.contains("/import path/to/file.csv"), "{printed}");
+    assert!(printed.contains("/voice path/to/note.ogg"), "{printed}");
+    assert!(!printed.contains("caption"), "{printed}");
+    let ru = Texts(daylog::language::Language::Ru);
+    assert!(printed.contains(ru.help_import_in_terminal()), "{printed}");
+    assert!(!printed.contains("подписью"), "{printed}");
+    assert!(chat.texts_of(63).await.is_empty());
+}
+
+/// Entries left unanswered by an earlier session (no key then) are answered by the
+/// worker when the next session starts, after whatever the user types: each such reply
+/// says which entry it answers (its first words and local time); a live answer does not.
+#[tokio::test]
+async fn replies_to_a_resumed_backlog_name_the_entry_they_answer() {
+    use tokio::io::AsyncWriteExt as _;
+    const WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+    let chat = Chat::start_with(|env| {
+        for key in ["MISTRAL_API_KEY", "GEMINI_API_KEY", "GROQ_API_KEY"] {
+            env.remove(key);
+        }
+    })
+    .await;
+    chat.talk(
+        64,
+        chat.dir.path().to_owned(),
+        b"Walked the dog along the river at dawn, then coffee.\nA quiet evening.\n",
+    )
+    .await;
+    let written: Vec<String> = sqlx::query_scalar(
+        "SELECT substr(created_at, 12, 5) FROM day_logs WHERE user_id = 64 ORDER BY id",
+    )
+    .fetch_all(chat.store.read_pool())
+    .await
+    .expect("times");
+
+    // The next session, with keys: its worker finishes the backlog at start-up.
+    let telegram = FakeTelegram::start().await;
+    let db = format!("sqlite://{}/daylog.db", chat.dir.path().display());
+    let journal = journal(&test_env(&db, &telegram, &chat._providers)).await;
+    let screen = Screen::default();
+    let terminal = Arc::new(Terminal::new(
+        Box::new(screen.clone()),
+        chat.dir.path().to_owned(),
+    ));
+    let (mut typing, input) = tokio::io::duplex(1024);
+    let session = tokio::spawn(terminal::converse(
+        journal,
+        terminal,
+        tokio::io::BufReader::new(input),
+        daylog::domain::UserId(64),
+    ));
+    let answered = |n: usize| {
+        let screen = screen.clone();
+        async move { screen.text().matches(ANALYSIS_TEXT).count() >= n }
+    };
+    support::wait_until("the backlog answered", WAIT, || answered(2)).await;
+    typing
+        .write_all(b"Typed in this session.\n")
+        .await
+        .expect("type");
+    support::wait_until("the live entry answered", WAIT, || answered(3)).await;
+    drop(typing);
+    session.await.expect("join").expect("the session ends well");
+
+    let printed = screen.text();
+    // "About your entry of 23:41, “…”:" (the day before the time, should the local day
+    // have turned meanwhile).
+    let named = |time: &str, words: &str| {
+        printed.lines().any(|line| {
+            line.starts_with("About your entry of ")
+                && line.contains(&format!("{time}, “{words}”:"))
+        })
+    };
+    assert!(
+        named(&written[0], "Walked the dog along the river…"),
+        "{printed}"
+    );
+    assert!(named(&written[1], "A quiet evening."), "{printed}");
+    assert!(!printed.contains("“Typed in this session"), "{printed}");
+    assert_eq!(printed.matches("About your entry").count(), 2, "{printed}");
+}

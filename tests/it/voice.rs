@@ -727,3 +727,104 @@ async fn a_recording_every_step_refuses_is_not_said_to_be_an_outage() {
     );
     app.stop().await;
 }
+
+/// A transcription key every provider refuses (401 on each of Groq's two keys) is not an
+/// outage: the user is told the bot's transcription key was refused, as a text entry's
+/// refused key is, and the log names the variable to fix, never its value.
+#[tokio::test]
+async fn a_voice_note_whose_transcription_keys_are_refused_says_so() {
+    let logs = support::llm::LogCapture::this_thread();
+    let app = App::spawn_with(|env| {
+        env.insert("GROQ_API_KEY_2".to_owned(), "groq-revoked-2".to_owned());
+    })
+    .await;
+    app.providers.healthy().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .and(wiremock::matchers::path("/v1/audio/transcriptions"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(401).set_body_json(serde_json::json!({
+                "error": {"message": "Invalid API Key", "type": "invalid_request_error",
+                          "code": "invalid_api_key"}
+            })),
+        )
+        .mount(&app.providers.groq)
+        .await;
+    app.telegram
+        .add_file("voice-10", "voice/file_10.oga", &voice_fixture());
+
+    app.telegram.push_update(voice_update(
+        47,
+        10,
+        "voice-10",
+        3,
+        voice_fixture().len() as u64,
+    ));
+    let sent = app.telegram.wait_sent(47, 1).await;
+
+    let said = visible(sent[0].text());
+    assert!(
+        said.contains("refused this bot's transcription key"),
+        "{said}"
+    );
+    assert!(said.contains("GROQ_API_KEY"), "{said}");
+    assert!(!said.contains("not answering"), "{said}");
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE status = 'pending'")
+            .await,
+        1,
+        "kept, to be transcribed once a key works"
+    );
+    let log = logs.text();
+    assert!(log.contains("refused this API key"), "{log}");
+    assert!(log.contains("key=\"GROQ_API_KEY_2\""), "{log}");
+    assert!(
+        !log.contains("groq-revoked-2") && !log.contains("test-groq-key"),
+        "{log}"
+    );
+    app.stop().await;
+}
+
+/// A file id `getFile` keeps refusing with Telegram's "wrong file_id or the file is
+/// temporarily unavailable" is tried `voice.fetch_max_tries` times (7 by default, on the
+/// worker's schedule), then given up with a sentence asking for the recording again:
+/// not retried until the worker's max age.
+#[tokio::test]
+async fn a_recording_telegram_keeps_refusing_is_given_up_after_fetch_max_tries() {
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.providers.answer_transcription(TRANSCRIPT).await;
+    app.telegram.refuse_file("voice-11");
+
+    app.telegram.push_update(voice_update(
+        48,
+        11,
+        "voice-11",
+        3,
+        voice_fixture().len() as u64,
+    ));
+    let sent = app.telegram.wait_sent(48, 2).await;
+
+    assert!(
+        visible(sent[0].text()).contains("Saved your voice note"),
+        "{}",
+        sent[0].text()
+    );
+    let said = visible(sent[1].text());
+    assert!(said.contains("Please send it again"), "{said}");
+    assert_eq!(sent[1].reply_to(), Some(11));
+    wait_until(|| async {
+        app.count(
+            "SELECT count(*) FROM day_logs WHERE status = 'failed' AND replied_at IS NOT NULL",
+        )
+        .await
+            == 1
+    })
+    .await;
+    assert_eq!(app.telegram.get_file_calls("voice-11"), 7);
+    // Given up: asked no more, told once.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(app.telegram.get_file_calls("voice-11"), 7);
+    assert_eq!(app.telegram.sent_to(48).len(), 2);
+    assert_eq!(app.providers.transcription_requests().await, 0);
+    app.stop().await;
+}

@@ -70,6 +70,9 @@ struct Inner {
     files: std::collections::HashMap<String, (String, Vec<u8>)>,
     /// `file_path`s downloaded so far, in order.
     downloads: Vec<String>,
+    /// File ids `getFile` always answers "wrong file_id or the file is temporarily
+    /// unavailable" for.
+    refused_files: std::collections::HashSet<String>,
     /// Downloads that answer 500 before one succeeds.
     download_failures: usize,
     download_failure_status: Option<StatusCode>,
@@ -229,6 +232,24 @@ impl FakeTelegram {
             .expect("lock")
             .files
             .insert(file_id.to_owned(), (file_path.to_owned(), bytes.to_vec()));
+    }
+
+    /// Every `getFile` of `file_id` answers 400 "wrong file_id or the file is
+    /// temporarily unavailable", as Telegram does for a file it will not serve.
+    pub fn refuse_file(&self, file_id: &str) {
+        self.inner
+            .lock()
+            .expect("lock")
+            .refused_files
+            .insert(file_id.to_owned());
+    }
+
+    /// How many `getFile` calls asked for `file_id`.
+    pub fn get_file_calls(&self, file_id: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| c.method == "GetFile" && c.body["file_id"] == file_id)
+            .count()
     }
 
     /// The next `n` downloads answer 500.
@@ -509,7 +530,21 @@ async fn handle(
     match method.as_str() {
         "GetFile" => {
             let file_id = body["file_id"].as_str().unwrap_or_default();
-            let file = fake.inner.lock().expect("lock").files.get(file_id).cloned();
+            let (file, refused) = {
+                let inner = fake.inner.lock().expect("lock");
+                (
+                    inner.files.get(file_id).cloned(),
+                    inner.refused_files.contains(file_id),
+                )
+            };
+            if refused {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(json!({"ok": false, "error_code": 400,
+                        "description": "Bad Request: wrong file_id or the file is temporarily unavailable"})),
+                )
+                    .into_response();
+            }
             match file {
                 Some((path, bytes)) => ok(json!({
                     "file_id": file_id, "file_unique_id": format!("u-{file_id}"),
