@@ -24,7 +24,7 @@ use crate::commands::{self, Command};
 use crate::digest::Digests;
 use crate::domain::{ChatId, MessageId, UserId};
 use crate::frontend::{FetchError, MAX_VOICE_BYTES, Messenger, Response, SendError, Target};
-use crate::journal::{IncomingVoice, Journal};
+use crate::journal::{Accepted, EntryError, IncomingVoice, Journal};
 use crate::language::Language;
 use crate::llm::Audio;
 use crate::render;
@@ -315,21 +315,31 @@ impl Session {
         if line.starts_with('/') {
             return self.command(line, language).await;
         }
-        match self
+        let accepted = self
             .journal
             .accept_terminal_text(self.user, line, read_at)
+            .await;
+        self.answer(accepted, language, "day log handling failed")
             .await
-        {
-            Ok(accepted) => {
-                if let Some(accepted) = accepted {
-                    self.journal
-                        .answer_accepted(self.terminal.as_ref(), accepted)
-                        .await;
-                }
+    }
+
+    /// Answers what the journal accepted, or says why it could not store it.
+    async fn answer(
+        &mut self,
+        accepted: Result<Option<Accepted>, EntryError>,
+        language: Language,
+        failed: &'static str,
+    ) -> std::io::Result<()> {
+        match accepted {
+            Ok(Some(accepted)) => {
+                self.journal
+                    .answer_accepted(self.terminal.as_ref(), accepted)
+                    .await;
                 Ok(())
             }
+            Ok(None) => Ok(()),
             Err(error) => {
-                tracing::error!(%error, user_id = self.user.get(), "day log handling failed");
+                tracing::error!(%error, user_id = self.user.get(), "{failed}");
                 self.terminal.print(error.sentence(language))
             }
         }
@@ -367,24 +377,12 @@ impl Session {
             file_size: Some(size),
             sent_at: Some(self.journal.now()),
         };
-        match self
+        let accepted = self
             .journal
             .accept_terminal_voice(self.terminal.as_ref(), voice)
+            .await;
+        self.answer(accepted, language, "voice note handling failed")
             .await
-        {
-            Ok(accepted) => {
-                if let Some(accepted) = accepted {
-                    self.journal
-                        .answer_accepted(self.terminal.as_ref(), accepted)
-                        .await;
-                }
-                Ok(())
-            }
-            Err(error) => {
-                tracing::error!(%error, user_id = self.user.get(), "voice note handling failed");
-                self.terminal.print(error.sentence(language))
-            }
-        }
     }
 
     /// `/import path.csv`: a Daylio export read from disk (docs/behaviour.md, Search and Import), at most 10 MB.
