@@ -434,7 +434,9 @@ impl Digests {
             entries,
         });
         let sink = store.digest_call_sink(digest.id);
-        Ok(match self.llm.run(Task::Digest, &request, &sink).await {
+        let written = self.llm.run(Task::Digest, &request, &sink).await;
+        crate::journal::keep_spent_budgets(&self.llm, store).await;
+        Ok(match written {
             Ok(completion) if !completion.text.trim().is_empty() => {
                 tracing::info!(digest_id = digest.id.get(), provider = %completion.provider, model = %completion.model, "digest written");
                 Written::Text(completion.text.trim().to_owned(), written_from)

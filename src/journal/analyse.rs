@@ -11,8 +11,8 @@ use crate::config::WorkerSettings;
 use crate::domain::Metrics;
 use crate::domain::{ModelRef, Outcome, Wait};
 use crate::frontend::truncate_chars;
-use crate::llm::{Attempt, AttemptSink, CascadeError, Task};
-use crate::store::{DayLog, StoreError};
+use crate::llm::{Attempt, AttemptSink, CascadeError, Llm, Task};
+use crate::store::{DayLog, Store, StoreError};
 
 use super::*;
 
@@ -139,13 +139,7 @@ impl Journal {
         };
         let sink = RefusalWatch::new(self.store.call_sink(Some(log.id)));
         let (analysis, metrics) = self.ask(log, &context, text, &sink, &refused).await;
-        let spent = self.llm.take_new_daily_budgets();
-        if !spent.is_empty()
-            && let Err(error) = self.store.save_spent_budgets(&spent).await
-        {
-            // Only a restart would pay for it: worth a warning, not the entry.
-            tracing::warn!(%error, "could not store a spent daily budget");
-        }
+        keep_spent_budgets(&self.llm, &self.store).await;
         let newly_refused = sink.refused();
         if !newly_refused.is_empty() {
             self.store
@@ -410,6 +404,19 @@ pub fn retry_delay(worker: &WorkerSettings, attempts: i64) -> Duration {
         .saturating_mul(u128::from(factor))
         .min(worker.retry_max().as_millis());
     Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+/// Stores the daily budgets that became spent since the last call, whichever task spent
+/// them — an analysis, metrics, a digest, a transcription — so that a restart does not
+/// spend a dead daily quota again. Called after every cascade run that may have met one.
+pub(crate) async fn keep_spent_budgets(llm: &Llm, store: &Store) {
+    let spent = llm.take_new_daily_budgets();
+    if !spent.is_empty()
+        && let Err(error) = store.save_spent_budgets(&spent).await
+    {
+        // Only a restart would pay for it: worth a warning, not the entry.
+        tracing::warn!(%error, "could not store a spent daily budget");
+    }
 }
 
 #[cfg(test)]

@@ -42,6 +42,7 @@ use crate::texts::Texts;
 use crate::time::{Clock, SystemClock, UserZone};
 use crate::users::Users;
 use analyse::Backlog;
+pub(crate) use analyse::keep_spent_budgets;
 pub use analyse::retry_delay;
 use lanes::{Lanes, Turn};
 pub use reply::{Notes, Style, analysis_reply};

@@ -114,7 +114,9 @@ impl Journal {
             }
         };
         let sink = self.store.call_sink(Some(log.id));
-        match self.llm.transcribe(&audio, &sink).await {
+        let transcribed = self.llm.transcribe(&audio, &sink).await;
+        super::analyse::keep_spent_budgets(&self.llm, &self.store).await;
+        match transcribed {
             Ok(completion) if completion.text.is_empty() => {
                 tracing::info!(log_id = log.id.get(), provider = %completion.provider, model = %completion.model, "voice note has no words");
                 self.give_up_voice(log, Failure::NoWords).await

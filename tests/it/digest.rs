@@ -1501,3 +1501,57 @@ async fn with_a_far_scheduler() -> App {
     })
     .await
 }
+
+/// A daily quota that a digest found spent is stored at once, not at the next analysis:
+/// a restart before then would spend a request on it again (issue 31 item 8).
+#[tokio::test]
+async fn a_daily_quota_a_digest_found_spent_is_stored_at_once() {
+    // Arrange: one analysed entry this week; then Mistral down and Gemini's daily
+    // quota spent, one round per step.
+    let app = App::spawn_with(|env| {
+        support::shipped_budgets(env);
+        env.insert("DAYLOG__RETRY__MAX_ATTEMPTS".into(), "1".into());
+    })
+    .await;
+    healthy(&app.providers).await;
+    app.clock.set(at("2026-12-01T20:00:00Z"));
+    entry(&app, 1, 1, "2026-11-30T12:00:00Z", "Walked by the river").await;
+    app.providers.mistral.reset().await;
+    app.providers.gemini.reset().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).set_body_string("overloaded"))
+        .mount(&app.providers.mistral)
+        .await;
+    let per_day = r#"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[
+        {"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[
+          {"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},
+        {"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"3s"}]}}"#;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(429).set_body_raw(per_day, "application/json"))
+        .mount(&app.providers.gemini)
+        .await;
+
+    // Act: the digest meets the spent quota; no entry is analysed after it.
+    app.telegram.push_update(text_update(1, 10, "/week"));
+
+    // Assert
+    wait_until("the spent quota is stored", WAIT, || async {
+        app.count("SELECT count(*) FROM llm_budgets WHERE provider = 'gemini'")
+            .await
+            == 1
+    })
+    .await;
+    let asked = app
+        .providers
+        .gemini
+        .received_requests()
+        .await
+        .unwrap_or_default();
+    assert!(
+        !asked.is_empty()
+            && asked
+                .iter()
+                .all(|request| String::from_utf8_lossy(&request.body).contains(DIGEST_MARK)),
+        "only the digest asked Gemini: no analysis stored the budget for it"
+    );
+}
