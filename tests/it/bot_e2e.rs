@@ -328,6 +328,49 @@ async fn the_same_update_delivered_twice_gives_one_row_one_reply_and_one_analysi
     app.stop().await;
 }
 
+/// The store's own de-duplication, not the in-memory claim of a delivery still in
+/// flight: the message comes again after it was answered and another entry came between
+/// (its claim long released), as Telegram re-delivers after a crash or a lost offset.
+#[tokio::test]
+async fn a_message_redelivered_long_after_its_answer_is_stored_and_answered_once() {
+    // Arrange: message 5 answered, then message 6 answered after it.
+    let app = App::spawn().await;
+    app.providers.healthy().await;
+    app.telegram.push_update(text_update(9, 5, "Same message."));
+    app.telegram.wait_sent(9, 1).await;
+    app.telegram
+        .push_update(text_update(9, 6, "A different one."));
+    app.telegram.wait_sent(9, 2).await;
+    support::wait_until("both answers recorded", Duration::from_secs(20), || async {
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 9 AND replied_at IS NOT NULL")
+            .await
+            == 2
+    })
+    .await;
+
+    // Act: message 5 again in a new update, then a third message as a marker.
+    app.telegram.push_update(text_update(9, 5, "Same message."));
+    app.telegram.push_update(text_update(9, 7, "A third one."));
+    app.telegram.wait_sent(9, 3).await;
+
+    // Assert: the marker's answer is the third and last; message 5 has one row, one
+    // reply, one analysis.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = app.telegram.sent_to(9);
+    assert_eq!(sent.len(), 3, "no second answer to message 5");
+    assert_eq!(
+        app.count("SELECT count(*) FROM day_logs WHERE chat_id = 9 AND message_id = 5")
+            .await,
+        1
+    );
+    assert_eq!(
+        app.providers.analysis_requests().await,
+        3,
+        "one analysis per distinct message"
+    );
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_redelivered_update_during_an_outage_costs_no_call_and_no_second_notice() {
     // The worker's first retry is far away: every provider call here is a handler's.
