@@ -18,16 +18,6 @@ impl ModelRef {
             model: model.into(),
         }
     }
-
-    /// The `(provider, model)` pair the LLM layer's exclusion lists take.
-    pub fn pair(&self) -> (String, String) {
-        (self.provider.clone(), self.model.clone())
-    }
-
-    /// The pairs of `models`, in order.
-    pub fn pairs(models: &[Self]) -> Vec<(String, String)> {
-        models.iter().map(Self::pair).collect()
-    }
 }
 
 impl From<(String, String)> for ModelRef {
@@ -50,10 +40,9 @@ mod tests {
     fn a_model_is_its_provider_and_name() {
         let model = ModelRef::new("groq", "llama-3.3-70b");
         assert_eq!(model.to_string(), "groq/llama-3.3-70b");
-        assert_eq!(ModelRef::from(model.pair()), model);
         assert_eq!(
-            ModelRef::pairs(&[model]),
-            vec![("groq".to_owned(), "llama-3.3-70b".to_owned())]
+            ModelRef::from(("groq".to_owned(), "llama-3.3-70b".to_owned())),
+            model
         );
     }
 }

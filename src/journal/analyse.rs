@@ -193,7 +193,6 @@ impl Journal {
     ) -> (Result<crate::llm::Completion, CascadeError>, RoundMetrics) {
         let analysis_request = analysis::analysis_request(context, text);
         let metrics_request = analysis::metrics_request(text);
-        let excluded = ModelRef::pairs(refused);
         let earlier = log.metrics.clone().filter(|m| !m.is_all_defaulted());
         let metrics_round = async {
             if let Some(stored) = earlier {
@@ -205,7 +204,7 @@ impl Journal {
                     Task::Metrics,
                     &metrics_request,
                     sink,
-                    &excluded,
+                    refused,
                     analysis::metrics::from_answer,
                 )
                 .await
@@ -216,7 +215,7 @@ impl Journal {
         };
         tokio::join!(
             self.llm
-                .run_excluding(Task::Analysis, &analysis_request, sink, &excluded),
+                .run_excluding(Task::Analysis, &analysis_request, sink, refused),
             metrics_round,
         )
     }
@@ -239,7 +238,7 @@ impl Journal {
             .all(|e| matches!(e.error, crate::llm::LlmError::RateLimited { .. }));
         let budget_wait = self
             .llm
-            .budget_wait_excluding(Task::Analysis, &ModelRef::pairs(refused))
+            .budget_wait_excluding(Task::Analysis, refused)
             .filter(|_| only_budgets);
         let (wait, retry_in) = match budget_wait {
             Some(back_in) => (Wait::Budget, back_in),

@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::ApiKey;
+use crate::domain::ModelRef;
 use crate::llm::attempt::{Attempt, AttemptSink, Outcome};
 use crate::llm::budget::{Taken, request_tokens};
 use crate::llm::cooldown::StepId;
@@ -67,7 +68,7 @@ pub(crate) struct Engine<'a> {
 }
 
 /// Runs one task through `steps` (already limited to usable providers), leaving out
-/// the models in `refused` (provider, model): they refused this request's log on content
+/// the models in `refused`: they refused this request's log on content
 /// policy before and are never asked about it again (docs/behaviour.md, The cascade). When every step is
 /// among them the task ends as blocked at once, without a request.
 pub(crate) async fn run<T>(
@@ -77,7 +78,7 @@ pub(crate) async fn run<T>(
     input: Input<'_>,
     parse: Parse<'_, T>,
     sink: &dyn AttemptSink,
-    refused: &[(String, String)],
+    refused: &[ModelRef],
 ) -> Result<Parsed<T>, CascadeError> {
     if steps.is_empty() {
         return Err(CascadeError::NoUsableProvider);
@@ -85,7 +86,7 @@ pub(crate) async fn run<T>(
     let is_refused = |s: &Step| {
         refused
             .iter()
-            .any(|(p, m)| *p == s.id.provider && *m == s.id.model)
+            .any(|r| r.provider == s.id.provider && r.model == s.id.model)
     };
     // The first earlier refusal: the task's final word unless another step answers or
     // fails only for a passing reason.

@@ -39,6 +39,7 @@ pub use hedge::LatencySample;
 pub use task::{Audio, Completion, Parsed, Task};
 
 use crate::config::{Settings, StepSettings};
+use crate::domain::ModelRef;
 use budget::Budgets;
 use cascade::{Engine, Step};
 use cooldown::{Cooldowns, StepId};
@@ -180,7 +181,7 @@ impl Llm {
         self.run_excluding(task, request, sink, &[]).await
     }
 
-    /// [`Llm::run`] without the models in `refused` (provider, model): those that refused
+    /// [`Llm::run`] without the models in `refused`: those that refused
     /// this request's log on content policy before (docs/behaviour.md, The cascade). When no other step is
     /// left, the task ends as [`CascadeError::Blocked`] without sending anything.
     pub async fn run_excluding(
@@ -188,7 +189,7 @@ impl Llm {
         task: Task,
         request: &ChatRequest,
         sink: &dyn AttemptSink,
-        refused: &[(String, String)],
+        refused: &[ModelRef],
     ) -> Result<Completion, CascadeError> {
         let any_text = |text: &str| Ok::<_, Infallible>(text.to_owned());
         self.run_parsed(task, request, sink, refused, any_text)
@@ -205,7 +206,7 @@ impl Llm {
         task: Task,
         request: &ChatRequest,
         sink: &dyn AttemptSink,
-        refused: &[(String, String)],
+        refused: &[ModelRef],
         parse: impl Fn(&str) -> Result<T, E> + Sync,
     ) -> Result<Parsed<T>, CascadeError> {
         let steps = match task {
@@ -326,13 +327,13 @@ impl Llm {
         self.budget_wait_excluding(task, &[])
     }
 
-    /// [`Llm::budget_wait`] for one log, leaving out the models in `refused` (provider,
-    /// model) that refused it: they will not be asked again, so their budget is not
+    /// [`Llm::budget_wait`] for one log, leaving out the models in `refused`
+    /// that refused it: they will not be asked again, so their budget is not
     /// what the log waits for.
     pub fn budget_wait_excluding(
         &self,
         task: Task,
-        refused: &[(String, String)],
+        refused: &[ModelRef],
     ) -> Option<std::time::Duration> {
         let steps = match task {
             Task::Analysis | Task::Digest => &self.analysis,
@@ -344,7 +345,7 @@ impl Llm {
         let asked = steps.iter().filter(|step| {
             !refused
                 .iter()
-                .any(|(p, m)| *p == step.id.provider && *m == step.id.model)
+                .any(|r| r.provider == step.id.provider && r.model == step.id.model)
         });
         for step in asked {
             // Its turn: the requests already waiting for the same budget go first.

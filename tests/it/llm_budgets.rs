@@ -414,7 +414,7 @@ async fn the_budget_wait_of_a_log_leaves_out_the_models_that_refused_it() {
         "a's second: {soonest:?}"
     );
     let without_a = llm
-        .budget_wait_excluding(Task::Analysis, &[("a".to_owned(), "m1".to_owned())])
+        .budget_wait_excluding(Task::Analysis, &[daylog::domain::ModelRef::new("a", "m1")])
         .expect("b has none either");
     assert!(
         without_a > std::time::Duration::from_secs(30),
