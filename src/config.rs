@@ -450,6 +450,63 @@ impl<'de> Deserialize<'de> for DefaultZone {
     }
 }
 
+/// The HTTP face (docs/operations.md, Health and metrics): where `/healthz` and `/readyz`
+/// are served, and where `/metrics` is; each off when unset.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpFields {
+    listen: ListenAddr,
+    metrics_listen: ListenAddr,
+}
+
+/// An address to listen on, `HOST:PORT` with an IP host; `""` = off.
+#[derive(Debug, Clone, Copy)]
+struct ListenAddr(Option<std::net::SocketAddr>);
+
+impl<'de> Deserialize<'de> for ListenAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(Self(None));
+        }
+        raw.parse().map(|addr| Self(Some(addr))).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{raw:?} is not an address to listen on; write an IP and a port, such as \"0.0.0.0:8080\" or \"127.0.0.1:9464\", or \"\" for off"
+            ))
+        })
+    }
+}
+
+/// The HTTP face's addresses, checked together: `/metrics` never shares the public
+/// listener.
+#[derive(Debug, Clone)]
+pub struct HttpSettings(HttpFields);
+
+impl HttpSettings {
+    fn new(fields: HttpFields) -> Result<Self, ConfigError> {
+        if let (Some(listen), Some(metrics)) = (fields.listen.0, fields.metrics_listen.0)
+            && listen == metrics
+        {
+            return Err(ConfigError::invalid(
+                "http.metrics_listen",
+                format!(
+                    "is the same address as `http.listen` ({listen}); /metrics is served on its own listener, never the public one: choose another port, or \"\" to turn it off"
+                ),
+            ));
+        }
+        Ok(Self(fields))
+    }
+    /// Where `/healthz` and `/readyz` are served.
+    pub fn listen(&self) -> Option<std::net::SocketAddr> {
+        self.0.listen.0
+    }
+    /// Where `/metrics` is served.
+    pub fn metrics_listen(&self) -> Option<std::net::SocketAddr> {
+        self.0.metrics_listen.0
+    }
+}
+
 /// docs/behaviour.md, Time zones and rhythm: daily reminders.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -775,6 +832,7 @@ struct FileSettings {
     cooldown: CooldownSettings,
     worker: WorkerFields,
     telegram: TelegramSettings,
+    http: HttpFields,
     journal: JournalSettings,
     reminders: ReminderSettings,
     providers: BTreeMap<String, ProviderSettings>,
@@ -823,6 +881,7 @@ pub struct Settings {
     pub cooldown: CooldownSettings,
     pub worker: WorkerSettings,
     pub telegram: TelegramSettings,
+    pub http: HttpSettings,
     pub journal: JournalSettings,
     pub reminders: ReminderSettings,
     pub providers: BTreeMap<String, ProviderSettings>,
@@ -902,6 +961,7 @@ impl Settings {
             cooldown,
             worker,
             telegram,
+            http,
             journal,
             reminders,
             providers,
@@ -911,6 +971,7 @@ impl Settings {
             voice,
             transcription,
         } = file;
+        let http = HttpSettings::new(http)?;
         let retry = RetrySettings::new(retry)?;
         let worker = WorkerSettings::new(worker)?;
         let analysis = TaskSettings::new("analysis", analysis, &providers)?;
@@ -929,6 +990,7 @@ impl Settings {
             cooldown,
             worker,
             telegram,
+            http,
             journal,
             reminders,
             providers,
