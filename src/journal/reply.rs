@@ -212,7 +212,10 @@ impl Journal {
             return;
         };
         if outcome.is_final() {
-            self.answer(messenger, log, reply).await;
+            if self.answer(messenger, log, reply).await {
+                let waited = self.now().duration_since(log.created_at).unsigned_abs();
+                crate::observe::entry_answered(outcome, waited);
+            }
         } else {
             self.notify(messenger, log, reply).await;
         }
@@ -247,12 +250,13 @@ impl Journal {
     /// Sends the final answer about a log and records that it went out. A failure to
     /// record is logged, not reported to the user, who already has the answer (the
     /// worker may send it once more: the window docs/behaviour.md, Promises allows).
-    async fn answer<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) {
+    /// `true` when it went out (or never can).
+    async fn answer<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) -> bool {
         if !self
             .deliver(messenger, log, vec![Response::Text(reply)])
             .await
         {
-            return;
+            return false;
         }
         match self.store.mark_replied(log.id).await {
             Ok(()) => {
@@ -263,6 +267,7 @@ impl Journal {
                 self.unrecorded().replies.insert(log.id);
             }
         }
+        true
     }
 
     /// Sends a notice about a log that is not its final answer ("saved, will follow").
