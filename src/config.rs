@@ -485,8 +485,14 @@ pub struct HttpSettings(HttpFields);
 
 impl HttpSettings {
     fn new(fields: HttpFields) -> Result<Self, ConfigError> {
+        // Port 0 is any free port (tests); an unspecified host takes the port on every
+        // address, so it overlaps any other host on the same port.
         if let (Some(listen), Some(metrics)) = (fields.listen.0, fields.metrics_listen.0)
-            && listen == metrics
+            && listen.port() == metrics.port()
+            && listen.port() != 0
+            && (listen.ip() == metrics.ip()
+                || listen.ip().is_unspecified()
+                || metrics.ip().is_unspecified())
         {
             return Err(ConfigError::invalid(
                 "http.metrics_listen",
@@ -1378,6 +1384,40 @@ mod tests {
         let file = tempfile::NamedTempFile::new().expect("temp file");
         std::fs::write(file.path(), text).expect("write config");
         file
+    }
+
+    #[test]
+    fn the_metrics_listener_never_shares_the_public_address() {
+        let http = |listen: &str, metrics: &str| {
+            load(&[
+                ("DAYLOG__HTTP__LISTEN", listen),
+                ("DAYLOG__HTTP__METRICS_LISTEN", metrics),
+            ])
+            .map(|s| (s.http.listen(), s.http.metrics_listen()))
+        };
+        let off = http("", "").expect("off");
+        assert_eq!(off, (None, None));
+        let both = http("0.0.0.0:8080", "127.0.0.1:9464").expect("two addresses");
+        assert_eq!(both.0.map(|a| a.port()), Some(8080));
+        assert_eq!(both.1.map(|a| a.port()), Some(9464));
+        // Port 0 is any free port, not one address.
+        assert!(http("127.0.0.1:0", "127.0.0.1:0").is_ok());
+        for (listen, metrics) in [
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+            ("0.0.0.0:8080", "127.0.0.1:8080"),
+            ("[::1]:8080", "[::]:8080"),
+        ] {
+            assert_eq!(
+                error_key(&[
+                    ("DAYLOG__HTTP__LISTEN", listen),
+                    ("DAYLOG__HTTP__METRICS_LISTEN", metrics),
+                ]),
+                "http.metrics_listen",
+                "{listen} and {metrics}"
+            );
+        }
+        assert!(http("localhost:8080", "").is_err());
+        assert!(http("8080", "").is_err());
     }
 
     #[test]
