@@ -753,3 +753,18 @@ async fn ping_providers(
     }
     lines
 }
+
+#[cfg(test)]
+mod tests {
+    use super::loopback_if_unspecified;
+
+    #[test]
+    fn doctor_ready_asks_an_unspecified_address_on_loopback() {
+        let asked = |bound: &str| {
+            loopback_if_unspecified(bound.parse().unwrap_or_else(|_| panic!("{bound}"))).to_string()
+        };
+        assert_eq!(asked("0.0.0.0:8080"), "127.0.0.1:8080");
+        assert_eq!(asked("[::]:8080"), "[::1]:8080");
+        assert_eq!(asked("10.1.2.3:8080"), "10.1.2.3:8080");
+    }
+}
