@@ -4,6 +4,7 @@
 //! the daemon has finished its work, so `/readyz` says 503 throughout the shutdown.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -16,6 +17,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::HttpSettings;
+use crate::llm::Llm;
 use crate::store::Store;
 
 /// The most a probe waits for the store: a busy writer does not make it unready, a
@@ -68,6 +70,7 @@ struct Probe {
 #[derive(Clone)]
 struct Scrape {
     store: Store,
+    llm: Arc<Llm>,
     handle: &'static PrometheusHandle,
 }
 
@@ -75,6 +78,7 @@ struct Scrape {
 pub async fn start(
     settings: &HttpSettings,
     store: &Store,
+    llm: &Arc<Llm>,
     stopping: CancellationToken,
 ) -> Result<Option<Server>, ListenError> {
     if settings.listen().is_none() && settings.metrics_listen().is_none() {
@@ -88,7 +92,7 @@ pub async fn start(
     }
     if let Some(addr) = settings.metrics_listen() {
         let router = match crate::observe::exporter() {
-            Some(handle) => scrape_router(store.clone(), handle),
+            Some(handle) => scrape_router(store.clone(), Arc::clone(llm), handle),
             None => Router::new(),
         };
         tasks.push(serve("http.metrics_listen", addr, router, close.clone()).await?);
@@ -126,10 +130,10 @@ fn public_router(store: Store, stopping: CancellationToken) -> Router {
 }
 
 /// `/metrics`.
-fn scrape_router(store: Store, handle: &'static PrometheusHandle) -> Router {
+fn scrape_router(store: Store, llm: Arc<Llm>, handle: &'static PrometheusHandle) -> Router {
     Router::new()
         .route("/metrics", get(scrape))
-        .with_state(Scrape { store, handle })
+        .with_state(Scrape { store, llm, handle })
 }
 
 /// 200 while the process runs.
@@ -169,6 +173,9 @@ async fn scrape(State(scrape): State<Scrape>) -> impl IntoResponse {
         Ok(Ok(count)) => crate::observe::entries_pending(count),
         Ok(Err(error)) => tracing::warn!(%error, "could not count the pending entries"),
         Err(_) => tracing::warn!("counting the pending entries took too long"),
+    }
+    for (provider, model, key, cooling) in scrape.llm.cooling_now() {
+        crate::observe::llm_cooling(&provider, &model, key, cooling);
     }
     (
         [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],

@@ -33,6 +33,9 @@ pub const LLM_ATTEMPTS: &str = "daylog_llm_attempts_total";
 /// Bot API calls by `method` (as the Bot API spells it) and `status` (`ok`, `gone`,
 /// `refused`, `transient`).
 pub const TELEGRAM_CALLS: &str = "daylog_telegram_calls_total";
+/// 1 while a key of a step is cooling down (skipped), else 0; by `provider`, `model`
+/// and `key` (its index, `none` for a provider without keys). Read at each scrape.
+pub const LLM_COOLDOWN: &str = "daylog_llm_cooldown";
 /// Daily reminders sent.
 pub const REMINDERS_SENT: &str = "daylog_reminders_sent_total";
 /// Weekly digests delivered.
@@ -107,6 +110,17 @@ pub fn entries_pending(count: u64) {
     metrics::gauge!(ENTRIES_PENDING).set(count as f64);
 }
 
+/// Whether a key of a step cools now (set before each render).
+pub fn llm_cooling(provider: &str, model: &str, key: Option<usize>, cooling: bool) {
+    let key = key.map_or_else(|| "none".to_owned(), |index| index.to_string());
+    let labels = [
+        ("provider", provider.to_owned()),
+        ("model", model.to_owned()),
+        ("key", key),
+    ];
+    metrics::gauge!(LLM_COOLDOWN, &labels).set(if cooling { 1.0 } else { 0.0 });
+}
+
 /// The process's Prometheus recorder, installed on the first call (the `metrics`
 /// recorder is process-global: once per process). `None` when another recorder was
 /// installed first, which only an embedding program could do.
@@ -146,6 +160,10 @@ fn describe() {
     metrics::describe_counter!(
         LLM_ATTEMPTS,
         "LLM attempts by task, provider, model and outcome."
+    );
+    metrics::describe_gauge!(
+        LLM_COOLDOWN,
+        "1 while a key of a step cools down, by provider, model and key index."
     );
     metrics::describe_counter!(TELEGRAM_CALLS, "Bot API calls by method and status.");
     metrics::describe_counter!(REMINDERS_SENT, "Daily reminders sent.");

@@ -218,6 +218,19 @@ async fn health_readiness_and_metrics_move_with_an_entry_and_name_no_one() {
         "{body}"
     );
     assert!(body.contains("daylog_answer_seconds_bucket"), "{body}");
+    // Every key of every step, none cooling while the providers answer.
+    let cooling: Vec<_> = after
+        .samples
+        .iter()
+        .filter(|s| s.metric == "daylog_llm_cooldown")
+        .collect();
+    assert!(
+        cooling.iter().any(
+            |s| s.labels.get("provider") == Some("mistral") && s.labels.get("key") == Some("0")
+        ),
+        "{body}"
+    );
+    assert_eq!(total(&after, "daylog_llm_cooldown", &[]), 0.0, "{body}");
     assert!(
         body.contains("daylog_entries_pending"),
         "the pending gauge: {body}"
