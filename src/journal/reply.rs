@@ -213,7 +213,9 @@ impl Journal {
         };
         if outcome.is_final() {
             if self.answer(messenger, log, reply).await {
-                let waited = self.now().duration_since(log.created_at).unsigned_abs();
+                let waited =
+                    std::time::Duration::try_from(self.now().duration_since(log.created_at))
+                        .unwrap_or_default();
                 crate::observe::entry_answered(outcome, waited);
             }
         } else {
