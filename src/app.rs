@@ -156,8 +156,20 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
     let app = App::build(settings).await?;
     let store = app.store().clone();
     let grace = app.settings().telegram.shutdown_grace();
+    // Up before the front end, so that a probe sees a process that is still connecting;
+    // down only once the front end is done, so that `/readyz` says 503 all the while.
+    let http = crate::http::start(
+        &app.settings().http,
+        &store,
+        app.journal().llm(),
+        stop.clone(),
+    )
+    .await?;
     let served = app.serve_telegram(stop).await;
     signals.abort();
+    if let Some(http) = http {
+        http.close().await;
+    }
     // Closing counts against the same grace as the work in flight, with a little time
     // of its own should that be spent.
     let deadline = stopped_at

@@ -57,6 +57,10 @@ pub enum Command {
         /// Send one tiny request to each provider that has a key.
         #[arg(long)]
         ping: bool,
+        /// Only ask the running daemon's /readyz (on http.listen) and exit 0 when it is
+        /// ready, 1 when not: the Docker healthcheck.
+        #[arg(long, conflicts_with = "ping")]
+        ready: bool,
     },
 }
 
@@ -338,7 +342,8 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
         }
         Command::Sql { query, format } => sql(&settings, &query, format).await,
         Command::Backup { path } => backup(&settings, &path).await,
-        Command::Doctor { ping } => Ok(doctor(&settings, ping).await),
+        Command::Doctor { ready: true, .. } => Ok(ready(&settings).await),
+        Command::Doctor { ping, .. } => Ok(doctor(&settings, ping).await),
         Command::Run => {
             if settings.secrets.telegram_token.is_none() {
                 return Err(CliError::Config(ConfigError::Invalid {
@@ -458,6 +463,72 @@ impl Level {
             Self::Warn => "warn",
             Self::Fail => "FAIL",
         }
+    }
+}
+
+/// How long `doctor --ready` waits for `/readyz` (Docker's healthcheck gives 30 s).
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `doctor --ready`: the local `/readyz` (on `http.listen`, an unspecified address asked
+/// on loopback); one line, exit 0 when it answers 200, else 1.
+async fn ready(settings: &Settings) -> ExitCode {
+    let (level, text) = match settings.http.listen() {
+        None => (
+            Level::Fail,
+            "http.listen is not set, so nothing serves /readyz".to_owned(),
+        ),
+        Some(addr) => ask_ready(loopback_if_unspecified(addr)).await,
+    };
+    let _ = writeln!(std::io::stdout(), "{} {text}", level.label());
+    match level {
+        Level::Fail => ExitCode::from(1),
+        Level::Ok | Level::Warn => ExitCode::SUCCESS,
+    }
+}
+
+/// Where a local client reaches a listener bound to `addr`.
+fn loopback_if_unspecified(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, addr.port()).into(),
+        IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, addr.port()).into(),
+        _ => addr,
+    }
+}
+
+async fn ask_ready(addr: std::net::SocketAddr) -> (Level, String) {
+    let client = match crate::http_client() {
+        Ok(client) => client,
+        Err(error) => {
+            return (
+                Level::Fail,
+                format!("cannot build the HTTP client: {error}"),
+            );
+        }
+    };
+    let answer = client
+        .get(format!("http://{addr}/readyz"))
+        .timeout(READY_TIMEOUT)
+        .send()
+        .await;
+    match answer {
+        Ok(response) => {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            let reason = body.lines().next().unwrap_or("").trim().to_owned();
+            if status.is_success() {
+                (Level::Ok, format!("ready ({addr})"))
+            } else {
+                (
+                    Level::Fail,
+                    format!("not ready ({addr}, {status}): {reason}"),
+                )
+            }
+        }
+        Err(error) => (
+            Level::Fail,
+            format!("/readyz on {addr} did not answer: {}", error.without_url()),
+        ),
     }
 }
 
@@ -681,4 +752,19 @@ async fn ping_providers(
         }
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loopback_if_unspecified;
+
+    #[test]
+    fn doctor_ready_asks_an_unspecified_address_on_loopback() {
+        let asked = |bound: &str| {
+            loopback_if_unspecified(bound.parse().unwrap_or_else(|_| panic!("{bound}"))).to_string()
+        };
+        assert_eq!(asked("0.0.0.0:8080"), "127.0.0.1:8080");
+        assert_eq!(asked("[::]:8080"), "[::1]:8080");
+        assert_eq!(asked("10.1.2.3:8080"), "10.1.2.3:8080");
+    }
 }

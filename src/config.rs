@@ -450,6 +450,69 @@ impl<'de> Deserialize<'de> for DefaultZone {
     }
 }
 
+/// The HTTP face (docs/operations.md, Health and metrics): where `/healthz` and `/readyz`
+/// are served, and where `/metrics` is; each off when unset.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpFields {
+    listen: ListenAddr,
+    metrics_listen: ListenAddr,
+}
+
+/// An address to listen on, `HOST:PORT` with an IP host; `""` = off.
+#[derive(Debug, Clone, Copy)]
+struct ListenAddr(Option<std::net::SocketAddr>);
+
+impl<'de> Deserialize<'de> for ListenAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(Self(None));
+        }
+        raw.parse().map(|addr| Self(Some(addr))).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{raw:?} is not an address to listen on; write an IP and a port, such as \"0.0.0.0:8080\" or \"127.0.0.1:9464\", or \"\" for off"
+            ))
+        })
+    }
+}
+
+/// The HTTP face's addresses, checked together: `/metrics` never shares the public
+/// listener.
+#[derive(Debug, Clone)]
+pub struct HttpSettings(HttpFields);
+
+impl HttpSettings {
+    fn new(fields: HttpFields) -> Result<Self, ConfigError> {
+        // Port 0 is any free port (tests); an unspecified host takes the port on every
+        // address, so it overlaps any other host on the same port.
+        if let (Some(listen), Some(metrics)) = (fields.listen.0, fields.metrics_listen.0)
+            && listen.port() == metrics.port()
+            && listen.port() != 0
+            && (listen.ip() == metrics.ip()
+                || listen.ip().is_unspecified()
+                || metrics.ip().is_unspecified())
+        {
+            return Err(ConfigError::invalid(
+                "http.metrics_listen",
+                format!(
+                    "is the same address as `http.listen` ({listen}); /metrics is served on its own listener, never the public one: choose another port, or \"\" to turn it off"
+                ),
+            ));
+        }
+        Ok(Self(fields))
+    }
+    /// Where `/healthz` and `/readyz` are served.
+    pub fn listen(&self) -> Option<std::net::SocketAddr> {
+        self.0.listen.0
+    }
+    /// Where `/metrics` is served.
+    pub fn metrics_listen(&self) -> Option<std::net::SocketAddr> {
+        self.0.metrics_listen.0
+    }
+}
+
 /// docs/behaviour.md, Time zones and rhythm: daily reminders.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -784,6 +847,7 @@ struct FileSettings {
     cooldown: CooldownSettings,
     worker: WorkerFields,
     telegram: TelegramSettings,
+    http: HttpFields,
     journal: JournalSettings,
     reminders: ReminderSettings,
     providers: BTreeMap<String, ProviderSettings>,
@@ -832,6 +896,7 @@ pub struct Settings {
     pub cooldown: CooldownSettings,
     pub worker: WorkerSettings,
     pub telegram: TelegramSettings,
+    pub http: HttpSettings,
     pub journal: JournalSettings,
     pub reminders: ReminderSettings,
     pub providers: BTreeMap<String, ProviderSettings>,
@@ -911,6 +976,7 @@ impl Settings {
             cooldown,
             worker,
             telegram,
+            http,
             journal,
             reminders,
             providers,
@@ -920,6 +986,7 @@ impl Settings {
             voice,
             transcription,
         } = file;
+        let http = HttpSettings::new(http)?;
         let retry = RetrySettings::new(retry)?;
         let worker = WorkerSettings::new(worker)?;
         let analysis = TaskSettings::new("analysis", analysis, &providers)?;
@@ -938,6 +1005,7 @@ impl Settings {
             cooldown,
             worker,
             telegram,
+            http,
             journal,
             reminders,
             providers,
@@ -1325,6 +1393,40 @@ mod tests {
         let file = tempfile::NamedTempFile::new().expect("temp file");
         std::fs::write(file.path(), text).expect("write config");
         file
+    }
+
+    #[test]
+    fn the_metrics_listener_never_shares_the_public_address() {
+        let http = |listen: &str, metrics: &str| {
+            load(&[
+                ("DAYLOG__HTTP__LISTEN", listen),
+                ("DAYLOG__HTTP__METRICS_LISTEN", metrics),
+            ])
+            .map(|s| (s.http.listen(), s.http.metrics_listen()))
+        };
+        let off = http("", "").expect("off");
+        assert_eq!(off, (None, None));
+        let both = http("0.0.0.0:8080", "127.0.0.1:9464").expect("two addresses");
+        assert_eq!(both.0.map(|a| a.port()), Some(8080));
+        assert_eq!(both.1.map(|a| a.port()), Some(9464));
+        // Port 0 is any free port, not one address.
+        assert!(http("127.0.0.1:0", "127.0.0.1:0").is_ok());
+        for (listen, metrics) in [
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+            ("0.0.0.0:8080", "127.0.0.1:8080"),
+            ("[::1]:8080", "[::]:8080"),
+        ] {
+            assert_eq!(
+                error_key(&[
+                    ("DAYLOG__HTTP__LISTEN", listen),
+                    ("DAYLOG__HTTP__METRICS_LISTEN", metrics),
+                ]),
+                "http.metrics_listen",
+                "{listen} and {metrics}"
+            );
+        }
+        assert!(http("localhost:8080", "").is_err());
+        assert!(http("8080", "").is_err());
     }
 
     #[test]

@@ -373,6 +373,7 @@ impl Digests {
         let (digest_id, user_id) = (digest.id.get(), digest.user_id.get());
         match sent {
             Ok(()) => {
+                crate::observe::digest_sent();
                 if let Err(error) = self.store.mark_digest_sent(digest.id).await {
                     // The same window as a log's answer: the worker may send it once more.
                     tracing::error!(%error, digest_id, "digest sent but not recorded");

@@ -347,7 +347,10 @@ async fn deliver<M: Messenger>(store: &Store, users: &Users, messenger: &M, send
         .send(target, vec![Response::Text(Reply::new().text(text))])
         .await
     {
-        Ok(()) => true,
+        Ok(()) => {
+            crate::observe::reminder_sent();
+            true
+        }
         Err(SendError::Gone(reason)) => {
             tracing::warn!(user_id = reminder.user_id.get(), %reason, "reminder undeliverable; reminders turned off");
             if let Err(error) = store.disable_reminder(reminder.user_id).await {

@@ -191,18 +191,20 @@ impl<B: TgBot> Telegram<B> {
 
     /// `getFile`, then the download into memory; `None` past `max` bytes.
     async fn fetch_bytes(&self, file_id: &str, max: u64) -> Result<(String, Vec<u8>), FetchError> {
-        let file = with_retry_after(|| self.bot.get_file(FileId(file_id.to_owned())).into_future())
-            .await
-            .map_err(|e| match classify(e) {
-                // Telegram's one wording for a wrong id and a file it cannot serve for
-                // now: a stored voice note's id is not wrong, so it is tried again
-                // (docs/behaviour.md, Voice notes), up to `voice.fetch_max_tries` times.
-                SendError::Refused(reason) if reason.contains("temporarily unavailable") => {
-                    FetchError::Refused(reason)
-                }
-                SendError::Gone(reason) | SendError::Refused(reason) => FetchError::Gone(reason),
-                SendError::Transient(reason) => FetchError::Transient(reason),
-            })?;
+        let file = with_retry_after("getFile", || {
+            self.bot.get_file(FileId(file_id.to_owned())).into_future()
+        })
+        .await
+        .map_err(|e| match classify(e) {
+            // Telegram's one wording for a wrong id and a file it cannot serve for
+            // now: a stored voice note's id is not wrong, so it is tried again
+            // (docs/behaviour.md, Voice notes), up to `voice.fetch_max_tries` times.
+            SendError::Refused(reason) if reason.contains("temporarily unavailable") => {
+                FetchError::Refused(reason)
+            }
+            SendError::Gone(reason) | SendError::Refused(reason) => FetchError::Gone(reason),
+            SendError::Transient(reason) => FetchError::Transient(reason),
+        })?;
         if u64::from(file.meta.size) > max {
             return Err(FetchError::Gone(format!(
                 "{} bytes, over the download limit",
@@ -266,7 +268,7 @@ impl<B: TgBot> Telegram<B> {
                 caption,
                 file_name,
             } => {
-                with_retry_after(|| {
+                with_retry_after("sendPhoto", || {
                     let mut request = self
                         .bot
                         .send_photo(
@@ -286,7 +288,7 @@ impl<B: TgBot> Telegram<B> {
                 file_name,
                 caption,
             } => {
-                with_retry_after(|| {
+                with_retry_after("sendDocument", || {
                     let mut request = self
                         .bot
                         .send_document(
@@ -313,7 +315,7 @@ impl<B: TgBot> Telegram<B> {
                         DeleteButton::new(DeleteAnswer::No, *user_id).data(),
                     ),
                 ]]);
-                with_retry_after(|| {
+                with_retry_after("sendMessage", || {
                     let mut request = self
                         .bot
                         .send_message(chat, texts.delete_confirm())
@@ -359,13 +361,13 @@ impl<B: TgBot> Telegram<B> {
                 }
                 request.into_future()
             };
-            match with_retry_after(|| send(part.clone(), true)).await {
+            match with_retry_after("sendMessage", || send(part.clone(), true)).await {
                 Err(RequestError::Api(ApiError::CantParseEntities(reason))) => {
                     // Our escaping should make this impossible; if Telegram still
                     // disagrees, the user gets the words without the formatting.
                     tracing::error!(%reason, "Telegram could not parse a reply's HTML; sending it as plain text");
                     let plain = render::html_to_plain(&part);
-                    with_retry_after(|| send(plain.clone(), false)).await?;
+                    with_retry_after("sendMessage", || send(plain.clone(), false)).await?;
                 }
                 other => {
                     other?;
@@ -457,18 +459,36 @@ impl<B: TgBot> Messenger for Telegram<B> {
     }
 }
 
+/// How a Bot API call ended, as a fixed word for [`crate::observe::telegram_call`].
+fn call_status<T>(result: &Result<T, RequestError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(RequestError::RetryAfter(_)) => "retry_after",
+        Err(RequestError::Api(_)) => "api_error",
+        Err(RequestError::MigrateToChatId(_)) => "migrated",
+        Err(RequestError::Network(_) | RequestError::Io(_)) => "network",
+        Err(_) => "error",
+    }
+}
+
 /// The pauses before a later part of a message is tried again (see `Telegram::send`).
 const LATER_PART_PAUSES: [Duration; 2] = [Duration::from_millis(500), Duration::from_secs(2)];
 
-/// Runs a Bot API request, waiting out Telegram's `RetryAfter` a few times.
-async fn with_retry_after<T, F, Fut>(mut request: F) -> Result<T, RequestError>
+/// Runs a Bot API request, waiting out Telegram's `RetryAfter` a few times. Each
+/// attempt is counted by `method`, as the Bot API spells it (`sendMessage`).
+async fn with_retry_after<T, F, Fut>(
+    method: &'static str,
+    mut request: F,
+) -> Result<T, RequestError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, RequestError>>,
 {
     let mut retries = 0;
     loop {
-        match request().await {
+        let result = request().await;
+        crate::observe::telegram_call(method, call_status(&result));
+        match result {
             Err(RequestError::RetryAfter(wait)) if retries < MAX_TELEGRAM_RETRIES => {
                 retries += 1;
                 tracing::warn!(wait_s = wait.seconds(), "Telegram asked to retry later");

@@ -61,7 +61,10 @@ impl Journal {
             .await
             .map_err(EntryError::NotSaved)?;
         let log = match inserted {
-            Inserted::New(log) => *log,
+            Inserted::New(log) => {
+                crate::observe::entry_stored(crate::observe::EntryKind::Text);
+                *log
+            }
             Inserted::Duplicate(id) => {
                 // A re-delivered update: the first delivery (or the worker) answers.
                 tracing::debug!(log_id = id.get(), "duplicate update ignored");
@@ -134,7 +137,10 @@ impl Journal {
             .await
             .map_err(EntryError::NotSaved)?;
         let log = match inserted {
-            Inserted::New(log) => *log,
+            Inserted::New(log) => {
+                crate::observe::entry_stored(crate::observe::EntryKind::Voice);
+                *log
+            }
             Inserted::Duplicate(id) => {
                 tracing::debug!(log_id = id.get(), "duplicate voice update ignored");
                 return Ok(None);
@@ -172,6 +178,7 @@ impl Journal {
             return self.accept_text(msg).await;
         };
         tracing::info!(log_id = log.id.get(), "day log edited");
+        crate::observe::entry_stored(crate::observe::EntryKind::Edit);
         let Some(claim) = self.claim(msg.chat_id, msg.message_id) else {
             // Its entry waits for its turn (and reads the new text when it comes), or an
             // analysis of the old text is running: that result will not be stored (the
@@ -307,6 +314,7 @@ impl Journal {
                 .insert_chat_log(user_id, text, Some(local_day))
                 .await
                 .map_err(EntryError::NotSaved)?;
+            crate::observe::entry_stored(crate::observe::EntryKind::Text);
             let claim = self.claim(log.chat_id, log.message_id);
             (log, claim)
         };
@@ -343,6 +351,7 @@ impl Journal {
                 )
                 .await
                 .map_err(EntryError::NotSaved)?;
+            crate::observe::entry_stored(crate::observe::EntryKind::Voice);
             let claim = self.claim(log.chat_id, log.message_id);
             (log, claim)
         };

@@ -242,7 +242,12 @@ impl Journal {
             reply = self.naming_the_entry(log, author, reply);
         }
         if outcome.is_final() {
-            self.answer(messenger, log, reply).await;
+            if self.answer(messenger, log, reply).await {
+                let waited =
+                    std::time::Duration::try_from(self.now().duration_since(log.created_at))
+                        .unwrap_or_default();
+                crate::observe::entry_answered(outcome, waited);
+            }
         } else {
             self.notify(messenger, log, reply).await;
         }
@@ -277,12 +282,13 @@ impl Journal {
     /// Sends the final answer about a log and records that it went out. A failure to
     /// record is logged, not reported to the user, who already has the answer (the
     /// worker may send it once more: the window docs/behaviour.md, Promises allows).
-    async fn answer<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) {
+    /// `true` when it went out (or never can).
+    async fn answer<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) -> bool {
         if !self
             .deliver(messenger, log, vec![Response::Text(reply)])
             .await
         {
-            return;
+            return false;
         }
         match self.store.mark_replied(log.id).await {
             Ok(()) => {
@@ -293,6 +299,7 @@ impl Journal {
                 self.unrecorded().replies.insert(log.id);
             }
         }
+        true
     }
 
     /// Sends a notice about a log that is not its final answer ("saved, will follow").

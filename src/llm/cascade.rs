@@ -1121,6 +1121,7 @@ impl<'a, T> TaskRun<'a, T> {
         ) {
             tracing::debug!(task, %provider, %model, key_index = ?key, error = ?error, "llm attempt error");
         }
+        metrics::counter!("daylog_llm_attempts_total", "task" => task, "provider" => provider.clone(), "model" => model.clone(), "outcome" => outcome.as_str()).increment(1);
         self.sink.record(Attempt {
             task: self.task,
             provider: provider.clone(),

@@ -410,6 +410,33 @@ impl Llm {
         self.state.spent_now()
     }
 
+    /// Whether each key of each step cools now (the cooldown gauge): `(provider, model,
+    /// key index, cooling)`, each (provider, model) once, since the tasks share it.
+    pub fn cooling_now(&self) -> Vec<(String, String, Option<usize>, bool)> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut now = Vec::new();
+        for step in self
+            .analysis
+            .iter()
+            .chain(&self.metrics)
+            .chain(&self.transcription)
+        {
+            if !seen.insert(step.id.no) {
+                continue;
+            }
+            for key in step.provider.key_slots() {
+                let cooling = self.state.key_cooling_until(&step.id, key).is_some();
+                now.push((
+                    step.id.provider.clone(),
+                    step.id.model.clone(),
+                    key,
+                    cooling,
+                ));
+            }
+        }
+        now
+    }
+
     /// Names of the configured providers and whether each can be called.
     pub fn providers(&self) -> impl Iterator<Item = (&str, bool)> {
         self.providers

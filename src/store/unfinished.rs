@@ -230,6 +230,16 @@ impl Store {
         .await
     }
 
+    /// How many entries wait for their analysis (`status = 'pending'`), of every front
+    /// end: the `daylog_entries_pending` gauge.
+    pub async fn pending_count(&self) -> Result<u64, StoreError> {
+        let count: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE status = 'pending'")
+                .fetch_one(&self.read)
+                .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     /// Logs the worker of `front_end` must finish: pending ones whose retry is due, and
     /// any that were decided (analysed, blocked, failed) but whose answer never went out
     /// (and is not waiting for a delivery retry). Only that front end's own logs (docs/behaviour.md,

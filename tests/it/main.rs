@@ -33,6 +33,7 @@ mod faults;
 mod hedge_busy;
 mod hedge_restart;
 mod hostile_text;
+mod http;
 mod import;
 mod import_bot;
 mod llm_budgets;
