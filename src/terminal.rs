@@ -385,11 +385,13 @@ impl Session {
             .await
     }
 
-    /// `/import path.csv`: a Daylio export read from disk (docs/behaviour.md, Search and Import), at most 10 MB.
+    /// `/import path`: a Daylio export read from disk (docs/behaviour.md, Search and
+    /// Import): a CSV of at most 10 MB, or a backup as large as Telegram would hand one
+    /// over (20 MB: it carries its photos).
     async fn import(&mut self, path: &str, language: Language) -> std::io::Result<()> {
         let texts = Texts(language);
         let too_large = match tokio::fs::metadata(path).await {
-            Ok(meta) => meta.len() > crate::import::MAX_FILE_BYTES as u64,
+            Ok(meta) => meta.len() > crate::import::MAX_DOWNLOAD_BYTES as u64,
             Err(error) => {
                 tracing::warn!(%error, user_id = self.user.get(), "import file unreadable");
                 return self.terminal.print(&texts.import_file_unreadable(path));

@@ -533,3 +533,48 @@ async fn replies_to_a_resumed_backlog_name_the_entry_they_answer() {
     assert!(!printed.contains("“Typed in this session"), "{printed}");
     assert_eq!(printed.matches("About your entry").count(), 2, "{printed}");
 }
+
+/// A backup carries its photos, so it may be larger than a CSV may: the terminal takes
+/// one over 10 MB as the bot does (up to Telegram's 20 MB).
+#[tokio::test]
+async fn import_takes_a_backup_larger_than_a_csv_may_be() {
+    let chat = Chat::start().await;
+    let path = chat.dir.path().join("with-photos.daylio");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/daylio/custom_moods.daylio"
+        ),
+        &path,
+    )
+    .expect("fixture copied");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("open");
+    let mut zip = zip::ZipWriter::new_append(file).expect("a zip");
+    let stored =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    zip.start_file("photos/holiday.jpg", stored)
+        .expect("member");
+    zip.write_all(&vec![7_u8; 11 * 1024 * 1024]).expect("photo");
+    zip.finish().expect("zip written");
+    assert!(std::fs::metadata(&path).expect("size").len() > 10 * 1024 * 1024);
+
+    let printed = chat
+        .talk(
+            62,
+            chat.dir.path().to_owned(),
+            format!("/import {}\n", path.display()).as_bytes(),
+        )
+        .await;
+
+    assert!(
+        !printed.contains(
+            daylog::import::ImportError::TooLarge.sentence(daylog::language::Language::En)
+        ),
+        "{printed}"
+    );
+    assert!(!chat.texts_of(62).await.is_empty(), "{printed}");
+}
