@@ -682,6 +682,15 @@ impl Texts {
         )
     }
 
+    /// Telegram has not handed over the recording yet: no transcription service is at
+    /// fault, and the bot tries again by itself.
+    pub fn saved_voice_fetch_pending(self) -> &'static str {
+        self.pick(
+            "Saved your voice note. Telegram has not handed me the recording yet; I will keep trying, and the transcript and your analysis will follow.",
+            "Голосовое сохранено. Telegram пока не отдал мне запись; я попробую ещё, и расшифровка с разбором придут следом.",
+        )
+    }
+
     /// docs/behaviour.md, The life of an entry for a voice note: no transcription step has a key; `key_env` names the
     /// first one to add.
     pub fn saved_voice_no_provider(self, key_env: &str) -> String {

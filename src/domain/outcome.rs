@@ -52,6 +52,9 @@ pub enum Wait {
     /// The voice note could not be fetched or transcribed yet. `refused`: every step
     /// refused the request itself (a format it cannot read), not a passing outage.
     Transcription { refused: bool },
+    /// Telegram has not handed over the recording yet (a download that failed, or a
+    /// file id it refuses for now): nothing to transcribe, no provider at fault.
+    Recording,
     /// No transcription step has a key.
     NoTranscriber,
     /// Every transcription provider asked refused its API key: the bot's transcription
@@ -66,9 +69,10 @@ impl Wait {
         match self {
             Self::Provider | Self::NoProvider | Self::KeysRefused => "provider",
             Self::Budget => "budget",
-            Self::Transcription { .. } | Self::NoTranscriber | Self::TranscriberKeysRefused => {
-                "transcription"
-            }
+            Self::Transcription { .. }
+            | Self::Recording
+            | Self::NoTranscriber
+            | Self::TranscriberKeysRefused => "transcription",
         }
     }
 }
@@ -117,6 +121,7 @@ mod tests {
             (Wait::Budget, "budget"),
             (Wait::Transcription { refused: true }, "transcription"),
             (Wait::Transcription { refused: false }, "transcription"),
+            (Wait::Recording, "transcription"),
             (Wait::NoTranscriber, "transcription"),
             (Wait::TranscriberKeysRefused, "transcription"),
         ];

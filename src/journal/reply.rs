@@ -214,6 +214,7 @@ impl Journal {
                 Wait::Budget => texts.saved_budget(*retry_in),
                 Wait::Transcription { refused: true } => texts.saved_voice_refused().to_owned(),
                 Wait::Transcription { refused: false } => texts.saved_voice_pending().to_owned(),
+                Wait::Recording => texts.saved_voice_fetch_pending().to_owned(),
                 Wait::NoTranscriber => texts.saved_voice_no_provider(&self.transcription_key_env()),
                 Wait::TranscriberKeysRefused => {
                     texts.saved_voice_key_refused(&self.transcription_key_env())

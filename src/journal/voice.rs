@@ -104,13 +104,11 @@ impl Journal {
                     return self.give_up_voice(log, Failure::RecordingRefused).await;
                 }
                 tracing::warn!(log_id = log.id.get(), tries, %reason, "Telegram refused the voice note's recording for now; log stays pending");
-                let wait = Wait::Transcription { refused: false };
-                return self.wait_for_transcription(log, wait).await;
+                return self.wait_for_transcription(log, Wait::Recording).await;
             }
             Err(FetchError::Transient(reason)) => {
                 tracing::warn!(log_id = log.id.get(), %reason, "voice note download failed; log stays pending");
-                let wait = Wait::Transcription { refused: false };
-                return self.wait_for_transcription(log, wait).await;
+                return self.wait_for_transcription(log, Wait::Recording).await;
             }
         };
         let sink = self.store.call_sink(Some(log.id));
