@@ -19,23 +19,23 @@
 
 use std::fmt::Write as _;
 
-use super::MetricField;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::MetricField;
 use crate::language::Language;
 
-/// Field names, in the order they are stored and listed in `defaulted`.
-pub const FIELDS: [&str; 8] = [
-    "mood",
-    "stress",
-    "energy",
-    "productivity",
-    "sleep_hours",
-    "activities",
-    "emotions",
-    "summary",
-];
+/// Field names, in the order they are stored and listed in `defaulted`: those of
+/// [`MetricField::ALL`], the one list of them.
+pub const FIELDS: [&str; MetricField::ALL.len()] = {
+    let mut names = [""; MetricField::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = MetricField::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 const MAX_ITEMS: usize = 10;
 const MAX_ITEM_CHARS: usize = 40;

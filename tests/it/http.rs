@@ -18,7 +18,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use support::telegram::text_update;
-use support::{FakeTelegram, Providers, test_env};
+use support::{FakeTelegram, Providers, signal, test_env};
 
 /// A chat (and user) id that appears nowhere in a scrape unless it leaked into one.
 const CHAT: i64 = 7_304_911_235;
@@ -125,14 +125,6 @@ fn doctor_ready(listen: &str) -> Output {
         .stdin(std::process::Stdio::null())
         .output()
         .expect("daylog runs")
-}
-
-fn signal(child: &std::process::Child, name: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{name}"), child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
 }
 
 #[tokio::test]

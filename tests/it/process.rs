@@ -3,45 +3,18 @@
 //! the chat's next entry behind it), and
 //! terminals (`daylog chat`) sharing a database.
 
-#![expect(
-    clippy::expect_used,
-    reason = "helpers outside #[test] fns fail loudly by design"
-)]
-
 use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use support::telegram::text_update;
-use support::{ANALYSIS_TEXT, FakeTelegram, Providers, test_env};
+use support::{ANALYSIS_TEXT, FakeTelegram, Providers, signal, test_env, wait_exit};
 
 /// The real binary; its stderr goes to a log file beside its database.
 fn spawn_bot(env: &std::collections::HashMap<String, String>) -> support::Bot {
     let log = support::bot_log_path(env);
     support::spawn_daylog(env, &log)
-}
-
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{name}"), child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-}
-
-async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("daylog did not exit within {within:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 async fn wait_polling(telegram: &FakeTelegram) {

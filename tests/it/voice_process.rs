@@ -2,36 +2,19 @@
 //! and its analysis, then a restart. The stored transcript is not made again nor shown
 //! again; the analysis arrives once.
 
-#![expect(
-    clippy::expect_used,
-    reason = "helpers outside #[test] fns fail loudly by design"
-)]
-
 use crate::support;
 
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
 
 use support::telegram::voice_update;
-use support::{ANALYSIS_TEXT, FakeTelegram, Providers, TRANSCRIPT, test_env, voice_fixture};
+use support::{
+    ANALYSIS_TEXT, FakeTelegram, Providers, TRANSCRIPT, test_env, voice_fixture, wait_exit,
+};
 
 fn spawn_bot(env: &std::collections::HashMap<String, String>) -> support::Bot {
     let log = support::bot_log_path(env);
     support::spawn_daylog(env, &log)
-}
-
-async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("daylog did not exit within {within:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 #[tokio::test]

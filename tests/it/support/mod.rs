@@ -521,6 +521,33 @@ pub fn spawn_daylog(env: &HashMap<String, String>, log: &std::path::Path) -> Bot
         .expect("daylog starts")
 }
 
+/// Sends signal `name` (`TERM`, `INT`, `KILL`) to `child`, as an operator's `kill` does.
+pub fn signal(child: &std::process::Child, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+/// Waits for `child` to exit, at most `within` (then kills it and fails the test).
+pub async fn wait_exit(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> std::process::ExitStatus {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("daylog did not exit within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// A log file for a bot started with `env`, beside its database: in the test's own
 /// temporary folder, so tests running in parallel never share one.
 pub fn bot_log_path(env: &HashMap<String, String>) -> std::path::PathBuf {
