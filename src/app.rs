@@ -60,7 +60,7 @@ impl App {
             store.clone(),
             Arc::clone(&llm),
         ));
-        let digests = digests_of(&journal);
+        let digests = Digests::of(&journal);
         Ok(Self {
             settings,
             store,
@@ -82,7 +82,7 @@ impl App {
             )
             .with_clock(clock),
         );
-        self.digests = digests_of(&self.journal);
+        self.digests = Digests::of(&self.journal);
         self
     }
 
@@ -117,16 +117,6 @@ impl App {
         self.store.close().await;
         talked
     }
-}
-
-/// The weekly digests over the journal's store, users (and so its clock) and LLM layer.
-fn digests_of(journal: &Journal) -> Arc<Digests> {
-    Arc::new(Digests::new(
-        journal.store().clone(),
-        journal.users().clone(),
-        Arc::clone(journal.llm()),
-        journal.settings().worker.clone(),
-    ))
 }
 
 /// What an earlier run of this database learned, handed to the LLM layer before anything

@@ -232,7 +232,7 @@ async fn stats(
         .checked_sub(jiff::Span::new().days(i64::from(days) - 1))
         .unwrap_or(today);
     let rows = store.daily_metrics(user_id, first).await?;
-    let streaks = users.streaks(user_id).await?;
+    let streaks = users.streaks_on(user_id, today).await?;
     let activities = store.day_activities(user_id, first).await?;
     let goes_with = crate::good_days::goes_with_good_days(&crate::good_days::days_with_activities(
         rows.iter().map(|r| (r.day, r.mood)),
@@ -667,27 +667,19 @@ fn spreadsheet_text(text: String) -> String {
 /// and every Cyrillic letter turns into two others), free text as [`spreadsheet_text`].
 pub fn export_csv(logs: &[DayLog], zone: &UserZone) -> Vec<u8> {
     let mut writer = csv::Writer::from_writer("\u{feff}".as_bytes().to_vec());
-    let _ = writer.write_record([
-        "id",
-        "created_at",
-        "status",
-        "text",
-        "analysis",
-        "mood",
-        "stress",
-        "energy",
-        "productivity",
-        "sleep_hours",
-        "activities",
-        "emotions",
-        "summary",
-        "defaulted",
-        // docs/behaviour.md, Time zones and rhythm, added last so that existing column positions keep their meaning.
-        "local_day",
-        "local_time",
-        // The zone of local_time: the one the entry was written in.
-        "local_zone",
-    ]);
+    let header = ["id", "created_at", "status", "text", "analysis"]
+        .into_iter()
+        .chain(crate::domain::metrics::FIELDS)
+        .chain([
+            "defaulted",
+            // docs/behaviour.md, Time zones and rhythm, added last so that existing
+            // column positions keep their meaning.
+            "local_day",
+            "local_time",
+            // The zone of local_time: the one the entry was written in.
+            "local_zone",
+        ]);
+    let _ = writer.write_record(header);
     for log in logs {
         let metrics = log.metrics.as_ref();
         let written_in = log.written_in(zone);

@@ -219,6 +219,16 @@ impl Digests {
         }
     }
 
+    /// The digests over `journal`'s store, users (and so its clock) and LLM layer.
+    pub fn of(journal: &crate::journal::Journal) -> Arc<Self> {
+        Arc::new(Self::new(
+            journal.store().clone(),
+            journal.users().clone(),
+            Arc::clone(journal.llm()),
+            journal.settings().worker.clone(),
+        ))
+    }
+
     /// Claims the user's digest of the week from `week_start`; `None` when someone in
     /// this process is already on it.
     fn claim(&self, user_id: UserId, week_start: Date) -> Option<Claim> {

@@ -203,12 +203,7 @@ where
     R: tokio::io::AsyncBufRead + Unpin,
 {
     let stop = CancellationToken::new();
-    let digests = Arc::new(Digests::new(
-        journal.store().clone(),
-        journal.users().clone(),
-        Arc::clone(journal.llm()),
-        journal.settings().worker.clone(),
-    ));
+    let digests = Digests::of(&journal);
     let worker = tokio::spawn(worker::run(
         Arc::clone(&journal),
         Arc::clone(&digests),
@@ -280,7 +275,7 @@ impl Session {
         // The moment the line was read decides its local day (docs/behaviour.md, Time zones and rhythm).
         let read_at = self.journal.now();
         let decoded = String::from_utf8_lossy(raw);
-        let language = self.journal.language_of(self.user).await;
+        let language = self.journal.users().language_of(self.user).await;
         let texts = Texts(language);
         if matches!(decoded, Cow::Owned(_)) {
             tracing::warn!(
@@ -433,7 +428,7 @@ impl Session {
             username: None,
             language,
         };
-        if let Err(error) = self.journal.ensure_user(&new_user).await {
+        if let Err(error) = self.journal.users().ensure(&new_user).await {
             tracing::error!(%error, user_id = self.user.get(), "could not store the terminal user");
         }
         if let Some(rest) = line.strip_prefix("/voice")

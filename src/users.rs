@@ -121,6 +121,15 @@ impl Users {
     /// The user's current and longest streak, in local days.
     pub async fn streaks(&self, user_id: UserId) -> Result<Streaks, StoreError> {
         let (_, today) = self.today_of(user_id).await;
+        self.streaks_on(user_id, today).await
+    }
+
+    /// The user's streaks as they stand on `today` (a local day the caller already has).
+    pub async fn streaks_on(
+        &self,
+        user_id: UserId,
+        today: jiff::civil::Date,
+    ) -> Result<Streaks, StoreError> {
         let days = self.store.entry_days(user_id).await?;
         Ok(Streaks::from_days(&days, today))
     }

@@ -833,7 +833,7 @@ async fn on_voice<B: TgBot>(
     );
     if let Err(error) = handed {
         // As for a text: the stored language (`/lang`) first.
-        let language = journal.language_or(user_id, client_language).await;
+        let language = journal.users().language_or(user_id, client_language).await;
         report_entry_error(&messenger, reply_target(&msg), language, &error).await;
     }
     Ok(())
@@ -881,7 +881,7 @@ async fn handle_entry<B: TgBot>(
     if let Err(error) = handed {
         // Like every other reply: the stored language (`/lang`); the client's only for a
         // user the store does not know (yet).
-        let language = journal.language_or(user_id, client_language).await;
+        let language = journal.users().language_or(user_id, client_language).await;
         report_entry_error(&messenger, reply_target(msg), language, &error).await;
     }
 }
@@ -926,7 +926,7 @@ async fn on_location<B: TgBot>(
         Ok(reply) => reply,
         Err(error) => {
             tracing::error!(%error, user_id = user_id.get(), "could not set the time zone from a location");
-            Reply::new().text(Texts(journal.language_of(user_id).await).internal_error())
+            Reply::new().text(Texts(journal.users().language_of(user_id).await).internal_error())
         }
     };
     send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
@@ -938,7 +938,8 @@ async fn on_location<B: TgBot>(
 async fn ensure_user(msg: &Message, journal: &Journal, user_id: UserId) {
     if let Some(from) = msg.from.as_ref()
         && let Err(error) = journal
-            .ensure_user(&crate::store::NewUser {
+            .users()
+            .ensure(&crate::store::NewUser {
                 user_id,
                 username: from.username.as_deref(),
                 language: Language::from_code(from.language_code.as_deref()),
@@ -1005,7 +1006,7 @@ async fn import_document<B: TgBot>(
         return Ok(());
     };
     ensure_user(&msg, &journal, user_id).await;
-    let language = journal.language_of(user_id).await;
+    let language = journal.users().language_of(user_id).await;
     let texts = Texts(language);
     let max = u64::try_from(crate::import::MAX_DOWNLOAD_BYTES).unwrap_or(u64::MAX);
     let sentence = if u64::from(document.file.size) > max {
@@ -1074,7 +1075,7 @@ async fn answer_in_language<B: TgBot>(
         return false;
     };
     let client = Language::from_code(msg.from.as_ref().and_then(|u| u.language_code.as_deref()));
-    let language = journal.language_or(id, client).await;
+    let language = journal.users().language_or(id, client).await;
     let reply = Reply::new().text(sentence(Texts(language)));
     send_logged(messenger, msg, vec![Response::Text(reply)]).await
 }
@@ -1141,7 +1142,7 @@ async fn run_command<B: TgBot>(
             .await
         {
             tracing::error!(%error, user_id = user_id.get(), "weekly digest failed");
-            let language = journal.language_of(user_id).await;
+            let language = journal.users().language_of(user_id).await;
             let reply = Reply::new().text(commands::failure_sentence(language));
             send_logged(&messenger, &msg, vec![Response::Text(reply)]).await;
         }
@@ -1153,7 +1154,7 @@ async fn run_command<B: TgBot>(
     let responses = match commands::respond(&store, &users, user_id, command).await {
         Ok(mut responses) => {
             if scheduled_elsewhere {
-                let texts = Texts(journal.language_of(user_id).await);
+                let texts = Texts(journal.users().language_of(user_id).await);
                 responses.push(Response::Text(
                     Reply::new().text(texts.scheduled_in_private_chat()),
                 ));
@@ -1162,7 +1163,7 @@ async fn run_command<B: TgBot>(
         }
         Err(error) => {
             tracing::error!(%error, user_id = user_id.get(), "command failed");
-            let language = journal.language_of(user_id).await;
+            let language = journal.users().language_of(user_id).await;
             vec![Response::Text(
                 Reply::new().text(commands::failure_sentence(language)),
             )]
@@ -1184,7 +1185,7 @@ async fn on_callback<B: TgBot>(
     let user_id = user_id_of(query.from.id).unwrap_or_default();
     // A group member the bot does not know may press someone else's button.
     let client = Language::from_code(query.from.language_code.as_deref());
-    let language = journal.language_or(user_id, client).await;
+    let language = journal.users().language_or(user_id, client).await;
     let Some(DeleteButton { answer, asked_by }) =
         query.data.as_deref().and_then(DeleteButton::parse)
     else {
@@ -1466,7 +1467,7 @@ pub async fn serve<B: TgBot>(
     let reminders = tokio::spawn(crate::reminders::run(
         journal.store().clone(),
         journal.users().clone(),
-        Arc::clone(journal.shared_settings()),
+        Arc::clone(journal.settings()),
         Arc::clone(&digests),
         Arc::clone(&messenger),
         stop.clone(),

@@ -37,7 +37,7 @@ use crate::config::Settings;
 
 use crate::language::Language;
 use crate::llm::Llm;
-use crate::store::{ChatId, DayLog, LogId, MessageId, NewUser, Store, StoreError, UserId};
+use crate::store::{ChatId, DayLog, LogId, MessageId, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::{Clock, SystemClock, UserZone};
 use crate::users::Users;
@@ -282,12 +282,7 @@ impl Journal {
     }
 
     /// The settings the journal runs with.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
-    /// The same settings, shared, for the front ends to hand the reminders.
-    pub fn shared_settings(&self) -> &Arc<Settings> {
+    pub fn settings(&self) -> &Arc<Settings> {
         &self.settings
     }
 
@@ -307,19 +302,9 @@ impl Journal {
         self.settings.telegram.is_allowed(user_id.get())
     }
 
-    /// Records a user seen for the first time ([`Users::ensure`]).
-    pub async fn ensure_user(&self, user: &NewUser<'_>) -> Result<(), StoreError> {
-        self.users.ensure(user).await
-    }
-
     /// Now, by the one clock of the process.
     pub fn now(&self) -> jiff::Timestamp {
         self.users.now()
-    }
-
-    /// The user's zone ([`Users::zone_of`]).
-    pub async fn zone_of(&self, user_id: UserId) -> UserZone {
-        self.users.zone_of(user_id).await
     }
 
     /// The local day `at` belongs to in `zone` ([`Users::local_day`]).
@@ -356,18 +341,8 @@ impl Journal {
         }
     }
 
-    /// The user's language ([`Users::language_of`]).
-    pub async fn language_of(&self, user_id: UserId) -> Language {
-        self.users.language_of(user_id).await
-    }
-
-    /// The user's language, or `fallback` ([`Users::language_or`]).
-    pub async fn language_or(&self, user_id: UserId, fallback: Language) -> Language {
-        self.users.language_or(user_id, fallback).await
-    }
-
     /// A log's author as stored, with the fallbacks of [`Journal::language_of`] and
-    /// [`Journal::zone_of`] (English and the default zone for a user the store does not
+    /// [`Users::zone_of`] (English and the default zone for a user the store does not
     /// have or cannot read), in one read.
     async fn author_of(&self, user_id: UserId) -> Author {
         match self.store.user(user_id).await {

@@ -13,7 +13,6 @@ use crate::language::Language;
 use crate::llm::Task;
 use crate::render::Reply;
 use crate::store::{ChatId, DayLog, StoreError, UserId};
-use crate::streaks::Streaks;
 use crate::texts::Texts;
 use crate::time::UserZone;
 
@@ -352,12 +351,7 @@ impl Journal {
     /// cannot be read.
     async fn streak_for_note(&self, user_id: UserId, zone: &UserZone) -> u32 {
         let today = self.local_day(zone, self.now());
-        let streaks = self
-            .store
-            .entry_days(user_id)
-            .await
-            .map(|days| Streaks::from_days(&days, today));
-        match streaks {
+        match self.users.streaks_on(user_id, today).await {
             Ok(streaks) => streaks.current,
             Err(error) => {
                 tracing::warn!(%error, user_id = user_id.get(), "could not read the streak");
