@@ -91,6 +91,17 @@ pub fn telegram_call(method: &'static str, status: &'static str) {
     metrics::counter!(TELEGRAM_CALLS, "method" => method, "status" => status).increment(1);
 }
 
+/// One LLM attempt and its outcome (as `llm_calls.outcome` spells it).
+pub fn llm_attempt(task: &'static str, provider: &str, model: &str, outcome: &'static str) {
+    let labels = [
+        ("task", task.to_owned()),
+        ("provider", provider.to_owned()),
+        ("model", model.to_owned()),
+        ("outcome", outcome.to_owned()),
+    ];
+    metrics::counter!(LLM_ATTEMPTS, &labels).increment(1);
+}
+
 /// A daily reminder sent.
 pub fn reminder_sent() {
     metrics::counter!(REMINDERS_SENT).increment(1);

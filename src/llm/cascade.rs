@@ -83,11 +83,7 @@ pub(crate) async fn run<T>(
     if steps.is_empty() {
         return Err(CascadeError::NoUsableProvider);
     }
-    let is_refused = |s: &Step| {
-        refused
-            .iter()
-            .any(|r| r.provider == s.id.provider && r.model == s.id.model)
-    };
+    let is_refused = |s: &Step| refused.iter().any(|r| s.id.is(r));
     // The first earlier refusal: the task's final word unless another step answers or
     // fails only for a passing reason.
     let refused_before = steps.iter().find(|s| is_refused(s)).map(|s| Refusal {
@@ -1121,7 +1117,7 @@ impl<'a, T> TaskRun<'a, T> {
         ) {
             tracing::debug!(task, %provider, %model, key_index = ?key, error = ?error, "llm attempt error");
         }
-        metrics::counter!("daylog_llm_attempts_total", "task" => task, "provider" => provider.clone(), "model" => model.clone(), "outcome" => outcome.as_str()).increment(1);
+        crate::observe::llm_attempt(task, provider, model, outcome.as_str());
         self.sink.record(Attempt {
             task: self.task,
             provider: provider.clone(),

@@ -23,6 +23,13 @@ pub(crate) struct StepId {
     pub model: String,
 }
 
+impl StepId {
+    /// Whether this step is `model` (a model named as the rest of daylog names it).
+    pub fn is(&self, model: &crate::domain::ModelRef) -> bool {
+        self.provider == model.provider && self.model == model.model
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Slot {
     Step(usize),

@@ -342,11 +342,9 @@ impl Llm {
         };
         let now = tokio::time::Instant::now();
         let mut soonest: Option<tokio::time::Instant> = None;
-        let asked = steps.iter().filter(|step| {
-            !refused
-                .iter()
-                .any(|r| r.provider == step.id.provider && r.model == step.id.model)
-        });
+        let asked = steps
+            .iter()
+            .filter(|step| !refused.iter().any(|r| step.id.is(r)));
         for step in asked {
             // Its turn: the requests already waiting for the same budget go first.
             // Tokens are left out: the wait for any request, not for one of a given size
