@@ -149,14 +149,13 @@ pub async fn command(
     user_id: UserId,
     arg: &str,
 ) -> Result<Reply, StoreError> {
-    let id = user_id;
     let texts = Texts(users.language_of(user_id).await);
     let zone = users.zone_of(user_id).await;
-    let time = digest_time(store, id).await?;
+    let time = digest_time(store, user_id).await?;
     let night = time.is_before_day_start(users.day_starts_hour());
     let on = match arg.trim().to_lowercase().as_str() {
         "" => {
-            let enabled = store.digest_enabled(id).await?;
+            let enabled = store.digest_enabled(user_id).await?;
             return Ok(Reply::new().text(if enabled {
                 texts.digest_on(&time.to_string(), zone.name(), night)
             } else {
@@ -168,19 +167,19 @@ pub async fn command(
         _ => return Ok(Reply::new().text(texts.digest_usage())),
     };
     if on {
-        if store.digest_enabled(id).await? {
+        if store.digest_enabled(user_id).await? {
             // Already on: the schedule follows the settings, but a digest that is due
             // this very moment is kept for the scheduler rather than skipped.
             reschedule(store, users, user_id).await?;
         } else {
             let next = next_sunday_at(&zone, users.now(), time, users.day_starts_hour());
-            store.set_digest(id, Some(next)).await?;
+            store.set_digest(user_id, Some(next)).await?;
         }
-        tracing::info!(user_id = id.get(), "weekly digest turned on");
+        tracing::info!(user_id = user_id.get(), "weekly digest turned on");
         Ok(Reply::new().text(texts.digest_on(&time.to_string(), zone.name(), night)))
     } else {
-        store.set_digest(id, None).await?;
-        tracing::info!(user_id = id.get(), "weekly digest turned off");
+        store.set_digest(user_id, None).await?;
+        tracing::info!(user_id = user_id.get(), "weekly digest turned off");
         Ok(Reply::new().text(texts.digest_off()))
     }
 }
@@ -188,12 +187,11 @@ pub async fn command(
 /// The user's zone or reminder time changed: a Sunday digest that is on follows it
 /// (one already due is sent first, by the scheduler, which then follows the change).
 pub async fn reschedule(store: &Store, users: &Users, user_id: UserId) -> Result<(), StoreError> {
-    let id = user_id;
-    if !store.digest_enabled(id).await? {
+    if !store.digest_enabled(user_id).await? {
         return Ok(());
     }
     let zone = users.zone_of(user_id).await;
-    let time = digest_time(store, id).await?;
+    let time = digest_time(store, user_id).await?;
     let now = users.now();
     let starts = users.day_starts_hour();
     let next = next_sunday_at(&zone, now, time, starts);
@@ -205,7 +203,9 @@ pub async fn reschedule(store: &Store, users: &Users, user_id: UserId) -> Result
         .ok()
         .and_then(|start| zone.to_timestamp(sunday.to_datetime(start)))
         .unwrap_or(next);
-    store.reschedule_digest(id, next, now, sunday_begins).await
+    store
+        .reschedule_digest(user_id, next, now, sunday_begins)
+        .await
 }
 
 impl Digests {
@@ -254,27 +254,26 @@ impl Digests {
         target: Target,
         front_end: FrontEnd,
     ) -> Result<(), StoreError> {
-        let id = user_id;
         let asked_by = target.reply_to;
         let language = self.users.language_of(user_id).await;
         let texts = Texts(language);
         let (_, today) = self.users.today_of(user_id).await;
         let (first, last) = week_ending(today);
-        if self.store.entries_between(id, first, last).await? == 0 {
-            send_notice(messenger, target, texts.week_empty(), id).await;
+        if self.store.entries_between(user_id, first, last).await? == 0 {
+            send_notice(messenger, target, texts.week_empty(), user_id).await;
             return Ok(());
         }
-        let Some(claim) = self.claim(id, first) else {
+        let Some(claim) = self.claim(user_id, first) else {
             // The scheduler or the worker is writing this very digest; it comes from there.
-            let stored = self.store.digest_of_week(id, first).await?;
+            let stored = self.store.digest_of_week(user_id, first).await?;
             if !stored.is_some_and(|d| same_ask(&d, asked_by)) {
-                send_notice(messenger, target, texts.digest_on_its_way(), id).await;
+                send_notice(messenger, target, texts.digest_on_its_way(), user_id).await;
             }
             return Ok(());
         };
         let (digest, inserted) = self
             .store
-            .insert_digest(id, target.chat_id, first, front_end, asked_by)
+            .insert_digest(user_id, target.chat_id, first, front_end, asked_by)
             .await?;
         let digest = if inserted || same_ask(&digest, asked_by) {
             digest
@@ -290,7 +289,7 @@ impl Digests {
                     && digest.attempts > 0
                     && self.store.due_digest(digest.id).await?.is_none() =>
             {
-                send_notice(messenger, target, texts.digest_will_follow(), id).await;
+                send_notice(messenger, target, texts.digest_will_follow(), user_id).await;
             }
             DigestStatus::Pending => {
                 self.run(messenger, digest, target, Asked::OnDemand).await?;
@@ -306,10 +305,10 @@ impl Digests {
                 let text = digest.text.clone().unwrap_or_default();
                 let responses = self.responses(language, &digest, &text).await?;
                 if let Err(error) = messenger.send(target, responses).await {
-                    tracing::warn!(%error, user_id = id.get(), "digest not delivered again");
+                    tracing::warn!(%error, user_id = user_id.get(), "digest not delivered again");
                 }
             }
-            _ => send_notice(messenger, target, texts.digest_refused(), id).await,
+            _ => send_notice(messenger, target, texts.digest_refused(), user_id).await,
         }
         drop(claim);
         Ok(())
@@ -430,12 +429,11 @@ impl Digests {
         let (store, user_id) = (&self.store, digest.user_id);
         // Read before the week itself: an entry stored while the digest is written makes
         // it out of date, so a `/week` after it writes it again.
-        let written_from = store.week_entries_mark(user_id, first, last).await?;
+        let (written_from, entries) = store.week_entries_mark(user_id, first, last).await?;
         let days = week_days(store, user_id, first, last).await?;
         let summaries = store
             .summaries_between(user_id, first, last, MAX_SUMMARIES)
             .await?;
-        let entries = store.entries_between(user_id, first, last).await?;
         let request = analysis::digest_request(&WeekContext {
             language,
             first_day: first,
@@ -740,7 +738,7 @@ async fn renewed_if_stale(
     let (Some(_), Some((first, last))) = (&digest.text, days_of(&digest)) else {
         return Ok(digest);
     };
-    let now = store.week_entries_mark(digest.user_id, first, last).await?;
+    let (now, _) = store.week_entries_mark(digest.user_id, first, last).await?;
     if digest.written_from.as_deref() == Some(now.as_str()) {
         return Ok(digest);
     }

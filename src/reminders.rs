@@ -214,6 +214,7 @@ async fn tick_until<M: Messenger>(
     let due = store.due_reminders(now, BATCH).await?;
     let mut done = Tick::default();
     let mut sending = JoinSet::new();
+    let max_late = settings.reminders.max_late();
     for reminder in due {
         // A send slot first, then the stop is looked at, then the reminder is recorded
         // as sent: so no reminder is recorded and then left waiting for a slot.
@@ -225,7 +226,6 @@ async fn tick_until<M: Messenger>(
         if stop.is_cancelled() {
             break;
         }
-        let max_late = settings.reminders.max_late();
         match prepare(store, users, max_late, &reminder, now).await {
             Ok(Some(send)) => {
                 let (store, users) = (store.clone(), users.clone());

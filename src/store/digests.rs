@@ -297,13 +297,14 @@ impl Store {
     /// A fingerprint of the user's entries on the local days `first..=last`: their count
     /// and a hash of their ids and texts, so that an entry created, edited or removed
     /// changes it. Stored with a digest's text ([`Store::store_digest_text`]) and
-    /// compared when the week is asked for again.
+    /// compared when the week is asked for again. With it, the number of those entries
+    /// (what [`Store::entries_between`] counts), read in the same query.
     pub async fn week_entries_mark(
         &self,
         user_id: UserId,
         first: jiff::civil::Date,
         last: jiff::civil::Date,
-    ) -> Result<String, StoreError> {
+    ) -> Result<(String, i64), StoreError> {
         let rows: Vec<(i64, String)> = sqlx::query_as(
             "SELECT id, text FROM day_logs
              WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3 ORDER BY id",
@@ -313,7 +314,8 @@ impl Store {
         .bind(last.to_string())
         .fetch_all(&self.read)
         .await?;
-        Ok(entries_mark(&rows))
+        let count = i64::try_from(rows.len()).unwrap_or(i64::MAX);
+        Ok((entries_mark(&rows), count))
     }
 
     /// (local day, summary) of the user's entries on `first..=last`, oldest first, at
