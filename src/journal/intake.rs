@@ -87,10 +87,8 @@ impl Journal {
         messenger: &M,
         voice: IncomingVoice,
     ) -> Result<Option<Accepted>, EntryError> {
-        let language = match self.store.user(voice.user_id).await {
-            Ok(Some(user)) => user.language(),
-            _ => Language::from_code(voice.language_code.as_deref()),
-        };
+        let client = Language::from_code(voice.language_code.as_deref());
+        let language = self.users.language_or(voice.user_id, client).await;
         if let Some(refusal) = self.voice_refusal(&voice, Texts(language)) {
             tracing::info!(
                 chat_id = voice.chat_id.get(),

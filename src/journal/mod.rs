@@ -341,7 +341,7 @@ impl Journal {
         }
     }
 
-    /// A log's author as stored, with the fallbacks of [`Journal::language_of`] and
+    /// A log's author as stored, with the fallbacks of [`Users::language_of`] and
     /// [`Users::zone_of`] (English and the default zone for a user the store does not
     /// have or cannot read), in one read.
     async fn author_of(&self, user_id: UserId) -> Author {
@@ -352,13 +352,13 @@ impl Journal {
             },
             Ok(None) => Author {
                 language: Language::default(),
-                zone: self.settings.journal.default_zone(),
+                zone: self.users.default_zone().clone(),
             },
             Err(error) => {
                 tracing::warn!(%error, user_id = user_id.get(), "could not read the user's language and zone");
                 Author {
                     language: Language::default(),
-                    zone: self.settings.journal.default_zone(),
+                    zone: self.users.default_zone().clone(),
                 }
             }
         }
