@@ -16,6 +16,8 @@
 
 pub mod daylio;
 
+use std::collections::HashSet;
+
 use jiff::civil::{Date, Time};
 
 use crate::domain::Metrics;
@@ -131,12 +133,14 @@ pub fn mood_score(name: &str) -> Option<u8> {
     }
 }
 
+/// Daylio's English default mood names, by score: `DEFAULT_MOODS[score - 1]`.
+pub(crate) const DEFAULT_MOODS: [&str; 5] = ["awful", "bad", "meh", "good", "rad"];
+
 /// The name a row's mood is keyed by: a default name in any of its languages as
 /// Daylio's English one ("Супер" → "rad"), any other name lower-cased and trimmed.
 pub fn mood_key(name: &str) -> String {
-    const DEFAULT: [&str; 5] = ["awful", "bad", "meh", "good", "rad"];
     match mood_score(name) {
-        Some(score) => DEFAULT[usize::from(score) - 1].to_owned(),
+        Some(score) => DEFAULT_MOODS[usize::from(score) - 1].to_owned(),
         None => name.trim().to_lowercase(),
     }
 }
@@ -203,20 +207,19 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, ImportError> {
     };
     let mut parsed = Parsed::default();
     let mut record = csv::StringRecord::new();
+    // The keys of the unknown moods already named, so each is named once.
+    let mut unknown = HashSet::new();
     loop {
         let line = reader.position().line();
         match reader.read_record(&mut record) {
             Ok(false) => break,
             Ok(true) => match row(layout, &record) {
                 Some(row) => {
-                    let name = record.get(4).unwrap_or_default().trim();
                     if row.mood.is_none()
-                        && !name.is_empty()
-                        && !parsed
-                            .unknown_moods
-                            .iter()
-                            .any(|known| mood_key(known) == row.mood_name)
+                        && !row.mood_name.is_empty()
+                        && unknown.insert(row.mood_name.clone())
                     {
+                        let name = record.get(4).unwrap_or_default().trim();
                         parsed.unknown_moods.push(name.to_owned());
                     }
                     parsed.rows.push(row);
@@ -245,8 +248,8 @@ fn row(layout: Layout, record: &csv::StringRecord) -> Option<ImportRow> {
         Layout::Old => parse_old_date(field(0)?, field(1)?)?,
     };
     let time = parse_time(field(3)?)?;
-    let mood = mood_score(field(4)?);
     let mood_name = mood_key(field(4)?);
+    let mood = mood_score(&mood_name);
     let activities = field(5)?;
     let parts: Vec<&str> = match layout {
         Layout::New => vec![field(6)?, field(7)?],

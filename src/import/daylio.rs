@@ -21,7 +21,7 @@ use base64::Engine as _;
 use jiff::civil::{Date, Time};
 use serde::Deserialize;
 
-use super::{ImportError, ImportRow, Parsed, mood_key};
+use super::{DEFAULT_MOODS, ImportError, ImportRow, Parsed, mood_key};
 use crate::domain::Metrics;
 
 /// The member that holds the data.
@@ -30,9 +30,6 @@ const MEMBER: &str = "backup.daylio";
 /// The most the data member may unpack to (its base64 text): years of entries are a
 /// few MB; anything beyond is refused unread.
 pub const MAX_UNPACKED_BYTES: u64 = 64 * 1024 * 1024;
-
-/// Daylio's names of its five default moods, by level group (1 the best).
-const DEFAULT_NAMES: [&str; 5] = ["rad", "good", "meh", "bad", "awful"];
 
 /// Whether `bytes` begin as a zip file does (a backup, not a CSV).
 pub fn is_zip(bytes: &[u8]) -> bool {
@@ -126,7 +123,9 @@ fn mood_of(mood: &Mood) -> (Option<u8>, String) {
             .ok()
             .filter(|p| (1..=5).contains(p))
             .or(group)
-            .map_or("", |p| DEFAULT_NAMES[p - 1])
+            // Group and predefined name count from the best (1, "rad"); the default
+            // names are listed by score, from the worst.
+            .map_or("", |p| DEFAULT_MOODS[5 - p])
     } else {
         name
     };
