@@ -20,8 +20,7 @@
 //! user, and only stores their digests: the worker writes and sends them, a few at a
 //! time (its permits), and waits for them when the process stops.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use jiff::civil::{Date, Time, Weekday};
@@ -32,6 +31,7 @@ use crate::analysis::{self, WeekContext};
 use crate::charts;
 use crate::config::WorkerSettings;
 use crate::frontend::{Messenger, Response, SendError, Target};
+use crate::journal::{self, claims::ClaimSet};
 use crate::language::Language;
 use crate::llm::{Llm, Task};
 use crate::render::Reply;
@@ -107,22 +107,10 @@ pub struct Digests {
 }
 
 /// The digests being worked on in this process, by user and week.
-type Claims = Arc<Mutex<HashSet<(UserId, Date)>>>;
+type Claims = ClaimSet<(UserId, Date)>;
 
 /// An in-memory claim on a user's digest of one week, released on drop.
-struct Claim {
-    key: (UserId, Date),
-    set: Claims,
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        self.set
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.key);
-    }
-}
+type Claim = journal::claims::Claim<(UserId, Date)>;
 
 /// Whether the digest is asked for by the user now (who always gets an answer) or
 /// comes on its own (the schedule, the worker: it speaks only with the digest itself).
@@ -215,7 +203,7 @@ impl Digests {
             users,
             llm,
             worker,
-            claims: Arc::default(),
+            claims: Claims::default(),
         }
     }
 
@@ -232,15 +220,7 @@ impl Digests {
     /// Claims the user's digest of the week from `week_start`; `None` when someone in
     /// this process is already on it.
     fn claim(&self, user_id: UserId, week_start: Date) -> Option<Claim> {
-        let key = (user_id, week_start);
-        let mut set = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        if !set.insert(key) {
-            return None;
-        }
-        Some(Claim {
-            key,
-            set: Arc::clone(&self.claims),
-        })
+        self.claims.claim((user_id, week_start))
     }
 
     /// `/week`: the digest of the last 7 local days, sent through `messenger` to `target`

@@ -24,6 +24,7 @@
 //! held in memory behind an analysis.
 
 mod analyse;
+pub mod claims;
 mod intake;
 mod lanes;
 mod reply;
@@ -143,30 +144,15 @@ impl Known {
 /// A message is claimed by its chat and message id.
 type ClaimKey = (ChatId, MessageId);
 
-/// The claimed messages, each with whether an edit came that could not claim it.
-type Claims = Arc<Mutex<HashMap<ClaimKey, bool>>>;
-
-/// An in-memory claim on a message's log, released on drop.
-pub struct Claim {
-    key: ClaimKey,
-    set: Claims,
-}
+/// An in-memory claim on a message's log, released on drop; its value says whether an
+/// edit came that could not claim it.
+pub type Claim = claims::Claim<ClaimKey, bool>;
 
 impl Claim {
-    /// Whether the message was edited since it was claimed (or since the last call):
-    /// its holder answers the new text too, rather than leaving it to the worker.
+    /// Whether the message was edited since it was claimed (or since the last call): its
+    /// holder answers the new text too, rather than leaving it to the worker.
     fn take_edited(&self) -> bool {
-        let mut set = self.set.lock().unwrap_or_else(PoisonError::into_inner);
-        set.get_mut(&self.key).is_some_and(std::mem::take)
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        self.set
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.key);
+        self.take()
     }
 }
 
@@ -193,7 +179,7 @@ pub struct Journal {
     settings: Arc<Settings>,
     store: Store,
     llm: Arc<Llm>,
-    claims: Claims,
+    claims: claims::ClaimSet<ClaimKey, bool>,
     /// Held (shared) by an insert that claims its log only after it (a terminal entry),
     /// and (exclusively) by the worker while it lists and claims unfinished logs.
     claim_gate: tokio::sync::RwLock<()>,
@@ -260,7 +246,7 @@ impl Journal {
             settings,
             store,
             llm,
-            claims: Arc::default(),
+            claims: claims::ClaimSet::default(),
             claim_gate: tokio::sync::RwLock::new(()),
             unrecorded: Mutex::default(),
             lanes: Lanes::default(),
@@ -320,25 +306,14 @@ impl Journal {
 
     /// Claims a message's log for this process; `None` when someone is already on it.
     pub fn claim(&self, chat_id: ChatId, message_id: MessageId) -> Option<Claim> {
-        let key = (chat_id, message_id);
-        let mut set = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        if set.contains_key(&key) {
-            return None;
-        }
-        set.insert(key, false);
-        Some(Claim {
-            key,
-            set: Arc::clone(&self.claims),
-        })
+        self.claims.claim((chat_id, message_id))
     }
 
     /// Tells the holder of a claimed message that its text changed (see
     /// [`Claim::take_edited`]).
     fn mark_edited(&self, chat_id: ChatId, message_id: MessageId) {
-        let mut set = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(edited) = set.get_mut(&(chat_id, message_id)) {
-            *edited = true;
-        }
+        self.claims
+            .update(&(chat_id, message_id), |edited| *edited = true);
     }
 
     /// A log's author as stored, with the fallbacks of [`Users::language_of`] and
