@@ -106,11 +106,15 @@ pub(crate) fn wait_more(after: Duration, elapsed: Duration, lag: Duration) -> Op
 
 /// The auto threshold from a step's recent latencies (any order).
 pub(crate) fn auto_threshold(recent: &[Duration], request_timeout: Duration) -> Duration {
+    threshold_of(recent.to_vec(), request_timeout)
+}
+
+/// [`auto_threshold`] of latencies the caller already collected: sorted in place.
+fn threshold_of(mut sorted: Vec<Duration>, request_timeout: Duration) -> Duration {
     let cap = request_timeout / 2;
-    if recent.len() < MIN_SAMPLES {
+    if sorted.len() < MIN_SAMPLES {
         return START.min(cap);
     }
-    let mut sorted = recent.to_vec();
     sorted.sort_unstable();
     // Nearest-rank p95: the smallest sample with at least 95 % of them at or below it.
     let rank = (sorted.len() * 95).div_ceil(100).max(1);
@@ -291,7 +295,7 @@ impl Hedging {
         }
         recent.samples.push_back((latency, answered_at.is_some()));
         let samples: Vec<Duration> = recent.samples.iter().map(|(latency, _)| *latency).collect();
-        recent.threshold = auto_threshold(&samples, self.request_timeout);
+        recent.threshold = threshold_of(samples, self.request_timeout);
     }
 }
 
