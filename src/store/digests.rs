@@ -201,7 +201,7 @@ impl Store {
         Ok(
             sqlx::query_scalar("SELECT digest_enabled FROM users WHERE user_id = ?1")
                 .bind(user_id)
-                .fetch_optional(&self.read)
+                .fetch_optional(&self.sqlite("digest_enabled")?.read)
                 .await?
                 .unwrap_or(false),
         )
@@ -222,7 +222,7 @@ impl Store {
             )
             .bind(user_id)
             .bind(&next_at)
-            .execute(&self.write)
+            .execute(&self.sqlite("set_digest")?.write)
             .await?;
             if done.rows_affected() == 0 {
                 return Err(StoreError::Sql(sqlx::Error::RowNotFound));
@@ -258,7 +258,7 @@ impl Store {
             .bind(&next_at)
             .bind(&now)
             .bind(&keep_before)
-            .execute(&self.write)
+            .execute(&self.sqlite("reschedule_digest")?.write)
             .await?;
             Ok(())
         })
@@ -272,7 +272,7 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<DueDigest>, StoreError> {
         let rows: Vec<DueDigestRow> = super::due_query(DUE_DIGESTS_SQL, now, limit)
-            .fetch_all(&self.read)
+            .fetch_all(&self.sqlite("due_digest_users")?.read)
             .await?;
         Ok(rows.into_iter().map(|row| row.read(self, now)).collect())
     }
@@ -290,7 +290,7 @@ impl Store {
         .bind(user_id)
         .bind(first.to_string())
         .bind(last.to_string())
-        .fetch_one(&self.read)
+        .fetch_one(&self.sqlite("entries_between")?.read)
         .await?)
     }
 
@@ -312,7 +312,7 @@ impl Store {
         .bind(user_id)
         .bind(first.to_string())
         .bind(last.to_string())
-        .fetch_all(&self.read)
+        .fetch_all(&self.sqlite("week_entries_mark")?.read)
         .await?;
         let count = i64::try_from(rows.len()).unwrap_or(i64::MAX);
         Ok((entries_mark(&rows), count))
@@ -359,7 +359,7 @@ impl Store {
         .bind(last.to_string())
         .bind(limit)
         .bind(TEXT_STAND_IN_CHARS)
-        .fetch_all(&self.read)
+        .fetch_all(&self.sqlite("summaries_between")?.read)
         .await?;
         rows.sort_by(|a, b| (&a.1, a.3).cmp(&(&b.1, b.3)));
         Ok(rows
@@ -394,7 +394,7 @@ impl Store {
             .bind(week_start.to_string())
             .bind(front_end.source().as_str())
             .bind(message_id)
-            .fetch_all(&self.write)
+            .fetch_all(&self.sqlite("insert_digest")?.write)
             .await?;
             Ok(returned(rows))
         })
@@ -437,7 +437,7 @@ impl Store {
             .bind(message_id)
             .bind(digest.status.as_str())
             .bind(&digest.written_from)
-            .fetch_all(&self.write)
+            .fetch_all(&self.sqlite("renew_digest")?.write)
             .await?;
             Ok(returned(rows))
         })
@@ -455,7 +455,7 @@ impl Store {
         ))
         .bind(user_id)
         .bind(week_start.to_string())
-        .fetch_optional(&self.write)
+        .fetch_optional(&self.sqlite("digest_of_week")?.write)
         .await?)
     }
 
@@ -474,7 +474,7 @@ impl Store {
     ) -> Result<DigestAdvance, StoreError> {
         let next_at = sql_timestamp(next_at);
         retry_busy("advance_digest", || async {
-            let mut tx = self.write.begin().await?;
+            let mut tx = self.sqlite("transaction")?.write.begin().await?;
             let moved = sqlx::query(
                 "UPDATE users SET digest_next_at = ?3
                  WHERE user_id = ?1 AND digest_enabled = 1 AND digest_next_at = ?2",
@@ -522,7 +522,7 @@ impl Store {
              WHERE id = ?1 AND status = 'pending' AND next_attempt_at <= datetime('now')"
         ))
         .bind(id)
-        .fetch_optional(&self.write)
+        .fetch_optional(&self.sqlite("due_digest")?.write)
         .await?)
     }
 
@@ -545,7 +545,7 @@ impl Store {
             .bind(max_age.as_secs_f64())
             .bind(front_end.source().as_str())
             .bind(front_end.user_id())
-            .fetch_all(&self.write)
+            .fetch_all(&self.sqlite("fail_old_digests")?.write)
             .await?)
         })
         .await
@@ -566,7 +566,7 @@ impl Store {
         .bind(limit)
         .bind(front_end.source().as_str())
         .bind(front_end.user_id())
-        .fetch_all(&self.read)
+        .fetch_all(&self.sqlite("due_digests")?.read)
         .await?)
     }
 
@@ -587,7 +587,7 @@ impl Store {
             .bind(id)
             .bind(text)
             .bind(written_from)
-            .execute(&self.write)
+            .execute(&self.sqlite("store_digest_text")?.write)
             .await?;
             Ok(done.rows_affected() == 1)
         })
@@ -604,7 +604,7 @@ impl Store {
             )
             .bind(id)
             .bind(retry_in.as_secs_f64())
-            .execute(&self.write)
+            .execute(&self.sqlite("digest_retry")?.write)
             .await?;
             Ok(())
         })
@@ -638,7 +638,7 @@ impl Store {
             )
             .bind(id)
             .bind(status.as_str())
-            .execute(&self.write)
+            .execute(&self.sqlite("finish_digest")?.write)
             .await?;
             Ok(())
         })

@@ -491,7 +491,7 @@ impl Store {
             .bind(log.text)
             .bind(log.local_day.map(|day| day.to_string()))
             .bind(log.written_at.map(sql_timestamp))
-            .fetch_all(&self.write)
+            .fetch_all(&self.sqlite("insert_log")?.write)
             .await?;
             Ok(match returned(inserted) {
                 Some(row) => Inserted::New(Box::new(row)),
@@ -501,7 +501,7 @@ impl Store {
                     )
                     .bind(log.chat_id)
                     .bind(log.message_id)
-                    .fetch_one(&self.write)
+                    .fetch_one(&self.sqlite("insert_log")?.write)
                     .await?,
                 ),
             })
@@ -514,7 +514,7 @@ impl Store {
             "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"
         ))
         .bind(id)
-        .fetch_optional(&self.read)
+        .fetch_optional(&self.sqlite("log")?.read)
         .await?)
     }
 
@@ -538,7 +538,7 @@ impl Store {
             .bind(chat_id)
             .bind(message_id)
             .bind(text)
-            .fetch_all(&self.write)
+            .fetch_all(&self.sqlite("update_text")?.write)
             .await?;
             Ok(returned(rows))
         }))
@@ -571,7 +571,7 @@ impl Store {
             .bind(text)
             .bind(Source::Chat.as_str())
             .bind(local_day.map(|day| day.to_string()))
-            .fetch_all(&self.write)
+            .fetch_all(&self.sqlite("insert_chat_log")?.write)
             .await?;
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
         }))
@@ -593,7 +593,7 @@ impl Store {
     ) -> Result<ImportCounts, StoreError> {
         self.durably(retry_busy("import_logs", || async {
             let mut counts = ImportCounts::default();
-            let mut tx = self.write.begin().await?;
+            let mut tx = self.sqlite("transaction")?.write.begin().await?;
             for log in logs {
                 let created_at = sql_timestamp(log.created_at);
                 let day = log.local_day.to_string();
@@ -706,7 +706,7 @@ impl Store {
             .bind(log.duration_s)
             .bind(log.local_day.map(|day| day.to_string()))
             .bind(log.written_at.map(sql_timestamp))
-            .fetch_all(&self.write)
+            .fetch_all(&self.sqlite("insert_voice_log")?.write)
             .await?;
             Ok(match rows.pop() {
                 Some(row) => Inserted::New(Box::new(row)),
@@ -716,7 +716,7 @@ impl Store {
                     )
                     .bind(log.chat_id)
                     .bind(log.message_id)
-                    .fetch_one(&self.write)
+                    .fetch_one(&self.sqlite("insert_voice_log")?.write)
                     .await?,
                 ),
             })
@@ -747,7 +747,7 @@ impl Store {
             .bind(file)
             .bind(duration_s)
             .bind(local_day.map(|day| day.to_string()))
-            .fetch_all(&self.write)
+            .fetch_all(&self.sqlite("insert_chat_voice_log")?.write)
             .await?;
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
         }))
@@ -761,7 +761,7 @@ impl Store {
              WHERE id = ?1 AND kind = 'voice' AND file_id IS NOT NULL",
         )
         .bind(id)
-        .fetch_optional(&self.write)
+        .fetch_optional(&self.sqlite("voice_note")?.write)
         .await?;
         Ok(row.map(|row| VoiceNote {
             file_id: row.file_id,
@@ -789,7 +789,7 @@ impl Store {
             ))
             .bind(id)
             .bind(transcript)
-            .fetch_all(&self.write)
+            .fetch_all(&self.sqlite("store_transcript")?.write)
             .await?;
             Ok(rows.pop())
         })
@@ -804,7 +804,7 @@ impl Store {
                  WHERE id = ?1 AND transcript_sent_at IS NULL",
             )
             .bind(id)
-            .execute(&self.write)
+            .execute(&self.sqlite("mark_transcript_sent")?.write)
             .await?;
             Ok(())
         })
@@ -820,7 +820,7 @@ impl Store {
         Ok(sqlx::query_scalar(RECENT_USE_SQL)
             .bind(user_id)
             .bind(id)
-            .fetch_one(&self.read)
+            .fetch_one(&self.sqlite("recent_use")?.read)
             .await?)
     }
 
@@ -829,7 +829,7 @@ impl Store {
         Ok(sqlx::query_as::<_, DayLog>(HISTORY_SQL)
             .bind(user_id)
             .bind(limit)
-            .fetch_all(&self.read)
+            .fetch_all(&self.sqlite("history")?.read)
             .await?)
     }
 
@@ -839,7 +839,7 @@ impl Store {
             "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1 ORDER BY created_at, id"
         ))
         .bind(user_id)
-        .fetch_all(&self.read)
+        .fetch_all(&self.sqlite("export")?.read)
         .await?)
     }
 
@@ -853,7 +853,7 @@ impl Store {
         let rows = sqlx::query_as::<_, DayMetricsRow>(DAILY_METRICS_SQL)
             .bind(user_id)
             .bind(first.to_string())
-            .fetch_all(&self.read)
+            .fetch_all(&self.sqlite("daily_metrics")?.read)
             .await?;
         Ok(rows
             .into_iter()
@@ -878,7 +878,7 @@ impl Store {
              SELECT day FROM days WHERE day IS NOT NULL",
         )
         .bind(user_id)
-        .fetch_all(&self.read)
+        .fetch_all(&self.sqlite("entry_days")?.read)
         .await?;
         Ok(days
             .iter()
@@ -900,7 +900,7 @@ impl Store {
         )
         .bind(user_id)
         .bind(first.to_string())
-        .fetch_all(&self.read)
+        .fetch_all(&self.sqlite("day_activities")?.read)
         .await?;
         Ok(rows
             .into_iter()
@@ -922,7 +922,7 @@ impl Store {
         )
         .bind(user_id)
         .bind(day.to_string())
-        .fetch_one(&self.read)
+        .fetch_one(&self.sqlite("has_entry_on")?.read)
         .await?)
     }
 
@@ -945,7 +945,7 @@ impl Store {
         .bind(user_id)
         .bind(before_id)
         .bind(limit)
-        .fetch_all(&self.read)
+        .fetch_all(&self.sqlite("recent_summaries")?.read)
         .await?)
     }
 
@@ -973,7 +973,7 @@ impl Store {
             .bind(&stem)
             .bind(format!("{stem}\u{10FFFF}"))
             .bind(SEARCH_MAX_LISTED + 1)
-            .fetch_all(&self.read)
+            .fetch_all(&self.sqlite("search")?.read)
             .await?;
             if words.len() <= SEARCH_MAX_LISTED as usize {
                 found.insert(stem, words);
@@ -990,7 +990,7 @@ impl Store {
             .bind(SEARCH_LIMIT)
             .bind(SEARCH_CANDIDATES)
             .bind(ELLIPSIS.to_string())
-            .fetch_all(&self.read)
+            .fetch_all(&self.sqlite("search")?.read)
             .await?;
         Ok(rows.into_iter().map(SearchHit::from).collect())
     }
@@ -1002,7 +1002,7 @@ impl Store {
             .bind(user_id)
             .bind(format!("{year:04}-01-01"))
             .bind(format!("{year:04}-12-31"))
-            .fetch_all(&self.read)
+            .fetch_all(&self.sqlite("year_moods")?.read)
             .await?;
         Ok(rows
             .into_iter()

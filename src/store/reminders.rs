@@ -134,7 +134,7 @@ impl Store {
              FROM reminders WHERE user_id = ?1",
         )
         .bind(user_id)
-        .fetch_optional(&self.read)
+        .fetch_optional(&self.sqlite("reminder")?.read)
         .await?;
         Ok(row.map(Reminder::from))
     }
@@ -168,7 +168,7 @@ impl Store {
             .bind(&local_time)
             .bind(&next_due_at)
             .bind(&now)
-            .execute(&self.write)
+            .execute(&self.sqlite("set_reminder")?.write)
             .await?;
             Ok(())
         }))
@@ -180,7 +180,7 @@ impl Store {
         self.durably(retry_busy("disable_reminder", || async {
             sqlx::query("UPDATE reminders SET enabled = 0, next_due_at = NULL WHERE user_id = ?1")
                 .bind(user_id)
-                .execute(&self.write)
+                .execute(&self.sqlite("disable_reminder")?.write)
                 .await?;
             Ok(())
         }))
@@ -200,7 +200,7 @@ impl Store {
             sqlx::query("UPDATE reminders SET next_due_at = ?2 WHERE user_id = ?1 AND enabled = 1")
                 .bind(user_id)
                 .bind(&next_due_at)
-                .execute(&self.write)
+                .execute(&self.sqlite("reschedule_reminder")?.write)
                 .await?;
             Ok(())
         })
@@ -214,7 +214,7 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<DueReminder>, StoreError> {
         let rows: Vec<DueReminderRow> = super::due_query(DUE_REMINDERS_SQL, now, limit)
-            .fetch_all(&self.read)
+            .fetch_all(&self.sqlite("due_reminders")?.read)
             .await?;
         Ok(rows.into_iter().map(|row| row.read(self, now)).collect())
     }
@@ -242,7 +242,7 @@ impl Store {
             .bind(due_at.key())
             .bind(&sent_day)
             .bind(&next_due_at)
-            .execute(&self.write)
+            .execute(&self.sqlite("advance_reminder")?.write)
             .await?;
             Ok(done.rows_affected() == 1)
         })
@@ -273,7 +273,7 @@ impl Store {
             .bind(&due_at)
             .bind(&last_sent_day)
             .bind(&advanced_to)
-            .execute(&self.write)
+            .execute(&self.sqlite("restore_reminder")?.write)
             .await?;
             Ok(())
         })

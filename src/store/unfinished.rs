@@ -116,7 +116,7 @@ impl Store {
                     .bind(metrics.as_ref().map(crate::domain::Metrics::to_json)),
                 Outcome::Failed(_) => query,
             };
-            let done = query.execute(&self.write).await?;
+            let done = query.execute(&self.sqlite("record")?.write).await?;
             Ok(done.rows_affected() == 1)
         })
         .await
@@ -134,7 +134,7 @@ impl Store {
                  WHERE status = 'pending' AND next_attempt_at > datetime('now')
                    AND waiting_for = 'provider'",
             )
-            .execute(&self.write)
+            .execute(&self.sqlite("retry_pending_now")?.write)
             .await?;
             Ok(done.rows_affected())
         })
@@ -158,7 +158,7 @@ impl Store {
                 .bind(log.id)
                 .bind(log.user_id)
                 .bind(i64::from(limit.max(1)) - 1)
-                .fetch_all(&self.write)
+                .fetch_all(&self.sqlite("defer_to_free_slot")?.write)
                 .await?;
             Ok(Duration::from_secs(
                 rows.first()
@@ -207,7 +207,7 @@ impl Store {
             sqlx::query(sql)
                 .bind(id)
                 .bind(retry_in.as_secs_f64())
-                .execute(&self.write)
+                .execute(&self.sqlite("schedule")?.write)
                 .await?;
             Ok(())
         })
@@ -223,7 +223,7 @@ impl Store {
                  WHERE id = ?1 AND status <> 'pending'",
             )
             .bind(id)
-            .execute(&self.write)
+            .execute(&self.sqlite("mark_replied")?.write)
             .await?;
             Ok(())
         })
@@ -235,7 +235,7 @@ impl Store {
     pub async fn pending_count(&self) -> Result<u64, StoreError> {
         let count: i64 =
             sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE status = 'pending'")
-                .fetch_one(&self.read)
+                .fetch_one(&self.sqlite("pending_count")?.read)
                 .await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
@@ -259,7 +259,7 @@ impl Store {
         .bind(limit)
         .bind(front_end.source().as_str())
         .bind(front_end.user_id())
-        .fetch_all(&self.read)
+        .fetch_all(&self.sqlite("unfinished")?.read)
         .await?;
         Ok(rows.into_iter().map(Unfinished::classify).collect())
     }
@@ -275,7 +275,7 @@ impl Store {
              WHERE id = ?1 AND (({UNFINISHED_PENDING}) OR ({UNFINISHED_REPLY}))"
         ))
         .bind(id)
-        .fetch_optional(&self.write)
+        .fetch_optional(&self.sqlite("unfinished_one")?.write)
         .await?;
         Ok(log.map(Unfinished::classify))
     }
@@ -288,7 +288,7 @@ impl Store {
              FROM day_logs WHERE id = ?1",
         )
         .bind(id)
-        .fetch_optional(&self.read)
+        .fetch_optional(&self.sqlite("log_age")?.read)
         .await?;
         Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }

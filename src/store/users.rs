@@ -92,7 +92,7 @@ impl Store {
             .bind(user.username)
             .bind(user.language.code())
             .bind(self.default_zone.name())
-            .fetch_all(&self.write)
+            .fetch_all(&self.sqlite("upsert_user")?.write)
             .await?;
             returned(rows)
                 .map(|row| row.read(self))
@@ -107,7 +107,7 @@ impl Store {
              FROM users WHERE user_id = ?1",
         )
         .bind(user_id)
-        .fetch_optional(&self.read)
+        .fetch_optional(&self.sqlite("user")?.read)
         .await?;
         Ok(row.map(|row| row.read(self)))
     }
@@ -121,7 +121,7 @@ impl Store {
             let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
                 .bind(user_id)
                 .bind(language.code())
-                .execute(&self.write)
+                .execute(&self.sqlite("set_language")?.write)
                 .await?;
             if done.rows_affected() == 0 {
                 // No such user (its insert failed, e.g. on a full disk): nothing was
@@ -143,7 +143,7 @@ impl Store {
             sqlx::query("UPDATE users SET timezone = ?2, timezone_chosen = 1 WHERE user_id = ?1")
                 .bind(user_id)
                 .bind(zone.name())
-                .execute(&self.write)
+                .execute(&self.sqlite("set_timezone")?.write)
                 .await?;
             Ok(())
         }))
@@ -154,7 +154,7 @@ impl Store {
     /// many logs went.
     pub async fn delete_user(&self, user_id: UserId) -> Result<u64, StoreError> {
         self.durably(retry_busy("delete_user", || async {
-            let mut tx = self.write.begin().await?;
+            let mut tx = self.sqlite("transaction")?.write.begin().await?;
             let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
                 .bind(user_id)
                 .execute(&mut *tx)
@@ -189,7 +189,7 @@ impl Store {
         )
         .bind(user_id)
         .bind(crate::time::sql_timestamp(sent_at))
-        .fetch_one(&self.read)
+        .fetch_one(&self.sqlite("erased_after")?.read)
         .await?)
     }
 }

@@ -448,7 +448,7 @@ async fn a_full_disk_under_telegram_refuses_entries_plainly_and_takes_them_again
     }
 
     let stored: Vec<String> = sqlx::query_scalar("SELECT text FROM day_logs ORDER BY id")
-        .fetch_all(app.store.read_pool())
+        .fetch_all(app.store.read_pool().expect("a SQLite store"))
         .await
         .expect("texts");
     for (text, outcome) in &sent {

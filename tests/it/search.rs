@@ -114,7 +114,7 @@ async fn the_bundled_sqlite_has_fts5() {
     let db = fresh().await;
 
     let fts5: i64 = sqlx::query_scalar("SELECT sqlite_compileoption_used('ENABLE_FTS5')")
-        .fetch_one(db.store.read_pool())
+        .fetch_one(db.store.read_pool().expect("a SQLite store"))
         .await
         .expect("compile options");
 
@@ -149,7 +149,7 @@ async fn every_word_must_match_and_matches_are_bold_in_the_snippet() {
     // which starts at 04:00: not `date('now')`, another day between 00:00 and 04:00).
     let stored: String = sqlx::query_scalar("SELECT local_day FROM day_logs WHERE id = ?1")
         .bind(both)
-        .fetch_one(db.store.read_pool())
+        .fetch_one(db.store.read_pool().expect("a SQLite store"))
         .await
         .expect("stored day");
     assert_eq!(hits[0].day, Some(stored.parse().expect("date")));
@@ -544,7 +544,7 @@ async fn the_search_reads_the_index_not_every_row() {
     .bind("]")
     .bind(5)
     .bind(1000)
-    .fetch_all(db.store.read_pool())
+    .fetch_all(db.store.read_pool().expect("a SQLite store"))
     .await
     .expect("plan")
     .into_iter()
@@ -895,7 +895,7 @@ async fn the_year_defaults_to_this_one_and_a_bad_year_gets_a_sentence() {
     user(&db.store, ME).await;
     let journal = journal(&db).await;
     let this_year: String = sqlx::query_scalar("SELECT strftime('%Y', 'now')")
-        .fetch_one(db.store.read_pool())
+        .fetch_one(db.store.read_pool().expect("a SQLite store"))
         .await
         .expect("year");
 
@@ -1031,7 +1031,7 @@ async fn fts5_takes_a_word_or_its_stem_as_a_prefix() {
             "SELECT rowid FROM day_logs_fts WHERE day_logs_fts MATCH ?1 ORDER BY rowid",
         )
         .bind(query)
-        .fetch_all(db.store.read_pool())
+        .fetch_all(db.store.read_pool().expect("a SQLite store"))
     };
 
     // Act

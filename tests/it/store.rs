@@ -15,21 +15,28 @@ use daylog::store::{self, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store,
 use daylog::store::{ChatId, LogId, MessageId, UserId};
 
 use crate::support;
+use crate::support::postgres::{Backend, FreshDb, backends};
 
 struct TestDb {
-    _dir: tempfile::TempDir,
+    _db: FreshDb,
     url: String,
     store: Store,
 }
 
+/// A migrated store on SQLite (the tests not yet run on both backends).
 async fn fresh() -> TestDb {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}/nested/daylog.db", dir.path().display());
+    fresh_on(Backend::Sqlite).await
+}
+
+/// A migrated store on `backend`, in a database of its own.
+async fn fresh_on(backend: Backend) -> TestDb {
+    let db = backend.fresh().await;
+    let url = db.url.clone();
     let store = Store::open_and_migrate(&url, Duration::from_secs(5))
         .await
-        .expect("store opens");
+        .unwrap_or_else(|e| panic!("store opens on {backend}: {e}"));
     TestDb {
-        _dir: dir,
+        _db: db,
         url,
         store,
     }
@@ -88,11 +95,17 @@ async fn store_analysis(
 
 #[tokio::test]
 async fn schema_matches_the_public_contract_column_by_column() {
-    let db = fresh().await;
-    let pool = db.store.read_pool();
+    for backend in backends() {
+        schema_matches_the_public_contract_on(backend).await;
+    }
+}
+
+async fn schema_matches_the_public_contract_on(backend: Backend) {
+    let db = fresh_on(backend).await;
+    let store = &db.store;
     let expect = |cols: &[&str]| cols.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>();
     assert_eq!(
-        store::columns(pool, "users").await.expect("users"),
+        store.columns("users").await.expect("users"),
         expect(&[
             "user_id",
             "chat_id",
@@ -108,7 +121,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
         ])
     );
     assert_eq!(
-        store::columns(pool, "day_logs").await.expect("day_logs"),
+        store.columns("day_logs").await.expect("day_logs"),
         expect(&[
             "id",
             "user_id",
@@ -152,7 +165,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
         ])
     );
     assert_eq!(
-        store::columns(pool, "reminders").await.expect("reminders"),
+        store.columns("reminders").await.expect("reminders"),
         expect(&[
             "user_id",
             "local_time",
@@ -162,7 +175,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
         ])
     );
     assert_eq!(
-        store::columns(pool, "digests").await.expect("digests"),
+        store.columns("digests").await.expect("digests"),
         expect(&[
             "id",
             "user_id",
@@ -181,7 +194,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
         ])
     );
     assert_eq!(
-        store::columns(pool, "llm_calls").await.expect("llm_calls"),
+        store.columns("llm_calls").await.expect("llm_calls"),
         expect(&[
             "id",
             "day_log_id",
@@ -200,7 +213,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
         ])
     );
     assert_eq!(
-        store::columns(pool, "daily_metrics").await.expect("view"),
+        store.columns("daily_metrics").await.expect("view"),
         expect(&[
             "user_id",
             "day",
@@ -223,7 +236,7 @@ async fn the_file_and_its_folder_are_created_and_times_are_plain_utc_text() {
     assert_eq!(stored.status, LogStatus::Pending);
     let raw: String = sqlx::query_scalar("SELECT created_at FROM day_logs WHERE id = ?1")
         .bind(id)
-        .fetch_one(db.store.read_pool())
+        .fetch_one(db.store.read_pool().expect("a SQLite store"))
         .await
         .expect("raw created_at");
     assert_eq!(raw.len(), "YYYY-MM-DD HH:MM:SS".len());
@@ -402,7 +415,7 @@ async fn two_hundred_concurrent_inserts_all_succeed() {
         assert!(result.is_ok(), "insert failed: {result:?}");
     }
     let total: i64 = sqlx::query_scalar("SELECT count(*) FROM day_logs")
-        .fetch_one(db.store.read_pool())
+        .fetch_one(db.store.read_pool().expect("a SQLite store"))
         .await
         .expect("count");
     assert_eq!(total, 200);
@@ -560,7 +573,7 @@ async fn delete_removes_every_row_of_that_user_only() {
             .is_empty()
     );
     let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM llm_calls")
-        .fetch_one(db.store.read_pool())
+        .fetch_one(db.store.read_pool().expect("a SQLite store"))
         .await
         .expect("count");
     assert_eq!(calls, 0, "the user's LLM calls go with the logs");
@@ -746,7 +759,7 @@ async fn an_edit_sends_the_log_back_to_pending() {
 async fn the_hot_queries_use_their_indexes() {
     let db = fresh().await;
     let plan = |sql: &str| {
-        let pool = db.store.read_pool().clone();
+        let pool = db.store.read_pool().expect("a SQLite store").clone();
         let sql = sql.to_owned();
         async move {
             let rows: Vec<(i64, i64, i64, String)> =
@@ -931,7 +944,7 @@ async fn metric_columns_follow_the_metrics_json() {
         "SELECT mood, stress, energy, productivity, sleep_hours FROM day_logs WHERE id = ?1",
     )
     .bind(id)
-    .fetch_one(db.store.read_pool())
+    .fetch_one(db.store.read_pool().expect("a SQLite store"))
     .await
     .expect("row");
     assert_eq!(row, (Some(4.0), Some(2.0), None, Some(5.0), None));
@@ -1016,7 +1029,7 @@ async fn terminal_entries_take_negative_ids_that_telegram_never_meets() {
     assert!(matches!(telegram, Inserted::New(_)), "{telegram:?}");
     let sources: Vec<(i64, String)> =
         sqlx::query_as("SELECT message_id, source FROM day_logs ORDER BY id")
-            .fetch_all(db.store.read_pool())
+            .fetch_all(db.store.read_pool().expect("a SQLite store"))
             .await
             .expect("rows");
     assert_eq!(
@@ -1261,7 +1274,7 @@ async fn delete_user_removes_that_users_digests_and_no_other() {
     }
     db.store.flush_calls().await;
     let digest_calls = |user: i64| {
-        let read = db.store.read_pool().clone();
+        let read = db.store.read_pool().expect("a SQLite store").clone();
         async move {
             sqlx::query_scalar::<_, i64>(
                 "SELECT count(*) FROM llm_calls c JOIN digests d ON d.id = c.digest_id
@@ -1279,7 +1292,7 @@ async fn delete_user_removes_that_users_digests_and_no_other() {
 
     let quoted: i64 =
         sqlx::query_scalar("SELECT count(*) FROM llm_calls WHERE error LIKE '%user 1 quoted%'")
-            .fetch_one(db.store.read_pool())
+            .fetch_one(db.store.read_pool().expect("a SQLite store"))
             .await
             .expect("count");
     assert_eq!(quoted, 0, "the digest's calls went with it");
@@ -1511,13 +1524,13 @@ async fn the_private_chat_migration_moves_group_chats_back_to_the_users_own() {
     // Assert
     let users: Vec<(i64, i64)> =
         sqlx::query_as("SELECT user_id, chat_id FROM users ORDER BY user_id")
-            .fetch_all(store.read_pool())
+            .fetch_all(store.read_pool().expect("a SQLite store"))
             .await
             .expect("users");
     assert_eq!(users, [(12, 12), (13, 13)]);
     let digests: Vec<(String, i64)> =
         sqlx::query_as("SELECT week_start, chat_id FROM digests ORDER BY week_start")
-            .fetch_all(store.read_pool())
+            .fetch_all(store.read_pool().expect("a SQLite store"))
             .await
             .expect("digests");
     assert_eq!(
@@ -1552,7 +1565,7 @@ async fn entries_waiting_before_the_upgrade_are_resumed_by_the_first_answer_afte
     assert_eq!(store.retry_pending_now().await.expect("resume"), 1);
     let waiting: Vec<(i64, Option<String>)> =
         sqlx::query_as("SELECT message_id, waiting_for FROM day_logs ORDER BY message_id")
-            .fetch_all(store.read_pool())
+            .fetch_all(store.read_pool().expect("a SQLite store"))
             .await
             .expect("rows");
     assert_eq!(waiting, [(1, Some("provider".to_owned())), (2, None)]);

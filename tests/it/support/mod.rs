@@ -8,6 +8,7 @@
 
 pub mod fill;
 pub mod llm;
+pub mod postgres;
 pub mod telegram;
 
 use std::collections::HashMap;
@@ -348,7 +349,7 @@ impl App {
 
     pub async fn count(&self, sql: &str) -> i64 {
         sqlx::query_scalar(sql)
-            .fetch_one(self.store.read_pool())
+            .fetch_one(self.store.read_pool().expect("a SQLite store"))
             .await
             .expect("count query")
     }
