@@ -5,16 +5,16 @@ use sqlx::FromRow;
 
 use super::word_forms::{self, Forms};
 use super::{
-    ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, listed_date,
-    retry_busy, returned, stored_date, stored_moment,
+    ChatId, DayLog, LEAST, LOG_COLUMNS, LogId, MessageId, NOW, Source, Sql, Store, StoreError,
+    UserId, listed_date, on_db, retry_busy, returned, stored_date, stored_moment,
 };
 use crate::time::sql_timestamp;
 
 /// The zone an entry is written in (`day_logs.written_zone`): the user's zone as stored
 /// now, if they chose it (NULL while they have the default zone), read in the insert
-/// itself; `?1` is the user id in every statement that uses it.
+/// itself; `$1` is the user id in every statement that uses it.
 const WRITTEN_ZONE: &str =
-    "(SELECT timezone FROM users WHERE user_id = ?1 AND timezone_chosen = 1)";
+    "(SELECT timezone FROM users WHERE user_id = $1 AND timezone_chosen = 1)";
 
 #[derive(Debug, Clone)]
 pub struct NewLog<'a> {
@@ -150,19 +150,19 @@ impl DayMoodRow {
     }
 }
 
-/// `/history`: a user's last `?2` logs, newest first. Public so that tests can check
+/// `/history`: a user's last `$2` logs, newest first. Public so that tests can check
 /// its query plan (it must search the `day_logs_user_created` index).
 pub const HISTORY_SQL: &str = concat!(
     "SELECT ",
     log_columns!(),
-    " FROM day_logs WHERE user_id = ?1 ORDER BY created_at DESC, id DESC LIMIT ?2"
+    " FROM day_logs WHERE user_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
 );
 
-/// `/stats` and the analysis context: per-day averages of a user from `?2` days ago on.
+/// `/stats` and the analysis context: per-day averages of a user from `$2` days ago on.
 /// Public so that tests can check its query plan.
-/// `?2` is the first local day (`YYYY-MM-DD`) of the period.
+/// `$2` is the first local day (`YYYY-MM-DD`) of the period.
 pub const DAILY_METRICS_SQL: &str = "SELECT day, mood, stress, energy, productivity, sleep_hours, logs FROM daily_metrics \
-     WHERE user_id = ?1 AND day >= ?2 ORDER BY day";
+     WHERE user_id = $1 AND day >= $2 ORDER BY day";
 
 // ---- search (`/search`) and the year in pixels (`/year`) ----
 
@@ -184,10 +184,10 @@ const ELLIPSIS: char = '\u{E002}';
 /// 100 000 (see BENCHMARKS.md).
 pub const SEARCH_CANDIDATES: i64 = 1000;
 
-/// `/search`: the user's entries that contain every word of the FTS5 query `?2` (built
-/// by [`fts_query`]): of the newest `?6` of them, the best `?5` (bm25; ties newest
-/// first), each with a snippet of about 16 words whose matches are wrapped in `?3`…`?4`
-/// and cuts marked `?7`; the snippet is of the folded text ([`fold_for_search`]), and the
+/// `/search`: the user's entries that contain every word of the FTS5 query `$2` (built
+/// by [`fts_query`]): of the newest `$6` of them, the best `$5` (bm25; ties newest
+/// first), each with a snippet of about 16 words whose matches are wrapped in `$3`…`$4`
+/// and cuts marked `$7`; the snippet is of the folded text ([`fold_for_search`]), and the
 /// entry's own `text` comes along to put its letters back ([`SearchHit::snippet`]).
 /// The snippet is made for those few only, by a second lookup of the index by rowid
 /// (`CROSS JOIN` keeps SQLite from scanning every match again to join them).
@@ -196,20 +196,20 @@ pub const SEARCH_CANDIDATES: i64 = 1000;
 pub const SEARCH_SQL: &str = "WITH candidates AS (
          SELECT d.id, d.created_at, bm25(day_logs_fts) AS score
          FROM day_logs_fts JOIN day_logs d ON d.id = day_logs_fts.rowid
-         WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
-         ORDER BY day_logs_fts.rowid DESC LIMIT ?6),
+         WHERE day_logs_fts MATCH $2 AND d.user_id = $1
+         ORDER BY day_logs_fts.rowid DESC LIMIT $6),
      best AS (
          SELECT id, created_at, score, count(*) OVER () AS matched FROM candidates
-         ORDER BY score, created_at DESC, id DESC LIMIT ?5)
+         ORDER BY score, created_at DESC, id DESC LIMIT $5)
      SELECT d.id,
          coalesce(d.local_day, date(d.created_at)) AS day,
-         snippet(day_logs_fts, 0, ?3, ?4, ?7, 16) AS snippet,
+         snippet(day_logs_fts, 0, $3, $4, $7, 16) AS snippet,
          d.text AS text,
          best.matched AS matched
      FROM best
      CROSS JOIN day_logs d ON d.id = best.id
      CROSS JOIN day_logs_fts ON day_logs_fts.rowid = best.id
-     WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
+     WHERE day_logs_fts MATCH $2 AND d.user_id = $1
      ORDER BY best.score, best.created_at DESC, best.id DESC";
 
 /// See [`Store::recent_use`]. The analyses counted are those of the user's logs
@@ -218,26 +218,46 @@ pub const SEARCH_SQL: &str = "WITH candidates AS (
 /// the worker's, which the limit does not hold to. Older entries still waiting for
 /// their slot under the limit count too (through `day_logs_deferred`): a new entry
 /// queues behind them. Public for query plans.
-pub const RECENT_USE_SQL: &str = "SELECT max(
+pub const RECENT_USE_SQL: &str = RECENT_USE.sqlite;
+
+/// [`RECENT_USE_SQL`] on both backends.
+const RECENT_USE: Sql = Sql {
+    sqlite: "SELECT max(
      (SELECT count(*) FROM day_logs
-      WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')
+      WHERE user_id = $1 AND id < $2 AND created_at >= datetime('now', '-1 hour')
         AND NOT (status = 'pending' AND waiting_for IS 'deferred'))
      + (SELECT count(*) FROM day_logs
-        WHERE user_id = ?1 AND id < ?2 AND status = 'pending' AND waiting_for = 'deferred'),
+        WHERE user_id = $1 AND id < $2 AND status = 'pending' AND waiting_for = 'deferred'),
      (SELECT count(*) FROM llm_calls
       WHERE task = 'analysis' AND outcome = 'ok'
         AND created_at >= datetime('now', '-1 hour')
         AND day_log_id IN (
             SELECT id FROM day_logs
-            WHERE user_id = ?1 AND created_at >= datetime('now', '-1 hour')
+            WHERE user_id = $1 AND created_at >= datetime('now', '-1 hour')
             UNION
             SELECT id FROM day_logs
-            WHERE user_id = ?1 AND edited_at >= datetime('now', '-1 hour'))))";
+            WHERE user_id = $1 AND edited_at >= datetime('now', '-1 hour'))))",
+    postgres: "SELECT greatest(
+     (SELECT count(*) FROM day_logs
+      WHERE user_id = $1 AND id < $2 AND created_at >= daylog_utc(now() - interval '1 hour')
+        AND NOT (status = 'pending' AND waiting_for IS NOT DISTINCT FROM 'deferred'))
+     + (SELECT count(*) FROM day_logs
+        WHERE user_id = $1 AND id < $2 AND status = 'pending' AND waiting_for = 'deferred'),
+     (SELECT count(*) FROM llm_calls
+      WHERE task = 'analysis' AND outcome = 'ok'
+        AND created_at >= daylog_utc(now() - interval '1 hour')
+        AND day_log_id IN (
+            SELECT id FROM day_logs
+            WHERE user_id = $1 AND created_at >= daylog_utc(now() - interval '1 hour')
+            UNION
+            SELECT id FROM day_logs
+            WHERE user_id = $1 AND edited_at >= daylog_utc(now() - interval '1 hour'))))",
+};
 
-/// `/year`: the average mood of each day of the user's year `?2..=?3`, from the
+/// `/year`: the average mood of each day of the user's year `$2..=$3`, from the
 /// `daily_metrics` view (whose `mood` skips defaulted values). Public for query plans.
 pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
-     WHERE user_id = ?1 AND day >= ?2 AND day <= ?3 ORDER BY day";
+     WHERE user_id = $1 AND day >= $2 AND day <= $3 ORDER BY day";
 
 /// The FTS5 query for what a user typed. Every word must match, in one of its forms:
 ///
@@ -478,44 +498,49 @@ impl Store {
     pub async fn insert_log(&self, log: &NewLog<'_>) -> Result<Inserted, StoreError> {
         self.durably(retry_busy("insert_log", || async {
             // One statement, so no transaction: the hot path is a single round trip.
-            let inserted: Vec<DayLog> = sqlx::query_as(&format!(
-                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, local_day,
-                     written_at, written_zone)
-                 VALUES (?1, ?2, ?3, ?4, datetime('now'), ?5, ?6, {WRITTEN_ZONE})
-                 ON CONFLICT (chat_id, message_id) DO NOTHING
-                 RETURNING {LOG_COLUMNS}"
-            ))
-            .bind(log.user_id)
-            .bind(log.chat_id)
-            .bind(log.message_id)
-            .bind(log.text)
-            .bind(log.local_day.map(|day| day.to_string()))
-            .bind(log.written_at.map(sql_timestamp))
-            .fetch_all(&self.sqlite("insert_log")?.write)
-            .await?;
-            Ok(match returned(inserted) {
-                Some(row) => Inserted::New(Box::new(row)),
-                None => Inserted::Duplicate(
-                    sqlx::query_scalar(
-                        "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
-                    )
-                    .bind(log.chat_id)
-                    .bind(log.message_id)
-                    .fetch_one(&self.sqlite("insert_log")?.write)
-                    .await?,
-                ),
-            })
+            Ok(on_db!(self, write, |pool| {
+                let inserted: Vec<DayLog> = sqlx::query_as(&format!(
+                    "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
+                         local_day, written_at, written_zone)
+                     VALUES ($1, $2, $3, $4, {now}, $5, $6, {WRITTEN_ZONE})
+                     ON CONFLICT (chat_id, message_id) DO NOTHING
+                     RETURNING {LOG_COLUMNS}",
+                    now = NOW.on(pool)
+                ))
+                .bind(log.user_id)
+                .bind(log.chat_id)
+                .bind(log.message_id)
+                .bind(log.text)
+                .bind(log.local_day.map(|day| day.to_string()))
+                .bind(log.written_at.map(sql_timestamp))
+                .fetch_all(pool)
+                .await?;
+                match returned(inserted) {
+                    Some(row) => Inserted::New(Box::new(row)),
+                    None => Inserted::Duplicate(
+                        sqlx::query_scalar(
+                            "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
+                        )
+                        .bind(log.chat_id)
+                        .bind(log.message_id)
+                        .fetch_one(pool)
+                        .await?,
+                    ),
+                }
+            }))
         }))
         .await
     }
 
     pub async fn log(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.sqlite("log")?.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayLog>(&format!(
+                "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = $1"
+            ))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        }))
     }
 
     /// An edited message: new text, and the log goes back to pending to be analysed again.
@@ -528,18 +553,21 @@ impl Store {
         text: &str,
     ) -> Result<Option<DayLog>, StoreError> {
         self.durably(retry_busy("update_text", || async {
-            let rows: Vec<DayLog> = sqlx::query_as(&format!(
-                "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
-                     attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL,
-                     edited_at = datetime('now'), waiting_for = NULL
-                 WHERE chat_id = ?1 AND message_id = ?2 AND text <> ?3
-                 RETURNING {LOG_COLUMNS}"
-            ))
-            .bind(chat_id)
-            .bind(message_id)
-            .bind(text)
-            .fetch_all(&self.sqlite("update_text")?.write)
-            .await?;
+            let rows: Vec<DayLog> = on_db!(self, write, |pool| {
+                sqlx::query_as(&format!(
+                    "UPDATE day_logs SET text = $3, status = 'pending', analysis = NULL,
+                         metrics = NULL, attempts = 0, next_attempt_at = {now}, replied_at = NULL,
+                         edited_at = {now}, waiting_for = NULL
+                     WHERE chat_id = $1 AND message_id = $2 AND text <> $3
+                     RETURNING {LOG_COLUMNS}",
+                    now = NOW.on(pool)
+                ))
+                .bind(chat_id)
+                .bind(message_id)
+                .bind(text)
+                .fetch_all(pool)
+                .await?
+            });
             Ok(returned(rows))
         }))
         .await
@@ -559,20 +587,24 @@ impl Store {
         self.durably(retry_busy("insert_chat_log", || async {
             // Every row is read (there is one), so the statement runs to its end and a
             // failure to commit is this call's error, not lost in a reset.
-            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
-                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
-                     local_day, written_zone)
-                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, datetime('now'), ?3, ?4,
-                     {WRITTEN_ZONE}
-                 FROM day_logs WHERE chat_id = ?1
-                 RETURNING {LOG_COLUMNS}"
-            ))
-            .bind(user_id)
-            .bind(text)
-            .bind(Source::Chat.as_str())
-            .bind(local_day.map(|day| day.to_string()))
-            .fetch_all(&self.sqlite("insert_chat_log")?.write)
-            .await?;
+            let mut rows: Vec<DayLog> = on_db!(self, write, |pool| {
+                sqlx::query_as(&format!(
+                    "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
+                         source, local_day, written_zone)
+                     SELECT $1, $1, {least}(coalesce(min(message_id), 0), 0) - 1, $2, {now}, $3, $4,
+                         {WRITTEN_ZONE}
+                     FROM day_logs WHERE chat_id = $1
+                     RETURNING {LOG_COLUMNS}",
+                    least = LEAST.on(pool),
+                    now = NOW.on(pool)
+                ))
+                .bind(user_id)
+                .bind(text)
+                .bind(Source::Chat.as_str())
+                .bind(local_day.map(|day| day.to_string()))
+                .fetch_all(pool)
+                .await?
+            });
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
         }))
         .await
@@ -607,12 +639,12 @@ impl Store {
                 // name was kept is found by its score, and gets the name now.
                 let found: Option<(i64, bool, bool, bool)> = sqlx::query_as(
                     "SELECT id, import_time IS NULL OR import_mood IS NULL,
-                         created_at IS NOT ?4, mood IS NULL AND ?6 IS NOT NULL
+                         created_at IS NOT $4, mood IS NULL AND $6 IS NOT NULL
                      FROM day_logs
-                     WHERE user_id = ?1 AND source = 'import' AND local_day = ?2
-                       AND (import_time = ?3 OR (import_time IS NULL AND created_at = ?4))
-                       AND text = ?5
-                       AND (import_mood = ?7 OR (import_mood IS NULL AND mood IS ?6))
+                     WHERE user_id = $1 AND source = 'import' AND local_day = $2
+                       AND (import_time = $3 OR (import_time IS NULL AND created_at = $4))
+                       AND text = $5
+                       AND (import_mood = $7 OR (import_mood IS NULL AND mood IS $6))
                      ORDER BY import_mood IS NULL
                      LIMIT 1",
                 )
@@ -629,9 +661,9 @@ impl Store {
                     // Read again in this import's zone, and keyed by its wall-clock time.
                     if moved || legacy {
                         sqlx::query(&format!(
-                            "UPDATE day_logs SET created_at = ?3, import_time = ?4,
-                                 import_mood = ?5, written_zone = {WRITTEN_ZONE}
-                             WHERE id = ?2"
+                            "UPDATE day_logs SET created_at = $3, import_time = $4,
+                                 import_mood = $5, written_zone = {WRITTEN_ZONE}
+                             WHERE id = $2"
                         ))
                         .bind(user_id)
                         .bind(id)
@@ -644,7 +676,7 @@ impl Store {
                     // A mood whose level this file gives (a backup) and the stored row
                     // lacked: its metrics, and with them the mood, are this file's.
                     if leveled {
-                        sqlx::query("UPDATE day_logs SET metrics = ?2 WHERE id = ?1")
+                        sqlx::query("UPDATE day_logs SET metrics = $2 WHERE id = $1")
                             .bind(id)
                             .bind(&log.metrics_json)
                             .execute(&mut *tx)
@@ -663,9 +695,9 @@ impl Store {
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
                          replied_at, source, local_day, import_time, metrics, written_zone,
                          import_mood)
-                     SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, ?3, 'analyzed',
-                         datetime('now'), 'import', ?4, ?5, ?6, {WRITTEN_ZONE}, ?7
-                     FROM day_logs WHERE chat_id = ?1"
+                     SELECT $1, $1, min(coalesce(min(message_id), 0), 0) - 1, $2, $3, 'analyzed',
+                         datetime('now'), 'import', $4, $5, $6, {WRITTEN_ZONE}, $7
+                     FROM day_logs WHERE chat_id = $1"
                 ))
                 .bind(user_id)
                 .bind(log.text)
@@ -695,7 +727,7 @@ impl Store {
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
                      kind, file_id, duration_s, local_day, written_at, written_zone)
-                 VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5, ?6, ?7, {WRITTEN_ZONE})
+                 VALUES ($1, $2, $3, '', datetime('now'), 'voice', $4, $5, $6, $7, {WRITTEN_ZONE})
                  ON CONFLICT (chat_id, message_id) DO NOTHING
                  RETURNING {LOG_COLUMNS}"
             ))
@@ -712,7 +744,7 @@ impl Store {
                 Some(row) => Inserted::New(Box::new(row)),
                 None => Inserted::Duplicate(
                     sqlx::query_scalar(
-                        "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
+                        "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
                     )
                     .bind(log.chat_id)
                     .bind(log.message_id)
@@ -737,9 +769,9 @@ impl Store {
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
                      kind, file_id, duration_s, local_day, written_zone)
-                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, '', datetime('now'), ?2,
-                     'voice', ?3, ?4, ?5, {WRITTEN_ZONE}
-                 FROM day_logs WHERE chat_id = ?1
+                 SELECT $1, $1, min(coalesce(min(message_id), 0), 0) - 1, '', datetime('now'), $2,
+                     'voice', $3, $4, $5, {WRITTEN_ZONE}
+                 FROM day_logs WHERE chat_id = $1
                  RETURNING {LOG_COLUMNS}"
             ))
             .bind(user_id)
@@ -758,7 +790,7 @@ impl Store {
     pub async fn voice_note(&self, id: LogId) -> Result<Option<VoiceNote>, StoreError> {
         let row: Option<VoiceNoteRow> = sqlx::query_as(
             "SELECT file_id, duration_s, transcript_sent_at FROM day_logs
-             WHERE id = ?1 AND kind = 'voice' AND file_id IS NOT NULL",
+             WHERE id = $1 AND kind = 'voice' AND file_id IS NOT NULL",
         )
         .bind(id)
         .fetch_optional(&self.sqlite("voice_note")?.write)
@@ -783,8 +815,8 @@ impl Store {
     ) -> Result<Option<DayLog>, StoreError> {
         retry_busy("store_transcript", || async {
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
-                "UPDATE day_logs SET text = ?2
-                 WHERE id = ?1 AND kind = 'voice' AND text = '' AND status = 'pending'
+                "UPDATE day_logs SET text = $2
+                 WHERE id = $1 AND kind = 'voice' AND text = '' AND status = 'pending'
                  RETURNING {LOG_COLUMNS}"
             ))
             .bind(id)
@@ -801,7 +833,7 @@ impl Store {
         retry_busy("mark_transcript_sent", || async {
             sqlx::query(
                 "UPDATE day_logs SET transcript_sent_at = datetime('now')
-                 WHERE id = ?1 AND transcript_sent_at IS NULL",
+                 WHERE id = $1 AND transcript_sent_at IS NULL",
             )
             .bind(id)
             .execute(&self.sqlite("mark_transcript_sent")?.write)
@@ -817,30 +849,36 @@ impl Store {
     /// the analyses their entries of that hour were given (answers stored as `ok` in
     /// `llm_calls`: an entry edited thirty times is thirty).
     pub async fn recent_use(&self, user_id: UserId, id: LogId) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(RECENT_USE_SQL)
-            .bind(user_id)
-            .bind(id)
-            .fetch_one(&self.sqlite("recent_use")?.read)
-            .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_scalar(RECENT_USE.on(pool))
+                .bind(user_id)
+                .bind(id)
+                .fetch_one(pool)
+                .await?
+        }))
     }
 
     /// The user's last `limit` logs, newest first.
     pub async fn history(&self, user_id: UserId, limit: i64) -> Result<Vec<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(HISTORY_SQL)
-            .bind(user_id)
-            .bind(limit)
-            .fetch_all(&self.sqlite("history")?.read)
-            .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayLog>(HISTORY_SQL)
+                .bind(user_id)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        }))
     }
 
     /// Every log of the user, oldest first (for `/export`).
     pub async fn export(&self, user_id: UserId) -> Result<Vec<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1 ORDER BY created_at, id"
-        ))
-        .bind(user_id)
-        .fetch_all(&self.sqlite("export")?.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayLog>(&format!(
+                "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = $1 ORDER BY created_at, id"
+            ))
+            .bind(user_id)
+            .fetch_all(pool)
+            .await?
+        }))
     }
 
     /// Per-local-day averages from local day `first` on, oldest first. A stored day
@@ -850,11 +888,13 @@ impl Store {
         user_id: UserId,
         first: jiff::civil::Date,
     ) -> Result<Vec<DayMetrics>, StoreError> {
-        let rows = sqlx::query_as::<_, DayMetricsRow>(DAILY_METRICS_SQL)
-            .bind(user_id)
-            .bind(first.to_string())
-            .fetch_all(&self.sqlite("daily_metrics")?.read)
-            .await?;
+        let rows = on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayMetricsRow>(DAILY_METRICS_SQL)
+                .bind(user_id)
+                .bind(first.to_string())
+                .fetch_all(pool)
+                .await?
+        });
         Ok(rows
             .into_iter()
             .filter_map(|row| row.read(user_id))
@@ -867,19 +907,21 @@ impl Store {
     pub async fn entry_days(&self, user_id: UserId) -> Result<Vec<jiff::civil::Date>, StoreError> {
         // One index seek per day (a loose index scan), not one step per entry: a year
         // of a busy journal is ~365 seeks instead of tens of thousands of index rows.
-        let days: Vec<String> = sqlx::query_scalar(
-            "WITH RECURSIVE days(day) AS (
-                 SELECT max(local_day) FROM day_logs WHERE user_id = ?1
+        let days: Vec<String> = on_db!(self, read, |pool| {
+            sqlx::query_scalar(
+                "WITH RECURSIVE days(day) AS (
+                 SELECT max(local_day) FROM day_logs WHERE user_id = $1
                  UNION ALL
                  SELECT (SELECT max(local_day) FROM day_logs
-                         WHERE user_id = ?1 AND local_day < days.day)
+                         WHERE user_id = $1 AND local_day < days.day)
                  FROM days WHERE days.day IS NOT NULL
              )
              SELECT day FROM days WHERE day IS NOT NULL",
-        )
-        .bind(user_id)
-        .fetch_all(&self.sqlite("entry_days")?.read)
-        .await?;
+            )
+            .bind(user_id)
+            .fetch_all(pool)
+            .await?
+        });
         Ok(days
             .iter()
             .filter_map(|text| listed_date("day_logs", user_id, None, "local_day", text))
@@ -894,14 +936,16 @@ impl Store {
         user_id: UserId,
         first: jiff::civil::Date,
     ) -> Result<Vec<(jiff::civil::Date, String)>, StoreError> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT local_day, activity FROM day_activities
-             WHERE user_id = ?1 AND local_day >= ?2",
-        )
-        .bind(user_id)
-        .bind(first.to_string())
-        .fetch_all(&self.sqlite("day_activities")?.read)
-        .await?;
+        let rows: Vec<(String, String)> = on_db!(self, read, |pool| {
+            sqlx::query_as(
+                "SELECT local_day, activity FROM day_activities
+             WHERE user_id = $1 AND local_day >= $2",
+            )
+            .bind(user_id)
+            .bind(first.to_string())
+            .fetch_all(pool)
+            .await?
+        });
         Ok(rows
             .into_iter()
             .filter_map(|(day, activity)| {
@@ -917,13 +961,15 @@ impl Store {
         user_id: UserId,
         day: jiff::civil::Date,
     ) -> Result<bool, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM day_logs WHERE user_id = ?1 AND local_day = ?2)",
-        )
-        .bind(user_id)
-        .bind(day.to_string())
-        .fetch_one(&self.sqlite("has_entry_on")?.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM day_logs WHERE user_id = $1 AND local_day = $2)",
+            )
+            .bind(user_id)
+            .bind(day.to_string())
+            .fetch_one(pool)
+            .await?
+        }))
     }
 
     /// Summaries (from stored metrics) of the user's last `limit` analysed logs before
@@ -936,17 +982,24 @@ impl Store {
     ) -> Result<Vec<String>, StoreError> {
         // Newest first through (user_id, created_at), so SQLite stops after `limit` hits
         // instead of reading the user's whole history.
-        Ok(sqlx::query_scalar(
-            "SELECT json_extract(metrics, '$.summary') FROM day_logs
-             WHERE user_id = ?1 AND id < ?2 AND metrics IS NOT NULL
+        const SUMMARIES: Sql = Sql {
+            sqlite: "SELECT json_extract(metrics, '$.summary') FROM day_logs
+             WHERE user_id = $1 AND id < $2 AND metrics IS NOT NULL
                AND coalesce(json_extract(metrics, '$.summary'), '') <> ''
-             ORDER BY created_at DESC, id DESC LIMIT ?3",
-        )
-        .bind(user_id)
-        .bind(before_id)
-        .bind(limit)
-        .fetch_all(&self.sqlite("recent_summaries")?.read)
-        .await?)
+             ORDER BY created_at DESC, id DESC LIMIT $3",
+            postgres: "SELECT daylog_json(metrics) ->> 'summary' FROM day_logs
+             WHERE user_id = $1 AND id < $2 AND metrics IS NOT NULL
+               AND coalesce(daylog_json(metrics) ->> 'summary', '') <> ''
+             ORDER BY created_at DESC, id DESC LIMIT $3",
+        };
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_scalar(SUMMARIES.on(pool))
+                .bind(user_id)
+                .bind(before_id)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        }))
     }
 
     /// Up to [`SEARCH_LIMIT`] of the user's entries that contain every word of `words`
@@ -967,8 +1020,8 @@ impl Store {
         let mut found = std::collections::HashMap::new();
         for stem in stems {
             let words: Vec<String> = sqlx::query_scalar(
-                "SELECT term FROM day_logs_fts_vocab WHERE term >= ?1 AND term < ?2
-                 ORDER BY term LIMIT ?3",
+                "SELECT term FROM day_logs_fts_vocab WHERE term >= $1 AND term < $2
+                 ORDER BY term LIMIT $3",
             )
             .bind(&stem)
             .bind(format!("{stem}\u{10FFFF}"))
@@ -998,12 +1051,14 @@ impl Store {
     /// The average mood of every day of `year` that has entries, oldest first. A
     /// stored day that is no date is left out, with a warning naming the user.
     pub async fn year_moods(&self, user_id: UserId, year: i32) -> Result<Vec<DayMood>, StoreError> {
-        let rows = sqlx::query_as::<_, DayMoodRow>(YEAR_MOODS_SQL)
-            .bind(user_id)
-            .bind(format!("{year:04}-01-01"))
-            .bind(format!("{year:04}-12-31"))
-            .fetch_all(&self.sqlite("year_moods")?.read)
-            .await?;
+        let rows = on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayMoodRow>(YEAR_MOODS_SQL)
+                .bind(user_id)
+                .bind(format!("{year:04}-01-01"))
+                .bind(format!("{year:04}-12-31"))
+                .fetch_all(pool)
+                .await?
+        });
         Ok(rows
             .into_iter()
             .filter_map(|row| row.read(user_id))

@@ -103,6 +103,22 @@ impl StoreError {
     /// the same write can succeed a moment later.
     pub fn is_busy(&self) -> bool {
         match self {
+            // PostgreSQL: a serialization failure, a deadlock, a lock not available.
+            Self::Sql(sqlx::Error::Database(error))
+                if error
+                    .code()
+                    .is_some_and(|code| matches!(&*code, "40001" | "40P01" | "55P03")) =>
+            {
+                true
+            }
+            // PostgreSQL: two terminals (or imports) of one chat took the same next
+            // negative message id in the same moment (SQLite's writer lock orders them;
+            // PostgreSQL's snapshots do not): the later one takes the next id.
+            Self::Sql(sqlx::Error::Database(error))
+                if error.constraint() == Some("day_logs_chat_id_message_id_key") =>
+            {
+                true
+            }
             Self::Sql(sqlx::Error::Database(error)) => error
                 .code()
                 .and_then(|code| code.parse::<i32>().ok())
@@ -208,18 +224,21 @@ impl DueAt {
 }
 
 /// The schedulers' due queries ([`DUE_REMINDERS_SQL`], [`DUE_DIGESTS_SQL`]) with their
-/// five parameters bound for `now`: `?1` now, `?2` the limit; `?3`, `?4` the text of
+/// five parameters bound for `now`: `$1` now, `$2` the limit; `$3`, `$4` the text of
 /// `now`'s UTC day spelt with a `T` (`YYYY-MM-DDT` up to `YYYY-MM-DDU`), a band no
-/// canonical moment is in; `?5` a week and a day from `now`. No due time the scheduler
+/// canonical moment is in; `$5` a week and a day from `now`. No due time the scheduler
 /// writes is that far (a digest's is the next Sunday), so text at or after it is a hand
 /// edit, read every tick: no moment (due now), or a moment that far.
-fn due_query<'q, O>(
+fn due_query<'q, DB, O>(
     sql: &'q str,
     now: jiff::Timestamp,
     limit: i64,
-) -> sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>
+) -> sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments<'q>>
 where
-    O: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow>,
+    DB: sqlx::Database,
+    O: for<'r> FromRow<'r, DB::Row>,
+    String: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+    i64: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
 {
     let day = now.strftime("%Y-%m-%d");
     let far = now
@@ -491,8 +510,11 @@ impl From<DayLogRow> for DayLog {
     }
 }
 
-impl<'r> FromRow<'r, sqlx::sqlite::SqliteRow> for DayLog {
-    fn from_row(row: &'r sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
+impl<'r, R: sqlx::Row> FromRow<'r, R> for DayLog
+where
+    DayLogRow: FromRow<'r, R>,
+{
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
         DayLogRow::from_row(row).map(Self::from)
     }
 }
@@ -607,6 +629,10 @@ struct SqliteDb {
 
 /// A statement's text per backend: `Sql::both` where one text serves both (placeholders
 /// `$1`…, which SQLite's driver binds by number too), else one per dialect.
+///
+/// Never mix `?N` and `$N` in one SQLite statement: SQLite numbers a `$1` as a *named*
+/// parameter, one past the largest index seen so far in the text, which can be the
+/// index of a later `?N` — both then bind the value of `$1`.
 #[derive(Debug, Clone, Copy)]
 struct Sql {
     sqlite: &'static str,
@@ -614,7 +640,6 @@ struct Sql {
 }
 
 impl Sql {
-    #[expect(dead_code, reason = "the port (issue 33) is under way")]
     const fn both(text: &'static str) -> Self {
         Self {
             sqlite: text,
@@ -627,6 +652,19 @@ impl Sql {
         DB::text(self)
     }
 }
+
+/// The moment a statement runs, as the store spells moments (SQLite's
+/// `datetime('now')`), for statements assembled with `format!`.
+const NOW: Sql = Sql {
+    sqlite: "datetime('now')",
+    postgres: "daylog_utc(now())",
+};
+
+/// The smaller of two values: SQLite's two-argument `min`, PostgreSQL's `least`.
+const LEAST: Sql = Sql {
+    sqlite: "min",
+    postgres: "least",
+};
 
 /// Picks a backend's text out of a [`Sql`].
 trait Dialect: sqlx::Database {

@@ -15,7 +15,22 @@ use daylog::store::{self, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store,
 use daylog::store::{ChatId, LogId, MessageId, UserId};
 
 use crate::support;
-use crate::support::postgres::{Backend, FreshDb, backends};
+use crate::support::postgres::{Backend, FreshDb, Raw, backends};
+
+/// A test that runs once on each backend of [`backends`], each time on a fresh store:
+/// one test code for SQLite and PostgreSQL.
+macro_rules! on_each_backend {
+    ($(#[$meta:meta])* async fn $name:ident($db:ident: TestDb) $body:block) => {
+        $(#[$meta])*
+        #[tokio::test]
+        async fn $name() {
+            for backend in backends() {
+                let $db = fresh_on(backend).await;
+                $body
+            }
+        }
+    };
+}
 
 struct TestDb {
     _db: FreshDb,
@@ -366,9 +381,8 @@ async fn stored_moments_are_read_as_timestamps_whatever_their_spelling() {
     assert_eq!(bad.next_due_at, Some(jiff::Timestamp::UNIX_EPOCH));
 }
 
-#[tokio::test]
-async fn a_redelivered_message_is_stored_once() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn a_redelivered_message_is_stored_once(db: TestDb) {
     user(&db.store, 1).await;
     let first = log(&db.store, 1, 10, "first delivery").await;
     let again = log(&db.store, 1, 10, "second delivery").await;
@@ -384,11 +398,11 @@ async fn a_redelivered_message_is_stored_once() {
     );
     let stored = db.store.log(first.id()).await.expect("read").expect("row");
     assert_eq!(stored.text, "first delivery");
+    }
 }
 
-#[tokio::test]
-async fn two_hundred_concurrent_inserts_all_succeed() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn two_hundred_concurrent_inserts_all_succeed(db: TestDb) {
     for u in 1..=10 {
         user(&db.store, u).await;
     }
@@ -414,16 +428,14 @@ async fn two_hundred_concurrent_inserts_all_succeed() {
         let result = task.await.expect("task ran");
         assert!(result.is_ok(), "insert failed: {result:?}");
     }
-    let total: i64 = sqlx::query_scalar("SELECT count(*) FROM day_logs")
-        .fetch_one(db.store.read_pool().expect("a SQLite store"))
-        .await
-        .expect("count");
+    let raw = Raw::connect(&db.url).await;
+    let total: i64 = raw.value("SELECT count(*) FROM day_logs").await;
     assert_eq!(total, 200);
+    }
 }
 
-#[tokio::test]
-async fn one_user_never_sees_another_users_rows() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn one_user_never_sees_another_users_rows(db: TestDb) {
     user(&db.store, 1).await;
     user(&db.store, 2).await;
     let mine = log(&db.store, 1, 1, "mine").await.id();
@@ -463,11 +475,11 @@ async fn one_user_never_sees_another_users_rows() {
         .await
         .expect("summaries");
     assert_eq!(summaries, ["mine"]);
+    }
 }
 
-#[tokio::test]
-async fn daily_metrics_ignore_defaulted_values() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn daily_metrics_ignore_defaulted_values(db: TestDb) {
     user(&db.store, 1).await;
     let a = log(&db.store, 1, 1, "a").await.id();
     let b = log(&db.store, 1, 2, "b").await.id();
@@ -501,6 +513,7 @@ async fn daily_metrics_ignore_defaulted_values() {
     assert_eq!(days[0].stress, Some(3.0));
     assert_eq!(days[0].sleep_hours, Some(7.0));
     assert_eq!(days[0].logs, 2);
+    }
 }
 
 /// A first attempt of `task` on mistral that answered in 5 ms.
@@ -519,11 +532,10 @@ fn answered(task: Task) -> Attempt {
     }
 }
 
-/// A restart learns its hedging from the answers of analyses and metrics only: a
-/// digest's or a transcript's latency is that of its week or its recording.
-#[tokio::test]
-async fn restart_latencies_are_those_of_analyses_and_metrics() {
-    let db = fresh().await;
+on_each_backend! {
+    /// A restart learns its hedging from the answers of analyses and metrics only: a
+    /// digest's or a transcript's latency is that of its week or its recording.
+    async fn restart_latencies_are_those_of_analyses_and_metrics(db: TestDb) {
     for (task, latency_ms) in [
         (Task::Analysis, 200),
         (Task::Digest, 9000),
@@ -547,6 +559,7 @@ async fn restart_latencies_are_those_of_analyses_and_metrics() {
         .collect();
 
     assert_eq!(latencies, [200, 300]);
+    }
 }
 
 #[tokio::test]
@@ -583,11 +596,10 @@ async fn delete_removes_every_row_of_that_user_only() {
     );
 }
 
-/// After an outage only the logs whose analysis failed are made due at once: those
-/// waiting for a budget, a transcription or the hourly limit keep their time.
-#[tokio::test]
-async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_schedule() {
-    let db = fresh().await;
+on_each_backend! {
+    /// After an outage only the logs whose analysis failed are made due at once: those
+    /// waiting for a budget, a transcription or the hourly limit keep their time.
+    async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_schedule(db: TestDb) {
     user(&db.store, 1).await;
     let hour = Duration::from_secs(3600);
     let failed = log(&db.store, 1, 1, "failed").await.id();
@@ -624,6 +636,7 @@ async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_sch
         0,
         "made due once"
     );
+    }
 }
 
 /// The hourly limit keeps holding after the first hour of a burst: with a
@@ -687,9 +700,8 @@ async fn entries_still_waiting_for_their_slot_keep_the_hourly_limit() {
     assert!((238..=239).contains(&minutes), "{minutes} minutes");
 }
 
-#[tokio::test]
-async fn unfinished_finds_due_pending_and_unreplied_logs() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn unfinished_finds_due_pending_and_unreplied_logs(db: TestDb) {
     user(&db.store, 1).await;
     let pending = log(&db.store, 1, 1, "pending").await.id();
     let later = log(&db.store, 1, 2, "later").await.id();
@@ -724,11 +736,11 @@ async fn unfinished_finds_due_pending_and_unreplied_logs() {
             (Unfinished::Reply, analysed)
         ]
     );
+    }
 }
 
-#[tokio::test]
-async fn an_edit_sends_the_log_back_to_pending() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn an_edit_sends_the_log_back_to_pending(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "typo").await.id();
     store_analysis(&db.store, id.get(), "x", "{}")
@@ -753,6 +765,7 @@ async fn an_edit_sends_the_log_back_to_pending() {
             .expect("ok"),
         None
     );
+    }
 }
 
 #[tokio::test]
@@ -815,9 +828,8 @@ async fn the_hot_queries_use_their_indexes() {
     }
 }
 
-#[tokio::test]
-async fn an_entry_keeps_the_local_day_it_was_stored_with() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn an_entry_keeps_the_local_day_it_was_stored_with(db: TestDb) {
     user(&db.store, 1).await;
     let day: jiff::civil::Date = "2026-11-30".parse().expect("day");
     let id = db
@@ -847,6 +859,7 @@ async fn an_entry_keeps_the_local_day_it_was_stored_with() {
     );
     let user = db.store.user(UserId(1)).await.expect("read").expect("user");
     assert_eq!(user.timezone.name(), "Asia/Tokyo");
+    }
 }
 
 #[tokio::test]
@@ -872,9 +885,8 @@ async fn a_row_inserted_without_a_local_day_gets_the_utc_day_with_the_four_hour_
     assert_eq!(days, ["2026-11-30", "2026-12-01"]);
 }
 
-#[tokio::test]
-async fn results_of_an_old_text_are_not_stored_over_an_edit() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn results_of_an_old_text_are_not_stored_over_an_edit(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "first text").await.id();
     db.store
@@ -918,6 +930,7 @@ async fn results_of_an_old_text_are_not_stored_over_an_edit() {
             .await
             .expect("q")
     );
+    }
 }
 
 #[tokio::test]
@@ -950,9 +963,8 @@ async fn metric_columns_follow_the_metrics_json() {
     assert_eq!(row, (Some(4.0), Some(2.0), None, Some(5.0), None));
 }
 
-#[tokio::test]
-async fn an_answer_sent_for_an_old_text_does_not_mark_the_edited_log_answered() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn an_answer_sent_for_an_old_text_does_not_mark_the_edited_log_answered(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "text A").await.id();
     // The worker stores the analysis of A and starts sending it…
@@ -978,11 +990,11 @@ async fn an_answer_sent_for_an_old_text_does_not_mark_the_edited_log_answered() 
         .await
         .expect("unfinished");
     assert_eq!(work.len(), 1, "the worker will analyse B");
+    }
 }
 
-#[tokio::test]
-async fn an_edit_that_keeps_the_text_changes_nothing() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn an_edit_that_keeps_the_text_changes_nothing(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "same").await.id();
     assert!(
@@ -1003,11 +1015,11 @@ async fn an_edit_that_keeps_the_text_changes_nothing() {
     let row = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(row.status, LogStatus::Analyzed);
     assert!(row.replied_at.is_some());
+    }
 }
 
-#[tokio::test]
-async fn terminal_entries_take_negative_ids_that_telegram_never_meets() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn terminal_entries_take_negative_ids_that_telegram_never_meets(db: TestDb) {
     user(&db.store, 1).await;
 
     let first = db
@@ -1027,11 +1039,10 @@ async fn terminal_entries_take_negative_ids_that_telegram_never_meets() {
         (MessageId(-1), MessageId(-2))
     );
     assert!(matches!(telegram, Inserted::New(_)), "{telegram:?}");
-    let sources: Vec<(i64, String)> =
-        sqlx::query_as("SELECT message_id, source FROM day_logs ORDER BY id")
-            .fetch_all(db.store.read_pool().expect("a SQLite store"))
-            .await
-            .expect("rows");
+    let sources: Vec<(i64, String)> = Raw::connect(&db.url)
+        .await
+        .rows("SELECT message_id, source FROM day_logs ORDER BY id")
+        .await;
     assert_eq!(
         sources,
         [
@@ -1040,11 +1051,11 @@ async fn terminal_entries_take_negative_ids_that_telegram_never_meets() {
             (1, "telegram".to_owned())
         ]
     );
+    }
 }
 
-#[tokio::test]
-async fn concurrent_terminal_inserts_on_two_handles_never_share_an_id() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn concurrent_terminal_inserts_on_two_handles_never_share_an_id(db: TestDb) {
     user(&db.store, 1).await;
     let other = Store::open(&db.url, Duration::from_secs(5))
         .await
@@ -1070,11 +1081,11 @@ async fn concurrent_terminal_inserts_on_two_handles_never_share_an_id() {
         .collect();
     ids.sort_unstable();
     assert_eq!(ids, (-40..=-1).collect::<Vec<_>>());
+    }
 }
 
-#[tokio::test]
-async fn each_front_end_finds_only_its_own_unfinished_logs() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn each_front_end_finds_only_its_own_unfinished_logs(db: TestDb) {
     user(&db.store, 1).await;
     user(&db.store, 2).await;
     let telegram = log(&db.store, 1, 5, "from Telegram").await.id();
@@ -1108,11 +1119,11 @@ async fn each_front_end_finds_only_its_own_unfinished_logs() {
         found(FrontEnd::Terminal { user_id: UserId(2) }).await,
         [theirs]
     );
+    }
 }
 
-#[tokio::test]
-async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn day_activities_follow_the_metrics_of_the_day_through_edits(db: TestDb) {
     user(&db.store, 1).await;
     let a = log(&db.store, 1, 1, "ran").await.id();
     let b = log(&db.store, 1, 2, "worked").await.id();
@@ -1172,6 +1183,7 @@ async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
             .expect("read")
             .is_empty()
     );
+    }
 }
 
 /// `/lang` and `/delete` wait out a lock held longer than `busy_timeout` (a `sqlite3`
@@ -1228,11 +1240,10 @@ async fn language_and_delete_retry_a_busy_database_like_every_write() {
     assert!(store.user(UserId(2)).await.expect("read").is_none());
 }
 
-/// The store hands out `users.language` as a `Language`: a code written by hand (or
-/// by an older daylog) that is not one of ours reads as English, never an error.
-#[tokio::test]
-async fn a_users_language_comes_back_as_a_language() {
-    let db = fresh().await;
+on_each_backend! {
+    /// The store hands out `users.language` as a `Language`: a code written by hand (or
+    /// by an older daylog) that is not one of ours reads as English, never an error.
+    async fn a_users_language_comes_back_as_a_language(db: TestDb) {
     user(&db.store, 1).await;
     db.store
         .set_language(UserId(1), Language::Ru)
@@ -1241,14 +1252,13 @@ async fn a_users_language_comes_back_as_a_language() {
     let stored = db.store.user(UserId(1)).await.expect("read").expect("user");
     assert_eq!(stored.language, Language::Ru);
 
-    let raw = sqlx::SqlitePool::connect(&db.url).await.expect("raw");
-    sqlx::query("UPDATE users SET language = 'de-AT' WHERE user_id = 1")
-        .execute(&raw)
-        .await
-        .expect("by hand");
+    let raw = Raw::connect(&db.url).await;
+    raw.exec("UPDATE users SET language = 'de-AT' WHERE user_id = 1")
+        .await;
     raw.close().await;
     let stored = db.store.user(UserId(1)).await.expect("read").expect("user");
     assert_eq!(stored.language, Language::En);
+    }
 }
 
 /// `/delete` removes the user's digests too.
@@ -1571,14 +1581,13 @@ async fn entries_waiting_before_the_upgrade_are_resumed_by_the_first_answer_afte
     assert_eq!(waiting, [(1, Some("provider".to_owned())), (2, None)]);
 }
 
-/// A digest due while entries are still waiting for an answer (an outage on Sunday
-/// evening) looks back on them too: their text stands in for the summary they do not
-/// have yet. A refused entry's text never does (it would get the digest refused), its
-/// summary does, also while it waits for another step; a voice note not transcribed
-/// yet (no text) is left out.
-#[tokio::test]
-async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
-    let db = fresh().await;
+on_each_backend! {
+    /// A digest due while entries are still waiting for an answer (an outage on Sunday
+    /// evening) looks back on them too: their text stands in for the summary they do not
+    /// have yet. A refused entry's text never does (it would get the digest refused), its
+    /// summary does, also while it waits for another step; a voice note not transcribed
+    /// yet (no text) is left out.
+    async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet(db: TestDb) {
     user(&db.store, 1).await;
     let analysed = log(&db.store, 1, 1, "a long walk").await.id();
     log(&db.store, 1, 2, "  a very long day at work  ").await;
@@ -1647,6 +1656,7 @@ async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
             "x".repeat(200).as_str()
         ]
     );
+    }
 }
 
 /// A week of more entries than a digest is written from keeps every day: each day's

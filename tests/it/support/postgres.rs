@@ -283,3 +283,79 @@ fn the_watchdog_stops_the_cluster_when_its_process_is_gone() {
     assert!(calls().contains("-m immediate stop"), "{}", calls());
     assert!(!dir.exists(), "the cluster's folder is removed");
 }
+
+/// A test's own connection to its database, for SQL the store does not offer (a hand
+/// edit, a count): the same text runs on both backends where the dialects agree
+/// (placeholders `$1`…).
+pub enum Raw {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
+}
+
+impl Raw {
+    pub async fn connect(url: &str) -> Self {
+        if url.starts_with("postgres") {
+            Self::Postgres(sqlx::PgPool::connect(url).await.expect("raw connection"))
+        } else {
+            Self::Sqlite(
+                sqlx::SqlitePool::connect(url)
+                    .await
+                    .expect("raw connection"),
+            )
+        }
+    }
+
+    /// Runs a statement with no parameters; how many rows it changed.
+    pub async fn exec(&self, sql: &str) -> u64 {
+        match self {
+            Self::Sqlite(pool) => sqlx::query(sql)
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected()),
+            Self::Postgres(pool) => sqlx::query(sql)
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected()),
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The rows of a query with no parameters.
+    pub async fn rows<T>(&self, sql: &str) -> Vec<T>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+            + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>
+            + Send
+            + Unpin,
+    {
+        match self {
+            Self::Sqlite(pool) => sqlx::query_as(sql).fetch_all(pool).await,
+            Self::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await,
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The one value of a query with no parameters.
+    pub async fn value<T>(&self, sql: &str) -> T
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Sqlite>
+            + sqlx::Type<sqlx::Sqlite>
+            + for<'r> sqlx::Decode<'r, sqlx::Postgres>
+            + sqlx::Type<sqlx::Postgres>
+            + Send
+            + Unpin,
+    {
+        match self {
+            Self::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+            Self::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    pub async fn close(self) {
+        match self {
+            Self::Sqlite(pool) => pool.close().await,
+            Self::Postgres(pool) => pool.close().await,
+        }
+    }
+}
