@@ -623,22 +623,9 @@ impl Store {
         user_id: UserId,
         logs: &[NewImportLog<'_>],
     ) -> Result<ImportCounts, StoreError> {
-        self.durably(retry_busy("import_logs", || async {
-            let mut counts = ImportCounts::default();
-            let mut tx = self.sqlite("transaction")?.write.begin().await?;
-            for log in logs {
-                let created_at = sql_timestamp(log.created_at);
-                let day = log.local_day.to_string();
-                let time = log.local_time.strftime("%H:%M").to_string();
-                // A row imported before `import_time` existed has none: it is the same
-                // row when its UTC time is (it was imported in the zone of this import),
-                // and it gets its wall-clock time now.
-                // The mood is keyed by its name (`import_mood`): two custom moods at one
-                // minute are two rows, and a backup sent after the CSV finds the CSV's
-                // row of a custom mood and gives it its level. A row stored before the
-                // name was kept is found by its score, and gets the name now.
-                let found: Option<(i64, bool, bool, bool)> = sqlx::query_as(
-                    "SELECT id, import_time IS NULL OR import_mood IS NULL,
+        /// The stored row an imported one is again, if any (see below).
+        const FOUND: Sql = Sql {
+            sqlite: "SELECT id, import_time IS NULL OR import_mood IS NULL,
                          created_at IS NOT $4, mood IS NULL AND $6 IS NOT NULL
                      FROM day_logs
                      WHERE user_id = $1 AND source = 'import' AND local_day = $2
@@ -647,74 +634,102 @@ impl Store {
                        AND (import_mood = $7 OR (import_mood IS NULL AND mood IS $6))
                      ORDER BY import_mood IS NULL
                      LIMIT 1",
-                )
-                .bind(user_id)
-                .bind(&day)
-                .bind(&time)
-                .bind(&created_at)
-                .bind(log.text)
-                .bind(log.mood)
-                .bind(log.mood_name)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if let Some((id, legacy, moved, leveled)) = found {
-                    // Read again in this import's zone, and keyed by its wall-clock time.
-                    if moved || legacy {
-                        sqlx::query(&format!(
-                            "UPDATE day_logs SET created_at = $3, import_time = $4,
+            postgres: "SELECT id, import_time IS NULL OR import_mood IS NULL,
+                         created_at IS DISTINCT FROM $4, mood IS NULL AND $6 IS NOT NULL
+                     FROM day_logs
+                     WHERE user_id = $1 AND source = 'import' AND local_day = $2
+                       AND (import_time = $3 OR (import_time IS NULL AND created_at = $4))
+                       AND text = $5
+                       AND (import_mood = $7 OR (import_mood IS NULL AND mood IS NOT DISTINCT FROM $6))
+                     ORDER BY import_mood IS NULL
+                     LIMIT 1",
+        };
+        self.durably(retry_busy("import_logs", || async {
+            let mut counts = ImportCounts::default();
+            on_db!(self, write, |pool| {
+                let mut tx = pool.begin().await?;
+                for log in logs {
+                    let created_at = sql_timestamp(log.created_at);
+                    let day = log.local_day.to_string();
+                    let time = log.local_time.strftime("%H:%M").to_string();
+                    // A row imported before `import_time` existed has none: it is the same
+                    // row when its UTC time is (it was imported in the zone of this import),
+                    // and it gets its wall-clock time now.
+                    // The mood is keyed by its name (`import_mood`): two custom moods at one
+                    // minute are two rows, and a backup sent after the CSV finds the CSV's
+                    // row of a custom mood and gives it its level. A row stored before the
+                    // name was kept is found by its score, and gets the name now.
+                    let found: Option<(i64, bool, bool, bool)> = sqlx::query_as(FOUND.on(pool))
+                        .bind(user_id)
+                        .bind(&day)
+                        .bind(&time)
+                        .bind(&created_at)
+                        .bind(log.text)
+                        .bind(log.mood.map(i64::from))
+                        .bind(log.mood_name)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if let Some((id, legacy, moved, leveled)) = found {
+                        // Read again in this import's zone, and keyed by its wall-clock time.
+                        if moved || legacy {
+                            sqlx::query(&format!(
+                                "UPDATE day_logs SET created_at = $3, import_time = $4,
                                  import_mood = $5, written_zone = {WRITTEN_ZONE}
                              WHERE id = $2"
-                        ))
-                        .bind(user_id)
-                        .bind(id)
-                        .bind(&created_at)
-                        .bind(&time)
-                        .bind(log.mood_name)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    // A mood whose level this file gives (a backup) and the stored row
-                    // lacked: its metrics, and with them the mood, are this file's.
-                    if leveled {
-                        sqlx::query("UPDATE day_logs SET metrics = $2 WHERE id = $1")
+                            ))
+                            .bind(user_id)
                             .bind(id)
-                            .bind(&log.metrics_json)
+                            .bind(&created_at)
+                            .bind(&time)
+                            .bind(log.mood_name)
                             .execute(&mut *tx)
                             .await?;
+                        }
+                        // A mood whose level this file gives (a backup) and the stored row
+                        // lacked: its metrics, and with them the mood, are this file's.
+                        if leveled {
+                            sqlx::query("UPDATE day_logs SET metrics = $2 WHERE id = $1")
+                                .bind(id)
+                                .bind(&log.metrics_json)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                        if moved {
+                            counts.retimed += 1;
+                        }
+                        counts.already += 1;
+                        continue;
                     }
-                    if moved {
-                        counts.retimed += 1;
-                    }
-                    counts.already += 1;
-                    continue;
-                }
-                // The metrics go in with the row: the insert trigger of the metric
-                // columns sets them again as an update, so the columns and the day's
-                // activities follow as for an analysed entry, in the same statement.
-                let inserted = sqlx::query(&format!(
+                    // The metrics go in with the row: the insert trigger of the metric
+                    // columns sets them again as an update, so the columns and the day's
+                    // activities follow as for an analysed entry, in the same statement.
+                    let inserted = sqlx::query(&format!(
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
                          replied_at, source, local_day, import_time, metrics, written_zone,
                          import_mood)
-                     SELECT $1, $1, min(coalesce(min(message_id), 0), 0) - 1, $2, $3, 'analyzed',
-                         datetime('now'), 'import', $4, $5, $6, {WRITTEN_ZONE}, $7
-                     FROM day_logs WHERE chat_id = $1"
+                     SELECT $1, $1, {least}(coalesce(min(message_id), 0), 0) - 1, $2, $3,
+                         'analyzed', {now}, 'import', $4, $5, $6, {WRITTEN_ZONE}, $7
+                     FROM day_logs WHERE chat_id = $1",
+                    least = LEAST.on(pool),
+                    now = NOW.on(pool)
                 ))
-                .bind(user_id)
-                .bind(log.text)
-                .bind(&created_at)
-                .bind(&day)
-                .bind(&time)
-                .bind(&log.metrics_json)
-                .bind(log.mood_name)
-                .execute(&mut *tx)
-                .await?;
-                if inserted.rows_affected() != 1 {
-                    return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+                    .bind(user_id)
+                    .bind(log.text)
+                    .bind(&created_at)
+                    .bind(&day)
+                    .bind(&time)
+                    .bind(&log.metrics_json)
+                    .bind(log.mood_name)
+                    .execute(&mut *tx)
+                    .await?;
+                    if inserted.rows_affected() != 1 {
+                        return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+                    }
+                    counts.imported += 1;
                 }
-                counts.imported += 1;
-            }
-            tx.commit().await?;
-            Ok(counts)
+                tx.commit().await?;
+                Ok(counts)
+            })
         }))
         .await
     }
@@ -724,33 +739,36 @@ impl Store {
     pub async fn insert_voice_log(&self, log: &NewVoiceLog<'_>) -> Result<Inserted, StoreError> {
         self.durably(retry_busy("insert_voice_log", || async {
             // Every row is read, so a failure to commit is this call's error.
-            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
-                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
+            on_db!(self, write, |pool| {
+                let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+                    "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
                      kind, file_id, duration_s, local_day, written_at, written_zone)
-                 VALUES ($1, $2, $3, '', datetime('now'), 'voice', $4, $5, $6, $7, {WRITTEN_ZONE})
+                 VALUES ($1, $2, $3, '', {now}, 'voice', $4, $5, $6, $7, {WRITTEN_ZONE})
                  ON CONFLICT (chat_id, message_id) DO NOTHING
-                 RETURNING {LOG_COLUMNS}"
-            ))
-            .bind(log.user_id)
-            .bind(log.chat_id)
-            .bind(log.message_id)
-            .bind(log.file_id)
-            .bind(log.duration_s)
-            .bind(log.local_day.map(|day| day.to_string()))
-            .bind(log.written_at.map(sql_timestamp))
-            .fetch_all(&self.sqlite("insert_voice_log")?.write)
-            .await?;
-            Ok(match rows.pop() {
-                Some(row) => Inserted::New(Box::new(row)),
-                None => Inserted::Duplicate(
-                    sqlx::query_scalar(
-                        "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
-                    )
-                    .bind(log.chat_id)
-                    .bind(log.message_id)
-                    .fetch_one(&self.sqlite("insert_voice_log")?.write)
-                    .await?,
-                ),
+                 RETURNING {LOG_COLUMNS}",
+                    now = NOW.on(pool)
+                ))
+                .bind(log.user_id)
+                .bind(log.chat_id)
+                .bind(log.message_id)
+                .bind(log.file_id)
+                .bind(log.duration_s.map(i64::from))
+                .bind(log.local_day.map(|day| day.to_string()))
+                .bind(log.written_at.map(sql_timestamp))
+                .fetch_all(pool)
+                .await?;
+                Ok(match rows.pop() {
+                    Some(row) => Inserted::New(Box::new(row)),
+                    None => Inserted::Duplicate(
+                        sqlx::query_scalar(
+                            "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
+                        )
+                        .bind(log.chat_id)
+                        .bind(log.message_id)
+                        .fetch_one(pool)
+                        .await?,
+                    ),
+                })
             })
         }))
         .await
@@ -766,21 +784,25 @@ impl Store {
         local_day: Option<jiff::civil::Date>,
     ) -> Result<DayLog, StoreError> {
         self.durably(retry_busy("insert_chat_voice_log", || async {
-            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+            let mut rows: Vec<DayLog> = on_db!(self, write, |pool| {
+                sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
                      kind, file_id, duration_s, local_day, written_zone)
-                 SELECT $1, $1, min(coalesce(min(message_id), 0), 0) - 1, '', datetime('now'), $2,
+                 SELECT $1, $1, {least}(coalesce(min(message_id), 0), 0) - 1, '', {now}, $2,
                      'voice', $3, $4, $5, {WRITTEN_ZONE}
                  FROM day_logs WHERE chat_id = $1
-                 RETURNING {LOG_COLUMNS}"
+                 RETURNING {LOG_COLUMNS}",
+                least = LEAST.on(pool),
+                now = NOW.on(pool)
             ))
-            .bind(user_id)
-            .bind(Source::Chat.as_str())
-            .bind(file)
-            .bind(duration_s)
-            .bind(local_day.map(|day| day.to_string()))
-            .fetch_all(&self.sqlite("insert_chat_voice_log")?.write)
-            .await?;
+                .bind(user_id)
+                .bind(Source::Chat.as_str())
+                .bind(file)
+                .bind(duration_s.map(i64::from))
+                .bind(local_day.map(|day| day.to_string()))
+                .fetch_all(pool)
+                .await?
+            });
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
         }))
         .await
@@ -788,13 +810,15 @@ impl Store {
 
     /// The voice part of a log, read fresh; `None` for a text log.
     pub async fn voice_note(&self, id: LogId) -> Result<Option<VoiceNote>, StoreError> {
-        let row: Option<VoiceNoteRow> = sqlx::query_as(
-            "SELECT file_id, duration_s, transcript_sent_at FROM day_logs
+        let row: Option<VoiceNoteRow> = on_db!(self, write, |pool| {
+            sqlx::query_as(
+                "SELECT file_id, duration_s, transcript_sent_at FROM day_logs
              WHERE id = $1 AND kind = 'voice' AND file_id IS NOT NULL",
-        )
-        .bind(id)
-        .fetch_optional(&self.sqlite("voice_note")?.write)
-        .await?;
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        });
         Ok(row.map(|row| VoiceNote {
             file_id: row.file_id,
             duration_s: row.duration_s,
@@ -814,15 +838,17 @@ impl Store {
         transcript: &str,
     ) -> Result<Option<DayLog>, StoreError> {
         retry_busy("store_transcript", || async {
-            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
-                "UPDATE day_logs SET text = $2
+            let mut rows: Vec<DayLog> = on_db!(self, write, |pool| {
+                sqlx::query_as(&format!(
+                    "UPDATE day_logs SET text = $2
                  WHERE id = $1 AND kind = 'voice' AND text = '' AND status = 'pending'
                  RETURNING {LOG_COLUMNS}"
-            ))
-            .bind(id)
-            .bind(transcript)
-            .fetch_all(&self.sqlite("store_transcript")?.write)
-            .await?;
+                ))
+                .bind(id)
+                .bind(transcript)
+                .fetch_all(pool)
+                .await?
+            });
             Ok(rows.pop())
         })
         .await
@@ -831,13 +857,17 @@ impl Store {
     /// The transcript reached the user (or never can): it is not shown again.
     pub async fn mark_transcript_sent(&self, id: LogId) -> Result<(), StoreError> {
         retry_busy("mark_transcript_sent", || async {
-            sqlx::query(
-                "UPDATE day_logs SET transcript_sent_at = datetime('now')
-                 WHERE id = $1 AND transcript_sent_at IS NULL",
-            )
-            .bind(id)
-            .execute(&self.sqlite("mark_transcript_sent")?.write)
-            .await?;
+            on_db!(self, write, |pool| {
+                sqlx::query(&format!(
+                    "UPDATE day_logs SET transcript_sent_at = {now}
+                     WHERE id = $1 AND transcript_sent_at IS NULL",
+                    now = NOW.on(pool)
+                ))
+                .bind(id)
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         })
         .await
