@@ -562,9 +562,8 @@ on_each_backend! {
     }
 }
 
-#[tokio::test]
-async fn delete_removes_every_row_of_that_user_only() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn delete_removes_every_row_of_that_user_only(db: TestDb) {
     user(&db.store, 1).await;
     user(&db.store, 2).await;
     let mine = log(&db.store, 1, 1, "mine").await.id();
@@ -585,15 +584,17 @@ async fn delete_removes_every_row_of_that_user_only() {
             .expect("history")
             .is_empty()
     );
-    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM llm_calls")
-        .fetch_one(db.store.read_pool().expect("a SQLite store"))
+    db.store.flush_calls().await;
+    let calls: i64 = Raw::connect(&db.url)
         .await
-        .expect("count");
+        .value("SELECT count(*) FROM llm_calls")
+        .await;
     assert_eq!(calls, 0, "the user's LLM calls go with the logs");
     assert_eq!(
         db.store.history(UserId(2), 10).await.expect("other").len(),
         1
     );
+    }
 }
 
 on_each_backend! {
@@ -862,27 +863,21 @@ on_each_backend! {
     }
 }
 
-#[tokio::test]
-async fn a_row_inserted_without_a_local_day_gets_the_utc_day_with_the_four_hour_rule() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn a_row_inserted_without_a_local_day_gets_the_utc_day_with_the_four_hour_rule(db: TestDb) {
     user(&db.store, 1).await;
     // A script's own connection, as `sqlite3` would be.
-    let raw = sqlx::SqlitePool::connect(&db.url)
-        .await
-        .expect("raw connection");
-    sqlx::query(
+    let raw = Raw::connect(&db.url).await;
+    raw.exec(
         "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at)
          VALUES (1, 1, 1, 'night', '2026-12-01 03:30:00'), (1, 1, 2, 'morning', '2026-12-01 04:00:00')",
     )
-    .execute(&raw)
-    .await
-    .expect("raw insert");
-    let days: Vec<String> =
-        sqlx::query_scalar("SELECT local_day FROM day_logs ORDER BY message_id")
-            .fetch_all(&raw)
-            .await
-            .expect("days");
-    assert_eq!(days, ["2026-11-30", "2026-12-01"]);
+    .await;
+    let days: Vec<(String,)> = raw
+        .rows("SELECT local_day FROM day_logs ORDER BY message_id")
+        .await;
+    assert_eq!(days, [("2026-11-30".to_owned(),), ("2026-12-01".to_owned(),)]);
+    }
 }
 
 on_each_backend! {
@@ -933,9 +928,8 @@ on_each_backend! {
     }
 }
 
-#[tokio::test]
-async fn metric_columns_follow_the_metrics_json() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn metric_columns_follow_the_metrics_json(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 1, "a").await.id();
     store_analysis(
@@ -953,14 +947,17 @@ async fn metric_columns_follow_the_metrics_json() {
         Option<f64>,
         Option<f64>,
     );
-    let row: Columns = sqlx::query_as(
-        "SELECT mood, stress, energy, productivity, sleep_hours FROM day_logs WHERE id = ?1",
-    )
-    .bind(id)
-    .fetch_one(db.store.read_pool().expect("a SQLite store"))
-    .await
-    .expect("row");
+    let row: Columns = Raw::connect(&db.url)
+        .await
+        .rows(&format!(
+            "SELECT mood, stress, energy, productivity, sleep_hours FROM day_logs WHERE id = {}",
+            id.get()
+        ))
+        .await
+        .pop()
+        .expect("row");
     assert_eq!(row, (Some(4.0), Some(2.0), None, Some(5.0), None));
+    }
 }
 
 on_each_backend! {
