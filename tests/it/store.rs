@@ -260,9 +260,8 @@ async fn the_file_and_its_folder_are_created_and_times_are_plain_utc_text() {
     assert!(path.exists());
 }
 
-#[tokio::test]
-async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none(db: TestDb) {
     user(&db.store, 1).await;
     let good = log(&db.store, 1, 10, "a calm day").await.id();
     let bad = log(&db.store, 1, 11, "a strange row").await.id();
@@ -278,12 +277,8 @@ async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none() {
             .expect("store")
     );
     // The store writes only metrics objects: a malformed one is a hand edit.
-    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
-    sqlx::query("UPDATE day_logs SET metrics = '[1]' WHERE id = ?1")
-        .bind(bad)
-        .execute(&writer)
-        .await
-        .expect("corrupt");
+    let writer = Raw::connect(&db.url).await;
+    writer.exec(&format!("UPDATE day_logs SET metrics = '[1]' WHERE id = {}", bad.get())).await;
     writer.close().await;
 
     let stored = db.store.log(good).await.expect("read").expect("row");
@@ -295,61 +290,38 @@ async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none() {
     let stored = db.store.log(bad).await.expect("read").expect("row");
     assert_eq!(stored.status, LogStatus::Analyzed);
     assert_eq!(stored.metrics, None);
+    }
 }
 
-#[tokio::test]
-async fn a_log_whose_created_at_is_not_a_timestamp_stays_readable() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn a_log_whose_created_at_is_not_a_timestamp_stays_readable(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 10, "a calm day").await.id();
-    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
-    sqlx::query("UPDATE day_logs SET created_at = 'yesterday' WHERE id = ?1")
-        .bind(id)
-        .execute(&writer)
-        .await
-        .expect("corrupt");
+    let writer = Raw::connect(&db.url).await;
+    writer.exec(&format!("UPDATE day_logs SET created_at = 'yesterday' WHERE id = {}", id.get())).await;
     writer.close().await;
     let stored = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(stored.created_at, jiff::Timestamp::UNIX_EPOCH);
     assert_eq!(stored.text, "a calm day");
+    }
 }
 
 /// Every stored moment a caller sees is a `Timestamp`, parsed once in the store: the
 /// canonical text, another spelling of a moment (a hand edit) as that moment, and text
 /// that is no moment as the epoch, the row still readable.
-#[tokio::test]
-async fn stored_moments_are_read_as_timestamps_whatever_their_spelling() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn stored_moments_are_read_as_timestamps_whatever_their_spelling(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 10, "a calm day").await.id();
-    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
-    sqlx::query(
-        "UPDATE day_logs SET next_attempt_at = '2026-12-01T21:00:00.5Z',
-             replied_at = 'later' WHERE id = ?1",
-    )
-    .bind(id)
-    .execute(&writer)
-    .await
-    .expect("hand edit");
-    sqlx::query("UPDATE users SET created_at = '2026-11-30 08:00:00' WHERE user_id = 1")
-        .execute(&writer)
-        .await
-        .expect("hand edit");
+    let writer = Raw::connect(&db.url).await;
+    writer.exec(&format!("UPDATE day_logs SET next_attempt_at = '2026-12-01T21:00:00.5Z',
+             replied_at = 'later' WHERE id = {}", id.get())).await;
+    writer.exec("UPDATE users SET created_at = '2026-11-30 08:00:00' WHERE user_id = 1").await;
     user(&db.store, 2).await;
-    sqlx::query(
-        "UPDATE users SET created_at = 'long ago', timezone = 'Mars/Olympus' WHERE user_id = 2",
-    )
-    .execute(&writer)
-    .await
-    .expect("hand edit");
-    sqlx::query(
-        "INSERT INTO reminders (user_id, local_time, enabled, last_sent_day, next_due_at)
+    writer.exec("UPDATE users SET created_at = 'long ago', timezone = 'Mars/Olympus' WHERE user_id = 2").await;
+    writer.exec("INSERT INTO reminders (user_id, local_time, enabled, last_sent_day, next_due_at)
          VALUES (1, '21:00', 1, '2026-11-30', '2026-12-01 21:00:00'),
-                (2, 'nine', 1, 'monday', 'soon')",
-    )
-    .execute(&writer)
-    .await
-    .expect("reminders");
+                (2, 'nine', 1, 'monday', 'soon')").await;
     writer.close().await;
     let at = |text: &str| -> jiff::Timestamp { text.parse().expect("moment") };
 
@@ -379,6 +351,7 @@ async fn stored_moments_are_read_as_timestamps_whatever_their_spelling() {
         .expect("row");
     assert_eq!((bad.local_time, bad.last_sent_day), (None, None));
     assert_eq!(bad.next_due_at, Some(jiff::Timestamp::UNIX_EPOCH));
+    }
 }
 
 on_each_backend! {
