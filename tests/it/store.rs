@@ -306,10 +306,10 @@ on_each_backend! {
     }
 }
 
-/// Every stored moment a caller sees is a `Timestamp`, parsed once in the store: the
-/// canonical text, another spelling of a moment (a hand edit) as that moment, and text
-/// that is no moment as the epoch, the row still readable.
 on_each_backend! {
+    /// Every stored moment a caller sees is a `Timestamp`, parsed once in the store: the
+    /// canonical text, another spelling of a moment (a hand edit) as that moment, and text
+    /// that is no moment as the epoch, the row still readable.
     async fn stored_moments_are_read_as_timestamps_whatever_their_spelling(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 10, "a calm day").await.id();
@@ -1659,12 +1659,11 @@ async fn a_busy_weeks_summaries_keep_every_day() {
     assert_eq!(lines, ["Monday 1", "Monday 2", "Sunday"]);
 }
 
-/// The store's own guard of a reminder: it is sent at most once per local day, whoever
-/// asks. A tick that finds the reminder due again on a day it was already sent (a second
-/// instance, a scheduler that decided from a stale read) cannot move it on as sent.
-#[tokio::test]
-async fn a_reminder_is_moved_on_as_sent_at_most_once_per_local_day() {
-    let db = fresh().await;
+on_each_backend! {
+    /// The store's own guard of a reminder: it is sent at most once per local day, whoever
+    /// asks. A tick that finds the reminder due again on a day it was already sent (a second
+    /// instance, a scheduler that decided from a stale read) cannot move it on as sent.
+    async fn a_reminder_is_moved_on_as_sent_at_most_once_per_local_day(db: TestDb) {
     user(&db.store, 1).await;
     let at = |text: &str| -> jiff::Timestamp { text.parse().expect("moment") };
     let day = |text: &str| -> jiff::civil::Date { text.parse().expect("day") };
@@ -1697,11 +1696,10 @@ async fn a_reminder_is_moved_on_as_sent_at_most_once_per_local_day() {
     assert!(sent, "the first send of the day");
 
     // Due again the same day (a hand edit stands for a second scheduler's stale view).
-    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
-    sqlx::query("UPDATE reminders SET next_due_at = '2026-12-01 21:30:00' WHERE user_id = 1")
-        .execute(&writer)
-        .await
-        .expect("hand edit");
+    let writer = Raw::connect(&db.url).await;
+    writer
+        .exec("UPDATE reminders SET next_due_at = '2026-12-01 21:30:00' WHERE user_id = 1")
+        .await;
     writer.close().await;
     let again = due(at("2026-12-01T21:35:00Z")).await;
     assert_eq!(again.last_sent_day, Some(day("2026-12-01")));
@@ -1747,4 +1745,213 @@ async fn a_reminder_is_moved_on_as_sent_at_most_once_per_local_day() {
         .expect("read")
         .expect("row");
     assert_eq!(kept.last_sent_day, Some(day("2026-12-02")));
+    }
+}
+
+on_each_backend! {
+    /// A digest's whole life in the store — scheduled, due, written, sent, asked again
+    /// after a new entry, given up when too old — reads and moves the same on both
+    /// backends.
+    async fn a_digest_goes_through_its_life_the_same_on_both_backends(db: TestDb) {
+        use daylog::store::{DigestAdvance, DigestStatus};
+        let store = &db.store;
+        user(store, 1).await;
+        let at = |text: &str| -> jiff::Timestamp { text.parse().expect("moment") };
+        let week = days_ago(6);
+        store
+            .set_digest(UserId(1), Some(at("2026-12-06T19:00:00Z")))
+            .await
+            .expect("on");
+        assert!(store.digest_enabled(UserId(1)).await.expect("read"));
+        let due = store
+            .due_digest_users(at("2026-12-06T19:05:00Z"), 10)
+            .await
+            .expect("due users");
+        assert_eq!(due.len(), 1);
+        let advanced = store
+            .advance_digest(
+                UserId(1),
+                &due[0].digest_next_at,
+                at("2026-12-13T19:00:00Z"),
+                Some((ChatId(1), week)),
+            )
+            .await
+            .expect("advance");
+        let DigestAdvance::Moved {
+            created: Some(digest),
+        } = advanced
+        else {
+            panic!("a digest is created: {advanced:?}")
+        };
+        let lost = store
+            .advance_digest(
+                UserId(1),
+                &due[0].digest_next_at,
+                at("2026-12-13T19:00:00Z"),
+                None,
+            )
+            .await
+            .expect("advance again");
+        assert_eq!(lost, DigestAdvance::Lost, "moved on once");
+
+        let pending = store
+            .due_digests(FrontEnd::Telegram, 10)
+            .await
+            .expect("due digests");
+        assert_eq!(pending.iter().map(|d| d.id).collect::<Vec<_>>(), [digest.id]);
+        assert!(store.due_digest(digest.id).await.expect("due").is_some());
+        store
+            .digest_retry(digest.id, Duration::from_secs(3600))
+            .await
+            .expect("retry later");
+        assert!(store.due_digest(digest.id).await.expect("due").is_none());
+        log(store, 1, 1, "a walk").await;
+        let (mark, count) = store
+            .week_entries_mark(UserId(1), week, today())
+            .await
+            .expect("mark");
+        assert_eq!(count, 1);
+        assert_eq!(
+            store
+                .entries_between(UserId(1), week, today())
+                .await
+                .expect("count"),
+            1
+        );
+        assert!(
+            store
+                .store_digest_text(digest.id, "A calm week.", &mark)
+                .await
+                .expect("text")
+        );
+        store.mark_digest_sent(digest.id).await.expect("sent");
+        let sent = store
+            .digest_of_week(UserId(1), week)
+            .await
+            .expect("read")
+            .expect("row");
+        assert_eq!(sent.status, DigestStatus::Sent);
+        assert_eq!(sent.text.as_deref(), Some("A calm week."));
+
+        let (again, created) = store
+            .insert_digest(UserId(1), ChatId(1), week, FrontEnd::Telegram, None)
+            .await
+            .expect("asked again");
+        assert!(!created, "a week is one row");
+        let renewed = store
+            .renew_digest(&again, ChatId(1), FrontEnd::Telegram, Some(MessageId(9)))
+            .await
+            .expect("renew")
+            .expect("renewed");
+        assert_eq!(renewed.status, DigestStatus::Pending);
+        assert_eq!((renewed.text, renewed.written_from), (None, None));
+        assert!(
+            store
+                .renew_digest(&again, ChatId(1), FrontEnd::Telegram, None)
+                .await
+                .expect("renew twice")
+                .is_none(),
+            "renewed once from what was read"
+        );
+
+        let failed = store
+            .fail_old_digests(FrontEnd::Telegram, Duration::ZERO)
+            .await
+            .expect("fail old");
+        assert!(failed.is_empty() || failed[0].id == digest.id);
+        store.mark_digest_failed(digest.id).await.expect("failed");
+        let kept = store
+            .digest_of_week(UserId(1), week)
+            .await
+            .expect("read")
+            .expect("row");
+        assert_ne!(kept.status, DigestStatus::Pending);
+    }
+}
+
+on_each_backend! {
+    /// Voice notes and imports: stored, transcribed once, shown once, numbered among
+    /// the terminal's negative ids, an import counted once — the same on both backends.
+    async fn voice_notes_and_imports_are_stored_the_same_on_both_backends(db: TestDb) {
+        use daylog::store::{NewImportLog, NewVoiceLog};
+        let store = &db.store;
+        user(store, 1).await;
+        let voice = store
+            .insert_voice_log(&NewVoiceLog {
+                user_id: UserId(1),
+                chat_id: ChatId(1),
+                message_id: MessageId(5),
+                file_id: "file-5",
+                duration_s: Some(12),
+                local_day: Some(today()),
+                written_at: None,
+            })
+            .await
+            .expect("voice");
+        let again = store
+            .insert_voice_log(&NewVoiceLog {
+                user_id: UserId(1),
+                chat_id: ChatId(1),
+                message_id: MessageId(5),
+                file_id: "file-5",
+                duration_s: Some(12),
+                local_day: Some(today()),
+                written_at: None,
+            })
+            .await
+            .expect("voice again");
+        assert_eq!(again, Inserted::Duplicate(voice.id()));
+        let note = store
+            .voice_note(voice.id())
+            .await
+            .expect("read")
+            .expect("a voice note");
+        assert_eq!((note.file_id.as_str(), note.duration_s), ("file-5", Some(12)));
+        assert!(note.transcript_sent_at.is_none());
+        let stored = store
+            .store_transcript(voice.id(), "spoken words")
+            .await
+            .expect("transcript")
+            .expect("stored");
+        assert_eq!(stored.text, "spoken words");
+        assert!(
+            store
+                .store_transcript(voice.id(), "other words")
+                .await
+                .expect("again")
+                .is_none(),
+            "a second transcription never overwrites the first"
+        );
+        store.mark_transcript_sent(voice.id()).await.expect("shown");
+        let note = store.voice_note(voice.id()).await.expect("read").expect("note");
+        assert!(note.transcript_sent_at.is_some());
+
+        let typed = store
+            .insert_chat_voice_log(UserId(1), "/tmp/note.ogg", Some(3), None)
+            .await
+            .expect("terminal voice");
+        assert_eq!(typed.message_id, MessageId(-1));
+
+        let rows = [NewImportLog {
+            created_at: "2026-11-01T08:00:00Z".parse().expect("moment"),
+            local_day: "2026-11-01".parse().expect("day"),
+            local_time: jiff::civil::time(11, 0, 0, 0),
+            text: "imported",
+            mood: Some(4),
+            mood_name: "good",
+            metrics_json: r#"{"mood":4,"activities":["walk"]}"#.to_owned(),
+        }];
+        let first = store.import_logs(UserId(1), &rows).await.expect("import");
+        let second = store.import_logs(UserId(1), &rows).await.expect("import again");
+        assert_eq!((first.imported, first.already), (1, 0));
+        assert_eq!((second.imported, second.already), (0, 1));
+        let activities = store
+            .day_activities(UserId(1), "2026-11-01".parse().expect("day"))
+            .await
+            .expect("activities");
+        assert_eq!(
+            activities,
+            [("2026-11-01".parse().expect("day"), "walk".to_owned())]
+        );
+    }
 }

@@ -5,8 +5,9 @@
 //! databases) or, when the server binaries are installed
 //! (`/usr/lib/postgresql/<version>/bin/initdb`), from a throwaway cluster this process
 //! starts on first use: one cluster per test process, a fresh database per test.
-//! Without either, the tests run on SQLite only and one line says so; under `CI=true`
-//! that is a failure instead (a suite that did not run is not a suite that passed).
+//! Without either, the tests run on SQLite only and one line says so; under `CI=true`,
+//! or when the server is installed but the cluster does not start, that is a failure
+//! instead (a suite that did not run is not a suite that passed).
 //!
 //! The cluster never outlives the test process, however it ends (a panic, a SIGKILL,
 //! Ctrl-C): it is started by a watchdog shell in a process group of its own, whose
@@ -102,6 +103,10 @@ fn server() -> Option<&'static Server> {
                 Ok(server) => Some(server),
                 Err(why) if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
                     panic!("CI=true: the PostgreSQL store tests must run here, but {why}")
+                }
+                // Installed but not working is a failure too, not a quiet skip.
+                Err(why) if server_binaries().is_some() => {
+                    panic!("PostgreSQL is installed but its store tests cannot run: {why}")
                 }
                 Err(why) => {
                     #[expect(clippy::print_stderr, reason = "the one line saying what did not run")]
