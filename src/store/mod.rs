@@ -1163,7 +1163,18 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::{MIGRATOR, PG_MIGRATOR};
+    use super::{MIGRATOR, PG_MIGRATOR, redacted_url};
+
+    #[test]
+    fn a_database_url_is_shown_without_its_password_or_parameters() {
+        let shown = redacted_url("postgres://daylog:s3cret@db:5432/daylog?password=other");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("other"),
+            "{shown}"
+        );
+        assert!(shown.contains("db:5432/daylog"), "{shown}");
+        assert!(!redacted_url("postgres://x:%zz@").contains("%zz"));
+    }
 
     /// PostgreSQL's first migration is the consolidated schema of every SQLite one up
     /// to its version; from there on each SQLite migration has a twin of the same
