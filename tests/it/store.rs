@@ -1955,3 +1955,89 @@ on_each_backend! {
         );
     }
 }
+
+on_each_backend! {
+    /// The year in pixels and the streaks read the `daily_metrics` view and the local
+    /// days the same on both backends: a day's mood is the average of its moods that
+    /// were not defaulted, another user's and another year's days stay out.
+    async fn the_year_and_the_entry_days_read_the_same_on_both_backends(db: TestDb) {
+        let store = &db.store;
+        user(store, 1).await;
+        user(store, 2).await;
+        let metrics = |mood: u8, defaulted: &[&str]| {
+            serde_json::json!({
+                "mood": mood, "stress": 3, "energy": 3, "productivity": 3,
+                "sleep_hours": null, "activities": [], "emotions": [], "summary": "",
+                "defaulted": defaulted,
+            })
+            .to_string()
+        };
+        let raw = Raw::connect(&db.url).await;
+        let on = |user_id: i64, message_id: i64, day: &'static str, json: String| {
+            let store = store.clone();
+            let raw = &raw;
+            async move {
+                let id = log(&store, user_id, message_id, "An entry.").await.id();
+                assert!(
+                    store_analysis(&store, id.get(), "An analysis.", &json)
+                        .await
+                        .expect("analysed")
+                );
+                raw.exec(&format!(
+                    "UPDATE day_logs SET created_at = '{day} 12:00:00', local_day = '{day}' \
+                     WHERE id = {}",
+                    id.get()
+                ))
+                .await;
+            }
+        };
+        on(1, 1, "2025-03-10", metrics(5, &[])).await;
+        on(1, 2, "2025-03-11", metrics(3, &["mood"])).await;
+        on(1, 3, "2025-03-12", metrics(3, &["mood"])).await;
+        on(1, 4, "2025-03-12", metrics(1, &["sleep_hours"])).await;
+        on(1, 5, "2024-03-13", metrics(5, &[])).await;
+        on(2, 1, "2025-03-13", metrics(5, &[])).await;
+
+        let day = |text: &str| -> jiff::civil::Date { text.parse().expect("day") };
+        let year = store.year_moods(UserId(1), 2025).await.expect("year");
+        let moods: Vec<(jiff::civil::Date, Option<f64>)> =
+            year.iter().map(|d| (d.day, d.mood)).collect();
+        assert_eq!(
+            moods,
+            [
+                (day("2025-03-10"), Some(5.0)),
+                (day("2025-03-11"), None),
+                (day("2025-03-12"), Some(1.0)),
+            ]
+        );
+        let days = store
+            .daily_metrics(UserId(1), day("2025-03-11"))
+            .await
+            .expect("days");
+        assert_eq!(
+            days.iter().map(|d| (d.day, d.logs)).collect::<Vec<_>>(),
+            [(day("2025-03-11"), 1), (day("2025-03-12"), 2)]
+        );
+        assert_eq!(
+            store.entry_days(UserId(1)).await.expect("streak days"),
+            [
+                day("2025-03-12"),
+                day("2025-03-11"),
+                day("2025-03-10"),
+                day("2024-03-13")
+            ]
+        );
+        assert!(
+            store
+                .has_entry_on(UserId(1), day("2025-03-11"))
+                .await
+                .expect("has")
+        );
+        assert!(
+            !store
+                .has_entry_on(UserId(1), day("2025-03-13"))
+                .await
+                .expect("has")
+        );
+    }
+}
