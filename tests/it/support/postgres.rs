@@ -155,8 +155,9 @@ fn server_binaries() -> Option<PathBuf> {
 /// `$1` the server binaries, `$2` the folder, `$3` `root` when it must run as nobody.
 const WATCHDOG: &str = r#"
 bin=$1; dir=$2; mode=$3
-run() { if [ "$mode" = root ]; then setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; else "$@"; fi; }
-if [ "$mode" = root ]; then chown nobody:nogroup "$dir"; fi
+group=$(id -g nobody 2>/dev/null || echo 65534)
+run() { if [ "$mode" = root ]; then setpriv --reuid=nobody --regid="$group" --clear-groups "$@"; else "$@"; fi; }
+if [ "$mode" = root ]; then chown "nobody:$group" "$dir"; fi
 if run "$bin/initdb" -D "$dir/data" -U daylog --auth=trust --no-sync -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
    && run "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
         -o "-c listen_addresses='' -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
