@@ -112,12 +112,37 @@ CREATE INDEX day_logs_unreplied ON day_logs (status, next_attempt_at) WHERE repl
 CREATE INDEX day_logs_user_edited ON day_logs (user_id, edited_at) WHERE edited_at IS NOT NULL;
 CREATE INDEX day_logs_deferred ON day_logs (user_id, next_attempt_at)
     WHERE status = 'pending' AND waiting_for = 'deferred';
--- Search (§12): the folded text (ё as е) in the `simple` configuration, which
--- lower-cases and splits into words and neither stems nor drops stop words; the word
--- forms are the store's (store/word_forms.rs), as on SQLite. An expression index, so
--- that day_logs has the same columns on both backends; queries repeat the expression.
-CREATE INDEX day_logs_search ON day_logs
-    USING gin (to_tsvector('simple', translate(text, 'ёЁ', 'еЕ')));
+-- Search (§12): the index of `/search`, beside day_logs as SQLite's FTS5 table is. Its
+-- words are the store's (Rust) tokens of the text, split, case- and diacritic-folded
+-- as SQLite's unicode61 tokenizer does and with ё as е, written as a tsvector (with
+-- positions, for words typed with inner marks, such as "e-mail") by the store itself:
+-- PostgreSQL's own parser and lower() split and fold by the server's locale. The
+-- triggers below add a row without words for every new entry and clear the words of
+-- an edited one; the store fills in a user's missing words before it searches them
+-- (the partial index finds those). `length` is the number of tokens (for bm25).
+CREATE TABLE day_logs_fts (
+    id      BIGINT PRIMARY KEY REFERENCES day_logs (id) ON DELETE CASCADE,
+    user_id BIGINT NOT NULL,
+    words   tsvector,
+    length  BIGINT
+);
+CREATE INDEX day_logs_fts_words ON day_logs_fts USING gin (words);
+CREATE INDEX day_logs_fts_user ON day_logs_fts (user_id, id);
+CREATE INDEX day_logs_fts_unindexed ON day_logs_fts (user_id) WHERE words IS NULL;
+
+CREATE FUNCTION day_logs_fts_follow() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO day_logs_fts (id, user_id) VALUES (NEW.id, NEW.user_id);
+    ELSIF NEW.text IS DISTINCT FROM OLD.text OR NEW.user_id IS DISTINCT FROM OLD.user_id THEN
+        UPDATE day_logs_fts SET words = NULL, length = NULL, user_id = NEW.user_id
+        WHERE id = NEW.id;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER day_logs_fts_follow AFTER INSERT OR UPDATE OF text, user_id ON day_logs
+    FOR EACH ROW EXECUTE FUNCTION day_logs_fts_follow();
 
 -- The metric columns follow the metrics JSON, and a row written without a local day
 -- (a raw INSERT) gets the UTC day with the four-hour rule.

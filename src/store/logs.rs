@@ -300,50 +300,78 @@ pub fn fts_query(words: &str) -> Option<String> {
 /// counts against [`SEARCH_MAX_FORMS`] (past it, the prefix).
 pub fn fts_query_with(
     words: &str,
-    mut listed: impl FnMut(&str) -> Option<Vec<String>>,
+    listed: impl FnMut(&str) -> Option<Vec<String>>,
 ) -> Option<String> {
+    let clauses: Vec<String> = query_clauses(words, listed)
+        .iter()
+        .map(|clause| {
+            let parts: Vec<String> = clause
+                .iter()
+                .map(|alternative| match alternative {
+                    Alternative::Word(word) => fts_string(word),
+                    Alternative::Prefix(stem) => format!("{}*", fts_string(stem)),
+                })
+                .collect();
+            match parts.as_slice() {
+                [one] => one.clone(),
+                _ => format!("({})", parts.join(" OR ")),
+            }
+        })
+        .collect();
+    (!clauses.is_empty()).then(|| clauses.join(" AND "))
+}
+
+/// One thing a word of a query may match: a word (its tokens side by side) or every
+/// token that begins with a stem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Alternative {
+    Word(String),
+    Prefix(String),
+}
+
+/// The query of [`fts_query_with`] before it is written in an engine's syntax: one
+/// clause per word (each must match), each the alternatives it matches, the word as
+/// typed first. Folded, but not yet split into tokens.
+pub(super) fn query_clauses(
+    words: &str,
+    mut listed: impl FnMut(&str) -> Option<Vec<String>>,
+) -> Vec<Vec<Alternative>> {
     let mut seen = std::collections::HashSet::new();
     let mut forms_left = SEARCH_MAX_FORMS;
-    let clauses: Vec<String> = words
+    words
         .split(|c: char| c.is_whitespace() || c.is_control())
         .filter(|word| word.chars().any(is_token_char))
         .map(fold_for_search)
         .filter(|folded| seen.insert(folded.to_lowercase()))
         .map(|folded| {
-            let word = fts_string(&folded);
             // "друзья," and "(walked" have forms too: the tokenizer drops the marks.
-            match word_forms::forms(folded.trim_matches(|c: char| !is_token_char(c))) {
+            let forms = word_forms::forms(folded.trim_matches(|c: char| !is_token_char(c)));
+            let mut clause = vec![Alternative::Word(folded)];
+            match forms {
                 Forms::Prefix(stems) if forms_left >= stems.len() => {
-                    let mut parts = Vec::new();
                     for stem in &stems {
                         match listed(stem) {
                             // Room for the prefix is kept, should the list not fit.
                             Some(found) if forms_left > found.len() => {
                                 forms_left -= found.len();
-                                parts.extend(found.iter().map(|form| fts_string(form)));
+                                clause.extend(found.into_iter().map(Alternative::Word));
                             }
                             _ => {
                                 forms_left -= 1;
-                                parts.push(format!("{}*", fts_string(stem)));
+                                clause.push(Alternative::Prefix(stem.clone()));
                             }
                         }
-                    }
-                    if parts.is_empty() {
-                        word
-                    } else {
-                        format!("({word} OR {})", parts.join(" OR "))
                     }
                 }
                 Forms::Listed(forms) if forms_left >= forms.len() => {
                     forms_left -= forms.len();
-                    let forms: Vec<String> = forms.iter().map(|form| fts_string(form)).collect();
-                    format!("({word} OR {})", forms.join(" OR "))
+                    clause.extend(forms.into_iter().map(Alternative::Word));
                 }
-                _ => word,
+                _ => {}
             }
+            clause
         })
-        .collect();
-    (!clauses.is_empty()).then(|| clauses.join(" AND "))
+        .collect()
 }
 
 /// Most words of the index one prefix stem is listed as ([`fts_query_with`]); a stem
@@ -360,7 +388,7 @@ pub const SEARCH_MAX_FORMS: usize = 1000;
 /// Whether the `unicode61` tokenizer keeps `c` in a token rather than splitting at it:
 /// its token characters are the letters, numbers and private-use characters (Unicode
 /// categories L*, N* and Co), which Rust's `char` tells as near as it can.
-fn is_token_char(c: char) -> bool {
+pub(super) fn is_token_char(c: char) -> bool {
     c.is_alphanumeric()
         || matches!(c, '\u{E000}'..='\u{F8FF}' | '\u{F0000}'..='\u{FFFFD}' | '\u{100000}'..='\u{10FFFD}')
 }
@@ -1037,6 +1065,9 @@ impl Store {
     /// best matches first.
     /// No words at all finds nothing.
     pub async fn search(&self, user_id: UserId, words: &str) -> Result<Vec<SearchHit>, StoreError> {
+        if let Some(pg) = self.pg_pool() {
+            return search_postgres(pg, user_id, words).await;
+        }
         // The stems searched as prefixes, then the index's words of each (a few).
         let mut stems = Vec::new();
         if fts_query_with(words, |stem| {
@@ -1094,4 +1125,129 @@ impl Store {
             .filter_map(|row| row.read(user_id))
             .collect())
     }
+}
+
+/// A candidate of [`search_postgres`]: a matching entry of the user's.
+#[derive(FromRow)]
+struct PgCandidate {
+    id: LogId,
+    created_at: String,
+    day: String,
+    text: String,
+}
+
+/// [`Store::search`] on PostgreSQL (`store/search.rs` says how): the user's entries not
+/// indexed yet get their words first; then the newest [`SEARCH_CANDIDATES`] matches of
+/// the index, ranked and cut into snippets here as FTS5 ranks and cuts them.
+async fn search_postgres(
+    pg: &sqlx::PgPool,
+    user_id: UserId,
+    words: &str,
+) -> Result<Vec<SearchHit>, StoreError> {
+    use super::search;
+    let clauses = search::phrases(&query_clauses(words, |_| None));
+    if clauses.is_empty() {
+        return Ok(Vec::new());
+    }
+    index_postgres(pg, user_id).await?;
+    let candidates: Vec<PgCandidate> = sqlx::query_as(
+        "SELECT d.id, d.created_at, coalesce(d.local_day, left(d.created_at, 10), '') AS day,
+             d.text
+         FROM day_logs_fts s JOIN day_logs d ON d.id = s.id
+         WHERE s.user_id = $1 AND d.user_id = $1 AND s.words @@ $2::tsquery
+         ORDER BY s.id DESC LIMIT $3",
+    )
+    .bind(user_id)
+    .bind(search::tsquery(&clauses))
+    .bind(SEARCH_CANDIDATES)
+    .fetch_all(pg)
+    .await?;
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let phrases: Vec<&search::Phrase> = clauses.iter().flatten().collect();
+    let queries: Vec<String> = phrases.iter().map(|phrase| phrase.tsquery()).collect();
+    let (rows, tokens, hits): (i64, i64, Vec<i64>) = sqlx::query_as(
+        "SELECT count(words), coalesce(sum(length), 0)::BIGINT,
+             ARRAY(SELECT (SELECT count(*) FROM day_logs_fts WHERE words @@ q::tsquery)
+                   FROM unnest($1::text[]) WITH ORDINALITY AS u(q, n) ORDER BY n)
+         FROM day_logs_fts",
+    )
+    .bind(&queries)
+    .fetch_one(pg)
+    .await?;
+    let corpus = search::Corpus { rows, tokens, hits };
+    let matched = i64::try_from(candidates.len()).unwrap_or(i64::MAX);
+    let mut scored: Vec<(f64, PgCandidate)> = candidates
+        .into_iter()
+        .map(|candidate| {
+            let row: Vec<String> = search::tokens(&fold_for_search(&candidate.text))
+                .into_iter()
+                .map(|(_, token)| token)
+                .collect();
+            (search::bm25(&phrases, &corpus, &row), candidate)
+        })
+        .collect();
+    scored.sort_by(|(a, x), (b, y)| {
+        a.total_cmp(b)
+            .then_with(|| y.created_at.cmp(&x.created_at))
+            .then_with(|| y.id.get().cmp(&x.id.get()))
+    });
+    scored.truncate(usize::try_from(SEARCH_LIMIT).unwrap_or(0));
+    Ok(scored
+        .into_iter()
+        .map(|(_, candidate)| {
+            let snippet = search::snippet(
+                &fold_for_search(&candidate.text),
+                &phrases,
+                (MATCH_START, MATCH_END, ELLIPSIS),
+            );
+            SearchHit::from(SearchHitRow {
+                id: candidate.id,
+                day: candidate.day,
+                snippet,
+                text: candidate.text,
+                matched,
+            })
+        })
+        .collect())
+}
+
+/// The words of the user's entries that have none yet (new or edited since), as the
+/// store tokenises them; an entry edited meanwhile keeps none until the next search.
+async fn index_postgres(pg: &sqlx::PgPool, user_id: UserId) -> Result<(), StoreError> {
+    let unindexed: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT s.id, d.text FROM day_logs_fts s JOIN day_logs d ON d.id = s.id
+         WHERE s.user_id = $1 AND s.words IS NULL",
+    )
+    .bind(user_id)
+    .fetch_all(pg)
+    .await?;
+    if unindexed.is_empty() {
+        return Ok(());
+    }
+    let mut ids = Vec::new();
+    let mut texts = Vec::new();
+    let mut vectors = Vec::new();
+    let mut lengths = Vec::new();
+    for (id, text) in unindexed {
+        let (vector, length) = super::search::tsvector(&fold_for_search(&text));
+        ids.push(id);
+        vectors.push(vector);
+        lengths.push(length);
+        texts.push(text);
+    }
+    sqlx::query(
+        "UPDATE day_logs_fts s SET words = u.words::tsvector, length = u.length
+         FROM unnest($1::BIGINT[], $2::text[], $3::text[], $4::BIGINT[]) AS u(id, text, words, length),
+             day_logs d
+         WHERE s.id = u.id AND d.id = u.id AND d.text = u.text",
+    )
+    .bind(&ids)
+    .bind(&texts)
+    .bind(&vectors)
+    .bind(&lengths)
+    .execute(pg)
+    .await?;
+    Ok(())
 }

@@ -578,6 +578,7 @@ mod durable;
 mod logs;
 mod read_only;
 mod reminders;
+mod search;
 mod unfinished;
 mod users;
 mod word_forms;
