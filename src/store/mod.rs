@@ -592,7 +592,7 @@ pub use logs::{
     SEARCH_SQL, SearchHit, SnippetRun, VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query,
     fts_query_with,
 };
-pub use read_only::{Backup, backup, open_read_only, read_only_options};
+pub use read_only::{Backup, backup, open_postgres_for_sql, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
 pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished};
 pub use users::{NewUser, User};
@@ -721,9 +721,24 @@ impl Store {
     }
 }
 
+/// The connect options of a PostgreSQL URL, and how messages name that database (its
+/// name and host: the URL is a secret).
+fn postgres_options(url: &str) -> Result<(PgConnectOptions, String), StoreError> {
+    let options = PgConnectOptions::from_str(url).map_err(|source| StoreError::Open {
+        path: redacted_url(url),
+        source,
+    })?;
+    let shown = format!(
+        "{} on {}",
+        options.get_database().unwrap_or("(default database)"),
+        options.get_host()
+    );
+    Ok((options, shown))
+}
+
 /// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`).
 pub fn is_postgres_url(url: &str) -> bool {
-    url.starts_with("postgres://") || url.starts_with("postgresql://")
+    crate::config::is_postgres_url(url)
 }
 
 /// How the store's connections are set up: `[store]` in the settings.
@@ -883,15 +898,7 @@ impl Store {
     /// Opens a PostgreSQL database. The URL is a secret (it may hold a password): an
     /// error names the database by its host and name only.
     async fn open_postgres(url: &str, limits: Limits) -> Result<Self, StoreError> {
-        let options = PgConnectOptions::from_str(url).map_err(|source| StoreError::Open {
-            path: redacted_url(url),
-            source,
-        })?;
-        let shown = format!(
-            "{} on {}",
-            options.get_database().unwrap_or("(default database)"),
-            options.get_host()
-        );
+        let (options, shown) = postgres_options(url)?;
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(limits.busy_timeout.max(Duration::from_secs(5)))
@@ -1132,16 +1139,7 @@ async fn quick_check(pool: &SqlitePool) -> Option<String> {
 
 /// `url` with its password (and any query, which may hold one) left out, for messages.
 pub fn redacted_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) => {
-            if parsed.password().is_some() {
-                let _ = parsed.set_password(Some("***"));
-            }
-            parsed.set_query(None);
-            parsed.to_string()
-        }
-        Err(_) => "(a DATABASE_URL that is no URL)".to_owned(),
-    }
+    crate::config::redacted_url(url)
 }
 
 impl Store {

@@ -28,6 +28,22 @@ pub async fn open_read_only(url: &str, limits: Limits) -> Result<SqlitePool, Sto
     open_file(&database_path(url)?, limits, options).await
 }
 
+/// Opens a PostgreSQL database for `daylog sql`: a pool of one connection (the
+/// read-only fences are the query's, `sqlcmd::postgres`). Errors name the database by
+/// its name and host, never the URL.
+pub async fn open_postgres_for_sql(url: &str, limits: Limits) -> Result<sqlx::PgPool, StoreError> {
+    let (options, shown) = super::postgres_options(url)?;
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(limits.busy_timeout.max(std::time::Duration::from_secs(5)))
+        .connect_with(options)
+        .await
+        .map_err(|source| StoreError::Open {
+            path: shown,
+            source,
+        })
+}
+
 /// One connection to the existing file `path`; a missing file is an error, never a new
 /// file.
 async fn open_file(

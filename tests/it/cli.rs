@@ -394,7 +394,8 @@ fn bad_config_exits_2_naming_the_key() {
             &[("DAYLOG__PROVIDERS__GROQ__KIND", "cohere")],
             "providers.groq.kind",
         ),
-        (&[("DATABASE_URL", "postgres://db/daylog")], "DATABASE_URL"),
+        (&[("DATABASE_URL", "mysql://db/daylog")], "DATABASE_URL"),
+        (&[("DATABASE_URL", "postgres://db")], "DATABASE_URL"),
     ];
     for (env, key) in cases {
         let out = w.run(&["migrate"], env);
@@ -748,4 +749,69 @@ async fn doctor_shows_each_keys_budget_without_the_key() {
         "{}",
         stdout(&sql)
     );
+}
+
+/// On PostgreSQL (`DATABASE_URL=postgres://…`, when the tests have a server): `migrate`,
+/// `sql` (read-only: a server function with effects and a write are refused), `doctor`
+/// and `backup` (which names pg_dump) work, and none of them ever shows the URL's
+/// password. `DAYLOG_SQL_DATABASE_URL` is what `daylog sql` connects with when set.
+#[tokio::test]
+async fn on_postgres_every_command_works_and_never_shows_the_password() {
+    use crate::support::postgres::{Backend, backends};
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let db = Backend::Postgres.fresh().await;
+    let mut url = url::Url::parse(&db.url).expect("test URL");
+    url.set_password(Some("hunter2-secret"))
+        .expect("a password");
+    let url = url.to_string();
+    let w = Workdir::new();
+    let env = [("DATABASE_URL", url.as_str())];
+    let said = |out: &Output| format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(out));
+
+    let migrate = w.run(&["migrate"], &env);
+    let count = w.run(&["sql", "SELECT count(*) AS entries FROM day_logs"], &env);
+    let kill = w.run(
+        &["sql", "SELECT pg_terminate_backend(pg_backend_pid())"],
+        &env,
+    );
+    let write = w.run(&["sql", "DELETE FROM users"], &env);
+    let doctor = w.run(&["doctor"], &env);
+    let backup = w.run(&["backup", "copy.db"], &env);
+    let mut elsewhere = url::Url::parse(&url).expect("url");
+    elsewhere.set_path("/no_such_database");
+    let reader = w.run(
+        &["sql", "SELECT 1"],
+        &[
+            ("DATABASE_URL", url.as_str()),
+            ("DAYLOG_SQL_DATABASE_URL", elsewhere.as_str()),
+        ],
+    );
+
+    assert_eq!(migrate.status.code(), Some(0), "{}", said(&migrate));
+    assert_eq!(count.status.code(), Some(0), "{}", said(&count));
+    assert!(
+        said(&count).contains("entries") && said(&count).contains('0'),
+        "{}",
+        said(&count)
+    );
+    assert_eq!(kill.status.code(), Some(2), "{}", said(&kill));
+    assert_eq!(write.status.code(), Some(2), "{}", said(&write));
+    assert!(
+        said(&doctor).contains("database reachable and migrated"),
+        "{}",
+        said(&doctor)
+    );
+    assert_ne!(backup.status.code(), Some(0), "{}", said(&backup));
+    assert!(said(&backup).contains("pg_dump"), "{}", said(&backup));
+    assert_ne!(reader.status.code(), Some(0), "{}", said(&reader));
+    assert!(
+        said(&reader).contains("no_such_database"),
+        "{}",
+        said(&reader)
+    );
+    for out in [&migrate, &count, &kill, &write, &doctor, &backup, &reader] {
+        assert!(!said(out).contains("hunter2"), "{}", said(out));
+    }
 }
