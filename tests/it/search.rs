@@ -789,10 +789,9 @@ async fn answer_html(journal: &Journal, command: Command) -> String {
     }
 }
 
-#[tokio::test]
-async fn the_search_answer_escapes_the_entry_and_bolds_only_the_matches() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    async fn the_search_answer_escapes_the_entry_and_bolds_only_the_matches(db: TestDb) {
+        user(&db.store, ME).await;
     entry(&db.store, ME, 1, "<b>Not bold</b> & tulips <i>here</i>").await;
     let journal = journal(&db).await;
 
@@ -809,6 +808,7 @@ async fn the_search_answer_escapes_the_entry_and_bolds_only_the_matches() {
     assert_eq!(nothing, "None of your entries contains all of these words.");
     assert!(no_words.starts_with("Usage: /search"), "{no_words}");
     assert_eq!(syntax, nothing);
+}
 }
 
 /// A found entry whose stored day is no date (a hand edit) is still shown, without a
@@ -1009,11 +1009,10 @@ async fn in_telegram_search_answers_in_escaped_html_and_year_sends_a_png() {
     app.stop().await;
 }
 
-/// `/search` shows up to 5 matches: the title counts every match, not only those shown.
-#[tokio::test]
-async fn the_search_title_counts_every_match_not_only_those_shown() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    /// `/search` shows up to 5 matches: the title counts every match, not only those shown.
+    async fn the_search_title_counts_every_match_not_only_those_shown(db: TestDb) {
+        user(&db.store, ME).await;
     for i in 1..=7 {
         entry(&db.store, ME, i, &format!("tired day number {i}")).await;
     }
@@ -1026,6 +1025,7 @@ async fn the_search_title_counts_every_match_not_only_those_shown() {
         "{found}"
     );
     assert_eq!(found.matches("<b>tired</b>").count(), 5, "{found}");
+}
 }
 
 // ---- word forms: a word also finds its other forms, through its Snowball stem ----
@@ -1189,12 +1189,11 @@ on_each_backend! {
 }
 }
 
-/// The answer shows the forms it found in bold, with their letters as written (ё too).
-#[tokio::test]
-async fn the_search_answer_bolds_the_forms_it_found() {
+on_each_backend! {
+    /// The answer shows the forms it found in bold, with their letters as written (ё too).
+    async fn the_search_answer_bolds_the_forms_it_found(db: TestDb) {
     // Arrange
-    let db = fresh().await;
-    user(&db.store, ME).await;
+        user(&db.store, ME).await;
     entry(&db.store, ME, 1, "Вечер с друзьями, потом с другом домой.").await;
     entry(&db.store, ME, 2, "Нарядили ёлку, а елки в лесу ещё стоят.").await;
     entry(&db.store, ME, 3, "Running late, then runs again & again.").await;
@@ -1218,6 +1217,7 @@ async fn the_search_answer_bolds_the_forms_it_found() {
         run.contains("<b>Running</b> late, then <b>runs</b> again &amp; again."),
         "{run}"
     );
+}
 }
 
 on_each_backend! {
