@@ -517,6 +517,18 @@ fn compose_file_parses_and_names_the_essentials() {
     assert!(bot["env_file"].as_sequence().is_some() || bot["env_file"].as_str().is_some());
     let health = format!("{:?}", bot["healthcheck"]["test"]);
     assert!(health.contains("doctor"), "{health}");
+    // .env's DATABASE_URL (a PostgreSQL one) is not silently overridden; PostgreSQL
+    // itself is a profile of its own.
+    let url = bot["environment"]["DATABASE_URL"].as_str().unwrap_or("");
+    assert!(url.starts_with("${DATABASE_URL:-sqlite:"), "{url}");
+    let postgres = &compose["services"]["postgres"];
+    assert_eq!(
+        format!("{:?}", postgres["profiles"]),
+        format!(
+            "{:?}",
+            serde_yaml::from_str::<serde_yaml::Value>("[postgres]").expect("yaml")
+        )
+    );
     assert!(
         compose["volumes"]
             .as_mapping()
@@ -811,6 +823,25 @@ async fn on_postgres_every_command_works_and_never_shows_the_password() {
         "{}",
         said(&reader)
     );
+    // docs/operations.md's example queries for PostgreSQL run (on an empty journal).
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
+            .expect("docs/operations.md");
+    let examples = page
+        .split_once("The same queries on PostgreSQL")
+        .and_then(|(_, rest)| rest.split_once("\n```\n"))
+        .map(|(block, _)| block)
+        .expect("the PostgreSQL examples");
+    let queries: Vec<&str> = examples
+        .split("daylog sql \"")
+        .skip(1)
+        .filter_map(|q| q.split_once('"').map(|(query, _)| query))
+        .collect();
+    assert_eq!(queries.len(), 4, "{examples}");
+    for query in queries {
+        let out = w.run(&["sql", query], &env);
+        assert_eq!(out.status.code(), Some(0), "{query}: {}", said(&out));
+    }
     for out in [&migrate, &count, &kill, &write, &doctor, &backup, &reader] {
         assert!(!said(out).contains("hunter2"), "{}", said(out));
     }
