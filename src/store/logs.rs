@@ -1145,7 +1145,9 @@ async fn search_postgres(
     words: &str,
 ) -> Result<Vec<SearchHit>, StoreError> {
     use super::search;
-    let clauses = search::phrases(&query_clauses(words, |_| None));
+    let Some(clauses) = search::phrases(&query_clauses(words, |_| None)) else {
+        return Ok(Vec::new());
+    };
     if clauses.is_empty() {
         return Ok(Vec::new());
     }

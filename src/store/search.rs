@@ -115,6 +115,12 @@ impl Phrase {
         (!tokens.is_empty()).then_some(Self { tokens, prefix })
     }
 
+    /// Whether PostgreSQL can look for it: a token longer than a lexeme is in no index
+    /// there (and no query may hold it).
+    fn searchable(&self) -> bool {
+        self.tokens.iter().all(|token| token.len() <= MAX_LEXEME)
+    }
+
     /// This phrase as a tsquery.
     pub(super) fn tsquery(&self) -> String {
         let last = self.tokens.len() - 1;
@@ -155,13 +161,23 @@ impl Phrase {
 }
 
 /// The clauses as phrases (a clause's alternatives with no token left out; an empty
-/// clause dropped, as FTS5 skips an empty string).
-pub(super) fn phrases(clauses: &[Vec<Alternative>]) -> Vec<Vec<Phrase>> {
-    clauses
-        .iter()
-        .map(|clause| clause.iter().filter_map(Phrase::of).collect::<Vec<_>>())
-        .filter(|clause| !clause.is_empty())
-        .collect()
+/// clause dropped, as FTS5 skips an empty string). `None` when a clause can match
+/// nothing on PostgreSQL (each of its phrases holds a word too long to index there):
+/// the search finds nothing, rather than more than was asked for.
+pub(super) fn phrases(clauses: &[Vec<Alternative>]) -> Option<Vec<Vec<Phrase>>> {
+    let mut found = Vec::new();
+    for clause in clauses {
+        let phrases: Vec<Phrase> = clause.iter().filter_map(Phrase::of).collect();
+        if phrases.is_empty() {
+            continue;
+        }
+        let searchable: Vec<Phrase> = phrases.into_iter().filter(Phrase::searchable).collect();
+        if searchable.is_empty() {
+            return None;
+        }
+        found.push(searchable);
+    }
+    Some(found)
 }
 
 /// The whole query as a tsquery: each clause an OR of its phrases, AND between them.
@@ -321,13 +337,28 @@ mod tests {
                 Alternative::Prefix("mail".into()),
             ],
             vec![Alternative::Word("-".into())],
-        ]);
+        ])
+        .expect("searchable");
         assert_eq!(tsquery(&clauses), "(('e' <-> 'mail') | 'mail':*)");
     }
 
     #[test]
+    fn a_word_too_long_for_a_lexeme_finds_nothing_rather_than_everything() {
+        let long = "a".repeat(MAX_LEXEME + 1);
+        assert_eq!(
+            phrases(&[
+                vec![Alternative::Word("coffee".into())],
+                vec![Alternative::Word(long.clone())],
+            ]),
+            None
+        );
+        let (vector, length) = tsvector(&format!("coffee {long}"));
+        assert_eq!((vector.as_str(), length), ("'coffee':1", 2));
+    }
+
+    #[test]
     fn a_short_text_is_its_own_snippet_with_its_matches_marked() {
-        let clauses = phrases(&[vec![Alternative::Word("coffee".into())]]);
+        let clauses = phrases(&[vec![Alternative::Word("coffee".into())]]).expect("searchable");
         let all: Vec<&Phrase> = clauses.iter().flatten().collect();
         assert_eq!(
             snippet("Ran, then coffee.", &all, ('[', ']', '~')),
