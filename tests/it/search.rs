@@ -385,41 +385,44 @@ fn any_spelling_of_yo_finds_the_word_as_written() {
         .enable_all()
         .build()
         .expect("runtime");
-    let db = runtime.block_on(async {
-        let db = fresh().await;
-        user(&db.store, ME).await;
-        entry(&db.store, ME, 1, "start").await;
-        db
-    });
-    let letter = prop::sample::select(vec!['е', 'ё', 'Е', 'Ё', 'ж', 'Ж', 'a']);
-    let word = prop::collection::vec(letter, 1..8);
-    let flips = prop::collection::vec(any::<bool>(), 8);
-    proptest!(ProptestConfig::with_cases(100), |(word in word, flips in flips)| {
-        let written: String = word.iter().collect();
-        let asked: String = word
-            .iter()
-            .zip(&flips)
-            .map(|(c, flip)| match (c, flip) {
-                ('е', true) => 'ё',
-                ('ё', true) => 'е',
-                ('Е', true) => 'ё',
-                ('Ё', true) => 'е',
-                (c, _) => *c,
-            })
-            .collect();
-        let text = format!("before {written} after");
-        runtime.block_on(db.store.update_text(ChatId(ME), MessageId(1), &text)).expect("edit");
-        let hits = runtime.block_on(db.store.search(UserId(ME), &asked)).expect("search");
-        prop_assert_eq!(hits.len(), 1, "{:?} for {:?}", asked, written);
-        let bold: Vec<String> = hits[0]
-            .snippet()
-            .into_iter()
-            .filter(|r| r.matched)
-            .map(|r| r.text)
-            .collect();
-        prop_assert_eq!(bold, vec![written.clone()]);
-    });
-    runtime.block_on(assert_index_in_step(&db.url));
+    // On each backend: the same property.
+    for backend in backends() {
+        let db = runtime.block_on(async {
+            let db = fresh_on(backend).await;
+            user(&db.store, ME).await;
+            entry(&db.store, ME, 1, "start").await;
+            db
+        });
+        let letter = prop::sample::select(vec!['е', 'ё', 'Е', 'Ё', 'ж', 'Ж', 'a']);
+        let word = prop::collection::vec(letter, 1..8);
+        let flips = prop::collection::vec(any::<bool>(), 8);
+        proptest!(ProptestConfig::with_cases(100), |(word in word, flips in flips)| {
+            let written: String = word.iter().collect();
+            let asked: String = word
+                .iter()
+                .zip(&flips)
+                .map(|(c, flip)| match (c, flip) {
+                    ('е', true) => 'ё',
+                    ('ё', true) => 'е',
+                    ('Е', true) => 'ё',
+                    ('Ё', true) => 'е',
+                    (c, _) => *c,
+                })
+                .collect();
+            let text = format!("before {written} after");
+            runtime.block_on(db.store.update_text(ChatId(ME), MessageId(1), &text)).expect("edit");
+            let hits = runtime.block_on(db.store.search(UserId(ME), &asked)).expect("search");
+            prop_assert_eq!(hits.len(), 1, "{:?} for {:?}", asked, written);
+            let bold: Vec<String> = hits[0]
+                .snippet()
+                .into_iter()
+                .filter(|r| r.matched)
+                .map(|r| r.text)
+                .collect();
+            prop_assert_eq!(bold, vec![written.clone()]);
+        });
+        runtime.block_on(assert_index_in_step(&db.url));
+    }
 }
 
 on_each_backend! {
@@ -715,60 +718,63 @@ fn any_string_is_a_valid_query_of_the_users_own_entries_only() {
         .enable_all()
         .build()
         .expect("runtime");
-    let mine_texts = [
-        "Coffee in the park.",
-        "Secret coffee: NEAR the river (really) *",
-        "День в парке, café.",
-        "\"Quoted\" - park -- ^ :",
-    ];
-    let other_texts = [
-        "secret river park coffee NEAR AND OR NOT",
-        "день парк café x",
-    ];
-    let (db, mine) = runtime.block_on(async {
-        let db = fresh().await;
-        user(&db.store, ME).await;
-        user(&db.store, OTHER).await;
-        let mut mine = Vec::new();
-        for (i, text) in (1..).zip(mine_texts) {
-            mine.push((entry(&db.store, ME, i, text).await, words(text)));
-        }
-        for (i, text) in (1..).zip(other_texts) {
-            entry(&db.store, OTHER, i, text).await;
-        }
-        (db, mine)
-    });
-    let my_ids: HashSet<LogId> = mine.iter().map(|(id, _)| *id).collect();
+    // On each backend: the same property.
+    for backend in backends() {
+        let mine_texts = [
+            "Coffee in the park.",
+            "Secret coffee: NEAR the river (really) *",
+            "День в парке, café.",
+            "\"Quoted\" - park -- ^ :",
+        ];
+        let other_texts = [
+            "secret river park coffee NEAR AND OR NOT",
+            "день парк café x",
+        ];
+        let (db, mine) = runtime.block_on(async {
+            let db = fresh_on(backend).await;
+            user(&db.store, ME).await;
+            user(&db.store, OTHER).await;
+            let mut mine = Vec::new();
+            for (i, text) in (1..).zip(mine_texts) {
+                mine.push((entry(&db.store, ME, i, text).await, words(text)));
+            }
+            for (i, text) in (1..).zip(other_texts) {
+                entry(&db.store, OTHER, i, text).await;
+            }
+            (db, mine)
+        });
+        let my_ids: HashSet<LogId> = mine.iter().map(|(id, _)| *id).collect();
 
-    proptest!(ProptestConfig::with_cases(300), |(query in hostile_query())| {
-        let hits = runtime.block_on(db.store.search(UserId(ME), &query));
+        proptest!(ProptestConfig::with_cases(300), |(query in hostile_query())| {
+            let hits = runtime.block_on(db.store.search(UserId(ME), &query));
 
-        let hits = hits.map_err(|e| TestCaseError::fail(format!("{query:?}: {e}")))?;
-        for hit in &hits {
-            prop_assert!(my_ids.contains(&LogId(hit.id.get())), "{query:?} found someone else's {}", hit.id);
-        }
-        // Plain words: every entry that contains all of them as typed, and only entries
-        // that contain each of them in some form.
-        let asked: Vec<String> = query.split_whitespace().map(str::to_owned).collect();
-        if !asked.is_empty() && asked.iter().all(|w| w.chars().all(char::is_alphanumeric)) {
-            let asked = words(&query);
-            let as_typed: HashSet<LogId> = mine
-                .iter()
-                .filter(|(_, have)| asked.is_subset(have))
-                .map(|(id, _)| *id)
-                .collect();
-            let in_some_form: HashSet<LogId> = mine
-                .iter()
-                .filter(|(_, have)| {
-                    asked.iter().all(|word| have.iter().any(|token| may_be_a_form(word, token)))
-                })
-                .map(|(id, _)| *id)
-                .collect();
-            let found: HashSet<LogId> = hits.iter().map(|h| h.id).collect();
-            prop_assert!(found.is_superset(&as_typed), "{query:?}: {found:?}");
-            prop_assert!(found.is_subset(&in_some_form), "{query:?}: {found:?}");
-        }
-    });
+            let hits = hits.map_err(|e| TestCaseError::fail(format!("{query:?}: {e}")))?;
+            for hit in &hits {
+                prop_assert!(my_ids.contains(&LogId(hit.id.get())), "{query:?} found someone else's {}", hit.id);
+            }
+            // Plain words: every entry that contains all of them as typed, and only entries
+            // that contain each of them in some form.
+            let asked: Vec<String> = query.split_whitespace().map(str::to_owned).collect();
+            if !asked.is_empty() && asked.iter().all(|w| w.chars().all(char::is_alphanumeric)) {
+                let asked = words(&query);
+                let as_typed: HashSet<LogId> = mine
+                    .iter()
+                    .filter(|(_, have)| asked.is_subset(have))
+                    .map(|(id, _)| *id)
+                    .collect();
+                let in_some_form: HashSet<LogId> = mine
+                    .iter()
+                    .filter(|(_, have)| {
+                        asked.iter().all(|word| have.iter().any(|token| may_be_a_form(word, token)))
+                    })
+                    .map(|(id, _)| *id)
+                    .collect();
+                let found: HashSet<LogId> = hits.iter().map(|h| h.id).collect();
+                prop_assert!(found.is_superset(&as_typed), "{query:?}: {found:?}");
+                prop_assert!(found.is_subset(&in_some_form), "{query:?}: {found:?}");
+            }
+        });
+    }
 }
 
 async fn journal(db: &TestDb) -> Arc<Journal> {
@@ -811,24 +817,22 @@ on_each_backend! {
 }
 }
 
-/// A found entry whose stored day is no date (a hand edit) is still shown, without a
-/// day line, never with the stored text as its day; a good day is shown as a date.
-#[tokio::test]
-async fn a_found_entry_whose_day_is_no_date_is_shown_without_its_day() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    /// A found entry whose stored day is no date (a hand edit) is still shown, without a
+    /// day line, never with the stored text as its day; a good day is shown as a date.
+    async fn a_found_entry_whose_day_is_no_date_is_shown_without_its_day(db: TestDb) {
+        user(&db.store, ME).await;
     let good = entry(&db.store, ME, 1, "tulips in the park").await;
     let bad = entry(&db.store, ME, 2, "tulips at home").await;
-    let pool = writer(&db.url).await;
+    let raw = Raw::connect(&db.url).await;
     for (id, day) in [(good, "2026-04-05"), (bad, "junk day")] {
-        sqlx::query("UPDATE day_logs SET local_day = ?2 WHERE id = ?1")
-            .bind(id)
-            .bind(day)
-            .execute(&pool)
-            .await
-            .expect("hand edit");
+        raw.exec(&format!(
+            "UPDATE day_logs SET local_day = '{day}' WHERE id = {}",
+            id.get()
+        ))
+        .await;
     }
-    pool.close().await;
+    raw.close().await;
     let journal = journal(&db).await;
 
     let found = answer_html(&journal, Command::Search("tulips".into())).await;
@@ -840,6 +844,7 @@ async fn a_found_entry_whose_day_is_no_date_is_shown_without_its_day() {
     );
     assert!(found.contains("\n\n<b>tulips</b> at home"), "{found}");
     assert!(!found.contains("junk"), "{found}");
+}
 }
 
 /// Stores an analysed entry of `user_id` on `day` with the given metrics JSON.
