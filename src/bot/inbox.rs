@@ -273,7 +273,9 @@ fn parse(body: &[u8]) -> Parsed {
         };
     };
     let id = i64::from(id);
-    let update = match serde_json::from_value::<Update>(value) {
+    // From the bytes: teloxide's reading of an update's kind borrows its key, which a
+    // `Value` cannot lend.
+    let update = match serde_json::from_slice::<Update>(body) {
         Ok(update) if !matches!(update.kind, UpdateKind::Error(_)) => update,
         _ => {
             return Parsed::Dead {
