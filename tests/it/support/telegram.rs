@@ -81,6 +81,8 @@ struct Inner {
     confirmed_below: i64,
     /// The `allowed_updates` of the last `getUpdates` that sent any.
     allowed_updates: Value,
+    /// `getUpdates` calls answered so far.
+    polls: usize,
 }
 
 /// A scripted failure: method, chat, text the message must contain, and the answer.
@@ -167,6 +169,48 @@ impl FakeTelegram {
     /// Every update below this one is confirmed: the bot has asked for those after it.
     pub fn confirmed_below(&self) -> i64 {
         self.inner.lock().expect("lock").confirmed_below
+    }
+
+    /// `getUpdates` calls answered so far.
+    pub fn polls(&self) -> usize {
+        self.inner.lock().expect("lock").polls
+    }
+
+    /// Waits until `getUpdates` has been called `n` more times than `since`.
+    pub async fn wait_polls(&self, since: usize, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let notified = self.changed.notified();
+            if self.polls() >= since + n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{n} more polls never came");
+            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+        }
+    }
+
+    /// Delivers update `id` once more, with the same `update_id`, as Telegram does when
+    /// it did not see it confirmed (a webhook's answer lost, an offset not sent).
+    pub fn redeliver(&self, id: i64) {
+        let mut inner = self.inner.lock().expect("lock");
+        let again = inner
+            .updates
+            .iter()
+            .find(|u| u["update_id"].as_i64() == Some(id))
+            .cloned()
+            .expect("an update pushed before");
+        inner
+            .updates
+            .retain(|u| u["update_id"].as_i64() != Some(id));
+        let at = inner
+            .updates
+            .iter()
+            .position(|u| u["update_id"].as_i64().unwrap_or(0) > id)
+            .unwrap_or(inner.updates.len());
+        inner.updates.insert(at, again);
+        inner.confirmed_below = inner.confirmed_below.min(id);
+        drop(inner);
+        self.changed.notify_waiters();
     }
 
     /// The next call of `method` (to `chat`, if given) answers `status` with `body`.
@@ -620,6 +664,7 @@ async fn get_updates(fake: &FakeTelegram, body: &Value) -> Response {
         inner.confirmed_below = inner
             .confirmed_below
             .max(body["offset"].as_i64().unwrap_or(0));
+        inner.polls += 1;
         inner.confirmed_below
     };
     // As Telegram does: at most `limit` updates (1–100, default 100), the oldest first.
