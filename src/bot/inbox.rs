@@ -52,8 +52,7 @@ pub struct NotSaved {
 /// Sends a notice about an update not stored: `NotSavedYet` (it is taken
 /// automatically), or `GivenUp` (it failed every try: send it again); `true` once
 /// delivered.
-pub type Notice =
-    Arc<dyn Fn(NotSaved, NoticeKind) -> BoxFuture<'static, bool> + Send + Sync>;
+pub type Notice = Arc<dyn Fn(NotSaved, NoticeKind) -> BoxFuture<'static, bool> + Send + Sync>;
 
 /// Which notice [`Notice`] sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,7 +369,10 @@ mod tests {
         else {
             panic!("an update");
         };
-        assert_eq!((id, chat_id, user_id, kind), (9, Some(42), Some(43), "message"));
+        assert_eq!(
+            (id, chat_id, user_id, kind),
+            (9, Some(42), Some(43), "message")
+        );
         assert_eq!(notice.map(|n| (n.chat_id, n.message_id)), Some((42, 7)));
     }
 
@@ -383,7 +385,11 @@ mod tests {
             (br#"{"update_id": "5"}"#, None, "no_update_id"),
             (br#"{"update_id": -5}"#, None, "no_update_id"),
             (br#"{"update_id": 5}"#, Some(5), "unknown_shape"),
-            (br#"{"update_id": 5, "message": {"text": 1}}"#, Some(5), "unknown_shape"),
+            (
+                br#"{"update_id": 5, "message": {"text": 1}}"#,
+                Some(5),
+                "unknown_shape",
+            ),
         ];
         for (body, own, reason) in rows {
             assert_eq!(

@@ -299,15 +299,19 @@ impl Store {
 }
 
 /// `/delete`: inside the erasure's transaction, the user's payloads go (the bare ids
-/// stay, so a re-delivery is still a duplicate). Rows still to be handled keep theirs:
-/// they came after the `/delete` in its chat, and are the user's new words.
+/// stay, so a re-delivery is still a duplicate), the button press being handled among
+/// them. Messages still to be handled keep theirs: they wait behind the press in its
+/// chat, written after it — the user's new words.
 pub(super) async fn erase_payloads_in(
     tx: &mut Transaction<'_, Sqlite>,
     user_id: super::UserId,
 ) -> Result<u64, StoreError> {
     Ok(sqlx::query(
         "UPDATE updates SET payload = NULL
-         WHERE user_id = ?1 AND payload IS NOT NULL AND (handled_at IS NOT NULL OR dead = 1)",
+         WHERE user_id = ?1 AND payload IS NOT NULL
+           AND (handled_at IS NOT NULL OR dead = 1
+                OR (CASE WHEN json_valid(payload)
+                    THEN json_type(payload, '$.callback_query') END) IS NOT NULL)",
     )
     .bind(user_id)
     .execute(&mut **tx)

@@ -36,7 +36,8 @@ const FETCH_MAX: i64 = 5000;
 const IDLE: Duration = Duration::from_secs(5);
 
 /// How the loop hands an update to the handler tree.
-pub type Handle = Arc<dyn Fn(Update, Taking) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
+pub type Handle =
+    Arc<dyn Fn(Update, Taking) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
 
 /// The loop's memory: which lanes run, which updates a task took over, and which must
 /// wait before they are tried again (also when their failure could not be recorded).
@@ -45,6 +46,9 @@ pub(in crate::bot) struct Lanes {
     busy: HashSet<Lane>,
     deferred: HashSet<i64>,
     not_before: HashMap<i64, tokio::time::Instant>,
+    /// Tries of updates that could not be stored (a full disk), which never count
+    /// toward `dead`: the user was told they will be taken.
+    unstored: HashMap<i64, i64>,
 }
 
 /// What goes in order: a chat's updates; an update with no chat goes alone.
@@ -152,7 +156,11 @@ impl Inbox {
         let permits = Arc::new(Semaphore::new(MAX_LANES));
         let mut counted = tokio::time::Instant::now();
         loop {
-            let wake_at = match self.store().unhandled_updates(self.bot_id(), FETCH_MAX).await {
+            let wake_at = match self
+                .store()
+                .unhandled_updates(self.bot_id(), FETCH_MAX)
+                .await
+            {
                 Ok(rows) => self.start_lanes(rows, &handle, backoff, &permits, &tasks, &stop),
                 Err(error) => {
                     tracing::warn!(%error, "cannot read the update inbox; trying again");
@@ -200,9 +208,7 @@ impl Inbox {
                 if lanes.deferred.contains(&row.update_id) {
                     continue;
                 }
-                let lane = row
-                    .chat_id
-                    .map_or(Lane::Alone(row.update_id), Lane::Chat);
+                let lane = row.chat_id.map_or(Lane::Alone(row.update_id), Lane::Chat);
                 if lanes.busy.contains(&lane) {
                     continue;
                 }
@@ -214,7 +220,9 @@ impl Inbox {
         }
         for (lane, rows) in by_lane {
             let Some(head) = rows.first() else { continue };
-            if let Some(at) = self.due_at(head) && at > now {
+            if let Some(at) = self.due_at(head)
+                && at > now
+            {
                 wake_at = wake_at.min(at);
                 continue;
             }
@@ -236,10 +244,11 @@ impl Inbox {
     /// When a row may be tried (`None`: now): its stored retry time, or the one kept in
     /// memory when its failure could not be recorded.
     fn due_at(&self, row: &InboxUpdate) -> Option<tokio::time::Instant> {
-        let stored = row.next_try_at.0.map(|at| {
-            let left = at.duration_since(jiff::Timestamp::now());
-            let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
-            tokio::time::Instant::now() + left
+        // A stored moment already past says nothing (`None`), rather than "now", which
+        // would always be a hair later than the caller's now.
+        let stored = row.next_try_at.0.and_then(|at| {
+            let left = Duration::try_from(at.duration_since(jiff::Timestamp::now())).ok()?;
+            Some(tokio::time::Instant::now() + left)
         });
         let kept = self.lanes().not_before.get(&row.update_id).copied();
         stored.into_iter().chain(kept).max()
@@ -279,10 +288,7 @@ impl Inbox {
             bot_id: self.bot_id(),
             update_id: row.update_id,
         };
-        let update = row
-            .payload
-            .as_deref()
-            .map(serde_json::from_str::<Update>);
+        let update = row.payload.as_deref().map(serde_json::from_str::<Update>);
         let update = match update {
             Some(Ok(update)) => update,
             _ => {
@@ -307,7 +313,11 @@ impl Inbox {
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the handler panicked")));
         match outcome {
             Ok(()) => {
-                self.lanes().not_before.remove(&key.update_id);
+                {
+                    let mut lanes = self.lanes();
+                    lanes.not_before.remove(&key.update_id);
+                    lanes.unstored.remove(&key.update_id);
+                }
                 if !deferred.load(Ordering::SeqCst)
                     && let Err(error) = self.store().mark_update_handled(key).await
                 {
@@ -315,12 +325,18 @@ impl Inbox {
                 }
                 true
             }
-            Err(error) => self.failed(key, &error, row.failures, notice, backoff).await,
+            Err(error) => {
+                self.failed(key, &error, row.failures, notice, backoff)
+                    .await
+            }
         }
     }
 
     /// A failed try: recorded, the user told once that the message is not saved yet
     /// (and, when it is given up, to send it again). `true` when the lane moves on.
+    /// An entry the store could not take for now ([`is_no_room`]: a full disk) is tried
+    /// again for as long as that lasts, never given up: the user was told it will be
+    /// taken.
     async fn failed(
         &self,
         key: UpdateKey,
@@ -329,6 +345,21 @@ impl Inbox {
         notice: Option<super::NotSaved>,
         backoff: Backoff,
     ) -> bool {
+        if is_no_room(error) {
+            let tries = {
+                let mut lanes = self.lanes();
+                let tries = lanes.unstored.entry(key.update_id).or_insert(0);
+                *tries = tries.saturating_add(1);
+                *tries
+            };
+            let wait = backoff.after(tries);
+            tracing::warn!(%error, update_id = key.update_id, tries, retry_in_ms = wait.as_millis() as u64, "an entry could not be stored yet; trying again");
+            self.retry_later(key.update_id, wait);
+            if let Some(notice) = notice {
+                self.tell_once(notice);
+            }
+            return false;
+        }
         let wait = backoff.after(failures.saturating_add(1));
         tracing::warn!(%error, update_id = key.update_id, failures = failures + 1, retry_in_ms = wait.as_millis() as u64, "handling an update failed");
         let next_try_at = jiff::Timestamp::now()
@@ -368,6 +399,28 @@ impl Inbox {
         self.lanes()
             .not_before
             .insert(update_id, tokio::time::Instant::now() + wait);
+    }
+}
+
+/// Whether `error` is an entry the store could not take for now: the disk full, an
+/// I/O error, the database busy, a commit not synced. Any other failure (a constraint,
+/// a bug) would fail again the same way, and counts toward `dead`.
+fn is_no_room(error: &anyhow::Error) -> bool {
+    use crate::store::StoreError;
+    let Some(crate::journal::EntryError::NotSaved(store)) =
+        error.downcast_ref::<crate::journal::EntryError>()
+    else {
+        return false;
+    };
+    match store {
+        StoreError::Sync(_) => true,
+        StoreError::Sql(sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut) => true,
+        StoreError::Sql(sqlx::Error::Database(db)) => db
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            // SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL (any extended code).
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6 | 10 | 13)),
+        _ => false,
     }
 }
 
