@@ -394,3 +394,30 @@ async fn retention_drops_payloads_after_a_day_and_rows_after_a_week() {
     assert_eq!(state().await, [(2, true)], "the unhandled row stays whole");
     store.close().await;
 }
+
+/// `updates` is part of the public schema (docs/operations.md): its columns by name.
+#[tokio::test]
+async fn the_updates_table_keeps_its_public_columns() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (store, _) = store_in(&dir).await;
+    let columns = daylog::store::columns(store.read_pool(), "updates")
+        .await
+        .expect("columns");
+    assert_eq!(
+        columns,
+        [
+            "bot_id",
+            "update_id",
+            "chat_id",
+            "user_id",
+            "received_at",
+            "handled_at",
+            "dead",
+            "payload",
+            "failures",
+            "next_try_at",
+            "error"
+        ]
+    );
+    store.close().await;
+}

@@ -49,6 +49,10 @@ pub(in crate::bot) struct Lanes {
     /// Tries of updates that could not be stored (a full disk), which never count
     /// toward `dead`: the user was told they will be taken.
     unstored: HashMap<i64, i64>,
+    /// Updates handled whose `handled_at` could not be written: not handed over again
+    /// by this process (the next start may, once: the window of a reply sent and not
+    /// recorded).
+    done: HashSet<i64>,
 }
 
 /// What goes in order: a chat's updates; an update with no chat goes alone.
@@ -203,9 +207,13 @@ impl Inbox {
         let mut wake_at = now + IDLE;
         let mut by_lane: Vec<(Lane, Vec<InboxUpdate>)> = Vec::new();
         {
-            let lanes = self.lanes();
+            let mut lanes = self.lanes();
+            if !lanes.done.is_empty() {
+                let fetched: HashSet<i64> = rows.iter().map(|row| row.update_id).collect();
+                lanes.done.retain(|id| fetched.contains(id));
+            }
             for row in rows {
-                if lanes.deferred.contains(&row.update_id) {
+                if lanes.deferred.contains(&row.update_id) || lanes.done.contains(&row.update_id) {
                     continue;
                 }
                 let lane = row.chat_id.map_or(Lane::Alone(row.update_id), Lane::Chat);
@@ -267,8 +275,11 @@ impl Inbox {
             if stop.is_cancelled() {
                 return;
             }
-            if self.lanes().deferred.contains(&row.update_id) {
-                continue;
+            {
+                let lanes = self.lanes();
+                if lanes.deferred.contains(&row.update_id) || lanes.done.contains(&row.update_id) {
+                    continue;
+                }
             }
             if self
                 .due_at(&row)
@@ -321,7 +332,8 @@ impl Inbox {
                 if !deferred.load(Ordering::SeqCst)
                     && let Err(error) = self.store().mark_update_handled(key).await
                 {
-                    tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it may be handled again");
+                    tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it is handled again only after a restart");
+                    self.lanes().done.insert(key.update_id);
                 }
                 true
             }
