@@ -83,7 +83,15 @@ struct Inner {
     allowed_updates: Value,
     /// `getUpdates` calls answered so far.
     polls: usize,
+    /// The id of this fake's first update: each fake of the process starts its own
+    /// range, so a bot started again on the same database with a new fake is given new
+    /// ids, as Telegram's keep growing (the inbox would take a repeated id for a
+    /// redelivery).
+    first_update_id: i64,
 }
+
+/// Where the next fake's update ids begin.
+static NEXT_FIRST_UPDATE_ID: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
 
 /// A scripted failure: method, chat, text the message must contain, and the answer.
 type Failure = (String, Option<i64>, Option<String>, u16, Value);
@@ -99,6 +107,8 @@ impl FakeTelegram {
     pub async fn start() -> Self {
         let inner = Arc::new(Mutex::new(Inner {
             next_message_id: 100_000,
+            first_update_id: NEXT_FIRST_UPDATE_ID
+                .fetch_add(100_000, std::sync::atomic::Ordering::Relaxed),
             ..Inner::default()
         }));
         let changed = Arc::new(Notify::new());
@@ -128,7 +138,7 @@ impl FakeTelegram {
 
     pub fn push_update(&self, mut update: Value) -> i64 {
         let mut inner = self.inner.lock().expect("lock");
-        let id = inner.updates.len() as i64 + 1;
+        let id = inner.first_update_id + inner.updates.len() as i64;
         update["update_id"] = json!(id);
         inner.updates.push(update);
         drop(inner);
