@@ -164,6 +164,27 @@ impl Store {
         if updates.is_empty() {
             return Ok(Vec::new());
         }
+        if let [update] = updates {
+            // One statement: no transaction around it (a webhook's request, a quiet poll).
+            return self
+                .durably(retry_busy("insert_update", || async {
+                    let inserted = sqlx::query(
+                        "INSERT INTO updates (bot_id, update_id, chat_id, user_id, payload)
+                         VALUES (?1, ?2, ?3, ?4, ?5)
+                         ON CONFLICT (bot_id, update_id) DO NOTHING",
+                    )
+                    .bind(bot_id)
+                    .bind(update.update_id)
+                    .bind(update.chat_id)
+                    .bind(update.user_id)
+                    .bind(update.payload)
+                    .execute(&self.write)
+                    .await?
+                    .rows_affected();
+                    Ok(vec![inserted > 0])
+                }))
+                .await;
+        }
         self.durably(retry_busy("insert_updates", || async {
             let mut tx = WriteTx::begin(&self.write).await?;
             let work = async {

@@ -68,6 +68,8 @@ pub struct Taking {
     key: UpdateKey,
     inbox: Inbox,
     deferred: Arc<AtomicBool>,
+    /// The handler's store write set `handled_at` itself (an entry stored).
+    marked: Arc<AtomicBool>,
 }
 
 impl Taking {
@@ -75,6 +77,12 @@ impl Taking {
     /// own transaction.
     pub fn key(&self) -> UpdateKey {
         self.key
+    }
+
+    /// The store write that took the update marked it handled in its transaction (an
+    /// entry stored with [`Taking::key`]): the loop need not mark it again.
+    pub fn marked_by_store(&self) {
+        self.marked.store(true, Ordering::SeqCst);
     }
 
     /// Hands the update to a task of its own: it is handled when [`Deferred::handled`]
@@ -316,8 +324,9 @@ impl Inbox {
             key,
             inbox: self.clone(),
             deferred: Arc::new(AtomicBool::new(false)),
+            marked: Arc::new(AtomicBool::new(false)),
         };
-        let deferred = Arc::clone(&taking.deferred);
+        let (deferred, marked) = (Arc::clone(&taking.deferred), Arc::clone(&taking.marked));
         let outcome = std::panic::AssertUnwindSafe(handle(update, taking))
             .catch_unwind()
             .await
@@ -330,6 +339,7 @@ impl Inbox {
                     lanes.unstored.remove(&key.update_id);
                 }
                 if !deferred.load(Ordering::SeqCst)
+                    && !marked.load(Ordering::SeqCst)
                     && let Err(error) = self.store().mark_update_handled(key).await
                 {
                     tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it is handled again only after a restart");
