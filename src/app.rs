@@ -43,6 +43,8 @@ pub struct App {
     llm: Arc<Llm>,
     journal: Arc<Journal>,
     digests: Arc<Digests>,
+    /// Webhook mode: between the HTTP listener and the bot (closed until it takes posts).
+    webhook: crate::bot::webhook::Gate,
 }
 
 impl App {
@@ -67,6 +69,7 @@ impl App {
             llm,
             journal,
             digests,
+            webhook: crate::bot::webhook::Gate::default(),
         })
     }
 
@@ -153,6 +156,7 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
         &store,
         app.journal().llm(),
         stop.clone(),
+        crate::bot::webhook::Mount::of(app.settings(), &app.webhook),
     )
     .await?;
     let served = app.serve_telegram(stop).await;

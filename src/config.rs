@@ -501,6 +501,17 @@ fn check_webhook_mode(
             "is \"webhook\", which needs `telegram.webhook_url` (the public https URL Telegram posts to, such as \"https://bot.example.org/telegram\"); set it, or use mode = \"polling\"",
         ));
     }
+    if let Some(url) = telegram.webhook_url.0.as_ref()
+        && matches!(url.path(), "/healthz" | "/readyz")
+    {
+        return Err(ConfigError::invalid(
+            "telegram.webhook_url",
+            format!(
+                "has the path {}, which /healthz or /readyz already answer on http.listen; give the webhook a path of its own, such as /telegram",
+                url.path()
+            ),
+        ));
+    }
     if secret.is_none() {
         return Err(ConfigError::invalid(
             "telegram.mode",

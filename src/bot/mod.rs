@@ -56,6 +56,7 @@ use intake::{Intake, Listener, Ticket};
 
 mod delete_button;
 mod intake;
+pub mod webhook;
 pub use intake::CONFIRM_WAIT;
 
 /// What the bot needs of a Bot API client: `Bot`, or `Throttle<Bot>` when
@@ -1315,10 +1316,15 @@ pub async fn ping_telegram(settings: &Settings) -> Result<String, String> {
     }
 }
 
-/// Start-up: wait until Telegram answers `getMe`, register the command menu, and make
-/// sure no webhook stands in the way of polling. `Ok(false)` when stopped first; an
-/// error when Telegram refuses the bot (retrying would not help).
-async fn start_up<B: TgBot>(bot: &B, stop: &CancellationToken) -> anyhow::Result<bool> {
+/// Start-up: wait until Telegram answers `getMe`, register the command menu, then
+/// either register the webhook (webhook mode) or make sure no webhook stands in the way
+/// of polling. `Ok(false)` when stopped first; an error when Telegram refuses the bot
+/// (retrying would not help).
+async fn start_up<B: TgBot>(
+    bot: &B,
+    settings: &Settings,
+    stop: &CancellationToken,
+) -> anyhow::Result<bool> {
     let me = match at_start("getMe", stop, None, || bot.get_me().send()).await {
         Ok(Some(me)) => me,
         Ok(None) => return Ok(false),
@@ -1331,15 +1337,28 @@ async fn start_up<B: TgBot>(bot: &B, stop: &CancellationToken) -> anyhow::Result
     if !register_commands(bot, stop).await {
         return Ok(false);
     }
+    match settings.telegram.mode() {
+        crate::config::TelegramMode::Webhook => webhook::register(bot, settings, stop).await,
+        crate::config::TelegramMode::Polling => Ok(clear_webhook(bot, stop).await),
+    }
+}
+
+/// Polling mode: a webhook left set (by an earlier webhook-mode run, another program)
+/// would make every `getUpdates` fail with 409, so it is deleted, with a warning that
+/// says why. `false` when stopped meanwhile.
+async fn clear_webhook<B: TgBot>(bot: &B, stop: &CancellationToken) -> bool {
     match at_start("getWebhookInfo", stop, None, || {
         bot.get_webhook_info().send()
     })
     .await
     {
-        Ok(None) => return Ok(false),
+        Ok(None) => return false,
         Ok(Some(info)) if info.url.is_some() => {
+            tracing::warn!(
+                "the bot has a webhook set, but telegram.mode is \"polling\": deleting the webhook to poll instead (set telegram.mode = \"webhook\" if this bot is meant to be served by webhook)"
+            );
             match at_start("deleteWebhook", stop, None, || bot.delete_webhook().send()).await {
-                Ok(None) => return Ok(false),
+                Ok(None) => return false,
                 Ok(Some(_)) => tracing::info!("removed the bot's webhook to poll instead"),
                 Err(error) => tracing::warn!(%error, "could not remove the bot's webhook"),
             }
@@ -1347,7 +1366,7 @@ async fn start_up<B: TgBot>(bot: &B, stop: &CancellationToken) -> anyhow::Result
         Ok(Some(_)) => {}
         Err(error) => tracing::warn!(%error, "could not check for a webhook"),
     }
-    Ok(true)
+    true
 }
 
 /// Registers the command menu in English (the default) and Russian. A menu that cannot
@@ -1453,7 +1472,7 @@ pub async fn serve<B: TgBot>(
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let grace = journal.settings().telegram.shutdown_grace();
-    if !start_up(&bot, &stop).await? {
+    if !start_up(&bot, journal.settings(), &stop).await? {
         return Ok(()); // stopped while starting
     }
     let messenger = Arc::new(Telegram::new(bot.clone()));
