@@ -282,6 +282,61 @@ pub(super) async fn register<B: super::TgBot>(
     }
 }
 
+/// `daylog doctor --ping` in webhook mode: what Telegram says of the webhook
+/// (`getWebhookInfo`): the URL it posts to, the updates it holds, its last error. `Ok`
+/// when it posts to the configured URL and had no trouble, `Err` with the same line
+/// otherwise. The secret is never part of it (Telegram does not give it back).
+pub async fn doctor_line(settings: &Settings) -> Result<String, String> {
+    use teloxide::requests::Request as _;
+    let client = crate::telegram_client().map_err(|e| e.without_url().to_string())?;
+    let bot = super::build_bot(settings, client).map_err(|e| e.to_string())?;
+    let asked = tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        bot.get_webhook_info().send(),
+    )
+    .await;
+    let info = match asked {
+        Ok(Ok(info)) => info,
+        // Its kind only: a network error's URL would carry the token.
+        Ok(Err(teloxide::RequestError::Api(error))) => {
+            return Err(format!("getWebhookInfo refused: {error}"));
+        }
+        Ok(Err(_)) | Err(_) => {
+            return Err(
+                "getWebhookInfo did not answer: check TELOXIDE_API_URL and the network".to_owned(),
+            );
+        }
+    };
+    let configured = settings.telegram.webhook_url();
+    let mut line = match &info.url {
+        Some(url) => format!("webhook: Telegram posts to {url}"),
+        None => "webhook: none registered with Telegram".to_owned(),
+    };
+    line.push_str(&format!(
+        ", {} update(s) waiting",
+        info.pending_update_count
+    ));
+    if let Some(message) = &info.last_error_message {
+        let when = info
+            .last_error_date
+            .map(|date| format!(" at {}", date.format("%Y-%m-%d %H:%M:%S UTC")))
+            .unwrap_or_default();
+        line.push_str(&format!("; last error{when}: {message}"));
+    }
+    let matches = info.url.as_ref() == configured;
+    if !matches {
+        line.push_str(match (info.url.is_some(), settings.telegram.set_webhook()) {
+            (_, true) => "; not telegram.webhook_url yet: `daylog run` registers it at start-up",
+            (_, false) => "; not telegram.webhook_url, and telegram.set_webhook is off: register it yourself",
+        });
+    }
+    if matches && info.last_error_message.is_none() {
+        Ok(line)
+    } else {
+        Err(line)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
