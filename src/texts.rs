@@ -404,6 +404,15 @@ impl Texts {
         )
     }
 
+    /// An update that could not be committed to the inbox (a full disk): it was not
+    /// confirmed to Telegram, which gives it again, and it is taken once it can be stored.
+    pub fn not_saved_yet(self) -> &'static str {
+        self.pick(
+            "I could not save this message yet (a problem with my storage). No need to send it again: I will take it automatically as soon as I can.",
+            "Пока не удалось сохранить это сообщение (проблема с хранилищем). Отправлять заново не нужно: я приму его автоматически, как только смогу.",
+        )
+    }
+
     pub fn unknown_command(self) -> &'static str {
         self.pick(
             "I do not know that command; /help lists the ones I have.",

@@ -55,8 +55,10 @@ use delete_button::{DeleteAnswer, DeleteButton};
 use intake::{Intake, Listener, Ticket};
 
 mod delete_button;
+mod inbox;
 mod intake;
 pub mod webhook;
+pub use inbox::{Inbox, NotSaved, Notice, ReceiveError, Received};
 pub use intake::CONFIRM_WAIT;
 
 /// What the bot needs of a Bot API client: `Bot`, or `Throttle<Bot>` when

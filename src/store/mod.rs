@@ -547,6 +547,7 @@ mod logs;
 mod read_only;
 mod reminders;
 mod unfinished;
+mod updates;
 mod users;
 mod word_forms;
 
@@ -562,6 +563,10 @@ pub use logs::{
 pub use read_only::{Backup, backup, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
 pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished};
+pub use updates::{
+    InboxCounts, InboxUpdate, NewUpdate, NextTry, Pruned, UPDATE_MAX_FAILURES, UpdateFailure,
+    UpdateKey,
+};
 pub use users::{NewUser, User};
 
 /// The shared handle on the database. Cheap to clone.

@@ -160,6 +160,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+            super::updates::erase_payloads_in(&mut tx, user_id).await?;
             sqlx::query("DELETE FROM users WHERE user_id = ?1")
                 .bind(user_id)
                 .execute(&mut *tx)

@@ -1,0 +1,312 @@
+//! The update inbox (`updates`): every Telegram update committed before it is
+//! acknowledged, de-duplicated on `(bot_id, update_id)`, handled from here, and pruned.
+//! Dead letters (what came with the webhook's secret but is no update) are kept beside
+//! them with a negative id of their own.
+
+use sqlx::{FromRow, Sqlite, Transaction};
+
+use super::{Store, StoreError, retry_busy, returned};
+use crate::time::sql_timestamp;
+
+/// The failures after which an update is given up (`dead = 1`).
+pub const UPDATE_MAX_FAILURES: i64 = 5;
+
+/// An inbox row's key: the bot and Telegram's update id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UpdateKey {
+    pub bot_id: i64,
+    pub update_id: i64,
+}
+
+/// An update to commit to the inbox.
+#[derive(Debug, Clone)]
+pub struct NewUpdate<'a> {
+    pub update_id: i64,
+    pub chat_id: Option<i64>,
+    pub user_id: Option<i64>,
+    /// The update's JSON as it came.
+    pub payload: &'a str,
+}
+
+/// An update not handled yet and not dead, as the handling loop reads it.
+#[derive(Debug, Clone, FromRow)]
+pub struct InboxUpdate {
+    pub update_id: i64,
+    pub chat_id: Option<i64>,
+    pub user_id: Option<i64>,
+    /// `None` only if a hand edit removed it; such a row is marked handled.
+    pub payload: Option<String>,
+    pub failures: i64,
+    /// Not before this may it be tried again (`None`: at once).
+    #[sqlx(try_from = "Option<String>")]
+    pub next_try_at: NextTry,
+}
+
+/// `updates.next_try_at`, parsed (text that is no moment: now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NextTry(pub Option<jiff::Timestamp>);
+
+impl TryFrom<Option<String>> for NextTry {
+    type Error = std::convert::Infallible;
+    fn try_from(text: Option<String>) -> Result<Self, Self::Error> {
+        Ok(Self(
+            text.as_deref().and_then(crate::time::parse_sql_timestamp),
+        ))
+    }
+}
+
+/// What a failed try of an update did to its row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateFailure {
+    /// Tried again at its `next_try_at`; this many failures so far.
+    Retry(i64),
+    /// The last failure allowed: the row is dead, its chat moves on.
+    Dead,
+}
+
+/// What [`Store::prune_updates`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pruned {
+    pub payloads: u64,
+    pub rows: u64,
+}
+
+/// How many rows wait and how many died (the gauges).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InboxCounts {
+    pub unhandled: u64,
+    pub dead: u64,
+}
+
+/// Sets `handled_at` of `key`'s row inside a caller's transaction: an entry's update is
+/// handled in the same transaction as its `day_logs` write.
+pub(super) async fn mark_handled_in(
+    tx: &mut Transaction<'_, Sqlite>,
+    key: UpdateKey,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE updates SET handled_at = datetime('now')
+         WHERE bot_id = ?1 AND update_id = ?2 AND handled_at IS NULL",
+    )
+    .bind(key.bot_id)
+    .bind(key.update_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+impl Store {
+    /// Commits updates to the inbox in one transaction, durably. Returns, in order,
+    /// whether each one is new (`false`: already there, not to be handled again).
+    pub async fn insert_updates(
+        &self,
+        bot_id: i64,
+        updates: &[NewUpdate<'_>],
+    ) -> Result<Vec<bool>, StoreError> {
+        if updates.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.durably(retry_busy("insert_updates", || async {
+            let mut tx = self.write.begin().await?;
+            let mut fresh = Vec::with_capacity(updates.len());
+            for update in updates {
+                let inserted = sqlx::query(
+                    "INSERT INTO updates (bot_id, update_id, chat_id, user_id, payload)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (bot_id, update_id) DO NOTHING",
+                )
+                .bind(bot_id)
+                .bind(update.update_id)
+                .bind(update.chat_id)
+                .bind(update.user_id)
+                .bind(update.payload)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                fresh.push(inserted > 0);
+            }
+            tx.commit().await?;
+            Ok(fresh)
+        }))
+        .await
+    }
+
+    /// Commits a dead letter, durably: `dead = 1`, its text in `payload`, `error` the
+    /// kind of what was wrong. With an id of its own (`Some`, an update of an unknown
+    /// shape) it takes that id (`None` when that id is already there); without, the
+    /// lowest id of the bot so far minus one (at most -1), chosen inside the insert, so
+    /// it never takes an id Telegram could send. Returns the id it was kept under.
+    pub async fn insert_dead_letter(
+        &self,
+        bot_id: i64,
+        own_id: Option<i64>,
+        payload: &str,
+        error: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.durably(retry_busy("insert_dead_letter", || async {
+            let rows: Vec<i64> = match own_id {
+                Some(id) => {
+                    sqlx::query_scalar(
+                        "INSERT INTO updates (bot_id, update_id, payload, dead, error)
+                         VALUES (?1, ?2, ?3, 1, ?4)
+                         ON CONFLICT (bot_id, update_id) DO NOTHING
+                         RETURNING update_id",
+                    )
+                    .bind(bot_id)
+                    .bind(id)
+                    .bind(payload)
+                    .bind(error)
+                    .fetch_all(&self.write)
+                    .await?
+                }
+                None => {
+                    sqlx::query_scalar(
+                        "INSERT INTO updates (bot_id, update_id, payload, dead, error)
+                         SELECT ?1, min(coalesce(min(update_id), 0), 0) - 1, ?2, 1, ?3
+                         FROM updates WHERE bot_id = ?1
+                         RETURNING update_id",
+                    )
+                    .bind(bot_id)
+                    .bind(payload)
+                    .bind(error)
+                    .fetch_all(&self.write)
+                    .await?
+                }
+            };
+            Ok(returned(rows))
+        }))
+        .await
+    }
+
+    /// The bot's updates not handled and not dead, by chat and then `update_id` — the
+    /// order they are handled in — at most `limit`.
+    pub async fn unhandled_updates(
+        &self,
+        bot_id: i64,
+        limit: i64,
+    ) -> Result<Vec<InboxUpdate>, StoreError> {
+        Ok(sqlx::query_as::<_, InboxUpdate>(
+            "SELECT update_id, chat_id, user_id, payload, failures, next_try_at
+             FROM updates WHERE bot_id = ?1 AND handled_at IS NULL AND dead = 0
+             ORDER BY chat_id, update_id LIMIT ?2",
+        )
+        .bind(bot_id)
+        .bind(limit)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// Marks an update handled (once: a row handled already keeps its moment).
+    pub async fn mark_update_handled(&self, key: UpdateKey) -> Result<(), StoreError> {
+        retry_busy("mark_update_handled", || async {
+            let mut tx = self.write.begin().await?;
+            mark_handled_in(&mut tx, key).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records a failed try of an update: its count goes up, `error` (a fixed word)
+    /// says what kind of failure, and it is tried again at `next_try_at` — unless this
+    /// was failure [`UPDATE_MAX_FAILURES`]: then the row is dead, with an `error` event.
+    pub async fn record_update_failure(
+        &self,
+        key: UpdateKey,
+        error: &str,
+        next_try_at: jiff::Timestamp,
+    ) -> Result<UpdateFailure, StoreError> {
+        let rows: Vec<(i64, i64)> = retry_busy("record_update_failure", || async {
+            Ok(sqlx::query_as(
+                "UPDATE updates SET failures = failures + 1, error = ?3, next_try_at = ?4,
+                     dead = CASE WHEN failures + 1 >= ?5 THEN 1 ELSE dead END
+                 WHERE bot_id = ?1 AND update_id = ?2
+                 RETURNING failures, dead",
+            )
+            .bind(key.bot_id)
+            .bind(key.update_id)
+            .bind(error)
+            .bind(sql_timestamp(next_try_at))
+            .bind(UPDATE_MAX_FAILURES)
+            .fetch_all(&self.write)
+            .await?)
+        })
+        .await?;
+        match returned(rows) {
+            Some((failures, dead)) if dead != 0 => {
+                tracing::error!(
+                    bot_id = key.bot_id,
+                    update_id = key.update_id,
+                    failures,
+                    error,
+                    "an update failed every try; it is marked dead and its chat moves on"
+                );
+                Ok(UpdateFailure::Dead)
+            }
+            Some((failures, _)) => Ok(UpdateFailure::Retry(failures)),
+            None => Ok(UpdateFailure::Dead), // the row is gone (pruned by hand)
+        }
+    }
+
+    /// Retention at `now`: the payload of a row handled or dead for a day is dropped,
+    /// and a handled or dead row received 7 days ago goes. Rows still to be handled stay.
+    pub async fn prune_updates(&self, now: jiff::Timestamp) -> Result<Pruned, StoreError> {
+        let day_ago = sql_timestamp(now - jiff::SignedDuration::from_hours(24));
+        let week_ago = sql_timestamp(now - jiff::SignedDuration::from_hours(24 * 7));
+        retry_busy("prune_updates", || async {
+            let mut tx = self.write.begin().await?;
+            let rows = sqlx::query(
+                "DELETE FROM updates
+                 WHERE (handled_at IS NOT NULL OR dead = 1) AND received_at < ?1",
+            )
+            .bind(&week_ago)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            let payloads = sqlx::query(
+                "UPDATE updates SET payload = NULL
+                 WHERE payload IS NOT NULL
+                   AND ((handled_at IS NOT NULL AND handled_at < ?1)
+                        OR (dead = 1 AND received_at < ?1))",
+            )
+            .bind(&day_ago)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            tx.commit().await?;
+            Ok(Pruned { payloads, rows })
+        })
+        .await
+    }
+
+    /// Rows waiting to be handled and rows dead, of every bot (the gauges).
+    pub async fn inbox_counts(&self) -> Result<InboxCounts, StoreError> {
+        let (unhandled, dead): (i64, i64) = sqlx::query_as(
+            "SELECT coalesce(sum(handled_at IS NULL AND dead = 0), 0), coalesce(sum(dead = 1), 0)
+             FROM updates",
+        )
+        .fetch_one(&self.read)
+        .await?;
+        Ok(InboxCounts {
+            unhandled: u64::try_from(unhandled).unwrap_or(0),
+            dead: u64::try_from(dead).unwrap_or(0),
+        })
+    }
+}
+
+/// `/delete`: inside the erasure's transaction, the user's payloads go (the bare ids
+/// stay, so a re-delivery is still a duplicate). Rows still to be handled keep theirs:
+/// they came after the `/delete` in its chat, and are the user's new words.
+pub(super) async fn erase_payloads_in(
+    tx: &mut Transaction<'_, Sqlite>,
+    user_id: super::UserId,
+) -> Result<u64, StoreError> {
+    Ok(sqlx::query(
+        "UPDATE updates SET payload = NULL
+         WHERE user_id = ?1 AND payload IS NOT NULL AND (handled_at IS NOT NULL OR dead = 1)",
+    )
+    .bind(user_id)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected())
+}
