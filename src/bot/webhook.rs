@@ -62,6 +62,23 @@ pub trait Receive: Send + Sync + 'static {
     fn receive<'a>(&'a self, body: &'a [u8]) -> BoxFuture<'a, Result<(), NotTaken>>;
 }
 
+/// The update inbox takes a webhook body as it takes a polled one: committed (a
+/// duplicate and a dead letter are taken too), or not stored — then it has already told
+/// the user once that the entry is not saved yet, and Telegram is asked to try again.
+impl Receive for super::Inbox {
+    fn receive<'a>(&'a self, body: &'a [u8]) -> BoxFuture<'a, Result<(), NotTaken>> {
+        Box::pin(async move {
+            match super::Inbox::receive(self, body).await {
+                Ok(_) => Ok(()),
+                Err(error) => {
+                    tracing::warn!(%error, "a webhook update could not be stored; Telegram will deliver it again");
+                    Err(NotTaken::NotStored)
+                }
+            }
+        })
+    }
+}
+
 /// Between the listener, which is up before the bot connects, and the bot, which takes
 /// updates only once `setWebhook` is done: closed (503) until [`Gate::open`], closed
 /// again by [`Gate::close`]. `/readyz` reads it in webhook mode.
