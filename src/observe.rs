@@ -117,10 +117,7 @@ pub fn update_received(kind: &'static str, outcome: &'static str) {
 
 /// The inbox's rows waiting and dead (set by the inbox's loop and before each render).
 pub fn inbox_rows(unhandled: u64, dead: u64) {
-    #[expect(
-        clippy::cast_precision_loss,
-        reason = "counts of rows, far below 2^52"
-    )]
+    #[expect(clippy::cast_precision_loss, reason = "counts of rows, far below 2^52")]
     {
         metrics::gauge!(UPDATES_UNHANDLED).set(unhandled as f64);
         metrics::gauge!(UPDATES_DEAD).set(dead as f64);
@@ -207,7 +204,10 @@ fn describe() {
         "Updates given to the inbox, by kind and outcome."
     );
     metrics::describe_gauge!(UPDATES_UNHANDLED, "Inbox rows not handled yet.");
-    metrics::describe_gauge!(UPDATES_DEAD, "Inbox rows dead (dead letters, updates given up).");
+    metrics::describe_gauge!(
+        UPDATES_DEAD,
+        "Inbox rows dead (dead letters, updates given up)."
+    );
     metrics::describe_counter!(REMINDERS_SENT, "Daily reminders sent.");
     metrics::describe_counter!(DIGESTS_SENT, "Weekly digests delivered.");
 }

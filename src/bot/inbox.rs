@@ -339,7 +339,10 @@ mod tests {
         else {
             panic!("an update");
         };
-        assert_eq!((id, chat_id, user_id, kind), (9, Some(42), Some(43), "message"));
+        assert_eq!(
+            (id, chat_id, user_id, kind),
+            (9, Some(42), Some(43), "message")
+        );
         assert_eq!(notice.map(|n| (n.chat_id, n.message_id)), Some((42, 7)));
     }
 
@@ -352,7 +355,11 @@ mod tests {
             (br#"{"update_id": "5"}"#, None, "no_update_id"),
             (br#"{"update_id": -5}"#, None, "no_update_id"),
             (br#"{"update_id": 5}"#, Some(5), "unknown_shape"),
-            (br#"{"update_id": 5, "message": {"text": 1}}"#, Some(5), "unknown_shape"),
+            (
+                br#"{"update_id": 5, "message": {"text": 1}}"#,
+                Some(5),
+                "unknown_shape",
+            ),
         ];
         for (body, own, reason) in rows {
             assert_eq!(

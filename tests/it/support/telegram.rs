@@ -1057,21 +1057,4 @@ impl FakeTelegram {
             let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
         }
     }
-
-    /// Waits until some post of update `id` got `status`.
-    pub async fn wait_post_status(&self, id: i64, status: u16) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let notified = self.changed.notified();
-            if self.webhook_posts().contains(&(id, status)) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "update {id} never got {status}; posts: {:?}",
-                self.webhook_posts()
-            );
-            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
-        }
-    }
 }
