@@ -115,6 +115,16 @@ impl Gate {
     }
 }
 
+/// Webhook mode's update source, in place of long polling: posts go to `inbox` from now
+/// until `stop` (then 503 again, while the handling finishes). The listener itself is
+/// `http`'s, up since before start-up.
+pub async fn take_posts(gate: &Gate, inbox: super::Inbox, stop: &CancellationToken) {
+    gate.open(Arc::new(inbox));
+    tracing::info!("daylog is running: taking Telegram's posts");
+    stop.cancelled().await;
+    gate.close();
+}
+
 /// Everything `http` needs to mount the webhook: the path, the secret, the gate.
 #[derive(Clone)]
 pub struct Mount {
@@ -336,7 +346,8 @@ pub async fn doctor_line(settings: &Settings) -> Result<String, String> {
     if let Some(message) = &info.last_error_message {
         let when = info
             .last_error_date
-            .map(|date| format!(" at {}", date.format("%Y-%m-%d %H:%M:%S UTC")))
+            .and_then(|date| jiff::Timestamp::from_second(date.timestamp()).ok())
+            .map(|at| format!(" at {}", at.strftime("%Y-%m-%d %H:%M:%S UTC")))
             .unwrap_or_default();
         line.push_str(&format!("; last error{when}: {message}"));
     }
