@@ -18,6 +18,9 @@ use tokio::sync::Notify;
 
 use crate::store::{NewUpdate, Store, StoreError};
 
+pub(super) mod handling;
+pub use handling::{Deferred, Taking};
+
 /// What became of a body given to [`Inbox::receive`]; every one is answered as a
 /// success to Telegram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,12 +44,23 @@ pub struct ReceiveError(#[from] pub StoreError);
 pub struct NotSaved {
     pub update_id: i64,
     pub chat_id: i64,
+    pub user_id: i64,
     pub message_id: i32,
     pub language_code: Option<String>,
 }
 
-/// Sends the "not saved yet" notice; `true` once delivered.
-pub type Notice = Arc<dyn Fn(NotSaved) -> BoxFuture<'static, bool> + Send + Sync>;
+/// Sends a notice about an update not stored: `NotSavedYet` (it is taken
+/// automatically), or `GivenUp` (it failed every try: send it again); `true` once
+/// delivered.
+pub type Notice =
+    Arc<dyn Fn(NotSaved, NoticeKind) -> BoxFuture<'static, bool> + Send + Sync>;
+
+/// Which notice [`Notice`] sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeKind {
+    NotSavedYet,
+    GivenUp,
+}
 
 /// The inbox of one bot. Cheap to clone.
 #[derive(Clone)]
@@ -59,6 +73,8 @@ struct Shared {
     notice: Notice,
     /// Updates whose sender was told that they are not saved yet (once each).
     told: Mutex<HashSet<i64>>,
+    /// The handling loop's state (see [`handling`]).
+    lanes: Mutex<handling::Lanes>,
 }
 
 /// What [`Inbox::receive`] read of a body.
@@ -90,6 +106,7 @@ impl Inbox {
             wake: Notify::new(),
             notice,
             told: Mutex::default(),
+            lanes: Mutex::default(),
         }))
     }
 
@@ -207,18 +224,24 @@ impl Inbox {
                 continue;
             };
             crate::observe::update_received(kind, "not_stored");
-            if let Some(notice) = notice.clone()
-                && self.first_notice(notice.update_id)
-            {
-                let send = (self.0.notice)(notice.clone());
-                let inbox = self.clone();
-                tokio::spawn(async move {
-                    if !send.await {
-                        inbox.told().remove(&notice.update_id);
-                    }
-                });
+            if let Some(notice) = notice.clone() {
+                self.tell_once(notice);
             }
         }
+    }
+
+    /// Tells the sender of an update, once, that it is not saved yet (in the background).
+    fn tell_once(&self, notice: NotSaved) {
+        if !self.first_notice(notice.update_id) {
+            return;
+        }
+        let send = (self.0.notice)(notice.clone(), NoticeKind::NotSavedYet);
+        let inbox = self.clone();
+        tokio::spawn(async move {
+            if !send.await {
+                inbox.told().remove(&notice.update_id);
+            }
+        });
     }
 
     fn told(&self) -> std::sync::MutexGuard<'_, HashSet<i64>> {
@@ -284,23 +307,31 @@ fn parse(body: &[u8]) -> Parsed {
             };
         }
     };
-    let notice = match &update.kind {
-        UpdateKind::Message(msg) | UpdateKind::EditedMessage(msg) if msg.from.is_some() => {
-            Some(NotSaved {
-                update_id: id,
-                chat_id: msg.chat.id.0,
-                message_id: msg.id.0,
-                language_code: msg.from.as_ref().and_then(|u| u.language_code.clone()),
-            })
-        }
-        _ => None,
-    };
+    let notice = not_saved(&update);
     Parsed::Update {
         id,
         chat_id: update.chat().map(|chat| chat.id.0),
         user_id: update.from().and_then(|user| i64::try_from(user.id.0).ok()),
         kind: kind_label(&update.kind),
         notice,
+    }
+}
+
+/// Whom to tell when `update` cannot be stored or handled: the sender of a message
+/// (new or edited); nobody for anything else.
+fn not_saved(update: &Update) -> Option<NotSaved> {
+    match &update.kind {
+        UpdateKind::Message(msg) | UpdateKind::EditedMessage(msg) => {
+            let from = msg.from.as_ref()?;
+            Some(NotSaved {
+                update_id: i64::from(update.id.0),
+                chat_id: msg.chat.id.0,
+                user_id: i64::try_from(from.id.0).ok()?,
+                message_id: msg.id.0,
+                language_code: from.language_code.clone(),
+            })
+        }
+        _ => None,
     }
 }
 

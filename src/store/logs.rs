@@ -8,7 +8,41 @@ use super::{
     ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, listed_date,
     retry_busy, returned, stored_date, stored_moment,
 };
+use super::updates::{UpdateKey, mark_handled_in};
 use crate::time::sql_timestamp;
+
+/// Stores a text entry on `conn` (a transaction, or the writer in autocommit), or finds
+/// the one stored for the same message before.
+async fn insert_log_on(
+    conn: &mut sqlx::SqliteConnection,
+    log: &NewLog<'_>,
+) -> Result<Inserted, StoreError> {
+    let inserted: Vec<DayLog> = sqlx::query_as(&format!(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, local_day,
+             written_at, written_zone)
+         VALUES (?1, ?2, ?3, ?4, datetime('now'), ?5, ?6, {WRITTEN_ZONE})
+         ON CONFLICT (chat_id, message_id) DO NOTHING
+         RETURNING {LOG_COLUMNS}"
+    ))
+    .bind(log.user_id)
+    .bind(log.chat_id)
+    .bind(log.message_id)
+    .bind(log.text)
+    .bind(log.local_day.map(|day| day.to_string()))
+    .bind(log.written_at.map(sql_timestamp))
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(match returned(inserted) {
+        Some(row) => Inserted::New(Box::new(row)),
+        None => Inserted::Duplicate(
+            sqlx::query_scalar("SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2")
+                .bind(log.chat_id)
+                .bind(log.message_id)
+                .fetch_one(&mut *conn)
+                .await?,
+        ),
+    })
+}
 
 /// The zone an entry is written in (`day_logs.written_zone`): the user's zone as stored
 /// now, if they chose it (NULL while they have the default zone), read in the insert
@@ -476,35 +510,27 @@ impl Store {
 
     /// Stores a log as pending, or finds the one stored for the same message before.
     pub async fn insert_log(&self, log: &NewLog<'_>) -> Result<Inserted, StoreError> {
+        self.insert_log_for(log, None).await
+    }
+
+    /// [`Store::insert_log`] for the inbox's update `update`, which is marked handled in
+    /// the same transaction (a duplicate too: the entry is there either way).
+    pub async fn insert_log_for(
+        &self,
+        log: &NewLog<'_>,
+        update: Option<UpdateKey>,
+    ) -> Result<Inserted, StoreError> {
         self.durably(retry_busy("insert_log", || async {
-            // One statement, so no transaction: the hot path is a single round trip.
-            let inserted: Vec<DayLog> = sqlx::query_as(&format!(
-                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, local_day,
-                     written_at, written_zone)
-                 VALUES (?1, ?2, ?3, ?4, datetime('now'), ?5, ?6, {WRITTEN_ZONE})
-                 ON CONFLICT (chat_id, message_id) DO NOTHING
-                 RETURNING {LOG_COLUMNS}"
-            ))
-            .bind(log.user_id)
-            .bind(log.chat_id)
-            .bind(log.message_id)
-            .bind(log.text)
-            .bind(log.local_day.map(|day| day.to_string()))
-            .bind(log.written_at.map(sql_timestamp))
-            .fetch_all(&self.write)
-            .await?;
-            Ok(match returned(inserted) {
-                Some(row) => Inserted::New(Box::new(row)),
-                None => Inserted::Duplicate(
-                    sqlx::query_scalar(
-                        "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
-                    )
-                    .bind(log.chat_id)
-                    .bind(log.message_id)
-                    .fetch_one(&self.write)
-                    .await?,
-                ),
-            })
+            let Some(key) = update else {
+                // One statement, so no transaction: a single round trip.
+                let mut conn = self.write.acquire().await?;
+                return insert_log_on(&mut conn, log).await;
+            };
+            let mut tx = self.write.begin().await?;
+            let inserted = insert_log_on(&mut tx, log).await?;
+            mark_handled_in(&mut tx, key).await?;
+            tx.commit().await?;
+            Ok(inserted)
         }))
         .await
     }
@@ -527,7 +553,21 @@ impl Store {
         message_id: MessageId,
         text: &str,
     ) -> Result<Option<DayLog>, StoreError> {
+        self.update_text_for(chat_id, message_id, text, None).await
+    }
+
+    /// [`Store::update_text`] for the inbox's update `update`, marked handled in the
+    /// same transaction when the edit changed a stored entry (otherwise the caller goes
+    /// on to store it as new, or to nothing).
+    pub async fn update_text_for(
+        &self,
+        chat_id: ChatId,
+        message_id: MessageId,
+        text: &str,
+        update: Option<UpdateKey>,
+    ) -> Result<Option<DayLog>, StoreError> {
         self.durably(retry_busy("update_text", || async {
+            let mut tx = self.write.begin().await?;
             let rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
                      attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL,
@@ -538,9 +578,14 @@ impl Store {
             .bind(chat_id)
             .bind(message_id)
             .bind(text)
-            .fetch_all(&self.write)
+            .fetch_all(&mut *tx)
             .await?;
-            Ok(returned(rows))
+            let updated = returned(rows);
+            if let (Some(key), Some(_)) = (update, &updated) {
+                mark_handled_in(&mut tx, key).await?;
+            }
+            tx.commit().await?;
+            Ok(updated)
         }))
         .await
     }
@@ -690,7 +735,18 @@ impl Store {
     /// Stores a voice note as a pending log with an empty text (`kind = 'voice'`), or
     /// finds the one stored for the same message before.
     pub async fn insert_voice_log(&self, log: &NewVoiceLog<'_>) -> Result<Inserted, StoreError> {
+        self.insert_voice_log_for(log, None).await
+    }
+
+    /// [`Store::insert_voice_log`] for the inbox's update `update`, marked handled in the
+    /// same transaction.
+    pub async fn insert_voice_log_for(
+        &self,
+        log: &NewVoiceLog<'_>,
+        update: Option<UpdateKey>,
+    ) -> Result<Inserted, StoreError> {
         self.durably(retry_busy("insert_voice_log", || async {
+            let mut tx = self.write.begin().await?;
             // Every row is read, so a failure to commit is this call's error.
             let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
@@ -706,9 +762,9 @@ impl Store {
             .bind(log.duration_s)
             .bind(log.local_day.map(|day| day.to_string()))
             .bind(log.written_at.map(sql_timestamp))
-            .fetch_all(&self.write)
+            .fetch_all(&mut *tx)
             .await?;
-            Ok(match rows.pop() {
+            let inserted = match rows.pop() {
                 Some(row) => Inserted::New(Box::new(row)),
                 None => Inserted::Duplicate(
                     sqlx::query_scalar(
@@ -716,10 +772,15 @@ impl Store {
                     )
                     .bind(log.chat_id)
                     .bind(log.message_id)
-                    .fetch_one(&self.write)
+                    .fetch_one(&mut *tx)
                     .await?,
                 ),
-            })
+            };
+            if let Some(key) = update {
+                mark_handled_in(&mut tx, key).await?;
+            }
+            tx.commit().await?;
+            Ok(inserted)
         }))
         .await
     }

@@ -46,6 +46,10 @@ pub struct InboxUpdate {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NextTry(pub Option<jiff::Timestamp>);
 
+#[expect(
+    clippy::infallible_try_from,
+    reason = "sqlx reads a column through `try_from`; text that is no moment is `now`"
+)]
 impl TryFrom<Option<String>> for NextTry {
     type Error = std::convert::Infallible;
     fn try_from(text: Option<String>) -> Result<Self, Self::Error> {
@@ -309,4 +313,31 @@ pub(super) async fn erase_payloads_in(
     .execute(&mut **tx)
     .await?
     .rows_affected())
+}
+
+impl Store {
+    /// Marks an update dead at once (its payload cannot be read as an update any more:
+    /// trying it again cannot help), with an `error` event.
+    pub async fn mark_update_dead(&self, key: UpdateKey, error: &str) -> Result<(), StoreError> {
+        retry_busy("mark_update_dead", || async {
+            sqlx::query(
+                "UPDATE updates SET dead = 1, error = ?3, failures = failures + 1
+                 WHERE bot_id = ?1 AND update_id = ?2",
+            )
+            .bind(key.bot_id)
+            .bind(key.update_id)
+            .bind(error)
+            .execute(&self.write)
+            .await?;
+            Ok(())
+        })
+        .await?;
+        tracing::error!(
+            bot_id = key.bot_id,
+            update_id = key.update_id,
+            error,
+            "a stored update cannot be handled; it is marked dead and its chat moves on"
+        );
+        Ok(())
+    }
 }
