@@ -110,7 +110,7 @@ impl App {
     pub async fn serve_telegram(self, stop: CancellationToken) -> anyhow::Result<()> {
         let client = crate::telegram_client().map_err(StartError::Client)?;
         let bot = crate::bot::build_bot(&self.settings, client)?;
-        crate::bot::serve_configured(bot, self.journal, self.digests, stop).await
+        crate::bot::serve_configured(bot, self.journal, self.digests, stop, self.webhook).await
     }
 
     /// `daylog chat` for the local `user` until stdin ends; then the store is closed.

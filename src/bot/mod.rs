@@ -727,10 +727,7 @@ fn allowed(msg: &Message, journal: &Journal) -> bool {
     sender_id(msg).is_some_and(|id| journal.is_allowed(id))
 }
 
-async fn refuse<B: TgBot>(
-    msg: Message,
-    messenger: Arc<Telegram<B>>,
-) -> HandlerResult {
+async fn refuse<B: TgBot>(msg: Message, messenger: Arc<Telegram<B>>) -> HandlerResult {
     let language = Language::from_code(msg.from.as_ref().and_then(|u| u.language_code.as_deref()));
     tracing::info!(
         chat_id = msg.chat.id.0,
@@ -1394,26 +1391,42 @@ pub async fn serve_configured(
     journal: Arc<Journal>,
     digests: Arc<Digests>,
     stop: CancellationToken,
+    webhook: webhook::Gate,
 ) -> anyhow::Result<()> {
     if journal.settings().telegram.throttle() {
-        serve(bot.throttle(Limits::default()), journal, digests, stop).await
+        serve(
+            bot.throttle(Limits::default()),
+            journal,
+            digests,
+            stop,
+            webhook,
+        )
+        .await
     } else {
-        serve(bot, journal, digests, stop).await
+        serve(bot, journal, digests, stop, webhook).await
     }
 }
 
-/// Polls Telegram into the inbox and handles it until `stop` is cancelled, then stops
-/// polling and lets in-flight work finish within `telegram.shutdown_grace_ms`. The
-/// worker and the reminders run beside it ([`Running`]).
+/// Polls Telegram into the inbox (or, in webhook mode, opens `webhook` to it) and
+/// handles it until `stop` is cancelled, then stops taking updates and lets in-flight
+/// work finish within `telegram.shutdown_grace_ms`. The worker and the reminders run
+/// beside it ([`Running`]).
 pub async fn serve<B: TgBot>(
     bot: B,
     journal: Arc<Journal>,
     digests: Arc<Digests>,
     stop: CancellationToken,
+    webhook: webhook::Gate,
 ) -> anyhow::Result<()> {
     let Some(me) = start_up(&bot, journal.settings(), &stop).await? else {
         return Ok(()); // stopped while starting
     };
+    if journal.settings().telegram.mode() == crate::config::TelegramMode::Webhook {
+        let running = Running::start(bot, &me, journal, digests, &stop);
+        webhook::take_posts(&webhook, running.inbox(), &stop).await;
+        running.finish().await;
+        return Ok(());
+    }
     let settings = Arc::clone(journal.settings());
     let token = settings
         .secrets
@@ -1530,7 +1543,10 @@ impl Running {
             .await
             .is_err()
         {
-            tracing::warn!(grace_ms, "updates being handled did not finish in time; they are handled again at the next start");
+            tracing::warn!(
+                grace_ms,
+                "updates being handled did not finish in time; they are handled again at the next start"
+            );
         }
         if tokio::time::timeout_at(deadline, self.answers.finished())
             .await
@@ -1608,10 +1624,7 @@ fn dispatching<B: TgBot>(
     dptree::type_check(
         handler.sig(),
         &deps,
-        &[
-            dptree::Type::of::<Update>(),
-            dptree::Type::of::<Taking>(),
-        ],
+        &[dptree::Type::of::<Update>(), dptree::Type::of::<Taking>()],
     );
     Arc::new(move |update: Update, taking: Taking| {
         let mut deps = deps.clone();
@@ -1635,7 +1648,11 @@ async fn prune_inbox(inbox: Inbox, journal: Arc<Journal>, stop: CancellationToke
     loop {
         match inbox.store().prune_updates(journal.now()).await {
             Ok(pruned) if pruned.rows + pruned.payloads > 0 => {
-                tracing::info!(rows = pruned.rows, payloads = pruned.payloads, "pruned the update inbox");
+                tracing::info!(
+                    rows = pruned.rows,
+                    payloads = pruned.payloads,
+                    "pruned the update inbox"
+                );
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "could not prune the update inbox"),
@@ -1689,12 +1706,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_handler_ends_its_update_only_as_a_failure() {
-        let handler = super::unwinding().chain(teloxide::dptree::endpoint(
-            |update: u32| async move {
+        let handler =
+            super::unwinding().chain(teloxide::dptree::endpoint(|update: u32| async move {
                 assert_ne!(update, 1, "the update that panics");
                 Ok(())
-            },
-        ));
+            }));
         for update in [1_u32, 2, 1, 3] {
             let flow = handler.dispatch(teloxide::dptree::deps![update]).await;
             let failed = matches!(flow, std::ops::ControlFlow::Break(Err(_)));
