@@ -565,13 +565,17 @@ async fn get_updates(fake: &FakeTelegram, request: GetUpdatesBody) -> Response {
     }
 }
 
+/// Each chat's updates not posted yet: (message id, JSON); a chat is in the map while
+/// its delivery runs.
+type ChatQueues = Arc<Mutex<HashMap<i64, VecDeque<(i64, String)>>>>;
+
 /// Webhook mode, as Telegram delivers: every queued update is posted to the URL with the
 /// secret, a chat's next one only after the previous got a 2xx (a non-2xx is posted
 /// again after 100 ms), chats at once. An update is stamped as handed when its first
 /// post starts.
 async fn deliver(fake: Arc<FakeTelegram>) {
     let client = reqwest::Client::new();
-    let chats: Arc<Mutex<HashMap<i64, VecDeque<(i64, String)>>>> = Arc::default();
+    let chats: ChatQueues = Arc::default();
     loop {
         let notified = fake.updates.notified();
         tokio::pin!(notified);
@@ -600,7 +604,7 @@ async fn deliver(fake: Arc<FakeTelegram>) {
 
 async fn deliver_chat(
     fake: Arc<FakeTelegram>,
-    chats: Arc<Mutex<HashMap<i64, VecDeque<(i64, String)>>>>,
+    chats: ChatQueues,
     client: reqwest::Client,
     chat: i64,
 ) {

@@ -52,8 +52,7 @@ pub struct NotSaved {
 /// Sends a notice about an update not stored: `NotSavedYet` (it is taken
 /// automatically), or `GivenUp` (it failed every try: send it again); `true` once
 /// delivered.
-pub type Notice =
-    Arc<dyn Fn(NotSaved, NoticeKind) -> BoxFuture<'static, bool> + Send + Sync>;
+pub type Notice = Arc<dyn Fn(NotSaved, NoticeKind) -> BoxFuture<'static, bool> + Send + Sync>;
 
 /// Which notice [`Notice`] sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -77,7 +77,11 @@ enum PollError {
 
 impl Poller {
     /// `api_url`: `TELOXIDE_API_URL`, or Telegram's own when `None`.
-    pub fn new(client: reqwest::Client, api_url: Option<&Url>, token: &str) -> anyhow::Result<Self> {
+    pub fn new(
+        client: reqwest::Client,
+        api_url: Option<&Url>,
+        token: &str,
+    ) -> anyhow::Result<Self> {
         let base = match api_url {
             Some(url) => url.clone(),
             None => Url::parse("https://api.telegram.org")?,
@@ -212,7 +216,10 @@ impl Poller {
         match tokio::time::timeout(CONFIRM_AT_STOP, confirm).await {
             Ok(Ok(_)) => {}
             Ok(Err(error)) => {
-                tracing::debug!(?error, "the last updates could not be confirmed at the stop");
+                tracing::debug!(
+                    ?error,
+                    "the last updates could not be confirmed at the stop"
+                );
             }
             Err(_) => tracing::debug!("confirming the last updates at the stop timed out"),
         }

@@ -7,8 +7,8 @@ use crate::frontend::{Messenger, Response, Target};
 use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{
-    ChatId, DayLog, Inserted, LogId, LogStatus, NewLog, NewUser, NewVoiceLog, StoreError, UpdateKey,
-    UserId,
+    ChatId, DayLog, Inserted, LogId, LogStatus, NewLog, NewUser, NewVoiceLog, StoreError,
+    UpdateKey, UserId,
 };
 use crate::texts::Texts;
 

@@ -3,12 +3,12 @@
 
 use sqlx::FromRow;
 
+use super::updates::{UpdateKey, mark_handled_in};
 use super::word_forms::{self, Forms};
 use super::{
     ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, listed_date,
     retry_busy, returned, stored_date, stored_moment,
 };
-use super::updates::{UpdateKey, mark_handled_in};
 use crate::time::sql_timestamp;
 
 /// Stores a text entry on `conn` (a transaction, or the writer in autocommit), or finds

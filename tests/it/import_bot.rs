@@ -119,7 +119,10 @@ async fn an_import_is_not_handled_before_its_rows_are_stored() {
     .fetch_one(app.store.read_pool())
     .await
     .expect("inbox");
-    assert_eq!(waiting, 1, "the import waits in the inbox until its rows commit");
+    assert_eq!(
+        waiting, 1,
+        "the import waits in the inbox until its rows commit"
+    );
 }
 
 /// Daylio's backup file (`.daylio`, a zip) sent as a document with the caption

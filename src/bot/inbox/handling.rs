@@ -36,7 +36,8 @@ const FETCH_MAX: i64 = 5000;
 const IDLE: Duration = Duration::from_secs(5);
 
 /// How the loop hands an update to the handler tree.
-pub type Handle = Arc<dyn Fn(Update, Taking) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
+pub type Handle =
+    Arc<dyn Fn(Update, Taking) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
 
 /// The loop's memory: which lanes run, which updates a task took over, and which must
 /// wait before they are tried again (also when their failure could not be recorded).
@@ -152,7 +153,11 @@ impl Inbox {
         let permits = Arc::new(Semaphore::new(MAX_LANES));
         let mut counted = tokio::time::Instant::now();
         loop {
-            let wake_at = match self.store().unhandled_updates(self.bot_id(), FETCH_MAX).await {
+            let wake_at = match self
+                .store()
+                .unhandled_updates(self.bot_id(), FETCH_MAX)
+                .await
+            {
                 Ok(rows) => self.start_lanes(rows, &handle, backoff, &permits, &tasks, &stop),
                 Err(error) => {
                     tracing::warn!(%error, "cannot read the update inbox; trying again");
@@ -200,9 +205,7 @@ impl Inbox {
                 if lanes.deferred.contains(&row.update_id) {
                     continue;
                 }
-                let lane = row
-                    .chat_id
-                    .map_or(Lane::Alone(row.update_id), Lane::Chat);
+                let lane = row.chat_id.map_or(Lane::Alone(row.update_id), Lane::Chat);
                 if lanes.busy.contains(&lane) {
                     continue;
                 }
@@ -214,7 +217,9 @@ impl Inbox {
         }
         for (lane, rows) in by_lane {
             let Some(head) = rows.first() else { continue };
-            if let Some(at) = self.due_at(head) && at > now {
+            if let Some(at) = self.due_at(head)
+                && at > now
+            {
                 wake_at = wake_at.min(at);
                 continue;
             }
@@ -279,10 +284,7 @@ impl Inbox {
             bot_id: self.bot_id(),
             update_id: row.update_id,
         };
-        let update = row
-            .payload
-            .as_deref()
-            .map(serde_json::from_str::<Update>);
+        let update = row.payload.as_deref().map(serde_json::from_str::<Update>);
         let update = match update {
             Some(Ok(update)) => update,
             _ => {
@@ -315,7 +317,10 @@ impl Inbox {
                 }
                 true
             }
-            Err(error) => self.failed(key, &error, row.failures, notice, backoff).await,
+            Err(error) => {
+                self.failed(key, &error, row.failures, notice, backoff)
+                    .await
+            }
         }
     }
 
