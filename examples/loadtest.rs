@@ -504,9 +504,9 @@ async fn telegram_api(
             json_ok(r#"{"url":"","has_custom_certificate":false,"pending_update_count":0}"#)
         }
         "SetWebhook" => {
-            let set: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            let url = set["url"].as_str().unwrap_or_default().to_owned();
-            let secret = set["secret_token"].as_str().unwrap_or_default().to_owned();
+            // teloxide sends it as multipart (it may carry a certificate).
+            let url = multipart_field(&body, "url");
+            let secret = multipart_field(&body, "secret_token");
             lock(&fake.inner).webhook = Some((url, secret));
             tokio::spawn(deliver(Arc::clone(&fake)));
             json_ok("true")
@@ -646,6 +646,18 @@ async fn deliver_chat(
             inner.intake_done = Some(Instant::now());
         }
     }
+}
+
+/// The text of the field `name` of a multipart body (`""` when it has none).
+fn multipart_field(body: &[u8], name: &str) -> String {
+    let text = String::from_utf8_lossy(body);
+    let marker = format!("name=\"{name}\"");
+    text.split(&marker)
+        .nth(1)
+        .and_then(|rest| rest.split("\r\n\r\n").nth(1))
+        .and_then(|value| value.split("\r\n").next())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Whether the bot takes updates: it polled, or its webhook is set and `/readyz` is 200.
