@@ -43,6 +43,8 @@ pub struct App {
     llm: Arc<Llm>,
     journal: Arc<Journal>,
     digests: Arc<Digests>,
+    /// Webhook mode: between the HTTP listener and the bot (closed until it takes posts).
+    webhook: crate::bot::webhook::Gate,
 }
 
 impl App {
@@ -67,6 +69,7 @@ impl App {
             llm,
             journal,
             digests,
+            webhook: crate::bot::webhook::Gate::default(),
         })
     }
 
@@ -107,7 +110,7 @@ impl App {
     pub async fn serve_telegram(self, stop: CancellationToken) -> anyhow::Result<()> {
         let client = crate::telegram_client().map_err(StartError::Client)?;
         let bot = crate::bot::build_bot(&self.settings, client)?;
-        crate::bot::serve_configured(bot, self.journal, self.digests, stop).await
+        crate::bot::serve_configured(bot, self.journal, self.digests, stop, self.webhook).await
     }
 
     /// `daylog chat` for the local `user` until stdin ends; then the store is closed.
@@ -153,6 +156,7 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
         &store,
         app.journal().llm(),
         stop.clone(),
+        crate::bot::webhook::Mount::of(app.settings(), &app.webhook),
     )
     .await?;
     let served = app.serve_telegram(stop).await;

@@ -383,9 +383,176 @@ pub struct TelegramSettings {
     analyses_per_hour: Bounded<0, U32_MAX>,
     max_text_chars: Bounded<1, { u64::MAX }>,
     shutdown_grace_ms: Ms<0>,
+    mode: TelegramMode,
+    webhook_url: WebhookUrl,
+    set_webhook: bool,
+    max_connections: Bounded<1, 100>,
+}
+
+/// How updates arrive (docs/operations.md, Webhook mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TelegramMode {
+    /// daylog asks Telegram (`getUpdates`): no public address needed.
+    Polling,
+    /// Telegram posts each update to `telegram.webhook_url`, served on `http.listen`.
+    Webhook,
+}
+
+/// The ports Telegram posts webhooks to; any other is refused by `setWebhook`.
+pub const WEBHOOK_PORTS: [u16; 4] = [443, 80, 88, 8443];
+
+/// `telegram.webhook_url`: `""` = none; else an https URL, or http on a loopback host.
+#[derive(Debug, Clone)]
+struct WebhookUrl(Option<Url>);
+
+impl<'de> Deserialize<'de> for WebhookUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(Self(None));
+        }
+        https_or_loopback(raw)
+            .map(|url| Self(Some(url)))
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A public URL daylog is reached at (`telegram.webhook_url`, the Mini App's): https,
+/// or plain http only when its host is a loopback address (a test, a proxy on the same
+/// machine), since anything else would carry updates or sign-ins in the clear. No
+/// `#fragment` (it never reaches a server) and no user or password.
+pub fn https_or_loopback(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw).map_err(|e| {
+        format!("{raw:?} is not a URL ({e}); write the whole URL, starting with https://")
+    })?;
+    let Some(host) = url.host() else {
+        return Err(format!(
+            "{raw:?} has no host; write it as https://example.org/path"
+        ));
+    };
+    let loopback = match host {
+        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+    };
+    match url.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        "http" => {
+            return Err(format!(
+                "{raw:?} is plain http on a host that is not loopback; use https:// (a reverse proxy such as Caddy gets the certificate)"
+            ));
+        }
+        other => return Err(format!("{raw:?} has the scheme {other}; use https://")),
+    }
+    if url.fragment().is_some() {
+        return Err(format!(
+            "{raw:?} has a #fragment, which never reaches a server; leave it out"
+        ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("the URL carries a user name or password; leave them out".to_owned());
+    }
+    Ok(url)
+}
+
+/// `TELEGRAM_WEBHOOK_SECRET`: 1 to 256 characters of `A-Z a-z 0-9 _ -` (what Telegram
+/// accepts as `secret_token`). The error names the rule and the length, never a character.
+fn webhook_secret(raw: &str) -> Result<ApiKey, ConfigError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let length = raw.chars().count();
+    if (1..=256).contains(&length) && raw.chars().all(allowed) {
+        return Ok(ApiKey::read_from(raw, "TELEGRAM_WEBHOOK_SECRET".to_owned()));
+    }
+    let why = if length > 256 {
+        format!("it has {length} characters")
+    } else {
+        "it has a character outside that set (a space, a quote, a non-ASCII letter?)".to_owned()
+    };
+    Err(ConfigError::invalid(
+        "TELEGRAM_WEBHOOK_SECRET",
+        format!(
+            "must be 1 to 256 characters of A-Z, a-z, 0-9, _ and -, as Telegram accepts it; {why}. Generate one with `openssl rand -hex 32`"
+        ),
+    ))
+}
+
+/// What webhook mode needs of the other settings: an address to serve, a URL to give
+/// Telegram, a secret to check. Each missing piece is its own sentence.
+fn check_webhook_mode(
+    telegram: &TelegramSettings,
+    http: &HttpSettings,
+    secret: Option<&ApiKey>,
+) -> Result<(), ConfigError> {
+    if telegram.mode != TelegramMode::Webhook {
+        return Ok(());
+    }
+    if http.listen().is_none() {
+        return Err(ConfigError::invalid(
+            "telegram.mode",
+            "is \"webhook\", which needs `http.listen` (the address the reverse proxy forwards Telegram's posts to, such as \"0.0.0.0:8080\"); set it, or use mode = \"polling\"",
+        ));
+    }
+    if telegram.webhook_url.0.is_none() {
+        return Err(ConfigError::invalid(
+            "telegram.mode",
+            "is \"webhook\", which needs `telegram.webhook_url` (the public https URL Telegram posts to, such as \"https://bot.example.org/telegram\"); set it, or use mode = \"polling\"",
+        ));
+    }
+    if let Some(url) = telegram.webhook_url.0.as_ref()
+        && matches!(url.path(), "/healthz" | "/readyz")
+    {
+        return Err(ConfigError::invalid(
+            "telegram.webhook_url",
+            format!(
+                "has the path {}, which /healthz or /readyz already answer on http.listen; give the webhook a path of its own, such as /telegram",
+                url.path()
+            ),
+        ));
+    }
+    if secret.is_none() {
+        return Err(ConfigError::invalid(
+            "telegram.mode",
+            "is \"webhook\", which needs TELEGRAM_WEBHOOK_SECRET in the environment (1 to 256 characters of A-Z, a-z, 0-9, _ and -; `openssl rand -hex 32` makes one): without it anyone could post updates",
+        ));
+    }
+    Ok(())
 }
 
 impl TelegramSettings {
+    /// Polling or webhook.
+    pub fn mode(&self) -> TelegramMode {
+        self.mode
+    }
+
+    /// The public URL Telegram posts to (webhook mode); its path is served on `http.listen`.
+    pub fn webhook_url(&self) -> Option<&Url> {
+        self.webhook_url.0.as_ref()
+    }
+
+    /// Whether start-up calls `setWebhook` (webhook mode).
+    pub fn set_webhook(&self) -> bool {
+        self.set_webhook
+    }
+
+    /// `setWebhook`'s `max_connections`: 1 to 100.
+    pub fn max_connections(&self) -> u8 {
+        u8::try_from(self.max_connections.get()).unwrap_or(100)
+    }
+
+    /// A warning when the webhook URL's port is one Telegram does not post to.
+    pub fn webhook_port_warning(&self) -> Option<String> {
+        let url = self.webhook_url()?;
+        let port = url.port_or_known_default()?;
+        (!WEBHOOK_PORTS.contains(&port)).then(|| {
+            format!(
+                "telegram.webhook_url uses port {port}; Telegram posts webhooks only to ports 443, 80, 88 and 8443, so setWebhook will be refused"
+            )
+        })
+    }
+
     /// teloxide's `Throttle` (Telegram's own limits); off only for capacity benchmarks.
     pub fn throttle(&self) -> bool {
         self.throttle
@@ -863,6 +1030,8 @@ struct FileSettings {
 #[derive(Clone)]
 pub struct Secrets {
     pub telegram_token: Option<ApiKey>,
+    /// `TELEGRAM_WEBHOOK_SECRET`: checked on every webhook post, sent to `setWebhook`.
+    pub webhook_secret: Option<ApiKey>,
     /// Keys per provider name, in the order they are tried.
     pub keys: BTreeMap<String, Vec<ApiKey>>,
 }
@@ -878,6 +1047,10 @@ impl fmt::Debug for Secrets {
             .field(
                 "telegram_token",
                 &self.telegram_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field(
+                "webhook_secret",
+                &self.webhook_secret.as_ref().map(|_| "<redacted>"),
             )
             .field("key_counts", &counts)
             .finish()
@@ -967,7 +1140,12 @@ impl Settings {
     /// the fields of a section or the sections say together is checked as each is built,
     /// then the values that come only from the environment.
     fn build(file: FileSettings, env: &dyn Env) -> Result<Self, ConfigError> {
-        let (secrets, warnings) = read_secrets(&file.providers, env);
+        let (mut secrets, warnings) = read_secrets(&file.providers, env);
+        secrets.webhook_secret = match env.var("TELEGRAM_WEBHOOK_SECRET") {
+            // Blank is unset, as for the other secrets; anything else is checked whole.
+            Some(raw) if !raw.trim().is_empty() => Some(webhook_secret(&raw)?),
+            _ => None,
+        };
         let FileSettings {
             log,
             store,
@@ -987,6 +1165,7 @@ impl Settings {
             transcription,
         } = file;
         let http = HttpSettings::new(http)?;
+        check_webhook_mode(&telegram, &http, secrets.webhook_secret.as_ref())?;
         let retry = RetrySettings::new(retry)?;
         let worker = WorkerSettings::new(worker)?;
         let analysis = TaskSettings::new("analysis", analysis, &providers)?;
@@ -1291,6 +1470,7 @@ fn read_secrets(
     (
         Secrets {
             telegram_token,
+            webhook_secret: None,
             keys,
         },
         warnings,
@@ -1427,6 +1607,100 @@ mod tests {
         }
         assert!(http("localhost:8080", "").is_err());
         assert!(http("8080", "").is_err());
+    }
+
+    #[test]
+    fn webhook_mode_needs_a_listener_a_url_and_a_valid_secret() {
+        const SECRET: &str = "s3cr3t_Webhook-token";
+        let webhook = [
+            ("DAYLOG__TELEGRAM__MODE", "webhook"),
+            ("DAYLOG__HTTP__LISTEN", "127.0.0.1:8080"),
+            (
+                "DAYLOG__TELEGRAM__WEBHOOK_URL",
+                "https://bot.example.org/tg/hook",
+            ),
+            ("TELEGRAM_WEBHOOK_SECRET", SECRET),
+        ];
+        let s = load(&webhook).expect("a whole webhook configuration");
+        assert_eq!(s.telegram.mode(), TelegramMode::Webhook);
+        assert_eq!(s.telegram.webhook_url().map(Url::path), Some("/tg/hook"));
+        assert_eq!(s.telegram.max_connections(), 40);
+        assert!(s.telegram.set_webhook());
+        assert_eq!(s.telegram.webhook_port_warning(), None);
+        assert!(!format!("{s:?}").contains(SECRET));
+        let without = |skip: &str| {
+            let pairs: Vec<(&str, &str)> = webhook
+                .iter()
+                .copied()
+                .filter(|(k, _)| *k != skip)
+                .collect();
+            match load(&pairs) {
+                Err(ConfigError::Invalid { key, message }) => format!("{key}: {message}"),
+                other => panic!("expected a refusal without {skip}, got {other:?}"),
+            }
+        };
+        assert!(without("DAYLOG__HTTP__LISTEN").contains("http.listen"));
+        assert!(without("DAYLOG__TELEGRAM__WEBHOOK_URL").contains("telegram.webhook_url"));
+        assert!(without("TELEGRAM_WEBHOOK_SECRET").contains("TELEGRAM_WEBHOOK_SECRET"));
+        // A secret Telegram would refuse is refused here, without being shown.
+        for bad in ["has space", "ключ", &"x".repeat(257), "quote\"d"] {
+            let mut pairs = webhook.to_vec();
+            pairs.retain(|(k, _)| *k != "TELEGRAM_WEBHOOK_SECRET");
+            pairs.push(("TELEGRAM_WEBHOOK_SECRET", bad));
+            let error = load(&pairs).expect_err(bad).to_string();
+            assert!(error.contains("TELEGRAM_WEBHOOK_SECRET"), "{error}");
+            assert!(!error.contains(bad), "{error}");
+        }
+        // Polling mode needs none of it.
+        assert_eq!(
+            load(&[]).expect("defaults").telegram.mode(),
+            TelegramMode::Polling
+        );
+    }
+
+    #[test]
+    fn a_webhook_url_is_https_unless_its_host_is_loopback() {
+        let url = |raw: &str| {
+            load(&[("DAYLOG__TELEGRAM__WEBHOOK_URL", raw)])
+                .map(|s| s.telegram.webhook_url().map(Url::to_string))
+        };
+        assert!(url("https://bot.example.org/hook").is_ok());
+        assert!(url("http://127.0.0.1:8080/hook").is_ok());
+        assert!(url("http://[::1]:8080/hook").is_ok());
+        assert!(url("http://localhost/hook").is_ok());
+        assert_eq!(url("").expect("off"), None);
+        for bad in [
+            "http://bot.example.org/hook",
+            "http://10.0.0.1/hook",
+            "ftp://bot.example.org/hook",
+            "bot.example.org/hook",
+            "https://bot.example.org/hook#x",
+        ] {
+            assert_eq!(
+                error_key(&[("DAYLOG__TELEGRAM__WEBHOOK_URL", bad)]),
+                "telegram.webhook_url",
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            error_key(&[("DAYLOG__TELEGRAM__MAX_CONNECTIONS", "101")]),
+            "telegram.max_connections"
+        );
+        assert_eq!(
+            error_key(&[("DAYLOG__TELEGRAM__MODE", "websocket")]),
+            "telegram.mode"
+        );
+        let odd_port = load(&[(
+            "DAYLOG__TELEGRAM__WEBHOOK_URL",
+            "https://bot.example.org:8080/",
+        )])
+        .expect("allowed");
+        assert!(
+            odd_port
+                .telegram
+                .webhook_port_warning()
+                .is_some_and(|w| w.contains("8080"))
+        );
     }
 
     #[test]

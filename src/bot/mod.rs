@@ -59,6 +59,7 @@ use inbox::{Deferred, Taking};
 mod delete_button;
 mod inbox;
 mod intake;
+pub mod webhook;
 pub use inbox::{Inbox, NotSaved, Notice, NoticeKind, ReceiveError, Received};
 
 /// What the bot needs of a Bot API client: `Bot`, or `Throttle<Bot>` when
@@ -1254,11 +1255,15 @@ pub async fn ping_telegram(settings: &Settings) -> Result<String, String> {
     }
 }
 
-/// Start-up: wait until Telegram answers `getMe`, register the command menu, and make
-/// sure no webhook stands in the way of polling. The bot (`Me`: its id is the inbox's
-/// `bot_id`), or `None` when stopped first; an
-/// error when Telegram refuses the bot (retrying would not help).
-async fn start_up<B: TgBot>(bot: &B, stop: &CancellationToken) -> anyhow::Result<Option<Me>> {
+/// Start-up: wait until Telegram answers `getMe`, register the command menu, then
+/// either register the webhook (webhook mode) or make sure no webhook stands in the way
+/// of polling. The bot (`Me`: its id is the inbox's `bot_id`), or `None` when stopped
+/// first; an error when Telegram refuses the bot (retrying would not help).
+async fn start_up<B: TgBot>(
+    bot: &B,
+    settings: &Settings,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<Me>> {
     let me = match at_start("getMe", stop, None, || bot.get_me().send()).await {
         Ok(Some(me)) => me,
         Ok(None) => return Ok(None),
@@ -1271,15 +1276,29 @@ async fn start_up<B: TgBot>(bot: &B, stop: &CancellationToken) -> anyhow::Result
     if !register_commands(bot, stop).await {
         return Ok(None);
     }
+    let ready = match settings.telegram.mode() {
+        crate::config::TelegramMode::Webhook => webhook::register(bot, settings, stop).await?,
+        crate::config::TelegramMode::Polling => clear_webhook(bot, stop).await,
+    };
+    Ok(ready.then_some(me))
+}
+
+/// Polling mode: a webhook left set (by an earlier webhook-mode run, another program)
+/// would make every `getUpdates` fail with 409, so it is deleted, with a warning that
+/// says why. `false` when stopped meanwhile.
+async fn clear_webhook<B: TgBot>(bot: &B, stop: &CancellationToken) -> bool {
     match at_start("getWebhookInfo", stop, None, || {
         bot.get_webhook_info().send()
     })
     .await
     {
-        Ok(None) => return Ok(None),
+        Ok(None) => return false,
         Ok(Some(info)) if info.url.is_some() => {
+            tracing::warn!(
+                "the bot has a webhook set, but telegram.mode is \"polling\": deleting the webhook to poll instead (set telegram.mode = \"webhook\" if this bot is meant to be served by webhook)"
+            );
             match at_start("deleteWebhook", stop, None, || bot.delete_webhook().send()).await {
-                Ok(None) => return Ok(None),
+                Ok(None) => return false,
                 Ok(Some(_)) => tracing::info!("removed the bot's webhook to poll instead"),
                 Err(error) => tracing::warn!(%error, "could not remove the bot's webhook"),
             }
@@ -1287,7 +1306,7 @@ async fn start_up<B: TgBot>(bot: &B, stop: &CancellationToken) -> anyhow::Result
         Ok(Some(_)) => {}
         Err(error) => tracing::warn!(%error, "could not check for a webhook"),
     }
-    Ok(Some(me))
+    true
 }
 
 /// Registers the command menu in English (the default) and Russian. A menu that cannot
@@ -1376,26 +1395,42 @@ pub async fn serve_configured(
     journal: Arc<Journal>,
     digests: Arc<Digests>,
     stop: CancellationToken,
+    webhook: webhook::Gate,
 ) -> anyhow::Result<()> {
     if journal.settings().telegram.throttle() {
-        serve(bot.throttle(Limits::default()), journal, digests, stop).await
+        serve(
+            bot.throttle(Limits::default()),
+            journal,
+            digests,
+            stop,
+            webhook,
+        )
+        .await
     } else {
-        serve(bot, journal, digests, stop).await
+        serve(bot, journal, digests, stop, webhook).await
     }
 }
 
-/// Polls Telegram into the inbox and handles it until `stop` is cancelled, then stops
-/// polling and lets in-flight work finish within `telegram.shutdown_grace_ms`. The
-/// worker and the reminders run beside it ([`Running`]).
+/// Polls Telegram into the inbox (or, in webhook mode, opens `webhook` to it) and
+/// handles it until `stop` is cancelled, then stops taking updates and lets in-flight
+/// work finish within `telegram.shutdown_grace_ms`. The worker and the reminders run
+/// beside it ([`Running`]).
 pub async fn serve<B: TgBot>(
     bot: B,
     journal: Arc<Journal>,
     digests: Arc<Digests>,
     stop: CancellationToken,
+    webhook: webhook::Gate,
 ) -> anyhow::Result<()> {
-    let Some(me) = start_up(&bot, &stop).await? else {
+    let Some(me) = start_up(&bot, journal.settings(), &stop).await? else {
         return Ok(()); // stopped while starting
     };
+    if journal.settings().telegram.mode() == crate::config::TelegramMode::Webhook {
+        let running = Running::start(bot, &me, journal, digests, &stop);
+        webhook::take_posts(&webhook, running.inbox(), &stop).await;
+        running.finish().await;
+        return Ok(());
+    }
     let settings = Arc::clone(journal.settings());
     let token = settings
         .secrets

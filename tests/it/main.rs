@@ -49,3 +49,4 @@ mod sql_fences;
 mod store;
 mod voice;
 mod voice_process;
+mod webhook;
