@@ -513,6 +513,61 @@ impl HttpSettings {
     }
 }
 
+/// The journal as a Telegram Mini App (docs/operations.md, The Mini App): where its page
+/// is published and how old Telegram's initData may be.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebappSettings {
+    /// The public URL of the page; `None` = the Mini App is off (the menu button is
+    /// the default one).
+    url: WebappUrl,
+    /// How old a Mini App's initData may be, in hours.
+    max_age_hours: Bounded<1, 8760>,
+}
+
+impl WebappSettings {
+    /// The page's public URL, when the Mini App is on.
+    pub fn url(&self) -> Option<&Url> {
+        self.url.0.as_ref()
+    }
+    /// How old a Mini App's initData may be.
+    pub fn max_age(&self) -> Duration {
+        Duration::from_secs(self.max_age_hours.get().saturating_mul(3600))
+    }
+}
+
+/// `webapp.url`: https, or http on a loopback host (a test, a local proxy); `""` = off.
+#[derive(Debug, Clone)]
+struct WebappUrl(Option<Url>);
+
+impl<'de> Deserialize<'de> for WebappUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(Self(None));
+        }
+        let url = Url::parse(raw).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{raw:?} is not a URL; write the page's public address, such as https://bot.example.com/app, or \"\" for off"
+            ))
+        })?;
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name == "localhost",
+            None => false,
+        };
+        match url.scheme() {
+            "https" if url.host().is_some() => Ok(Self(Some(url))),
+            "http" if loopback => Ok(Self(Some(url))),
+            _ => Err(serde::de::Error::custom(
+                "must be an https:// URL (Telegram opens Mini Apps over https only; http:// is accepted on a loopback host for local tests)",
+            )),
+        }
+    }
+}
+
 /// docs/behaviour.md, Time zones and rhythm: daily reminders.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -848,6 +903,7 @@ struct FileSettings {
     worker: WorkerFields,
     telegram: TelegramSettings,
     http: HttpFields,
+    webapp: WebappSettings,
     journal: JournalSettings,
     reminders: ReminderSettings,
     providers: BTreeMap<String, ProviderSettings>,
@@ -897,6 +953,7 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub telegram: TelegramSettings,
     pub http: HttpSettings,
+    pub webapp: WebappSettings,
     pub journal: JournalSettings,
     pub reminders: ReminderSettings,
     pub providers: BTreeMap<String, ProviderSettings>,
@@ -977,6 +1034,7 @@ impl Settings {
             worker,
             telegram,
             http,
+            webapp,
             journal,
             reminders,
             providers,
@@ -1006,6 +1064,7 @@ impl Settings {
             worker,
             telegram,
             http,
+            webapp,
             journal,
             reminders,
             providers,

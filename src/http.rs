@@ -74,12 +74,14 @@ struct Scrape {
     handle: &'static PrometheusHandle,
 }
 
-/// Binds every configured address and serves it; `None` when neither is set.
+/// Binds every configured address and serves it, `mini_app`'s routes on the public
+/// one; `None` when neither is set.
 pub async fn start(
     settings: &HttpSettings,
     store: &Store,
     llm: &Arc<Llm>,
     stopping: CancellationToken,
+    mini_app: Router,
 ) -> Result<Option<Server>, ListenError> {
     if settings.listen().is_none() && settings.metrics_listen().is_none() {
         return Ok(None);
@@ -87,7 +89,8 @@ pub async fn start(
     let close = CancellationToken::new();
     let mut tasks = Vec::new();
     if let Some(addr) = settings.listen() {
-        let router = public_router(store.clone(), stopping);
+        // The Mini App's page and API (`crate::webapp`; empty when it is off).
+        let router = public_router(store.clone(), stopping).merge(mini_app);
         tasks.push(serve("http.listen", addr, router, close.clone()).await?);
     }
     if let Some(addr) = settings.metrics_listen() {

@@ -56,6 +56,7 @@ use intake::{Intake, Listener, Ticket};
 
 mod delete_button;
 mod intake;
+pub mod menu_button;
 pub use intake::CONFIRM_WAIT;
 
 /// What the bot needs of a Bot API client: `Bot`, or `Throttle<Bot>` when
@@ -326,6 +327,10 @@ impl<B: TgBot> Telegram<B> {
                     request.into_future()
                 })
                 .await?;
+            }
+            Response::OpenApp { text, button, url } => {
+                menu_button::send_open_app(&self.bot, chat, text, button, url, attached.clone())
+                    .await?;
             }
         }
         // Every other response is one message.
@@ -1148,6 +1153,13 @@ async fn run_command<B: TgBot>(
         }
         return Ok(());
     }
+    if command == Command::App {
+        let language = journal.users().language_of(user_id).await;
+        let url = journal.settings().webapp.url();
+        let responses = commands::open_app(language, url, msg.chat.is_private());
+        send_logged(&messenger, &msg, responses).await;
+        return Ok(());
+    }
     // Reminders and the digest go to the private chat (`users.chat_id`), never here.
     let scheduled_elsewhere =
         !msg.chat.is_private() && matches!(command, Command::Remind(_) | Command::Digest(_));
@@ -1456,6 +1468,7 @@ pub async fn serve<B: TgBot>(
     if !start_up(&bot, &stop).await? {
         return Ok(()); // stopped while starting
     }
+    menu_button::set_menu_button(&bot, journal.settings().webapp.url()).await;
     let messenger = Arc::new(Telegram::new(bot.clone()));
     let worker = tokio::spawn(worker::run(
         Arc::clone(&journal),

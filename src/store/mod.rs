@@ -548,6 +548,7 @@ mod read_only;
 mod reminders;
 mod unfinished;
 mod users;
+mod webapp;
 mod word_forms;
 
 use calls::CallRecorder;
@@ -563,6 +564,7 @@ pub use read_only::{Backup, backup, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
 pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished};
 pub use users::{NewUser, User};
+pub use webapp::ENTRIES_PAGE_SQL;
 
 /// The shared handle on the database. Cheap to clone.
 #[derive(Clone, Debug)]
