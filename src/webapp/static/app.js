@@ -46,6 +46,7 @@
     const response = await fetch("/app/api/" + path, Object.assign({}, options, {
       headers: Object.assign({ Authorization: "tma " + initData }, (options || {}).headers),
     }));
+    document.body.dataset.api = response.status;
     if (response.status === 401) { refuse(); throw new Error("refused"); }
     if (!response.ok) throw new Error("status " + response.status);
     return response;
@@ -102,6 +103,7 @@
     $("streak").textContent = me.longest_streak ? t("streak", me.streak, me.longest_streak) : "";
     const list = $("goes-with");
     list.replaceChildren(...me.goes_with.map((g) => el("li", null, g.line)));
+    $("goes-with-title").hidden = !me.goes_with.length;
     $("tz").value = me.zone;
     $("reminder").value = me.reminder || "off";
     $("lang").value = me.language;
