@@ -1455,6 +1455,39 @@ mod tests {
     }
 
     #[test]
+    fn the_mini_app_url_is_https_unless_on_loopback() {
+        let url = |value: &str| {
+            load(&[("DAYLOG__WEBAPP__URL", value)]).map(|s| s.webapp.url().map(Url::to_string))
+        };
+        assert_eq!(url("").expect("off"), None);
+        for good in [
+            "https://bot.example.com/app",
+            "http://127.0.0.1:8080/app",
+            "http://localhost:8080/app",
+            "http://[::1]:8080/app",
+        ] {
+            assert!(url(good).expect(good).is_some(), "{good}");
+        }
+        for bad in [
+            "http://bot.example.com/app",
+            "ftp://x/app",
+            "bot.example.com/app",
+        ] {
+            assert_eq!(
+                error_key(&[("DAYLOG__WEBAPP__URL", bad)]),
+                "webapp.url",
+                "{bad}"
+            );
+        }
+        let defaults = load(&[]).expect("defaults");
+        assert_eq!(defaults.webapp.max_age(), Duration::from_secs(24 * 3600));
+        assert_eq!(
+            error_key(&[("DAYLOG__WEBAPP__MAX_AGE_HOURS", "0")]),
+            "webapp.max_age_hours"
+        );
+    }
+
+    #[test]
     fn the_metrics_listener_never_shares_the_public_address() {
         let http = |listen: &str, metrics: &str| {
             load(&[

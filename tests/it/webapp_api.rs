@@ -348,7 +348,7 @@ async fn export_and_deletion_are_the_bots_own_in_the_private_chat() {
     assert_eq!(app.bot.count("SELECT count(*) FROM day_logs").await, 10);
     app.bot
         .telegram
-        .push_update(callback_update(ALICE, &yes, question_id(question)));
+        .push_update(callback_update(ALICE, &yes, 1));
     support::wait_until("the deletion", Duration::from_secs(10), || async {
         app.bot.count("SELECT count(*) FROM day_logs").await == 0
     })
@@ -356,8 +356,118 @@ async fn export_and_deletion_are_the_bots_own_in_the_private_chat() {
     app.bot.stop().await;
 }
 
-/// The message id of the bot's question, as the fake answered it (any will do for the
-/// callback: the bot reads the button's data).
-fn question_id(_call: &support::telegram::Call) -> i64 {
-    1
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_menu_button_and_app_open_the_page_in_a_private_chat_only() {
+    use support::telegram::{group_text_update, text_update};
+    let app = MiniApp::start(|_| {}).await;
+    let telegram = &app.bot.telegram;
+    let set = telegram
+        .wait_for("the menu button", Duration::from_secs(10), |calls| {
+            calls.iter().any(|c| c.method == "SetChatMenuButton")
+        })
+        .await;
+    let button = &set
+        .iter()
+        .find(|c| c.method == "SetChatMenuButton")
+        .expect("set")
+        .body["menu_button"];
+    assert_eq!(button["type"], "web_app");
+    assert_eq!(button["web_app"]["url"], "https://journal.example.com/app");
+
+    telegram.push_update(text_update(ALICE, 1, "/app"));
+    let sent = telegram.wait_sent(ALICE, 1).await;
+    let keyboard = &sent[0].body["reply_markup"]["inline_keyboard"][0][0];
+    assert_eq!(
+        keyboard["web_app"]["url"], "https://journal.example.com/app",
+        "{:?}",
+        sent[0].body
+    );
+
+    let group = -100_500;
+    telegram.push_update(group_text_update(group, ALICE, 2, "/app"));
+    let said = telegram.wait_sent(group, 1).await;
+    assert!(said[0].body["reply_markup"].is_null());
+    assert!(
+        said[0].text().contains("private chat"),
+        "{}",
+        said[0].text()
+    );
+    app.bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_url_the_menu_button_is_the_default_and_nothing_is_served() {
+    use support::telegram::text_update;
+    let bot = support::App::spawn().await;
+    let set = bot
+        .telegram
+        .wait_for("the menu button", Duration::from_secs(10), |calls| {
+            calls.iter().any(|c| c.method == "SetChatMenuButton")
+        })
+        .await;
+    let button = &set
+        .iter()
+        .find(|c| c.method == "SetChatMenuButton")
+        .expect("set")
+        .body["menu_button"];
+    assert_eq!(button["type"], "default");
+    bot.telegram.push_update(text_update(ALICE, 1, "/app"));
+    let sent = bot.telegram.wait_sent(ALICE, 1).await;
+    assert!(sent[0].text().contains("not set up"), "{}", sent[0].text());
+    let settings = support::settings(&bot.env);
+    let app = daylog::app::App::build(settings).await.expect("app");
+    let routes = app.mini_app().expect("routes");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, routes).await;
+    });
+    let status = reqwest::get(format!("{base}/app"))
+        .await
+        .expect("GET")
+        .status();
+    assert_eq!(status, 404);
+    bot.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_may_be_framed_by_telegram_web_and_loads_nothing_else() {
+    let app = MiniApp::start(|_| {}).await;
+    let answer = app
+        .http
+        .get(format!("{}/app", app.base))
+        .send()
+        .await
+        .expect("GET /app");
+    assert_eq!(answer.status(), 200);
+    let csp = answer.headers()["content-security-policy"]
+        .to_str()
+        .expect("CSP")
+        .to_owned();
+    assert!(
+        csp.contains("frame-ancestors 'self' https://web.telegram.org https://*.web.telegram.org"),
+        "{csp}"
+    );
+    assert!(
+        csp.contains("script-src 'self' https://telegram.org"),
+        "{csp}"
+    );
+    assert!(answer.headers().get("x-frame-options").is_none());
+    assert!(
+        answer
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+    let page = answer.text().await.expect("page");
+    let hosts: Vec<&str> = page
+        .match_indices("https://")
+        .map(|(i, _)| &page[i..page[i..].find('"').map_or(page.len(), |end| i + end)])
+        .collect();
+    assert_eq!(hosts, ["https://telegram.org/js/telegram-web-app.js"]);
+    let (status, _) = app.get("/app/api/me", Some(&MiniApp::tma(ALICE))).await;
+    assert_eq!(status, 200);
+    app.bot.stop().await;
 }
