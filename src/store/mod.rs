@@ -564,7 +564,6 @@ pub use read_only::{Backup, backup, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
 pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished};
 pub use users::{NewUser, User};
-pub use webapp::ENTRIES_PAGE_SQL;
 
 /// The shared handle on the database. Cheap to clone.
 #[derive(Clone, Debug)]

@@ -8,7 +8,7 @@ use super::{DayLog, LOG_COLUMNS, LogId, Store, StoreError, UserId};
 /// A page of the journal: the user's entries older than `before` (one of their own
 /// entries; none: from the newest), newest first. An id that is not the user's finds
 /// nothing, so it says nothing about another user's journal.
-pub const ENTRIES_PAGE_SQL: &str = "SELECT {LOG_COLUMNS} FROM day_logs
+const ENTRIES_PAGE_SQL: &str = "SELECT {LOG_COLUMNS} FROM day_logs
      WHERE user_id = ?1
        AND (?2 IS NULL OR (created_at, id) < (SELECT created_at, id FROM day_logs WHERE id = ?2 AND user_id = ?1))
      ORDER BY created_at DESC, id DESC LIMIT ?3";

@@ -114,6 +114,19 @@ fn entry_json(log: &DayLog, zone: &UserZone, language: Language) -> EntryJson {
     }
 }
 
+/// The caller's zone and language in one read of the store (defaults for a user the bot
+/// has not met, or when the store cannot say).
+async fn profile<M: Messenger>(app: &Webapp<M>, user_id: UserId) -> (UserZone, Language) {
+    match app.store.user(user_id).await {
+        Ok(Some(user)) => (user.timezone, user.language),
+        Ok(None) => (app.users.default_zone().clone(), Language::default()),
+        Err(error) => {
+            tracing::warn!(%error, "Mini App: could not read the user's zone and language");
+            (app.users.default_zone().clone(), Language::default())
+        }
+    }
+}
+
 /// What the page needs to know of the caller: language, zone, settings, streak and
 /// what goes with good days.
 #[derive(Debug, Serialize)]
@@ -227,8 +240,7 @@ pub async fn entries<M: Messenger>(
     };
     let more = logs.len() as i64 > limit;
     logs.truncate(usize::try_from(limit).unwrap_or(0));
-    let zone = app.users.zone_of(user_id).await;
-    let language = app.users.language_of(user_id).await;
+    let (zone, language) = profile(&app, user_id).await;
     json(&EntriesJson {
         entries: logs
             .iter()
@@ -250,8 +262,7 @@ pub async fn entry<M: Messenger>(
     };
     match app.store.entry_of(caller.user_id, LogId(id)).await {
         Ok(Some(log)) => {
-            let zone = app.users.zone_of(caller.user_id).await;
-            let language = app.users.language_of(caller.user_id).await;
+            let (zone, language) = profile(&app, caller.user_id).await;
             json(&entry_json(&log, &zone, language))
         }
         Ok(None) => not_found(),
@@ -270,8 +281,7 @@ pub async fn day<M: Messenger>(
     };
     match app.store.entries_on(caller.user_id, day).await {
         Ok(logs) => {
-            let zone = app.users.zone_of(caller.user_id).await;
-            let language = app.users.language_of(caller.user_id).await;
+            let (zone, language) = profile(&app, caller.user_id).await;
             json(&EntriesJson {
                 entries: logs
                     .iter()

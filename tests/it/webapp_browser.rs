@@ -296,3 +296,131 @@ async fn the_mini_app_in_headless_chromium() {
         browser.screenshot(&dir, &shot).await;
     }
 }
+
+/// Users of the API benchmark, each with a seeded year, asking at once.
+const BENCH_USERS: i64 = 50;
+/// Requests per user in each half of the benchmark.
+const BENCH_ROUNDS: usize = 20;
+/// Page loads timed in Chromium.
+const BENCH_LOADS: usize = 10;
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or(f64::NAN)
+}
+
+fn summary(mut ms: Vec<f64>) -> Value {
+    ms.sort_by(f64::total_cmp);
+    json!({"n": ms.len(), "p50_ms": percentile(&ms, 0.5), "p95_ms": percentile(&ms, 0.95), "max_ms": ms.last()})
+}
+
+/// BENCHMARKS.md, "The Mini App": the journal page's first paint with a seeded year in
+/// headless Chromium, and `GET /app/api/entries` at 50 concurrent users against
+/// `/history 20` through the bot for the same users, in one run. Writes
+/// `webapp-screens/benchmark.json`; run it with
+/// `cargo test --release --test it webapp_browser::benchmark -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run on demand (BENCHMARKS.md)"]
+async fn benchmark_page_and_api_against_history() {
+    let served = serve().await;
+    for user in 1..BENCH_USERS {
+        seed_year(&served.env["DATABASE_URL"], ALICE + user, SEEDED_DAYS).await;
+    }
+    let mut result =
+        json!({"users": BENCH_USERS, "rounds": BENCH_ROUNDS, "entries_per_user": SEEDED_DAYS * 2});
+
+    // The page: navigation start → the journal shown (a mark the page sets), and FCP.
+    if let Some(browser) = Browser::start().await {
+        let mut shown = Vec::new();
+        let mut fcp = Vec::new();
+        for _ in 0..BENCH_LOADS {
+            browser.goto("about:blank").await;
+            browser
+                .goto(&page_url(
+                    &served.base,
+                    &init_data(TOKEN, ALICE, now_unix()),
+                ))
+                .await;
+            let t = browser
+                .wait_for("the journal", "const s = performance.getEntriesByName('journal-shown')[0]; const f = performance.getEntriesByName('first-contentful-paint')[0]; return s && f && [s.startTime, f.startTime]")
+                .await;
+            shown.push(t[0].as_f64().unwrap_or(f64::NAN));
+            fcp.push(t[1].as_f64().unwrap_or(f64::NAN));
+        }
+        result["page_journal_shown"] = summary(shown);
+        result["page_first_contentful_paint"] = summary(fcp);
+    }
+
+    // The API: 50 users at once, each asking for its newest entries in a loop: 20 (a
+    // page of the journal) and 5 (what `/history` shows by default).
+    for limit in [20, 5] {
+        let (ms, wall) = ask_api(&served.base, limit).await;
+        result[format!("api_entries_{limit}")] = summary(ms);
+        result[format!("api_entries_{limit}")]["wall_s"] = json!(wall);
+    }
+
+    // The baseline: `/history` (5 entries, one message) through the bot for the same
+    // users at once, from the update's push to the reply the fake Telegram receives.
+    let started = std::time::Instant::now();
+    let telegram = &served.telegram;
+    let asks = (0..BENCH_USERS).map(|user| async move {
+        let chat = ALICE + user;
+        let mut ms = Vec::new();
+        for round in 0..BENCH_ROUNDS {
+            let at = std::time::Instant::now();
+            telegram.push_update(support::telegram::text_update(
+                chat,
+                i64::try_from(round).unwrap_or(0) + 1,
+                "/history",
+            ));
+            telegram.wait_sent(chat, round + 1).await;
+            ms.push(at.elapsed().as_secs_f64() * 1000.0);
+        }
+        ms
+    });
+    let history: Vec<f64> = futures::future::join_all(asks).await.concat();
+    for user in 0..BENCH_USERS {
+        let sent = telegram.sent_to(ALICE + user).len();
+        assert_eq!(sent, BENCH_ROUNDS, "one message per /history");
+    }
+    result["bot_history"] = summary(history);
+    result["bot_history"]["wall_s"] = json!(started.elapsed().as_secs_f64());
+    let ratio = |p: &str| {
+        result["api_entries_5"][p].as_f64().unwrap_or(f64::NAN)
+            / result["bot_history"][p].as_f64().unwrap_or(f64::NAN)
+    };
+    let (p50, p95) = (ratio("p50_ms"), ratio("p95_ms"));
+    result["api_vs_history_p50"] = json!(p50);
+    result["api_vs_history_p95"] = json!(p95);
+    std::fs::write(screens_dir().join("benchmark.json"), result.to_string()).expect("written");
+}
+
+/// `GET /app/api/entries?limit=…` by [`BENCH_USERS`] users at once, [`BENCH_ROUNDS`]
+/// each: every latency in ms, and the wall time in s.
+async fn ask_api(base: &str, limit: u32) -> (Vec<f64>, f64) {
+    let client = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    let asks = (0..BENCH_USERS).map(|user| {
+        let client = client.clone();
+        let url = format!("{base}/app/api/entries?limit={limit}");
+        let tma = format!("tma {}", init_data(TOKEN, ALICE + user, now_unix()));
+        async move {
+            let mut ms = Vec::new();
+            for _ in 0..BENCH_ROUNDS {
+                let at = std::time::Instant::now();
+                let answer = client
+                    .get(&url)
+                    .header("Authorization", &tma)
+                    .send()
+                    .await
+                    .expect("GET");
+                assert_eq!(answer.status(), 200);
+                let _ = answer.bytes().await.expect("body");
+                ms.push(at.elapsed().as_secs_f64() * 1000.0);
+            }
+            ms
+        }
+    });
+    let ms = futures::future::join_all(asks).await.concat();
+    (ms, started.elapsed().as_secs_f64())
+}

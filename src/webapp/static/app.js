@@ -15,7 +15,8 @@
   const t = (key, n, m) => (all[lang][key] || key).replace("{n}", n).replace("{m}", m);
 
   function theme() {
-    let params = (tg && tg.themeParams) || {};
+    const webApp = window.Telegram && window.Telegram.WebApp;
+    let params = (webApp && webApp.themeParams) || {};
     if (!params.bg_color) {
       try { params = JSON.parse(hash.get("tgWebAppThemeParams") || "{}"); } catch (_) { params = {}; }
     }
@@ -233,7 +234,22 @@
 
   theme();
   label();
-  if (tg) { try { tg.ready(); tg.expand(); } catch (_) { /* an old client */ } }
+  // Telegram's script loads without holding the page up; once it is there, tell the
+  // client the page is ready, and follow its theme.
+  const greet = () => {
+    const webApp = window.Telegram && window.Telegram.WebApp;
+    if (!webApp) return;
+    try {
+      webApp.ready();
+      webApp.expand();
+      webApp.onEvent("themeChanged", () => { theme(); if (loaded.charts) loadChart(); });
+    } catch (_) { /* an old client */ }
+  };
+  if (tg) greet();
+  else {
+    const script = document.querySelector("script[src*='telegram-web-app']");
+    if (script) script.addEventListener("load", greet);
+  }
   if (!initData) { refuse(); return; }
   $("app").hidden = false;
   Promise.all([loadMore(), loadMe()]).catch(() => {
