@@ -1024,7 +1024,12 @@ impl Settings {
     /// the fields of a section or the sections say together is checked as each is built,
     /// then the values that come only from the environment.
     fn build(file: FileSettings, env: &dyn Env) -> Result<Self, ConfigError> {
-        let (secrets, warnings) = read_secrets(&file.providers, env);
+        let (secrets, mut warnings) = read_secrets(&file.providers, env);
+        if file.webapp.url().is_some() && file.http.listen.0.is_none() {
+            warnings.push(
+                "webapp.url is set but http.listen is not: nothing serves /app, while the menu button will open it".to_owned(),
+            );
+        }
         let FileSettings {
             log,
             store,
@@ -1481,6 +1486,9 @@ mod tests {
         }
         let defaults = load(&[]).expect("defaults");
         assert_eq!(defaults.webapp.max_age(), Duration::from_secs(24 * 3600));
+        let unserved = load(&[("DAYLOG__WEBAPP__URL", "https://bot.example.com/app")])
+            .expect("a URL without a listener");
+        assert!(unserved.warnings.iter().any(|w| w.contains("http.listen")));
         assert_eq!(
             error_key(&[("DAYLOG__WEBAPP__MAX_AGE_HOURS", "0")]),
             "webapp.max_age_hours"

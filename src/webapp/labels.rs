@@ -6,7 +6,7 @@
 const LABELS: &[(&str, &str, &str)] = &[
     ("title", "Journal", "Дневник"),
     ("tab_journal", "Journal", "Записи"),
-    ("tab_calendar", "Calendar", "Календарь"),
+    ("tab_calendar", "Calendar", "Год"),
     ("tab_charts", "Charts", "Графики"),
     ("tab_search", "Search", "Поиск"),
     ("tab_settings", "Settings", "Настройки"),

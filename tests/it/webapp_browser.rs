@@ -226,6 +226,18 @@ async fn the_mini_app_in_headless_chromium() {
     let (dir, name) = shots("5-settings");
     browser.screenshot(&dir, &name).await;
 
+    // The language, changed in place: the page speaks it at once.
+    browser.fill("#lang", "ru").await;
+    browser.click("form[data-setting='lang'] button").await;
+    browser
+        .wait_for(
+            "the page in Russian",
+            "return document.querySelector('[data-tab=journal]').textContent === 'Записи'",
+        )
+        .await;
+    let (dir, name) = shots("5b-settings-russian");
+    browser.screenshot(&dir, &name).await;
+
     // Deletion: the page asks, the bot asks again in the chat; nothing is deleted.
     browser.click("#delete").await;
     browser.click("#delete-yes").await;
