@@ -501,21 +501,40 @@ fn check_webhook_mode(
             "is \"webhook\", which needs `telegram.webhook_url` (the public https URL Telegram posts to, such as \"https://bot.example.org/telegram\"); set it, or use mode = \"polling\"",
         ));
     }
-    if let Some(url) = telegram.webhook_url.0.as_ref()
-        && matches!(url.path(), "/healthz" | "/readyz")
-    {
-        return Err(ConfigError::invalid(
-            "telegram.webhook_url",
-            format!(
-                "has the path {}, which /healthz or /readyz already answer on http.listen; give the webhook a path of its own, such as /telegram",
-                url.path()
-            ),
-        ));
+    if let Some(url) = telegram.webhook_url.0.as_ref() {
+        check_webhook_path(url.path())?;
     }
     if secret.is_none() {
         return Err(ConfigError::invalid(
             "telegram.mode",
             "is \"webhook\", which needs TELEGRAM_WEBHOOK_SECRET in the environment (1 to 256 characters of A-Z, a-z, 0-9, _ and -; `openssl rand -hex 32` makes one): without it anyone could post updates",
+        ));
+    }
+    Ok(())
+}
+
+/// The webhook's path shares `http.listen` with daylog's own routes, so it may not be one
+/// of them (`/healthz`, `/readyz`, the Mini App under `/app`), and no segment may start
+/// with `:` or `*`, which the router would read as a parameter instead of a path.
+fn check_webhook_path(path: &str) -> Result<(), ConfigError> {
+    let taken = matches!(path, "/healthz" | "/readyz" | "/app") || path.starts_with("/app/");
+    if taken {
+        return Err(ConfigError::invalid(
+            "telegram.webhook_url",
+            format!(
+                "has the path {path}, which daylog already serves on http.listen (/healthz, /readyz, the Mini App under /app); give the webhook a path of its own, such as /telegram"
+            ),
+        ));
+    }
+    if path
+        .split('/')
+        .any(|segment| segment.starts_with(':') || segment.starts_with('*'))
+    {
+        return Err(ConfigError::invalid(
+            "telegram.webhook_url",
+            format!(
+                "has the path {path}, with a part starting with ':' or '*', which the web server cannot serve as it is; use letters, digits, '-' and '_', such as /telegram"
+            ),
         ));
     }
     Ok(())
@@ -1750,6 +1769,29 @@ mod tests {
             let error = load(&pairs).expect_err(bad).to_string();
             assert!(error.contains("TELEGRAM_WEBHOOK_SECRET"), "{error}");
             assert!(!error.contains(bad), "{error}");
+        }
+        // A path the router could not serve, or one daylog serves already, is refused
+        // with a sentence instead of a panic when the routes are built.
+        for path in [
+            "/healthz",
+            "/readyz",
+            "/app",
+            "/app/api/export",
+            "/:hook",
+            "/tg/*rest",
+        ] {
+            let url = format!("https://bot.example.org{path}");
+            let mut pairs = webhook.to_vec();
+            pairs.retain(|(k, _)| *k != "DAYLOG__TELEGRAM__WEBHOOK_URL");
+            pairs.push(("DAYLOG__TELEGRAM__WEBHOOK_URL", &url));
+            assert_eq!(error_key(&pairs), "telegram.webhook_url", "{path}");
+        }
+        for path in ["/", "/application", "/tg/a:b"] {
+            let url = format!("https://bot.example.org{path}");
+            let mut pairs = webhook.to_vec();
+            pairs.retain(|(k, _)| *k != "DAYLOG__TELEGRAM__WEBHOOK_URL");
+            pairs.push(("DAYLOG__TELEGRAM__WEBHOOK_URL", &url));
+            assert!(load(&pairs).is_ok(), "{path}");
         }
         // Polling mode needs none of it.
         assert_eq!(
