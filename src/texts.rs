@@ -408,8 +408,8 @@ impl Texts {
     /// confirmed to Telegram, which gives it again, and it is taken once it can be stored.
     pub fn not_saved_yet(self) -> &'static str {
         self.pick(
-            "I could not save this message yet (a problem with my storage). No need to send it again: I will take it automatically as soon as I can.",
-            "Пока не удалось сохранить это сообщение (проблема с хранилищем). Отправлять заново не нужно: я приму его автоматически, как только смогу.",
+            "I could not save this entry yet (a problem with my storage). No need to send it again: I will take it automatically as soon as I can.",
+            "Пока не удалось сохранить эту запись (проблема с хранилищем). Отправлять заново не нужно: я приму её автоматически, как только смогу.",
         )
     }
 

@@ -1,13 +1,15 @@
-//! The Telegram front end: long polling with teloxide, the handler tree in one function,
-//! and a [`Messenger`] that sends [`Response`]s as Telegram messages.
+//! The Telegram front end: the update inbox and its sources (long polling here; a
+//! webhook beside it), the handler tree in one function, and a [`Messenger`] that sends
+//! [`Response`]s as Telegram messages.
 //!
-//! Updates of one chat are handled in order (teloxide's default distribution by chat),
-//! different chats concurrently. An entry's handler only stores it and hands its
-//! analysis to [`Answers`], which answers a chat's entries in the order they came: the
-//! chat's next update is stored at once rather than held in memory behind an analysis
-//! (commands are not held behind analyses either: their replies may come first; a slow
-//! one — `/week`, an import — runs in a task of its own too). An update is confirmed to
-//! Telegram only once it is taken — an entry once stored — see `intake`.
+//! Every update is committed to the inbox (`inbox`) before Telegram may forget it —
+//! `intake` confirms a polled batch only then — and handled from there: a chat's updates
+//! in order, different chats concurrently (`inbox/handling`). An entry's handler only
+//! stores it (its update handled in the same transaction) and hands its analysis to
+//! [`Answers`], which answers a chat's entries in the order they came (commands are not
+//! held behind analyses: their replies may come first; a slow one — `/week`, an import
+//! — runs in a task of its own, its update handled when it ends). [`Running`] is what
+//! runs whatever the source: the inbox's loop, the worker, the reminders, retention.
 //!
 //! Cancelling the stop token (the process does that on SIGINT and SIGTERM, see `app`)
 //! stops polling, lets in-flight work finish within `telegram.shutdown_grace_ms`, and
@@ -750,11 +752,13 @@ impl Answers {
     /// its update again (and tells the user once that it is not saved yet).
     fn hand_off<B: TgBot>(
         &self,
+        taking: &Taking,
         accepted: Result<Option<Accepted>, EntryError>,
         journal: Arc<Journal>,
         messenger: Arc<Telegram<B>>,
     ) -> HandlerResult {
         if let Some(accepted) = accepted? {
+            taking.marked_by_store();
             self.0.spawn(async move {
                 journal.answer_accepted(messenger.as_ref(), accepted).await;
             });
@@ -806,7 +810,7 @@ async fn on_voice<B: TgBot>(
     let accepted = journal
         .accept_voice_for(messenger.as_ref(), voice, Some(taking.key()))
         .await;
-    answers.hand_off(accepted, journal, messenger)
+    answers.hand_off(&taking, accepted, journal, messenger)
 }
 
 async fn on_edit<B: TgBot>(
@@ -840,7 +844,7 @@ async fn handle_entry<B: TgBot>(
     } else {
         journal.accept_text_for(incoming, update).await
     };
-    answers.hand_off(accepted, journal, messenger)
+    answers.hand_off(taking, accepted, journal, messenger)
 }
 
 /// A shared location sets the user's time zone (docs/behaviour.md, Time zones and rhythm), confirmed in a reply.
@@ -1037,7 +1041,7 @@ async fn on_command<B: TgBot>(
         && let Some(document) = msg.document().cloned()
     {
         // The caption of a document is parsed as a command too: that is the import,
-        // confirmed once it is stored.
+        // handled once it is stored.
         let chat = msg.chat.id.0;
         let import = import_document(msg, document, journal, messenger, store, users);
         answers.slow_command(chat, import, taking.defer());

@@ -323,11 +323,11 @@ impl Journal {
     }
 
     /// The log as stored now, if it is still waiting for its analysis (not deleted, not
-    /// finished by someone else).
+    /// finished by someone else). Read as written: it was stored moments ago.
     async fn still_pending(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
         Ok(self
             .store
-            .log(id)
+            .log_as_written(id)
             .await?
             .filter(|log| log.status == LogStatus::Pending))
     }

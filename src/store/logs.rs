@@ -3,7 +3,7 @@
 
 use sqlx::FromRow;
 
-use super::updates::{UpdateKey, mark_handled_in};
+use super::updates::{UpdateKey, WriteTx, mark_handled_in};
 use super::word_forms::{self, Forms};
 use super::{
     ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, listed_date,
@@ -526,13 +526,29 @@ impl Store {
                 let mut conn = self.write.acquire().await?;
                 return insert_log_on(&mut conn, log).await;
             };
-            let mut tx = self.write.begin().await?;
-            let inserted = insert_log_on(&mut tx, log).await?;
-            mark_handled_in(&mut tx, key).await?;
-            tx.commit().await?;
-            Ok(inserted)
+            let mut tx = WriteTx::begin(&self.write).await?;
+            let work = async {
+                let conn = tx.conn()?;
+                let inserted = insert_log_on(conn, log).await?;
+                mark_handled_in(conn, key).await?;
+                Ok(inserted)
+            }
+            .await;
+            tx.finish(work).await
         }))
         .await
+    }
+
+    /// [`Store::log`] through the writer: what the last commit left, even where a read
+    /// connection could still see an older snapshot (on a full disk, the WAL index of a
+    /// reader may not follow). For the entry an analysis is about to start on.
+    pub async fn log_as_written(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
+        Ok(sqlx::query_as::<_, DayLog>(&format!(
+            "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.write)
+        .await?)
     }
 
     pub async fn log(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
@@ -567,25 +583,29 @@ impl Store {
         update: Option<UpdateKey>,
     ) -> Result<Option<DayLog>, StoreError> {
         self.durably(retry_busy("update_text", || async {
-            let mut tx = self.write.begin().await?;
-            let rows: Vec<DayLog> = sqlx::query_as(&format!(
+            let mut tx = WriteTx::begin(&self.write).await?;
+            let work = async {
+                let conn = tx.conn()?;
+                let rows: Vec<DayLog> = sqlx::query_as(&format!(
                 "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
                      attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL,
                      edited_at = datetime('now'), waiting_for = NULL
                  WHERE chat_id = ?1 AND message_id = ?2 AND text <> ?3
                  RETURNING {LOG_COLUMNS}"
             ))
-            .bind(chat_id)
-            .bind(message_id)
-            .bind(text)
-            .fetch_all(&mut *tx)
-            .await?;
-            let updated = returned(rows);
-            if let (Some(key), Some(_)) = (update, &updated) {
-                mark_handled_in(&mut tx, key).await?;
+                .bind(chat_id)
+                .bind(message_id)
+                .bind(text)
+                .fetch_all(&mut *conn)
+                .await?;
+                let updated = returned(rows);
+                if let (Some(key), Some(_)) = (update, &updated) {
+                    mark_handled_in(conn, key).await?;
+                }
+                Ok(updated)
             }
-            tx.commit().await?;
-            Ok(updated)
+            .await;
+            tx.finish(work).await
         }))
         .await
     }
@@ -746,41 +766,45 @@ impl Store {
         update: Option<UpdateKey>,
     ) -> Result<Inserted, StoreError> {
         self.durably(retry_busy("insert_voice_log", || async {
-            let mut tx = self.write.begin().await?;
-            // Every row is read, so a failure to commit is this call's error.
-            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
-                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
+            let mut tx = WriteTx::begin(&self.write).await?;
+            let work = async {
+                let conn = tx.conn()?;
+                // Every row is read, so a failure to commit is this call's error.
+                let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+                    "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
                      kind, file_id, duration_s, local_day, written_at, written_zone)
                  VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5, ?6, ?7, {WRITTEN_ZONE})
                  ON CONFLICT (chat_id, message_id) DO NOTHING
                  RETURNING {LOG_COLUMNS}"
-            ))
-            .bind(log.user_id)
-            .bind(log.chat_id)
-            .bind(log.message_id)
-            .bind(log.file_id)
-            .bind(log.duration_s)
-            .bind(log.local_day.map(|day| day.to_string()))
-            .bind(log.written_at.map(sql_timestamp))
-            .fetch_all(&mut *tx)
-            .await?;
-            let inserted = match rows.pop() {
-                Some(row) => Inserted::New(Box::new(row)),
-                None => Inserted::Duplicate(
-                    sqlx::query_scalar(
-                        "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
-                    )
-                    .bind(log.chat_id)
-                    .bind(log.message_id)
-                    .fetch_one(&mut *tx)
-                    .await?,
-                ),
-            };
-            if let Some(key) = update {
-                mark_handled_in(&mut tx, key).await?;
+                ))
+                .bind(log.user_id)
+                .bind(log.chat_id)
+                .bind(log.message_id)
+                .bind(log.file_id)
+                .bind(log.duration_s)
+                .bind(log.local_day.map(|day| day.to_string()))
+                .bind(log.written_at.map(sql_timestamp))
+                .fetch_all(&mut *conn)
+                .await?;
+                let inserted = match rows.pop() {
+                    Some(row) => Inserted::New(Box::new(row)),
+                    None => Inserted::Duplicate(
+                        sqlx::query_scalar(
+                            "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
+                        )
+                        .bind(log.chat_id)
+                        .bind(log.message_id)
+                        .fetch_one(&mut *conn)
+                        .await?,
+                    ),
+                };
+                if let Some(key) = update {
+                    mark_handled_in(conn, key).await?;
+                }
+                Ok(inserted)
             }
-            tx.commit().await?;
-            Ok(inserted)
+            .await;
+            tx.finish(work).await
         }))
         .await
     }

@@ -3,7 +3,8 @@
 //! Dead letters (what came with the webhook's secret but is no update) are kept beside
 //! them with a negative id of their own.
 
-use sqlx::{FromRow, Sqlite, Transaction};
+use sqlx::pool::PoolConnection;
+use sqlx::{FromRow, Sqlite, SqliteConnection, SqlitePool};
 
 use super::{Store, StoreError, retry_busy, returned};
 use crate::time::sql_timestamp;
@@ -85,7 +86,7 @@ pub struct InboxCounts {
 /// Sets `handled_at` of `key`'s row inside a caller's transaction: an entry's update is
 /// handled in the same transaction as its `day_logs` write.
 pub(super) async fn mark_handled_in(
-    tx: &mut Transaction<'_, Sqlite>,
+    conn: &mut SqliteConnection,
     key: UpdateKey,
 ) -> Result<(), StoreError> {
     sqlx::query(
@@ -94,9 +95,62 @@ pub(super) async fn mark_handled_in(
     )
     .bind(key.bot_id)
     .bind(key.update_id)
-    .execute(&mut **tx)
+    .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// A transaction on the writer connection that never outlives a failure. A COMMIT that
+/// fails on a full disk can leave SQLite's transaction open; the connection would then
+/// keep every later "commit" inside it, visible to itself and to nobody else. So a
+/// failed transaction is rolled back by hand, and a connection that cannot even roll
+/// back (or a transaction dropped half-way, its task cancelled) is closed, and the pool
+/// opens a fresh one.
+pub(super) struct WriteTx(Option<PoolConnection<Sqlite>>);
+
+impl WriteTx {
+    pub(super) async fn begin(pool: &SqlitePool) -> Result<Self, StoreError> {
+        let mut conn = pool.acquire().await?;
+        if let Err(error) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
+            drop(conn.detach());
+            return Err(error.into());
+        }
+        Ok(Self(Some(conn)))
+    }
+
+    pub(super) fn conn(&mut self) -> Result<&mut SqliteConnection, StoreError> {
+        self.0
+            .as_deref_mut()
+            .ok_or(StoreError::Sql(sqlx::Error::PoolClosed))
+    }
+
+    /// Commits `work`'s statements when it succeeded; rolls them back otherwise.
+    pub(super) async fn finish<T>(mut self, work: Result<T, StoreError>) -> Result<T, StoreError> {
+        let Some(mut conn) = self.0.take() else {
+            return Err(StoreError::Sql(sqlx::Error::PoolClosed));
+        };
+        let outcome = match work {
+            Ok(value) => match sqlx::query("COMMIT").execute(&mut *conn).await {
+                Ok(_) => return Ok(value),
+                Err(error) => Err(error.into()),
+            },
+            Err(error) => Err(error),
+        };
+        if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+            // Rolled back by SQLite itself already, or the connection is in no state to
+            // say: a fresh one is certain.
+            drop(conn.detach());
+        }
+        outcome
+    }
+}
+
+impl Drop for WriteTx {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            drop(conn.detach());
+        }
+    }
 }
 
 impl Store {
@@ -110,27 +164,52 @@ impl Store {
         if updates.is_empty() {
             return Ok(Vec::new());
         }
+        if let [update] = updates {
+            // One statement: no transaction around it (a webhook's request, a quiet poll).
+            return self
+                .durably(retry_busy("insert_update", || async {
+                    let inserted = sqlx::query(
+                        "INSERT INTO updates (bot_id, update_id, chat_id, user_id, payload)
+                         VALUES (?1, ?2, ?3, ?4, ?5)
+                         ON CONFLICT (bot_id, update_id) DO NOTHING",
+                    )
+                    .bind(bot_id)
+                    .bind(update.update_id)
+                    .bind(update.chat_id)
+                    .bind(update.user_id)
+                    .bind(update.payload)
+                    .execute(&self.write)
+                    .await?
+                    .rows_affected();
+                    Ok(vec![inserted > 0])
+                }))
+                .await;
+        }
         self.durably(retry_busy("insert_updates", || async {
-            let mut tx = self.write.begin().await?;
-            let mut fresh = Vec::with_capacity(updates.len());
-            for update in updates {
-                let inserted = sqlx::query(
-                    "INSERT INTO updates (bot_id, update_id, chat_id, user_id, payload)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (bot_id, update_id) DO NOTHING",
-                )
-                .bind(bot_id)
-                .bind(update.update_id)
-                .bind(update.chat_id)
-                .bind(update.user_id)
-                .bind(update.payload)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                fresh.push(inserted > 0);
+            let mut tx = WriteTx::begin(&self.write).await?;
+            let work = async {
+                let conn = tx.conn()?;
+                let mut fresh = Vec::with_capacity(updates.len());
+                for update in updates {
+                    let inserted = sqlx::query(
+                        "INSERT INTO updates (bot_id, update_id, chat_id, user_id, payload)
+                         VALUES (?1, ?2, ?3, ?4, ?5)
+                         ON CONFLICT (bot_id, update_id) DO NOTHING",
+                    )
+                    .bind(bot_id)
+                    .bind(update.update_id)
+                    .bind(update.chat_id)
+                    .bind(update.user_id)
+                    .bind(update.payload)
+                    .execute(&mut *conn)
+                    .await?
+                    .rows_affected();
+                    fresh.push(inserted > 0);
+                }
+                Ok(fresh)
             }
-            tx.commit().await?;
-            Ok(fresh)
+            .await;
+            tx.finish(work).await
         }))
         .await
     }
@@ -196,17 +275,18 @@ impl Store {
         )
         .bind(bot_id)
         .bind(limit)
-        .fetch_all(&self.read)
+        // The writer's view: a read connection may see a snapshot from before the last
+        // `handled_at` (on a full disk the WAL index cannot grow for it), and the loop
+        // would hand a handled update over again.
+        .fetch_all(&self.write)
         .await?)
     }
 
     /// Marks an update handled (once: a row handled already keeps its moment).
     pub async fn mark_update_handled(&self, key: UpdateKey) -> Result<(), StoreError> {
         retry_busy("mark_update_handled", || async {
-            let mut tx = self.write.begin().await?;
-            mark_handled_in(&mut tx, key).await?;
-            tx.commit().await?;
-            Ok(())
+            let mut conn = self.write.acquire().await?;
+            mark_handled_in(&mut conn, key).await
         })
         .await
     }
@@ -258,13 +338,14 @@ impl Store {
         let day_ago = sql_timestamp(now - jiff::SignedDuration::from_hours(24));
         let week_ago = sql_timestamp(now - jiff::SignedDuration::from_hours(24 * 7));
         retry_busy("prune_updates", || async {
-            let mut tx = self.write.begin().await?;
+            // Two statements, each whole on its own: a crash between them only leaves
+            // the payloads for the next prune.
             let rows = sqlx::query(
                 "DELETE FROM updates
                  WHERE (handled_at IS NOT NULL OR dead = 1) AND received_at < ?1",
             )
             .bind(&week_ago)
-            .execute(&mut *tx)
+            .execute(&self.write)
             .await?
             .rows_affected();
             let payloads = sqlx::query(
@@ -274,10 +355,9 @@ impl Store {
                         OR (dead = 1 AND received_at < ?1))",
             )
             .bind(&day_ago)
-            .execute(&mut *tx)
+            .execute(&self.write)
             .await?
             .rows_affected();
-            tx.commit().await?;
             Ok(Pruned { payloads, rows })
         })
         .await
@@ -285,12 +365,14 @@ impl Store {
 
     /// Rows waiting to be handled and rows dead, of every bot (the gauges).
     pub async fn inbox_counts(&self) -> Result<InboxCounts, StoreError> {
-        let (unhandled, dead): (i64, i64) = sqlx::query_as(
+        // Read to its end (`fetch_all`), so no read transaction stays open behind it.
+        let rows: Vec<(i64, i64)> = sqlx::query_as(
             "SELECT coalesce(sum(handled_at IS NULL AND dead = 0), 0), coalesce(sum(dead = 1), 0)
              FROM updates",
         )
-        .fetch_one(&self.read)
+        .fetch_all(&self.read)
         .await?;
+        let (unhandled, dead) = returned(rows).unwrap_or_default();
         Ok(InboxCounts {
             unhandled: u64::try_from(unhandled).unwrap_or(0),
             dead: u64::try_from(dead).unwrap_or(0),
@@ -299,18 +381,22 @@ impl Store {
 }
 
 /// `/delete`: inside the erasure's transaction, the user's payloads go (the bare ids
-/// stay, so a re-delivery is still a duplicate). Rows still to be handled keep theirs:
-/// they came after the `/delete` in its chat, and are the user's new words.
+/// stay, so a re-delivery is still a duplicate), the button press being handled among
+/// them. Messages still to be handled keep theirs: they wait behind the press in its
+/// chat, written after it — the user's new words.
 pub(super) async fn erase_payloads_in(
-    tx: &mut Transaction<'_, Sqlite>,
+    conn: &mut SqliteConnection,
     user_id: super::UserId,
 ) -> Result<u64, StoreError> {
     Ok(sqlx::query(
         "UPDATE updates SET payload = NULL
-         WHERE user_id = ?1 AND payload IS NOT NULL AND (handled_at IS NOT NULL OR dead = 1)",
+         WHERE user_id = ?1 AND payload IS NOT NULL
+           AND (handled_at IS NOT NULL OR dead = 1
+                OR (CASE WHEN json_valid(payload)
+                    THEN json_type(payload, '$.callback_query') END) IS NOT NULL)",
     )
     .bind(user_id)
-    .execute(&mut **tx)
+    .execute(&mut *conn)
     .await?
     .rows_affected())
 }

@@ -36,6 +36,7 @@ mod hostile_text;
 mod http;
 mod import;
 mod import_bot;
+mod inbox;
 mod llm_budgets;
 mod llm_cascade;
 mod llm_logs;

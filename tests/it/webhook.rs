@@ -462,7 +462,7 @@ async fn a_full_disk_answers_5xx_says_not_saved_yet_once_and_takes_the_redeliver
     let not_yet = telegram
         .sent_to(506)
         .iter()
-        .filter(|c| c.text().contains("could not save this message yet"))
+        .filter(|c| c.text().contains("No need to send it again"))
         .count();
     assert_eq!(not_yet, 1, "{:?}", telegram.sent_to(506));
     assert_eq!(hook.count("SELECT count(*) FROM day_logs").await, 1);

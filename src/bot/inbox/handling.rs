@@ -46,6 +46,13 @@ pub(in crate::bot) struct Lanes {
     busy: HashSet<Lane>,
     deferred: HashSet<i64>,
     not_before: HashMap<i64, tokio::time::Instant>,
+    /// Tries of updates that could not be stored (a full disk), which never count
+    /// toward `dead`: the user was told they will be taken.
+    unstored: HashMap<i64, i64>,
+    /// Updates handled whose `handled_at` could not be written: not handed over again
+    /// by this process (the next start may, once: the window of a reply sent and not
+    /// recorded).
+    done: HashSet<i64>,
 }
 
 /// What goes in order: a chat's updates; an update with no chat goes alone.
@@ -61,6 +68,8 @@ pub struct Taking {
     key: UpdateKey,
     inbox: Inbox,
     deferred: Arc<AtomicBool>,
+    /// The handler's store write set `handled_at` itself (an entry stored).
+    marked: Arc<AtomicBool>,
 }
 
 impl Taking {
@@ -68,6 +77,12 @@ impl Taking {
     /// own transaction.
     pub fn key(&self) -> UpdateKey {
         self.key
+    }
+
+    /// The store write that took the update marked it handled in its transaction (an
+    /// entry stored with [`Taking::key`]): the loop need not mark it again.
+    pub fn marked_by_store(&self) {
+        self.marked.store(true, Ordering::SeqCst);
     }
 
     /// Hands the update to a task of its own: it is handled when [`Deferred::handled`]
@@ -200,9 +215,13 @@ impl Inbox {
         let mut wake_at = now + IDLE;
         let mut by_lane: Vec<(Lane, Vec<InboxUpdate>)> = Vec::new();
         {
-            let lanes = self.lanes();
+            let mut lanes = self.lanes();
+            if !lanes.done.is_empty() {
+                let fetched: HashSet<i64> = rows.iter().map(|row| row.update_id).collect();
+                lanes.done.retain(|id| fetched.contains(id));
+            }
             for row in rows {
-                if lanes.deferred.contains(&row.update_id) {
+                if lanes.deferred.contains(&row.update_id) || lanes.done.contains(&row.update_id) {
                     continue;
                 }
                 let lane = row.chat_id.map_or(Lane::Alone(row.update_id), Lane::Chat);
@@ -241,10 +260,11 @@ impl Inbox {
     /// When a row may be tried (`None`: now): its stored retry time, or the one kept in
     /// memory when its failure could not be recorded.
     fn due_at(&self, row: &InboxUpdate) -> Option<tokio::time::Instant> {
-        let stored = row.next_try_at.0.map(|at| {
-            let left = at.duration_since(jiff::Timestamp::now());
-            let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
-            tokio::time::Instant::now() + left
+        // A stored moment already past says nothing (`None`), rather than "now", which
+        // would always be a hair later than the caller's now.
+        let stored = row.next_try_at.0.and_then(|at| {
+            let left = Duration::try_from(at.duration_since(jiff::Timestamp::now())).ok()?;
+            Some(tokio::time::Instant::now() + left)
         });
         let kept = self.lanes().not_before.get(&row.update_id).copied();
         stored.into_iter().chain(kept).max()
@@ -263,8 +283,11 @@ impl Inbox {
             if stop.is_cancelled() {
                 return;
             }
-            if self.lanes().deferred.contains(&row.update_id) {
-                continue;
+            {
+                let lanes = self.lanes();
+                if lanes.deferred.contains(&row.update_id) || lanes.done.contains(&row.update_id) {
+                    continue;
+                }
             }
             if self
                 .due_at(&row)
@@ -301,19 +324,26 @@ impl Inbox {
             key,
             inbox: self.clone(),
             deferred: Arc::new(AtomicBool::new(false)),
+            marked: Arc::new(AtomicBool::new(false)),
         };
-        let deferred = Arc::clone(&taking.deferred);
+        let (deferred, marked) = (Arc::clone(&taking.deferred), Arc::clone(&taking.marked));
         let outcome = std::panic::AssertUnwindSafe(handle(update, taking))
             .catch_unwind()
             .await
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the handler panicked")));
         match outcome {
             Ok(()) => {
-                self.lanes().not_before.remove(&key.update_id);
+                {
+                    let mut lanes = self.lanes();
+                    lanes.not_before.remove(&key.update_id);
+                    lanes.unstored.remove(&key.update_id);
+                }
                 if !deferred.load(Ordering::SeqCst)
+                    && !marked.load(Ordering::SeqCst)
                     && let Err(error) = self.store().mark_update_handled(key).await
                 {
-                    tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it may be handled again");
+                    tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it is handled again only after a restart");
+                    self.lanes().done.insert(key.update_id);
                 }
                 true
             }
@@ -326,6 +356,9 @@ impl Inbox {
 
     /// A failed try: recorded, the user told once that the message is not saved yet
     /// (and, when it is given up, to send it again). `true` when the lane moves on.
+    /// An entry the store could not take for now ([`is_no_room`]: a full disk) is tried
+    /// again for as long as that lasts, never given up: the user was told it will be
+    /// taken.
     async fn failed(
         &self,
         key: UpdateKey,
@@ -334,6 +367,21 @@ impl Inbox {
         notice: Option<super::NotSaved>,
         backoff: Backoff,
     ) -> bool {
+        if is_no_room(error) {
+            let tries = {
+                let mut lanes = self.lanes();
+                let tries = lanes.unstored.entry(key.update_id).or_insert(0);
+                *tries = tries.saturating_add(1);
+                *tries
+            };
+            let wait = backoff.after(tries);
+            tracing::warn!(%error, update_id = key.update_id, tries, retry_in_ms = wait.as_millis() as u64, "an entry could not be stored yet; trying again");
+            self.retry_later(key.update_id, wait);
+            if let Some(notice) = notice {
+                self.tell_once(notice);
+            }
+            return false;
+        }
         let wait = backoff.after(failures.saturating_add(1));
         tracing::warn!(%error, update_id = key.update_id, failures = failures + 1, retry_in_ms = wait.as_millis() as u64, "handling an update failed");
         let next_try_at = jiff::Timestamp::now()
@@ -373,6 +421,28 @@ impl Inbox {
         self.lanes()
             .not_before
             .insert(update_id, tokio::time::Instant::now() + wait);
+    }
+}
+
+/// Whether `error` is an entry the store could not take for now: the disk full, an
+/// I/O error, the database busy, a commit not synced. Any other failure (a constraint,
+/// a bug) would fail again the same way, and counts toward `dead`.
+fn is_no_room(error: &anyhow::Error) -> bool {
+    use crate::store::StoreError;
+    let Some(crate::journal::EntryError::NotSaved(store)) =
+        error.downcast_ref::<crate::journal::EntryError>()
+    else {
+        return false;
+    };
+    match store {
+        StoreError::Sync(_) => true,
+        StoreError::Sql(sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut) => true,
+        StoreError::Sql(sqlx::Error::Database(db)) => db
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            // SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL (any extended code).
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6 | 10 | 13)),
+        _ => false,
     }
 }
 

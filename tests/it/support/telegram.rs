@@ -83,7 +83,17 @@ struct Inner {
     allowed_updates: Value,
     /// Webhook mode, as Telegram keeps it: see [`Webhook`].
     webhook: Webhook,
+    /// `getUpdates` calls answered so far.
+    polls: usize,
+    /// The id of this fake's first update: each fake of the process starts its own
+    /// range, so a bot started again on the same database with a new fake is given new
+    /// ids, as Telegram's keep growing (the inbox would take a repeated id for a
+    /// redelivery).
+    first_update_id: i64,
 }
+
+/// Where the next fake's update ids begin.
+static NEXT_FIRST_UPDATE_ID: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
 
 /// A scripted failure: method, chat, text the message must contain, and the answer.
 type Failure = (String, Option<i64>, Option<String>, u16, Value);
@@ -99,6 +109,8 @@ impl FakeTelegram {
     pub async fn start() -> Self {
         let inner = Arc::new(Mutex::new(Inner {
             next_message_id: 100_000,
+            first_update_id: NEXT_FIRST_UPDATE_ID
+                .fetch_add(100_000, std::sync::atomic::Ordering::Relaxed),
             ..Inner::default()
         }));
         let changed = Arc::new(Notify::new());
@@ -128,7 +140,7 @@ impl FakeTelegram {
 
     pub fn push_update(&self, mut update: Value) -> i64 {
         let mut inner = self.inner.lock().expect("lock");
-        let id = inner.updates.len() as i64 + 1;
+        let id = inner.first_update_id + inner.updates.len() as i64;
         update["update_id"] = json!(id);
         inner.updates.push(update);
         drop(inner);
@@ -170,6 +182,48 @@ impl FakeTelegram {
     /// Every update below this one is confirmed: the bot has asked for those after it.
     pub fn confirmed_below(&self) -> i64 {
         self.inner.lock().expect("lock").confirmed_below
+    }
+
+    /// `getUpdates` calls answered so far.
+    pub fn polls(&self) -> usize {
+        self.inner.lock().expect("lock").polls
+    }
+
+    /// Waits until `getUpdates` has been called `n` more times than `since`.
+    pub async fn wait_polls(&self, since: usize, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let notified = self.changed.notified();
+            if self.polls() >= since + n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{n} more polls never came");
+            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+        }
+    }
+
+    /// Delivers update `id` once more, with the same `update_id`, as Telegram does when
+    /// it did not see it confirmed (a webhook's answer lost, an offset not sent).
+    pub fn redeliver(&self, id: i64) {
+        let mut inner = self.inner.lock().expect("lock");
+        let again = inner
+            .updates
+            .iter()
+            .find(|u| u["update_id"].as_i64() == Some(id))
+            .cloned()
+            .expect("an update pushed before");
+        inner
+            .updates
+            .retain(|u| u["update_id"].as_i64() != Some(id));
+        let at = inner
+            .updates
+            .iter()
+            .position(|u| u["update_id"].as_i64().unwrap_or(0) > id)
+            .unwrap_or(inner.updates.len());
+        inner.updates.insert(at, again);
+        inner.confirmed_below = inner.confirmed_below.min(id);
+        drop(inner);
+        self.changed.notify_waiters();
     }
 
     /// The next call of `method` (to `chat`, if given) answers `status` with `body`.
@@ -623,6 +677,7 @@ async fn get_updates(fake: &FakeTelegram, body: &Value) -> Response {
         inner.confirmed_below = inner
             .confirmed_below
             .max(body["offset"].as_i64().unwrap_or(0));
+        inner.polls += 1;
         inner.confirmed_below
     };
     // As Telegram does: at most `limit` updates (1–100, default 100), the oldest first.
