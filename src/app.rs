@@ -113,6 +113,29 @@ impl App {
         crate::bot::serve_configured(bot, self.journal, self.digests, stop, self.webhook).await
     }
 
+    /// The Mini App's routes (`/app`, `/app/api/…`) when `webapp.url` is set, empty
+    /// otherwise. Its messenger is a Bot API client of its own, for the `/export` file and
+    /// the `/delete` question it has the bot send to the private chat.
+    pub fn mini_app(&self) -> anyhow::Result<axum::Router> {
+        let token = match (
+            &self.settings.secrets.telegram_token,
+            self.settings.webapp.url(),
+        ) {
+            (Some(token), Some(_)) => token,
+            _ => return Ok(axum::Router::new()),
+        };
+        let client = crate::telegram_client().map_err(StartError::Client)?;
+        let bot = crate::bot::build_bot(&self.settings, client)?;
+        let webapp = crate::webapp::Webapp::new(
+            self.store.clone(),
+            self.journal.users().clone(),
+            Arc::clone(&self.settings),
+            token.expose(),
+            Arc::new(crate::bot::Telegram::new(bot)),
+        );
+        Ok(crate::webapp::router(webapp))
+    }
+
     /// `daylog chat` for the local `user` until stdin ends; then the store is closed.
     pub async fn chat(self, user: i64) -> anyhow::Result<()> {
         let talked =
@@ -157,6 +180,7 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
         app.journal().llm(),
         stop.clone(),
         crate::bot::webhook::Mount::of(app.settings(), &app.webhook),
+        app.mini_app()?,
     )
     .await?;
     let served = app.serve_telegram(stop).await;

@@ -680,6 +680,61 @@ impl HttpSettings {
     }
 }
 
+/// The journal as a Telegram Mini App (docs/operations.md, The Mini App): where its page
+/// is published and how old Telegram's initData may be.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebappSettings {
+    /// The public URL of the page; `None` = the Mini App is off (the menu button is
+    /// the default one).
+    url: WebappUrl,
+    /// How old a Mini App's initData may be, in hours.
+    max_age_hours: Bounded<1, 8760>,
+}
+
+impl WebappSettings {
+    /// The page's public URL, when the Mini App is on.
+    pub fn url(&self) -> Option<&Url> {
+        self.url.0.as_ref()
+    }
+    /// How old a Mini App's initData may be.
+    pub fn max_age(&self) -> Duration {
+        Duration::from_secs(self.max_age_hours.get().saturating_mul(3600))
+    }
+}
+
+/// `webapp.url`: https, or http on a loopback host (a test, a local proxy); `""` = off.
+#[derive(Debug, Clone)]
+struct WebappUrl(Option<Url>);
+
+impl<'de> Deserialize<'de> for WebappUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(Self(None));
+        }
+        let url = Url::parse(raw).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{raw:?} is not a URL; write the page's public address, such as https://bot.example.com/app, or \"\" for off"
+            ))
+        })?;
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name == "localhost",
+            None => false,
+        };
+        match url.scheme() {
+            "https" if url.host().is_some() => Ok(Self(Some(url))),
+            "http" if loopback => Ok(Self(Some(url))),
+            _ => Err(serde::de::Error::custom(
+                "must be an https:// URL (Telegram opens Mini Apps over https only; http:// is accepted on a loopback host for local tests)",
+            )),
+        }
+    }
+}
+
 /// docs/behaviour.md, Time zones and rhythm: daily reminders.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1015,6 +1070,7 @@ struct FileSettings {
     worker: WorkerFields,
     telegram: TelegramSettings,
     http: HttpFields,
+    webapp: WebappSettings,
     journal: JournalSettings,
     reminders: ReminderSettings,
     providers: BTreeMap<String, ProviderSettings>,
@@ -1070,6 +1126,7 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub telegram: TelegramSettings,
     pub http: HttpSettings,
+    pub webapp: WebappSettings,
     pub journal: JournalSettings,
     pub reminders: ReminderSettings,
     pub providers: BTreeMap<String, ProviderSettings>,
@@ -1140,12 +1197,17 @@ impl Settings {
     /// the fields of a section or the sections say together is checked as each is built,
     /// then the values that come only from the environment.
     fn build(file: FileSettings, env: &dyn Env) -> Result<Self, ConfigError> {
-        let (mut secrets, warnings) = read_secrets(&file.providers, env);
+        let (mut secrets, mut warnings) = read_secrets(&file.providers, env);
         secrets.webhook_secret = match env.var("TELEGRAM_WEBHOOK_SECRET") {
             // Blank is unset, as for the other secrets; anything else is checked whole.
             Some(raw) if !raw.trim().is_empty() => Some(webhook_secret(&raw)?),
             _ => None,
         };
+        if file.webapp.url().is_some() && file.http.listen.0.is_none() {
+            warnings.push(
+                "webapp.url is set but http.listen is not: nothing serves /app, while the menu button will open it".to_owned(),
+            );
+        }
         let FileSettings {
             log,
             store,
@@ -1155,6 +1217,7 @@ impl Settings {
             worker,
             telegram,
             http,
+            webapp,
             journal,
             reminders,
             providers,
@@ -1185,6 +1248,7 @@ impl Settings {
             worker,
             telegram,
             http,
+            webapp,
             journal,
             reminders,
             providers,
@@ -1573,6 +1637,42 @@ mod tests {
         let file = tempfile::NamedTempFile::new().expect("temp file");
         std::fs::write(file.path(), text).expect("write config");
         file
+    }
+
+    #[test]
+    fn the_mini_app_url_is_https_unless_on_loopback() {
+        let url = |value: &str| {
+            load(&[("DAYLOG__WEBAPP__URL", value)]).map(|s| s.webapp.url().map(Url::to_string))
+        };
+        assert_eq!(url("").expect("off"), None);
+        for good in [
+            "https://bot.example.com/app",
+            "http://127.0.0.1:8080/app",
+            "http://localhost:8080/app",
+            "http://[::1]:8080/app",
+        ] {
+            assert!(url(good).expect(good).is_some(), "{good}");
+        }
+        for bad in [
+            "http://bot.example.com/app",
+            "ftp://x/app",
+            "bot.example.com/app",
+        ] {
+            assert_eq!(
+                error_key(&[("DAYLOG__WEBAPP__URL", bad)]),
+                "webapp.url",
+                "{bad}"
+            );
+        }
+        let defaults = load(&[]).expect("defaults");
+        assert_eq!(defaults.webapp.max_age(), Duration::from_secs(24 * 3600));
+        let unserved = load(&[("DAYLOG__WEBAPP__URL", "https://bot.example.com/app")])
+            .expect("a URL without a listener");
+        assert!(unserved.warnings.iter().any(|w| w.contains("http.listen")));
+        assert_eq!(
+            error_key(&[("DAYLOG__WEBAPP__MAX_AGE_HOURS", "0")]),
+            "webapp.max_age_hours"
+        );
     }
 
     #[test]

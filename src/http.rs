@@ -80,13 +80,14 @@ struct Scrape {
 
 /// Binds every configured address and serves it; `None` when neither is set. In webhook
 /// mode `webhook` is the route Telegram posts to (the settings make sure `http.listen`
-/// is set then).
+/// is set then); `mini_app`'s routes are served on the public address too.
 pub async fn start(
     settings: &HttpSettings,
     store: &Store,
     llm: &Arc<Llm>,
     stopping: CancellationToken,
     webhook: Option<Mount>,
+    mini_app: Router,
 ) -> Result<Option<Server>, ListenError> {
     if settings.listen().is_none() && settings.metrics_listen().is_none() {
         return Ok(None);
@@ -94,7 +95,8 @@ pub async fn start(
     let close = CancellationToken::new();
     let mut tasks = Vec::new();
     if let Some(addr) = settings.listen() {
-        let router = public_router(store.clone(), stopping, webhook);
+        // The Mini App's page and API (`crate::webapp`; empty when it is off).
+        let router = public_router(store.clone(), stopping, webhook).merge(mini_app);
         tasks.push(serve("http.listen", addr, router, close.clone()).await?);
     }
     if let Some(addr) = settings.metrics_listen() {

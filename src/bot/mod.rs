@@ -59,6 +59,7 @@ use inbox::{Deferred, Taking};
 mod delete_button;
 mod inbox;
 mod intake;
+pub mod menu_button;
 pub mod webhook;
 pub use inbox::{Inbox, NotSaved, Notice, NoticeKind, ReceiveError, Received};
 
@@ -328,6 +329,10 @@ impl<B: TgBot> Telegram<B> {
                     request.into_future()
                 })
                 .await?;
+            }
+            Response::OpenApp { text, button, url } => {
+                menu_button::send_open_app(&self.bot, chat, text, button, url, attached.clone())
+                    .await?;
             }
         }
         // Every other response is one message.
@@ -1090,6 +1095,13 @@ async fn run_command<B: TgBot>(
         }
         return Ok(());
     }
+    if command == Command::App {
+        let language = journal.users().language_of(user_id).await;
+        let url = journal.settings().webapp.url();
+        let responses = commands::open_app(language, url, msg.chat.is_private());
+        send_logged(&messenger, &msg, responses).await;
+        return Ok(());
+    }
     // Reminders and the digest go to the private chat (`users.chat_id`), never here.
     let scheduled_elsewhere =
         !msg.chat.is_private() && matches!(command, Command::Remind(_) | Command::Digest(_));
@@ -1425,6 +1437,7 @@ pub async fn serve<B: TgBot>(
     let Some(me) = start_up(&bot, journal.settings(), &stop).await? else {
         return Ok(()); // stopped while starting
     };
+    menu_button::set_menu_button(&bot, journal.settings().webapp.url()).await;
     if journal.settings().telegram.mode() == crate::config::TelegramMode::Webhook {
         let running = Running::start(bot, &me, journal, digests, &stop);
         webhook::take_posts(&webhook, running.inbox(), &stop).await;

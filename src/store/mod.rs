@@ -549,6 +549,7 @@ mod reminders;
 mod unfinished;
 mod updates;
 mod users;
+mod webapp;
 mod word_forms;
 
 use calls::CallRecorder;

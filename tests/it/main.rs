@@ -49,4 +49,6 @@ mod sql_fences;
 mod store;
 mod voice;
 mod voice_process;
+mod webapp_api;
+mod webapp_browser;
 mod webhook;

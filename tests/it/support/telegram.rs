@@ -81,8 +81,6 @@ struct Inner {
     confirmed_below: i64,
     /// The `allowed_updates` of the last `getUpdates` that sent any.
     allowed_updates: Value,
-    /// Webhook mode, as Telegram keeps it: see [`Webhook`].
-    webhook: Webhook,
     /// `getUpdates` calls answered so far.
     polls: usize,
     /// The id of this fake's first update: each fake of the process starts its own
@@ -90,6 +88,8 @@ struct Inner {
     /// ids, as Telegram's keep growing (the inbox would take a repeated id for a
     /// redelivery).
     first_update_id: i64,
+    /// Webhook mode, as Telegram keeps it: see [`Webhook`].
+    webhook: Webhook,
 }
 
 /// Where the next fake's update ids begin.
