@@ -502,12 +502,13 @@ fn check_webhook_mode(
         ));
     }
     if let Some(url) = telegram.webhook_url.0.as_ref()
-        && matches!(url.path(), "/healthz" | "/readyz")
+        && (matches!(url.path(), "/healthz" | "/readyz" | "/app")
+            || url.path().starts_with("/app/"))
     {
         return Err(ConfigError::invalid(
             "telegram.webhook_url",
             format!(
-                "has the path {}, which /healthz or /readyz already answer on http.listen; give the webhook a path of its own, such as /telegram",
+                "has the path {}, which /healthz, /readyz or the Mini App (/app) already answer on http.listen; give the webhook a path of its own, such as /telegram",
                 url.path()
             ),
         ));
@@ -1742,6 +1743,14 @@ mod tests {
         assert!(without("DAYLOG__HTTP__LISTEN").contains("http.listen"));
         assert!(without("DAYLOG__TELEGRAM__WEBHOOK_URL").contains("telegram.webhook_url"));
         assert!(without("TELEGRAM_WEBHOOK_SECRET").contains("TELEGRAM_WEBHOOK_SECRET"));
+        // A path another route of http.listen answers would not start the listener.
+        for taken in ["/healthz", "/readyz", "/app", "/app/api/history"] {
+            let url = format!("https://bot.example.org{taken}");
+            let mut pairs = webhook.to_vec();
+            pairs.retain(|(k, _)| *k != "DAYLOG__TELEGRAM__WEBHOOK_URL");
+            pairs.push(("DAYLOG__TELEGRAM__WEBHOOK_URL", &url));
+            assert!(load(&pairs).is_err(), "{taken}");
+        }
         // A secret Telegram would refuse is refused here, without being shown.
         for bad in ["has space", "ключ", &"x".repeat(257), "quote\"d"] {
             let mut pairs = webhook.to_vec();
