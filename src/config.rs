@@ -1761,6 +1761,14 @@ mod tests {
         assert!(without("DAYLOG__HTTP__LISTEN").contains("http.listen"));
         assert!(without("DAYLOG__TELEGRAM__WEBHOOK_URL").contains("telegram.webhook_url"));
         assert!(without("TELEGRAM_WEBHOOK_SECRET").contains("TELEGRAM_WEBHOOK_SECRET"));
+        // A path another route of http.listen answers would not start the listener.
+        for taken in ["/healthz", "/readyz", "/app", "/app/api/history"] {
+            let url = format!("https://bot.example.org{taken}");
+            let mut pairs = webhook.to_vec();
+            pairs.retain(|(k, _)| *k != "DAYLOG__TELEGRAM__WEBHOOK_URL");
+            pairs.push(("DAYLOG__TELEGRAM__WEBHOOK_URL", &url));
+            assert!(load(&pairs).is_err(), "{taken}");
+        }
         // A secret Telegram would refuse is refused here, without being shown.
         for bad in ["has space", "ключ", &"x".repeat(257), "quote\"d"] {
             let mut pairs = webhook.to_vec();
