@@ -134,6 +134,10 @@ enum ScenarioName {
     /// (a 429 naming TPM); run with the shipped bot, then with the bot not counting
     /// tokens (labelled).
     FreeTierTokens,
+    /// `many` (200 chats × 3 at once, 200 ms) with the updates long-polled and with
+    /// them posted to the bot's webhook, alternated in one run (polling first), each
+    /// `--rounds` times.
+    Webhook,
     All,
 }
 
@@ -184,6 +188,9 @@ struct Args {
     /// Keep each run's folder (database, bot log) and print where it is.
     #[arg(long)]
     keep: bool,
+    /// Rounds of the `webhook` comparison (each: polling, then webhook).
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
 }
 
 /// One run of the bot under one load.
@@ -208,6 +215,8 @@ struct Scenario {
     history: bool,
     /// Extra environment for the bot.
     env: Vec<(String, String)>,
+    /// Telegram posts the updates to the bot's webhook instead of the bot polling.
+    webhook: bool,
 }
 
 /// What the analysis cascade's first step (`mistral-small-2506`) does.
@@ -247,6 +256,12 @@ struct TgInner {
     think: Duration,
     first_push: Option<Instant>,
     last_reply: Option<Instant>,
+    /// When the last update of a burst was taken: its offset confirmed (polling) or
+    /// its post answered 2xx (webhook).
+    intake_done: Option<Instant>,
+    /// Webhook mode: the URL and secret of `setWebhook`, and the updates answered 2xx.
+    webhook: Option<(String, String)>,
+    delivered: usize,
 }
 
 #[derive(Default)]
@@ -488,6 +503,14 @@ async fn telegram_api(
         "GetWebhookInfo" => {
             json_ok(r#"{"url":"","has_custom_certificate":false,"pending_update_count":0}"#)
         }
+        "SetWebhook" => {
+            // teloxide sends it as multipart (it may carry a certificate).
+            let url = multipart_field(&body, "url");
+            let secret = multipart_field(&body, "secret_token");
+            lock(&fake.inner).webhook = Some((url, secret));
+            tokio::spawn(deliver(Arc::clone(&fake)));
+            json_ok("true")
+        }
         _ => {
             fake.counters.other.fetch_add(1, Ordering::Relaxed);
             json_ok("true")
@@ -504,12 +527,17 @@ async fn get_updates(fake: &FakeTelegram, request: GetUpdatesBody) -> Response {
         notified.as_mut().enable();
         {
             let mut inner = lock(&fake.inner);
+            let mut confirmed = false;
             while inner
                 .queue
                 .front()
                 .is_some_and(|(id, ..)| *id < request.offset)
             {
                 inner.queue.pop_front();
+                confirmed = true;
+            }
+            if confirmed && inner.queue.is_empty() && inner.burst_total > 0 {
+                inner.intake_done = Some(Instant::now());
             }
             if !inner.queue.is_empty() {
                 let now = Instant::now();
@@ -535,6 +563,114 @@ async fn get_updates(fake: &FakeTelegram, request: GetUpdatesBody) -> Response {
             return json_ok("[]");
         }
     }
+}
+
+/// Each chat's updates not posted yet: (message id, JSON); a chat is in the map while
+/// its delivery runs.
+type ChatQueues = Arc<Mutex<HashMap<i64, VecDeque<(i64, String)>>>>;
+
+/// Webhook mode, as Telegram delivers: every queued update is posted to the URL with the
+/// secret, a chat's next one only after the previous got a 2xx (a non-2xx is posted
+/// again after 100 ms), chats at once. An update is stamped as handed when its first
+/// post starts.
+async fn deliver(fake: Arc<FakeTelegram>) {
+    let client = reqwest::Client::new();
+    let chats: ChatQueues = Arc::default();
+    loop {
+        let notified = fake.updates.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let taken: Vec<(i64, i64, i64, String)> = lock(&fake.inner).queue.drain(..).collect();
+        for (_, chat, message_id, json) in taken {
+            let mut queues = lock(&chats);
+            let idle = !queues.contains_key(&chat);
+            queues
+                .entry(chat)
+                .or_default()
+                .push_back((message_id, json));
+            drop(queues);
+            if idle {
+                tokio::spawn(deliver_chat(
+                    Arc::clone(&fake),
+                    Arc::clone(&chats),
+                    client.clone(),
+                    chat,
+                ));
+            }
+        }
+        notified.await;
+    }
+}
+
+async fn deliver_chat(
+    fake: Arc<FakeTelegram>,
+    chats: ChatQueues,
+    client: reqwest::Client,
+    chat: i64,
+) {
+    let Some((url, secret)) = lock(&fake.inner).webhook.clone() else {
+        return;
+    };
+    loop {
+        let next = {
+            let mut queues = lock(&chats);
+            match queues.get_mut(&chat).and_then(VecDeque::pop_front) {
+                Some(next) => next,
+                None => {
+                    queues.remove(&chat);
+                    return;
+                }
+            }
+        };
+        let (message_id, json) = next;
+        lock(&fake.inner)
+            .handed
+            .entry((chat, message_id))
+            .or_insert_with(Instant::now);
+        loop {
+            let posted = client
+                .post(&url)
+                .header(header::CONTENT_TYPE, "application/json")
+                .header("X-Telegram-Bot-Api-Secret-Token", &secret)
+                .body(json.clone())
+                .send()
+                .await;
+            if posted.is_ok_and(|r| r.status().is_success()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut inner = lock(&fake.inner);
+        inner.delivered += 1;
+        if inner.burst_total > 0 && inner.delivered == inner.burst_total {
+            inner.intake_done = Some(Instant::now());
+        }
+    }
+}
+
+/// The text of the field `name` of a multipart body (`""` when it has none).
+fn multipart_field(body: &[u8], name: &str) -> String {
+    let text = String::from_utf8_lossy(body);
+    let marker = format!("name=\"{name}\"");
+    text.split(&marker)
+        .nth(1)
+        .and_then(|rest| rest.split("\r\n\r\n").nth(1))
+        .and_then(|value| value.split("\r\n").next())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Whether the bot takes updates: it polled, or its webhook is set and `/readyz` is 200.
+async fn is_ready(telegram: &FakeTelegram, webhook_port: Option<u16>) -> bool {
+    let Some(port) = webhook_port else {
+        return telegram.counters.get_updates.load(Ordering::Relaxed) > 0;
+    };
+    if lock(&telegram.inner).webhook.is_none() {
+        return false;
+    }
+    reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+        .await
+        .is_ok_and(|r| r.status().is_success())
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -1144,6 +1280,9 @@ struct Report {
     last_answer: Option<Duration>,
     /// Logs that got their analysis (after a notice or not).
     answered_in_all: usize,
+    /// In a burst: updates taken per second, from the push to the last update's
+    /// confirmation (polling) or 2xx (webhook).
+    intake_per_s: Option<f64>,
     /// Logs whose first reply was a notice ("saved, the analysis will follow").
     noticed: usize,
     /// 429s the fakes answered.
@@ -1333,6 +1472,29 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let gemini_keys = keys("GEMINI_API_KEY");
     let groq_keys = keys("GROQ_API_KEY");
     env.extend(scenario.env.iter().cloned());
+    let webhook_port = if scenario.webhook {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        env.extend([
+            ("DAYLOG__TELEGRAM__MODE".to_owned(), "webhook".to_owned()),
+            (
+                "DAYLOG__HTTP__LISTEN".to_owned(),
+                format!("127.0.0.1:{port}"),
+            ),
+            (
+                "DAYLOG__TELEGRAM__WEBHOOK_URL".to_owned(),
+                format!("http://127.0.0.1:{port}/telegram"),
+            ),
+            (
+                "TELEGRAM_WEBHOOK_SECRET".to_owned(),
+                "load-webhook-secret".to_owned(),
+            ),
+        ]);
+        Some(port)
+    } else {
+        None
+    };
     // The metrics cascade the bot will run, read the way the bot reads it: Groq counts
     // per model, so each Groq model of the cascade is a budget of its own.
     let settings =
@@ -1376,9 +1538,10 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         .with_context(|| format!("cannot start {}", bin.display()))?;
     let pid = child.id();
 
-    // Ready when it polls; then let start-up settle before sampling idle memory.
+    // Ready when it polls (or, webhook mode, answers /readyz with 200 after setWebhook);
+    // then let start-up settle before sampling idle memory.
     let ready_by = Instant::now() + Duration::from_secs(30);
-    while telegram.counters.get_updates.load(Ordering::Relaxed) == 0 {
+    while !is_ready(&telegram, webhook_port).await {
         if let Some(status) = child.try_wait()? {
             bail!(
                 "the bot exited at start-up ({status}); its log:\n{}",
@@ -1474,6 +1637,13 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         )
     };
     let answered_in_all = lock(&telegram.inner).answered.len();
+    let intake_per_s = {
+        let inner = lock(&telegram.inner);
+        inner
+            .first_push
+            .zip(inner.intake_done)
+            .map(|(a, b)| total as f64 / b.saturating_duration_since(a).as_secs_f64().max(1e-6))
+    };
     if !finished {
         eprintln!(
             "warning: {}: only {replies} of {total} logs answered within {} s",
@@ -1558,6 +1728,7 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         ideal_with_metrics,
         last_answer,
         answered_in_all,
+        intake_per_s,
         noticed,
         rate_limited,
         chats: scenario.chats,
@@ -1600,6 +1771,61 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     })
 }
 
+/// The `webhook` scenario's rounds side by side: each webhook run against the polling
+/// run just before it, and the mean of the ratios.
+fn print_webhook_comparison(reports: &[Report]) {
+    let runs: Vec<&Report> = reports
+        .iter()
+        .filter(|r| r.name.starts_with("webhook vs polling"))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    println!(
+        "\n| run | intake updates/s | from the push p50 / p95 ms | CPU ms / entry | vs polling: p50, p95, CPU |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut ratios = Vec::new();
+    let mut baseline: Option<&Report> = None;
+    for r in runs {
+        let pushed = r.ttr_pushed_ms.unwrap_or([0.0; 4]);
+        let ratio = match baseline {
+            Some(b) if r.name.ends_with("webhook") => {
+                let bp = b.ttr_pushed_ms.unwrap_or([1.0; 4]);
+                let ratio = (
+                    pushed[0] / bp[0].max(1e-6),
+                    pushed[1] / bp[1].max(1e-6),
+                    r.cpu_ms_per_log / b.cpu_ms_per_log.max(1e-6),
+                );
+                ratios.push(ratio);
+                format!("{:.2}×, {:.2}×, {:.2}×", ratio.0, ratio.1, ratio.2)
+            }
+            _ => "baseline".to_owned(),
+        };
+        if r.name.ends_with("polling") {
+            baseline = Some(r);
+        }
+        println!(
+            "| {} | {:.0} | {:.0} / {:.0} | {:.3} | {ratio} |",
+            r.name,
+            r.intake_per_s.unwrap_or(0.0),
+            pushed[0],
+            pushed[1],
+            r.cpu_ms_per_log
+        );
+    }
+    if !ratios.is_empty() {
+        let n = ratios.len() as f64;
+        println!(
+            "\nwebhook / polling, mean of {} rounds: p50 {:.2}×, p95 {:.2}×, CPU per entry {:.2}×",
+            ratios.len(),
+            ratios.iter().map(|r| r.0).sum::<f64>() / n,
+            ratios.iter().map(|r| r.1).sum::<f64>() / n,
+            ratios.iter().map(|r| r.2).sum::<f64>() / n,
+        );
+    }
+}
+
 fn print_report(r: &Report) {
     let q = |v: &[f64; 4]| {
         format!(
@@ -1628,6 +1854,9 @@ fn print_report(r: &Report) {
         r.elapsed.as_secs_f64()
     );
     println!("bot CPU          {:.3} ms per log", r.cpu_ms_per_log);
+    if let Some(rate) = r.intake_per_s {
+        println!("intake           {rate:.0} updates/s taken (push → last confirmed or 2xx)");
+    }
     let total = r.logs + r.unanswered;
     println!(
         "later notices    {} of {} first replies were \"saved, will follow\" ({:.0} % answered without one)",
@@ -1701,6 +1930,7 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         groq_tokens: false,
         history: false,
         env: Vec::new(),
+        webhook: false,
     };
     let burst = |name: &str, chats: usize, logs: usize, latency_ms: u64| Scenario {
         burst: true,
@@ -1761,6 +1991,20 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         known.name = "many, the bot restarted with its last answers stored".to_owned();
         known.history = true;
         out.extend([many, known]);
+    }
+    if wants(ScenarioName::Webhook) {
+        for round in 1..=args.rounds {
+            let polling = burst(
+                &format!("webhook vs polling, round {round}: polling"),
+                200,
+                3,
+                200,
+            );
+            let mut webhook = polling.clone();
+            webhook.name = format!("webhook vs polling, round {round}: webhook");
+            webhook.webhook = true;
+            out.extend([polling, webhook]);
+        }
     }
     if wants(ScenarioName::Stalled) {
         let mut stalled = burst("stalled primary", 200, 3, 200);
@@ -1886,6 +2130,7 @@ async fn main() -> anyhow::Result<()> {
             r.db_bytes_per_1000
         );
     }
+    print_webhook_comparison(&reports);
     let pairs = [
         ("failover", "", args.failover_min_delay_ms),
         ("failover", ", paced", args.failover_min_delay_ms),

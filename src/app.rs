@@ -43,6 +43,8 @@ pub struct App {
     llm: Arc<Llm>,
     journal: Arc<Journal>,
     digests: Arc<Digests>,
+    /// Webhook mode: between the HTTP listener and the bot (closed until it takes posts).
+    webhook: crate::bot::webhook::Gate,
 }
 
 impl App {
@@ -68,6 +70,7 @@ impl App {
             llm,
             journal,
             digests,
+            webhook: crate::bot::webhook::Gate::default(),
         })
     }
 
@@ -108,7 +111,30 @@ impl App {
     pub async fn serve_telegram(self, stop: CancellationToken) -> anyhow::Result<()> {
         let client = crate::telegram_client().map_err(StartError::Client)?;
         let bot = crate::bot::build_bot(&self.settings, client)?;
-        crate::bot::serve_configured(bot, self.journal, self.digests, stop).await
+        crate::bot::serve_configured(bot, self.journal, self.digests, stop, self.webhook).await
+    }
+
+    /// The Mini App's routes (`/app`, `/app/api/…`) when `webapp.url` is set, empty
+    /// otherwise. Its messenger is a Bot API client of its own, for the `/export` file and
+    /// the `/delete` question it has the bot send to the private chat.
+    pub fn mini_app(&self) -> anyhow::Result<axum::Router> {
+        let token = match (
+            &self.settings.secrets.telegram_token,
+            self.settings.webapp.url(),
+        ) {
+            (Some(token), Some(_)) => token,
+            _ => return Ok(axum::Router::new()),
+        };
+        let client = crate::telegram_client().map_err(StartError::Client)?;
+        let bot = crate::bot::build_bot(&self.settings, client)?;
+        let webapp = crate::webapp::Webapp::new(
+            self.store.clone(),
+            self.journal.users().clone(),
+            Arc::clone(&self.settings),
+            token.expose(),
+            Arc::new(crate::bot::Telegram::new(bot)),
+        );
+        Ok(crate::webapp::router(webapp))
     }
 
     /// `daylog chat` for the local `user` until stdin ends; then the store is closed.
@@ -154,6 +180,8 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
         &store,
         app.journal().llm(),
         stop.clone(),
+        crate::bot::webhook::Mount::of(app.settings(), &app.webhook),
+        app.mini_app()?,
     )
     .await?;
     let served = app.serve_telegram(stop).await;

@@ -56,15 +56,84 @@ pub const MAX_DAILY_POINTS: usize = 92;
 pub fn stats_chart(days: &[DayMetrics], lang: Language) -> Result<Vec<u8>, ChartError> {
     ensure_font()?;
     let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
-    let drawn = if days.len() > MAX_DAILY_POINTS {
-        draw(&crate::day::weeks(days), lang, Period::Weeks, &mut rgb)
-    } else {
-        draw(days, lang, Period::Days, &mut rgb)
-    };
-    drawn.map_err(|e| ChartError::Draw(e.to_string()))?;
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, (WIDTH, HEIGHT)).into_drawing_area();
+        draw_period(root, days, lang, Lines::Scores, &Palette::LIGHT)
+            .map_err(|e| ChartError::Draw(e.to_string()))?;
+    }
     let mut png = Vec::new();
     PngEncoder::new(&mut png).write_image(&rgb, WIDTH, HEIGHT, image::ColorType::Rgb8)?;
     Ok(png)
+}
+
+/// The same chart as [`stats_chart`], drawn by the same code, as an SVG document in
+/// `palette`'s colours (the Mini App's, from Telegram's theme) with `lines` on it.
+pub fn stats_svg(
+    days: &[DayMetrics],
+    lang: Language,
+    lines: Lines,
+    palette: &Palette,
+) -> Result<String, ChartError> {
+    ensure_font()?;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        draw_period(root, days, lang, lines, palette)
+            .map_err(|e| ChartError::Draw(e.to_string()))?;
+    }
+    Ok(svg)
+}
+
+/// Which values a chart draws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lines {
+    /// Mood, stress and energy, 1–5 (the `/stats` picture).
+    Scores,
+    /// Hours of sleep, 0–12.
+    Sleep,
+}
+
+/// The colours a chart is drawn in: the bot's PNGs use [`Palette::LIGHT`]; the Mini App
+/// passes its theme's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Palette {
+    pub background: RGBColor,
+    pub ink: RGBColor,
+    /// Mood (or sleep), stress, energy.
+    pub lines: [RGBColor; 3],
+}
+
+impl Palette {
+    pub const LIGHT: Self = Self {
+        background: WHITE,
+        ink: BLACK,
+        lines: [MOOD_COLOR, STRESS_COLOR, ENERGY_COLOR],
+    };
+}
+
+/// Draws `days` one by one, or as weekly means past [`MAX_DAILY_POINTS`].
+fn draw_period<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    days: &[DayMetrics],
+    lang: Language,
+    lines: Lines,
+    palette: &Palette,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
+    if days.len() > MAX_DAILY_POINTS {
+        draw(
+            root,
+            &crate::day::weeks(days),
+            lang,
+            Period::Weeks,
+            lines,
+            palette,
+        )
+    } else {
+        draw(root, days, lang, Period::Days, lines, palette)
+    }
 }
 
 /// plotters keeps fonts in a process-wide table; register ours once.
@@ -91,6 +160,9 @@ struct Texts {
     mood: &'static str,
     stress: &'static str,
     energy: &'static str,
+    sleep: &'static str,
+    sleep_title: &'static str,
+    sleep_title_weeks: &'static str,
     no_data: &'static str,
 }
 
@@ -102,6 +174,9 @@ fn texts(lang: Language) -> Texts {
             mood: "Mood",
             stress: "Stress",
             energy: "Energy",
+            sleep: "Sleep, h",
+            sleep_title: "Sleep, hours",
+            sleep_title_weeks: "Sleep, hours: weekly means",
             no_data: "No data yet",
         },
         Language::Ru => Texts {
@@ -110,6 +185,9 @@ fn texts(lang: Language) -> Texts {
             mood: "Настроение",
             stress: "Стресс",
             energy: "Энергия",
+            sleep: "Сон, ч",
+            sleep_title: "Сон, часов",
+            sleep_title_weeks: "Сон, часов: в среднем за неделю",
             no_data: "Пока нет данных",
         },
     }
@@ -119,15 +197,20 @@ const MOOD_COLOR: RGBColor = RGBColor(46, 160, 67);
 const STRESS_COLOR: RGBColor = RGBColor(214, 57, 57);
 const ENERGY_COLOR: RGBColor = RGBColor(45, 110, 210);
 
-fn draw(
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
     days: &[DayMetrics],
     lang: Language,
     period: Period,
-    rgb: &mut [u8],
-) -> Result<(), Box<dyn std::error::Error>> {
+    lines: Lines,
+    palette: &Palette,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
     let t = texts(lang);
-    let root = BitMapBackend::with_buffer(rgb, (WIDTH, HEIGHT)).into_drawing_area();
-    root.fill(&WHITE)?;
+    root.fill(&palette.background)?;
+    let ink = palette.ink;
 
     let n = days.len();
     let labels: Vec<String> = days
@@ -137,16 +220,25 @@ fn draw(
             Period::Weeks => format!("{}-{:02}", d.day.year(), d.day.month()),
         })
         .collect();
-    let title = match period {
-        Period::Days => t.title,
-        Period::Weeks => t.title_weeks,
+    let title = match (lines, period) {
+        (Lines::Scores, Period::Days) => t.title,
+        (Lines::Scores, Period::Weeks) => t.title_weeks,
+        (Lines::Sleep, Period::Days) => t.sleep_title,
+        (Lines::Sleep, Period::Weeks) => t.sleep_title_weeks,
     };
-    // Half a slot of room on each side; the y range leaves room for the dots at 1 and 5.
+    // Half a slot of room on each side; the y range leaves room for the dots at the ends.
     let x_range = -0.5..(n.max(1) as f64 - 0.5);
-    let y_range = 0.8..5.2;
+    let (low, high) = match lines {
+        Lines::Scores => (1.0, 5.0),
+        Lines::Sleep => (0.0, 12.0),
+    };
+    let pad = (high - low) * 0.05;
+    let y_range = (low - pad)..(high + pad);
 
     // The legend gets its own strip on the right so it never hides a line.
-    let below_title = root.margin(12, 0, 0, 0).titled(title, (FONT, 26))?;
+    let below_title = root
+        .margin(12, 0, 0, 0)
+        .titled(title, TextStyle::from((FONT, 26).into_font()).color(&ink))?;
     let (plot_area, legend_area) = below_title.split_horizontally(WIDTH - LEGEND_WIDTH);
     let mut chart = ChartBuilder::on(&plot_area)
         .margin(16)
@@ -167,42 +259,38 @@ fn draw(
     chart
         .configure_mesh()
         .x_labels(n.clamp(1, if period == Period::Weeks { 8 } else { 12 }))
-        .y_labels(5)
+        .y_labels(match lines {
+            Lines::Scores => 5,
+            Lines::Sleep => 7,
+        })
         .x_label_formatter(&label_of)
         .y_label_formatter(&|y| format!("{y:.0}"))
-        .label_style((FONT, 14))
-        .light_line_style(WHITE.mix(0.0))
-        .bold_line_style(BLACK.mix(0.12))
+        .label_style(TextStyle::from((FONT, 14).into_font()).color(&ink))
+        .axis_style(ink.mix(0.5))
+        .light_line_style(ink.mix(0.0))
+        .bold_line_style(ink.mix(0.12))
         .draw()?;
 
-    let series: [Series<'_>; 3] = [
-        (
-            t.mood,
-            MOOD_COLOR,
-            days.iter().map(|d| d.mood).collect::<Vec<_>>(),
-        ),
-        (
-            t.stress,
-            STRESS_COLOR,
-            days.iter().map(|d| d.stress).collect(),
-        ),
-        (
-            t.energy,
-            ENERGY_COLOR,
-            days.iter().map(|d| d.energy).collect(),
-        ),
-    ];
+    let [first, second, third] = palette.lines;
+    let series: Vec<Series<'_>> = match lines {
+        Lines::Scores => vec![
+            (t.mood, first, days.iter().map(|d| d.mood).collect()),
+            (t.stress, second, days.iter().map(|d| d.stress).collect()),
+            (t.energy, third, days.iter().map(|d| d.energy).collect()),
+        ],
+        Lines::Sleep => vec![(t.sleep, first, days.iter().map(|d| d.sleep_hours).collect())],
+    };
     // Dots stay visible for a lone day but do not turn two months into a bead string.
     let dot_radius = if n > 31 { 2 } else { 4 };
-    let any_value = draw_lines(&mut chart, &series, dot_radius)?;
-    draw_legend(&legend_area, &series)?;
+    let any_value = draw_lines(&mut chart, &series, dot_radius, (low, high))?;
+    draw_legend(&legend_area, &series, ink)?;
 
     if !any_value {
-        let grey = BLACK.mix(0.6);
+        let grey = ink.mix(0.6);
         let style = TextStyle::from((FONT, 24).into_font())
             .color(&grey)
             .pos(Pos::new(HPos::Center, VPos::Center));
-        let center = ((n.max(1) as f64 - 1.0) / 2.0, 3.0);
+        let center = ((n.max(1) as f64 - 1.0) / 2.0, (low + high) / 2.0);
         chart.draw_series(std::iter::once(Text::new(t.no_data, center, style)))?;
     }
 
@@ -213,16 +301,19 @@ fn draw(
 /// One line of the chart: its legend name, its colour, a value per slot.
 type Series<'a> = (&'a str, RGBColor, Vec<Option<f64>>);
 
-type Chart<'a, 'b> =
-    ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// Draws each series as lines between consecutive days and a dot per day; a missing
-/// day breaks the line. Whether any value was drawn at all.
-fn draw_lines(
-    chart: &mut Chart<'_, '_>,
+/// day breaks the line; values are clamped into `range`. Whether any value was drawn.
+fn draw_lines<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
     series: &[Series<'_>],
     dot_radius: u32,
-) -> Result<bool, Box<dyn std::error::Error>> {
+    (low, high): (f64, f64),
+) -> Result<bool, Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
     let mut any_value = false;
     for (_, color, values) in series {
         let points: Vec<Option<(f64, f64)>> = values
@@ -230,7 +321,7 @@ fn draw_lines(
             .enumerate()
             .map(|(i, v)| {
                 v.filter(|v| v.is_finite())
-                    .map(|v| (i as f64, v.clamp(1.0, 5.0)))
+                    .map(|v| (i as f64, v.clamp(low, high)))
             })
             .collect();
         for segment in points.split(Option::is_none) {
@@ -250,17 +341,23 @@ fn draw_lines(
 }
 
 /// The legend, in its own strip so it never hides a line.
-fn draw_legend(
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
     series: &[Series<'_>],
-) -> Result<(), Box<dyn std::error::Error>> {
+    ink: RGBColor,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
     for (row, (name, color, _)) in (0i32..).zip(series) {
         let y = 40 + row * 28;
         area.draw(&PathElement::new(
             vec![(4, y), (28, y)],
             color.stroke_width(3),
         ))?;
-        let style = TextStyle::from((FONT, 15).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+        let style = TextStyle::from((FONT, 15).into_font())
+            .color(&ink)
+            .pos(Pos::new(HPos::Left, VPos::Center));
         area.draw(&Text::new(*name, (36, y), style))?;
     }
     Ok(())
@@ -569,7 +666,18 @@ mod tests {
             .collect();
         ensure_font().unwrap();
         let mut daily = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
-        draw(&year, Language::En, Period::Days, &mut daily).unwrap();
+        {
+            let root = BitMapBackend::with_buffer(&mut daily, (WIDTH, HEIGHT)).into_drawing_area();
+            draw(
+                root,
+                &year,
+                Language::En,
+                Period::Days,
+                Lines::Scores,
+                &Palette::LIGHT,
+            )
+            .unwrap();
+        }
         let mut daily_png = Vec::new();
         PngEncoder::new(&mut daily_png)
             .write_image(&daily, WIDTH, HEIGHT, image::ColorType::Rgb8)
@@ -819,6 +927,30 @@ mod tests {
             pngs.push(png);
         }
         assert_ne!(pngs[0], pngs[1], "each language's own labels");
+    }
+
+    /// The Mini App's chart is the same drawing in SVG, in the colours it is given.
+    #[test]
+    fn the_svg_chart_is_the_same_chart_in_the_theme_colours() {
+        let days: Vec<DayMetrics> = (0..7)
+            .map(|i| DayMetrics {
+                sleep_hours: Some(7.5),
+                ..day(i, Some(4.0), Some(2.0), Some(3.0))
+            })
+            .collect();
+        let dark = Palette {
+            background: RGBColor(0x12, 0x34, 0x56),
+            ink: RGBColor(0xee, 0xee, 0xee),
+            lines: [RGBColor(0xab, 0xcd, 0xef), STRESS_COLOR, ENERGY_COLOR],
+        };
+        let svg = stats_svg(&days, Language::En, Lines::Scores, &dark).unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
+        let svg_lower = svg.to_lowercase();
+        assert!(svg_lower.contains("#123456"), "the theme's background");
+        assert!(svg_lower.contains("#abcdef"), "the theme's first line");
+        assert!(svg.contains("Mood") && svg.contains("Stress"));
+        let sleep = stats_svg(&days, Language::Ru, Lines::Sleep, &dark).unwrap();
+        assert!(sleep.contains("Сон") && !sleep.contains("Стресс"));
     }
 
     #[test]

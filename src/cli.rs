@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::app::{App, StartError};
-use crate::config::{ConfigError, Settings, StepSettings};
+use crate::config::{ConfigError, Settings, StepSettings, TelegramMode};
 use crate::llm::Llm;
 use crate::sqlcmd::{self, Format, QueryError};
 use crate::store::{self, Store, StoreError};
@@ -593,6 +593,7 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
                 .to_owned(),
         ),
     });
+    lines.extend(webhook_lines(settings));
     if ping {
         lines.extend(ping_providers(settings, &used).await);
         if settings.secrets.telegram_token.is_some() {
@@ -600,6 +601,14 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
                 Ok(answer) => (Level::Ok, format!("ping telegram: {answer}")),
                 Err(why) => (Level::Fail, format!("ping telegram: {why}")),
             });
+            if settings.telegram.mode() == TelegramMode::Webhook {
+                // Worth knowing, not a failure: a run registers the URL itself, and
+                // Telegram's last error may be an old one.
+                lines.push(match crate::bot::webhook::doctor_line(settings).await {
+                    Ok(line) => (Level::Ok, line),
+                    Err(line) => (Level::Warn, line),
+                });
+            }
         }
     }
     let mut stdout = std::io::stdout().lock();
@@ -611,6 +620,28 @@ async fn doctor(settings: &Settings, ping: bool) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Webhook mode: where Telegram will post (the URL's host and path; the secret is only
+/// said to be set), and a warning for a port Telegram does not post to.
+fn webhook_lines(settings: &Settings) -> Vec<(Level, String)> {
+    if settings.telegram.mode() != TelegramMode::Webhook {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    if let Some(url) = settings.telegram.webhook_url() {
+        lines.push((
+            Level::Ok,
+            format!(
+                "telegram.mode is webhook: {} served on http.listen, TELEGRAM_WEBHOOK_SECRET is set",
+                url.path()
+            ),
+        ));
+    }
+    if let Some(warning) = settings.telegram.webhook_port_warning() {
+        lines.push((Level::Warn, warning));
+    }
+    lines
 }
 
 /// One line per provider the cascades use (its keys, never shown), and whether the

@@ -58,6 +58,8 @@ pub enum Command {
     Week,
     /// The weekly digest every Sunday evening: /digest on, /digest off
     Digest(String),
+    /// Your journal as a page: calendar, charts, search, settings.
+    App,
 }
 
 impl Command {
@@ -95,6 +97,7 @@ fn russian_description(command: &str) -> &'static str {
         "import" => "Перенести экспорт Daylio (CSV): пришли файл с подписью /import",
         "week" => "Обзор последних 7 дней с графиком.",
         "digest" => "Недельный обзор каждое воскресенье вечером: /digest on, /digest off",
+        "app" => "Дневник страницей: календарь, графики, поиск, настройки.",
         _ => "",
     }
 }
@@ -139,6 +142,24 @@ pub async fn respond(
         // The file itself comes as a document (the bot) or a path (`daylog chat`); the
         // command alone explains how.
         Command::Import(_) => Ok(text(Reply::new().text(texts.import_usage()))),
+        // The page opens only inside Telegram; the bot answers it with [`open_app`].
+        Command::App => Ok(text(Reply::new().text(texts.app_off()))),
+    }
+}
+
+/// `/app`: a button that opens the Mini App at `url` in a private chat; in a group, a
+/// pointer to the private chat (Telegram allows the button only there); without a
+/// `webapp.url`, a sentence saying the page is not set up.
+pub fn open_app(language: Language, url: Option<&url::Url>, private_chat: bool) -> Vec<Response> {
+    let texts = Texts(language);
+    match url {
+        None => text(Reply::new().text(texts.app_off())),
+        Some(_) if !private_chat => text(Reply::new().text(texts.app_in_group())),
+        Some(url) => vec![Response::OpenApp {
+            text: texts.app_open().to_owned(),
+            button: texts.app_button().to_owned(),
+            url: url.to_string(),
+        }],
     }
 }
 

@@ -383,9 +383,195 @@ pub struct TelegramSettings {
     analyses_per_hour: Bounded<0, U32_MAX>,
     max_text_chars: Bounded<1, { u64::MAX }>,
     shutdown_grace_ms: Ms<0>,
+    mode: TelegramMode,
+    webhook_url: WebhookUrl,
+    set_webhook: bool,
+    max_connections: Bounded<1, 100>,
+}
+
+/// How updates arrive (docs/operations.md, Webhook mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TelegramMode {
+    /// daylog asks Telegram (`getUpdates`): no public address needed.
+    Polling,
+    /// Telegram posts each update to `telegram.webhook_url`, served on `http.listen`.
+    Webhook,
+}
+
+/// The ports Telegram posts webhooks to; any other is refused by `setWebhook`.
+pub const WEBHOOK_PORTS: [u16; 4] = [443, 80, 88, 8443];
+
+/// `telegram.webhook_url`: `""` = none; else an https URL, or http on a loopback host.
+#[derive(Debug, Clone)]
+struct WebhookUrl(Option<Url>);
+
+impl<'de> Deserialize<'de> for WebhookUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(Self(None));
+        }
+        https_or_loopback(raw)
+            .map(|url| Self(Some(url)))
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A public URL daylog is reached at (`telegram.webhook_url`, the Mini App's): https,
+/// or plain http only when its host is a loopback address (a test, a proxy on the same
+/// machine), since anything else would carry updates or sign-ins in the clear. No
+/// `#fragment` (it never reaches a server) and no user or password.
+pub fn https_or_loopback(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw).map_err(|e| {
+        format!("{raw:?} is not a URL ({e}); write the whole URL, starting with https://")
+    })?;
+    let Some(host) = url.host() else {
+        return Err(format!(
+            "{raw:?} has no host; write it as https://example.org/path"
+        ));
+    };
+    let loopback = match host {
+        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+    };
+    match url.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        "http" => {
+            return Err(format!(
+                "{raw:?} is plain http on a host that is not loopback; use https:// (a reverse proxy such as Caddy gets the certificate)"
+            ));
+        }
+        other => return Err(format!("{raw:?} has the scheme {other}; use https://")),
+    }
+    if url.fragment().is_some() {
+        return Err(format!(
+            "{raw:?} has a #fragment, which never reaches a server; leave it out"
+        ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("the URL carries a user name or password; leave them out".to_owned());
+    }
+    Ok(url)
+}
+
+/// `TELEGRAM_WEBHOOK_SECRET`: 1 to 256 characters of `A-Z a-z 0-9 _ -` (what Telegram
+/// accepts as `secret_token`). The error names the rule and the length, never a character.
+fn webhook_secret(raw: &str) -> Result<ApiKey, ConfigError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let length = raw.chars().count();
+    if (1..=256).contains(&length) && raw.chars().all(allowed) {
+        return Ok(ApiKey::read_from(raw, "TELEGRAM_WEBHOOK_SECRET".to_owned()));
+    }
+    let why = if length > 256 {
+        format!("it has {length} characters")
+    } else {
+        "it has a character outside that set (a space, a quote, a non-ASCII letter?)".to_owned()
+    };
+    Err(ConfigError::invalid(
+        "TELEGRAM_WEBHOOK_SECRET",
+        format!(
+            "must be 1 to 256 characters of A-Z, a-z, 0-9, _ and -, as Telegram accepts it; {why}. Generate one with `openssl rand -hex 32`"
+        ),
+    ))
+}
+
+/// What webhook mode needs of the other settings: an address to serve, a URL to give
+/// Telegram, a secret to check. Each missing piece is its own sentence.
+fn check_webhook_mode(
+    telegram: &TelegramSettings,
+    http: &HttpSettings,
+    secret: Option<&ApiKey>,
+) -> Result<(), ConfigError> {
+    if telegram.mode != TelegramMode::Webhook {
+        return Ok(());
+    }
+    if http.listen().is_none() {
+        return Err(ConfigError::invalid(
+            "telegram.mode",
+            "is \"webhook\", which needs `http.listen` (the address the reverse proxy forwards Telegram's posts to, such as \"0.0.0.0:8080\"); set it, or use mode = \"polling\"",
+        ));
+    }
+    if telegram.webhook_url.0.is_none() {
+        return Err(ConfigError::invalid(
+            "telegram.mode",
+            "is \"webhook\", which needs `telegram.webhook_url` (the public https URL Telegram posts to, such as \"https://bot.example.org/telegram\"); set it, or use mode = \"polling\"",
+        ));
+    }
+    if let Some(url) = telegram.webhook_url.0.as_ref() {
+        check_webhook_path(url.path())?;
+    }
+    if secret.is_none() {
+        return Err(ConfigError::invalid(
+            "telegram.mode",
+            "is \"webhook\", which needs TELEGRAM_WEBHOOK_SECRET in the environment (1 to 256 characters of A-Z, a-z, 0-9, _ and -; `openssl rand -hex 32` makes one): without it anyone could post updates",
+        ));
+    }
+    Ok(())
+}
+
+/// The webhook's path shares `http.listen` with daylog's own routes, so it may not be one
+/// of them (`/healthz`, `/readyz`, the Mini App under `/app`), and no segment may start
+/// with `:` or `*`, which the router would read as a parameter instead of a path.
+fn check_webhook_path(path: &str) -> Result<(), ConfigError> {
+    let taken = matches!(path, "/healthz" | "/readyz" | "/app") || path.starts_with("/app/");
+    if taken {
+        return Err(ConfigError::invalid(
+            "telegram.webhook_url",
+            format!(
+                "has the path {path}, which daylog already serves on http.listen (/healthz, /readyz, the Mini App under /app); give the webhook a path of its own, such as /telegram"
+            ),
+        ));
+    }
+    if path
+        .split('/')
+        .any(|segment| segment.starts_with(':') || segment.starts_with('*'))
+    {
+        return Err(ConfigError::invalid(
+            "telegram.webhook_url",
+            format!(
+                "has the path {path}, with a part starting with ':' or '*', which the web server cannot serve as it is; use letters, digits, '-' and '_', such as /telegram"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl TelegramSettings {
+    /// Polling or webhook.
+    pub fn mode(&self) -> TelegramMode {
+        self.mode
+    }
+
+    /// The public URL Telegram posts to (webhook mode); its path is served on `http.listen`.
+    pub fn webhook_url(&self) -> Option<&Url> {
+        self.webhook_url.0.as_ref()
+    }
+
+    /// Whether start-up calls `setWebhook` (webhook mode).
+    pub fn set_webhook(&self) -> bool {
+        self.set_webhook
+    }
+
+    /// `setWebhook`'s `max_connections`: 1 to 100.
+    pub fn max_connections(&self) -> u8 {
+        u8::try_from(self.max_connections.get()).unwrap_or(100)
+    }
+
+    /// A warning when the webhook URL's port is one Telegram does not post to.
+    pub fn webhook_port_warning(&self) -> Option<String> {
+        let url = self.webhook_url()?;
+        let port = url.port_or_known_default()?;
+        (!WEBHOOK_PORTS.contains(&port)).then(|| {
+            format!(
+                "telegram.webhook_url uses port {port}; Telegram posts webhooks only to ports 443, 80, 88 and 8443, so setWebhook will be refused"
+            )
+        })
+    }
+
     /// teloxide's `Throttle` (Telegram's own limits); off only for capacity benchmarks.
     pub fn throttle(&self) -> bool {
         self.throttle
@@ -510,6 +696,61 @@ impl HttpSettings {
     /// Where `/metrics` is served.
     pub fn metrics_listen(&self) -> Option<std::net::SocketAddr> {
         self.0.metrics_listen.0
+    }
+}
+
+/// The journal as a Telegram Mini App (docs/operations.md, The Mini App): where its page
+/// is published and how old Telegram's initData may be.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebappSettings {
+    /// The public URL of the page; `None` = the Mini App is off (the menu button is
+    /// the default one).
+    url: WebappUrl,
+    /// How old a Mini App's initData may be, in hours.
+    max_age_hours: Bounded<1, 8760>,
+}
+
+impl WebappSettings {
+    /// The page's public URL, when the Mini App is on.
+    pub fn url(&self) -> Option<&Url> {
+        self.url.0.as_ref()
+    }
+    /// How old a Mini App's initData may be.
+    pub fn max_age(&self) -> Duration {
+        Duration::from_secs(self.max_age_hours.get().saturating_mul(3600))
+    }
+}
+
+/// `webapp.url`: https, or http on a loopback host (a test, a local proxy); `""` = off.
+#[derive(Debug, Clone)]
+struct WebappUrl(Option<Url>);
+
+impl<'de> Deserialize<'de> for WebappUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(Self(None));
+        }
+        let url = Url::parse(raw).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{raw:?} is not a URL; write the page's public address, such as https://bot.example.com/app, or \"\" for off"
+            ))
+        })?;
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name == "localhost",
+            None => false,
+        };
+        match url.scheme() {
+            "https" if url.host().is_some() => Ok(Self(Some(url))),
+            "http" if loopback => Ok(Self(Some(url))),
+            _ => Err(serde::de::Error::custom(
+                "must be an https:// URL (Telegram opens Mini Apps over https only; http:// is accepted on a loopback host for local tests)",
+            )),
+        }
     }
 }
 
@@ -848,6 +1089,7 @@ struct FileSettings {
     worker: WorkerFields,
     telegram: TelegramSettings,
     http: HttpFields,
+    webapp: WebappSettings,
     journal: JournalSettings,
     reminders: ReminderSettings,
     providers: BTreeMap<String, ProviderSettings>,
@@ -863,6 +1105,8 @@ struct FileSettings {
 #[derive(Clone)]
 pub struct Secrets {
     pub telegram_token: Option<ApiKey>,
+    /// `TELEGRAM_WEBHOOK_SECRET`: checked on every webhook post, sent to `setWebhook`.
+    pub webhook_secret: Option<ApiKey>,
     /// Keys per provider name, in the order they are tried.
     pub keys: BTreeMap<String, Vec<ApiKey>>,
 }
@@ -878,6 +1122,10 @@ impl fmt::Debug for Secrets {
             .field(
                 "telegram_token",
                 &self.telegram_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field(
+                "webhook_secret",
+                &self.webhook_secret.as_ref().map(|_| "<redacted>"),
             )
             .field("key_counts", &counts)
             .finish()
@@ -897,6 +1145,7 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub telegram: TelegramSettings,
     pub http: HttpSettings,
+    pub webapp: WebappSettings,
     pub journal: JournalSettings,
     pub reminders: ReminderSettings,
     pub providers: BTreeMap<String, ProviderSettings>,
@@ -971,7 +1220,17 @@ impl Settings {
     /// the fields of a section or the sections say together is checked as each is built,
     /// then the values that come only from the environment.
     fn build(file: FileSettings, env: &dyn Env) -> Result<Self, ConfigError> {
-        let (secrets, warnings) = read_secrets(&file.providers, env);
+        let (mut secrets, mut warnings) = read_secrets(&file.providers, env);
+        secrets.webhook_secret = match env.var("TELEGRAM_WEBHOOK_SECRET") {
+            // Blank is unset, as for the other secrets; anything else is checked whole.
+            Some(raw) if !raw.trim().is_empty() => Some(webhook_secret(&raw)?),
+            _ => None,
+        };
+        if file.webapp.url().is_some() && file.http.listen.0.is_none() {
+            warnings.push(
+                "webapp.url is set but http.listen is not: nothing serves /app, while the menu button will open it".to_owned(),
+            );
+        }
         let FileSettings {
             log,
             store,
@@ -981,6 +1240,7 @@ impl Settings {
             worker,
             telegram,
             http,
+            webapp,
             journal,
             reminders,
             providers,
@@ -991,6 +1251,7 @@ impl Settings {
             transcription,
         } = file;
         let http = HttpSettings::new(http)?;
+        check_webhook_mode(&telegram, &http, secrets.webhook_secret.as_ref())?;
         let retry = RetrySettings::new(retry)?;
         let worker = WorkerSettings::new(worker)?;
         let analysis = TaskSettings::new("analysis", analysis, &providers)?;
@@ -1011,6 +1272,7 @@ impl Settings {
             worker,
             telegram,
             http,
+            webapp,
             journal,
             reminders,
             providers,
@@ -1383,6 +1645,7 @@ fn read_secrets(
     (
         Secrets {
             telegram_token,
+            webhook_secret: None,
             keys,
         },
         warnings,
@@ -1488,6 +1751,42 @@ mod tests {
     }
 
     #[test]
+    fn the_mini_app_url_is_https_unless_on_loopback() {
+        let url = |value: &str| {
+            load(&[("DAYLOG__WEBAPP__URL", value)]).map(|s| s.webapp.url().map(Url::to_string))
+        };
+        assert_eq!(url("").expect("off"), None);
+        for good in [
+            "https://bot.example.com/app",
+            "http://127.0.0.1:8080/app",
+            "http://localhost:8080/app",
+            "http://[::1]:8080/app",
+        ] {
+            assert!(url(good).expect(good).is_some(), "{good}");
+        }
+        for bad in [
+            "http://bot.example.com/app",
+            "ftp://x/app",
+            "bot.example.com/app",
+        ] {
+            assert_eq!(
+                error_key(&[("DAYLOG__WEBAPP__URL", bad)]),
+                "webapp.url",
+                "{bad}"
+            );
+        }
+        let defaults = load(&[]).expect("defaults");
+        assert_eq!(defaults.webapp.max_age(), Duration::from_secs(24 * 3600));
+        let unserved = load(&[("DAYLOG__WEBAPP__URL", "https://bot.example.com/app")])
+            .expect("a URL without a listener");
+        assert!(unserved.warnings.iter().any(|w| w.contains("http.listen")));
+        assert_eq!(
+            error_key(&[("DAYLOG__WEBAPP__MAX_AGE_HOURS", "0")]),
+            "webapp.max_age_hours"
+        );
+    }
+
+    #[test]
     fn the_metrics_listener_never_shares_the_public_address() {
         let http = |listen: &str, metrics: &str| {
             load(&[
@@ -1519,6 +1818,131 @@ mod tests {
         }
         assert!(http("localhost:8080", "").is_err());
         assert!(http("8080", "").is_err());
+    }
+
+    #[test]
+    fn webhook_mode_needs_a_listener_a_url_and_a_valid_secret() {
+        const SECRET: &str = "s3cr3t_Webhook-token";
+        let webhook = [
+            ("DAYLOG__TELEGRAM__MODE", "webhook"),
+            ("DAYLOG__HTTP__LISTEN", "127.0.0.1:8080"),
+            (
+                "DAYLOG__TELEGRAM__WEBHOOK_URL",
+                "https://bot.example.org/tg/hook",
+            ),
+            ("TELEGRAM_WEBHOOK_SECRET", SECRET),
+        ];
+        let s = load(&webhook).expect("a whole webhook configuration");
+        assert_eq!(s.telegram.mode(), TelegramMode::Webhook);
+        assert_eq!(s.telegram.webhook_url().map(Url::path), Some("/tg/hook"));
+        assert_eq!(s.telegram.max_connections(), 40);
+        assert!(s.telegram.set_webhook());
+        assert_eq!(s.telegram.webhook_port_warning(), None);
+        assert!(!format!("{s:?}").contains(SECRET));
+        let without = |skip: &str| {
+            let pairs: Vec<(&str, &str)> = webhook
+                .iter()
+                .copied()
+                .filter(|(k, _)| *k != skip)
+                .collect();
+            match load(&pairs) {
+                Err(ConfigError::Invalid { key, message }) => format!("{key}: {message}"),
+                other => panic!("expected a refusal without {skip}, got {other:?}"),
+            }
+        };
+        assert!(without("DAYLOG__HTTP__LISTEN").contains("http.listen"));
+        assert!(without("DAYLOG__TELEGRAM__WEBHOOK_URL").contains("telegram.webhook_url"));
+        assert!(without("TELEGRAM_WEBHOOK_SECRET").contains("TELEGRAM_WEBHOOK_SECRET"));
+        // A path another route of http.listen answers would not start the listener.
+        for taken in ["/healthz", "/readyz", "/app", "/app/api/history"] {
+            let url = format!("https://bot.example.org{taken}");
+            let mut pairs = webhook.to_vec();
+            pairs.retain(|(k, _)| *k != "DAYLOG__TELEGRAM__WEBHOOK_URL");
+            pairs.push(("DAYLOG__TELEGRAM__WEBHOOK_URL", &url));
+            assert!(load(&pairs).is_err(), "{taken}");
+        }
+        // A secret Telegram would refuse is refused here, without being shown.
+        for bad in ["has space", "ключ", &"x".repeat(257), "quote\"d"] {
+            let mut pairs = webhook.to_vec();
+            pairs.retain(|(k, _)| *k != "TELEGRAM_WEBHOOK_SECRET");
+            pairs.push(("TELEGRAM_WEBHOOK_SECRET", bad));
+            let error = load(&pairs).expect_err(bad).to_string();
+            assert!(error.contains("TELEGRAM_WEBHOOK_SECRET"), "{error}");
+            assert!(!error.contains(bad), "{error}");
+        }
+        // A path the router could not serve, or one daylog serves already, is refused
+        // with a sentence instead of a panic when the routes are built.
+        for path in [
+            "/healthz",
+            "/readyz",
+            "/app",
+            "/app/api/export",
+            "/:hook",
+            "/tg/*rest",
+        ] {
+            let url = format!("https://bot.example.org{path}");
+            let mut pairs = webhook.to_vec();
+            pairs.retain(|(k, _)| *k != "DAYLOG__TELEGRAM__WEBHOOK_URL");
+            pairs.push(("DAYLOG__TELEGRAM__WEBHOOK_URL", &url));
+            assert_eq!(error_key(&pairs), "telegram.webhook_url", "{path}");
+        }
+        for path in ["/", "/application", "/tg/a:b"] {
+            let url = format!("https://bot.example.org{path}");
+            let mut pairs = webhook.to_vec();
+            pairs.retain(|(k, _)| *k != "DAYLOG__TELEGRAM__WEBHOOK_URL");
+            pairs.push(("DAYLOG__TELEGRAM__WEBHOOK_URL", &url));
+            assert!(load(&pairs).is_ok(), "{path}");
+        }
+        // Polling mode needs none of it.
+        assert_eq!(
+            load(&[]).expect("defaults").telegram.mode(),
+            TelegramMode::Polling
+        );
+    }
+
+    #[test]
+    fn a_webhook_url_is_https_unless_its_host_is_loopback() {
+        let url = |raw: &str| {
+            load(&[("DAYLOG__TELEGRAM__WEBHOOK_URL", raw)])
+                .map(|s| s.telegram.webhook_url().map(Url::to_string))
+        };
+        assert!(url("https://bot.example.org/hook").is_ok());
+        assert!(url("http://127.0.0.1:8080/hook").is_ok());
+        assert!(url("http://[::1]:8080/hook").is_ok());
+        assert!(url("http://localhost/hook").is_ok());
+        assert_eq!(url("").expect("off"), None);
+        for bad in [
+            "http://bot.example.org/hook",
+            "http://10.0.0.1/hook",
+            "ftp://bot.example.org/hook",
+            "bot.example.org/hook",
+            "https://bot.example.org/hook#x",
+        ] {
+            assert_eq!(
+                error_key(&[("DAYLOG__TELEGRAM__WEBHOOK_URL", bad)]),
+                "telegram.webhook_url",
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            error_key(&[("DAYLOG__TELEGRAM__MAX_CONNECTIONS", "101")]),
+            "telegram.max_connections"
+        );
+        assert_eq!(
+            error_key(&[("DAYLOG__TELEGRAM__MODE", "websocket")]),
+            "telegram.mode"
+        );
+        let odd_port = load(&[(
+            "DAYLOG__TELEGRAM__WEBHOOK_URL",
+            "https://bot.example.org:8080/",
+        )])
+        .expect("allowed");
+        assert!(
+            odd_port
+                .telegram
+                .webhook_port_warning()
+                .is_some_and(|w| w.contains("8080"))
+        );
     }
 
     #[test]

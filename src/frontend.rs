@@ -56,6 +56,13 @@ pub enum Response {
         language: Language,
         user_id: UserId,
     },
+    /// A sentence with a button that opens the Mini App at `url` (Telegram: a `web_app`
+    /// button, which Telegram allows in private chats only; elsewhere the link).
+    OpenApp {
+        text: String,
+        button: String,
+        url: String,
+    },
 }
 
 /// Why an answer did not go out.

@@ -1,6 +1,7 @@
-//! The HTTP face of `daylog run` (docs/operations.md, Health and metrics): `/healthz`
-//! and `/readyz` on `http.listen`, `/metrics` on `http.metrics_listen` and only there
-//! (the public listener answers it 404). One axum server per address; each lives until
+//! The HTTP face of `daylog run` (docs/operations.md, Health and metrics): `/healthz`,
+//! `/readyz` and, in webhook mode, the webhook's path (`bot::webhook`) on `http.listen`,
+//! `/metrics` on `http.metrics_listen` and only there (the public listener answers it
+//! 404). One axum server per address; each lives until
 //! the daemon has finished its work, so `/readyz` says 503 throughout the shutdown.
 
 use std::net::SocketAddr;
@@ -16,6 +17,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::bot::webhook::Mount;
 use crate::config::HttpSettings;
 use crate::llm::Llm;
 use crate::store::Store;
@@ -64,6 +66,8 @@ struct Probe {
     store: Store,
     /// Cancelled when shutdown starts (SIGTERM): from then on `/readyz` is 503.
     stopping: CancellationToken,
+    /// Webhook mode: ready only while the bot takes posts.
+    webhook: Option<Mount>,
 }
 
 /// What `/metrics` reads.
@@ -74,12 +78,16 @@ struct Scrape {
     handle: &'static PrometheusHandle,
 }
 
-/// Binds every configured address and serves it; `None` when neither is set.
+/// Binds every configured address and serves it; `None` when neither is set. In webhook
+/// mode `webhook` is the route Telegram posts to (the settings make sure `http.listen`
+/// is set then); `mini_app`'s routes are served on the public address too.
 pub async fn start(
     settings: &HttpSettings,
     store: &Store,
     llm: &Arc<Llm>,
     stopping: CancellationToken,
+    webhook: Option<Mount>,
+    mini_app: Router,
 ) -> Result<Option<Server>, ListenError> {
     if settings.listen().is_none() && settings.metrics_listen().is_none() {
         return Ok(None);
@@ -87,7 +95,8 @@ pub async fn start(
     let close = CancellationToken::new();
     let mut tasks = Vec::new();
     if let Some(addr) = settings.listen() {
-        let router = public_router(store.clone(), stopping);
+        // The Mini App's page and API (`crate::webapp`; empty when it is off).
+        let router = public_router(store.clone(), stopping, webhook).merge(mini_app);
         tasks.push(serve("http.listen", addr, router, close.clone()).await?);
     }
     if let Some(addr) = settings.metrics_listen() {
@@ -121,12 +130,20 @@ async fn serve(
     }))
 }
 
-/// `/healthz` and `/readyz`.
-fn public_router(store: Store, stopping: CancellationToken) -> Router {
-    Router::new()
+/// `/healthz`, `/readyz` and the webhook's path.
+fn public_router(store: Store, stopping: CancellationToken, webhook: Option<Mount>) -> Router {
+    let probes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(Probe { store, stopping })
+        .with_state(Probe {
+            store,
+            stopping: stopping.clone(),
+            webhook: webhook.clone(),
+        });
+    match webhook {
+        Some(mount) => probes.merge(mount.router(stopping)),
+        None => probes,
+    }
 }
 
 /// `/metrics`.
@@ -141,11 +158,18 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// 200 when the store answers and its migrations are applied; 503 with a one-line
-/// reason (no URL, path or secret) otherwise, and from the moment shutdown starts.
+/// 200 when the store answers, its migrations are applied and (webhook mode) the bot
+/// takes posts; 503 with a one-line reason (no URL, path or secret) otherwise, and from
+/// the moment shutdown starts.
 async fn readyz(State(probe): State<Probe>) -> (StatusCode, &'static str) {
     if probe.stopping.is_cancelled() {
         return (StatusCode::SERVICE_UNAVAILABLE, "stopping\n");
+    }
+    if probe.webhook.as_ref().is_some_and(|mount| !mount.is_open()) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not taking updates yet (connecting to Telegram)\n",
+        );
     }
     match tokio::time::timeout(STORE_PROBE, probe.store.is_migrated()).await {
         Ok(Ok(true)) => (StatusCode::OK, "ready\n"),

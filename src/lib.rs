@@ -40,6 +40,7 @@ pub mod terminal;
 pub mod texts;
 pub mod time;
 pub mod users;
+pub mod webapp;
 pub mod worker;
 
 use std::time::Duration;

@@ -36,6 +36,14 @@ pub const TELEGRAM_CALLS: &str = "daylog_telegram_calls_total";
 /// 1 while a key of a step is cooling down (skipped), else 0; by `provider`, `model`
 /// and `key` (its index, `none` for a provider without keys). Read at each scrape.
 pub const LLM_COOLDOWN: &str = "daylog_llm_cooldown";
+/// Updates received by `kind` (`message`, `edited_message`, `callback_query`, `other`,
+/// `invalid`: a dead letter) and `outcome` (`stored`, `duplicate`, `dead_letter`,
+/// `not_stored`: the commit failed).
+pub const UPDATES_RECEIVED: &str = "daylog_updates_received_total";
+/// Inbox rows not handled yet (and not dead), read from the store.
+pub const UPDATES_UNHANDLED: &str = "daylog_updates_unhandled";
+/// Inbox rows dead: dead letters and updates given up.
+pub const UPDATES_DEAD: &str = "daylog_updates_dead";
 /// Daily reminders sent.
 pub const REMINDERS_SENT: &str = "daylog_reminders_sent_total";
 /// Weekly digests delivered.
@@ -100,6 +108,20 @@ pub fn llm_attempt(task: &'static str, provider: &str, model: &str, outcome: &'s
         ("outcome", outcome.to_owned()),
     ];
     metrics::counter!(LLM_ATTEMPTS, &labels).increment(1);
+}
+
+/// An update given to the inbox, and what became of it.
+pub fn update_received(kind: &'static str, outcome: &'static str) {
+    metrics::counter!(UPDATES_RECEIVED, "kind" => kind, "outcome" => outcome).increment(1);
+}
+
+/// The inbox's rows waiting and dead (set by the inbox's loop and before each render).
+pub fn inbox_rows(unhandled: u64, dead: u64) {
+    #[expect(clippy::cast_precision_loss, reason = "counts of rows, far below 2^52")]
+    {
+        metrics::gauge!(UPDATES_UNHANDLED).set(unhandled as f64);
+        metrics::gauge!(UPDATES_DEAD).set(dead as f64);
+    }
 }
 
 /// A daily reminder sent.
@@ -177,6 +199,15 @@ fn describe() {
         "1 while a key of a step cools down, by provider, model and key index."
     );
     metrics::describe_counter!(TELEGRAM_CALLS, "Bot API calls by method and status.");
+    metrics::describe_counter!(
+        UPDATES_RECEIVED,
+        "Updates given to the inbox, by kind and outcome."
+    );
+    metrics::describe_gauge!(UPDATES_UNHANDLED, "Inbox rows not handled yet.");
+    metrics::describe_gauge!(
+        UPDATES_DEAD,
+        "Inbox rows dead (dead letters, updates given up)."
+    );
     metrics::describe_counter!(REMINDERS_SENT, "Daily reminders sent.");
     metrics::describe_counter!(DIGESTS_SENT, "Weekly digests delivered.");
 }

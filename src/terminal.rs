@@ -93,6 +93,7 @@ impl Terminal {
                     let texts = Texts(language);
                     self.print(&format!("{} {}", texts.delete_confirm(), texts.yes_no()))?;
                 }
+                Response::OpenApp { text, url, .. } => self.print(&format!("{text}\n{url}"))?,
             }
         }
         Ok(())

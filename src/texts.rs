@@ -404,6 +404,15 @@ impl Texts {
         )
     }
 
+    /// An update that could not be committed to the inbox (a full disk): it was not
+    /// confirmed to Telegram, which gives it again, and it is taken once it can be stored.
+    pub fn not_saved_yet(self) -> &'static str {
+        self.pick(
+            "I could not save this entry yet (a problem with my storage). No need to send it again: I will take it automatically as soon as I can.",
+            "Пока не удалось сохранить эту запись (проблема с хранилищем). Отправлять заново не нужно: я приму её автоматически, как только смогу.",
+        )
+    }
+
     pub fn unknown_command(self) -> &'static str {
         self.pick(
             "I do not know that command; /help lists the ones I have.",
@@ -546,6 +555,52 @@ impl Texts {
     }
 
     /// Said after `/remind` or `/digest` written in a group.
+    /// The chat menu button that opens the Mini App (one text for every language:
+    /// the default button has no language).
+    pub fn app_menu_button(self) -> &'static str {
+        self.pick("Journal", "Дневник")
+    }
+
+    pub fn app_open(self) -> &'static str {
+        self.pick(
+            "Your journal as a page: the calendar, charts, search and settings.",
+            "Твой дневник одной страницей: календарь, графики, поиск и настройки.",
+        )
+    }
+
+    pub fn app_button(self) -> &'static str {
+        self.pick("Open the journal", "Открыть дневник")
+    }
+
+    pub fn app_off(self) -> &'static str {
+        self.pick(
+            "The journal page is not set up on this bot.",
+            "Страница дневника у этого бота не настроена.",
+        )
+    }
+
+    pub fn app_in_group(self) -> &'static str {
+        self.pick(
+            "The journal page opens in our private chat: open a chat with me and send /app there.",
+            "Страница дневника открывается в личном чате: открой чат со мной и отправь там /app.",
+        )
+    }
+
+    /// What the page shows after asking the bot for the export or the deletion.
+    pub fn app_sent_to_chat(self) -> &'static str {
+        self.pick(
+            "Done: look in our chat with the bot.",
+            "Готово: загляни в чат с ботом.",
+        )
+    }
+
+    pub fn app_chat_unreachable(self) -> &'static str {
+        self.pick(
+            "The bot could not write to you: open the chat with it, press Start, and try again.",
+            "Бот не смог тебе написать: открой чат с ним, нажми «Старт» и попробуй ещё раз.",
+        )
+    }
+
     pub fn scheduled_in_private_chat(self) -> &'static str {
         self.pick(
             "Reminders and the weekly digest come in our private chat, not in this group. If you have not yet, open a chat with me and press Start.",

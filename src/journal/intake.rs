@@ -7,7 +7,8 @@ use crate::frontend::{Messenger, Response, Target};
 use crate::language::Language;
 use crate::render::Reply;
 use crate::store::{
-    ChatId, DayLog, Inserted, LogId, LogStatus, NewLog, NewUser, NewVoiceLog, StoreError, UserId,
+    ChatId, DayLog, Inserted, LogId, LogStatus, NewLog, NewUser, NewVoiceLog, StoreError,
+    UpdateKey, UserId,
 };
 use crate::texts::Texts;
 
@@ -29,6 +30,16 @@ impl Journal {
     /// A new text message, stored (docs/behaviour.md, The life of an entry); `None` when there is nothing to answer
     /// (a re-delivered update, or one being handled right now).
     pub async fn accept_text(&self, msg: Incoming) -> Result<Option<Accepted>, EntryError> {
+        self.accept_text_for(msg, None).await
+    }
+
+    /// [`Journal::accept_text`] of the inbox's update `update`: it is marked handled in
+    /// the transaction that stores the entry.
+    pub async fn accept_text_for(
+        &self,
+        msg: Incoming,
+        update: Option<UpdateKey>,
+    ) -> Result<Option<Accepted>, EntryError> {
         // Claimed before the insert, so the worker cannot take a log that is seconds old.
         let Some(claim) = self.claim(msg.chat_id, msg.message_id) else {
             return Ok(None); // the same message is being handled right now
@@ -50,14 +61,17 @@ impl Journal {
         };
         let inserted = self
             .store
-            .insert_log(&NewLog {
-                user_id: msg.user_id,
-                chat_id: msg.chat_id,
-                message_id: msg.message_id,
-                text: &msg.text,
-                local_day: Some(local_day),
-                written_at: msg.sent_at,
-            })
+            .insert_log_for(
+                &NewLog {
+                    user_id: msg.user_id,
+                    chat_id: msg.chat_id,
+                    message_id: msg.message_id,
+                    text: &msg.text,
+                    local_day: Some(local_day),
+                    written_at: msg.sent_at,
+                },
+                update,
+            )
             .await
             .map_err(EntryError::NotSaved)?;
         let log = match inserted {
@@ -86,6 +100,17 @@ impl Journal {
         &self,
         messenger: &M,
         voice: IncomingVoice,
+    ) -> Result<Option<Accepted>, EntryError> {
+        self.accept_voice_for(messenger, voice, None).await
+    }
+
+    /// [`Journal::accept_voice`] of the inbox's update `update`, marked handled in the
+    /// transaction that stores the note.
+    pub async fn accept_voice_for<M: Messenger>(
+        &self,
+        messenger: &M,
+        voice: IncomingVoice,
+        update: Option<UpdateKey>,
     ) -> Result<Option<Accepted>, EntryError> {
         let client = Language::from_code(voice.language_code.as_deref());
         let language = self.users.language_or(voice.user_id, client).await;
@@ -121,17 +146,20 @@ impl Journal {
         };
         let inserted = self
             .store
-            .insert_voice_log(&NewVoiceLog {
-                user_id: voice.user_id,
-                chat_id: voice.chat_id,
-                message_id: voice.message_id,
-                file_id: &voice.file_id,
-                duration_s: voice.duration_s,
-                local_day: Some(
-                    self.local_day(&author.zone, voice.sent_at.unwrap_or_else(|| self.now())),
-                ),
-                written_at: voice.sent_at,
-            })
+            .insert_voice_log_for(
+                &NewVoiceLog {
+                    user_id: voice.user_id,
+                    chat_id: voice.chat_id,
+                    message_id: voice.message_id,
+                    file_id: &voice.file_id,
+                    duration_s: voice.duration_s,
+                    local_day: Some(
+                        self.local_day(&author.zone, voice.sent_at.unwrap_or_else(|| self.now())),
+                    ),
+                    written_at: voice.sent_at,
+                },
+                update,
+            )
             .await
             .map_err(EntryError::NotSaved)?;
         let log = match inserted {
@@ -154,9 +182,19 @@ impl Journal {
     /// unless the user erased their data (`/delete`) after sending it: its entry does
     /// not come back.
     pub async fn accept_edit(&self, msg: Incoming) -> Result<Option<Accepted>, EntryError> {
+        self.accept_edit_for(msg, None).await
+    }
+
+    /// [`Journal::accept_edit`] of the inbox's update `update`, marked handled in the
+    /// transaction that changes (or stores) the entry.
+    pub async fn accept_edit_for(
+        &self,
+        msg: Incoming,
+        update: Option<UpdateKey>,
+    ) -> Result<Option<Accepted>, EntryError> {
         let Some(log) = self
             .store
-            .update_text(msg.chat_id, msg.message_id, &msg.text)
+            .update_text_for(msg.chat_id, msg.message_id, &msg.text, update)
             .await
             .map_err(EntryError::NotSaved)?
         else {
@@ -173,7 +211,7 @@ impl Journal {
                 );
                 return Ok(None);
             }
-            return self.accept_text(msg).await;
+            return self.accept_text_for(msg, update).await;
         };
         tracing::info!(log_id = log.id.get(), "day log edited");
         crate::observe::entry_stored(crate::observe::EntryKind::Edit);
@@ -285,11 +323,11 @@ impl Journal {
     }
 
     /// The log as stored now, if it is still waiting for its analysis (not deleted, not
-    /// finished by someone else).
+    /// finished by someone else). Read as written: it was stored moments ago.
     async fn still_pending(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
         Ok(self
             .store
-            .log(id)
+            .log_as_written(id)
             .await?
             .filter(|log| log.status == LogStatus::Pending))
     }

@@ -3,12 +3,50 @@
 
 use sqlx::FromRow;
 
+use super::updates::{MARK_HANDLED, UpdateKey};
 use super::word_forms::{self, Forms};
 use super::{
     ChatId, DayLog, LEAST, LOG_COLUMNS, LogId, MessageId, NOW, Source, Sql, Store, StoreError,
-    UserId, listed_date, on_db, retry_busy, returned, stored_date, stored_moment,
+    UserId, in_write_tx, listed_date, on_db, retry_busy, returned, stored_date, stored_moment,
 };
 use crate::time::sql_timestamp;
+
+/// Stores a text entry on `$conn` (a transaction, or a writer connection in autocommit)
+/// of `$pool`'s backend, or finds the one stored for the same message before. A macro,
+/// so that one text serves both backends' connection types.
+macro_rules! insert_log_on {
+    ($pool:ident, $conn:expr, $log:expr) => {{
+        let log: &NewLog<'_> = $log;
+        let inserted: Vec<DayLog> = sqlx::query_as(&format!(
+            "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
+                 local_day, written_at, written_zone)
+             VALUES ($1, $2, $3, $4, {now}, $5, $6, {WRITTEN_ZONE})
+             ON CONFLICT (chat_id, message_id) DO NOTHING
+             RETURNING {LOG_COLUMNS}",
+            now = NOW.on($pool)
+        ))
+        .bind(log.user_id)
+        .bind(log.chat_id)
+        .bind(log.message_id)
+        .bind(log.text)
+        .bind(log.local_day.map(|day| day.to_string()))
+        .bind(log.written_at.map(sql_timestamp))
+        .fetch_all(&mut *$conn)
+        .await?;
+        match returned(inserted) {
+            Some(row) => Inserted::New(Box::new(row)),
+            None => Inserted::Duplicate(
+                sqlx::query_scalar(
+                    "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
+                )
+                .bind(log.chat_id)
+                .bind(log.message_id)
+                .fetch_one(&mut *$conn)
+                .await?,
+            ),
+        }
+    }};
+}
 
 /// The zone an entry is written in (`day_logs.written_zone`): the user's zone as stored
 /// now, if they chose it (NULL while they have the default zone), read in the insert
@@ -524,40 +562,49 @@ impl Store {
 
     /// Stores a log as pending, or finds the one stored for the same message before.
     pub async fn insert_log(&self, log: &NewLog<'_>) -> Result<Inserted, StoreError> {
+        self.insert_log_for(log, None).await
+    }
+
+    /// [`Store::insert_log`] for the inbox's update `update`, which is marked handled in
+    /// the same transaction (a duplicate too: the entry is there either way).
+    pub async fn insert_log_for(
+        &self,
+        log: &NewLog<'_>,
+        update: Option<UpdateKey>,
+    ) -> Result<Inserted, StoreError> {
         self.durably(retry_busy("insert_log", || async {
-            // One statement, so no transaction: the hot path is a single round trip.
-            Ok(on_db!(self, write, |pool| {
-                let inserted: Vec<DayLog> = sqlx::query_as(&format!(
-                    "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
-                         local_day, written_at, written_zone)
-                     VALUES ($1, $2, $3, $4, {now}, $5, $6, {WRITTEN_ZONE})
-                     ON CONFLICT (chat_id, message_id) DO NOTHING
-                     RETURNING {LOG_COLUMNS}",
-                    now = NOW.on(pool)
-                ))
-                .bind(log.user_id)
-                .bind(log.chat_id)
-                .bind(log.message_id)
-                .bind(log.text)
-                .bind(log.local_day.map(|day| day.to_string()))
-                .bind(log.written_at.map(sql_timestamp))
-                .fetch_all(pool)
-                .await?;
-                match returned(inserted) {
-                    Some(row) => Inserted::New(Box::new(row)),
-                    None => Inserted::Duplicate(
-                        sqlx::query_scalar(
-                            "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
-                        )
-                        .bind(log.chat_id)
-                        .bind(log.message_id)
-                        .fetch_one(pool)
-                        .await?,
-                    ),
-                }
-            }))
+            let Some(key) = update else {
+                // One statement, so no transaction: a single round trip.
+                return Ok(on_db!(self, write, |pool| {
+                    let mut conn = pool.acquire().await?;
+                    insert_log_on!(pool, conn, log)
+                }));
+            };
+            in_write_tx!(self, |pool, conn| {
+                let inserted = insert_log_on!(pool, conn, log);
+                sqlx::query(MARK_HANDLED.on(pool))
+                    .bind(key.bot_id)
+                    .bind(key.update_id)
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(inserted)
+            })
         }))
         .await
+    }
+
+    /// [`Store::log`] through the writer: what the last commit left, even where a read
+    /// connection could still see an older snapshot (on a full disk, the WAL index of a
+    /// reader may not follow). For the entry an analysis is about to start on.
+    pub async fn log_as_written(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
+        Ok(on_db!(self, write, |pool| {
+            sqlx::query_as::<_, DayLog>(&format!(
+                "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = $1"
+            ))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        }))
     }
 
     pub async fn log(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
@@ -580,9 +627,22 @@ impl Store {
         message_id: MessageId,
         text: &str,
     ) -> Result<Option<DayLog>, StoreError> {
+        self.update_text_for(chat_id, message_id, text, None).await
+    }
+
+    /// [`Store::update_text`] for the inbox's update `update`, marked handled in the
+    /// same transaction when the edit changed a stored entry (otherwise the caller goes
+    /// on to store it as new, or to nothing).
+    pub async fn update_text_for(
+        &self,
+        chat_id: ChatId,
+        message_id: MessageId,
+        text: &str,
+        update: Option<UpdateKey>,
+    ) -> Result<Option<DayLog>, StoreError> {
         self.durably(retry_busy("update_text", || async {
-            let rows: Vec<DayLog> = on_db!(self, write, |pool| {
-                sqlx::query_as(&format!(
+            in_write_tx!(self, |pool, conn| {
+                let rows: Vec<DayLog> = sqlx::query_as(&format!(
                     "UPDATE day_logs SET text = $3, status = 'pending', analysis = NULL,
                          metrics = NULL, attempts = 0, next_attempt_at = {now}, replied_at = NULL,
                          edited_at = {now}, waiting_for = NULL
@@ -593,10 +653,18 @@ impl Store {
                 .bind(chat_id)
                 .bind(message_id)
                 .bind(text)
-                .fetch_all(pool)
-                .await?
-            });
-            Ok(returned(rows))
+                .fetch_all(&mut *conn)
+                .await?;
+                let updated = returned(rows);
+                if let (Some(key), Some(_)) = (update, &updated) {
+                    sqlx::query(MARK_HANDLED.on(pool))
+                        .bind(key.bot_id)
+                        .bind(key.update_id)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Ok(updated)
+            })
         }))
         .await
     }
@@ -765,9 +833,19 @@ impl Store {
     /// Stores a voice note as a pending log with an empty text (`kind = 'voice'`), or
     /// finds the one stored for the same message before.
     pub async fn insert_voice_log(&self, log: &NewVoiceLog<'_>) -> Result<Inserted, StoreError> {
+        self.insert_voice_log_for(log, None).await
+    }
+
+    /// [`Store::insert_voice_log`] for the inbox's update `update`, marked handled in the
+    /// same transaction.
+    pub async fn insert_voice_log_for(
+        &self,
+        log: &NewVoiceLog<'_>,
+        update: Option<UpdateKey>,
+    ) -> Result<Inserted, StoreError> {
         self.durably(retry_busy("insert_voice_log", || async {
-            // Every row is read, so a failure to commit is this call's error.
-            on_db!(self, write, |pool| {
+            in_write_tx!(self, |pool, conn| {
+                // Every row is read, so a failure to commit is this call's error.
                 let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
                      kind, file_id, duration_s, local_day, written_at, written_zone)
@@ -783,9 +861,9 @@ impl Store {
                 .bind(log.duration_s.map(i64::from))
                 .bind(log.local_day.map(|day| day.to_string()))
                 .bind(log.written_at.map(sql_timestamp))
-                .fetch_all(pool)
+                .fetch_all(&mut *conn)
                 .await?;
-                Ok(match rows.pop() {
+                let inserted = match rows.pop() {
                     Some(row) => Inserted::New(Box::new(row)),
                     None => Inserted::Duplicate(
                         sqlx::query_scalar(
@@ -793,10 +871,18 @@ impl Store {
                         )
                         .bind(log.chat_id)
                         .bind(log.message_id)
-                        .fetch_one(pool)
+                        .fetch_one(&mut *conn)
                         .await?,
                     ),
-                })
+                };
+                if let Some(key) = update {
+                    sqlx::query(MARK_HANDLED.on(pool))
+                        .bind(key.bot_id)
+                        .bind(key.update_id)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Ok(inserted)
             })
         }))
         .await

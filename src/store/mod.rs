@@ -115,7 +115,13 @@ impl StoreError {
             // negative message id in the same moment (SQLite's writer lock orders them;
             // PostgreSQL's snapshots do not): the later one takes the next id.
             Self::Sql(sqlx::Error::Database(error))
-                if error.constraint() == Some("day_logs_chat_id_message_id_key") =>
+                if matches!(
+                    error.constraint(),
+                    Some("day_logs_chat_id_message_id_key")
+                        // Two dead letters without an id of their own took the same
+                        // next negative id: the later one takes the next.
+                        | Some("updates_bot_id_update_id_key")
+                ) =>
             {
                 true
             }
@@ -580,7 +586,9 @@ mod read_only;
 mod reminders;
 mod search;
 mod unfinished;
+mod updates;
 mod users;
+mod webapp;
 mod word_forms;
 
 use calls::CallRecorder;
@@ -595,6 +603,10 @@ pub use logs::{
 pub use read_only::{Backup, backup, open_postgres_for_sql, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
 pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished};
+pub use updates::{
+    InboxCounts, InboxUpdate, NewUpdate, NextTry, Pruned, UPDATE_MAX_FAILURES, UpdateFailure,
+    UpdateKey,
+};
 pub use users::{NewUser, User};
 
 /// The shared handle on the database. Cheap to clone.
@@ -705,6 +717,46 @@ macro_rules! on_db {
     };
 }
 use on_db;
+
+/// Runs `$body` inside a write transaction, once per backend, with `$pool` the writer
+/// pool (for [`Sql::on`]) and `$conn` the transaction's connection: committed when the
+/// body returns `Ok`, rolled back otherwise. On SQLite through [`updates::WriteTx`]
+/// (`BEGIN IMMEDIATE`, a connection that cannot roll back is closed); on PostgreSQL a
+/// plain transaction, rolled back when dropped.
+macro_rules! in_write_tx {
+    ($store:expr, |$pool:ident, $conn:ident| $body:expr) => {
+        match &$store.db {
+            crate::store::Db::Sqlite(sqlite) => {
+                let $pool = &sqlite.write;
+                let mut tx = crate::store::updates::WriteTx::begin($pool).await?;
+                let work: Result<_, StoreError> = async {
+                    let $conn = tx.conn()?;
+                    $body
+                }
+                .await;
+                tx.finish(work).await
+            }
+            crate::store::Db::Postgres(pg) => {
+                let $pool = pg;
+                let mut tx = $pool.begin().await?;
+                let work: Result<_, StoreError> = async {
+                    let $conn: &mut sqlx::PgConnection = &mut tx;
+                    $body
+                }
+                .await;
+                match work {
+                    Ok(value) => {
+                        tx.commit().await?;
+                        Ok(value)
+                    }
+                    // Dropping the transaction rolls it back.
+                    Err(error) => Err(error),
+                }
+            }
+        }
+    };
+}
+use in_write_tx;
 
 impl Store {
     /// The SQLite pools, for an operation not ported to PostgreSQL yet.

@@ -179,6 +179,10 @@ impl Store {
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
+                sqlx::query(super::updates::ERASE_PAYLOADS.on(pool))
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?;
                 sqlx::query("DELETE FROM users WHERE user_id = $1")
                     .bind(user_id)
                     .execute(&mut *tx)

@@ -26,6 +26,8 @@ use support::{FakeTelegram, Providers, test_env};
 /// A generous guard against hangs; reaching it is a failure, never a measurement.
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
+/// Told that an entry could not be stored (`daylog chat`: send it again; Telegram: not
+/// yet, it will be taken).
 const REFUSED: &str = "could not save this entry";
 /// Every acceptance of an entry starts so (an analysis, or "saved, it will follow").
 const ACCEPTED: &str = "Saved.";
@@ -407,10 +409,11 @@ async fn telegram_entry(app: &support::App, chat: i64, n: usize, text: &str) -> 
 
 /// The Telegram front end on a full disk (the tmpfs, where SQLite fails at commit,
 /// after `INSERT … RETURNING` handed back its row): every entry is either answered as
-/// saved and stored, or told it could not be saved and not stored; once the disk has
-/// room again, entries are taken again by the same process.
+/// saved and stored, or told once that it is not saved yet — and then, once the disk
+/// has room again, taken by the same process without being sent again: in the end
+/// every entry is stored and answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_under_telegram_refuses_entries_plainly_and_takes_them_again() {
+async fn a_full_disk_under_telegram_tells_entries_they_wait_and_takes_them_when_space_returns() {
     const CHAT: i64 = 5300;
     let disk = match Tmpfs::mount("1m") {
         Ok(disk) => disk,
@@ -426,45 +429,70 @@ async fn a_full_disk_under_telegram_refuses_entries_plainly_and_takes_them_again
     })
     .await;
     app.providers.healthy().await;
-    let mut sent: Vec<(String, Outcome)> = Vec::new();
-    let mut refused_in_a_row = 0;
-    while refused_in_a_row < 3 {
+    let mut sent: Vec<String> = Vec::new();
+    // One at a time until an entry is told to wait.
+    loop {
         assert!(sent.len() < 400, "the disk never filled up");
         let text = entry_text(sent.len());
         let outcome = telegram_entry(&app, CHAT, sent.len() + 1, &text).await;
-        refused_in_a_row = if outcome == Outcome::Refused {
-            refused_in_a_row + 1
-        } else {
-            0
-        };
-        sent.push((text, outcome));
+        sent.push(text);
+        if outcome == Outcome::Refused {
+            break;
+        }
+    }
+    let first_wait = sent.len() as i64;
+    // Two more while the disk is full: they wait in the inbox, or are told to wait.
+    for n in 0..2 {
+        let text = format!("While the disk was full {n}");
+        app.telegram.push_update(support::telegram::text_update(
+            CHAT,
+            sent.len() as i64 + 1,
+            &text,
+        ));
+        sent.push(text);
     }
     disk.resize("8m");
     for n in 0..3 {
         let text = format!("After the disk grew {n}");
-        let outcome = telegram_entry(&app, CHAT, sent.len() + 1, &text).await;
-        assert_eq!(outcome, Outcome::Accepted, "{text}");
-        sent.push((text, outcome));
+        app.telegram.push_update(support::telegram::text_update(
+            CHAT,
+            sent.len() as i64 + 1,
+            &text,
+        ));
+        sent.push(text);
     }
+    // Every entry is taken and answered, none sent again.
+    let all = sent.len() as i64;
+    app.telegram
+        .wait_for("every entry to be answered", HANG_GUARD, |calls| {
+            (1..=all).all(|n| {
+                calls
+                    .iter()
+                    .any(|c| c.reply_to() == Some(n) && c.text().contains(ACCEPTED))
+            })
+        })
+        .await;
 
+    // A connection of its own: one of the read pool may still see the snapshot it read
+    // while the disk was full.
+    let reader = sqlx::SqlitePool::connect(&db).await.expect("reader");
     let stored: Vec<String> = sqlx::query_scalar("SELECT text FROM day_logs ORDER BY id")
-        .fetch_all(app.store.read_pool().expect("a SQLite store"))
+        .fetch_all(&reader)
         .await
         .expect("texts");
-    for (text, outcome) in &sent {
-        let in_db = stored.contains(text);
-        assert_eq!(
-            in_db,
-            *outcome == Outcome::Accepted,
-            "{:?} was answered {outcome:?} but is {}stored",
-            &text[..text.len().min(12)],
-            if in_db { "" } else { "not " }
-        );
-    }
-    let accepted = sent.iter().filter(|(_, o)| *o == Outcome::Accepted).count();
-    assert_eq!(stored.len(), accepted, "accepted == stored, exactly");
-    assert!(accepted > 3, "some entries fit before the disk filled");
-    println!("telegram on tmpfs: {} entries fitted", accepted - 3);
+    reader.close().await;
+    assert_eq!(stored, sent, "every entry stored once, in the order sent");
+    let calls = app.telegram.calls();
+    let told = |n: i64| {
+        calls
+            .iter()
+            .filter(|c| c.reply_to() == Some(n) && c.text().contains(REFUSED))
+            .count()
+    };
+    assert_eq!(told(first_wait), 1, "told once that it waits");
+    assert!((1..=all).all(|n| told(n) <= 1), "never told twice");
+    assert!(first_wait > 1, "some entries fitted before the disk filled");
+    println!("telegram on tmpfs: {} entries fitted", first_wait - 1);
     let store = app.store.clone();
     app.stop().await;
     store.close().await;

@@ -6,6 +6,7 @@
 // covers only `#[test]` functions, not the helpers they share.
 #![expect(clippy::expect_used)]
 
+pub mod browser;
 pub mod fill;
 pub mod llm;
 pub mod postgres;

@@ -81,7 +81,19 @@ struct Inner {
     confirmed_below: i64,
     /// The `allowed_updates` of the last `getUpdates` that sent any.
     allowed_updates: Value,
+    /// `getUpdates` calls answered so far.
+    polls: usize,
+    /// The id of this fake's first update: each fake of the process starts its own
+    /// range, so a bot started again on the same database with a new fake is given new
+    /// ids, as Telegram's keep growing (the inbox would take a repeated id for a
+    /// redelivery).
+    first_update_id: i64,
+    /// Webhook mode, as Telegram keeps it: see [`Webhook`].
+    webhook: Webhook,
 }
+
+/// Where the next fake's update ids begin.
+static NEXT_FIRST_UPDATE_ID: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
 
 /// A scripted failure: method, chat, text the message must contain, and the answer.
 type Failure = (String, Option<i64>, Option<String>, u16, Value);
@@ -97,6 +109,8 @@ impl FakeTelegram {
     pub async fn start() -> Self {
         let inner = Arc::new(Mutex::new(Inner {
             next_message_id: 100_000,
+            first_update_id: NEXT_FIRST_UPDATE_ID
+                .fetch_add(100_000, std::sync::atomic::Ordering::Relaxed),
             ..Inner::default()
         }));
         let changed = Arc::new(Notify::new());
@@ -126,11 +140,12 @@ impl FakeTelegram {
 
     pub fn push_update(&self, mut update: Value) -> i64 {
         let mut inner = self.inner.lock().expect("lock");
-        let id = inner.updates.len() as i64 + 1;
+        let id = inner.first_update_id + inner.updates.len() as i64;
         update["update_id"] = json!(id);
         inner.updates.push(update);
         drop(inner);
         self.changed.notify_waiters();
+        self.deliver();
         id
     }
 
@@ -167,6 +182,48 @@ impl FakeTelegram {
     /// Every update below this one is confirmed: the bot has asked for those after it.
     pub fn confirmed_below(&self) -> i64 {
         self.inner.lock().expect("lock").confirmed_below
+    }
+
+    /// `getUpdates` calls answered so far.
+    pub fn polls(&self) -> usize {
+        self.inner.lock().expect("lock").polls
+    }
+
+    /// Waits until `getUpdates` has been called `n` more times than `since`.
+    pub async fn wait_polls(&self, since: usize, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let notified = self.changed.notified();
+            if self.polls() >= since + n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{n} more polls never came");
+            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+        }
+    }
+
+    /// Delivers update `id` once more, with the same `update_id`, as Telegram does when
+    /// it did not see it confirmed (a webhook's answer lost, an offset not sent).
+    pub fn redeliver(&self, id: i64) {
+        let mut inner = self.inner.lock().expect("lock");
+        let again = inner
+            .updates
+            .iter()
+            .find(|u| u["update_id"].as_i64() == Some(id))
+            .cloned()
+            .expect("an update pushed before");
+        inner
+            .updates
+            .retain(|u| u["update_id"].as_i64() != Some(id));
+        let at = inner
+            .updates
+            .iter()
+            .position(|u| u["update_id"].as_i64().unwrap_or(0) > id)
+            .unwrap_or(inner.updates.len());
+        inner.updates.insert(at, again);
+        inner.confirmed_below = inner.confirmed_below.min(id);
+        drop(inner);
+        self.changed.notify_waiters();
     }
 
     /// The next call of `method` (to `chat`, if given) answers `status` with `body`.
@@ -462,6 +519,9 @@ async fn handle(
         return std::future::pending().await;
     }
 
+    if let Some(answer) = webhook_method(&fake, &method, &body) {
+        return answer;
+    }
     if method == "GetUpdates" {
         // A scripted failure of a poll (`fail_next("GetUpdates", None, …)`): a 409 from
         // a second program polling with the same token, a 502.
@@ -563,9 +623,6 @@ async fn handle(
             "supports_inline_queries": false, "can_connect_to_business": false,
             "has_main_web_app": false,
         })),
-        "GetWebhookInfo" => {
-            ok(json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0}))
-        }
         "SendMessage"
         | "SendPhoto"
         | "SendDocument"
@@ -620,6 +677,7 @@ async fn get_updates(fake: &FakeTelegram, body: &Value) -> Response {
         inner.confirmed_below = inner
             .confirmed_below
             .max(body["offset"].as_i64().unwrap_or(0));
+        inner.polls += 1;
         inner.confirmed_below
     };
     // As Telegram does: at most `limit` updates (1–100, default 100), the oldest first.
@@ -830,4 +888,228 @@ pub fn audio_update(
                   "duration": duration, "mime_type": "audio/mpeg", "file_size": size,
                   "file_name": "day.mp3"},
     }})
+}
+
+// ---- webhook mode ----
+
+/// What the fake keeps of a webhook, as Telegram does: the registration, and which
+/// updates were delivered (answered 2xx). While a URL is set, `getUpdates` answers 409
+/// and updates are posted to the URL instead, with the secret header, one chat's next
+/// update only after the previous one got a 2xx, a non-2xx tried again after a pause.
+#[derive(Default)]
+struct Webhook {
+    url: Option<String>,
+    secret: Option<String>,
+    /// Update ids answered 2xx: never posted again.
+    delivered: std::collections::HashSet<i64>,
+    /// Chats with a delivery running (one at a time per chat).
+    delivering: std::collections::HashSet<i64>,
+    /// Every post: update id and the status it got (0: no answer).
+    posts: Vec<(i64, u16)>,
+    last_error: Option<(i64, String)>,
+}
+
+/// Pause before a post that failed is tried again.
+const REDELIVER_AFTER: Duration = Duration::from_millis(150);
+
+/// `setWebhook`, `getWebhookInfo`, `deleteWebhook` (recorded as calls), and `getUpdates`
+/// while a webhook is set; `None` for every other method.
+fn webhook_method(fake: &FakeTelegram, method: &str, body: &Value) -> Option<Response> {
+    let record = |fake: &FakeTelegram| {
+        fake.inner.lock().expect("lock").calls.push(Call {
+            method: method.to_owned(),
+            body: body.clone(),
+            file: None,
+        });
+        fake.changed.notify_waiters();
+    };
+    match method {
+        "SetWebhook" => {
+            record(fake);
+            {
+                let mut inner = fake.inner.lock().expect("lock");
+                let url = body["url"].as_str().unwrap_or_default().to_owned();
+                inner.webhook.url = (!url.is_empty()).then_some(url);
+                inner.webhook.secret = body["secret_token"].as_str().map(str::to_owned);
+            }
+            fake.deliver();
+            Some(ok(json!(true)))
+        }
+        "DeleteWebhook" => {
+            record(fake);
+            let mut inner = fake.inner.lock().expect("lock");
+            inner.webhook.url = None;
+            inner.webhook.secret = None;
+            Some(ok(json!(true)))
+        }
+        "GetWebhookInfo" => {
+            record(fake);
+            let inner = fake.inner.lock().expect("lock");
+            let pending = inner
+                .updates
+                .iter()
+                .filter(|u| !inner.webhook.delivered.contains(&update_id(u)))
+                .count();
+            let mut info = json!({
+                "url": inner.webhook.url.clone().unwrap_or_default(),
+                "has_custom_certificate": false,
+                "pending_update_count": if inner.webhook.url.is_some() { pending } else { 0 },
+            });
+            if let Some((date, message)) = &inner.webhook.last_error {
+                info["last_error_date"] = json!(date);
+                info["last_error_message"] = json!(message);
+            }
+            Some(ok(info))
+        }
+        "GetUpdates" if fake.inner.lock().expect("lock").webhook.url.is_some() => Some(
+            (
+                StatusCode::CONFLICT,
+                axum::Json(json!({"ok": false, "error_code": 409,
+                    "description": "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"})),
+            )
+                .into_response(),
+        ),
+        _ => None,
+    }
+}
+
+fn update_id(update: &Value) -> i64 {
+    update["update_id"].as_i64().unwrap_or_default()
+}
+
+/// The chat an update belongs to (its own id when it has none, so it goes alone).
+fn chat_of_update(update: &Value) -> i64 {
+    ["message", "edited_message"]
+        .iter()
+        .find_map(|kind| update[kind]["chat"]["id"].as_i64())
+        .or_else(|| update["callback_query"]["message"]["chat"]["id"].as_i64())
+        .unwrap_or_else(|| -update_id(update))
+}
+
+impl FakeTelegram {
+    /// Queues an update and, while a webhook is set, posts it (a test's
+    /// [`FakeTelegram::push_update`] does the same, since delivery follows every change).
+    fn deliver(&self) {
+        let chats: Vec<i64> = {
+            let mut inner = self.inner.lock().expect("lock");
+            if inner.webhook.url.is_none() {
+                return;
+            }
+            let waiting: Vec<i64> = inner
+                .updates
+                .iter()
+                .filter(|u| !inner.webhook.delivered.contains(&update_id(u)))
+                .map(chat_of_update)
+                .collect();
+            let fresh: Vec<i64> = waiting
+                .into_iter()
+                .filter(|chat| !inner.webhook.delivering.contains(chat))
+                .collect();
+            for chat in &fresh {
+                inner.webhook.delivering.insert(*chat);
+            }
+            fresh
+        };
+        for chat in chats {
+            tokio::spawn(self.clone().deliver_chat(chat));
+        }
+    }
+
+    /// Posts `chat`'s undelivered updates in order, each until it gets a 2xx; stops when
+    /// none is left or the webhook is deleted.
+    async fn deliver_chat(self, chat: i64) {
+        let client = reqwest::Client::new();
+        loop {
+            let next = {
+                let mut inner = self.inner.lock().expect("lock");
+                let next = inner
+                    .updates
+                    .iter()
+                    .filter(|u| chat_of_update(u) == chat)
+                    .find(|u| !inner.webhook.delivered.contains(&update_id(u)))
+                    .cloned();
+                match (next, inner.webhook.url.clone()) {
+                    (Some(update), Some(url)) => Some((update, url, inner.webhook.secret.clone())),
+                    _ => {
+                        inner.webhook.delivering.remove(&chat);
+                        None
+                    }
+                }
+            };
+            let Some((update, url, secret)) = next else {
+                return;
+            };
+            let mut request = client
+                .post(&url)
+                .json(&update)
+                .timeout(Duration::from_secs(30));
+            if let Some(secret) = secret {
+                request = request.header("X-Telegram-Bot-Api-Secret-Token", secret);
+            }
+            let status = request.send().await.map_or(0, |r| r.status().as_u16());
+            let id = update_id(&update);
+            {
+                let mut inner = self.inner.lock().expect("lock");
+                inner.webhook.posts.push((id, status));
+                if (200..300).contains(&status) {
+                    inner.webhook.delivered.insert(id);
+                } else {
+                    inner.webhook.last_error = Some((
+                        now_unix(),
+                        if status == 0 {
+                            "Connection refused".to_owned()
+                        } else {
+                            format!("Wrong response from the webhook: {status}")
+                        },
+                    ));
+                }
+            }
+            self.changed.notify_waiters();
+            if !(200..300).contains(&status) {
+                tokio::time::sleep(REDELIVER_AFTER).await;
+            }
+        }
+    }
+
+    /// Every webhook post so far: the update's id and the status it got (0: none).
+    pub fn webhook_posts(&self) -> Vec<(i64, u16)> {
+        self.inner.lock().expect("lock").webhook.posts.clone()
+    }
+
+    /// Whether update `id` was answered 2xx.
+    pub fn delivered(&self, id: i64) -> bool {
+        self.inner
+            .lock()
+            .expect("lock")
+            .webhook
+            .delivered
+            .contains(&id)
+    }
+
+    /// The URL the bot registered, if any.
+    pub fn webhook_url(&self) -> Option<String> {
+        self.inner.lock().expect("lock").webhook.url.clone()
+    }
+
+    /// Sets a webhook as another instance (or an earlier run) would have.
+    pub fn set_webhook_as_if_elsewhere(&self, url: &str) {
+        self.inner.lock().expect("lock").webhook.url = Some(url.to_owned());
+    }
+
+    /// Waits until update `id` was answered 2xx.
+    pub async fn wait_delivered(&self, id: i64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let notified = self.changed.notified();
+            if self.delivered(id) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "update {id} never delivered; posts: {:?}",
+                self.webhook_posts()
+            );
+            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+        }
+    }
 }
