@@ -110,7 +110,10 @@ impl Deferred {
     pub async fn handled(mut self) {
         self.done = true;
         if let Err(error) = self.inbox.store().mark_update_handled(self.key).await {
-            tracing::error!(%error, update_id = self.key.update_id, "an update could not be marked handled; it may be handled again");
+            // Its work is done (its reply sent): kept out of the loop's hands, or the
+            // release below would hand it over again at once.
+            tracing::error!(%error, update_id = self.key.update_id, "an update could not be marked handled; it is not handled again by this process");
+            self.inbox.lanes().done.insert(self.key.update_id);
         }
         self.release();
     }
@@ -449,6 +452,39 @@ fn is_no_room(error: &anyhow::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn inbox() -> (Inbox, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
+        let store = crate::store::Store::open_and_migrate(&url, Duration::from_secs(5))
+            .await
+            .expect("store");
+        let notice: super::super::Notice = Arc::new(|_, _| async { true }.boxed());
+        (Inbox::new(store, 1, notice), dir)
+    }
+
+    fn taking(inbox: &Inbox, update_id: i64) -> Taking {
+        Taking {
+            key: UpdateKey {
+                bot_id: inbox.bot_id(),
+                update_id,
+            },
+            inbox: inbox.clone(),
+            deferred: Arc::new(AtomicBool::new(false)),
+            marked: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_deferred_update_whose_mark_fails_is_not_handed_over_again() {
+        let (inbox, _dir) = inbox().await;
+        let done = taking(&inbox, 7).defer();
+        inbox.store().close().await; // every write fails from here
+        done.handled().await;
+        let lanes = inbox.lanes();
+        assert!(!lanes.deferred.contains(&7), "released");
+        assert!(lanes.done.contains(&7), "kept from being handled again");
+    }
 
     #[test]
     fn the_backoff_doubles_from_its_minimum_to_its_cap() {
