@@ -70,6 +70,10 @@ pub struct Taking {
     deferred: Arc<AtomicBool>,
     /// The handler's store write set `handled_at` itself (an entry stored).
     marked: Arc<AtomicBool>,
+    /// The failures recorded so far, and the backoff after the next one (a deferred
+    /// task that fails records its failure itself).
+    failures: i64,
+    backoff: Backoff,
 }
 
 impl Taking {
@@ -94,6 +98,26 @@ impl Taking {
             key: self.key,
             inbox: self.inbox.clone(),
             done: false,
+            failures: self.failures,
+            backoff: self.backoff,
+        }
+    }
+
+    #[cfg(test)]
+    pub(in crate::bot) fn for_test(inbox: &Inbox, update_id: i64, failures: i64) -> Self {
+        Self {
+            key: UpdateKey {
+                bot_id: inbox.bot_id(),
+                update_id,
+            },
+            inbox: inbox.clone(),
+            deferred: Arc::new(AtomicBool::new(false)),
+            marked: Arc::new(AtomicBool::new(false)),
+            failures,
+            backoff: Backoff {
+                min: Duration::from_secs(30),
+                max: Duration::from_secs(600),
+            },
         }
     }
 }
@@ -103,6 +127,8 @@ pub struct Deferred {
     key: UpdateKey,
     inbox: Inbox,
     done: bool,
+    failures: i64,
+    backoff: Backoff,
 }
 
 impl Deferred {
@@ -114,6 +140,39 @@ impl Deferred {
             // release below would hand it over again at once.
             tracing::error!(%error, update_id = self.key.update_id, "an update could not be marked handled; it is not handled again by this process");
             self.inbox.lanes().done.insert(self.key.update_id);
+        }
+        self.release();
+    }
+
+    /// The task failed (it panicked): a failure is recorded and the update tried again
+    /// on the backoff — dead after [`UPDATE_MAX_FAILURES`], as a handler's failure.
+    pub async fn failed(mut self, why: &str) {
+        self.done = true;
+        let wait = self.backoff.after(self.failures.saturating_add(1));
+        self.inbox.retry_later(self.key.update_id, wait);
+        let next_try_at = jiff::Timestamp::now()
+            + jiff::SignedDuration::try_from(wait).unwrap_or(jiff::SignedDuration::ZERO);
+        match self
+            .inbox
+            .store()
+            .record_update_failure(self.key, why, next_try_at)
+            .await
+        {
+            Ok(UpdateFailure::Dead) => {
+                self.inbox.lanes().not_before.remove(&self.key.update_id);
+            }
+            Ok(UpdateFailure::Retry(failures)) => {
+                tracing::warn!(
+                    update_id = self.key.update_id,
+                    failures,
+                    retry_in_ms = wait.as_millis() as u64,
+                    why,
+                    "a task failed; its update is tried again"
+                );
+            }
+            Err(error) => {
+                tracing::warn!(%error, update_id = self.key.update_id, "cannot record an update's failure; it is tried again later");
+            }
         }
         self.release();
     }
@@ -131,6 +190,9 @@ impl Drop for Deferred {
                 update_id = self.key.update_id,
                 "a task ended without handling its update; it is tried again"
             );
+            // Not at once: whatever ended the task may end the next try too.
+            let wait = self.backoff.after(self.failures.saturating_add(1));
+            self.inbox.retry_later(self.key.update_id, wait);
             self.release();
         }
     }
@@ -328,6 +390,8 @@ impl Inbox {
             inbox: self.clone(),
             deferred: Arc::new(AtomicBool::new(false)),
             marked: Arc::new(AtomicBool::new(false)),
+            failures: row.failures,
+            backoff,
         };
         let (deferred, marked) = (Arc::clone(&taking.deferred), Arc::clone(&taking.marked));
         let outcome = std::panic::AssertUnwindSafe(handle(update, taking))
@@ -450,10 +514,10 @@ fn is_no_room(error: &anyhow::Error) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::bot) mod tests {
     use super::*;
 
-    async fn inbox() -> (Inbox, tempfile::TempDir) {
+    pub(in crate::bot) async fn inbox() -> (Inbox, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
         let store = crate::store::Store::open_and_migrate(&url, Duration::from_secs(5))
@@ -464,15 +528,7 @@ mod tests {
     }
 
     fn taking(inbox: &Inbox, update_id: i64) -> Taking {
-        Taking {
-            key: UpdateKey {
-                bot_id: inbox.bot_id(),
-                update_id,
-            },
-            inbox: inbox.clone(),
-            deferred: Arc::new(AtomicBool::new(false)),
-            marked: Arc::new(AtomicBool::new(false)),
-        }
+        Taking::for_test(inbox, update_id, 0)
     }
 
     #[tokio::test]
