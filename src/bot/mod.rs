@@ -1755,7 +1755,7 @@ mod tests {
             answers.finished().await;
             let rows = inbox
                 .store()
-                .unhandled_updates(inbox.bot_id(), 100)
+                .unhandled_updates(inbox.bot_id(), 8, 100)
                 .await
                 .expect("rows");
             let last = failures + 1 == crate::store::UPDATE_MAX_FAILURES;

@@ -262,18 +262,34 @@ impl Store {
     }
 
     /// The bot's updates not handled and not dead, by chat and then `update_id` — the
-    /// order they are handled in — at most `limit`.
+    /// order they are handled in: at most `per_chat` of each chat (only its first while
+    /// that one waits for its retry), the first of every chat before any chat's second,
+    /// at most `limit` in all — so one chat with a long queue never keeps the others
+    /// out. An update with no chat is a chat of its own.
     pub async fn unhandled_updates(
         &self,
         bot_id: i64,
+        per_chat: i64,
         limit: i64,
     ) -> Result<Vec<InboxUpdate>, StoreError> {
         Ok(sqlx::query_as::<_, InboxUpdate>(
-            "SELECT update_id, chat_id, user_id, payload, failures, next_try_at
-             FROM updates WHERE bot_id = ?1 AND handled_at IS NULL AND dead = 0
-             ORDER BY chat_id, update_id LIMIT ?2",
+            "SELECT update_id, chat_id, user_id, payload, failures, next_try_at FROM (
+                 SELECT * FROM (
+                     SELECT update_id, chat_id, user_id, payload, failures, next_try_at,
+                         row_number() OVER lane AS nth,
+                         coalesce(julianday(first_value(next_try_at) OVER lane)
+                                  > julianday('now'), 0) AS waiting
+                     FROM updates WHERE bot_id = ?1 AND handled_at IS NULL AND dead = 0
+                     WINDOW lane AS (PARTITION BY chat_id IS NULL, coalesce(chat_id, update_id)
+                                     ORDER BY update_id)
+                 )
+                 WHERE nth <= CASE WHEN waiting THEN 1 ELSE ?2 END
+                 ORDER BY nth, chat_id, update_id LIMIT ?3
+             )
+             ORDER BY chat_id, update_id",
         )
         .bind(bot_id)
+        .bind(per_chat)
         .bind(limit)
         // The writer's view: a read connection may see a snapshot from before the last
         // `handled_at` (on a full disk the WAL index cannot grow for it), and the loop
@@ -425,5 +441,57 @@ impl Store {
             "a stored update cannot be handled; it is marked dead and its chat moves on"
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_long_queue_in_one_chat_keeps_no_other_chat_out() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("u.db").display());
+        let store = Store::open_and_migrate(&url, std::time::Duration::from_secs(5))
+            .await
+            .expect("store");
+        let mut rows: Vec<(i64, i64)> = (1..=30).map(|id| (id, -100)).collect();
+        rows.extend([(31, 7), (40, 8), (41, 8), (50, 9), (51, 9)]);
+        let updates: Vec<NewUpdate<'_>> = rows
+            .iter()
+            .map(|&(update_id, chat)| NewUpdate {
+                update_id,
+                chat_id: Some(chat),
+                user_id: Some(chat),
+                payload: "{}",
+            })
+            .collect();
+        store.insert_updates(1, &updates).await.expect("stored");
+        let later = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+        let key = UpdateKey {
+            bot_id: 1,
+            update_id: 40,
+        };
+        store
+            .record_update_failure(key, "handler_failed", later)
+            .await
+            .expect("failure");
+        let fetched: Vec<(Option<i64>, i64)> = store
+            .unhandled_updates(1, 4, 9)
+            .await
+            .expect("rows")
+            .iter()
+            .map(|row| (row.chat_id, row.update_id))
+            .collect();
+        let chat =
+            |c: i64, ids: &[i64]| ids.iter().map(move |&id| (Some(c), id)).collect::<Vec<_>>();
+        let expected: Vec<_> = [
+            chat(-100, &[1, 2, 3, 4]),
+            chat(7, &[31]),
+            chat(8, &[40]), // its first waits: the rest of the chat is not read
+            chat(9, &[50, 51]),
+        ]
+        .concat();
+        assert_eq!(fetched, expected);
     }
 }

@@ -29,8 +29,12 @@ use crate::store::{InboxUpdate, UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey};
 /// Chats handled at the same time.
 pub const MAX_LANES: usize = 64;
 
-/// Rows read per pass of the loop.
+/// Rows read per pass of the loop: at most [`FETCH_PER_CHAT`] of each chat.
 const FETCH_MAX: i64 = 5000;
+const FETCH_PER_CHAT: i64 = 8;
+
+/// The most `done` rows whose mark is tried again per pass of the loop.
+const REMARK_MAX: usize = 64;
 
 /// The longest the loop sleeps without being woken (a retry falls due, a lost wake-up).
 const IDLE: Duration = Duration::from_secs(5);
@@ -50,7 +54,8 @@ pub(in crate::bot) struct Lanes {
     /// toward `dead`: the user was told they will be taken.
     unstored: HashMap<i64, i64>,
     /// Updates handled whose `handled_at` could not be written: not handed over again
-    /// by this process (the next start may, once: the window of a reply sent and not
+    /// by this process, and marked on a later pass of the loop (a crash before that:
+    /// the next start may handle one again, the window of a reply sent and not
     /// recorded).
     done: HashSet<i64>,
 }
@@ -233,9 +238,10 @@ impl Inbox {
         let permits = Arc::new(Semaphore::new(MAX_LANES));
         let mut counted = tokio::time::Instant::now();
         loop {
+            self.mark_done().await;
             let wake_at = match self
                 .store()
-                .unhandled_updates(self.bot_id(), FETCH_MAX)
+                .unhandled_updates(self.bot_id(), FETCH_PER_CHAT, FETCH_MAX)
                 .await
             {
                 Ok(rows) => self.start_lanes(rows, &handle, backoff, &permits, &tasks, &stop),
@@ -254,6 +260,22 @@ impl Inbox {
                 () = self.woken() => {}
                 () = tokio::time::sleep_until(wake_at) => {}
             }
+        }
+    }
+
+    /// Tries again to mark the updates handled whose mark failed (`done`); an id leaves
+    /// `done` only once its row is marked.
+    async fn mark_done(&self) {
+        let ids: Vec<i64> = self.lanes().done.iter().copied().take(REMARK_MAX).collect();
+        for update_id in ids {
+            let key = UpdateKey {
+                bot_id: self.bot_id(),
+                update_id,
+            };
+            if self.store().mark_update_handled(key).await.is_err() {
+                return; // still failing: the next pass tries again
+            }
+            self.lanes().done.remove(&update_id);
         }
     }
 
@@ -280,11 +302,7 @@ impl Inbox {
         let mut wake_at = now + IDLE;
         let mut by_lane: Vec<(Lane, Vec<InboxUpdate>)> = Vec::new();
         {
-            let mut lanes = self.lanes();
-            if !lanes.done.is_empty() {
-                let fetched: HashSet<i64> = rows.iter().map(|row| row.update_id).collect();
-                lanes.done.retain(|id| fetched.contains(id));
-            }
+            let lanes = self.lanes();
             for row in rows {
                 if lanes.deferred.contains(&row.update_id) || lanes.done.contains(&row.update_id) {
                     continue;
@@ -409,7 +427,7 @@ impl Inbox {
                     && !marked.load(Ordering::SeqCst)
                     && let Err(error) = self.store().mark_update_handled(key).await
                 {
-                    tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it is handled again only after a restart");
+                    tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it is marked later");
                     self.lanes().done.insert(key.update_id);
                 }
                 true
