@@ -29,6 +29,20 @@ pub struct NewUpdate<'a> {
     pub payload: &'a str,
 }
 
+/// A dead letter to commit (see [`Store::insert_dead_letter`]).
+#[derive(Debug, Clone)]
+pub struct DeadLetter<'a> {
+    /// The update's own id, when it has one (an update of an unknown shape).
+    pub own_id: Option<i64>,
+    /// The chat and sender its raw JSON names, if any: `/delete` erases by sender.
+    pub chat_id: Option<i64>,
+    pub user_id: Option<i64>,
+    /// The body as it came.
+    pub payload: &'a str,
+    /// What was wrong (a fixed word).
+    pub error: &'a str,
+}
+
 /// An update not handled yet and not dead, as the handling loop reads it.
 #[derive(Debug, Clone, FromRow)]
 pub struct InboxUpdate {
@@ -215,43 +229,48 @@ impl Store {
     }
 
     /// Commits a dead letter, durably: `dead = 1`, its text in `payload`, `error` the
-    /// kind of what was wrong. With an id of its own (`Some`, an update of an unknown
-    /// shape) it takes that id (`None` when that id is already there); without, the
-    /// lowest id of the bot so far minus one (at most -1), chosen inside the insert, so
-    /// it never takes an id Telegram could send. Returns the id it was kept under.
+    /// kind of what was wrong, with the chat and sender its JSON names. With an id of
+    /// its own (`Some`, an update of an unknown shape) it takes that id (`None` when
+    /// that id is already there); without, the lowest id of the bot so far minus one
+    /// (at most -1), chosen inside the insert, so it never takes an id Telegram could
+    /// send. Returns the id it was kept under.
     pub async fn insert_dead_letter(
         &self,
         bot_id: i64,
-        own_id: Option<i64>,
-        payload: &str,
-        error: &str,
+        letter: &DeadLetter<'_>,
     ) -> Result<Option<i64>, StoreError> {
         self.durably(retry_busy("insert_dead_letter", || async {
-            let rows: Vec<i64> = match own_id {
+            let rows: Vec<i64> = match letter.own_id {
                 Some(id) => {
                     sqlx::query_scalar(
-                        "INSERT INTO updates (bot_id, update_id, payload, dead, error)
-                         VALUES (?1, ?2, ?3, 1, ?4)
+                        "INSERT INTO updates
+                             (bot_id, update_id, payload, dead, error, chat_id, user_id)
+                         VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)
                          ON CONFLICT (bot_id, update_id) DO NOTHING
                          RETURNING update_id",
                     )
                     .bind(bot_id)
                     .bind(id)
-                    .bind(payload)
-                    .bind(error)
+                    .bind(letter.payload)
+                    .bind(letter.error)
+                    .bind(letter.chat_id)
+                    .bind(letter.user_id)
                     .fetch_all(&self.write)
                     .await?
                 }
                 None => {
                     sqlx::query_scalar(
-                        "INSERT INTO updates (bot_id, update_id, payload, dead, error)
-                         SELECT ?1, min(coalesce(min(update_id), 0), 0) - 1, ?2, 1, ?3
+                        "INSERT INTO updates
+                             (bot_id, update_id, payload, dead, error, chat_id, user_id)
+                         SELECT ?1, min(coalesce(min(update_id), 0), 0) - 1, ?2, 1, ?3, ?4, ?5
                          FROM updates WHERE bot_id = ?1
                          RETURNING update_id",
                     )
                     .bind(bot_id)
-                    .bind(payload)
-                    .bind(error)
+                    .bind(letter.payload)
+                    .bind(letter.error)
+                    .bind(letter.chat_id)
+                    .bind(letter.user_id)
                     .fetch_all(&self.write)
                     .await?
                 }
@@ -448,13 +467,52 @@ impl Store {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_long_queue_in_one_chat_keeps_no_other_chat_out() {
+    async fn store() -> (Store, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("temp dir");
         let url = format!("sqlite://{}", dir.path().join("u.db").display());
         let store = Store::open_and_migrate(&url, std::time::Duration::from_secs(5))
             .await
             .expect("store");
+        (store, dir)
+    }
+
+    async fn payload_of(store: &Store, update_id: i64) -> Option<String> {
+        sqlx::query_scalar("SELECT payload FROM updates WHERE update_id = ?1")
+            .bind(update_id)
+            .fetch_one(&store.write)
+            .await
+            .expect("row")
+    }
+
+    #[tokio::test]
+    async fn delete_erases_a_dead_letter_its_sender_sent() {
+        let (store, _dir) = store().await;
+        let letter = |own_id, user_id| DeadLetter {
+            own_id: Some(own_id),
+            chat_id: user_id,
+            user_id,
+            payload: "their words",
+            error: "unknown_shape",
+        };
+        store
+            .insert_dead_letter(1, &letter(5, Some(43)))
+            .await
+            .expect("stored");
+        store
+            .insert_dead_letter(1, &letter(6, Some(44)))
+            .await
+            .expect("stored");
+        store
+            .delete_user(crate::store::UserId(43))
+            .await
+            .expect("delete");
+        assert_eq!(payload_of(&store, 5).await, None);
+        assert_eq!(payload_of(&store, 6).await.as_deref(), Some("their words"));
+    }
+
+    #[tokio::test]
+    async fn a_long_queue_in_one_chat_keeps_no_other_chat_out() {
+        let (store, _dir) = store().await;
         let mut rows: Vec<(i64, i64)> = (1..=30).map(|id| (id, -100)).collect();
         rows.extend([(31, 7), (40, 8), (41, 8), (50, 9), (51, 9)]);
         let updates: Vec<NewUpdate<'_>> = rows
