@@ -1142,6 +1142,7 @@ async fn on_callback<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
     store: Store,
+    taking: Taking,
 ) -> HandlerResult {
     let user_id = user_id_of(query.from.id).unwrap_or_default();
     // A group member the bot does not know may press someone else's button.
@@ -1177,8 +1178,11 @@ async fn on_callback<B: TgBot>(
     let _ = answered.await;
     let reply = match answer {
         DeleteAnswer::Yes if journal.is_allowed(user_id) => {
-            match commands::delete_confirmed(&store, user_id, language).await {
-                Ok(reply) => reply,
+            match commands::delete_pressed(&store, user_id, language, Some(taking.key())).await {
+                Ok(reply) => {
+                    taking.marked_by_store();
+                    reply
+                }
                 Err(error) => {
                     tracing::error!(%error, user_id = user_id.get(), "delete failed");
                     Reply::new().text(commands::failure_sentence(language))

@@ -415,25 +415,37 @@ impl Store {
     }
 }
 
-/// `/delete`: inside the erasure's transaction, the user's payloads go (the bare ids
-/// stay, so a re-delivery is still a duplicate), the button press being handled among
-/// them. Messages still to be handled keep theirs: they wait behind the press in its
-/// chat, written after it — the user's new words.
+/// `/delete`: inside the erasure's transaction, the payloads of the user's rows handled
+/// or dead go (the bare ids stay, so a re-delivery is still a duplicate), and the
+/// button press that asked for it (`pressed`) is erased and marked handled in the same
+/// transaction — a crash after the commit cannot leave it to be handled again without
+/// its payload. Rows still to be handled keep theirs: they wait behind the press in
+/// its chat, written after it — the user's new words, or a second tap.
 pub(super) async fn erase_payloads_in(
     conn: &mut SqliteConnection,
     user_id: super::UserId,
+    pressed: Option<UpdateKey>,
 ) -> Result<u64, StoreError> {
-    Ok(sqlx::query(
+    let mut erased = sqlx::query(
         "UPDATE updates SET payload = NULL
-         WHERE user_id = ?1 AND payload IS NOT NULL
-           AND (handled_at IS NOT NULL OR dead = 1
-                OR (CASE WHEN json_valid(payload)
-                    THEN json_type(payload, '$.callback_query') END) IS NOT NULL)",
+         WHERE user_id = ?1 AND payload IS NOT NULL AND (handled_at IS NOT NULL OR dead = 1)",
     )
     .bind(user_id)
     .execute(&mut *conn)
     .await?
-    .rows_affected())
+    .rows_affected();
+    if let Some(key) = pressed {
+        erased += sqlx::query(
+            "UPDATE updates SET payload = NULL, handled_at = coalesce(handled_at, datetime('now'))
+             WHERE bot_id = ?1 AND update_id = ?2",
+        )
+        .bind(key.bot_id)
+        .bind(key.update_id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    }
+    Ok(erased)
 }
 
 impl Store {
@@ -508,6 +520,44 @@ mod tests {
             .expect("delete");
         assert_eq!(payload_of(&store, 5).await, None);
         assert_eq!(payload_of(&store, 6).await.as_deref(), Some("their words"));
+    }
+
+    #[tokio::test]
+    async fn delete_erases_the_press_and_marks_it_handled_and_leaves_rows_still_waiting() {
+        let (store, _dir) = store().await;
+        let row = |update_id| NewUpdate {
+            update_id,
+            chat_id: Some(43),
+            user_id: Some(43),
+            payload: r#"{"callback_query": {}}"#,
+        };
+        store
+            .insert_updates(1, &[row(10), row(11), row(12)])
+            .await
+            .expect("stored");
+        let key = |update_id| UpdateKey {
+            bot_id: 1,
+            update_id,
+        };
+        store.mark_update_handled(key(10)).await.expect("handled");
+        store
+            .delete_user_pressing(crate::store::UserId(43), Some(key(11)))
+            .await
+            .expect("delete");
+        assert_eq!(payload_of(&store, 10).await, None, "handled: erased");
+        assert_eq!(payload_of(&store, 11).await, None, "the press: erased");
+        assert!(
+            payload_of(&store, 12).await.is_some(),
+            "a second tap waiting keeps its payload"
+        );
+        let waiting: Vec<i64> = store
+            .unhandled_updates(1, 8, 100)
+            .await
+            .expect("rows")
+            .iter()
+            .map(|row| row.update_id)
+            .collect();
+        assert_eq!(waiting, [12], "the press is handled with the deletion");
     }
 
     #[tokio::test]
