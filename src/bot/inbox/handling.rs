@@ -439,8 +439,8 @@ impl Inbox {
         }
     }
 
-    /// A failed try: recorded, the user told once that the message is not saved yet
-    /// (and, when it is given up, to send it again). `true` when the lane moves on.
+    /// A failed try: recorded; for an entry not stored, the user told once that it is
+    /// not saved yet (and, when it is given up, to send it again). `true` when the lane moves on.
     /// An entry the store could not take for now ([`is_no_room`]: a full disk) is tried
     /// again for as long as that lasts, never given up: the user was told it will be
     /// taken.
@@ -452,6 +452,9 @@ impl Inbox {
         notice: Option<super::NotSaved>,
         backoff: Backoff,
     ) -> bool {
+        // "Not saved yet" and "send it again" are about an entry (a message, a voice
+        // note, an edit) that could not be stored; a failing command gets neither.
+        let notice = notice.filter(|_| is_not_saved(error));
         if is_no_room(error) {
             let tries = {
                 let mut lanes = self.lanes();
@@ -509,6 +512,14 @@ impl Inbox {
     }
 }
 
+/// Whether `error` is an entry (a message, a voice note, an edit) not stored.
+fn is_not_saved(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<crate::journal::EntryError>(),
+        Some(crate::journal::EntryError::NotSaved(_))
+    )
+}
+
 /// Whether `error` is an entry the store could not take for now: the disk full, an
 /// I/O error, the database busy, a commit not synced. Any other failure (a constraint,
 /// a bug) would fail again the same way, and counts toward `dead`.
@@ -547,6 +558,46 @@ pub(in crate::bot) mod tests {
 
     fn taking(inbox: &Inbox, update_id: i64) -> Taking {
         Taking::for_test(inbox, update_id, 0)
+    }
+
+    #[tokio::test]
+    async fn only_an_entry_not_stored_is_told_not_saved_or_given_up() {
+        let (inbox, _dir) = inbox().await;
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let notice: super::super::Notice = {
+            let told = Arc::clone(&told);
+            Arc::new(move |_, kind| {
+                told.lock().expect("lock").push(kind);
+                async { true }.boxed()
+            })
+        };
+        let inbox = Inbox::new(inbox.store().clone(), 1, notice);
+        let who = super::super::NotSaved {
+            update_id: 3,
+            chat_id: 4,
+            user_id: 4,
+            message_id: 5,
+            language_code: None,
+        };
+        let backoff = Backoff {
+            min: Duration::from_secs(30),
+            max: Duration::from_secs(60),
+        };
+        let key = UpdateKey {
+            bot_id: 1,
+            update_id: 3,
+        };
+        // No row: the failure finds nothing to retry, the update is given up.
+        let command = anyhow::anyhow!("/tz: the store failed");
+        inbox
+            .failed(key, &command, 4, Some(who.clone()), backoff)
+            .await;
+        assert!(told.lock().expect("lock").is_empty(), "a command: nothing");
+        let entry = anyhow::Error::from(crate::journal::EntryError::NotSaved(
+            crate::store::StoreError::NotMigrated,
+        ));
+        inbox.failed(key, &entry, 4, Some(who), backoff).await;
+        assert_eq!(*told.lock().expect("lock"), [NoticeKind::GivenUp]);
     }
 
     #[tokio::test]
