@@ -601,6 +601,31 @@ pub(in crate::bot) mod tests {
     }
 
     #[tokio::test]
+    async fn an_update_whose_mark_failed_is_marked_on_a_later_pass_and_then_forgotten() {
+        let (inbox, _dir) = inbox().await;
+        let row = crate::store::NewUpdate {
+            update_id: 8,
+            chat_id: Some(2),
+            user_id: Some(2),
+            payload: "{}",
+        };
+        inbox
+            .store()
+            .insert_updates(1, &[row])
+            .await
+            .expect("stored");
+        inbox.lanes().done.insert(8);
+        inbox.mark_done().await;
+        assert!(inbox.lanes().done.is_empty());
+        let waiting = inbox
+            .store()
+            .unhandled_updates(1, 8, 100)
+            .await
+            .expect("rows");
+        assert!(waiting.is_empty(), "marked handled");
+    }
+
+    #[tokio::test]
     async fn a_deferred_update_whose_mark_fails_is_not_handed_over_again() {
         let (inbox, _dir) = inbox().await;
         let done = taking(&inbox, 7).defer();
