@@ -29,6 +29,20 @@ pub struct NewUpdate<'a> {
     pub payload: &'a str,
 }
 
+/// A dead letter to commit (see [`Store::insert_dead_letter`]).
+#[derive(Debug, Clone)]
+pub struct DeadLetter<'a> {
+    /// The update's own id, when it has one (an update of an unknown shape).
+    pub own_id: Option<i64>,
+    /// The chat and sender its raw JSON names, if any: `/delete` erases by sender.
+    pub chat_id: Option<i64>,
+    pub user_id: Option<i64>,
+    /// The body as it came.
+    pub payload: &'a str,
+    /// What was wrong (a fixed word).
+    pub error: &'a str,
+}
+
 /// An update not handled yet and not dead, as the handling loop reads it.
 #[derive(Debug, Clone, FromRow)]
 pub struct InboxUpdate {
@@ -215,43 +229,48 @@ impl Store {
     }
 
     /// Commits a dead letter, durably: `dead = 1`, its text in `payload`, `error` the
-    /// kind of what was wrong. With an id of its own (`Some`, an update of an unknown
-    /// shape) it takes that id (`None` when that id is already there); without, the
-    /// lowest id of the bot so far minus one (at most -1), chosen inside the insert, so
-    /// it never takes an id Telegram could send. Returns the id it was kept under.
+    /// kind of what was wrong, with the chat and sender its JSON names. With an id of
+    /// its own (`Some`, an update of an unknown shape) it takes that id (`None` when
+    /// that id is already there); without, the lowest id of the bot so far minus one
+    /// (at most -1), chosen inside the insert, so it never takes an id Telegram could
+    /// send. Returns the id it was kept under.
     pub async fn insert_dead_letter(
         &self,
         bot_id: i64,
-        own_id: Option<i64>,
-        payload: &str,
-        error: &str,
+        letter: &DeadLetter<'_>,
     ) -> Result<Option<i64>, StoreError> {
         self.durably(retry_busy("insert_dead_letter", || async {
-            let rows: Vec<i64> = match own_id {
+            let rows: Vec<i64> = match letter.own_id {
                 Some(id) => {
                     sqlx::query_scalar(
-                        "INSERT INTO updates (bot_id, update_id, payload, dead, error)
-                         VALUES (?1, ?2, ?3, 1, ?4)
+                        "INSERT INTO updates
+                             (bot_id, update_id, payload, dead, error, chat_id, user_id)
+                         VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)
                          ON CONFLICT (bot_id, update_id) DO NOTHING
                          RETURNING update_id",
                     )
                     .bind(bot_id)
                     .bind(id)
-                    .bind(payload)
-                    .bind(error)
+                    .bind(letter.payload)
+                    .bind(letter.error)
+                    .bind(letter.chat_id)
+                    .bind(letter.user_id)
                     .fetch_all(&self.write)
                     .await?
                 }
                 None => {
                     sqlx::query_scalar(
-                        "INSERT INTO updates (bot_id, update_id, payload, dead, error)
-                         SELECT ?1, min(coalesce(min(update_id), 0), 0) - 1, ?2, 1, ?3
+                        "INSERT INTO updates
+                             (bot_id, update_id, payload, dead, error, chat_id, user_id)
+                         SELECT ?1, min(coalesce(min(update_id), 0), 0) - 1, ?2, 1, ?3, ?4, ?5
                          FROM updates WHERE bot_id = ?1
                          RETURNING update_id",
                     )
                     .bind(bot_id)
-                    .bind(payload)
-                    .bind(error)
+                    .bind(letter.payload)
+                    .bind(letter.error)
+                    .bind(letter.chat_id)
+                    .bind(letter.user_id)
                     .fetch_all(&self.write)
                     .await?
                 }
@@ -262,18 +281,34 @@ impl Store {
     }
 
     /// The bot's updates not handled and not dead, by chat and then `update_id` — the
-    /// order they are handled in — at most `limit`.
+    /// order they are handled in: at most `per_chat` of each chat (only its first while
+    /// that one waits for its retry), the first of every chat before any chat's second,
+    /// at most `limit` in all — so one chat with a long queue never keeps the others
+    /// out. An update with no chat is a chat of its own.
     pub async fn unhandled_updates(
         &self,
         bot_id: i64,
+        per_chat: i64,
         limit: i64,
     ) -> Result<Vec<InboxUpdate>, StoreError> {
         Ok(sqlx::query_as::<_, InboxUpdate>(
-            "SELECT update_id, chat_id, user_id, payload, failures, next_try_at
-             FROM updates WHERE bot_id = ?1 AND handled_at IS NULL AND dead = 0
-             ORDER BY chat_id, update_id LIMIT ?2",
+            "SELECT update_id, chat_id, user_id, payload, failures, next_try_at FROM (
+                 SELECT * FROM (
+                     SELECT update_id, chat_id, user_id, payload, failures, next_try_at,
+                         row_number() OVER lane AS nth,
+                         coalesce(julianday(first_value(next_try_at) OVER lane)
+                                  > julianday('now'), 0) AS waiting
+                     FROM updates WHERE bot_id = ?1 AND handled_at IS NULL AND dead = 0
+                     WINDOW lane AS (PARTITION BY chat_id IS NULL, coalesce(chat_id, update_id)
+                                     ORDER BY update_id)
+                 )
+                 WHERE nth <= CASE WHEN waiting THEN 1 ELSE ?2 END
+                 ORDER BY nth, chat_id, update_id LIMIT ?3
+             )
+             ORDER BY chat_id, update_id",
         )
         .bind(bot_id)
+        .bind(per_chat)
         .bind(limit)
         // The writer's view: a read connection may see a snapshot from before the last
         // `handled_at` (on a full disk the WAL index cannot grow for it), and the loop
@@ -380,25 +415,37 @@ impl Store {
     }
 }
 
-/// `/delete`: inside the erasure's transaction, the user's payloads go (the bare ids
-/// stay, so a re-delivery is still a duplicate), the button press being handled among
-/// them. Messages still to be handled keep theirs: they wait behind the press in its
-/// chat, written after it — the user's new words.
+/// `/delete`: inside the erasure's transaction, the payloads of the user's rows handled
+/// or dead go (the bare ids stay, so a re-delivery is still a duplicate), and the
+/// button press that asked for it (`pressed`) is erased and marked handled in the same
+/// transaction — a crash after the commit cannot leave it to be handled again without
+/// its payload. Rows still to be handled keep theirs: they wait behind the press in
+/// its chat, written after it — the user's new words, or a second tap.
 pub(super) async fn erase_payloads_in(
     conn: &mut SqliteConnection,
     user_id: super::UserId,
+    pressed: Option<UpdateKey>,
 ) -> Result<u64, StoreError> {
-    Ok(sqlx::query(
+    let mut erased = sqlx::query(
         "UPDATE updates SET payload = NULL
-         WHERE user_id = ?1 AND payload IS NOT NULL
-           AND (handled_at IS NOT NULL OR dead = 1
-                OR (CASE WHEN json_valid(payload)
-                    THEN json_type(payload, '$.callback_query') END) IS NOT NULL)",
+         WHERE user_id = ?1 AND payload IS NOT NULL AND (handled_at IS NOT NULL OR dead = 1)",
     )
     .bind(user_id)
     .execute(&mut *conn)
     .await?
-    .rows_affected())
+    .rows_affected();
+    if let Some(key) = pressed {
+        erased += sqlx::query(
+            "UPDATE updates SET payload = NULL, handled_at = coalesce(handled_at, datetime('now'))
+             WHERE bot_id = ?1 AND update_id = ?2",
+        )
+        .bind(key.bot_id)
+        .bind(key.update_id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    }
+    Ok(erased)
 }
 
 impl Store {
@@ -425,5 +472,134 @@ impl Store {
             "a stored update cannot be handled; it is marked dead and its chat moves on"
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn store() -> (Store, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("u.db").display());
+        let store = Store::open_and_migrate(&url, std::time::Duration::from_secs(5))
+            .await
+            .expect("store");
+        (store, dir)
+    }
+
+    async fn payload_of(store: &Store, update_id: i64) -> Option<String> {
+        sqlx::query_scalar("SELECT payload FROM updates WHERE update_id = ?1")
+            .bind(update_id)
+            .fetch_one(&store.write)
+            .await
+            .expect("row")
+    }
+
+    #[tokio::test]
+    async fn delete_erases_a_dead_letter_its_sender_sent() {
+        let (store, _dir) = store().await;
+        let letter = |own_id, user_id| DeadLetter {
+            own_id: Some(own_id),
+            chat_id: user_id,
+            user_id,
+            payload: "their words",
+            error: "unknown_shape",
+        };
+        store
+            .insert_dead_letter(1, &letter(5, Some(43)))
+            .await
+            .expect("stored");
+        store
+            .insert_dead_letter(1, &letter(6, Some(44)))
+            .await
+            .expect("stored");
+        store
+            .delete_user(crate::store::UserId(43))
+            .await
+            .expect("delete");
+        assert_eq!(payload_of(&store, 5).await, None);
+        assert_eq!(payload_of(&store, 6).await.as_deref(), Some("their words"));
+    }
+
+    #[tokio::test]
+    async fn delete_erases_the_press_and_marks_it_handled_and_leaves_rows_still_waiting() {
+        let (store, _dir) = store().await;
+        let row = |update_id| NewUpdate {
+            update_id,
+            chat_id: Some(43),
+            user_id: Some(43),
+            payload: r#"{"callback_query": {}}"#,
+        };
+        store
+            .insert_updates(1, &[row(10), row(11), row(12)])
+            .await
+            .expect("stored");
+        let key = |update_id| UpdateKey {
+            bot_id: 1,
+            update_id,
+        };
+        store.mark_update_handled(key(10)).await.expect("handled");
+        store
+            .delete_user_pressing(crate::store::UserId(43), Some(key(11)))
+            .await
+            .expect("delete");
+        assert_eq!(payload_of(&store, 10).await, None, "handled: erased");
+        assert_eq!(payload_of(&store, 11).await, None, "the press: erased");
+        assert!(
+            payload_of(&store, 12).await.is_some(),
+            "a second tap waiting keeps its payload"
+        );
+        let waiting: Vec<i64> = store
+            .unhandled_updates(1, 8, 100)
+            .await
+            .expect("rows")
+            .iter()
+            .map(|row| row.update_id)
+            .collect();
+        assert_eq!(waiting, [12], "the press is handled with the deletion");
+    }
+
+    #[tokio::test]
+    async fn a_long_queue_in_one_chat_keeps_no_other_chat_out() {
+        let (store, _dir) = store().await;
+        let mut rows: Vec<(i64, i64)> = (1..=30).map(|id| (id, -100)).collect();
+        rows.extend([(31, 7), (40, 8), (41, 8), (50, 9), (51, 9)]);
+        let updates: Vec<NewUpdate<'_>> = rows
+            .iter()
+            .map(|&(update_id, chat)| NewUpdate {
+                update_id,
+                chat_id: Some(chat),
+                user_id: Some(chat),
+                payload: "{}",
+            })
+            .collect();
+        store.insert_updates(1, &updates).await.expect("stored");
+        let later = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+        let key = UpdateKey {
+            bot_id: 1,
+            update_id: 40,
+        };
+        store
+            .record_update_failure(key, "handler_failed", later)
+            .await
+            .expect("failure");
+        let fetched: Vec<(Option<i64>, i64)> = store
+            .unhandled_updates(1, 4, 9)
+            .await
+            .expect("rows")
+            .iter()
+            .map(|row| (row.chat_id, row.update_id))
+            .collect();
+        let chat =
+            |c: i64, ids: &[i64]| ids.iter().map(move |&id| (Some(c), id)).collect::<Vec<_>>();
+        let expected: Vec<_> = [
+            chat(-100, &[1, 2, 3, 4]),
+            chat(7, &[31]),
+            chat(8, &[40]), // its first waits: the rest of the chat is not read
+            chat(9, &[50, 51]),
+        ]
+        .concat();
+        assert_eq!(fetched, expected);
     }
 }

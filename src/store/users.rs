@@ -153,6 +153,16 @@ impl Store {
     /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
     /// many logs went.
     pub async fn delete_user(&self, user_id: UserId) -> Result<u64, StoreError> {
+        self.delete_user_pressing(user_id, None).await
+    }
+
+    /// [`Store::delete_user`] asked for by the button press `pressed` (an inbox row):
+    /// it is erased and marked handled in the same transaction.
+    pub async fn delete_user_pressing(
+        &self,
+        user_id: UserId,
+        pressed: Option<super::UpdateKey>,
+    ) -> Result<u64, StoreError> {
         self.durably(retry_busy("delete_user", || async {
             let mut tx = self.write.begin().await?;
             let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
@@ -160,7 +170,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-            super::updates::erase_payloads_in(&mut tx, user_id).await?;
+            super::updates::erase_payloads_in(&mut tx, user_id, pressed).await?;
             sqlx::query("DELETE FROM users WHERE user_id = ?1")
                 .bind(user_id)
                 .execute(&mut *tx)

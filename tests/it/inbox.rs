@@ -345,7 +345,16 @@ async fn retention_drops_payloads_after_a_day_and_rows_after_a_week() {
         .await
         .expect("insert");
     store
-        .insert_dead_letter(9, None, "garbage", "not_json")
+        .insert_dead_letter(
+            9,
+            &daylog::store::DeadLetter {
+                own_id: None,
+                chat_id: None,
+                user_id: None,
+                payload: "garbage",
+                error: "not_json",
+            },
+        )
         .await
         .expect("dead letter");
     store
