@@ -524,7 +524,18 @@ pub async fn delete_confirmed(
     user_id: UserId,
     language: Language,
 ) -> Result<Reply, StoreError> {
-    let entries = store.delete_user(user_id).await?;
+    delete_pressed(store, user_id, language, None).await
+}
+
+/// [`delete_confirmed`] by the button press `pressed` (an inbox row), which is erased
+/// and marked handled with the deletion.
+pub async fn delete_pressed(
+    store: &Store,
+    user_id: UserId,
+    language: Language,
+    pressed: Option<crate::store::UpdateKey>,
+) -> Result<Reply, StoreError> {
+    let entries = store.delete_user_pressing(user_id, pressed).await?;
     tracing::info!(
         user_id = user_id.get(),
         entries,

@@ -201,6 +201,9 @@ async fn scrape(State(scrape): State<Scrape>) -> impl IntoResponse {
     for (provider, model, key, cooling) in scrape.llm.cooling_now() {
         crate::observe::llm_cooling(&provider, &model, key, cooling);
     }
+    for (provider, model, key, left) in scrape.llm.budgets_left_now() {
+        crate::observe::llm_budget_left(&provider, &model, key, left.minute, left.day);
+    }
     (
         [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
         crate::observe::render(scrape.handle),

@@ -36,6 +36,9 @@ pub const TELEGRAM_CALLS: &str = "daylog_telegram_calls_total";
 /// 1 while a key of a step is cooling down (skipped), else 0; by `provider`, `model`
 /// and `key` (its index, `none` for a provider without keys). Read at each scrape.
 pub const LLM_COOLDOWN: &str = "daylog_llm_cooldown";
+/// `daylog_llm_budget_left_requests{provider,model,key,window}`: requests a key's
+/// budget has left now, `window` "minute" or "day" (only the windows declared).
+pub const LLM_BUDGET_LEFT: &str = "daylog_llm_budget_left_requests";
 /// Updates received by `kind` (`message`, `edited_message`, `callback_query`, `other`,
 /// `invalid`: a dead letter) and `outcome` (`stored`, `duplicate`, `dead_letter`,
 /// `not_stored`: the commit failed).
@@ -152,6 +155,32 @@ pub fn llm_cooling(provider: &str, model: &str, key: Option<usize>, cooling: boo
         ("key", key),
     ];
     metrics::gauge!(LLM_COOLDOWN, &labels).set(if cooling { 1.0 } else { 0.0 });
+}
+
+/// What a key's budget has left now, in requests, per declared window: this minute and
+/// today (set before each render).
+pub fn llm_budget_left(
+    provider: &str,
+    model: &str,
+    key: Option<usize>,
+    minute: Option<u64>,
+    day: Option<u64>,
+) {
+    let key = key.map_or_else(|| "none".to_owned(), |index| index.to_string());
+    for (window, left) in [("minute", minute), ("day", day)] {
+        let Some(left) = left else { continue };
+        let labels = [
+            ("provider", provider.to_owned()),
+            ("model", model.to_owned()),
+            ("key", key.clone()),
+            ("window", window.to_owned()),
+        ];
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "a count of requests, far below 2^52"
+        )]
+        metrics::gauge!(LLM_BUDGET_LEFT, &labels).set(left as f64);
+    }
 }
 
 /// The process's Prometheus recorder, installed on the first call (the `metrics`

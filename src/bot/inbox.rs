@@ -89,6 +89,9 @@ enum Parsed {
     Dead {
         own_id: Option<i64>,
         why: &'static str,
+        /// Read from the raw JSON where it has them, so that `/delete` finds the row.
+        chat_id: Option<i64>,
+        user_id: Option<i64>,
     },
 }
 
@@ -171,7 +174,15 @@ impl Inbox {
                     crate::observe::update_received(kind, outcome_label(outcome));
                     outcome
                 }
-                Parsed::Dead { own_id, why } => self.dead_letter(*own_id, why, text).await?,
+                Parsed::Dead {
+                    own_id,
+                    why,
+                    chat_id,
+                    user_id,
+                } => {
+                    self.dead_letter(*own_id, why, (*chat_id, *user_id), text)
+                        .await?
+                }
             };
             received.push(outcome);
         }
@@ -185,12 +196,20 @@ impl Inbox {
         &self,
         own_id: Option<i64>,
         why: &'static str,
+        (chat_id, user_id): (Option<i64>, Option<i64>),
         text: &str,
     ) -> Result<Received, ReceiveError> {
+        let letter = crate::store::DeadLetter {
+            own_id,
+            chat_id,
+            user_id,
+            payload: text,
+            error: why,
+        };
         match self
             .0
             .store
-            .insert_dead_letter(self.0.bot_id, own_id, text, why)
+            .insert_dead_letter(self.0.bot_id, &letter)
             .await
         {
             Ok(Some(kept_as)) => {
@@ -281,8 +300,11 @@ fn parse(body: &[u8]) -> Parsed {
         return Parsed::Dead {
             own_id: None,
             why: "not_json",
+            chat_id: None,
+            user_id: None,
         };
     };
+    let (chat_id, user_id) = raw_chat_and_sender(&value);
     // Telegram's ids are unsigned 32-bit numbers (teloxide's `UpdateId`).
     let id = value
         .get("update_id")
@@ -292,6 +314,8 @@ fn parse(body: &[u8]) -> Parsed {
         return Parsed::Dead {
             own_id: None,
             why: "no_update_id",
+            chat_id,
+            user_id,
         };
     };
     let id = i64::from(id);
@@ -303,6 +327,8 @@ fn parse(body: &[u8]) -> Parsed {
             return Parsed::Dead {
                 own_id: Some(id),
                 why: "unknown_shape",
+                chat_id,
+                user_id,
             };
         }
     };
@@ -314,6 +340,25 @@ fn parse(body: &[u8]) -> Parsed {
         kind: kind_label(&update.kind),
         notice,
     }
+}
+
+/// The chat and the sender of a body teloxide may not read, from its raw JSON: the
+/// `chat.id` and `from.id` of a `message` or `edited_message`, or a `callback_query`'s
+/// `from.id` and its message's `chat.id`.
+fn raw_chat_and_sender(value: &serde_json::Value) -> (Option<i64>, Option<i64>) {
+    let id = |value: Option<&serde_json::Value>| value.and_then(serde_json::Value::as_i64);
+    for key in ["message", "edited_message"] {
+        if let Some(msg) = value.get(key) {
+            return (id(msg.pointer("/chat/id")), id(msg.pointer("/from/id")));
+        }
+    }
+    if let Some(query) = value.get("callback_query") {
+        return (
+            id(query.pointer("/message/chat/id")),
+            id(query.pointer("/from/id")),
+        );
+    }
+    (None, None)
 }
 
 /// Whom to tell when `update` cannot be stored or handled: the sender of a message
@@ -396,11 +441,48 @@ mod tests {
                 parse(body),
                 Parsed::Dead {
                     own_id: own,
-                    why: reason
+                    why: reason,
+                    chat_id: None,
+                    user_id: None,
                 },
                 "{}",
                 String::from_utf8_lossy(body)
             );
+        }
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_the_chat_and_sender_its_raw_json_names() {
+        let rows: [(&str, Option<i64>, Option<i64>); 4] = [
+            (
+                r#"{"update_id": 5, "message": {"text": 1, "chat": {"id": -42}, "from": {"id": 43}}}"#,
+                Some(-42),
+                Some(43),
+            ),
+            (
+                r#"{"update_id": 5, "edited_message": {"chat": {"id": 42}, "from": {"id": 42}}}"#,
+                Some(42),
+                Some(42),
+            ),
+            (
+                r#"{"update_id": 5, "callback_query": {"from": {"id": 43}, "message": {"chat": {"id": 44}}}}"#,
+                Some(44),
+                Some(43),
+            ),
+            (
+                r#"{"message": {"chat": {"id": 42}, "from": {"id": "x"}}}"#,
+                Some(42),
+                None,
+            ),
+        ];
+        for (body, chat, user) in rows {
+            let Parsed::Dead {
+                chat_id, user_id, ..
+            } = parse(body.as_bytes())
+            else {
+                panic!("a dead letter: {body}");
+            };
+            assert_eq!((chat_id, user_id), (chat, user), "{body}");
         }
     }
 }

@@ -780,10 +780,19 @@ impl Answers {
         F: Future<Output = HandlerResult> + Send + 'static,
     {
         self.0.spawn(async move {
-            if let Err(error) = work.await {
-                tracing::error!(%error, chat_id = chat, "command handling failed");
+            match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+                Ok(Ok(())) => done.handled().await,
+                Ok(Err(error)) => {
+                    tracing::error!(%error, chat_id = chat, "command handling failed");
+                    done.handled().await;
+                }
+                // A failure of its update, on the backoff (dead after the last try):
+                // released at once, it would panic again in a tight loop.
+                Err(_) => {
+                    tracing::error!(chat_id = chat, "a slow command panicked");
+                    done.failed("task_panicked").await;
+                }
             }
-            done.handled().await;
         });
     }
 
@@ -1133,6 +1142,7 @@ async fn on_callback<B: TgBot>(
     journal: Arc<Journal>,
     messenger: Arc<Telegram<B>>,
     store: Store,
+    taking: Taking,
 ) -> HandlerResult {
     let user_id = user_id_of(query.from.id).unwrap_or_default();
     // A group member the bot does not know may press someone else's button.
@@ -1168,8 +1178,11 @@ async fn on_callback<B: TgBot>(
     let _ = answered.await;
     let reply = match answer {
         DeleteAnswer::Yes if journal.is_allowed(user_id) => {
-            match commands::delete_confirmed(&store, user_id, language).await {
-                Ok(reply) => reply,
+            match commands::delete_pressed(&store, user_id, language, Some(taking.key())).await {
+                Ok(reply) => {
+                    taking.marked_by_store();
+                    reply
+                }
                 Err(error) => {
                     tracing::error!(%error, user_id = user_id.get(), "delete failed");
                     Reply::new().text(commands::failure_sentence(language))
@@ -1731,6 +1744,45 @@ mod tests {
             classify(unknown("Bad Gateway")),
             SendError::Transient(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_panicking_slow_command_is_a_failure_of_its_update_until_dead() {
+        let (inbox, _dir) = super::inbox::handling::tests::inbox().await;
+        let body = r#"{"update_id":9}"#;
+        let fresh = inbox
+            .store()
+            .insert_updates(
+                inbox.bot_id(),
+                &[crate::store::NewUpdate {
+                    update_id: 9,
+                    chat_id: Some(3),
+                    user_id: Some(3),
+                    payload: body,
+                }],
+            )
+            .await
+            .expect("stored");
+        assert_eq!(fresh, [true]);
+        for failures in 0..crate::store::UPDATE_MAX_FAILURES {
+            let answers = super::Answers::default();
+            let taking = super::Taking::for_test(&inbox, 9, failures);
+            answers.slow_command(3, async { panic!("a bug in /week") }, taking.defer());
+            answers.finished().await;
+            let rows = inbox
+                .store()
+                .unhandled_updates(inbox.bot_id(), 8, 100)
+                .await
+                .expect("rows");
+            let last = failures + 1 == crate::store::UPDATE_MAX_FAILURES;
+            assert_eq!(
+                rows.iter().map(|row| row.failures).collect::<Vec<_>>(),
+                if last { vec![] } else { vec![failures + 1] },
+                "try {failures}"
+            );
+        }
+        let counts = inbox.store().inbox_counts().await.expect("counts");
+        assert_eq!((counts.unhandled, counts.dead), (0, 1));
     }
 
     #[tokio::test]

@@ -158,6 +158,23 @@ fn day_number(now: SystemTime) -> u64 {
         / 86_400
 }
 
+/// A declared rate as 429s lowered it (`factor`): at least one request per window, since
+/// a budget is slowed, never closed.
+fn scaled_limit(limit: u32, factor: f64) -> usize {
+    let limit = (f64::from(limit) * factor).floor();
+    if limit < 1.0 { 1 } else { limit as usize }
+}
+
+/// What a budget has left now, in requests (the budget gauge): this minute — the
+/// declared per-minute rate as 429s lowered it, less the last minute's sends — and today
+/// — the declared daily quota less today's sends; both 0 while it is known spent (a
+/// named reset, a penalty). `None` where nothing is declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetLeft {
+    pub minute: Option<u64>,
+    pub day: Option<u64>,
+}
+
 /// When a request of `tokens` fits in a minute's budget of `limit` tokens, given what
 /// the last minute took; `None` when it fits now. A request larger than the whole budget
 /// fits once the minute has taken nothing.
@@ -234,11 +251,7 @@ impl Budgets {
         let Some(declared) = self.declared.get(&budget.provider) else {
             return until;
         };
-        let scaled = |limit: u32| -> usize {
-            let limit = (f64::from(limit) * state.factor).floor();
-            // At least one request per window: a budget is slowed, never closed.
-            if limit < 1.0 { 1 } else { limit as usize }
-        };
+        let scaled = |limit: u32| scaled_limit(limit, state.factor);
         let windows = [
             (declared.requests_per_second, SECOND),
             (declared.requests_per_minute, MINUTE),
@@ -361,6 +374,40 @@ impl Budgets {
         let mut states = self.lock();
         let state = states.entry(budget.clone()).or_default();
         self.spent_until(&budget, state, Instant::now(), tokens)
+    }
+
+    /// What the budget of this key of this step has left now.
+    pub fn left(&self, step: &StepId, key: Option<usize>) -> BudgetLeft {
+        let budget = self.key(step, key);
+        let now = Instant::now();
+        let mut states = self.lock();
+        let state = states.entry(budget.clone()).or_default();
+        // Asked for what it prunes: the sends older than a minute, a spend that is over.
+        let _room_again_at = self.spent_until(&budget, state, now, 0);
+        let spent = state.spent_until.is_some_and(|until| until > now);
+        let Some(declared) = self.declared.get(&budget.provider) else {
+            return BudgetLeft {
+                minute: None,
+                day: None,
+            };
+        };
+        let minute = declared.requests_per_minute.map(|limit| {
+            let limit = scaled_limit(limit, state.factor);
+            u64::try_from(limit.saturating_sub(state.sent.len())).unwrap_or(u64::MAX)
+        });
+        let day = declared.requests_per_day.map(|quota| {
+            let sent_today = if state.today.0 == day_number(SystemTime::now()) {
+                state.today.1
+            } else {
+                0
+            };
+            u64::from(quota.saturating_sub(sent_today))
+        });
+        let zero_if_spent = |left: Option<u64>| left.map(|n| if spent { 0 } else { n });
+        BudgetLeft {
+            minute: zero_if_spent(minute),
+            day: zero_if_spent(day),
+        }
     }
 
     /// The soonest moment a key of the step has budget, when none has it now.
@@ -610,6 +657,54 @@ mod tests {
             b.step_turn(&s, &[Some(0), Some(1)], 0),
             None,
             "another key has room"
+        );
+    }
+
+    #[test]
+    fn what_is_left_counts_the_sends_and_is_nothing_while_spent() {
+        let b = budgets(
+            "mistral",
+            BudgetSettings {
+                requests_per_minute: Some(3),
+                requests_per_day: Some(10),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("mistral", "small");
+        let left = |key| b.left(&s, key);
+        assert_eq!(
+            left(Some(0)),
+            BudgetLeft {
+                minute: Some(3),
+                day: Some(10)
+            }
+        );
+        assert!(b.admit(&s, Some(0), 0).is_ok());
+        assert!(b.admit(&s, Some(0), 0).is_ok());
+        assert_eq!(
+            left(Some(0)),
+            BudgetLeft {
+                minute: Some(1),
+                day: Some(8)
+            }
+        );
+        assert_eq!(left(Some(1)).minute, Some(3), "another key, another budget");
+        // A 429 that names nothing pauses the budget: nothing left until it returns.
+        assert!(b.learn(&s, Some(0), &Hint::default(), true).is_some());
+        assert_eq!(
+            left(Some(0)),
+            BudgetLeft {
+                minute: Some(0),
+                day: Some(0)
+            }
+        );
+        // Where nothing is declared, nothing is said.
+        assert_eq!(
+            b.left(&step("groq", "x"), None),
+            BudgetLeft {
+                minute: None,
+                day: None
+            }
         );
     }
 

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 pub use crate::llm_request::ChatRequest;
 pub use attempt::{Attempt, AttemptSink, NullSink, Outcome};
-pub use budget::SpentBudget;
+pub use budget::{BudgetLeft, SpentBudget};
 pub use error::{AttemptError, CascadeError, LlmError};
 pub use hedge::LatencySample;
 pub use task::{Audio, Completion, Parsed, Task};
@@ -411,28 +411,48 @@ impl Llm {
     /// Whether each key of each step cools now (the cooldown gauge): `(provider, model,
     /// key index, cooling)`, each (provider, model) once, since the tasks share it.
     pub fn cooling_now(&self) -> Vec<(String, String, Option<usize>, bool)> {
+        self.step_keys()
+            .into_iter()
+            .map(|(step, key)| {
+                let cooling = self.state.key_cooling_until(step, key).is_some();
+                (step.provider.clone(), step.model.clone(), key, cooling)
+            })
+            .collect()
+    }
+
+    /// What each key of each step has left of its budget now (the budget gauge):
+    /// `(provider, model, key index, left)`, each (provider, model) once. Models that
+    /// share a budget (one counted per key) show the same numbers.
+    pub fn budgets_left_now(&self) -> Vec<(String, String, Option<usize>, BudgetLeft)> {
+        self.step_keys()
+            .into_iter()
+            .map(|(step, key)| {
+                let left = self.state.budget_left(step, key);
+                (step.provider.clone(), step.model.clone(), key, left)
+            })
+            .collect()
+    }
+
+    /// Every key of every step, each step once (the tasks share a step's state).
+    fn step_keys(&self) -> Vec<(&StepId, Option<usize>)> {
         let mut seen = std::collections::BTreeSet::new();
-        let mut now = Vec::new();
+        let mut keys = Vec::new();
         for step in self
             .analysis
             .iter()
             .chain(&self.metrics)
             .chain(&self.transcription)
         {
-            if !seen.insert(step.id.no) {
-                continue;
-            }
-            for key in step.provider.key_slots() {
-                let cooling = self.state.key_cooling_until(&step.id, key).is_some();
-                now.push((
-                    step.id.provider.clone(),
-                    step.id.model.clone(),
-                    key,
-                    cooling,
-                ));
+            if seen.insert(step.id.no) {
+                keys.extend(
+                    step.provider
+                        .key_slots()
+                        .into_iter()
+                        .map(|key| (&step.id, key)),
+                );
             }
         }
-        now
+        keys
     }
 
     /// Names of the configured providers and whether each can be called.

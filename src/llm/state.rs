@@ -6,7 +6,7 @@
 
 use tokio::time::Instant;
 
-use crate::llm::budget::{Budgets, SpentBudget, Taken};
+use crate::llm::budget::{BudgetLeft, Budgets, SpentBudget, Taken};
 use crate::llm::budget_hint::Hint;
 use crate::llm::cooldown::{Cooldowns, StepId};
 
@@ -73,6 +73,8 @@ pub(crate) trait SharedState: Send + Sync {
     fn restore(&self, spent: &[SpentBudget]);
     /// Every budget known to be spent now (`true`: daily).
     fn spent_now(&self) -> Vec<(SpentBudget, bool)>;
+    /// What this key's budget has left now (the budget gauge).
+    fn budget_left(&self, step: &StepId, key: Option<usize>) -> BudgetLeft;
 }
 
 /// This process's shared state, in memory.
@@ -159,5 +161,8 @@ impl SharedState for LocalState {
     }
     fn spent_now(&self) -> Vec<(SpentBudget, bool)> {
         self.budgets.spent_now()
+    }
+    fn budget_left(&self, step: &StepId, key: Option<usize>) -> BudgetLeft {
+        self.budgets.left(step, key)
     }
 }

@@ -604,8 +604,8 @@ pub use read_only::{Backup, backup, open_postgres_for_sql, open_read_only, read_
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
 pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished};
 pub use updates::{
-    InboxCounts, InboxUpdate, NewUpdate, NextTry, Pruned, UPDATE_MAX_FAILURES, UpdateFailure,
-    UpdateKey,
+    DeadLetter, InboxCounts, InboxUpdate, NewUpdate, NextTry, Pruned, UPDATE_MAX_FAILURES,
+    UpdateFailure, UpdateKey,
 };
 pub use users::{NewUser, User};
 

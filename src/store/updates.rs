@@ -29,6 +29,20 @@ pub struct NewUpdate<'a> {
     pub payload: &'a str,
 }
 
+/// A dead letter to commit (see [`Store::insert_dead_letter`]).
+#[derive(Debug, Clone)]
+pub struct DeadLetter<'a> {
+    /// The update's own id, when it has one (an update of an unknown shape).
+    pub own_id: Option<i64>,
+    /// The chat and sender its raw JSON names, if any: `/delete` erases by sender.
+    pub chat_id: Option<i64>,
+    pub user_id: Option<i64>,
+    /// The body as it came.
+    pub payload: &'a str,
+    /// What was wrong (a fixed word).
+    pub error: &'a str,
+}
+
 /// An update not handled yet and not dead, as the handling loop reads it.
 #[derive(Debug, Clone, FromRow)]
 pub struct InboxUpdate {
@@ -98,22 +112,24 @@ const INSERT_UPDATE: &str = "INSERT INTO updates (bot_id, update_id, chat_id, us
      VALUES ($1, $2, $3, $4, $5)
      ON CONFLICT (bot_id, update_id) DO NOTHING";
 
-/// `/delete`: inside the erasure's transaction, the payloads of user `$1` go (the bare
-/// ids stay, so a re-delivery is still a duplicate), the button press being handled
-/// among them. Messages still to be handled keep theirs: they wait behind the press in
-/// its chat, written after it — the user's new words. (JSON that is no object has no
-/// press.)
-pub(super) const ERASE_PAYLOADS: Sql = Sql {
-    sqlite: "UPDATE updates SET payload = NULL
-             WHERE user_id = $1 AND payload IS NOT NULL
-               AND (handled_at IS NOT NULL OR dead = 1
-                    OR (CASE WHEN json_valid(payload)
-                        THEN json_type(payload, '$.callback_query') END) IS NOT NULL)",
-    postgres: "UPDATE updates SET payload = NULL
-               WHERE user_id = $1 AND payload IS NOT NULL
-                 AND (handled_at IS NOT NULL OR dead = 1
-                      OR coalesce(jsonb_typeof(daylog_json(payload)) = 'object'
-                                  AND daylog_json(payload) ? 'callback_query', false))",
+/// `/delete`: inside the erasure's transaction, the payloads of user `$1`'s rows handled
+/// or dead go (the bare ids stay, so a re-delivery is still a duplicate). Rows still to
+/// be handled keep theirs: they wait behind the press in its chat, written after it —
+/// the user's new words, or a second tap.
+pub(super) const ERASE_PAYLOADS: Sql = Sql::both(
+    "UPDATE updates SET payload = NULL
+     WHERE user_id = $1 AND payload IS NOT NULL AND (handled_at IS NOT NULL OR dead = 1)",
+);
+
+/// `/delete`: the button press that asked for it (`$1` the bot, `$2` the update id) is
+/// erased and marked handled in the deletion's transaction — a crash after the commit
+/// cannot leave it to be handled again without its payload.
+pub(super) const ERASE_PRESS: Sql = Sql {
+    sqlite: "UPDATE updates SET payload = NULL, handled_at = coalesce(handled_at, datetime('now'))
+             WHERE bot_id = $1 AND update_id = $2",
+    postgres: "UPDATE updates SET payload = NULL,
+                   handled_at = coalesce(handled_at, daylog_utc(now()))
+               WHERE bot_id = $1 AND update_id = $2",
 };
 
 /// A transaction on the writer connection that never outlives a failure. A COMMIT that
@@ -221,30 +237,32 @@ impl Store {
     }
 
     /// Commits a dead letter, durably: `dead = 1`, its text in `payload`, `error` the
-    /// kind of what was wrong. With an id of its own (`Some`, an update of an unknown
-    /// shape) it takes that id (`None` when that id is already there); without, the
-    /// lowest id of the bot so far minus one (at most -1), chosen inside the insert, so
-    /// it never takes an id Telegram could send. Returns the id it was kept under.
+    /// kind of what was wrong, with the chat and sender its JSON names. With an id of
+    /// its own (`Some`, an update of an unknown shape) it takes that id (`None` when
+    /// that id is already there); without, the lowest id of the bot so far minus one
+    /// (at most -1), chosen inside the insert, so it never takes an id Telegram could
+    /// send. Returns the id it was kept under.
     pub async fn insert_dead_letter(
         &self,
         bot_id: i64,
-        own_id: Option<i64>,
-        payload: &str,
-        error: &str,
+        letter: &DeadLetter<'_>,
     ) -> Result<Option<i64>, StoreError> {
         self.durably(retry_busy("insert_dead_letter", || async {
-            let rows: Vec<i64> = on_db!(self, write, |pool| match own_id {
+            let rows: Vec<i64> = on_db!(self, write, |pool| match letter.own_id {
                 Some(id) => {
                     sqlx::query_scalar(
-                        "INSERT INTO updates (bot_id, update_id, payload, dead, error)
-                         VALUES ($1, $2, $3, 1, $4)
+                        "INSERT INTO updates
+                             (bot_id, update_id, payload, dead, error, chat_id, user_id)
+                         VALUES ($1, $2, $3, 1, $4, $5, $6)
                          ON CONFLICT (bot_id, update_id) DO NOTHING
                          RETURNING update_id",
                     )
                     .bind(bot_id)
                     .bind(id)
-                    .bind(payload)
-                    .bind(error)
+                    .bind(letter.payload)
+                    .bind(letter.error)
+                    .bind(letter.chat_id)
+                    .bind(letter.user_id)
                     .fetch_all(pool)
                     .await?
                 }
@@ -253,15 +271,18 @@ impl Store {
                     // violation is "busy" (`StoreError::is_busy`) and its retry takes the
                     // next one. SQLite's writer lock orders them.
                     sqlx::query_scalar(&format!(
-                        "INSERT INTO updates (bot_id, update_id, payload, dead, error)
-                         SELECT $1, {least}(coalesce(min(update_id), 0), 0) - 1, $2, 1, $3
+                        "INSERT INTO updates
+                             (bot_id, update_id, payload, dead, error, chat_id, user_id)
+                         SELECT $1, {least}(coalesce(min(update_id), 0), 0) - 1, $2, 1, $3, $4, $5
                          FROM updates WHERE bot_id = $1
                          RETURNING update_id",
                         least = LEAST.on(pool)
                     ))
                     .bind(bot_id)
-                    .bind(payload)
-                    .bind(error)
+                    .bind(letter.payload)
+                    .bind(letter.error)
+                    .bind(letter.chat_id)
+                    .bind(letter.user_id)
                     .fetch_all(pool)
                     .await?
                 }
@@ -272,24 +293,52 @@ impl Store {
     }
 
     /// The bot's updates not handled and not dead, by chat and then `update_id` — the
-    /// order they are handled in — at most `limit`.
+    /// order they are handled in: at most `per_chat` of each chat (only its first while
+    /// that one waits for its retry), the first of every chat before any chat's second,
+    /// at most `limit` in all — so one chat with a long queue never keeps the others
+    /// out. An update with no chat is a chat of its own.
     pub async fn unhandled_updates(
         &self,
         bot_id: i64,
+        per_chat: i64,
         limit: i64,
     ) -> Result<Vec<InboxUpdate>, StoreError> {
-        // SQLite sorts NULL first, PostgreSQL last unless told.
+        // One text per backend: SQLite's julianday against PostgreSQL's daylog_moment
+        // (NULL for text that is no moment: not waiting), and NULL chats first on both.
         const UNHANDLED: Sql = Sql {
-            sqlite: "SELECT update_id, chat_id, user_id, payload, failures, next_try_at
+            sqlite: "SELECT update_id, chat_id, user_id, payload, failures, next_try_at FROM (
+                 SELECT * FROM (
+                     SELECT update_id, chat_id, user_id, payload, failures, next_try_at,
+                         row_number() OVER lane AS nth,
+                         coalesce(julianday(first_value(next_try_at) OVER lane)
+                                  > julianday('now'), 0) AS waiting
                      FROM updates WHERE bot_id = $1 AND handled_at IS NULL AND dead = 0
-                     ORDER BY chat_id, update_id LIMIT $2",
-            postgres: "SELECT update_id, chat_id, user_id, payload, failures, next_try_at
-                       FROM updates WHERE bot_id = $1 AND handled_at IS NULL AND dead = 0
-                       ORDER BY chat_id NULLS FIRST, update_id LIMIT $2",
+                     WINDOW lane AS (PARTITION BY chat_id IS NULL, coalesce(chat_id, update_id)
+                                     ORDER BY update_id)
+                 ) AS lanes
+                 WHERE nth <= CASE WHEN waiting THEN 1 ELSE $2 END
+                 ORDER BY nth, chat_id, update_id LIMIT $3
+             ) AS fetched
+             ORDER BY chat_id, update_id",
+            postgres: "SELECT update_id, chat_id, user_id, payload, failures, next_try_at FROM (
+                 SELECT * FROM (
+                     SELECT update_id, chat_id, user_id, payload, failures, next_try_at,
+                         row_number() OVER lane AS nth,
+                         coalesce(daylog_moment(first_value(next_try_at) OVER lane)
+                                  > now(), false) AS waiting
+                     FROM updates WHERE bot_id = $1 AND handled_at IS NULL AND dead = 0
+                     WINDOW lane AS (PARTITION BY chat_id IS NULL, coalesce(chat_id, update_id)
+                                     ORDER BY update_id)
+                 ) AS lanes
+                 WHERE nth <= CASE WHEN waiting THEN 1 ELSE $2 END
+                 ORDER BY nth, chat_id NULLS FIRST, update_id LIMIT $3
+             ) AS fetched
+             ORDER BY chat_id NULLS FIRST, update_id",
         };
         Ok(on_db!(self, write, |pool| {
             sqlx::query_as::<_, InboxUpdate>(UNHANDLED.on(pool))
                 .bind(bot_id)
+                .bind(per_chat)
                 .bind(limit)
                 // The writer's view: a read connection may see a snapshot from before
                 // the last `handled_at` (on a full disk the WAL index cannot grow for

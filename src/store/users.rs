@@ -165,6 +165,16 @@ impl Store {
     /// Removes the user and, by cascade, every log and LLM call of theirs. Returns how
     /// many logs went.
     pub async fn delete_user(&self, user_id: UserId) -> Result<u64, StoreError> {
+        self.delete_user_pressing(user_id, None).await
+    }
+
+    /// [`Store::delete_user`] asked for by the button press `pressed` (an inbox row):
+    /// it is erased and marked handled in the same transaction.
+    pub async fn delete_user_pressing(
+        &self,
+        user_id: UserId,
+        pressed: Option<super::UpdateKey>,
+    ) -> Result<u64, StoreError> {
         const ERASED: Sql = Sql {
             sqlite: "INSERT INTO erasures (user_id, erased_at) VALUES ($1, datetime('now'))
                      ON CONFLICT (user_id) DO UPDATE SET erased_at = excluded.erased_at",
@@ -183,6 +193,13 @@ impl Store {
                     .bind(user_id)
                     .execute(&mut *tx)
                     .await?;
+                if let Some(key) = pressed {
+                    sqlx::query(super::updates::ERASE_PRESS.on(pool))
+                        .bind(key.bot_id)
+                        .bind(key.update_id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 sqlx::query("DELETE FROM users WHERE user_id = $1")
                     .bind(user_id)
                     .execute(&mut *tx)

@@ -223,6 +223,34 @@ async fn health_readiness_and_metrics_move_with_an_entry_and_name_no_one() {
         "{body}"
     );
     assert_eq!(total(&after, "daylog_llm_cooldown", &[]), 0.0, "{body}");
+    // What the budgets have left: the metrics' one request taken from Groq's day
+    // (100 000 declared by the test setup), nothing from a budget not declared.
+    let groq_day: Vec<f64> = after
+        .samples
+        .iter()
+        .filter(|s| s.metric == "daylog_llm_budget_left_requests")
+        .filter(|s| {
+            s.labels.get("provider") == Some("groq") && s.labels.get("window") == Some("day")
+        })
+        .filter_map(|s| match s.value {
+            prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        groq_day.iter().all(|left| (1.0..=100_000.0).contains(left))
+            && groq_day.iter().any(|left| *left < 100_000.0),
+        "{groq_day:?}: {body}"
+    );
+    assert_eq!(
+        total(
+            &after,
+            "daylog_llm_budget_left_requests",
+            &[("provider", "mistral"), ("window", "day")],
+        ),
+        0.0,
+        "Mistral declares no daily budget: {body}"
+    );
     assert!(
         body.contains("daylog_entries_pending"),
         "the pending gauge: {body}"

@@ -265,6 +265,17 @@ async fn delete_erases_the_users_payloads_and_keeps_the_ids() {
     app.stop().await;
 }
 
+/// A dead letter without an id of its own, chat or sender.
+fn dead_letter(payload: &str) -> daylog::store::DeadLetter<'_> {
+    daylog::store::DeadLetter {
+        own_id: None,
+        chat_id: None,
+        user_id: None,
+        payload,
+        error: "not_json",
+    }
+}
+
 /// A migrated store in a fresh database of `backend` (kept while the first is held).
 async fn store_on(backend: support::postgres::Backend) -> (support::postgres::FreshDb, Store) {
     let db = backend.fresh().await;
@@ -348,7 +359,7 @@ async fn retention_drops_payloads_after_a_day_and_rows_after_a_week() {
             .await
             .expect("insert");
         store
-            .insert_dead_letter(9, None, "garbage", "not_json")
+            .insert_dead_letter(9, &dead_letter("garbage"))
             .await
             .expect("dead letter");
         store
@@ -423,9 +434,9 @@ async fn the_updates_table_keeps_its_public_columns() {
 }
 
 /// An entry's update is marked handled in the entry's own transaction (a new entry, a
-/// duplicate, an edit, a voice note), a failed try counts up to dead, two dead letters
-/// take ids of their own, and `/delete` erases the user's handled payloads and the
-/// press — on each backend.
+/// duplicate, an edit, a voice note), two dead letters take ids of their own, and
+/// `/delete` erases the user's handled payloads and the press, which it marks handled
+/// — on each backend.
 #[tokio::test]
 async fn entry_writes_mark_their_update_handled_on_each_backend() {
     use daylog::store::{ChatId, MessageId, NewLog, NewUser, NewVoiceLog, UserId};
@@ -506,7 +517,7 @@ async fn entry_writes_mark_their_update_handled_on_each_backend() {
             .await
             .expect("voice");
         let waiting: Vec<i64> = store
-            .unhandled_updates(3, 10)
+            .unhandled_updates(3, 8, 10)
             .await
             .expect("unhandled")
             .iter()
@@ -515,18 +526,21 @@ async fn entry_writes_mark_their_update_handled_on_each_backend() {
         assert_eq!(waiting, [5, 6, 7], "{backend}");
         let ids = [
             store
-                .insert_dead_letter(3, None, "x", "not_json")
+                .insert_dead_letter(3, &dead_letter("x"))
                 .await
                 .expect("dead"),
             store
-                .insert_dead_letter(3, None, "y", "not_json")
+                .insert_dead_letter(3, &dead_letter("y"))
                 .await
                 .expect("dead"),
         ];
         assert_eq!(ids, [Some(-1), Some(-2)], "{backend}");
         let counts = store.inbox_counts().await.expect("counts");
         assert_eq!((counts.unhandled, counts.dead), (3, 2), "{backend}");
-        store.delete_user(UserId(5)).await.expect("delete");
+        store
+            .delete_user_pressing(UserId(5), key(5))
+            .await
+            .expect("delete");
         let raw = support::postgres::Raw::connect(&db.url).await;
         let kept: Vec<(i64, bool)> = raw
             .rows("SELECT update_id, payload IS NOT NULL FROM updates WHERE bot_id = 3 AND update_id > 0 ORDER BY update_id")
@@ -545,6 +559,163 @@ async fn entry_writes_mark_their_update_handled_on_each_backend() {
             ],
             "{backend}: handled rows and the press erased, other waiting rows kept"
         );
+        assert_eq!(
+            store.inbox_counts().await.expect("counts").unhandled,
+            2,
+            "{backend}: the press is handled with the deletion"
+        );
+        store.close().await;
+    }
+}
+
+/// The payload of bot 1's row `update_id`, read beside the store.
+async fn payload_of(url: &str, update_id: i64) -> Option<String> {
+    let raw = support::postgres::Raw::connect(url).await;
+    let payload: Option<String> = raw
+        .value(&format!(
+            "SELECT payload FROM updates WHERE bot_id = 1 AND update_id = {update_id}"
+        ))
+        .await;
+    raw.close().await;
+    payload
+}
+
+#[tokio::test]
+async fn delete_erases_a_dead_letter_its_sender_sent() {
+    for backend in support::postgres::backends() {
+        let (db, store) = store_on(backend).await;
+        let letter = |own_id, user_id| daylog::store::DeadLetter {
+            own_id: Some(own_id),
+            chat_id: user_id,
+            user_id,
+            payload: "their words",
+            error: "unknown_shape",
+        };
+        store
+            .insert_dead_letter(1, &letter(5, Some(43)))
+            .await
+            .expect("stored");
+        store
+            .insert_dead_letter(1, &letter(6, Some(44)))
+            .await
+            .expect("stored");
+        store
+            .delete_user(daylog::store::UserId(43))
+            .await
+            .expect("delete");
+        assert_eq!(payload_of(&db.url, 5).await, None, "{backend}");
+        assert_eq!(
+            payload_of(&db.url, 6).await.as_deref(),
+            Some("their words"),
+            "{backend}"
+        );
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn delete_erases_the_press_and_marks_it_handled_and_leaves_rows_still_waiting() {
+    for backend in support::postgres::backends() {
+        let (db, store) = store_on(backend).await;
+        let row = |update_id| NewUpdate {
+            update_id,
+            chat_id: Some(43),
+            user_id: Some(43),
+            payload: r#"{"callback_query": {}}"#,
+        };
+        store
+            .insert_updates(1, &[row(10), row(11), row(12)])
+            .await
+            .expect("stored");
+        let key = |update_id| UpdateKey {
+            bot_id: 1,
+            update_id,
+        };
+        store.mark_update_handled(key(10)).await.expect("handled");
+        store
+            .delete_user_pressing(daylog::store::UserId(43), Some(key(11)))
+            .await
+            .expect("delete");
+        assert_eq!(
+            payload_of(&db.url, 10).await,
+            None,
+            "{backend}: handled: erased"
+        );
+        assert_eq!(
+            payload_of(&db.url, 11).await,
+            None,
+            "{backend}: the press: erased"
+        );
+        assert!(
+            payload_of(&db.url, 12).await.is_some(),
+            "{backend}: a second tap waiting keeps its payload"
+        );
+        let waiting: Vec<i64> = store
+            .unhandled_updates(1, 8, 100)
+            .await
+            .expect("rows")
+            .iter()
+            .map(|row| row.update_id)
+            .collect();
+        assert_eq!(
+            waiting,
+            [12],
+            "{backend}: the press is handled with the deletion"
+        );
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn a_long_queue_in_one_chat_keeps_no_other_chat_out() {
+    for backend in support::postgres::backends() {
+        let (_db, store) = store_on(backend).await;
+        let mut rows: Vec<(i64, Option<i64>)> = (1..=30).map(|id| (id, Some(-100))).collect();
+        rows.extend([
+            (31, Some(7)),
+            (40, Some(8)),
+            (41, Some(8)),
+            (50, Some(9)),
+            (51, Some(9)),
+            (60, None),
+        ]);
+        let updates: Vec<NewUpdate<'_>> = rows
+            .iter()
+            .map(|&(update_id, chat)| NewUpdate {
+                update_id,
+                chat_id: chat,
+                user_id: chat,
+                payload: "{}",
+            })
+            .collect();
+        store.insert_updates(1, &updates).await.expect("stored");
+        let later = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+        let key = UpdateKey {
+            bot_id: 1,
+            update_id: 40,
+        };
+        store
+            .record_update_failure(key, "handler_failed", later)
+            .await
+            .expect("failure");
+        let fetched: Vec<(Option<i64>, i64)> = store
+            .unhandled_updates(1, 4, 10)
+            .await
+            .expect("rows")
+            .iter()
+            .map(|row| (row.chat_id, row.update_id))
+            .collect();
+        let chat =
+            |c: i64, ids: &[i64]| ids.iter().map(move |&id| (Some(c), id)).collect::<Vec<_>>();
+        let expected: Vec<_> = [
+            vec![(None, 60)], // no chat: a chat of its own, first in the order
+            chat(-100, &[1, 2, 3, 4]),
+            chat(7, &[31]),
+            chat(8, &[40]), // its first waits: the rest of the chat is not read
+            chat(9, &[50, 51]),
+        ]
+        .concat();
+        assert_eq!(fetched, expected, "{backend}");
         store.close().await;
     }
 }

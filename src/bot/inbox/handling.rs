@@ -29,8 +29,12 @@ use crate::store::{InboxUpdate, UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey};
 /// Chats handled at the same time.
 pub const MAX_LANES: usize = 64;
 
-/// Rows read per pass of the loop.
+/// Rows read per pass of the loop: at most [`FETCH_PER_CHAT`] of each chat.
 const FETCH_MAX: i64 = 5000;
+const FETCH_PER_CHAT: i64 = 8;
+
+/// The most `done` rows whose mark is tried again per pass of the loop.
+const REMARK_MAX: usize = 64;
 
 /// The longest the loop sleeps without being woken (a retry falls due, a lost wake-up).
 const IDLE: Duration = Duration::from_secs(5);
@@ -50,7 +54,8 @@ pub(in crate::bot) struct Lanes {
     /// toward `dead`: the user was told they will be taken.
     unstored: HashMap<i64, i64>,
     /// Updates handled whose `handled_at` could not be written: not handed over again
-    /// by this process (the next start may, once: the window of a reply sent and not
+    /// by this process, and marked on a later pass of the loop (a crash before that:
+    /// the next start may handle one again, the window of a reply sent and not
     /// recorded).
     done: HashSet<i64>,
 }
@@ -70,6 +75,10 @@ pub struct Taking {
     deferred: Arc<AtomicBool>,
     /// The handler's store write set `handled_at` itself (an entry stored).
     marked: Arc<AtomicBool>,
+    /// The failures recorded so far, and the backoff after the next one (a deferred
+    /// task that fails records its failure itself).
+    failures: i64,
+    backoff: Backoff,
 }
 
 impl Taking {
@@ -94,6 +103,26 @@ impl Taking {
             key: self.key,
             inbox: self.inbox.clone(),
             done: false,
+            failures: self.failures,
+            backoff: self.backoff,
+        }
+    }
+
+    #[cfg(test)]
+    pub(in crate::bot) fn for_test(inbox: &Inbox, update_id: i64, failures: i64) -> Self {
+        Self {
+            key: UpdateKey {
+                bot_id: inbox.bot_id(),
+                update_id,
+            },
+            inbox: inbox.clone(),
+            deferred: Arc::new(AtomicBool::new(false)),
+            marked: Arc::new(AtomicBool::new(false)),
+            failures,
+            backoff: Backoff {
+                min: Duration::from_secs(30),
+                max: Duration::from_secs(600),
+            },
         }
     }
 }
@@ -103,6 +132,8 @@ pub struct Deferred {
     key: UpdateKey,
     inbox: Inbox,
     done: bool,
+    failures: i64,
+    backoff: Backoff,
 }
 
 impl Deferred {
@@ -110,7 +141,43 @@ impl Deferred {
     pub async fn handled(mut self) {
         self.done = true;
         if let Err(error) = self.inbox.store().mark_update_handled(self.key).await {
-            tracing::error!(%error, update_id = self.key.update_id, "an update could not be marked handled; it may be handled again");
+            // Its work is done (its reply sent): kept out of the loop's hands, or the
+            // release below would hand it over again at once.
+            tracing::error!(%error, update_id = self.key.update_id, "an update could not be marked handled; it is not handled again by this process");
+            self.inbox.lanes().done.insert(self.key.update_id);
+        }
+        self.release();
+    }
+
+    /// The task failed (it panicked): a failure is recorded and the update tried again
+    /// on the backoff — dead after [`UPDATE_MAX_FAILURES`], as a handler's failure.
+    pub async fn failed(mut self, why: &str) {
+        self.done = true;
+        let wait = self.backoff.after(self.failures.saturating_add(1));
+        self.inbox.retry_later(self.key.update_id, wait);
+        let next_try_at = jiff::Timestamp::now()
+            + jiff::SignedDuration::try_from(wait).unwrap_or(jiff::SignedDuration::ZERO);
+        match self
+            .inbox
+            .store()
+            .record_update_failure(self.key, why, next_try_at)
+            .await
+        {
+            Ok(UpdateFailure::Dead) => {
+                self.inbox.lanes().not_before.remove(&self.key.update_id);
+            }
+            Ok(UpdateFailure::Retry(failures)) => {
+                tracing::warn!(
+                    update_id = self.key.update_id,
+                    failures,
+                    retry_in_ms = wait.as_millis() as u64,
+                    why,
+                    "a task failed; its update is tried again"
+                );
+            }
+            Err(error) => {
+                tracing::warn!(%error, update_id = self.key.update_id, "cannot record an update's failure; it is tried again later");
+            }
         }
         self.release();
     }
@@ -128,6 +195,9 @@ impl Drop for Deferred {
                 update_id = self.key.update_id,
                 "a task ended without handling its update; it is tried again"
             );
+            // Not at once: whatever ended the task may end the next try too.
+            let wait = self.backoff.after(self.failures.saturating_add(1));
+            self.inbox.retry_later(self.key.update_id, wait);
             self.release();
         }
     }
@@ -168,9 +238,10 @@ impl Inbox {
         let permits = Arc::new(Semaphore::new(MAX_LANES));
         let mut counted = tokio::time::Instant::now();
         loop {
+            self.mark_done().await;
             let wake_at = match self
                 .store()
-                .unhandled_updates(self.bot_id(), FETCH_MAX)
+                .unhandled_updates(self.bot_id(), FETCH_PER_CHAT, FETCH_MAX)
                 .await
             {
                 Ok(rows) => self.start_lanes(rows, &handle, backoff, &permits, &tasks, &stop),
@@ -189,6 +260,22 @@ impl Inbox {
                 () = self.woken() => {}
                 () = tokio::time::sleep_until(wake_at) => {}
             }
+        }
+    }
+
+    /// Tries again to mark the updates handled whose mark failed (`done`); an id leaves
+    /// `done` only once its row is marked.
+    async fn mark_done(&self) {
+        let ids: Vec<i64> = self.lanes().done.iter().copied().take(REMARK_MAX).collect();
+        for update_id in ids {
+            let key = UpdateKey {
+                bot_id: self.bot_id(),
+                update_id,
+            };
+            if self.store().mark_update_handled(key).await.is_err() {
+                return; // still failing: the next pass tries again
+            }
+            self.lanes().done.remove(&update_id);
         }
     }
 
@@ -215,11 +302,7 @@ impl Inbox {
         let mut wake_at = now + IDLE;
         let mut by_lane: Vec<(Lane, Vec<InboxUpdate>)> = Vec::new();
         {
-            let mut lanes = self.lanes();
-            if !lanes.done.is_empty() {
-                let fetched: HashSet<i64> = rows.iter().map(|row| row.update_id).collect();
-                lanes.done.retain(|id| fetched.contains(id));
-            }
+            let lanes = self.lanes();
             for row in rows {
                 if lanes.deferred.contains(&row.update_id) || lanes.done.contains(&row.update_id) {
                     continue;
@@ -325,6 +408,8 @@ impl Inbox {
             inbox: self.clone(),
             deferred: Arc::new(AtomicBool::new(false)),
             marked: Arc::new(AtomicBool::new(false)),
+            failures: row.failures,
+            backoff,
         };
         let (deferred, marked) = (Arc::clone(&taking.deferred), Arc::clone(&taking.marked));
         let outcome = std::panic::AssertUnwindSafe(handle(update, taking))
@@ -342,7 +427,7 @@ impl Inbox {
                     && !marked.load(Ordering::SeqCst)
                     && let Err(error) = self.store().mark_update_handled(key).await
                 {
-                    tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it is handled again only after a restart");
+                    tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it is marked later");
                     self.lanes().done.insert(key.update_id);
                 }
                 true
@@ -354,8 +439,8 @@ impl Inbox {
         }
     }
 
-    /// A failed try: recorded, the user told once that the message is not saved yet
-    /// (and, when it is given up, to send it again). `true` when the lane moves on.
+    /// A failed try: recorded; for an entry not stored, the user told once that it is
+    /// not saved yet (and, when it is given up, to send it again). `true` when the lane moves on.
     /// An entry the store could not take for now ([`is_no_room`]: a full disk) is tried
     /// again for as long as that lasts, never given up: the user was told it will be
     /// taken.
@@ -367,6 +452,9 @@ impl Inbox {
         notice: Option<super::NotSaved>,
         backoff: Backoff,
     ) -> bool {
+        // "Not saved yet" and "send it again" are about an entry (a message, a voice
+        // note, an edit) that could not be stored; a failing command gets neither.
+        let notice = notice.filter(|_| is_not_saved(error));
         if is_no_room(error) {
             let tries = {
                 let mut lanes = self.lanes();
@@ -424,6 +512,14 @@ impl Inbox {
     }
 }
 
+/// Whether `error` is an entry (a message, a voice note, an edit) not stored.
+fn is_not_saved(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<crate::journal::EntryError>(),
+        Some(crate::journal::EntryError::NotSaved(_))
+    )
+}
+
 /// Whether `error` is an entry the store could not take for now: the disk full, an
 /// I/O error, the database busy, a commit not synced. Any other failure (a constraint,
 /// a bug) would fail again the same way, and counts toward `dead`.
@@ -447,8 +543,98 @@ fn is_no_room(error: &anyhow::Error) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::bot) mod tests {
     use super::*;
+
+    pub(in crate::bot) async fn inbox() -> (Inbox, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
+        let store = crate::store::Store::open_and_migrate(&url, Duration::from_secs(5))
+            .await
+            .expect("store");
+        let notice: super::super::Notice = Arc::new(|_, _| async { true }.boxed());
+        (Inbox::new(store, 1, notice), dir)
+    }
+
+    fn taking(inbox: &Inbox, update_id: i64) -> Taking {
+        Taking::for_test(inbox, update_id, 0)
+    }
+
+    #[tokio::test]
+    async fn only_an_entry_not_stored_is_told_not_saved_or_given_up() {
+        let (inbox, _dir) = inbox().await;
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let notice: super::super::Notice = {
+            let told = Arc::clone(&told);
+            Arc::new(move |_, kind| {
+                told.lock().expect("lock").push(kind);
+                async { true }.boxed()
+            })
+        };
+        let inbox = Inbox::new(inbox.store().clone(), 1, notice);
+        let who = super::super::NotSaved {
+            update_id: 3,
+            chat_id: 4,
+            user_id: 4,
+            message_id: 5,
+            language_code: None,
+        };
+        let backoff = Backoff {
+            min: Duration::from_secs(30),
+            max: Duration::from_secs(60),
+        };
+        let key = UpdateKey {
+            bot_id: 1,
+            update_id: 3,
+        };
+        // No row: the failure finds nothing to retry, the update is given up.
+        let command = anyhow::anyhow!("/tz: the store failed");
+        inbox
+            .failed(key, &command, 4, Some(who.clone()), backoff)
+            .await;
+        assert!(told.lock().expect("lock").is_empty(), "a command: nothing");
+        let entry = anyhow::Error::from(crate::journal::EntryError::NotSaved(
+            crate::store::StoreError::NotMigrated,
+        ));
+        inbox.failed(key, &entry, 4, Some(who), backoff).await;
+        assert_eq!(*told.lock().expect("lock"), [NoticeKind::GivenUp]);
+    }
+
+    #[tokio::test]
+    async fn an_update_whose_mark_failed_is_marked_on_a_later_pass_and_then_forgotten() {
+        let (inbox, _dir) = inbox().await;
+        let row = crate::store::NewUpdate {
+            update_id: 8,
+            chat_id: Some(2),
+            user_id: Some(2),
+            payload: "{}",
+        };
+        inbox
+            .store()
+            .insert_updates(1, &[row])
+            .await
+            .expect("stored");
+        inbox.lanes().done.insert(8);
+        inbox.mark_done().await;
+        assert!(inbox.lanes().done.is_empty());
+        let waiting = inbox
+            .store()
+            .unhandled_updates(1, 8, 100)
+            .await
+            .expect("rows");
+        assert!(waiting.is_empty(), "marked handled");
+    }
+
+    #[tokio::test]
+    async fn a_deferred_update_whose_mark_fails_is_not_handed_over_again() {
+        let (inbox, _dir) = inbox().await;
+        let done = taking(&inbox, 7).defer();
+        inbox.store().close().await; // every write fails from here
+        done.handled().await;
+        let lanes = inbox.lanes();
+        assert!(!lanes.deferred.contains(&7), "released");
+        assert!(lanes.done.contains(&7), "kept from being handled again");
+    }
 
     #[test]
     fn the_backoff_doubles_from_its_minimum_to_its_cap() {
