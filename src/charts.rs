@@ -34,6 +34,10 @@ use crate::language::Language;
 pub const WIDTH: u32 = 800;
 pub const HEIGHT: u32 = 450;
 const LEGEND_WIDTH: u32 = 140;
+/// The Mini App's chart: narrower than the PNG, so that shown across a phone's width
+/// (about 340 px) its labels keep a readable size.
+pub const SVG_WIDTH: u32 = 480;
+pub const SVG_HEIGHT: u32 = 360;
 
 const FONT: &str = "sans-serif";
 static FONT_BYTES: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
@@ -77,7 +81,7 @@ pub fn stats_svg(
     ensure_font()?;
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (SVG_WIDTH, SVG_HEIGHT)).into_drawing_area();
         draw_period(root, days, lang, lines, palette)
             .map_err(|e| ChartError::Draw(e.to_string()))?;
     }
@@ -239,7 +243,9 @@ where
     let below_title = root
         .margin(12, 0, 0, 0)
         .titled(title, TextStyle::from((FONT, 26).into_font()).color(&ink))?;
-    let (plot_area, legend_area) = below_title.split_horizontally(WIDTH - LEGEND_WIDTH);
+    let width = below_title.dim_in_pixel().0;
+    let (plot_area, legend_area) =
+        below_title.split_horizontally(width.saturating_sub(LEGEND_WIDTH));
     let mut chart = ChartBuilder::on(&plot_area)
         .margin(16)
         .x_label_area_size(36)
