@@ -100,7 +100,7 @@ fn queries(c: &mut Criterion) {
                         .bind(daylog::store::SEARCH_LIMIT)
                         .bind(daylog::store::SEARCH_CANDIDATES)
                         .bind("\u{E002}")
-                        .fetch_all(store.read_pool()),
+                        .fetch_all(store.read_pool().expect("a SQLite store")),
                 )
             })
         });

@@ -52,7 +52,8 @@ impl App {
     /// providers on it, and the journal over both.
     pub async fn build(settings: Settings) -> Result<Self, StartError> {
         let store =
-            Store::open_and_migrate_with(&settings.database_url, (&settings.store).into()).await?;
+            Store::open_and_migrate_with(settings.database_url.expose(), (&settings.store).into())
+                .await?;
         let settings = Arc::new(settings);
         let client = crate::http_client().map_err(StartError::Client)?;
         let llm = Arc::new(Llm::with_client(&settings, client).map_err(StartError::Llm)?);

@@ -333,9 +333,11 @@ fn fail(error: &CliError) -> ExitCode {
 async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliError> {
     match command {
         Command::Migrate => {
-            let store =
-                Store::open_and_migrate_with(&settings.database_url, (&settings.store).into())
-                    .await?;
+            let store = Store::open_and_migrate_with(
+                settings.database_url.expose(),
+                (&settings.store).into(),
+            )
+            .await?;
             store.close().await;
             tracing::info!("database is up to date");
             Ok(ExitCode::SUCCESS)
@@ -369,9 +371,13 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
 }
 
 async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCode, CliError> {
+    if store::is_postgres_url(settings.database_url.expose()) {
+        return sql_postgres(settings, query, format).await;
+    }
     // Refuse before touching the file, so a refused query changes nothing at all.
     sqlcmd::check(query).map_err(|r| CliError::Usage(r.to_string()))?;
-    let pool = store::open_read_only(&settings.database_url, (&settings.store).into()).await?;
+    let pool =
+        store::open_read_only(settings.database_url.expose(), (&settings.store).into()).await?;
     let result = sqlcmd::query(&pool, query, &(&settings.sql).into()).await;
     // A "no such table" on a file without daylog's tables is the wrong file (or one never
     // migrated), not a wrong query.
@@ -395,11 +401,41 @@ async fn sql(settings: &Settings, query: &str, format: Format) -> Result<ExitCod
             CliError::Other(anyhow::anyhow!(failed.to_string()))
         }
     })?;
+    print_result(&result, format)
+}
+
+fn print_result(result: &sqlcmd::ResultSet, format: Format) -> Result<ExitCode, CliError> {
     let mut stdout = std::io::stdout().lock();
     stdout
-        .write_all(sqlcmd::render(&result, format).as_bytes())
+        .write_all(sqlcmd::render(result, format).as_bytes())
         .map_err(|e| CliError::Other(e.into()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `daylog sql` on PostgreSQL: the statement check first, then one connection, through
+/// `DAYLOG_SQL_DATABASE_URL` (a SELECT-only role) when set, else `DATABASE_URL`, and
+/// the server's fences (`sqlcmd::postgres`: READ ONLY, rolled back, statement_timeout).
+async fn sql_postgres(
+    settings: &Settings,
+    query: &str,
+    format: Format,
+) -> Result<ExitCode, CliError> {
+    sqlcmd::postgres::check(query).map_err(|r| CliError::Usage(r.to_string()))?;
+    let url = settings
+        .sql_database_url
+        .as_ref()
+        .unwrap_or(&settings.database_url);
+    let pool = store::open_postgres_for_sql(url.expose(), (&settings.store).into()).await?;
+    let result = sqlcmd::postgres::query(&pool, query, &(&settings.sql).into()).await;
+    pool.close().await;
+    let result = result.map_err(|e| match e {
+        QueryError::Refused(r) => CliError::Usage(r.to_string()),
+        QueryError::Sql(m) => CliError::Usage(format!("the query failed: {m}")),
+        failed @ (QueryError::Failed(_) | QueryError::TimedOut(_) | QueryError::TooManyRows(_)) => {
+            CliError::Other(anyhow::anyhow!(failed.to_string()))
+        }
+    })?;
+    print_result(&result, format)
 }
 
 async fn backup(settings: &Settings, path: &std::path::Path) -> Result<ExitCode, CliError> {
@@ -427,7 +463,12 @@ async fn backup(settings: &Settings, path: &std::path::Path) -> Result<ExitCode,
             folder.display()
         )));
     }
-    let written = store::backup(&settings.database_url, (&settings.store).into(), path).await?;
+    let written = store::backup(
+        settings.database_url.expose(),
+        (&settings.store).into(),
+        path,
+    )
+    .await?;
     let _ = writeln!(
         std::io::stdout(),
         "backed up {} {} to {shown} ({} KiB)",
@@ -650,7 +691,7 @@ fn provider_lines(settings: &Settings, used: &BTreeSet<&str>) -> Vec<(Level, Str
 /// stored daily budget. Checking never creates the file.
 async fn database_lines(settings: &Settings) -> Vec<(Level, String)> {
     let mut lines = Vec::new();
-    let missing = crate::config::database_path(&settings.database_url)
+    let missing = crate::config::database_path(settings.database_url.expose())
         .ok()
         .filter(|path| !path.exists());
     if let Some(path) = missing {
@@ -663,7 +704,7 @@ async fn database_lines(settings: &Settings) -> Vec<(Level, String)> {
             ),
         ));
     } else {
-        match Store::open_with(&settings.database_url, (&settings.store).into()).await {
+        match Store::open_with(settings.database_url.expose(), (&settings.store).into()).await {
             Ok(store) => {
                 let migrated = store.ensure_migrated().await;
                 let ok = migrated.is_ok();

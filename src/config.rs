@@ -1155,7 +1155,11 @@ pub struct Settings {
     pub voice: VoiceSettings,
     pub transcription: TaskSettings,
     pub secrets: Secrets,
-    pub database_url: String,
+    /// `DATABASE_URL`: SQLite or PostgreSQL; a secret (it may hold a password).
+    pub database_url: DatabaseUrl,
+    /// `DAYLOG_SQL_DATABASE_URL`: the PostgreSQL URL `daylog sql` connects with (a
+    /// SELECT-only role), when set; else `daylog sql` uses `DATABASE_URL`.
+    pub sql_database_url: Option<DatabaseUrl>,
     /// `TELOXIDE_API_URL`, when a test or a self-hosted Bot API server sets it.
     pub telegram_api_url: Option<Url>,
     /// Things that are allowed but probably a mistake, logged once at start-up.
@@ -1254,6 +1258,7 @@ impl Settings {
         let metrics = TaskSettings::new("metrics", metrics, &providers)?;
         let transcription = TaskSettings::new("transcription", transcription, &providers)?;
         let database_url = database_url(env)?;
+        let sql_database_url = sql_database_url(env)?;
         let telegram_api_url = match env.var("TELOXIDE_API_URL").filter(|v| !v.trim().is_empty()) {
             None => None,
             Some(raw) => Some(bot_api_url(raw.trim())?),
@@ -1278,6 +1283,7 @@ impl Settings {
             transcription,
             secrets,
             database_url,
+            sql_database_url,
             telegram_api_url,
             warnings,
         })
@@ -1301,20 +1307,106 @@ impl Settings {
 }
 
 /// `DATABASE_URL`, or the default: a SQLite URL naming a file (an empty or in-memory
-/// path would be a database that vanishes at exit).
-fn database_url(env: &dyn Env) -> Result<String, ConfigError> {
+/// path would be a database that vanishes at exit), or a PostgreSQL URL. A message
+/// never repeats it: it may hold a password.
+fn database_url(env: &dyn Env) -> Result<DatabaseUrl, ConfigError> {
     let url = env
         .var("DATABASE_URL")
         .filter(|v| !v.trim().is_empty())
         .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+    if is_postgres_url(&url) {
+        return postgres_url("DATABASE_URL", url);
+    }
     if !url.starts_with("sqlite:") {
         return Err(ConfigError::invalid(
             "DATABASE_URL",
-            "daylog stores its data in SQLite; expected a URL like sqlite://data/daylog.db",
+            "expected a SQLite URL like sqlite://data/daylog.db or a PostgreSQL URL like postgres://daylog@localhost/daylog",
         ));
     }
     database_path(&url).map_err(|e| ConfigError::invalid("DATABASE_URL", e.to_string()))?;
-    Ok(url)
+    Ok(DatabaseUrl(url))
+}
+
+/// `DAYLOG_SQL_DATABASE_URL`: PostgreSQL only (a SQLite `daylog sql` opens the file
+/// read-only by itself, so it has no use for a second URL).
+fn sql_database_url(env: &dyn Env) -> Result<Option<DatabaseUrl>, ConfigError> {
+    const NAME: &str = "DAYLOG_SQL_DATABASE_URL";
+    match env.var(NAME).filter(|v| !v.trim().is_empty()) {
+        None => Ok(None),
+        Some(url) if is_postgres_url(&url) => postgres_url(NAME, url).map(Some),
+        Some(_) => Err(ConfigError::invalid(
+            NAME,
+            "expected a PostgreSQL URL like postgres://daylog_reader@localhost/daylog (a role that may only SELECT)",
+        )),
+    }
+}
+
+/// A PostgreSQL URL that parses, with a database to connect to.
+fn postgres_url(name: &str, url: String) -> Result<DatabaseUrl, ConfigError> {
+    match url::Url::parse(&url) {
+        Ok(parsed) if parsed.path().trim_start_matches('/').is_empty() => {
+            Err(ConfigError::invalid(
+                name,
+                "names no database: add it, as in postgres://daylog@localhost/daylog",
+            ))
+        }
+        Ok(_) => Ok(DatabaseUrl(url)),
+        Err(e) => Err(ConfigError::invalid(
+            name,
+            format!("is not a valid PostgreSQL URL ({e})"),
+        )),
+    }
+}
+
+/// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`).
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// A database URL: a secret, since a PostgreSQL one may hold a password. Shown (Debug,
+/// Display) without its password and parameters ([`redacted_url`]); the whole text is
+/// [`Self::expose`]'s, for opening the database only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    /// The URL with its password, to connect with.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DatabaseUrl({})", redacted_url(&self.0))
+    }
+}
+
+impl std::fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redacted_url(&self.0))
+    }
+}
+
+impl PartialEq<&str> for DatabaseUrl {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+/// A database URL as messages may show it: its password replaced by `***` and its
+/// parameters (which may hold one too) left out.
+pub fn redacted_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            parsed.set_query(None);
+            parsed.to_string()
+        }
+        Err(_) => "(a DATABASE_URL that is no URL)".to_owned(),
+    }
 }
 
 /// `TELOXIDE_API_URL`: teloxide appends `bot<token>/<method>` to it, so it must be an
@@ -2192,10 +2284,38 @@ mod tests {
     }
 
     #[test]
-    fn non_sqlite_database_url_is_refused() {
+    fn a_postgres_database_url_is_taken_and_never_shown_with_its_password() {
+        for url in [
+            "postgres://daylog:hunter2@db/daylog",
+            "postgresql://daylog:hunter2@db:5432/daylog?sslmode=require",
+        ] {
+            let s = load(&[("DATABASE_URL", url)]).expect("a PostgreSQL URL loads");
+            assert_eq!(s.database_url.expose(), url);
+            let shown = format!("{s:?} {}", s.database_url);
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
         assert_eq!(
-            error_key(&[("DATABASE_URL", "postgres://localhost/daylog")]),
+            error_key(&[("DATABASE_URL", "mysql://localhost/daylog")]),
             "DATABASE_URL"
+        );
+        assert_eq!(
+            error_key(&[("DATABASE_URL", "postgres://localhost")]),
+            "DATABASE_URL"
+        );
+    }
+
+    #[test]
+    fn the_sql_database_url_is_postgres_only_and_a_secret() {
+        let url = "postgres://daylog_reader:s3cret@db/daylog";
+        let s = load(&[("DAYLOG_SQL_DATABASE_URL", url)]).expect("loads");
+        assert_eq!(
+            s.sql_database_url.as_ref().map(DatabaseUrl::expose),
+            Some(url)
+        );
+        assert!(!format!("{s:?}").contains("s3cret"));
+        assert_eq!(
+            error_key(&[("DAYLOG_SQL_DATABASE_URL", "sqlite://data/daylog.db")]),
+            "DAYLOG_SQL_DATABASE_URL"
         );
     }
 

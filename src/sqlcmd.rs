@@ -6,6 +6,10 @@
 //! connection under `PRAGMA query_only`. The check gives the clear sentence; SQLite's own
 //! read-only modes are what make it hold.
 //!
+//! On PostgreSQL ([`postgres`]) the same check, a check of server functions with
+//! effects, and the server's fences: one prepared statement, a `READ ONLY` transaction
+//! always rolled back, `statement_timeout`.
+//!
 //! Output: the table is for a terminal, so control characters in what users wrote (ESC,
 //! OSC, other C0/C1 codes, DEL, bidi overrides) are shown escaped (`\x1b`, `\n`,
 //! `\u{202e}`) and never reach the terminal raw. CSV and JSON are exact. JSON objects
@@ -24,6 +28,8 @@ use sqlx::{Column, Row, TypeInfo, ValueRef};
 use unicode_width::UnicodeWidthStr;
 
 use crate::config::SqlSettings;
+
+pub mod postgres;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -46,6 +52,9 @@ pub enum Refusal {
     Attach,
     #[error("daylog sql only reads; the database refused a change: {0}")]
     WriteRefused(String),
+    /// PostgreSQL: a server function that acts beyond reading (see `sqlcmd::postgres`).
+    #[error("daylog sql only reads: `{0}` acts on the server and is not allowed")]
+    ServerFunction(String),
 }
 
 /// A value of one result cell.

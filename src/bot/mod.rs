@@ -1303,27 +1303,39 @@ async fn start_up<B: TgBot>(
     }
     let ready = match settings.telegram.mode() {
         crate::config::TelegramMode::Webhook => webhook::register(bot, settings, stop).await?,
-        crate::config::TelegramMode::Polling => clear_webhook(bot, stop).await,
+        crate::config::TelegramMode::Polling => {
+            let shared = crate::config::is_postgres_url(settings.database_url.expose());
+            clear_webhook(bot, shared, stop).await?
+        }
     };
     Ok(ready.then_some(me))
 }
 
 /// Polling mode: a webhook left set (by an earlier webhook-mode run, another program)
-/// would make every `getUpdates` fail with 409, so it is deleted, with a warning that
-/// says why. `false` when stopped meanwhile.
-async fn clear_webhook<B: TgBot>(bot: &B, stop: &CancellationToken) -> bool {
+/// would make every `getUpdates` fail with 409. On SQLite (one instance) it is deleted,
+/// with a warning that says why. On PostgreSQL (`shared`: other instances may use the
+/// same database, one of them serving that webhook) it is left alone and start-up is
+/// refused with a sentence naming `telegram.mode`. `false` when stopped meanwhile.
+async fn clear_webhook<B: TgBot>(
+    bot: &B,
+    shared: bool,
+    stop: &CancellationToken,
+) -> anyhow::Result<bool> {
     match at_start("getWebhookInfo", stop, None, || {
         bot.get_webhook_info().send()
     })
     .await
     {
-        Ok(None) => return false,
+        Ok(None) => return Ok(false),
+        Ok(Some(info)) if info.url.is_some() && shared => anyhow::bail!(
+            "the bot has a webhook set, but telegram.mode is \"polling\": on PostgreSQL another daylog instance may be serving that webhook, so it is left in place and this one does not start (set telegram.mode = \"webhook\" to serve it here, or delete the webhook if nothing serves it)"
+        ),
         Ok(Some(info)) if info.url.is_some() => {
             tracing::warn!(
                 "the bot has a webhook set, but telegram.mode is \"polling\": deleting the webhook to poll instead (set telegram.mode = \"webhook\" if this bot is meant to be served by webhook)"
             );
             match at_start("deleteWebhook", stop, None, || bot.delete_webhook().send()).await {
-                Ok(None) => return false,
+                Ok(None) => return Ok(false),
                 Ok(Some(_)) => tracing::info!("removed the bot's webhook to poll instead"),
                 Err(error) => tracing::warn!(%error, "could not remove the bot's webhook"),
             }
@@ -1331,7 +1343,7 @@ async fn clear_webhook<B: TgBot>(bot: &B, stop: &CancellationToken) -> bool {
         Ok(Some(_)) => {}
         Err(error) => tracing::warn!(%error, "could not check for a webhook"),
     }
-    true
+    Ok(true)
 }
 
 /// Registers the command menu in English (the default) and Russian. A menu that cannot

@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use sqlx::sqlite::SqlitePool;
-
 use crate::domain::ModelRef;
 use crate::llm::{Attempt, AttemptSink, LatencySample, SpentBudget};
 
-use super::{DigestId, LogId, Store, StoreError, retry_busy};
+use super::{Db, DigestId, LogId, Sql, Store, StoreError, on_db, retry_busy};
 
 /// What a recorded call was about: a log, or a digest (so a user's `/delete` takes
 /// its rows too, whose error text may quote the request back).
@@ -50,7 +48,7 @@ pub(super) struct CallRecorder {
 
 impl CallRecorder {
     /// Starts the writer task; it ends when the last [`Store`] clone is dropped.
-    pub(super) fn spawn(write: SqlitePool) -> Self {
+    pub(super) fn spawn(write: Db) -> Self {
         let (queue, mut incoming) = tokio::sync::mpsc::unbounded_channel::<Recorded>();
         tokio::spawn(async move {
             while let Some(first) = incoming.recv().await {
@@ -110,8 +108,9 @@ impl CallRecorder {
     }
 }
 
-async fn insert_calls(write: &SqlitePool, calls: &[(Owner, Attempt)]) -> Result<(), StoreError> {
+async fn insert_calls(db: &Db, calls: &[(Owner, Attempt)]) -> Result<(), StoreError> {
     retry_busy("record_calls", || async {
+        on_db!(@db db, write, |pool| {
         let mut insert = sqlx::QueryBuilder::new(
             "INSERT INTO llm_calls (day_log_id, digest_id, task, provider, model, key_index,
                  attempt, http_status, outcome, latency_ms, wait_ms, error) ",
@@ -130,7 +129,8 @@ async fn insert_calls(write: &SqlitePool, calls: &[(Owner, Attempt)]) -> Result<
                 .push_bind(attempt.wait_ms as i64)
                 .push_bind(attempt.error.clone());
         });
-        insert.build().execute(write).await?;
+        insert.build().execute(pool).await?.rows_affected()
+        });
         Ok(())
     })
     .await
@@ -148,13 +148,15 @@ impl Store {
     /// The models (provider, model) that refused this log's current text on content
     /// policy: they are never asked about it again.
     pub async fn refusals(&self, day_log_id: LogId) -> Result<Vec<ModelRef>, StoreError> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT provider, model FROM llm_refusals WHERE day_log_id = ?1
-             ORDER BY created_at, provider, model",
-        )
-        .bind(day_log_id)
-        .fetch_all(&self.read)
-        .await?;
+        let rows: Vec<(String, String)> = on_db!(self, read, |pool| {
+            sqlx::query_as(
+                "SELECT provider, model FROM llm_refusals WHERE day_log_id = $1
+                 ORDER BY created_at, provider, model",
+            )
+            .bind(day_log_id)
+            .fetch_all(pool)
+            .await?
+        });
         Ok(rows.into_iter().map(ModelRef::from).collect())
     }
 
@@ -168,17 +170,20 @@ impl Store {
     ) -> Result<(), StoreError> {
         for ModelRef { provider, model } in refused {
             retry_busy("record_refusals", || async {
-                sqlx::query(
-                    "INSERT INTO llm_refusals (day_log_id, provider, model)
-                     SELECT id, ?2, ?3 FROM day_logs WHERE id = ?1 AND text = ?4
-                     ON CONFLICT DO NOTHING",
-                )
-                .bind(day_log_id)
-                .bind(provider)
-                .bind(model)
-                .bind(analysed_text)
-                .execute(&self.write)
-                .await?;
+                on_db!(self, write, |pool| {
+                    sqlx::query(
+                        "INSERT INTO llm_refusals (day_log_id, provider, model)
+                         SELECT id, $2, $3 FROM day_logs WHERE id = $1 AND text = $4
+                         ON CONFLICT DO NOTHING",
+                    )
+                    .bind(day_log_id)
+                    .bind(provider)
+                    .bind(model)
+                    .bind(analysed_text)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+                });
                 Ok(())
             })
             .await?;
@@ -190,6 +195,22 @@ impl Store {
 
     /// Stores daily budgets spent until their reset; rows already over are pruned.
     pub async fn save_spent_budgets(&self, spent: &[SpentBudget]) -> Result<(), StoreError> {
+        const SAVE: Sql = Sql {
+            sqlite: "INSERT INTO llm_budgets (provider, scope, key_index, spent_until, reason)
+                     VALUES ($1, $2, $3, datetime($4, 'unixepoch'), 'per-day quota')
+                     ON CONFLICT (provider, scope, key_index) DO UPDATE SET
+                         spent_until = excluded.spent_until, reason = excluded.reason,
+                         updated_at = datetime('now')",
+            postgres: "INSERT INTO llm_budgets (provider, scope, key_index, spent_until, reason)
+                     VALUES ($1, $2, $3, daylog_utc(to_timestamp($4)), 'per-day quota')
+                     ON CONFLICT (provider, scope, key_index) DO UPDATE SET
+                         spent_until = excluded.spent_until, reason = excluded.reason,
+                         updated_at = daylog_utc(now())",
+        };
+        const PRUNE: Sql = Sql {
+            sqlite: "DELETE FROM llm_budgets WHERE spent_until <= datetime('now')",
+            postgres: "DELETE FROM llm_budgets WHERE spent_until <= daylog_utc(now())",
+        };
         for s in spent {
             let until = unix_secs(s.until);
             let key_index = s
@@ -197,27 +218,27 @@ impl Store {
                 .and_then(|i| i64::try_from(i).ok())
                 .unwrap_or(-1);
             retry_busy("save_spent_budgets", || async {
-                sqlx::query(
-                    "INSERT INTO llm_budgets (provider, scope, key_index, spent_until, reason)
-                     VALUES (?1, ?2, ?3, datetime(?4, 'unixepoch'), 'per-day quota')
-                     ON CONFLICT (provider, scope, key_index) DO UPDATE SET
-                         spent_until = excluded.spent_until, reason = excluded.reason,
-                         updated_at = datetime('now')",
-                )
-                .bind(&s.provider)
-                .bind(&s.scope)
-                .bind(key_index)
-                .bind(until)
-                .execute(&self.write)
-                .await?;
+                on_db!(self, write, |pool| {
+                    sqlx::query(SAVE.on(pool))
+                        .bind(&s.provider)
+                        .bind(&s.scope)
+                        .bind(key_index)
+                        .bind(until)
+                        .execute(pool)
+                        .await?
+                        .rows_affected()
+                });
                 Ok(())
             })
             .await?;
         }
         retry_busy("prune_budgets", || async {
-            sqlx::query("DELETE FROM llm_budgets WHERE spent_until <= datetime('now')")
-                .execute(&self.write)
-                .await?;
+            on_db!(self, write, |pool| {
+                sqlx::query(PRUNE.on(pool))
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            });
             Ok(())
         })
         .await
@@ -225,13 +246,19 @@ impl Store {
 
     /// The daily budgets stored as spent and not yet reset.
     pub async fn spent_budgets(&self) -> Result<Vec<SpentBudget>, StoreError> {
-        let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(
-            "SELECT provider, scope, key_index, CAST(strftime('%s', spent_until) AS INTEGER)
-             FROM llm_budgets WHERE spent_until > datetime('now')
-             ORDER BY provider, scope, key_index",
-        )
-        .fetch_all(&self.read)
-        .await?;
+        const SPENT: Sql = Sql {
+            sqlite:
+                "SELECT provider, scope, key_index, CAST(strftime('%s', spent_until) AS INTEGER)
+                     FROM llm_budgets WHERE spent_until > datetime('now')
+                     ORDER BY provider, scope, key_index",
+            postgres: "SELECT provider, scope, key_index,
+                         CAST(extract(epoch FROM daylog_moment(spent_until)) AS BIGINT)
+                     FROM llm_budgets WHERE spent_until > daylog_utc(now())
+                     ORDER BY provider, scope, key_index",
+        };
+        let rows: Vec<(String, String, i64, i64)> = on_db!(self, read, |pool| {
+            sqlx::query_as(SPENT.on(pool)).fetch_all(pool).await?
+        });
         Ok(rows
             .into_iter()
             .map(|(provider, scope, key_index, until)| SpentBudget {
@@ -250,15 +277,17 @@ impl Store {
     /// nature). A range of the primary key, so a year of calls costs no more than a
     /// week's.
     pub async fn recent_latencies(&self) -> Result<Vec<LatencySample>, StoreError> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT provider, model, latency_ms FROM llm_calls
-             WHERE id > (SELECT coalesce(max(id), 0) FROM llm_calls) - ?1 AND outcome = 'ok'
-               AND task IN ('analysis', 'metrics')
-             ORDER BY id",
-        )
-        .bind(LATENCY_LOOKBACK)
-        .fetch_all(&self.read)
-        .await?;
+        let rows: Vec<(String, String, i64)> = on_db!(self, read, |pool| {
+            sqlx::query_as(
+                "SELECT provider, model, latency_ms FROM llm_calls
+                 WHERE id > (SELECT coalesce(max(id), 0) FROM llm_calls) - $1 AND outcome = 'ok'
+                   AND task IN ('analysis', 'metrics')
+                 ORDER BY id",
+            )
+            .bind(LATENCY_LOOKBACK)
+            .fetch_all(pool)
+            .await?
+        });
         Ok(rows
             .into_iter()
             .map(|(provider, model, latency_ms)| LatencySample {
@@ -280,7 +309,7 @@ impl Store {
             day_log_id,
             digest_id: None,
         };
-        insert_calls(&self.write, &[(owner, attempt.clone())]).await
+        insert_calls(&self.db, &[(owner, attempt.clone())]).await
     }
 
     /// A sink for the cascade that records each attempt against one log. Recording runs

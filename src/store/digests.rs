@@ -8,8 +8,38 @@ use sqlx::FromRow;
 use crate::time::{LocalTime, UserZone, sql_timestamp};
 
 use super::{
-    ChatId, DigestId, DueAt, FrontEnd, MessageId, Store, StoreError, UserId, listed_date,
-    retry_busy, returned, stored_date, stored_local_time, stored_moment,
+    ChatId, DigestId, DueAt, FrontEnd, MessageId, NOW, Sql, Store, StoreError, UserId, listed_date,
+    on_db, retry_busy, returned, stored_date, stored_local_time, stored_moment,
+};
+
+/// A moment `$N` seconds from the statement's (`{later}`), or before it (`{ago}`).
+const LATER: Sql = Sql {
+    sqlite: "datetime('now', '+' || $2 || ' seconds')",
+    postgres: "daylog_utc(now() + make_interval(secs => $2))",
+};
+const AGO: Sql = Sql {
+    sqlite: "datetime('now', '-' || $1 || ' seconds')",
+    postgres: "daylog_utc(now() - make_interval(secs => $1))",
+};
+/// SQLite's `IS` between values that may be NULL.
+const IS: Sql = Sql {
+    sqlite: "IS",
+    postgres: "IS NOT DISTINCT FROM",
+};
+
+/// `sql` with `{now}`, `{later}`, `{ago}` and `{is}` spelt for `pool`'s backend.
+fn spelt<DB: super::Dialect>(sql: &str, pool: &sqlx::Pool<DB>) -> String {
+    sql.replace("{now}", NOW.on(pool))
+        .replace("{later}", LATER.on(pool))
+        .replace("{ago}", AGO.on(pool))
+        .replace("{is}", IS.on(pool))
+        .replace("{summary}", SUMMARY.on(pool))
+}
+
+/// An entry's stored summary, from its metrics JSON.
+const SUMMARY: Sql = Sql {
+    sqlite: "json_extract(metrics, '$.summary')",
+    postgres: "(daylog_json(metrics) ->> 'summary')",
 };
 
 /// How much of an entry's text stands in for a summary it does not have yet (a stored
@@ -90,8 +120,11 @@ impl From<DigestRow> for Digest {
     }
 }
 
-impl<'r> FromRow<'r, sqlx::sqlite::SqliteRow> for Digest {
-    fn from_row(row: &'r sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
+impl<'r, R: sqlx::Row> FromRow<'r, R> for Digest
+where
+    DigestRow: FromRow<'r, R>,
+{
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
         DigestRow::from_row(row).map(Self::from)
     }
 }
@@ -174,37 +207,37 @@ pub enum DigestAdvance {
 
 /// The digest scheduler's query: due users, soonest first, through `users_digest_due`.
 /// As in [`super::DUE_REMINDERS_SQL`], the second half takes the rows whose text sorts
-/// beyond any due time written (`?5`), text that cannot be a moment, so that they are
+/// beyond any due time written (`$5`), text that cannot be a moment, so that they are
 /// due now instead of never, and the third today's rows
 /// spelt with a `T`, so that they come at their moment and not after midnight.
 pub const DUE_DIGESTS_SQL: &str = "SELECT u.user_id, u.chat_id, u.timezone,
             CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
      FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
-     WHERE u.digest_enabled = 1 AND u.digest_next_at <= ?1
+     WHERE u.digest_enabled = 1 AND u.digest_next_at <= $1
      UNION ALL
      SELECT u.user_id, u.chat_id, u.timezone,
             CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
      FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
-     WHERE u.digest_enabled = 1 AND u.digest_next_at >= ?5
+     WHERE u.digest_enabled = 1 AND u.digest_next_at >= $5
      UNION ALL
      SELECT u.user_id, u.chat_id, u.timezone,
             CASE WHEN r.enabled = 1 THEN r.local_time END AS reminder_time, u.digest_next_at
      FROM users u LEFT JOIN reminders r ON r.user_id = u.user_id
-     WHERE u.digest_enabled = 1 AND u.digest_next_at >= ?3 AND u.digest_next_at < ?4
-     ORDER BY digest_next_at LIMIT ?2";
+     WHERE u.digest_enabled = 1 AND u.digest_next_at >= $3 AND u.digest_next_at < $4
+     ORDER BY digest_next_at LIMIT $2";
 
 impl Store {
     // ---- weekly digests (docs/behaviour.md, Time zones and rhythm) ----
 
     /// Whether the user's Sunday digest is on (`false` for a user not stored).
     pub async fn digest_enabled(&self, user_id: UserId) -> Result<bool, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT digest_enabled FROM users WHERE user_id = ?1")
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_scalar("SELECT digest_enabled = 1 FROM users WHERE user_id = $1")
                 .bind(user_id)
-                .fetch_optional(&self.read)
+                .fetch_optional(pool)
                 .await?
-                .unwrap_or(false),
-        )
+        })
+        .unwrap_or(false))
     }
 
     /// `/digest on` (next due at `next_at`) or `/digest off` (`None`). An error when
@@ -216,15 +249,19 @@ impl Store {
     ) -> Result<(), StoreError> {
         let next_at = next_at.map(sql_timestamp);
         self.durably(retry_busy("set_digest", || async {
-            let done = sqlx::query(
-                "UPDATE users SET digest_enabled = ?2 IS NOT NULL, digest_next_at = ?2
-                 WHERE user_id = ?1",
-            )
-            .bind(user_id)
-            .bind(&next_at)
-            .execute(&self.write)
-            .await?;
-            if done.rows_affected() == 0 {
+            let done = on_db!(self, write, |pool| {
+                sqlx::query(
+                    "UPDATE users SET digest_enabled = CASE WHEN $2 IS NULL THEN 0 ELSE 1 END,
+                     digest_next_at = $2
+                 WHERE user_id = $1",
+                )
+                .bind(user_id)
+                .bind(&next_at)
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
+            if done == 0 {
                 return Err(StoreError::Sql(sqlx::Error::RowNotFound));
             }
             Ok(())
@@ -248,18 +285,21 @@ impl Store {
         let now = sql_timestamp(now);
         let keep_before = sql_timestamp(keep_before);
         retry_busy("reschedule_digest", || async {
-            sqlx::query(
-                "UPDATE users SET digest_next_at = ?2
-                 WHERE user_id = ?1 AND digest_enabled = 1
+            on_db!(self, write, |pool| {
+                sqlx::query(
+                    "UPDATE users SET digest_next_at = $2
+                 WHERE user_id = $1 AND digest_enabled = 1
                    AND (digest_next_at IS NULL
-                        OR (digest_next_at > ?3 AND digest_next_at >= ?4))",
-            )
-            .bind(user_id)
-            .bind(&next_at)
-            .bind(&now)
-            .bind(&keep_before)
-            .execute(&self.write)
-            .await?;
+                        OR (digest_next_at > $3 AND digest_next_at >= $4))",
+                )
+                .bind(user_id)
+                .bind(&next_at)
+                .bind(&now)
+                .bind(&keep_before)
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         })
         .await
@@ -271,9 +311,11 @@ impl Store {
         now: Timestamp,
         limit: i64,
     ) -> Result<Vec<DueDigest>, StoreError> {
-        let rows: Vec<DueDigestRow> = super::due_query(DUE_DIGESTS_SQL, now, limit)
-            .fetch_all(&self.read)
-            .await?;
+        let rows: Vec<DueDigestRow> = on_db!(self, read, |pool| {
+            super::due_query(DUE_DIGESTS_SQL, now, limit)
+                .fetch_all(pool)
+                .await?
+        });
         Ok(rows.into_iter().map(|row| row.read(self, now)).collect())
     }
 
@@ -284,14 +326,16 @@ impl Store {
         first: jiff::civil::Date,
         last: jiff::civil::Date,
     ) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM day_logs WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3",
-        )
-        .bind(user_id)
-        .bind(first.to_string())
-        .bind(last.to_string())
-        .fetch_one(&self.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_scalar(
+                "SELECT count(*) FROM day_logs WHERE user_id = $1 AND local_day BETWEEN $2 AND $3",
+            )
+            .bind(user_id)
+            .bind(first.to_string())
+            .bind(last.to_string())
+            .fetch_one(pool)
+            .await?
+        }))
     }
 
     /// A fingerprint of the user's entries on the local days `first..=last`: their count
@@ -305,15 +349,17 @@ impl Store {
         first: jiff::civil::Date,
         last: jiff::civil::Date,
     ) -> Result<(String, i64), StoreError> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT id, text FROM day_logs
-             WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3 ORDER BY id",
-        )
-        .bind(user_id)
-        .bind(first.to_string())
-        .bind(last.to_string())
-        .fetch_all(&self.read)
-        .await?;
+        let rows: Vec<(i64, String)> = on_db!(self, read, |pool| {
+            sqlx::query_as(
+                "SELECT id, text FROM day_logs
+             WHERE user_id = $1 AND local_day BETWEEN $2 AND $3 ORDER BY id",
+            )
+            .bind(user_id)
+            .bind(first.to_string())
+            .bind(last.to_string())
+            .fetch_all(pool)
+            .await?
+        });
         let count = i64::try_from(rows.len()).unwrap_or(i64::MAX);
         Ok((entries_mark(&rows), count))
     }
@@ -338,29 +384,28 @@ impl Store {
         // A week of more than `limit` entries keeps every day: each day's first entry,
         // then each day's second, and so on (not the oldest `limit`, which left a busy
         // week's digest without its weekend), shown in order.
-        let mut rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
-            "SELECT id, local_day, line, nth FROM (
+        let mut rows: Vec<(i64, String, String, i64)> = on_db!(self, read, |pool| {
+            sqlx::query_as(&spelt("SELECT id, local_day, line, nth FROM (
                  SELECT id, local_day, line,
                         row_number() OVER (PARTITION BY local_day ORDER BY created_at, id) AS nth
                  FROM (
                      SELECT id, local_day, created_at,
-                            coalesce(nullif(trim(json_extract(metrics, '$.summary')), ''),
+                            coalesce(nullif(trim({summary}), ''),
                                      CASE WHEN status <> 'blocked' AND NOT EXISTS (
                                               SELECT 1 FROM llm_refusals r
                                               WHERE r.day_log_id = day_logs.id)
-                                          THEN substr(trim(text), 1, ?5) END) AS line
+                                          THEN substr(trim(text), 1, CAST($5 AS INTEGER)) END) AS line
                      FROM day_logs
-                     WHERE user_id = ?1 AND local_day BETWEEN ?2 AND ?3)
-                 WHERE coalesce(line, '') <> '')
-             ORDER BY nth, local_day LIMIT ?4",
-        )
+                     WHERE user_id = $1 AND local_day BETWEEN $2 AND $3) AS lines
+                 WHERE coalesce(line, '') <> '') AS numbered
+             ORDER BY nth, local_day LIMIT $4", pool))
         .bind(user_id)
         .bind(first.to_string())
         .bind(last.to_string())
         .bind(limit)
         .bind(TEXT_STAND_IN_CHARS)
-        .fetch_all(&self.read)
-        .await?;
+        .fetch_all(pool).await?
+        });
         rows.sort_by(|a, b| (&a.1, a.3).cmp(&(&b.1, b.3)));
         Ok(rows
             .into_iter()
@@ -382,20 +427,25 @@ impl Store {
         message_id: Option<MessageId>,
     ) -> Result<(Digest, bool), StoreError> {
         let inserted = retry_busy("insert_digest", || async {
-            let rows: Vec<Digest> = sqlx::query_as(&format!(
-                "INSERT INTO digests (user_id, chat_id, week_start, front_end, message_id,
+            let rows: Vec<Digest> = on_db!(self, write, |pool| {
+                sqlx::query_as(&spelt(
+                    &format!(
+                        "INSERT INTO digests (user_id, chat_id, week_start, front_end, message_id,
                      next_attempt_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, datetime('now'))
+                 VALUES ($1, $2, $3, $4, $5, {{now}})
                  ON CONFLICT (user_id, week_start) DO NOTHING
                  RETURNING {DIGEST_COLUMNS}"
-            ))
-            .bind(user_id)
-            .bind(chat_id)
-            .bind(week_start.to_string())
-            .bind(front_end.source().as_str())
-            .bind(message_id)
-            .fetch_all(&self.write)
-            .await?;
+                    ),
+                    pool,
+                ))
+                .bind(user_id)
+                .bind(chat_id)
+                .bind(week_start.to_string())
+                .bind(front_end.source().as_str())
+                .bind(message_id)
+                .fetch_all(pool)
+                .await?
+            });
             Ok(returned(rows))
         })
         .await?;
@@ -422,23 +472,28 @@ impl Store {
         message_id: Option<MessageId>,
     ) -> Result<Option<Digest>, StoreError> {
         retry_busy("renew_digest", || async {
-            let rows: Vec<Digest> = sqlx::query_as(&format!(
-                "UPDATE digests SET status = 'pending', text = NULL, written_from = NULL,
-                     sent_at = NULL, attempts = 0, next_attempt_at = datetime('now'),
-                     created_at = datetime('now'),
-                     chat_id = ?2, front_end = ?3, message_id = ?4
-                 WHERE id = ?1 AND status = ?5 AND text IS NOT NULL
-                   AND written_from IS ?6
+            let rows: Vec<Digest> = on_db!(self, write, |pool| {
+                sqlx::query_as(&spelt(
+                    &format!(
+                        "UPDATE digests SET status = 'pending', text = NULL, written_from = NULL,
+                     sent_at = NULL, attempts = 0, next_attempt_at = {{now}},
+                     created_at = {{now}},
+                     chat_id = $2, front_end = $3, message_id = $4
+                 WHERE id = $1 AND status = $5 AND text IS NOT NULL
+                   AND written_from {{is}} $6
                  RETURNING {DIGEST_COLUMNS}"
-            ))
-            .bind(digest.id)
-            .bind(chat_id)
-            .bind(front_end.source().as_str())
-            .bind(message_id)
-            .bind(digest.status.as_str())
-            .bind(&digest.written_from)
-            .fetch_all(&self.write)
-            .await?;
+                    ),
+                    pool,
+                ))
+                .bind(digest.id)
+                .bind(chat_id)
+                .bind(front_end.source().as_str())
+                .bind(message_id)
+                .bind(digest.status.as_str())
+                .bind(&digest.written_from)
+                .fetch_all(pool)
+                .await?
+            });
             Ok(returned(rows))
         })
         .await
@@ -450,13 +505,15 @@ impl Store {
         user_id: UserId,
         week_start: jiff::civil::Date,
     ) -> Result<Option<Digest>, StoreError> {
-        Ok(sqlx::query_as(&format!(
-            "SELECT {DIGEST_COLUMNS} FROM digests WHERE user_id = ?1 AND week_start = ?2"
-        ))
-        .bind(user_id)
-        .bind(week_start.to_string())
-        .fetch_optional(&self.write)
-        .await?)
+        Ok(on_db!(self, write, |pool| {
+            sqlx::query_as(&format!(
+                "SELECT {DIGEST_COLUMNS} FROM digests WHERE user_id = $1 AND week_start = $2"
+            ))
+            .bind(user_id)
+            .bind(week_start.to_string())
+            .fetch_optional(pool)
+            .await?
+        }))
     }
 
     /// The scheduler's step for one due user: moves `digest_next_at` from `due_at` (the
@@ -474,10 +531,11 @@ impl Store {
     ) -> Result<DigestAdvance, StoreError> {
         let next_at = sql_timestamp(next_at);
         retry_busy("advance_digest", || async {
-            let mut tx = self.write.begin().await?;
+            on_db!(self, write, |pool| {
+            let mut tx = pool.begin().await?;
             let moved = sqlx::query(
-                "UPDATE users SET digest_next_at = ?3
-                 WHERE user_id = ?1 AND digest_enabled = 1 AND digest_next_at = ?2",
+                "UPDATE users SET digest_next_at = $3
+                 WHERE user_id = $1 AND digest_enabled = 1 AND digest_next_at = $2",
             )
             .bind(user_id)
             .bind(due_at.key())
@@ -490,17 +548,15 @@ impl Store {
             }
             let mut created = None;
             if let Some((chat_id, week_start)) = create {
-                let rows: Vec<Digest> = sqlx::query_as(&format!(
-                    "INSERT INTO digests (user_id, chat_id, week_start, front_end, next_attempt_at)
-                     VALUES (?1, ?2, ?3, 'telegram', datetime('now'))
+                let rows: Vec<Digest> = sqlx::query_as(&spelt(&format!("INSERT INTO digests (user_id, chat_id, week_start, front_end, next_attempt_at)
+                     VALUES ($1, $2, $3, 'telegram', {{now}})
                      ON CONFLICT (user_id, week_start) DO UPDATE SET
                          chat_id = excluded.chat_id, status = 'pending', attempts = 0,
                          front_end = 'telegram', message_id = NULL,
                          next_attempt_at = excluded.next_attempt_at
                      WHERE digests.status = 'failed' AND digests.text IS NOT NULL
                        AND digests.chat_id <> digests.user_id
-                     RETURNING {DIGEST_COLUMNS}"
-                ))
+                     RETURNING {DIGEST_COLUMNS}"), pool))
                 .bind(user_id)
                 .bind(chat_id)
                 .bind(week_start.to_string())
@@ -510,6 +566,7 @@ impl Store {
             }
             tx.commit().await?;
             Ok(DigestAdvance::Moved { created })
+            })
         })
         .await
     }
@@ -517,13 +574,18 @@ impl Store {
     /// One digest if it is still pending and due, read fresh through the writer (the
     /// worker's check after claiming it: someone may have finished it meanwhile).
     pub async fn due_digest(&self, id: DigestId) -> Result<Option<Digest>, StoreError> {
-        Ok(sqlx::query_as(&format!(
-            "SELECT {DIGEST_COLUMNS} FROM digests
-             WHERE id = ?1 AND status = 'pending' AND next_attempt_at <= datetime('now')"
-        ))
-        .bind(id)
-        .fetch_optional(&self.write)
-        .await?)
+        Ok(on_db!(self, write, |pool| {
+            sqlx::query_as(&spelt(
+                &format!(
+                    "SELECT {DIGEST_COLUMNS} FROM digests
+             WHERE id = $1 AND status = 'pending' AND next_attempt_at <= {{now}}"
+                ),
+                pool,
+            ))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        }))
     }
 
     /// Gives up `front_end`'s digests pending longer than `max_age` and returns them, so
@@ -535,18 +597,23 @@ impl Store {
     ) -> Result<Vec<Digest>, StoreError> {
         retry_busy("fail_old_digests", || async {
             // Read to the end: a RETURNING write commits at its statement's end.
-            Ok(sqlx::query_as(&format!(
-                "UPDATE digests SET status = 'failed'
+            Ok(on_db!(self, write, |pool| {
+                sqlx::query_as(&spelt(
+                    &format!(
+                        "UPDATE digests SET status = 'failed'
                  WHERE status = 'pending'
-                   AND created_at < datetime('now', '-' || ?1 || ' seconds')
-                   AND front_end = ?2 AND (?3 IS NULL OR user_id = ?3)
+                   AND created_at < {{ago}}
+                   AND front_end = $2 AND ($3 IS NULL OR user_id = $3)
                  RETURNING {DIGEST_COLUMNS}"
-            ))
-            .bind(max_age.as_secs_f64())
-            .bind(front_end.source().as_str())
-            .bind(front_end.user_id())
-            .fetch_all(&self.write)
-            .await?)
+                    ),
+                    pool,
+                ))
+                .bind(max_age.as_secs_f64())
+                .bind(front_end.source().as_str())
+                .bind(front_end.user_id())
+                .fetch_all(pool)
+                .await?
+            }))
         })
         .await
     }
@@ -557,17 +624,22 @@ impl Store {
         front_end: FrontEnd,
         limit: i64,
     ) -> Result<Vec<Digest>, StoreError> {
-        Ok(sqlx::query_as(&format!(
-            "SELECT {DIGEST_COLUMNS} FROM digests
-             WHERE status = 'pending' AND next_attempt_at <= datetime('now')
-               AND front_end = ?2 AND (?3 IS NULL OR user_id = ?3)
-             ORDER BY id LIMIT ?1"
-        ))
-        .bind(limit)
-        .bind(front_end.source().as_str())
-        .bind(front_end.user_id())
-        .fetch_all(&self.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as(&spelt(
+                &format!(
+                    "SELECT {DIGEST_COLUMNS} FROM digests
+             WHERE status = 'pending' AND next_attempt_at <= {{now}}
+               AND front_end = $2 AND ($3 IS NULL OR user_id = $3)
+             ORDER BY id LIMIT $1"
+                ),
+                pool,
+            ))
+            .bind(limit)
+            .bind(front_end.source().as_str())
+            .bind(front_end.user_id())
+            .fetch_all(pool)
+            .await?
+        }))
     }
 
     /// The digest's text, written from the week's entries `written_from` (their
@@ -580,16 +652,19 @@ impl Store {
         written_from: &str,
     ) -> Result<bool, StoreError> {
         retry_busy("store_digest_text", || async {
-            let done = sqlx::query(
-                "UPDATE digests SET text = ?2, written_from = ?3
-                 WHERE id = ?1 AND status = 'pending' AND text IS NULL",
-            )
-            .bind(id)
-            .bind(text)
-            .bind(written_from)
-            .execute(&self.write)
-            .await?;
-            Ok(done.rows_affected() == 1)
+            let done = on_db!(self, write, |pool| {
+                sqlx::query(
+                    "UPDATE digests SET text = $2, written_from = $3
+                 WHERE id = $1 AND status = 'pending' AND text IS NULL",
+                )
+                .bind(id)
+                .bind(text)
+                .bind(written_from)
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
+            Ok(done == 1)
         })
         .await
     }
@@ -597,15 +672,19 @@ impl Store {
     /// Writing or sending failed for now: the worker tries again after `retry_in`.
     pub async fn digest_retry(&self, id: DigestId, retry_in: Duration) -> Result<(), StoreError> {
         retry_busy("digest_retry", || async {
-            sqlx::query(
-                "UPDATE digests SET attempts = attempts + 1,
-                     next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
-                 WHERE id = ?1 AND status = 'pending'",
-            )
-            .bind(id)
-            .bind(retry_in.as_secs_f64())
-            .execute(&self.write)
-            .await?;
+            on_db!(self, write, |pool| {
+                sqlx::query(&spelt(
+                    "UPDATE digests SET attempts = attempts + 1,
+                     next_attempt_at = {later}
+                 WHERE id = $1 AND status = 'pending'",
+                    pool,
+                ))
+                .bind(id)
+                .bind(retry_in.as_secs_f64())
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         })
         .await
@@ -631,15 +710,19 @@ impl Store {
         status: DigestStatus,
     ) -> Result<(), StoreError> {
         retry_busy(what, || async {
-            sqlx::query(
-                "UPDATE digests SET status = ?2,
-                     sent_at = CASE WHEN ?2 = 'sent' THEN datetime('now') END
-                 WHERE id = ?1 AND status = 'pending'",
-            )
-            .bind(id)
-            .bind(status.as_str())
-            .execute(&self.write)
-            .await?;
+            on_db!(self, write, |pool| {
+                sqlx::query(&spelt(
+                    "UPDATE digests SET status = $2,
+                     sent_at = CASE WHEN $2 = 'sent' THEN {now} END
+                 WHERE id = $1 AND status = 'pending'",
+                    pool,
+                ))
+                .bind(id)
+                .bind(status.as_str())
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         })
         .await

@@ -3,52 +3,56 @@
 
 use sqlx::FromRow;
 
-use super::updates::{UpdateKey, WriteTx, mark_handled_in};
+use super::updates::{MARK_HANDLED, UpdateKey};
 use super::word_forms::{self, Forms};
 use super::{
-    ChatId, DayLog, LOG_COLUMNS, LogId, MessageId, Source, Store, StoreError, UserId, listed_date,
-    retry_busy, returned, stored_date, stored_moment,
+    ChatId, DayLog, LEAST, LOG_COLUMNS, LogId, MessageId, NOW, Source, Sql, Store, StoreError,
+    UserId, in_write_tx, listed_date, on_db, retry_busy, returned, stored_date, stored_moment,
 };
 use crate::time::sql_timestamp;
 
-/// Stores a text entry on `conn` (a transaction, or the writer in autocommit), or finds
-/// the one stored for the same message before.
-async fn insert_log_on(
-    conn: &mut sqlx::SqliteConnection,
-    log: &NewLog<'_>,
-) -> Result<Inserted, StoreError> {
-    let inserted: Vec<DayLog> = sqlx::query_as(&format!(
-        "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, local_day,
-             written_at, written_zone)
-         VALUES (?1, ?2, ?3, ?4, datetime('now'), ?5, ?6, {WRITTEN_ZONE})
-         ON CONFLICT (chat_id, message_id) DO NOTHING
-         RETURNING {LOG_COLUMNS}"
-    ))
-    .bind(log.user_id)
-    .bind(log.chat_id)
-    .bind(log.message_id)
-    .bind(log.text)
-    .bind(log.local_day.map(|day| day.to_string()))
-    .bind(log.written_at.map(sql_timestamp))
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(match returned(inserted) {
-        Some(row) => Inserted::New(Box::new(row)),
-        None => Inserted::Duplicate(
-            sqlx::query_scalar("SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2")
+/// Stores a text entry on `$conn` (a transaction, or a writer connection in autocommit)
+/// of `$pool`'s backend, or finds the one stored for the same message before. A macro,
+/// so that one text serves both backends' connection types.
+macro_rules! insert_log_on {
+    ($pool:ident, $conn:expr, $log:expr) => {{
+        let log: &NewLog<'_> = $log;
+        let inserted: Vec<DayLog> = sqlx::query_as(&format!(
+            "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
+                 local_day, written_at, written_zone)
+             VALUES ($1, $2, $3, $4, {now}, $5, $6, {WRITTEN_ZONE})
+             ON CONFLICT (chat_id, message_id) DO NOTHING
+             RETURNING {LOG_COLUMNS}",
+            now = NOW.on($pool)
+        ))
+        .bind(log.user_id)
+        .bind(log.chat_id)
+        .bind(log.message_id)
+        .bind(log.text)
+        .bind(log.local_day.map(|day| day.to_string()))
+        .bind(log.written_at.map(sql_timestamp))
+        .fetch_all(&mut *$conn)
+        .await?;
+        match returned(inserted) {
+            Some(row) => Inserted::New(Box::new(row)),
+            None => Inserted::Duplicate(
+                sqlx::query_scalar(
+                    "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
+                )
                 .bind(log.chat_id)
                 .bind(log.message_id)
-                .fetch_one(&mut *conn)
+                .fetch_one(&mut *$conn)
                 .await?,
-        ),
-    })
+            ),
+        }
+    }};
 }
 
 /// The zone an entry is written in (`day_logs.written_zone`): the user's zone as stored
 /// now, if they chose it (NULL while they have the default zone), read in the insert
-/// itself; `?1` is the user id in every statement that uses it.
+/// itself; `$1` is the user id in every statement that uses it.
 const WRITTEN_ZONE: &str =
-    "(SELECT timezone FROM users WHERE user_id = ?1 AND timezone_chosen = 1)";
+    "(SELECT timezone FROM users WHERE user_id = $1 AND timezone_chosen = 1)";
 
 #[derive(Debug, Clone)]
 pub struct NewLog<'a> {
@@ -184,19 +188,19 @@ impl DayMoodRow {
     }
 }
 
-/// `/history`: a user's last `?2` logs, newest first. Public so that tests can check
+/// `/history`: a user's last `$2` logs, newest first. Public so that tests can check
 /// its query plan (it must search the `day_logs_user_created` index).
 pub const HISTORY_SQL: &str = concat!(
     "SELECT ",
     log_columns!(),
-    " FROM day_logs WHERE user_id = ?1 ORDER BY created_at DESC, id DESC LIMIT ?2"
+    " FROM day_logs WHERE user_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
 );
 
-/// `/stats` and the analysis context: per-day averages of a user from `?2` days ago on.
+/// `/stats` and the analysis context: per-day averages of a user from `$2` days ago on.
 /// Public so that tests can check its query plan.
-/// `?2` is the first local day (`YYYY-MM-DD`) of the period.
+/// `$2` is the first local day (`YYYY-MM-DD`) of the period.
 pub const DAILY_METRICS_SQL: &str = "SELECT day, mood, stress, energy, productivity, sleep_hours, logs FROM daily_metrics \
-     WHERE user_id = ?1 AND day >= ?2 ORDER BY day";
+     WHERE user_id = $1 AND day >= $2 ORDER BY day";
 
 // ---- search (`/search`) and the year in pixels (`/year`) ----
 
@@ -218,10 +222,10 @@ const ELLIPSIS: char = '\u{E002}';
 /// 100 000 (see BENCHMARKS.md).
 pub const SEARCH_CANDIDATES: i64 = 1000;
 
-/// `/search`: the user's entries that contain every word of the FTS5 query `?2` (built
-/// by [`fts_query`]): of the newest `?6` of them, the best `?5` (bm25; ties newest
-/// first), each with a snippet of about 16 words whose matches are wrapped in `?3`…`?4`
-/// and cuts marked `?7`; the snippet is of the folded text ([`fold_for_search`]), and the
+/// `/search`: the user's entries that contain every word of the FTS5 query `$2` (built
+/// by [`fts_query`]): of the newest `$6` of them, the best `$5` (bm25; ties newest
+/// first), each with a snippet of about 16 words whose matches are wrapped in `$3`…`$4`
+/// and cuts marked `$7`; the snippet is of the folded text ([`fold_for_search`]), and the
 /// entry's own `text` comes along to put its letters back ([`SearchHit::snippet`]).
 /// The snippet is made for those few only, by a second lookup of the index by rowid
 /// (`CROSS JOIN` keeps SQLite from scanning every match again to join them).
@@ -230,20 +234,20 @@ pub const SEARCH_CANDIDATES: i64 = 1000;
 pub const SEARCH_SQL: &str = "WITH candidates AS (
          SELECT d.id, d.created_at, bm25(day_logs_fts) AS score
          FROM day_logs_fts JOIN day_logs d ON d.id = day_logs_fts.rowid
-         WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
-         ORDER BY day_logs_fts.rowid DESC LIMIT ?6),
+         WHERE day_logs_fts MATCH $2 AND d.user_id = $1
+         ORDER BY day_logs_fts.rowid DESC LIMIT $6),
      best AS (
          SELECT id, created_at, score, count(*) OVER () AS matched FROM candidates
-         ORDER BY score, created_at DESC, id DESC LIMIT ?5)
+         ORDER BY score, created_at DESC, id DESC LIMIT $5)
      SELECT d.id,
          coalesce(d.local_day, date(d.created_at)) AS day,
-         snippet(day_logs_fts, 0, ?3, ?4, ?7, 16) AS snippet,
+         snippet(day_logs_fts, 0, $3, $4, $7, 16) AS snippet,
          d.text AS text,
          best.matched AS matched
      FROM best
      CROSS JOIN day_logs d ON d.id = best.id
      CROSS JOIN day_logs_fts ON day_logs_fts.rowid = best.id
-     WHERE day_logs_fts MATCH ?2 AND d.user_id = ?1
+     WHERE day_logs_fts MATCH $2 AND d.user_id = $1
      ORDER BY best.score, best.created_at DESC, best.id DESC";
 
 /// See [`Store::recent_use`]. The analyses counted are those of the user's logs
@@ -252,26 +256,46 @@ pub const SEARCH_SQL: &str = "WITH candidates AS (
 /// the worker's, which the limit does not hold to. Older entries still waiting for
 /// their slot under the limit count too (through `day_logs_deferred`): a new entry
 /// queues behind them. Public for query plans.
-pub const RECENT_USE_SQL: &str = "SELECT max(
+pub const RECENT_USE_SQL: &str = RECENT_USE.sqlite;
+
+/// [`RECENT_USE_SQL`] on both backends.
+const RECENT_USE: Sql = Sql {
+    sqlite: "SELECT max(
      (SELECT count(*) FROM day_logs
-      WHERE user_id = ?1 AND id < ?2 AND created_at >= datetime('now', '-1 hour')
+      WHERE user_id = $1 AND id < $2 AND created_at >= datetime('now', '-1 hour')
         AND NOT (status = 'pending' AND waiting_for IS 'deferred'))
      + (SELECT count(*) FROM day_logs
-        WHERE user_id = ?1 AND id < ?2 AND status = 'pending' AND waiting_for = 'deferred'),
+        WHERE user_id = $1 AND id < $2 AND status = 'pending' AND waiting_for = 'deferred'),
      (SELECT count(*) FROM llm_calls
       WHERE task = 'analysis' AND outcome = 'ok'
         AND created_at >= datetime('now', '-1 hour')
         AND day_log_id IN (
             SELECT id FROM day_logs
-            WHERE user_id = ?1 AND created_at >= datetime('now', '-1 hour')
+            WHERE user_id = $1 AND created_at >= datetime('now', '-1 hour')
             UNION
             SELECT id FROM day_logs
-            WHERE user_id = ?1 AND edited_at >= datetime('now', '-1 hour'))))";
+            WHERE user_id = $1 AND edited_at >= datetime('now', '-1 hour'))))",
+    postgres: "SELECT greatest(
+     (SELECT count(*) FROM day_logs
+      WHERE user_id = $1 AND id < $2 AND created_at >= daylog_utc(now() - interval '1 hour')
+        AND NOT (status = 'pending' AND waiting_for IS NOT DISTINCT FROM 'deferred'))
+     + (SELECT count(*) FROM day_logs
+        WHERE user_id = $1 AND id < $2 AND status = 'pending' AND waiting_for = 'deferred'),
+     (SELECT count(*) FROM llm_calls
+      WHERE task = 'analysis' AND outcome = 'ok'
+        AND created_at >= daylog_utc(now() - interval '1 hour')
+        AND day_log_id IN (
+            SELECT id FROM day_logs
+            WHERE user_id = $1 AND created_at >= daylog_utc(now() - interval '1 hour')
+            UNION
+            SELECT id FROM day_logs
+            WHERE user_id = $1 AND edited_at >= daylog_utc(now() - interval '1 hour'))))",
+};
 
-/// `/year`: the average mood of each day of the user's year `?2..=?3`, from the
+/// `/year`: the average mood of each day of the user's year `$2..=$3`, from the
 /// `daily_metrics` view (whose `mood` skips defaulted values). Public for query plans.
 pub const YEAR_MOODS_SQL: &str = "SELECT day, mood FROM daily_metrics \
-     WHERE user_id = ?1 AND day >= ?2 AND day <= ?3 ORDER BY day";
+     WHERE user_id = $1 AND day >= $2 AND day <= $3 ORDER BY day";
 
 /// The FTS5 query for what a user typed. Every word must match, in one of its forms:
 ///
@@ -314,50 +338,78 @@ pub fn fts_query(words: &str) -> Option<String> {
 /// counts against [`SEARCH_MAX_FORMS`] (past it, the prefix).
 pub fn fts_query_with(
     words: &str,
-    mut listed: impl FnMut(&str) -> Option<Vec<String>>,
+    listed: impl FnMut(&str) -> Option<Vec<String>>,
 ) -> Option<String> {
+    let clauses: Vec<String> = query_clauses(words, listed)
+        .iter()
+        .map(|clause| {
+            let parts: Vec<String> = clause
+                .iter()
+                .map(|alternative| match alternative {
+                    Alternative::Word(word) => fts_string(word),
+                    Alternative::Prefix(stem) => format!("{}*", fts_string(stem)),
+                })
+                .collect();
+            match parts.as_slice() {
+                [one] => one.clone(),
+                _ => format!("({})", parts.join(" OR ")),
+            }
+        })
+        .collect();
+    (!clauses.is_empty()).then(|| clauses.join(" AND "))
+}
+
+/// One thing a word of a query may match: a word (its tokens side by side) or every
+/// token that begins with a stem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Alternative {
+    Word(String),
+    Prefix(String),
+}
+
+/// The query of [`fts_query_with`] before it is written in an engine's syntax: one
+/// clause per word (each must match), each the alternatives it matches, the word as
+/// typed first. Folded, but not yet split into tokens.
+pub(super) fn query_clauses(
+    words: &str,
+    mut listed: impl FnMut(&str) -> Option<Vec<String>>,
+) -> Vec<Vec<Alternative>> {
     let mut seen = std::collections::HashSet::new();
     let mut forms_left = SEARCH_MAX_FORMS;
-    let clauses: Vec<String> = words
+    words
         .split(|c: char| c.is_whitespace() || c.is_control())
         .filter(|word| word.chars().any(is_token_char))
         .map(fold_for_search)
         .filter(|folded| seen.insert(folded.to_lowercase()))
         .map(|folded| {
-            let word = fts_string(&folded);
             // "друзья," and "(walked" have forms too: the tokenizer drops the marks.
-            match word_forms::forms(folded.trim_matches(|c: char| !is_token_char(c))) {
+            let forms = word_forms::forms(folded.trim_matches(|c: char| !is_token_char(c)));
+            let mut clause = vec![Alternative::Word(folded)];
+            match forms {
                 Forms::Prefix(stems) if forms_left >= stems.len() => {
-                    let mut parts = Vec::new();
                     for stem in &stems {
                         match listed(stem) {
                             // Room for the prefix is kept, should the list not fit.
                             Some(found) if forms_left > found.len() => {
                                 forms_left -= found.len();
-                                parts.extend(found.iter().map(|form| fts_string(form)));
+                                clause.extend(found.into_iter().map(Alternative::Word));
                             }
                             _ => {
                                 forms_left -= 1;
-                                parts.push(format!("{}*", fts_string(stem)));
+                                clause.push(Alternative::Prefix(stem.clone()));
                             }
                         }
-                    }
-                    if parts.is_empty() {
-                        word
-                    } else {
-                        format!("({word} OR {})", parts.join(" OR "))
                     }
                 }
                 Forms::Listed(forms) if forms_left >= forms.len() => {
                     forms_left -= forms.len();
-                    let forms: Vec<String> = forms.iter().map(|form| fts_string(form)).collect();
-                    format!("({word} OR {})", forms.join(" OR "))
+                    clause.extend(forms.into_iter().map(Alternative::Word));
                 }
-                _ => word,
+                _ => {}
             }
+            clause
         })
-        .collect();
-    (!clauses.is_empty()).then(|| clauses.join(" AND "))
+        .collect()
 }
 
 /// Most words of the index one prefix stem is listed as ([`fts_query_with`]); a stem
@@ -374,7 +426,7 @@ pub const SEARCH_MAX_FORMS: usize = 1000;
 /// Whether the `unicode61` tokenizer keeps `c` in a token rather than splitting at it:
 /// its token characters are the letters, numbers and private-use characters (Unicode
 /// categories L*, N* and Co), which Rust's `char` tells as near as it can.
-fn is_token_char(c: char) -> bool {
+pub(super) fn is_token_char(c: char) -> bool {
     c.is_alphanumeric()
         || matches!(c, '\u{E000}'..='\u{F8FF}' | '\u{F0000}'..='\u{FFFFD}' | '\u{100000}'..='\u{10FFFD}')
 }
@@ -523,18 +575,20 @@ impl Store {
         self.durably(retry_busy("insert_log", || async {
             let Some(key) = update else {
                 // One statement, so no transaction: a single round trip.
-                let mut conn = self.write.acquire().await?;
-                return insert_log_on(&mut conn, log).await;
+                return Ok(on_db!(self, write, |pool| {
+                    let mut conn = pool.acquire().await?;
+                    insert_log_on!(pool, conn, log)
+                }));
             };
-            let mut tx = WriteTx::begin(&self.write).await?;
-            let work = async {
-                let conn = tx.conn()?;
-                let inserted = insert_log_on(conn, log).await?;
-                mark_handled_in(conn, key).await?;
+            in_write_tx!(self, |pool, conn| {
+                let inserted = insert_log_on!(pool, conn, log);
+                sqlx::query(MARK_HANDLED.on(pool))
+                    .bind(key.bot_id)
+                    .bind(key.update_id)
+                    .execute(&mut *conn)
+                    .await?;
                 Ok(inserted)
-            }
-            .await;
-            tx.finish(work).await
+            })
         }))
         .await
     }
@@ -543,21 +597,25 @@ impl Store {
     /// connection could still see an older snapshot (on a full disk, the WAL index of a
     /// reader may not follow). For the entry an analysis is about to start on.
     pub async fn log_as_written(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.write)
-        .await?)
+        Ok(on_db!(self, write, |pool| {
+            sqlx::query_as::<_, DayLog>(&format!(
+                "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = $1"
+            ))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        }))
     }
 
     pub async fn log(&self, id: LogId) -> Result<Option<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayLog>(&format!(
+                "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = $1"
+            ))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        }))
     }
 
     /// An edited message: new text, and the log goes back to pending to be analysed again.
@@ -583,16 +641,15 @@ impl Store {
         update: Option<UpdateKey>,
     ) -> Result<Option<DayLog>, StoreError> {
         self.durably(retry_busy("update_text", || async {
-            let mut tx = WriteTx::begin(&self.write).await?;
-            let work = async {
-                let conn = tx.conn()?;
+            in_write_tx!(self, |pool, conn| {
                 let rows: Vec<DayLog> = sqlx::query_as(&format!(
-                "UPDATE day_logs SET text = ?3, status = 'pending', analysis = NULL, metrics = NULL,
-                     attempts = 0, next_attempt_at = datetime('now'), replied_at = NULL,
-                     edited_at = datetime('now'), waiting_for = NULL
-                 WHERE chat_id = ?1 AND message_id = ?2 AND text <> ?3
-                 RETURNING {LOG_COLUMNS}"
-            ))
+                    "UPDATE day_logs SET text = $3, status = 'pending', analysis = NULL,
+                         metrics = NULL, attempts = 0, next_attempt_at = {now}, replied_at = NULL,
+                         edited_at = {now}, waiting_for = NULL
+                     WHERE chat_id = $1 AND message_id = $2 AND text <> $3
+                     RETURNING {LOG_COLUMNS}",
+                    now = NOW.on(pool)
+                ))
                 .bind(chat_id)
                 .bind(message_id)
                 .bind(text)
@@ -600,12 +657,14 @@ impl Store {
                 .await?;
                 let updated = returned(rows);
                 if let (Some(key), Some(_)) = (update, &updated) {
-                    mark_handled_in(conn, key).await?;
+                    sqlx::query(MARK_HANDLED.on(pool))
+                        .bind(key.bot_id)
+                        .bind(key.update_id)
+                        .execute(&mut *conn)
+                        .await?;
                 }
                 Ok(updated)
-            }
-            .await;
-            tx.finish(work).await
+            })
         }))
         .await
     }
@@ -624,20 +683,24 @@ impl Store {
         self.durably(retry_busy("insert_chat_log", || async {
             // Every row is read (there is one), so the statement runs to its end and a
             // failure to commit is this call's error, not lost in a reset.
-            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
-                "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
-                     local_day, written_zone)
-                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, datetime('now'), ?3, ?4,
-                     {WRITTEN_ZONE}
-                 FROM day_logs WHERE chat_id = ?1
-                 RETURNING {LOG_COLUMNS}"
-            ))
-            .bind(user_id)
-            .bind(text)
-            .bind(Source::Chat.as_str())
-            .bind(local_day.map(|day| day.to_string()))
-            .fetch_all(&self.write)
-            .await?;
+            let mut rows: Vec<DayLog> = on_db!(self, write, |pool| {
+                sqlx::query_as(&format!(
+                    "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
+                         source, local_day, written_zone)
+                     SELECT $1, $1, {least}(coalesce(min(message_id), 0), 0) - 1, $2, {now}, $3, $4,
+                         {WRITTEN_ZONE}
+                     FROM day_logs WHERE chat_id = $1
+                     RETURNING {LOG_COLUMNS}",
+                    least = LEAST.on(pool),
+                    now = NOW.on(pool)
+                ))
+                .bind(user_id)
+                .bind(text)
+                .bind(Source::Chat.as_str())
+                .bind(local_day.map(|day| day.to_string()))
+                .fetch_all(pool)
+                .await?
+            });
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
         }))
         .await
@@ -656,98 +719,113 @@ impl Store {
         user_id: UserId,
         logs: &[NewImportLog<'_>],
     ) -> Result<ImportCounts, StoreError> {
-        self.durably(retry_busy("import_logs", || async {
-            let mut counts = ImportCounts::default();
-            let mut tx = self.write.begin().await?;
-            for log in logs {
-                let created_at = sql_timestamp(log.created_at);
-                let day = log.local_day.to_string();
-                let time = log.local_time.strftime("%H:%M").to_string();
-                // A row imported before `import_time` existed has none: it is the same
-                // row when its UTC time is (it was imported in the zone of this import),
-                // and it gets its wall-clock time now.
-                // The mood is keyed by its name (`import_mood`): two custom moods at one
-                // minute are two rows, and a backup sent after the CSV finds the CSV's
-                // row of a custom mood and gives it its level. A row stored before the
-                // name was kept is found by its score, and gets the name now.
-                let found: Option<(i64, bool, bool, bool)> = sqlx::query_as(
-                    "SELECT id, import_time IS NULL OR import_mood IS NULL,
-                         created_at IS NOT ?4, mood IS NULL AND ?6 IS NOT NULL
+        /// The stored row an imported one is again, if any (see below).
+        const FOUND: Sql = Sql {
+            sqlite: "SELECT id, import_time IS NULL OR import_mood IS NULL,
+                         created_at IS NOT $4, mood IS NULL AND $6 IS NOT NULL
                      FROM day_logs
-                     WHERE user_id = ?1 AND source = 'import' AND local_day = ?2
-                       AND (import_time = ?3 OR (import_time IS NULL AND created_at = ?4))
-                       AND text = ?5
-                       AND (import_mood = ?7 OR (import_mood IS NULL AND mood IS ?6))
+                     WHERE user_id = $1 AND source = 'import' AND local_day = $2
+                       AND (import_time = $3 OR (import_time IS NULL AND created_at = $4))
+                       AND text = $5
+                       AND (import_mood = $7 OR (import_mood IS NULL AND mood IS $6))
                      ORDER BY import_mood IS NULL
                      LIMIT 1",
-                )
-                .bind(user_id)
-                .bind(&day)
-                .bind(&time)
-                .bind(&created_at)
-                .bind(log.text)
-                .bind(log.mood)
-                .bind(log.mood_name)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if let Some((id, legacy, moved, leveled)) = found {
-                    // Read again in this import's zone, and keyed by its wall-clock time.
-                    if moved || legacy {
-                        sqlx::query(&format!(
-                            "UPDATE day_logs SET created_at = ?3, import_time = ?4,
-                                 import_mood = ?5, written_zone = {WRITTEN_ZONE}
-                             WHERE id = ?2"
-                        ))
+            postgres: "SELECT id, import_time IS NULL OR import_mood IS NULL,
+                         created_at IS DISTINCT FROM $4, mood IS NULL AND $6 IS NOT NULL
+                     FROM day_logs
+                     WHERE user_id = $1 AND source = 'import' AND local_day = $2
+                       AND (import_time = $3 OR (import_time IS NULL AND created_at = $4))
+                       AND text = $5
+                       AND (import_mood = $7 OR (import_mood IS NULL AND mood IS NOT DISTINCT FROM $6))
+                     ORDER BY import_mood IS NULL
+                     LIMIT 1",
+        };
+        self.durably(retry_busy("import_logs", || async {
+            let mut counts = ImportCounts::default();
+            on_db!(self, write, |pool| {
+                let mut tx = pool.begin().await?;
+                for log in logs {
+                    let created_at = sql_timestamp(log.created_at);
+                    let day = log.local_day.to_string();
+                    let time = log.local_time.strftime("%H:%M").to_string();
+                    // A row imported before `import_time` existed has none: it is the same
+                    // row when its UTC time is (it was imported in the zone of this import),
+                    // and it gets its wall-clock time now.
+                    // The mood is keyed by its name (`import_mood`): two custom moods at one
+                    // minute are two rows, and a backup sent after the CSV finds the CSV's
+                    // row of a custom mood and gives it its level. A row stored before the
+                    // name was kept is found by its score, and gets the name now.
+                    let found: Option<(i64, bool, bool, bool)> = sqlx::query_as(FOUND.on(pool))
                         .bind(user_id)
-                        .bind(id)
-                        .bind(&created_at)
+                        .bind(&day)
                         .bind(&time)
+                        .bind(&created_at)
+                        .bind(log.text)
+                        .bind(log.mood.map(i64::from))
                         .bind(log.mood_name)
-                        .execute(&mut *tx)
+                        .fetch_optional(&mut *tx)
                         .await?;
-                    }
-                    // A mood whose level this file gives (a backup) and the stored row
-                    // lacked: its metrics, and with them the mood, are this file's.
-                    if leveled {
-                        sqlx::query("UPDATE day_logs SET metrics = ?2 WHERE id = ?1")
+                    if let Some((id, legacy, moved, leveled)) = found {
+                        // Read again in this import's zone, and keyed by its wall-clock time.
+                        if moved || legacy {
+                            sqlx::query(&format!(
+                                "UPDATE day_logs SET created_at = $3, import_time = $4,
+                                 import_mood = $5, written_zone = {WRITTEN_ZONE}
+                             WHERE id = $2"
+                            ))
+                            .bind(user_id)
                             .bind(id)
-                            .bind(&log.metrics_json)
+                            .bind(&created_at)
+                            .bind(&time)
+                            .bind(log.mood_name)
                             .execute(&mut *tx)
                             .await?;
+                        }
+                        // A mood whose level this file gives (a backup) and the stored row
+                        // lacked: its metrics, and with them the mood, are this file's.
+                        if leveled {
+                            sqlx::query("UPDATE day_logs SET metrics = $2 WHERE id = $1")
+                                .bind(id)
+                                .bind(&log.metrics_json)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                        if moved {
+                            counts.retimed += 1;
+                        }
+                        counts.already += 1;
+                        continue;
                     }
-                    if moved {
-                        counts.retimed += 1;
-                    }
-                    counts.already += 1;
-                    continue;
-                }
-                // The metrics go in with the row: the insert trigger of the metric
-                // columns sets them again as an update, so the columns and the day's
-                // activities follow as for an analysed entry, in the same statement.
-                let inserted = sqlx::query(&format!(
+                    // The metrics go in with the row: the insert trigger of the metric
+                    // columns sets them again as an update, so the columns and the day's
+                    // activities follow as for an analysed entry, in the same statement.
+                    let inserted = sqlx::query(&format!(
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
                          replied_at, source, local_day, import_time, metrics, written_zone,
                          import_mood)
-                     SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, ?2, ?3, 'analyzed',
-                         datetime('now'), 'import', ?4, ?5, ?6, {WRITTEN_ZONE}, ?7
-                     FROM day_logs WHERE chat_id = ?1"
+                     SELECT $1, $1, {least}(coalesce(min(message_id), 0), 0) - 1, $2, $3,
+                         'analyzed', {now}, 'import', $4, $5, $6, {WRITTEN_ZONE}, $7
+                     FROM day_logs WHERE chat_id = $1",
+                    least = LEAST.on(pool),
+                    now = NOW.on(pool)
                 ))
-                .bind(user_id)
-                .bind(log.text)
-                .bind(&created_at)
-                .bind(&day)
-                .bind(&time)
-                .bind(&log.metrics_json)
-                .bind(log.mood_name)
-                .execute(&mut *tx)
-                .await?;
-                if inserted.rows_affected() != 1 {
-                    return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+                    .bind(user_id)
+                    .bind(log.text)
+                    .bind(&created_at)
+                    .bind(&day)
+                    .bind(&time)
+                    .bind(&log.metrics_json)
+                    .bind(log.mood_name)
+                    .execute(&mut *tx)
+                    .await?;
+                    if inserted.rows_affected() != 1 {
+                        return Err(StoreError::Sql(sqlx::Error::RowNotFound));
+                    }
+                    counts.imported += 1;
                 }
-                counts.imported += 1;
-            }
-            tx.commit().await?;
-            Ok(counts)
+                tx.commit().await?;
+                Ok(counts)
+            })
         }))
         .await
     }
@@ -766,22 +844,21 @@ impl Store {
         update: Option<UpdateKey>,
     ) -> Result<Inserted, StoreError> {
         self.durably(retry_busy("insert_voice_log", || async {
-            let mut tx = WriteTx::begin(&self.write).await?;
-            let work = async {
-                let conn = tx.conn()?;
+            in_write_tx!(self, |pool, conn| {
                 // Every row is read, so a failure to commit is this call's error.
                 let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
                     "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
                      kind, file_id, duration_s, local_day, written_at, written_zone)
-                 VALUES (?1, ?2, ?3, '', datetime('now'), 'voice', ?4, ?5, ?6, ?7, {WRITTEN_ZONE})
+                 VALUES ($1, $2, $3, '', {now}, 'voice', $4, $5, $6, $7, {WRITTEN_ZONE})
                  ON CONFLICT (chat_id, message_id) DO NOTHING
-                 RETURNING {LOG_COLUMNS}"
+                 RETURNING {LOG_COLUMNS}",
+                    now = NOW.on(pool)
                 ))
                 .bind(log.user_id)
                 .bind(log.chat_id)
                 .bind(log.message_id)
                 .bind(log.file_id)
-                .bind(log.duration_s)
+                .bind(log.duration_s.map(i64::from))
                 .bind(log.local_day.map(|day| day.to_string()))
                 .bind(log.written_at.map(sql_timestamp))
                 .fetch_all(&mut *conn)
@@ -790,7 +867,7 @@ impl Store {
                     Some(row) => Inserted::New(Box::new(row)),
                     None => Inserted::Duplicate(
                         sqlx::query_scalar(
-                            "SELECT id FROM day_logs WHERE chat_id = ?1 AND message_id = ?2",
+                            "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
                         )
                         .bind(log.chat_id)
                         .bind(log.message_id)
@@ -799,12 +876,14 @@ impl Store {
                     ),
                 };
                 if let Some(key) = update {
-                    mark_handled_in(conn, key).await?;
+                    sqlx::query(MARK_HANDLED.on(pool))
+                        .bind(key.bot_id)
+                        .bind(key.update_id)
+                        .execute(&mut *conn)
+                        .await?;
                 }
                 Ok(inserted)
-            }
-            .await;
-            tx.finish(work).await
+            })
         }))
         .await
     }
@@ -819,21 +898,25 @@ impl Store {
         local_day: Option<jiff::civil::Date>,
     ) -> Result<DayLog, StoreError> {
         self.durably(retry_busy("insert_chat_voice_log", || async {
-            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
+            let mut rows: Vec<DayLog> = on_db!(self, write, |pool| {
+                sqlx::query_as(&format!(
                 "INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at, source,
                      kind, file_id, duration_s, local_day, written_zone)
-                 SELECT ?1, ?1, min(coalesce(min(message_id), 0), 0) - 1, '', datetime('now'), ?2,
-                     'voice', ?3, ?4, ?5, {WRITTEN_ZONE}
-                 FROM day_logs WHERE chat_id = ?1
-                 RETURNING {LOG_COLUMNS}"
+                 SELECT $1, $1, {least}(coalesce(min(message_id), 0), 0) - 1, '', {now}, $2,
+                     'voice', $3, $4, $5, {WRITTEN_ZONE}
+                 FROM day_logs WHERE chat_id = $1
+                 RETURNING {LOG_COLUMNS}",
+                least = LEAST.on(pool),
+                now = NOW.on(pool)
             ))
-            .bind(user_id)
-            .bind(Source::Chat.as_str())
-            .bind(file)
-            .bind(duration_s)
-            .bind(local_day.map(|day| day.to_string()))
-            .fetch_all(&self.write)
-            .await?;
+                .bind(user_id)
+                .bind(Source::Chat.as_str())
+                .bind(file)
+                .bind(duration_s.map(i64::from))
+                .bind(local_day.map(|day| day.to_string()))
+                .fetch_all(pool)
+                .await?
+            });
             rows.pop().ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
         }))
         .await
@@ -841,13 +924,15 @@ impl Store {
 
     /// The voice part of a log, read fresh; `None` for a text log.
     pub async fn voice_note(&self, id: LogId) -> Result<Option<VoiceNote>, StoreError> {
-        let row: Option<VoiceNoteRow> = sqlx::query_as(
-            "SELECT file_id, duration_s, transcript_sent_at FROM day_logs
-             WHERE id = ?1 AND kind = 'voice' AND file_id IS NOT NULL",
-        )
-        .bind(id)
-        .fetch_optional(&self.write)
-        .await?;
+        let row: Option<VoiceNoteRow> = on_db!(self, write, |pool| {
+            sqlx::query_as(
+                "SELECT file_id, duration_s, transcript_sent_at FROM day_logs
+             WHERE id = $1 AND kind = 'voice' AND file_id IS NOT NULL",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        });
         Ok(row.map(|row| VoiceNote {
             file_id: row.file_id,
             duration_s: row.duration_s,
@@ -867,15 +952,17 @@ impl Store {
         transcript: &str,
     ) -> Result<Option<DayLog>, StoreError> {
         retry_busy("store_transcript", || async {
-            let mut rows: Vec<DayLog> = sqlx::query_as(&format!(
-                "UPDATE day_logs SET text = ?2
-                 WHERE id = ?1 AND kind = 'voice' AND text = '' AND status = 'pending'
+            let mut rows: Vec<DayLog> = on_db!(self, write, |pool| {
+                sqlx::query_as(&format!(
+                    "UPDATE day_logs SET text = $2
+                 WHERE id = $1 AND kind = 'voice' AND text = '' AND status = 'pending'
                  RETURNING {LOG_COLUMNS}"
-            ))
-            .bind(id)
-            .bind(transcript)
-            .fetch_all(&self.write)
-            .await?;
+                ))
+                .bind(id)
+                .bind(transcript)
+                .fetch_all(pool)
+                .await?
+            });
             Ok(rows.pop())
         })
         .await
@@ -884,13 +971,17 @@ impl Store {
     /// The transcript reached the user (or never can): it is not shown again.
     pub async fn mark_transcript_sent(&self, id: LogId) -> Result<(), StoreError> {
         retry_busy("mark_transcript_sent", || async {
-            sqlx::query(
-                "UPDATE day_logs SET transcript_sent_at = datetime('now')
-                 WHERE id = ?1 AND transcript_sent_at IS NULL",
-            )
-            .bind(id)
-            .execute(&self.write)
-            .await?;
+            on_db!(self, write, |pool| {
+                sqlx::query(&format!(
+                    "UPDATE day_logs SET transcript_sent_at = {now}
+                     WHERE id = $1 AND transcript_sent_at IS NULL",
+                    now = NOW.on(pool)
+                ))
+                .bind(id)
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         })
         .await
@@ -902,30 +993,36 @@ impl Store {
     /// the analyses their entries of that hour were given (answers stored as `ok` in
     /// `llm_calls`: an entry edited thirty times is thirty).
     pub async fn recent_use(&self, user_id: UserId, id: LogId) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(RECENT_USE_SQL)
-            .bind(user_id)
-            .bind(id)
-            .fetch_one(&self.read)
-            .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_scalar(RECENT_USE.on(pool))
+                .bind(user_id)
+                .bind(id)
+                .fetch_one(pool)
+                .await?
+        }))
     }
 
     /// The user's last `limit` logs, newest first.
     pub async fn history(&self, user_id: UserId, limit: i64) -> Result<Vec<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(HISTORY_SQL)
-            .bind(user_id)
-            .bind(limit)
-            .fetch_all(&self.read)
-            .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayLog>(HISTORY_SQL)
+                .bind(user_id)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        }))
     }
 
     /// Every log of the user, oldest first (for `/export`).
     pub async fn export(&self, user_id: UserId) -> Result<Vec<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1 ORDER BY created_at, id"
-        ))
-        .bind(user_id)
-        .fetch_all(&self.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayLog>(&format!(
+                "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = $1 ORDER BY created_at, id"
+            ))
+            .bind(user_id)
+            .fetch_all(pool)
+            .await?
+        }))
     }
 
     /// Per-local-day averages from local day `first` on, oldest first. A stored day
@@ -935,11 +1032,13 @@ impl Store {
         user_id: UserId,
         first: jiff::civil::Date,
     ) -> Result<Vec<DayMetrics>, StoreError> {
-        let rows = sqlx::query_as::<_, DayMetricsRow>(DAILY_METRICS_SQL)
-            .bind(user_id)
-            .bind(first.to_string())
-            .fetch_all(&self.read)
-            .await?;
+        let rows = on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayMetricsRow>(DAILY_METRICS_SQL)
+                .bind(user_id)
+                .bind(first.to_string())
+                .fetch_all(pool)
+                .await?
+        });
         Ok(rows
             .into_iter()
             .filter_map(|row| row.read(user_id))
@@ -952,19 +1051,21 @@ impl Store {
     pub async fn entry_days(&self, user_id: UserId) -> Result<Vec<jiff::civil::Date>, StoreError> {
         // One index seek per day (a loose index scan), not one step per entry: a year
         // of a busy journal is ~365 seeks instead of tens of thousands of index rows.
-        let days: Vec<String> = sqlx::query_scalar(
-            "WITH RECURSIVE days(day) AS (
-                 SELECT max(local_day) FROM day_logs WHERE user_id = ?1
+        let days: Vec<String> = on_db!(self, read, |pool| {
+            sqlx::query_scalar(
+                "WITH RECURSIVE days(day) AS (
+                 SELECT max(local_day) FROM day_logs WHERE user_id = $1
                  UNION ALL
                  SELECT (SELECT max(local_day) FROM day_logs
-                         WHERE user_id = ?1 AND local_day < days.day)
+                         WHERE user_id = $1 AND local_day < days.day)
                  FROM days WHERE days.day IS NOT NULL
              )
              SELECT day FROM days WHERE day IS NOT NULL",
-        )
-        .bind(user_id)
-        .fetch_all(&self.read)
-        .await?;
+            )
+            .bind(user_id)
+            .fetch_all(pool)
+            .await?
+        });
         Ok(days
             .iter()
             .filter_map(|text| listed_date("day_logs", user_id, None, "local_day", text))
@@ -979,14 +1080,16 @@ impl Store {
         user_id: UserId,
         first: jiff::civil::Date,
     ) -> Result<Vec<(jiff::civil::Date, String)>, StoreError> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT local_day, activity FROM day_activities
-             WHERE user_id = ?1 AND local_day >= ?2",
-        )
-        .bind(user_id)
-        .bind(first.to_string())
-        .fetch_all(&self.read)
-        .await?;
+        let rows: Vec<(String, String)> = on_db!(self, read, |pool| {
+            sqlx::query_as(
+                "SELECT local_day, activity FROM day_activities
+             WHERE user_id = $1 AND local_day >= $2",
+            )
+            .bind(user_id)
+            .bind(first.to_string())
+            .fetch_all(pool)
+            .await?
+        });
         Ok(rows
             .into_iter()
             .filter_map(|(day, activity)| {
@@ -1002,13 +1105,15 @@ impl Store {
         user_id: UserId,
         day: jiff::civil::Date,
     ) -> Result<bool, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM day_logs WHERE user_id = ?1 AND local_day = ?2)",
-        )
-        .bind(user_id)
-        .bind(day.to_string())
-        .fetch_one(&self.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM day_logs WHERE user_id = $1 AND local_day = $2)",
+            )
+            .bind(user_id)
+            .bind(day.to_string())
+            .fetch_one(pool)
+            .await?
+        }))
     }
 
     /// Summaries (from stored metrics) of the user's last `limit` analysed logs before
@@ -1021,17 +1126,24 @@ impl Store {
     ) -> Result<Vec<String>, StoreError> {
         // Newest first through (user_id, created_at), so SQLite stops after `limit` hits
         // instead of reading the user's whole history.
-        Ok(sqlx::query_scalar(
-            "SELECT json_extract(metrics, '$.summary') FROM day_logs
-             WHERE user_id = ?1 AND id < ?2 AND metrics IS NOT NULL
+        const SUMMARIES: Sql = Sql {
+            sqlite: "SELECT json_extract(metrics, '$.summary') FROM day_logs
+             WHERE user_id = $1 AND id < $2 AND metrics IS NOT NULL
                AND coalesce(json_extract(metrics, '$.summary'), '') <> ''
-             ORDER BY created_at DESC, id DESC LIMIT ?3",
-        )
-        .bind(user_id)
-        .bind(before_id)
-        .bind(limit)
-        .fetch_all(&self.read)
-        .await?)
+             ORDER BY created_at DESC, id DESC LIMIT $3",
+            postgres: "SELECT daylog_json(metrics) ->> 'summary' FROM day_logs
+             WHERE user_id = $1 AND id < $2 AND metrics IS NOT NULL
+               AND coalesce(daylog_json(metrics) ->> 'summary', '') <> ''
+             ORDER BY created_at DESC, id DESC LIMIT $3",
+        };
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_scalar(SUMMARIES.on(pool))
+                .bind(user_id)
+                .bind(before_id)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        }))
     }
 
     /// Up to [`SEARCH_LIMIT`] of the user's entries that contain every word of `words`
@@ -1039,6 +1151,9 @@ impl Store {
     /// best matches first.
     /// No words at all finds nothing.
     pub async fn search(&self, user_id: UserId, words: &str) -> Result<Vec<SearchHit>, StoreError> {
+        if let Some(pg) = self.pg_pool() {
+            return search_postgres(pg, user_id, words).await;
+        }
         // The stems searched as prefixes, then the index's words of each (a few).
         let mut stems = Vec::new();
         if fts_query_with(words, |stem| {
@@ -1052,13 +1167,13 @@ impl Store {
         let mut found = std::collections::HashMap::new();
         for stem in stems {
             let words: Vec<String> = sqlx::query_scalar(
-                "SELECT term FROM day_logs_fts_vocab WHERE term >= ?1 AND term < ?2
-                 ORDER BY term LIMIT ?3",
+                "SELECT term FROM day_logs_fts_vocab WHERE term >= $1 AND term < $2
+                 ORDER BY term LIMIT $3",
             )
             .bind(&stem)
             .bind(format!("{stem}\u{10FFFF}"))
             .bind(SEARCH_MAX_LISTED + 1)
-            .fetch_all(&self.read)
+            .fetch_all(&self.sqlite("search")?.read)
             .await?;
             if words.len() <= SEARCH_MAX_LISTED as usize {
                 found.insert(stem, words);
@@ -1075,7 +1190,7 @@ impl Store {
             .bind(SEARCH_LIMIT)
             .bind(SEARCH_CANDIDATES)
             .bind(ELLIPSIS.to_string())
-            .fetch_all(&self.read)
+            .fetch_all(&self.sqlite("search")?.read)
             .await?;
         Ok(rows.into_iter().map(SearchHit::from).collect())
     }
@@ -1083,15 +1198,144 @@ impl Store {
     /// The average mood of every day of `year` that has entries, oldest first. A
     /// stored day that is no date is left out, with a warning naming the user.
     pub async fn year_moods(&self, user_id: UserId, year: i32) -> Result<Vec<DayMood>, StoreError> {
-        let rows = sqlx::query_as::<_, DayMoodRow>(YEAR_MOODS_SQL)
-            .bind(user_id)
-            .bind(format!("{year:04}-01-01"))
-            .bind(format!("{year:04}-12-31"))
-            .fetch_all(&self.read)
-            .await?;
+        let rows = on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayMoodRow>(YEAR_MOODS_SQL)
+                .bind(user_id)
+                .bind(format!("{year:04}-01-01"))
+                .bind(format!("{year:04}-12-31"))
+                .fetch_all(pool)
+                .await?
+        });
         Ok(rows
             .into_iter()
             .filter_map(|row| row.read(user_id))
             .collect())
     }
+}
+
+/// A candidate of [`search_postgres`]: a matching entry of the user's.
+#[derive(FromRow)]
+struct PgCandidate {
+    id: LogId,
+    created_at: String,
+    day: String,
+    text: String,
+}
+
+/// [`Store::search`] on PostgreSQL (`store/search.rs` says how): the user's entries not
+/// indexed yet get their words first; then the newest [`SEARCH_CANDIDATES`] matches of
+/// the index, ranked and cut into snippets here as FTS5 ranks and cuts them.
+async fn search_postgres(
+    pg: &sqlx::PgPool,
+    user_id: UserId,
+    words: &str,
+) -> Result<Vec<SearchHit>, StoreError> {
+    use super::search;
+    let Some(clauses) = search::phrases(&query_clauses(words, |_| None)) else {
+        return Ok(Vec::new());
+    };
+    if clauses.is_empty() {
+        return Ok(Vec::new());
+    }
+    index_postgres(pg, user_id).await?;
+    let candidates: Vec<PgCandidate> = sqlx::query_as(
+        "SELECT d.id, d.created_at, coalesce(d.local_day, left(d.created_at, 10), '') AS day,
+             d.text
+         FROM day_logs_fts s JOIN day_logs d ON d.id = s.id
+         WHERE s.user_id = $1 AND d.user_id = $1 AND s.words @@ $2::tsquery
+         ORDER BY s.id DESC LIMIT $3",
+    )
+    .bind(user_id)
+    .bind(search::tsquery(&clauses))
+    .bind(SEARCH_CANDIDATES)
+    .fetch_all(pg)
+    .await?;
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let phrases: Vec<&search::Phrase> = clauses.iter().flatten().collect();
+    let queries: Vec<String> = phrases.iter().map(|phrase| phrase.tsquery()).collect();
+    let (rows, tokens, hits): (i64, i64, Vec<i64>) = sqlx::query_as(
+        "SELECT count(words), coalesce(sum(length), 0)::BIGINT,
+             ARRAY(SELECT (SELECT count(*) FROM day_logs_fts WHERE words @@ q::tsquery)
+                   FROM unnest($1::text[]) WITH ORDINALITY AS u(q, n) ORDER BY n)
+         FROM day_logs_fts",
+    )
+    .bind(&queries)
+    .fetch_one(pg)
+    .await?;
+    let corpus = search::Corpus { rows, tokens, hits };
+    let matched = i64::try_from(candidates.len()).unwrap_or(i64::MAX);
+    let mut scored: Vec<(f64, PgCandidate)> = candidates
+        .into_iter()
+        .map(|candidate| {
+            let row: Vec<String> = search::tokens(&fold_for_search(&candidate.text))
+                .into_iter()
+                .map(|(_, token)| token)
+                .collect();
+            (search::bm25(&phrases, &corpus, &row), candidate)
+        })
+        .collect();
+    scored.sort_by(|(a, x), (b, y)| {
+        a.total_cmp(b)
+            .then_with(|| y.created_at.cmp(&x.created_at))
+            .then_with(|| y.id.get().cmp(&x.id.get()))
+    });
+    scored.truncate(usize::try_from(SEARCH_LIMIT).unwrap_or(0));
+    Ok(scored
+        .into_iter()
+        .map(|(_, candidate)| {
+            let snippet = search::snippet(
+                &fold_for_search(&candidate.text),
+                &phrases,
+                (MATCH_START, MATCH_END, ELLIPSIS),
+            );
+            SearchHit::from(SearchHitRow {
+                id: candidate.id,
+                day: candidate.day,
+                snippet,
+                text: candidate.text,
+                matched,
+            })
+        })
+        .collect())
+}
+
+/// The words of the user's entries that have none yet (new or edited since), as the
+/// store tokenises them; an entry edited meanwhile keeps none until the next search.
+async fn index_postgres(pg: &sqlx::PgPool, user_id: UserId) -> Result<(), StoreError> {
+    let unindexed: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT s.id, d.text FROM day_logs_fts s JOIN day_logs d ON d.id = s.id
+         WHERE s.user_id = $1 AND s.words IS NULL",
+    )
+    .bind(user_id)
+    .fetch_all(pg)
+    .await?;
+    if unindexed.is_empty() {
+        return Ok(());
+    }
+    let mut ids = Vec::new();
+    let mut texts = Vec::new();
+    let mut vectors = Vec::new();
+    let mut lengths = Vec::new();
+    for (id, text) in unindexed {
+        let (vector, length) = super::search::tsvector(&fold_for_search(&text));
+        ids.push(id);
+        vectors.push(vector);
+        lengths.push(length);
+        texts.push(text);
+    }
+    sqlx::query(
+        "UPDATE day_logs_fts s SET words = u.words::tsvector, length = u.length
+         FROM unnest($1::BIGINT[], $2::text[], $3::text[], $4::BIGINT[]) AS u(id, text, words, length),
+             day_logs d
+         WHERE s.id = u.id AND d.id = u.id AND d.text = u.text",
+    )
+    .bind(&ids)
+    .bind(&texts)
+    .bind(&vectors)
+    .bind(&lengths)
+    .execute(pg)
+    .await?;
+    Ok(())
 }

@@ -33,15 +33,19 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::FromRow;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{FromRow, Row};
 
 use crate::config::{DatabaseUrlError, database_path};
 use crate::domain::Metrics;
 
+/// SQLite's migrations: the files directly in `migrations/` (the macro skips folders).
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+/// PostgreSQL's: `migrations/postgres/`, the same versions from the consolidated first one.
+static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 pub use crate::domain::{ChatId, DigestId, LogId, MessageId, UserId};
 
@@ -81,6 +85,10 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("database error: {0}")]
     Sql(#[from] sqlx::Error),
+    /// A store operation that has no PostgreSQL version yet (issue 33 is under way;
+    /// `DATABASE_URL` still refuses `postgres://` outside the tests).
+    #[error("{0} is not available on PostgreSQL yet")]
+    NotOnPostgres(&'static str),
     /// The commit returned but could not be synced to disk: not promised as kept.
     #[error("cannot sync the database to disk: {0}")]
     Sync(#[source] std::io::Error),
@@ -95,6 +103,28 @@ impl StoreError {
     /// the same write can succeed a moment later.
     pub fn is_busy(&self) -> bool {
         match self {
+            // PostgreSQL: a serialization failure, a deadlock, a lock not available.
+            Self::Sql(sqlx::Error::Database(error))
+                if error
+                    .code()
+                    .is_some_and(|code| matches!(&*code, "40001" | "40P01" | "55P03")) =>
+            {
+                true
+            }
+            // PostgreSQL: two terminals (or imports) of one chat took the same next
+            // negative message id in the same moment (SQLite's writer lock orders them;
+            // PostgreSQL's snapshots do not): the later one takes the next id.
+            Self::Sql(sqlx::Error::Database(error))
+                if matches!(
+                    error.constraint(),
+                    Some("day_logs_chat_id_message_id_key")
+                        // Two dead letters without an id of their own took the same
+                        // next negative id: the later one takes the next.
+                        | Some("updates_bot_id_update_id_key")
+                ) =>
+            {
+                true
+            }
             Self::Sql(sqlx::Error::Database(error)) => error
                 .code()
                 .and_then(|code| code.parse::<i32>().ok())
@@ -145,10 +175,12 @@ impl Store {
         write: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let written = write.await?;
-        self.durable.after_commit().await.map_err(|error| {
-            tracing::error!(%error, "a commit could not be synced to disk");
-            StoreError::Sync(error)
-        })?;
+        if let Some(durable) = &self.durable {
+            durable.after_commit().await.map_err(|error| {
+                tracing::error!(%error, "a commit could not be synced to disk");
+                StoreError::Sync(error)
+            })?;
+        }
         Ok(written)
     }
 }
@@ -198,18 +230,21 @@ impl DueAt {
 }
 
 /// The schedulers' due queries ([`DUE_REMINDERS_SQL`], [`DUE_DIGESTS_SQL`]) with their
-/// five parameters bound for `now`: `?1` now, `?2` the limit; `?3`, `?4` the text of
+/// five parameters bound for `now`: `$1` now, `$2` the limit; `$3`, `$4` the text of
 /// `now`'s UTC day spelt with a `T` (`YYYY-MM-DDT` up to `YYYY-MM-DDU`), a band no
-/// canonical moment is in; `?5` a week and a day from `now`. No due time the scheduler
+/// canonical moment is in; `$5` a week and a day from `now`. No due time the scheduler
 /// writes is that far (a digest's is the next Sunday), so text at or after it is a hand
 /// edit, read every tick: no moment (due now), or a moment that far.
-fn due_query<'q, O>(
+fn due_query<'q, DB, O>(
     sql: &'q str,
     now: jiff::Timestamp,
     limit: i64,
-) -> sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>
+) -> sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments<'q>>
 where
-    O: for<'r> FromRow<'r, sqlx::sqlite::SqliteRow>,
+    DB: sqlx::Database,
+    O: for<'r> FromRow<'r, DB::Row>,
+    String: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+    i64: for<'e> sqlx::Encode<'e, DB> + sqlx::Type<DB>,
 {
     let day = now.strftime("%Y-%m-%d");
     let far = now
@@ -481,8 +516,11 @@ impl From<DayLogRow> for DayLog {
     }
 }
 
-impl<'r> FromRow<'r, sqlx::sqlite::SqliteRow> for DayLog {
-    fn from_row(row: &'r sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
+impl<'r, R: sqlx::Row> FromRow<'r, R> for DayLog
+where
+    DayLogRow: FromRow<'r, R>,
+{
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
         DayLogRow::from_row(row).map(Self::from)
     }
 }
@@ -546,6 +584,7 @@ mod durable;
 mod logs;
 mod read_only;
 mod reminders;
+mod search;
 mod unfinished;
 mod updates;
 mod users;
@@ -561,7 +600,7 @@ pub use logs::{
     SEARCH_SQL, SearchHit, SnippetRun, VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query,
     fts_query_with,
 };
-pub use read_only::{Backup, backup, open_read_only, read_only_options};
+pub use read_only::{Backup, backup, open_postgres_for_sql, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
 pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished};
 pub use updates::{
@@ -573,14 +612,185 @@ pub use users::{NewUser, User};
 /// The shared handle on the database. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
-    read: SqlitePool,
-    write: SqlitePool,
+    db: Db,
     calls: CallRecorder,
-    /// Where a promised commit waits for the disk ([`durable`]).
-    durable: std::sync::Arc<durable::WalSync>,
+    /// Where a promised commit waits for the disk ([`durable`]); `None` on PostgreSQL,
+    /// whose commit returns once it is on the server's disk.
+    durable: Option<std::sync::Arc<durable::WalSync>>,
     /// `users.timezone` of a user seen for the first time (`journal.default_timezone`),
     /// and the zone of one whose stored zone names none.
     default_zone: crate::time::UserZone,
+}
+
+/// The database behind a [`Store`]: the one narrow type the journal sees has one of
+/// these inside. Queries are written once where the SQL can be shared ([`Sql`]) and run
+/// through [`on_db!`], which compiles the same Rust for each backend.
+#[derive(Clone, Debug)]
+enum Db {
+    /// One writer connection (writers queue in the pool, never on SQLite's lock) and
+    /// up to four readers beside it (WAL).
+    Sqlite(SqliteDb),
+    /// One pool for reads and writes: the server serialises what must be.
+    Postgres(PgPool),
+}
+
+#[derive(Clone, Debug)]
+struct SqliteDb {
+    read: SqlitePool,
+    write: SqlitePool,
+}
+
+/// A statement's text per backend: `Sql::both` where one text serves both (placeholders
+/// `$1`…, which SQLite's driver binds by number too), else one per dialect.
+///
+/// Never mix `?N` and `$N` in one SQLite statement: SQLite numbers a `$1` as a *named*
+/// parameter, one past the largest index seen so far in the text, which can be the
+/// index of a later `?N` — both then bind the value of `$1`.
+#[derive(Debug, Clone, Copy)]
+struct Sql {
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+impl Sql {
+    const fn both(text: &'static str) -> Self {
+        Self {
+            sqlite: text,
+            postgres: text,
+        }
+    }
+
+    /// The text for the backend of `pool`.
+    fn on<DB: Dialect>(&self, _pool: &sqlx::Pool<DB>) -> &'static str {
+        DB::text(self)
+    }
+}
+
+/// The moment a statement runs, as the store spells moments (SQLite's
+/// `datetime('now')`), for statements assembled with `format!`.
+const NOW: Sql = Sql {
+    sqlite: "datetime('now')",
+    postgres: "daylog_utc(now())",
+};
+
+/// The smaller of two values: SQLite's two-argument `min`, PostgreSQL's `least`.
+const LEAST: Sql = Sql {
+    sqlite: "min",
+    postgres: "least",
+};
+
+/// Picks a backend's text out of a [`Sql`].
+trait Dialect: sqlx::Database {
+    fn text(sql: &Sql) -> &'static str;
+}
+
+impl Dialect for sqlx::Sqlite {
+    fn text(sql: &Sql) -> &'static str {
+        sql.sqlite
+    }
+}
+
+impl Dialect for sqlx::Postgres {
+    fn text(sql: &Sql) -> &'static str {
+        sql.postgres
+    }
+}
+
+/// Runs `$body` once per backend with `$pool` the backend's pool: on SQLite the `read`
+/// or `write` one as asked, on PostgreSQL its one pool. The body is written once and
+/// compiled for both (binds, fetch and row reading are the same Rust).
+macro_rules! on_db {
+    ($store:expr, $side:ident, |$pool:ident| $body:expr) => {
+        on_db!(@db &$store.db, $side, |$pool| $body)
+    };
+    (@db $db:expr, $side:ident, |$pool:ident| $body:expr) => {
+        match $db {
+            crate::store::Db::Sqlite(sqlite) => {
+                let $pool = &sqlite.$side;
+                $body
+            }
+            crate::store::Db::Postgres(pg) => {
+                let $pool = pg;
+                $body
+            }
+        }
+    };
+}
+use on_db;
+
+/// Runs `$body` inside a write transaction, once per backend, with `$pool` the writer
+/// pool (for [`Sql::on`]) and `$conn` the transaction's connection: committed when the
+/// body returns `Ok`, rolled back otherwise. On SQLite through [`updates::WriteTx`]
+/// (`BEGIN IMMEDIATE`, a connection that cannot roll back is closed); on PostgreSQL a
+/// plain transaction, rolled back when dropped.
+macro_rules! in_write_tx {
+    ($store:expr, |$pool:ident, $conn:ident| $body:expr) => {
+        match &$store.db {
+            crate::store::Db::Sqlite(sqlite) => {
+                let $pool = &sqlite.write;
+                let mut tx = crate::store::updates::WriteTx::begin($pool).await?;
+                let work: Result<_, StoreError> = async {
+                    let $conn = tx.conn()?;
+                    $body
+                }
+                .await;
+                tx.finish(work).await
+            }
+            crate::store::Db::Postgres(pg) => {
+                let $pool = pg;
+                let mut tx = $pool.begin().await?;
+                let work: Result<_, StoreError> = async {
+                    let $conn: &mut sqlx::PgConnection = &mut tx;
+                    $body
+                }
+                .await;
+                match work {
+                    Ok(value) => {
+                        tx.commit().await?;
+                        Ok(value)
+                    }
+                    // Dropping the transaction rolls it back.
+                    Err(error) => Err(error),
+                }
+            }
+        }
+    };
+}
+use in_write_tx;
+
+impl Store {
+    /// The SQLite pools, for an operation not ported to PostgreSQL yet.
+    fn sqlite(&self, what: &'static str) -> Result<&SqliteDb, StoreError> {
+        match &self.db {
+            Db::Sqlite(sqlite) => Ok(sqlite),
+            Db::Postgres(_) => Err(StoreError::NotOnPostgres(what)),
+        }
+    }
+
+    /// Whether this store is on PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.db, Db::Postgres(_))
+    }
+}
+
+/// The connect options of a PostgreSQL URL, and how messages name that database (its
+/// name and host: the URL is a secret).
+fn postgres_options(url: &str) -> Result<(PgConnectOptions, String), StoreError> {
+    let options = PgConnectOptions::from_str(url).map_err(|source| StoreError::Open {
+        path: redacted_url(url),
+        source,
+    })?;
+    let shown = format!(
+        "{} on {}",
+        options.get_database().unwrap_or("(default database)"),
+        options.get_host()
+    );
+    Ok((options, shown))
+}
+
+/// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`).
+pub fn is_postgres_url(url: &str) -> bool {
+    crate::config::is_postgres_url(url)
 }
 
 /// How the store's connections are set up: `[store]` in the settings.
@@ -682,6 +892,9 @@ impl Store {
 
     /// Opens with the configured limits (`[store]`) applied to every connection.
     pub async fn open_with(url: &str, limits: Limits) -> Result<Self, StoreError> {
+        if is_postgres_url(url) {
+            return Self::open_postgres(url, limits).await;
+        }
         let file = database_path(url)?;
         // Absolute, so that an error says where (a relative URL is the working folder's).
         let shown = |path: &std::path::Path| {
@@ -722,12 +935,36 @@ impl Store {
             .connect_with(read_options)
             .await
             .map_err(open_err)?;
-        let calls = CallRecorder::spawn(write.clone());
+        let calls = CallRecorder::spawn(Db::Sqlite(SqliteDb {
+            read: read.clone(),
+            write: write.clone(),
+        }));
         Ok(Self {
-            read,
-            write,
+            db: Db::Sqlite(SqliteDb { read, write }),
             calls,
-            durable: std::sync::Arc::new(durable::WalSync::for_database(file)),
+            durable: Some(std::sync::Arc::new(durable::WalSync::for_database(file))),
+            default_zone: crate::time::UserZone::utc(),
+        })
+    }
+
+    /// Opens a PostgreSQL database. The URL is a secret (it may hold a password): an
+    /// error names the database by its host and name only.
+    async fn open_postgres(url: &str, limits: Limits) -> Result<Self, StoreError> {
+        let (options, shown) = postgres_options(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(limits.busy_timeout.max(Duration::from_secs(5)))
+            .connect_with(options)
+            .await
+            .map_err(|source| StoreError::Open {
+                path: shown,
+                source,
+            })?;
+        let calls = CallRecorder::spawn(Db::Postgres(pool.clone()));
+        Ok(Self {
+            db: Db::Postgres(pool),
+            calls,
+            durable: None,
             default_zone: crate::time::UserZone::utc(),
         })
     }
@@ -765,14 +1002,25 @@ impl Store {
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
         self.check_not_newer().await?;
-        MIGRATOR.run(&self.write).await?;
+        match &self.db {
+            Db::Sqlite(sqlite) => MIGRATOR.run(&sqlite.write).await?,
+            Db::Postgres(pg) => PG_MIGRATOR.run(pg).await?,
+        }
         Ok(())
+    }
+
+    /// The migrations of this store's backend.
+    fn migrator(&self) -> &'static sqlx::migrate::Migrator {
+        match self.db {
+            Db::Sqlite(_) => &MIGRATOR,
+            Db::Postgres(_) => &PG_MIGRATOR,
+        }
     }
 
     /// Whether every migration this build knows has been applied.
     pub async fn is_migrated(&self) -> Result<bool, StoreError> {
         let applied = self.applied_versions().await?;
-        Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))
+        Ok(self.migrator().iter().all(|m| applied.contains(&m.version)))
     }
 
     /// The checks `sqlx::migrate` makes before it runs anything: an applied migration
@@ -782,11 +1030,13 @@ impl Store {
         if self.applied_versions().await?.is_empty() {
             return Ok(());
         }
-        let applied: Vec<(i64, bool, Vec<u8>)> = sqlx::query_as(
-            "SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version",
-        )
-        .fetch_all(&self.read)
-        .await?;
+        let applied: Vec<(i64, bool, Vec<u8>)> = on_db!(self, read, |pool| {
+            sqlx::query_as(
+                "SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version",
+            )
+            .fetch_all(pool)
+            .await?
+        });
         for (version, success, checksum) in applied {
             if !success {
                 // A migration that failed part-way: `migrate` refuses to go on as well.
@@ -794,7 +1044,7 @@ impl Store {
                     version,
                 )));
             }
-            if let Some(known) = MIGRATOR.iter().find(|m| m.version == version)
+            if let Some(known) = self.migrator().iter().find(|m| m.version == version)
                 && *known.checksum != *checksum
             {
                 return Err(StoreError::MigrationChanged { version });
@@ -804,23 +1054,25 @@ impl Store {
     }
 
     async fn applied_versions(&self) -> Result<Vec<i64>, StoreError> {
-        let exists: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
-        )
-        .fetch_one(&self.read)
-        .await?;
-        if exists == 0 {
-            return Ok(Vec::new());
-        }
-        Ok(
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = 1")
-                .fetch_all(&self.read)
-                .await?,
-        )
+        const EXISTS: Sql = Sql {
+            sqlite: "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+            postgres: "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = '_sqlx_migrations'",
+        };
+        on_db!(self, read, |pool| {
+            let exists: i64 = sqlx::query_scalar(EXISTS.on(pool)).fetch_one(pool).await?;
+            if exists == 0 {
+                return Ok(Vec::new());
+            }
+            Ok(
+                sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                    .fetch_all(pool)
+                    .await?,
+            )
+        })
     }
 
     async fn check_not_newer(&self) -> Result<(), StoreError> {
-        let known = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        let known = self.migrator().iter().map(|m| m.version).max().unwrap_or(0);
         let found = self
             .applied_versions()
             .await?
@@ -852,6 +1104,13 @@ impl Store {
         {
             tracing::warn!("LLM calls still queued at shutdown were not recorded");
         }
+        let sqlite = match &self.db {
+            Db::Sqlite(sqlite) => sqlite,
+            Db::Postgres(pg) => {
+                pg.close().await;
+                return;
+            }
+        };
         // After a clean exit the database file alone holds everything, so that copying
         // `daylog.db` (without its `-wal`) is a whole backup. SQLite folds the WAL back
         // into the file when its last connection closes, but only a connection that may
@@ -863,9 +1122,9 @@ impl Store {
         // frame is in the file, with no busy wait: it never waits for a reader nor
         // holds up a writer of the other process, and does what PASSIVE does when it
         // cannot; what a reader still needs stays for its next one.
-        self.read.close().await;
+        sqlite.read.close().await;
         let folded: Result<(i64, i64, i64), sqlx::Error> = async {
-            let mut conn = self.write.acquire().await?;
+            let mut conn = sqlite.write.acquire().await?;
             sqlx::query("PRAGMA busy_timeout = 0")
                 .execute(&mut *conn)
                 .await?;
@@ -885,19 +1144,35 @@ impl Store {
                 tracing::warn!(%error, "could not fold the WAL into the database file at exit; it is read again at the next start")
             }
         }
-        self.write.close().await;
+        sqlite.write.close().await;
     }
 
-    /// The connection pool for read-only ad-hoc queries by the owner (`daylog sql` opens
-    /// its own read-only connection instead).
-    pub fn read_pool(&self) -> &SqlitePool {
-        &self.read
+    /// The SQLite connection pool for read-only ad-hoc queries by the owner and the
+    /// tests (`daylog sql` opens its own read-only connection instead); `None` on
+    /// PostgreSQL.
+    pub fn read_pool(&self) -> Option<&SqlitePool> {
+        match &self.db {
+            Db::Sqlite(sqlite) => Some(&sqlite.read),
+            Db::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL pool, for the tests' ad-hoc queries; `None` on SQLite.
+    pub fn pg_pool(&self) -> Option<&PgPool> {
+        match &self.db {
+            Db::Sqlite(_) => None,
+            Db::Postgres(pg) => Some(pg),
+        }
     }
 
     /// What SQLite's `quick_check` finds wrong with the file (its first finding), if
-    /// anything: a damaged page that the migrations check alone never reads.
+    /// anything: a damaged page that the migrations check alone never reads. Nothing
+    /// on PostgreSQL, whose server checks its own pages.
     pub async fn damage(&self) -> Option<String> {
-        quick_check(&self.read).await
+        match &self.db {
+            Db::Sqlite(sqlite) => quick_check(&sqlite.read).await,
+            Db::Postgres(_) => None,
+        }
     }
 }
 
@@ -914,11 +1189,67 @@ async fn quick_check(pool: &SqlitePool) -> Option<String> {
     }
 }
 
-/// Names of the columns of a table or view, in order (for schema checks).
-pub async fn columns(pool: &SqlitePool, table: &str) -> Result<Vec<String>, StoreError> {
-    let rows = sqlx::query("SELECT name FROM pragma_table_info(?1) ORDER BY cid")
-        .bind(table)
-        .fetch_all(pool)
-        .await?;
-    Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+/// `url` with its password (and any query, which may hold one) left out, for messages.
+pub fn redacted_url(url: &str) -> String {
+    crate::config::redacted_url(url)
+}
+
+impl Store {
+    /// Names of the columns of a table or view, in order (for schema checks).
+    pub async fn columns(&self, table: &str) -> Result<Vec<String>, StoreError> {
+        const COLUMNS: Sql = Sql {
+            sqlite: "SELECT name FROM pragma_table_info($1) ORDER BY cid",
+            postgres: "SELECT column_name::text FROM information_schema.columns
+                       WHERE table_schema = current_schema() AND table_name = $1
+                       ORDER BY ordinal_position",
+        };
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_scalar(COLUMNS.on(pool))
+                .bind(table)
+                .fetch_all(pool)
+                .await?
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MIGRATOR, PG_MIGRATOR, redacted_url};
+
+    #[test]
+    fn a_database_url_is_shown_without_its_password_or_parameters() {
+        let shown = redacted_url("postgres://daylog:s3cret@db:5432/daylog?password=other");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("other"),
+            "{shown}"
+        );
+        assert!(shown.contains("db:5432/daylog"), "{shown}");
+        assert!(!redacted_url("postgres://x:%zz@").contains("%zz"));
+    }
+
+    /// PostgreSQL's first migration is the consolidated schema of every SQLite one up
+    /// to its version; from there on each SQLite migration has a twin of the same
+    /// version, so that "schema version N" is one schema on both backends. A new SQLite
+    /// migration without its PostgreSQL twin fails here.
+    #[test]
+    fn postgres_migrations_follow_sqlites_version_for_version() {
+        let pg: Vec<i64> = PG_MIGRATOR.iter().map(|m| m.version).collect();
+        let first = pg.first().copied().unwrap_or(i64::MAX);
+        let sqlite: Vec<i64> = MIGRATOR
+            .iter()
+            .map(|m| m.version)
+            .filter(|version| *version >= first)
+            .collect();
+        assert_eq!(pg, sqlite);
+        assert_eq!(
+            MIGRATOR.iter().count(),
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+                .map(|dir| dir
+                    .filter_map(Result::ok)
+                    .filter(|entry| entry.path().is_file())
+                    .count())
+                .unwrap_or(0),
+            "SQLite's migrations are exactly the files directly in migrations/"
+        );
+    }
 }

@@ -28,6 +28,22 @@ pub async fn open_read_only(url: &str, limits: Limits) -> Result<SqlitePool, Sto
     open_file(&database_path(url)?, limits, options).await
 }
 
+/// Opens a PostgreSQL database for `daylog sql`: a pool of one connection (the
+/// read-only fences are the query's, `sqlcmd::postgres`). Errors name the database by
+/// its name and host, never the URL.
+pub async fn open_postgres_for_sql(url: &str, limits: Limits) -> Result<sqlx::PgPool, StoreError> {
+    let (options, shown) = super::postgres_options(url)?;
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(limits.busy_timeout.max(std::time::Duration::from_secs(5)))
+        .connect_with(options)
+        .await
+        .map_err(|source| StoreError::Open {
+            path: shown,
+            source,
+        })
+}
+
 /// One connection to the existing file `path`; a missing file is an error, never a new
 /// file.
 async fn open_file(
@@ -69,6 +85,15 @@ pub struct Backup {
 /// checked (`quick_check`) and its entries counted before it is reported; a copy that
 /// fails any of that is removed, so that trying again is not refused as "exists".
 pub async fn backup(url: &str, limits: Limits, dest: &Path) -> Result<Backup, StoreError> {
+    if super::is_postgres_url(url) {
+        // The server's own tool makes a consistent copy; daylog does not copy a server.
+        return Err(StoreError::Backup {
+            path: dest.display().to_string(),
+            message: "the database is PostgreSQL: back it up with pg_dump (for example \
+                      `pg_dump --format=custom --file=daylog.dump \"$DATABASE_URL\"`)"
+                .to_owned(),
+        });
+    }
     let options = parse_options(url)?.read_only(true);
     let source = open_file(&database_path(url)?, limits, options).await?;
     let written = sqlx::query("VACUUM INTO ?1")
@@ -113,4 +138,29 @@ async fn check_copy(dest: &Path, limits: Limits) -> Result<Backup, String> {
     }
     let entries = entries.map_err(|e| e.to_string())?;
     Ok(Backup { entries, bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Limits, backup};
+
+    #[tokio::test]
+    async fn a_backup_of_a_postgresql_database_names_pg_dump_and_writes_nothing() {
+        let dir = tempfile::tempdir().expect("dir");
+        let dest = dir.path().join("copy.db");
+        let refused = backup(
+            "postgres://daylog:secret@db.example/daylog",
+            Limits::busy_timeout(std::time::Duration::from_secs(1)),
+            &dest,
+        )
+        .await
+        .expect_err("refused");
+        let said = refused.to_string();
+        assert!(said.contains("pg_dump"), "{said}");
+        assert!(
+            !said.contains("secret"),
+            "the URL's password is never repeated: {said}"
+        );
+        assert!(!dest.exists());
+    }
 }

@@ -9,7 +9,7 @@ use crate::language::Language;
 use crate::time::{LocalTime, UserZone, sql_timestamp};
 
 use super::{
-    ChatId, DueAt, Store, StoreError, UserId, retry_busy, stored_date, stored_local_time,
+    ChatId, DueAt, Store, StoreError, UserId, on_db, retry_busy, stored_date, stored_local_time,
     stored_moment,
 };
 
@@ -29,7 +29,8 @@ pub struct Reminder {
 struct ReminderRow {
     user_id: UserId,
     local_time: String,
-    enabled: bool,
+    /// 0/1, as the schema keeps it on both backends.
+    enabled: i64,
     last_sent_day: Option<String>,
     next_due_at: Option<String>,
 }
@@ -46,7 +47,7 @@ impl From<ReminderRow> for Reminder {
                 .next_due_at
                 .map(|text| stored_moment("reminders", id, "next_due_at", &text)),
             user_id: row.user_id,
-            enabled: row.enabled,
+            enabled: row.enabled != 0,
         }
     }
 }
@@ -99,12 +100,12 @@ impl DueReminderRow {
 /// The scheduler's query: due reminders, soonest first. Public so that tests and the
 /// benchmark can check that it searches the `reminders_due` index.
 ///
-/// The second half takes the rows whose text sorts at or after `?5`, a week and a day
+/// The second half takes the rows whose text sorts at or after `$5`, a week and a day
 /// from now, beyond any due time the scheduler writes: text that cannot be a moment (a
 /// hand edit: `soon`, or digits such as `21:30` that sort after every moment of these
 /// years), which no `<=` on text would ever reach; they are due now, so that they are
 /// sent and moved on rather than stuck. The third takes today's (UTC) rows
-/// spelt with a `T` (`?3` is `YYYY-MM-DDT`, `?4` `YYYY-MM-DDU`): that text sorts after
+/// spelt with a `T` (`$3` is `YYYY-MM-DDT`, `$4` `YYYY-MM-DDU`): that text sorts after
 /// every moment of its day, so the first half would reach it only after midnight, too
 /// late to send; read now, it is sent if due, else written at its moment. Every half
 /// searches the index, the third only its own narrow band.
@@ -112,30 +113,32 @@ pub const DUE_REMINDERS_SQL: &str =
     "SELECT r.user_id, u.chat_id, u.language, u.timezone, r.local_time,
             r.last_sent_day, r.next_due_at
      FROM reminders r JOIN users u ON u.user_id = r.user_id
-     WHERE r.enabled = 1 AND r.next_due_at <= ?1
+     WHERE r.enabled = 1 AND r.next_due_at <= $1
      UNION ALL
      SELECT r.user_id, u.chat_id, u.language, u.timezone, r.local_time,
             r.last_sent_day, r.next_due_at
      FROM reminders r JOIN users u ON u.user_id = r.user_id
-     WHERE r.enabled = 1 AND r.next_due_at >= ?5
+     WHERE r.enabled = 1 AND r.next_due_at >= $5
      UNION ALL
      SELECT r.user_id, u.chat_id, u.language, u.timezone, r.local_time,
             r.last_sent_day, r.next_due_at
      FROM reminders r JOIN users u ON u.user_id = r.user_id
-     WHERE r.enabled = 1 AND r.next_due_at >= ?3 AND r.next_due_at < ?4
-     ORDER BY next_due_at LIMIT ?2";
+     WHERE r.enabled = 1 AND r.next_due_at >= $3 AND r.next_due_at < $4
+     ORDER BY next_due_at LIMIT $2";
 
 impl Store {
     // ---- reminders ----
 
     pub async fn reminder(&self, user_id: UserId) -> Result<Option<Reminder>, StoreError> {
-        let row = sqlx::query_as::<_, ReminderRow>(
-            "SELECT user_id, local_time, enabled, last_sent_day, next_due_at
-             FROM reminders WHERE user_id = ?1",
-        )
-        .bind(user_id)
-        .fetch_optional(&self.read)
-        .await?;
+        let row = on_db!(self, read, |pool| {
+            sqlx::query_as::<_, ReminderRow>(
+                "SELECT user_id, local_time, enabled, last_sent_day, next_due_at
+                 FROM reminders WHERE user_id = $1",
+            )
+            .bind(user_id)
+            .fetch_optional(pool)
+            .await?
+        });
         Ok(row.map(Reminder::from))
     }
 
@@ -154,22 +157,25 @@ impl Store {
         let next_due_at = sql_timestamp(next_due_at);
         let now = sql_timestamp(now);
         self.durably(retry_busy("set_reminder", || async {
-            sqlx::query(
-                "INSERT INTO reminders (user_id, local_time, enabled, next_due_at)
-                 VALUES (?1, ?2, 1, ?3)
+            on_db!(self, write, |pool| {
+                sqlx::query(
+                    "INSERT INTO reminders (user_id, local_time, enabled, next_due_at)
+                 VALUES ($1, $2, 1, $3)
                  ON CONFLICT (user_id) DO UPDATE SET local_time = excluded.local_time,
                      enabled = 1,
                      next_due_at = CASE WHEN reminders.enabled = 1
-                                         AND reminders.next_due_at <= ?4
+                                         AND reminders.next_due_at <= $4
                                         THEN reminders.next_due_at
                                         ELSE excluded.next_due_at END",
-            )
-            .bind(user_id)
-            .bind(&local_time)
-            .bind(&next_due_at)
-            .bind(&now)
-            .execute(&self.write)
-            .await?;
+                )
+                .bind(user_id)
+                .bind(&local_time)
+                .bind(&next_due_at)
+                .bind(&now)
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         }))
         .await
@@ -178,10 +184,15 @@ impl Store {
     /// `/remind off`, or Telegram said the user blocked the bot.
     pub async fn disable_reminder(&self, user_id: UserId) -> Result<(), StoreError> {
         self.durably(retry_busy("disable_reminder", || async {
-            sqlx::query("UPDATE reminders SET enabled = 0, next_due_at = NULL WHERE user_id = ?1")
+            on_db!(self, write, |pool| {
+                sqlx::query(
+                    "UPDATE reminders SET enabled = 0, next_due_at = NULL WHERE user_id = $1",
+                )
                 .bind(user_id)
-                .execute(&self.write)
-                .await?;
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         }))
         .await
@@ -197,11 +208,16 @@ impl Store {
     ) -> Result<(), StoreError> {
         let next_due_at = sql_timestamp(next_due_at);
         retry_busy("reschedule_reminder", || async {
-            sqlx::query("UPDATE reminders SET next_due_at = ?2 WHERE user_id = ?1 AND enabled = 1")
+            on_db!(self, write, |pool| {
+                sqlx::query(
+                    "UPDATE reminders SET next_due_at = $2 WHERE user_id = $1 AND enabled = 1",
+                )
                 .bind(user_id)
                 .bind(&next_due_at)
-                .execute(&self.write)
-                .await?;
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         })
         .await
@@ -213,9 +229,11 @@ impl Store {
         now: Timestamp,
         limit: i64,
     ) -> Result<Vec<DueReminder>, StoreError> {
-        let rows: Vec<DueReminderRow> = super::due_query(DUE_REMINDERS_SQL, now, limit)
-            .fetch_all(&self.read)
-            .await?;
+        let rows: Vec<DueReminderRow> = on_db!(self, read, |pool| {
+            super::due_query(DUE_REMINDERS_SQL, now, limit)
+                .fetch_all(pool)
+                .await?
+        });
         Ok(rows.into_iter().map(|row| row.read(self, now)).collect())
     }
 
@@ -233,18 +251,21 @@ impl Store {
         let sent_day = sent_day.map(|day| day.to_string());
         let next_due_at = sql_timestamp(next_due_at);
         retry_busy("advance_reminder", || async {
-            let done = sqlx::query(
-                "UPDATE reminders SET next_due_at = ?4, last_sent_day = coalesce(?3, last_sent_day)
-                 WHERE user_id = ?1 AND enabled = 1 AND next_due_at = ?2
-                   AND (?3 IS NULL OR coalesce(last_sent_day, '') <> ?3)",
+            let done = on_db!(self, write, |pool| {
+                sqlx::query(
+                "UPDATE reminders SET next_due_at = $4, last_sent_day = coalesce($3, last_sent_day)
+                 WHERE user_id = $1 AND enabled = 1 AND next_due_at = $2
+                   AND ($3 IS NULL OR coalesce(last_sent_day, '') <> $3)",
             )
             .bind(user_id)
             .bind(due_at.key())
             .bind(&sent_day)
             .bind(&next_due_at)
-            .execute(&self.write)
-            .await?;
-            Ok(done.rows_affected() == 1)
+            .execute(pool)
+            .await?
+            .rows_affected()
+            });
+            Ok(done == 1)
         })
         .await
     }
@@ -265,16 +286,19 @@ impl Store {
         let due_at = sql_timestamp(due_at.at());
         let advanced_to = sql_timestamp(advanced_to);
         retry_busy("restore_reminder", || async {
-            sqlx::query(
-                "UPDATE reminders SET next_due_at = ?2, last_sent_day = ?3
-                 WHERE user_id = ?1 AND enabled = 1 AND next_due_at = ?4",
-            )
-            .bind(user_id)
-            .bind(&due_at)
-            .bind(&last_sent_day)
-            .bind(&advanced_to)
-            .execute(&self.write)
-            .await?;
+            on_db!(self, write, |pool| {
+                sqlx::query(
+                    "UPDATE reminders SET next_due_at = $2, last_sent_day = $3
+                 WHERE user_id = $1 AND enabled = 1 AND next_due_at = $4",
+                )
+                .bind(user_id)
+                .bind(&due_at)
+                .bind(&last_sent_day)
+                .bind(&advanced_to)
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         })
         .await

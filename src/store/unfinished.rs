@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use super::{DayLog, FrontEnd, LOG_COLUMNS, LogId, LogStatus, Store, StoreError, retry_busy};
+use super::{
+    DayLog, FrontEnd, LOG_COLUMNS, LogId, LogStatus, NOW, Sql, Store, StoreError, on_db, retry_busy,
+};
 use crate::domain::Outcome;
 
 /// What the worker has to finish.
@@ -27,15 +29,18 @@ impl Unfinished {
 }
 
 /// A pending log whose next try is due.
-const UNFINISHED_PENDING: &str =
-    "status = 'pending' AND coalesce(next_attempt_at, '') <= datetime('now')";
+const UNFINISHED_PENDING: &str = "status = 'pending' AND coalesce(next_attempt_at, '') <= {now}";
 
 /// See [`Store::defer_to_free_slot`]: `?1` the log, `?2` its user, `?3` the limit less
 /// one. The entries that count are the user's of the last hour (through
 /// `day_logs_user_created`) and those of any age still waiting for their slot (through
 /// `day_logs_deferred`), each at the moment of its analysis: its slot, or when it was
 /// stored. Returns the seconds the log now waits.
-pub const DEFER_TO_FREE_SLOT_SQL: &str = "UPDATE day_logs SET waiting_for = 'deferred',
+pub const DEFER_TO_FREE_SLOT_SQL: &str = DEFER_TO_FREE_SLOT.sqlite;
+
+/// [`DEFER_TO_FREE_SLOT_SQL`] on both backends.
+const DEFER_TO_FREE_SLOT: Sql = Sql {
+    sqlite: "UPDATE day_logs SET waiting_for = 'deferred',
          next_attempt_at = coalesce(
              (SELECT datetime(moment, '+1 hour') FROM (
                   SELECT e.created_at AS moment FROM day_logs e
@@ -49,13 +54,41 @@ pub const DEFER_TO_FREE_SLOT_SQL: &str = "UPDATE day_logs SET waiting_for = 'def
               ORDER BY moment DESC LIMIT 1 OFFSET ?3),
              datetime('now', '+1 hour'))
      WHERE id = ?1 AND status = 'pending'
-     RETURNING max(0, unixepoch(next_attempt_at) - unixepoch('now'))";
+     RETURNING max(0, unixepoch(next_attempt_at) - unixepoch('now'))",
+    postgres: "UPDATE day_logs SET waiting_for = 'deferred',
+         next_attempt_at = coalesce(
+             (SELECT daylog_utc(daylog_moment(moment) + interval '1 hour') FROM (
+                  SELECT e.created_at AS moment FROM day_logs e
+                  WHERE e.user_id = $2 AND e.id < $1
+                    AND e.created_at >= daylog_utc(now() - interval '1 hour')
+                    AND NOT (e.status = 'pending'
+                             AND e.waiting_for IS NOT DISTINCT FROM 'deferred')
+                  UNION ALL
+                  SELECT w.next_attempt_at FROM day_logs w
+                  WHERE w.user_id = $2 AND w.id < $1
+                    AND w.status = 'pending' AND w.waiting_for = 'deferred') AS counted
+              ORDER BY moment DESC LIMIT 1 OFFSET $3),
+             daylog_utc(now() + interval '1 hour'))
+     WHERE id = $1 AND status = 'pending'
+     RETURNING CAST(greatest(0, floor(extract(epoch FROM daylog_moment(next_attempt_at)))
+                                - floor(extract(epoch FROM now()))) AS BIGINT)",
+};
 
 /// A decided log whose answer has not gone out and is not waiting for a delivery retry
 /// (read through the `day_logs_unreplied` index, which holds only such rows).
 pub const UNFINISHED_REPLY: &str =
     "status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
      AND (next_attempt_at IS NULL OR next_attempt_at <= datetime('now'))";
+
+/// [`UNFINISHED_REPLY`] with the moment of the statement left as `{now}` ([`NOW`]).
+const UNFINISHED_REPLY_AT: &str =
+    "status IN ('analyzed', 'blocked', 'failed') AND replied_at IS NULL
+     AND (next_attempt_at IS NULL OR next_attempt_at <= {now})";
+
+/// A `{now}` of one of the conditions above, spelt for `pool`'s backend.
+fn at_now<DB: super::Dialect>(condition: &str, pool: &sqlx::Pool<DB>) -> String {
+    condition.replace("{now}", NOW.on(pool))
+}
 
 impl Store {
     /// Records what a round decided about `analysed_text` ([`Outcome`]), in one
@@ -72,52 +105,62 @@ impl Store {
         analysed_text: &str,
         outcome: &Outcome,
     ) -> Result<bool, StoreError> {
-        const DECIDED: &str = "UPDATE day_logs SET status = ?3,
-                 analysis = coalesce(?4, analysis), metrics = coalesce(?5, metrics),
+        const DECIDED: Sql = Sql::both(
+            "UPDATE day_logs SET status = $3,
+                 analysis = coalesce($4, analysis), metrics = coalesce($5, metrics),
                  attempts = attempts + 1, next_attempt_at = NULL, replied_at = NULL
-             WHERE id = ?1 AND text = ?2 AND status = 'pending'";
-        const WAITING: &str = "UPDATE day_logs SET attempts = attempts + 1,
-                 next_attempt_at = datetime('now', '+' || ?3 || ' seconds'), waiting_for = ?4,
-                 metrics = coalesce(?5, metrics)
-             WHERE id = ?1 AND text = ?2 AND status = 'pending'";
-        const FAILED: &str =
+             WHERE id = $1 AND text = $2 AND status = 'pending'",
+        );
+        const WAITING: Sql = Sql {
+            sqlite: "UPDATE day_logs SET attempts = attempts + 1,
+                 next_attempt_at = datetime('now', '+' || $3 || ' seconds'), waiting_for = $4,
+                 metrics = coalesce($5, metrics)
+             WHERE id = $1 AND text = $2 AND status = 'pending'",
+            postgres: "UPDATE day_logs SET attempts = attempts + 1,
+                 next_attempt_at = daylog_utc(now() + make_interval(secs => $3)),
+                 waiting_for = $4, metrics = coalesce($5, metrics)
+             WHERE id = $1 AND text = $2 AND status = 'pending'",
+        };
+        const FAILED: Sql = Sql::both(
             "UPDATE day_logs SET status = 'failed', next_attempt_at = NULL, replied_at = NULL
-             WHERE id = ?1 AND text = ?2 AND status = 'pending'";
+             WHERE id = $1 AND text = $2 AND status = 'pending'",
+        );
         let what = match outcome {
             Outcome::Analysed { .. } => "record analysed",
             Outcome::Blocked { .. } => "record blocked",
             Outcome::Waiting { .. } => "record waiting",
             Outcome::Failed(_) => "record failed",
         };
+        let sql = match outcome {
+            Outcome::Analysed { .. } | Outcome::Blocked { .. } => DECIDED,
+            Outcome::Waiting { .. } => WAITING,
+            Outcome::Failed(_) => FAILED,
+        };
         retry_busy(what, || async {
-            let query = sqlx::query(match outcome {
-                Outcome::Analysed { .. } | Outcome::Blocked { .. } => DECIDED,
-                Outcome::Waiting { .. } => WAITING,
-                Outcome::Failed(_) => FAILED,
-            })
-            .bind(id)
-            .bind(analysed_text);
-            let query = match outcome {
-                Outcome::Analysed { analysis, metrics } => query
-                    .bind(LogStatus::Analyzed.as_str())
-                    .bind(analysis.as_str())
-                    .bind(metrics.to_json()),
-                Outcome::Blocked { metrics } => query
-                    .bind(LogStatus::Blocked.as_str())
-                    .bind(None::<&str>)
-                    .bind(metrics.as_ref().map(crate::domain::Metrics::to_json)),
-                Outcome::Waiting {
-                    wait,
-                    retry_in,
-                    metrics,
-                } => query
-                    .bind(retry_in.as_secs_f64())
-                    .bind(wait.column())
-                    .bind(metrics.as_ref().map(crate::domain::Metrics::to_json)),
-                Outcome::Failed(_) => query,
-            };
-            let done = query.execute(&self.write).await?;
-            Ok(done.rows_affected() == 1)
+            let done = on_db!(self, write, |pool| {
+                let query = sqlx::query(sql.on(pool)).bind(id).bind(analysed_text);
+                let query = match outcome {
+                    Outcome::Analysed { analysis, metrics } => query
+                        .bind(LogStatus::Analyzed.as_str())
+                        .bind(analysis.as_str())
+                        .bind(metrics.to_json()),
+                    Outcome::Blocked { metrics } => query
+                        .bind(LogStatus::Blocked.as_str())
+                        .bind(None::<&str>)
+                        .bind(metrics.as_ref().map(crate::domain::Metrics::to_json)),
+                    Outcome::Waiting {
+                        wait,
+                        retry_in,
+                        metrics,
+                    } => query
+                        .bind(retry_in.as_secs_f64())
+                        .bind(wait.column())
+                        .bind(metrics.as_ref().map(crate::domain::Metrics::to_json)),
+                    Outcome::Failed(_) => query,
+                };
+                query.execute(pool).await?.rows_affected()
+            });
+            Ok(done == 1)
         })
         .await
     }
@@ -129,14 +172,17 @@ impl Store {
     /// hourly limit keep their time. Returns how many.
     pub async fn retry_pending_now(&self) -> Result<u64, StoreError> {
         retry_busy("retry_pending_now", || async {
-            let done = sqlx::query(
-                "UPDATE day_logs SET next_attempt_at = datetime('now')
-                 WHERE status = 'pending' AND next_attempt_at > datetime('now')
-                   AND waiting_for = 'provider'",
-            )
-            .execute(&self.write)
-            .await?;
-            Ok(done.rows_affected())
+            Ok(on_db!(self, write, |pool| {
+                sqlx::query(&format!(
+                    "UPDATE day_logs SET next_attempt_at = {now}
+                     WHERE status = 'pending' AND next_attempt_at > {now}
+                       AND waiting_for = 'provider'",
+                    now = NOW.on(pool)
+                ))
+                .execute(pool)
+                .await?
+                .rows_affected()
+            }))
         })
         .await
     }
@@ -154,12 +200,14 @@ impl Store {
         limit: u32,
     ) -> Result<Duration, StoreError> {
         retry_busy("defer_to_free_slot", || async {
-            let rows: Vec<i64> = sqlx::query_scalar(DEFER_TO_FREE_SLOT_SQL)
-                .bind(log.id)
-                .bind(log.user_id)
-                .bind(i64::from(limit.max(1)) - 1)
-                .fetch_all(&self.write)
-                .await?;
+            let rows: Vec<i64> = on_db!(self, write, |pool| {
+                sqlx::query_scalar(DEFER_TO_FREE_SLOT.on(pool))
+                    .bind(log.id)
+                    .bind(log.user_id)
+                    .bind(i64::from(limit.max(1)) - 1)
+                    .fetch_all(pool)
+                    .await?
+            });
             Ok(Duration::from_secs(
                 rows.first()
                     .map_or(3600, |&s| u64::try_from(s).unwrap_or(0)),
@@ -173,9 +221,8 @@ impl Store {
     pub async fn postpone(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
         self.schedule(
             "postpone",
-            "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds'),
-                 waiting_for = 'delivery'
-             WHERE id = ?1 AND status = 'pending'",
+            "UPDATE day_logs SET next_attempt_at = {later}, waiting_for = 'delivery'
+             WHERE id = $1 AND status = 'pending'",
             id,
             retry_in,
         )
@@ -187,15 +234,16 @@ impl Store {
     pub async fn delay_reply(&self, id: LogId, retry_in: Duration) -> Result<(), StoreError> {
         self.schedule(
             "delay_reply",
-            "UPDATE day_logs SET next_attempt_at = datetime('now', '+' || ?2 || ' seconds')
-             WHERE id = ?1 AND status <> 'pending' AND replied_at IS NULL",
+            "UPDATE day_logs SET next_attempt_at = {later}
+             WHERE id = $1 AND status <> 'pending' AND replied_at IS NULL",
             id,
             retry_in,
         )
         .await
     }
 
-    /// Runs one of the `next_attempt_at` updates above (`?1` the id, `?2` seconds).
+    /// Runs one of the `next_attempt_at` updates above (`$1` the id, `{later}` the
+    /// moment `$2` seconds from now).
     async fn schedule(
         &self,
         what: &'static str,
@@ -203,12 +251,19 @@ impl Store {
         id: LogId,
         retry_in: Duration,
     ) -> Result<(), StoreError> {
+        const LATER: Sql = Sql {
+            sqlite: "datetime('now', '+' || $2 || ' seconds')",
+            postgres: "daylog_utc(now() + make_interval(secs => $2))",
+        };
         retry_busy(what, || async {
-            sqlx::query(sql)
-                .bind(id)
-                .bind(retry_in.as_secs_f64())
-                .execute(&self.write)
-                .await?;
+            on_db!(self, write, |pool| {
+                sqlx::query(&sql.replace("{later}", LATER.on(pool)))
+                    .bind(id)
+                    .bind(retry_in.as_secs_f64())
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            });
             Ok(())
         })
         .await
@@ -218,13 +273,16 @@ impl Store {
     /// meanwhile (edited) is left alone: its new answer is still owed.
     pub async fn mark_replied(&self, id: LogId) -> Result<(), StoreError> {
         retry_busy("mark_replied", || async {
-            sqlx::query(
-                "UPDATE day_logs SET replied_at = datetime('now')
-                 WHERE id = ?1 AND status <> 'pending'",
-            )
-            .bind(id)
-            .execute(&self.write)
-            .await?;
+            on_db!(self, write, |pool| {
+                sqlx::query(&format!(
+                    "UPDATE day_logs SET replied_at = {now} WHERE id = $1 AND status <> 'pending'",
+                    now = NOW.on(pool)
+                ))
+                .bind(id)
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         })
         .await
@@ -233,10 +291,11 @@ impl Store {
     /// How many entries wait for their analysis (`status = 'pending'`), of every front
     /// end: the `daylog_entries_pending` gauge.
     pub async fn pending_count(&self) -> Result<u64, StoreError> {
-        let count: i64 =
+        let count: i64 = on_db!(self, read, |pool| {
             sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE status = 'pending'")
-                .fetch_one(&self.read)
-                .await?;
+                .fetch_one(pool)
+                .await?
+        });
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
@@ -249,18 +308,22 @@ impl Store {
         front_end: FrontEnd,
         limit: i64,
     ) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
-        const OWN: &str = "source = ?2 AND (?3 IS NULL OR user_id = ?3)";
-        let rows = sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE {UNFINISHED_PENDING} AND {OWN}
-             UNION ALL
-             SELECT {LOG_COLUMNS} FROM day_logs WHERE {UNFINISHED_REPLY} AND {OWN}
-             ORDER BY id LIMIT ?1"
-        ))
-        .bind(limit)
-        .bind(front_end.source().as_str())
-        .bind(front_end.user_id())
-        .fetch_all(&self.read)
-        .await?;
+        const OWN: &str = "source = $2 AND ($3 IS NULL OR user_id = $3)";
+        let rows = on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayLog>(&format!(
+                "SELECT {LOG_COLUMNS} FROM day_logs WHERE {pending} AND {OWN}
+                 UNION ALL
+                 SELECT {LOG_COLUMNS} FROM day_logs WHERE {reply} AND {OWN}
+                 ORDER BY id LIMIT $1",
+                pending = at_now(UNFINISHED_PENDING, pool),
+                reply = at_now(UNFINISHED_REPLY_AT, pool),
+            ))
+            .bind(limit)
+            .bind(front_end.source().as_str())
+            .bind(front_end.user_id())
+            .fetch_all(pool)
+            .await?
+        });
         Ok(rows.into_iter().map(Unfinished::classify).collect())
     }
 
@@ -270,26 +333,38 @@ impl Store {
         &self,
         id: LogId,
     ) -> Result<Option<(Unfinished, DayLog)>, StoreError> {
-        let log = sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs
-             WHERE id = ?1 AND (({UNFINISHED_PENDING}) OR ({UNFINISHED_REPLY}))"
-        ))
-        .bind(id)
-        .fetch_optional(&self.write)
-        .await?;
+        let log = on_db!(self, write, |pool| {
+            sqlx::query_as::<_, DayLog>(&format!(
+                "SELECT {LOG_COLUMNS} FROM day_logs
+                 WHERE id = $1 AND (({pending}) OR ({reply}))",
+                pending = at_now(UNFINISHED_PENDING, pool),
+                reply = at_now(UNFINISHED_REPLY_AT, pool),
+            ))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        });
         Ok(log.map(Unfinished::classify))
     }
 
     /// How long the log's text has waited: since it was stored, or since the edit that
     /// last changed it.
     pub async fn log_age(&self, id: LogId) -> Result<Option<Duration>, StoreError> {
-        let secs: Option<f64> = sqlx::query_scalar(
-            "SELECT (julianday('now') - julianday(coalesce(edited_at, created_at))) * 86400.0
-             FROM day_logs WHERE id = ?1",
-        )
-        .bind(id)
-        .fetch_optional(&self.read)
-        .await?;
+        const AGE: Sql = Sql {
+            sqlite:
+                "SELECT (julianday('now') - julianday(coalesce(edited_at, created_at))) * 86400.0
+                     FROM day_logs WHERE id = $1",
+            postgres: "SELECT CAST(extract(epoch FROM now()
+                                   - daylog_moment(coalesce(edited_at, created_at)))
+                                   AS DOUBLE PRECISION)
+                       FROM day_logs WHERE id = $1",
+        };
+        let secs: Option<f64> = on_db!(self, read, |pool| {
+            sqlx::query_scalar(AGE.on(pool))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+        });
         Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 }

@@ -6,7 +6,7 @@
 use sqlx::pool::PoolConnection;
 use sqlx::{FromRow, Sqlite, SqliteConnection, SqlitePool};
 
-use super::{Store, StoreError, retry_busy, returned};
+use super::{LEAST, Sql, Store, StoreError, in_write_tx, on_db, retry_busy, returned};
 use crate::time::sql_timestamp;
 
 /// The failures after which an update is given up (`dead = 1`).
@@ -97,22 +97,40 @@ pub struct InboxCounts {
     pub dead: u64,
 }
 
-/// Sets `handled_at` of `key`'s row inside a caller's transaction: an entry's update is
-/// handled in the same transaction as its `day_logs` write.
-pub(super) async fn mark_handled_in(
-    conn: &mut SqliteConnection,
-    key: UpdateKey,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE updates SET handled_at = datetime('now')
-         WHERE bot_id = ?1 AND update_id = ?2 AND handled_at IS NULL",
-    )
-    .bind(key.bot_id)
-    .bind(key.update_id)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
+/// Sets `handled_at` of a row (`$1` the bot, `$2` the update id) once, inside a
+/// caller's transaction too: an entry's update is handled in the same transaction as
+/// its `day_logs` write.
+pub(super) const MARK_HANDLED: Sql = Sql {
+    sqlite: "UPDATE updates SET handled_at = datetime('now')
+             WHERE bot_id = $1 AND update_id = $2 AND handled_at IS NULL",
+    postgres: "UPDATE updates SET handled_at = daylog_utc(now())
+               WHERE bot_id = $1 AND update_id = $2 AND handled_at IS NULL",
+};
+
+/// Commits one update unless its key is there already.
+const INSERT_UPDATE: &str = "INSERT INTO updates (bot_id, update_id, chat_id, user_id, payload)
+     VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (bot_id, update_id) DO NOTHING";
+
+/// `/delete`: inside the erasure's transaction, the payloads of user `$1`'s rows handled
+/// or dead go (the bare ids stay, so a re-delivery is still a duplicate). Rows still to
+/// be handled keep theirs: they wait behind the press in its chat, written after it —
+/// the user's new words, or a second tap.
+pub(super) const ERASE_PAYLOADS: Sql = Sql::both(
+    "UPDATE updates SET payload = NULL
+     WHERE user_id = $1 AND payload IS NOT NULL AND (handled_at IS NOT NULL OR dead = 1)",
+);
+
+/// `/delete`: the button press that asked for it (`$1` the bot, `$2` the update id) is
+/// erased and marked handled in the deletion's transaction — a crash after the commit
+/// cannot leave it to be handled again without its payload.
+pub(super) const ERASE_PRESS: Sql = Sql {
+    sqlite: "UPDATE updates SET payload = NULL, handled_at = coalesce(handled_at, datetime('now'))
+             WHERE bot_id = $1 AND update_id = $2",
+    postgres: "UPDATE updates SET payload = NULL,
+                   handled_at = coalesce(handled_at, daylog_utc(now()))
+               WHERE bot_id = $1 AND update_id = $2",
+};
 
 /// A transaction on the writer connection that never outlives a failure. A COMMIT that
 /// fails on a full disk can leave SQLite's transaction open; the connection would then
@@ -182,48 +200,38 @@ impl Store {
             // One statement: no transaction around it (a webhook's request, a quiet poll).
             return self
                 .durably(retry_busy("insert_update", || async {
-                    let inserted = sqlx::query(
-                        "INSERT INTO updates (bot_id, update_id, chat_id, user_id, payload)
-                         VALUES (?1, ?2, ?3, ?4, ?5)
-                         ON CONFLICT (bot_id, update_id) DO NOTHING",
-                    )
-                    .bind(bot_id)
-                    .bind(update.update_id)
-                    .bind(update.chat_id)
-                    .bind(update.user_id)
-                    .bind(update.payload)
-                    .execute(&self.write)
-                    .await?
-                    .rows_affected();
+                    let inserted = on_db!(self, write, |pool| {
+                        sqlx::query(INSERT_UPDATE)
+                            .bind(bot_id)
+                            .bind(update.update_id)
+                            .bind(update.chat_id)
+                            .bind(update.user_id)
+                            .bind(update.payload)
+                            .execute(pool)
+                            .await?
+                            .rows_affected()
+                    });
                     Ok(vec![inserted > 0])
                 }))
                 .await;
         }
         self.durably(retry_busy("insert_updates", || async {
-            let mut tx = WriteTx::begin(&self.write).await?;
-            let work = async {
-                let conn = tx.conn()?;
+            in_write_tx!(self, |_pool, conn| {
                 let mut fresh = Vec::with_capacity(updates.len());
                 for update in updates {
-                    let inserted = sqlx::query(
-                        "INSERT INTO updates (bot_id, update_id, chat_id, user_id, payload)
-                         VALUES (?1, ?2, ?3, ?4, ?5)
-                         ON CONFLICT (bot_id, update_id) DO NOTHING",
-                    )
-                    .bind(bot_id)
-                    .bind(update.update_id)
-                    .bind(update.chat_id)
-                    .bind(update.user_id)
-                    .bind(update.payload)
-                    .execute(&mut *conn)
-                    .await?
-                    .rows_affected();
+                    let inserted = sqlx::query(INSERT_UPDATE)
+                        .bind(bot_id)
+                        .bind(update.update_id)
+                        .bind(update.chat_id)
+                        .bind(update.user_id)
+                        .bind(update.payload)
+                        .execute(&mut *conn)
+                        .await?
+                        .rows_affected();
                     fresh.push(inserted > 0);
                 }
                 Ok(fresh)
-            }
-            .await;
-            tx.finish(work).await
+            })
         }))
         .await
     }
@@ -240,12 +248,12 @@ impl Store {
         letter: &DeadLetter<'_>,
     ) -> Result<Option<i64>, StoreError> {
         self.durably(retry_busy("insert_dead_letter", || async {
-            let rows: Vec<i64> = match letter.own_id {
+            let rows: Vec<i64> = on_db!(self, write, |pool| match letter.own_id {
                 Some(id) => {
                     sqlx::query_scalar(
                         "INSERT INTO updates
                              (bot_id, update_id, payload, dead, error, chat_id, user_id)
-                         VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6)
+                         VALUES ($1, $2, $3, 1, $4, $5, $6)
                          ON CONFLICT (bot_id, update_id) DO NOTHING
                          RETURNING update_id",
                     )
@@ -255,26 +263,30 @@ impl Store {
                     .bind(letter.error)
                     .bind(letter.chat_id)
                     .bind(letter.user_id)
-                    .fetch_all(&self.write)
+                    .fetch_all(pool)
                     .await?
                 }
                 None => {
-                    sqlx::query_scalar(
+                    // Two at once on PostgreSQL can take the same id: the loser's unique
+                    // violation is "busy" (`StoreError::is_busy`) and its retry takes the
+                    // next one. SQLite's writer lock orders them.
+                    sqlx::query_scalar(&format!(
                         "INSERT INTO updates
                              (bot_id, update_id, payload, dead, error, chat_id, user_id)
-                         SELECT ?1, min(coalesce(min(update_id), 0), 0) - 1, ?2, 1, ?3, ?4, ?5
-                         FROM updates WHERE bot_id = ?1
+                         SELECT $1, {least}(coalesce(min(update_id), 0), 0) - 1, $2, 1, $3, $4, $5
+                         FROM updates WHERE bot_id = $1
                          RETURNING update_id",
-                    )
+                        least = LEAST.on(pool)
+                    ))
                     .bind(bot_id)
                     .bind(letter.payload)
                     .bind(letter.error)
                     .bind(letter.chat_id)
                     .bind(letter.user_id)
-                    .fetch_all(&self.write)
+                    .fetch_all(pool)
                     .await?
                 }
-            };
+            });
             Ok(returned(rows))
         }))
         .await
@@ -291,37 +303,62 @@ impl Store {
         per_chat: i64,
         limit: i64,
     ) -> Result<Vec<InboxUpdate>, StoreError> {
-        Ok(sqlx::query_as::<_, InboxUpdate>(
-            "SELECT update_id, chat_id, user_id, payload, failures, next_try_at FROM (
+        // One text per backend: SQLite's julianday against PostgreSQL's daylog_moment
+        // (NULL for text that is no moment: not waiting), and NULL chats first on both.
+        const UNHANDLED: Sql = Sql {
+            sqlite: "SELECT update_id, chat_id, user_id, payload, failures, next_try_at FROM (
                  SELECT * FROM (
                      SELECT update_id, chat_id, user_id, payload, failures, next_try_at,
                          row_number() OVER lane AS nth,
                          coalesce(julianday(first_value(next_try_at) OVER lane)
                                   > julianday('now'), 0) AS waiting
-                     FROM updates WHERE bot_id = ?1 AND handled_at IS NULL AND dead = 0
+                     FROM updates WHERE bot_id = $1 AND handled_at IS NULL AND dead = 0
                      WINDOW lane AS (PARTITION BY chat_id IS NULL, coalesce(chat_id, update_id)
                                      ORDER BY update_id)
-                 )
-                 WHERE nth <= CASE WHEN waiting THEN 1 ELSE ?2 END
-                 ORDER BY nth, chat_id, update_id LIMIT ?3
-             )
+                 ) AS lanes
+                 WHERE nth <= CASE WHEN waiting THEN 1 ELSE $2 END
+                 ORDER BY nth, chat_id, update_id LIMIT $3
+             ) AS fetched
              ORDER BY chat_id, update_id",
-        )
-        .bind(bot_id)
-        .bind(per_chat)
-        .bind(limit)
-        // The writer's view: a read connection may see a snapshot from before the last
-        // `handled_at` (on a full disk the WAL index cannot grow for it), and the loop
-        // would hand a handled update over again.
-        .fetch_all(&self.write)
-        .await?)
+            postgres: "SELECT update_id, chat_id, user_id, payload, failures, next_try_at FROM (
+                 SELECT * FROM (
+                     SELECT update_id, chat_id, user_id, payload, failures, next_try_at,
+                         row_number() OVER lane AS nth,
+                         coalesce(daylog_moment(first_value(next_try_at) OVER lane)
+                                  > now(), false) AS waiting
+                     FROM updates WHERE bot_id = $1 AND handled_at IS NULL AND dead = 0
+                     WINDOW lane AS (PARTITION BY chat_id IS NULL, coalesce(chat_id, update_id)
+                                     ORDER BY update_id)
+                 ) AS lanes
+                 WHERE nth <= CASE WHEN waiting THEN 1 ELSE $2 END
+                 ORDER BY nth, chat_id NULLS FIRST, update_id LIMIT $3
+             ) AS fetched
+             ORDER BY chat_id NULLS FIRST, update_id",
+        };
+        Ok(on_db!(self, write, |pool| {
+            sqlx::query_as::<_, InboxUpdate>(UNHANDLED.on(pool))
+                .bind(bot_id)
+                .bind(per_chat)
+                .bind(limit)
+                // The writer's view: a read connection may see a snapshot from before
+                // the last `handled_at` (on a full disk the WAL index cannot grow for
+                // it), and the loop would hand a handled update over again.
+                .fetch_all(pool)
+                .await?
+        }))
     }
 
     /// Marks an update handled (once: a row handled already keeps its moment).
     pub async fn mark_update_handled(&self, key: UpdateKey) -> Result<(), StoreError> {
         retry_busy("mark_update_handled", || async {
-            let mut conn = self.write.acquire().await?;
-            mark_handled_in(&mut conn, key).await
+            on_db!(self, write, |pool| {
+                sqlx::query(MARK_HANDLED.on(pool))
+                    .bind(key.bot_id)
+                    .bind(key.update_id)
+                    .execute(pool)
+                    .await?;
+            });
+            Ok(())
         })
         .await
     }
@@ -336,19 +373,21 @@ impl Store {
         next_try_at: jiff::Timestamp,
     ) -> Result<UpdateFailure, StoreError> {
         let rows: Vec<(i64, i64)> = retry_busy("record_update_failure", || async {
-            Ok(sqlx::query_as(
-                "UPDATE updates SET failures = failures + 1, error = ?3, next_try_at = ?4,
-                     dead = CASE WHEN failures + 1 >= ?5 THEN 1 ELSE dead END
-                 WHERE bot_id = ?1 AND update_id = ?2
-                 RETURNING failures, dead",
-            )
-            .bind(key.bot_id)
-            .bind(key.update_id)
-            .bind(error)
-            .bind(sql_timestamp(next_try_at))
-            .bind(UPDATE_MAX_FAILURES)
-            .fetch_all(&self.write)
-            .await?)
+            Ok(on_db!(self, write, |pool| {
+                sqlx::query_as(
+                    "UPDATE updates SET failures = failures + 1, error = $3, next_try_at = $4,
+                         dead = CASE WHEN failures + 1 >= $5 THEN 1 ELSE dead END
+                     WHERE bot_id = $1 AND update_id = $2
+                     RETURNING failures, dead",
+                )
+                .bind(key.bot_id)
+                .bind(key.update_id)
+                .bind(error)
+                .bind(sql_timestamp(next_try_at))
+                .bind(UPDATE_MAX_FAILURES)
+                .fetch_all(pool)
+                .await?
+            }))
         })
         .await?;
         match returned(rows) {
@@ -375,25 +414,27 @@ impl Store {
         retry_busy("prune_updates", || async {
             // Two statements, each whole on its own: a crash between them only leaves
             // the payloads for the next prune.
-            let rows = sqlx::query(
-                "DELETE FROM updates
-                 WHERE (handled_at IS NOT NULL OR dead = 1) AND received_at < ?1",
-            )
-            .bind(&week_ago)
-            .execute(&self.write)
-            .await?
-            .rows_affected();
-            let payloads = sqlx::query(
-                "UPDATE updates SET payload = NULL
-                 WHERE payload IS NOT NULL
-                   AND ((handled_at IS NOT NULL AND handled_at < ?1)
-                        OR (dead = 1 AND received_at < ?1))",
-            )
-            .bind(&day_ago)
-            .execute(&self.write)
-            .await?
-            .rows_affected();
-            Ok(Pruned { payloads, rows })
+            Ok(on_db!(self, write, |pool| {
+                let rows = sqlx::query(
+                    "DELETE FROM updates
+                     WHERE (handled_at IS NOT NULL OR dead = 1) AND received_at < $1",
+                )
+                .bind(&week_ago)
+                .execute(pool)
+                .await?
+                .rows_affected();
+                let payloads = sqlx::query(
+                    "UPDATE updates SET payload = NULL
+                     WHERE payload IS NOT NULL
+                       AND ((handled_at IS NOT NULL AND handled_at < $1)
+                            OR (dead = 1 AND received_at < $1))",
+                )
+                .bind(&day_ago)
+                .execute(pool)
+                .await?
+                .rows_affected();
+                Pruned { payloads, rows }
+            }))
         })
         .await
     }
@@ -401,12 +442,15 @@ impl Store {
     /// Rows waiting to be handled and rows dead, of every bot (the gauges).
     pub async fn inbox_counts(&self) -> Result<InboxCounts, StoreError> {
         // Read to its end (`fetch_all`), so no read transaction stays open behind it.
-        let rows: Vec<(i64, i64)> = sqlx::query_as(
-            "SELECT coalesce(sum(handled_at IS NULL AND dead = 0), 0), coalesce(sum(dead = 1), 0)
-             FROM updates",
-        )
-        .fetch_all(&self.read)
-        .await?;
+        let rows: Vec<(i64, i64)> = on_db!(self, read, |pool| {
+            sqlx::query_as(
+                "SELECT coalesce(sum(CASE WHEN handled_at IS NULL AND dead = 0 THEN 1 ELSE 0 END), 0),
+                     coalesce(sum(CASE WHEN dead = 1 THEN 1 ELSE 0 END), 0)
+                 FROM updates",
+            )
+            .fetch_all(pool)
+            .await?
+        });
         let (unhandled, dead) = returned(rows).unwrap_or_default();
         Ok(InboxCounts {
             unhandled: u64::try_from(unhandled).unwrap_or(0),
@@ -415,53 +459,22 @@ impl Store {
     }
 }
 
-/// `/delete`: inside the erasure's transaction, the payloads of the user's rows handled
-/// or dead go (the bare ids stay, so a re-delivery is still a duplicate), and the
-/// button press that asked for it (`pressed`) is erased and marked handled in the same
-/// transaction — a crash after the commit cannot leave it to be handled again without
-/// its payload. Rows still to be handled keep theirs: they wait behind the press in
-/// its chat, written after it — the user's new words, or a second tap.
-pub(super) async fn erase_payloads_in(
-    conn: &mut SqliteConnection,
-    user_id: super::UserId,
-    pressed: Option<UpdateKey>,
-) -> Result<u64, StoreError> {
-    let mut erased = sqlx::query(
-        "UPDATE updates SET payload = NULL
-         WHERE user_id = ?1 AND payload IS NOT NULL AND (handled_at IS NOT NULL OR dead = 1)",
-    )
-    .bind(user_id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if let Some(key) = pressed {
-        erased += sqlx::query(
-            "UPDATE updates SET payload = NULL, handled_at = coalesce(handled_at, datetime('now'))
-             WHERE bot_id = ?1 AND update_id = ?2",
-        )
-        .bind(key.bot_id)
-        .bind(key.update_id)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    }
-    Ok(erased)
-}
-
 impl Store {
     /// Marks an update dead at once (its payload cannot be read as an update any more:
     /// trying it again cannot help), with an `error` event.
     pub async fn mark_update_dead(&self, key: UpdateKey, error: &str) -> Result<(), StoreError> {
         retry_busy("mark_update_dead", || async {
-            sqlx::query(
-                "UPDATE updates SET dead = 1, error = ?3, failures = failures + 1
-                 WHERE bot_id = ?1 AND update_id = ?2",
-            )
-            .bind(key.bot_id)
-            .bind(key.update_id)
-            .bind(error)
-            .execute(&self.write)
-            .await?;
+            on_db!(self, write, |pool| {
+                sqlx::query(
+                    "UPDATE updates SET dead = 1, error = $3, failures = failures + 1
+                     WHERE bot_id = $1 AND update_id = $2",
+                )
+                .bind(key.bot_id)
+                .bind(key.update_id)
+                .bind(error)
+                .execute(pool)
+                .await?;
+            });
             Ok(())
         })
         .await?;
@@ -472,134 +485,5 @@ impl Store {
             "a stored update cannot be handled; it is marked dead and its chat moves on"
         );
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn store() -> (Store, tempfile::TempDir) {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}", dir.path().join("u.db").display());
-        let store = Store::open_and_migrate(&url, std::time::Duration::from_secs(5))
-            .await
-            .expect("store");
-        (store, dir)
-    }
-
-    async fn payload_of(store: &Store, update_id: i64) -> Option<String> {
-        sqlx::query_scalar("SELECT payload FROM updates WHERE update_id = ?1")
-            .bind(update_id)
-            .fetch_one(&store.write)
-            .await
-            .expect("row")
-    }
-
-    #[tokio::test]
-    async fn delete_erases_a_dead_letter_its_sender_sent() {
-        let (store, _dir) = store().await;
-        let letter = |own_id, user_id| DeadLetter {
-            own_id: Some(own_id),
-            chat_id: user_id,
-            user_id,
-            payload: "their words",
-            error: "unknown_shape",
-        };
-        store
-            .insert_dead_letter(1, &letter(5, Some(43)))
-            .await
-            .expect("stored");
-        store
-            .insert_dead_letter(1, &letter(6, Some(44)))
-            .await
-            .expect("stored");
-        store
-            .delete_user(crate::store::UserId(43))
-            .await
-            .expect("delete");
-        assert_eq!(payload_of(&store, 5).await, None);
-        assert_eq!(payload_of(&store, 6).await.as_deref(), Some("their words"));
-    }
-
-    #[tokio::test]
-    async fn delete_erases_the_press_and_marks_it_handled_and_leaves_rows_still_waiting() {
-        let (store, _dir) = store().await;
-        let row = |update_id| NewUpdate {
-            update_id,
-            chat_id: Some(43),
-            user_id: Some(43),
-            payload: r#"{"callback_query": {}}"#,
-        };
-        store
-            .insert_updates(1, &[row(10), row(11), row(12)])
-            .await
-            .expect("stored");
-        let key = |update_id| UpdateKey {
-            bot_id: 1,
-            update_id,
-        };
-        store.mark_update_handled(key(10)).await.expect("handled");
-        store
-            .delete_user_pressing(crate::store::UserId(43), Some(key(11)))
-            .await
-            .expect("delete");
-        assert_eq!(payload_of(&store, 10).await, None, "handled: erased");
-        assert_eq!(payload_of(&store, 11).await, None, "the press: erased");
-        assert!(
-            payload_of(&store, 12).await.is_some(),
-            "a second tap waiting keeps its payload"
-        );
-        let waiting: Vec<i64> = store
-            .unhandled_updates(1, 8, 100)
-            .await
-            .expect("rows")
-            .iter()
-            .map(|row| row.update_id)
-            .collect();
-        assert_eq!(waiting, [12], "the press is handled with the deletion");
-    }
-
-    #[tokio::test]
-    async fn a_long_queue_in_one_chat_keeps_no_other_chat_out() {
-        let (store, _dir) = store().await;
-        let mut rows: Vec<(i64, i64)> = (1..=30).map(|id| (id, -100)).collect();
-        rows.extend([(31, 7), (40, 8), (41, 8), (50, 9), (51, 9)]);
-        let updates: Vec<NewUpdate<'_>> = rows
-            .iter()
-            .map(|&(update_id, chat)| NewUpdate {
-                update_id,
-                chat_id: Some(chat),
-                user_id: Some(chat),
-                payload: "{}",
-            })
-            .collect();
-        store.insert_updates(1, &updates).await.expect("stored");
-        let later = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
-        let key = UpdateKey {
-            bot_id: 1,
-            update_id: 40,
-        };
-        store
-            .record_update_failure(key, "handler_failed", later)
-            .await
-            .expect("failure");
-        let fetched: Vec<(Option<i64>, i64)> = store
-            .unhandled_updates(1, 4, 9)
-            .await
-            .expect("rows")
-            .iter()
-            .map(|row| (row.chat_id, row.update_id))
-            .collect();
-        let chat =
-            |c: i64, ids: &[i64]| ids.iter().map(move |&id| (Some(c), id)).collect::<Vec<_>>();
-        let expected: Vec<_> = [
-            chat(-100, &[1, 2, 3, 4]),
-            chat(7, &[31]),
-            chat(8, &[40]), // its first waits: the rest of the chat is not read
-            chat(9, &[50, 51]),
-        ]
-        .concat();
-        assert_eq!(fetched, expected);
     }
 }

@@ -4,7 +4,7 @@ use sqlx::FromRow;
 
 use crate::language::Language;
 
-use super::{ChatId, Store, StoreError, UserId, retry_busy, returned, stored_moment};
+use super::{ChatId, Sql, Store, StoreError, UserId, on_db, retry_busy, returned, stored_moment};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct User {
@@ -80,20 +80,22 @@ impl Store {
             return Ok(known);
         }
         retry_busy("upsert_user", || async {
-            let rows = sqlx::query_as::<_, UserRow>(
-                "INSERT INTO users (user_id, chat_id, username, language, timezone)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id,
-                 username = excluded.username
-             RETURNING user_id, chat_id, username, language, timezone, created_at",
-            )
-            .bind(user.user_id)
-            .bind(private_chat)
-            .bind(user.username)
-            .bind(user.language.code())
-            .bind(self.default_zone.name())
-            .fetch_all(&self.write)
-            .await?;
+            let rows = on_db!(self, write, |pool| {
+                sqlx::query_as::<_, UserRow>(
+                    "INSERT INTO users (user_id, chat_id, username, language, timezone)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id,
+                         username = excluded.username
+                     RETURNING user_id, chat_id, username, language, timezone, created_at",
+                )
+                .bind(user.user_id)
+                .bind(private_chat)
+                .bind(user.username)
+                .bind(user.language.code())
+                .bind(self.default_zone.name())
+                .fetch_all(pool)
+                .await?
+            });
             returned(rows)
                 .map(|row| row.read(self))
                 .ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
@@ -102,13 +104,15 @@ impl Store {
     }
 
     pub async fn user(&self, user_id: UserId) -> Result<Option<User>, StoreError> {
-        let row = sqlx::query_as::<_, UserRow>(
-            "SELECT user_id, chat_id, username, language, timezone, created_at
-             FROM users WHERE user_id = ?1",
-        )
-        .bind(user_id)
-        .fetch_optional(&self.read)
-        .await?;
+        let row = on_db!(self, read, |pool| {
+            sqlx::query_as::<_, UserRow>(
+                "SELECT user_id, chat_id, username, language, timezone, created_at
+                 FROM users WHERE user_id = $1",
+            )
+            .bind(user_id)
+            .fetch_optional(pool)
+            .await?
+        });
         Ok(row.map(|row| row.read(self)))
     }
 
@@ -118,12 +122,15 @@ impl Store {
         language: Language,
     ) -> Result<(), StoreError> {
         self.durably(retry_busy("set_language", || async {
-            let done = sqlx::query("UPDATE users SET language = ?2 WHERE user_id = ?1")
-                .bind(user_id)
-                .bind(language.code())
-                .execute(&self.write)
-                .await?;
-            if done.rows_affected() == 0 {
+            let done = on_db!(self, write, |pool| {
+                sqlx::query("UPDATE users SET language = $2 WHERE user_id = $1")
+                    .bind(user_id)
+                    .bind(language.code())
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            });
+            if done == 0 {
                 // No such user (its insert failed, e.g. on a full disk): nothing was
                 // saved, so the caller must not say that the language is set.
                 return Err(StoreError::Sql(sqlx::Error::RowNotFound));
@@ -140,11 +147,16 @@ impl Store {
         zone: &crate::time::UserZone,
     ) -> Result<(), StoreError> {
         self.durably(retry_busy("set_timezone", || async {
-            sqlx::query("UPDATE users SET timezone = ?2, timezone_chosen = 1 WHERE user_id = ?1")
+            on_db!(self, write, |pool| {
+                sqlx::query(
+                    "UPDATE users SET timezone = $2, timezone_chosen = 1 WHERE user_id = $1",
+                )
                 .bind(user_id)
                 .bind(zone.name())
-                .execute(&self.write)
-                .await?;
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             Ok(())
         }))
         .await
@@ -163,27 +175,42 @@ impl Store {
         user_id: UserId,
         pressed: Option<super::UpdateKey>,
     ) -> Result<u64, StoreError> {
+        const ERASED: Sql = Sql {
+            sqlite: "INSERT INTO erasures (user_id, erased_at) VALUES ($1, datetime('now'))
+                     ON CONFLICT (user_id) DO UPDATE SET erased_at = excluded.erased_at",
+            postgres: "INSERT INTO erasures (user_id, erased_at) VALUES ($1, daylog_utc(now()))
+                       ON CONFLICT (user_id) DO UPDATE SET erased_at = excluded.erased_at",
+        };
         self.durably(retry_busy("delete_user", || async {
-            let mut tx = self.write.begin().await?;
-            let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = ?1")
-                .bind(user_id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            super::updates::erase_payloads_in(&mut tx, user_id, pressed).await?;
-            sqlx::query("DELETE FROM users WHERE user_id = ?1")
-                .bind(user_id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "INSERT INTO erasures (user_id, erased_at) VALUES (?1, datetime('now'))
-                 ON CONFLICT (user_id) DO UPDATE SET erased_at = excluded.erased_at",
-            )
-            .bind(user_id)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(logs)
+            Ok(on_db!(self, write, |pool| {
+                let mut tx = pool.begin().await?;
+                let logs = sqlx::query("DELETE FROM day_logs WHERE user_id = $1")
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                sqlx::query(super::updates::ERASE_PAYLOADS.on(pool))
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?;
+                if let Some(key) = pressed {
+                    sqlx::query(super::updates::ERASE_PRESS.on(pool))
+                        .bind(key.bot_id)
+                        .bind(key.update_id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::query("DELETE FROM users WHERE user_id = $1")
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(ERASED.on(pool))
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                logs
+            }))
         }))
         .await
     }
@@ -195,12 +222,14 @@ impl Store {
         user_id: UserId,
         sent_at: jiff::Timestamp,
     ) -> Result<bool, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM erasures WHERE user_id = ?1 AND erased_at >= ?2)",
-        )
-        .bind(user_id)
-        .bind(crate::time::sql_timestamp(sent_at))
-        .fetch_one(&self.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM erasures WHERE user_id = $1 AND erased_at >= $2)",
+            )
+            .bind(user_id)
+            .bind(crate::time::sql_timestamp(sent_at))
+            .fetch_one(pool)
+            .await?
+        }))
     }
 }

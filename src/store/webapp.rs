@@ -3,15 +3,15 @@
 //! other things the page shows go through the same reads as the commands (`search`,
 //! `daily_metrics`, `year_moods`, …).
 
-use super::{DayLog, LOG_COLUMNS, LogId, Store, StoreError, UserId};
+use super::{DayLog, LOG_COLUMNS, LogId, Store, StoreError, UserId, on_db};
 
 /// A page of the journal: the user's entries older than `before` (one of their own
 /// entries; none: from the newest), newest first. An id that is not the user's finds
 /// nothing, so it says nothing about another user's journal.
 const ENTRIES_PAGE_SQL: &str = "SELECT {LOG_COLUMNS} FROM day_logs
-     WHERE user_id = ?1
-       AND (?2 IS NULL OR (created_at, id) < (SELECT created_at, id FROM day_logs WHERE id = ?2 AND user_id = ?1))
-     ORDER BY created_at DESC, id DESC LIMIT ?3";
+     WHERE user_id = $1
+       AND ($2 IS NULL OR (created_at, id) < (SELECT created_at, id FROM day_logs WHERE id = $2 AND user_id = $1))
+     ORDER BY created_at DESC, id DESC LIMIT $3";
 
 impl Store {
     /// Up to `limit` of the user's entries older than `before`, newest first.
@@ -22,12 +22,14 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<DayLog>, StoreError> {
         let sql = ENTRIES_PAGE_SQL.replace("{LOG_COLUMNS}", LOG_COLUMNS);
-        Ok(sqlx::query_as::<_, DayLog>(&sql)
-            .bind(user_id)
-            .bind(before)
-            .bind(limit)
-            .fetch_all(&self.read)
-            .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayLog>(&sql)
+                .bind(user_id)
+                .bind(before)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        }))
     }
 
     /// The user's entries of local day `day`, in the order they were written.
@@ -36,24 +38,28 @@ impl Store {
         user_id: UserId,
         day: jiff::civil::Date,
     ) -> Result<Vec<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = ?1 AND local_day = ?2
-             ORDER BY created_at, id"
-        ))
-        .bind(user_id)
-        .bind(day.to_string())
-        .fetch_all(&self.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayLog>(&format!(
+                "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = $1 AND local_day = $2
+                 ORDER BY created_at, id"
+            ))
+            .bind(user_id)
+            .bind(day.to_string())
+            .fetch_all(pool)
+            .await?
+        }))
     }
 
     /// Entry `id` when it is the user's; `None` for a missing one and another user's alike.
     pub async fn entry_of(&self, user_id: UserId, id: LogId) -> Result<Option<DayLog>, StoreError> {
-        Ok(sqlx::query_as::<_, DayLog>(&format!(
-            "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = ?1 AND user_id = ?2"
-        ))
-        .bind(id)
-        .bind(user_id)
-        .fetch_optional(&self.read)
-        .await?)
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as::<_, DayLog>(&format!(
+                "SELECT {LOG_COLUMNS} FROM day_logs WHERE id = $1 AND user_id = $2"
+            ))
+            .bind(id)
+            .bind(user_id)
+            .fetch_optional(pool)
+            .await?
+        }))
     }
 }

@@ -57,7 +57,7 @@ async fn a_day_log_is_stored_analysed_and_answered_as_a_reply() {
     let row: (String, Option<String>, Option<String>, Option<String>) = sqlx::query_as(
         "SELECT status, analysis, metrics, replied_at FROM day_logs WHERE chat_id = 7 AND message_id = 10",
     )
-    .fetch_one(app.store.read_pool())
+    .fetch_one(app.store.read_pool().expect("a SQLite store"))
     .await
     .expect("row");
     assert_eq!(row.0, "analyzed");
@@ -109,7 +109,7 @@ async fn writing_in_a_group_does_not_send_the_users_reminders_and_digests_there(
 
     let chats: Vec<(i64, i64)> =
         sqlx::query_as("SELECT user_id, chat_id FROM users ORDER BY user_id")
-            .fetch_all(app.store.read_pool())
+            .fetch_all(app.store.read_pool().expect("a SQLite store"))
             .await
             .expect("users");
     assert_eq!(chats, [(12, 12), (13, 13)]);
@@ -443,7 +443,7 @@ async fn an_edited_message_updates_the_text_and_is_analysed_again() {
     );
     let text: String =
         sqlx::query_scalar("SELECT text FROM day_logs WHERE chat_id = 10 AND message_id = 3")
-            .fetch_one(app.store.read_pool())
+            .fetch_one(app.store.read_pool().expect("a SQLite store"))
             .await
             .expect("row");
     assert_eq!(text, "Slept badly, but the run helped.");
@@ -1196,7 +1196,7 @@ async fn beyond_the_hourly_limit_entries_are_saved_and_deferred() {
     let deferred: (String, Option<String>) = sqlx::query_as(
         "SELECT status, next_attempt_at FROM day_logs WHERE chat_id = 27 AND message_id = 2",
     )
-    .fetch_one(app.store.read_pool())
+    .fetch_one(app.store.read_pool().expect("a SQLite store"))
     .await
     .expect("row");
     assert_eq!(deferred.0, "pending");
@@ -1226,7 +1226,7 @@ async fn a_burst_beyond_the_hourly_limit_is_spread_over_the_hours_it_needs() {
          FROM day_logs WHERE chat_id = 64 AND status = 'pending' AND waiting_for = 'deferred'
          ORDER BY message_id",
     )
-    .fetch_all(app.store.read_pool())
+    .fetch_all(app.store.read_pool().expect("a SQLite store"))
     .await
     .expect("rows");
     assert_eq!(waits, [(3, 1), (4, 1), (5, 2), (6, 2), (7, 3)]);
@@ -1257,7 +1257,7 @@ async fn an_overlong_entry_is_saved_whole_and_analysed_truncated_with_a_note() {
         sent[0].text()
     );
     let stored: String = sqlx::query_scalar("SELECT text FROM day_logs WHERE chat_id = 28")
-        .fetch_one(app.store.read_pool())
+        .fetch_one(app.store.read_pool().expect("a SQLite store"))
         .await
         .expect("row");
     assert_eq!(stored, long, "saved whole");

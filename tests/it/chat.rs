@@ -99,7 +99,7 @@ impl Chat {
     async fn texts_of(&self, user: i64) -> Vec<String> {
         sqlx::query_scalar("SELECT text FROM day_logs WHERE user_id = ?1 ORDER BY id")
             .bind(user)
-            .fetch_all(self.store.read_pool())
+            .fetch_all(self.store.read_pool().expect("a SQLite store"))
             .await
             .expect("texts")
     }
@@ -201,7 +201,7 @@ async fn with_no_key_at_all_the_entry_is_saved_and_the_terminal_says_what_to_set
     assert!(!printed.contains(english().saved_pending()), "{printed}");
     assert_eq!(chat.texts_of(1).await, ["A quiet day."]);
     let status: String = sqlx::query_scalar("SELECT status FROM day_logs WHERE user_id = 1")
-        .fetch_one(chat.store.read_pool())
+        .fetch_one(chat.store.read_pool().expect("a SQLite store"))
         .await
         .expect("status");
     assert_eq!(status, "pending", "kept for when a key is set");
@@ -288,7 +288,11 @@ async fn escape_sequences_in_entries_are_shown_not_run() {
 async fn a_failing_command_gets_a_sentence_and_the_session_goes_on() {
     let chat = Chat::start().await;
     // Every read fails from now on (writes use their own connection).
-    chat.store.read_pool().close().await;
+    chat.store
+        .read_pool()
+        .expect("a SQLite store")
+        .close()
+        .await;
 
     let printed = chat
         .talk(1, chat.dir.path().to_owned(), b"/history\n/help\n")
@@ -371,7 +375,7 @@ async fn a_terminal_entry_and_a_telegram_message_with_the_same_number_are_both_k
     let rows: Vec<(i64, String, String)> = sqlx::query_as(
         "SELECT message_id, source, text FROM day_logs WHERE chat_id = 555 ORDER BY id",
     )
-    .fetch_all(app.store.read_pool())
+    .fetch_all(app.store.read_pool().expect("a SQLite store"))
     .await
     .expect("rows");
     assert_eq!(
@@ -483,7 +487,7 @@ async fn replies_to_a_resumed_backlog_name_the_entry_they_answer() {
     let written: Vec<String> = sqlx::query_scalar(
         "SELECT substr(created_at, 12, 5) FROM day_logs WHERE user_id = 64 ORDER BY id",
     )
-    .fetch_all(chat.store.read_pool())
+    .fetch_all(chat.store.read_pool().expect("a SQLite store"))
     .await
     .expect("times");
 

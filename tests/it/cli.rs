@@ -395,7 +395,8 @@ fn bad_config_exits_2_naming_the_key() {
             &[("DAYLOG__PROVIDERS__GROQ__KIND", "cohere")],
             "providers.groq.kind",
         ),
-        (&[("DATABASE_URL", "postgres://db/daylog")], "DATABASE_URL"),
+        (&[("DATABASE_URL", "mysql://db/daylog")], "DATABASE_URL"),
+        (&[("DATABASE_URL", "postgres://db")], "DATABASE_URL"),
     ];
     for (env, key) in cases {
         let out = w.run(&["migrate"], env);
@@ -517,6 +518,18 @@ fn compose_file_parses_and_names_the_essentials() {
     assert!(bot["env_file"].as_sequence().is_some() || bot["env_file"].as_str().is_some());
     let health = format!("{:?}", bot["healthcheck"]["test"]);
     assert!(health.contains("doctor"), "{health}");
+    // .env's DATABASE_URL (a PostgreSQL one) is not silently overridden; PostgreSQL
+    // itself is a profile of its own.
+    let url = bot["environment"]["DATABASE_URL"].as_str().unwrap_or("");
+    assert!(url.starts_with("${DATABASE_URL:-sqlite:"), "{url}");
+    let postgres = &compose["services"]["postgres"];
+    assert_eq!(
+        format!("{:?}", postgres["profiles"]),
+        format!(
+            "{:?}",
+            serde_yaml::from_str::<serde_yaml::Value>("[postgres]").expect("yaml")
+        )
+    );
     assert!(
         compose["volumes"]
             .as_mapping()
@@ -749,4 +762,88 @@ async fn doctor_shows_each_keys_budget_without_the_key() {
         "{}",
         stdout(&sql)
     );
+}
+
+/// On PostgreSQL (`DATABASE_URL=postgres://…`, when the tests have a server): `migrate`,
+/// `sql` (read-only: a server function with effects and a write are refused), `doctor`
+/// and `backup` (which names pg_dump) work, and none of them ever shows the URL's
+/// password. `DAYLOG_SQL_DATABASE_URL` is what `daylog sql` connects with when set.
+#[tokio::test]
+async fn on_postgres_every_command_works_and_never_shows_the_password() {
+    use crate::support::postgres::{Backend, backends};
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let db = Backend::Postgres.fresh().await;
+    let mut url = url::Url::parse(&db.url).expect("test URL");
+    url.set_password(Some("hunter2-secret"))
+        .expect("a password");
+    let url = url.to_string();
+    let w = Workdir::new();
+    let env = [("DATABASE_URL", url.as_str())];
+    let said = |out: &Output| format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(out));
+
+    let migrate = w.run(&["migrate"], &env);
+    let count = w.run(&["sql", "SELECT count(*) AS entries FROM day_logs"], &env);
+    let kill = w.run(
+        &["sql", "SELECT pg_terminate_backend(pg_backend_pid())"],
+        &env,
+    );
+    let write = w.run(&["sql", "DELETE FROM users"], &env);
+    let doctor = w.run(&["doctor"], &env);
+    let backup = w.run(&["backup", "copy.db"], &env);
+    let mut elsewhere = url::Url::parse(&url).expect("url");
+    elsewhere.set_path("/no_such_database");
+    let reader = w.run(
+        &["sql", "SELECT 1"],
+        &[
+            ("DATABASE_URL", url.as_str()),
+            ("DAYLOG_SQL_DATABASE_URL", elsewhere.as_str()),
+        ],
+    );
+
+    assert_eq!(migrate.status.code(), Some(0), "{}", said(&migrate));
+    assert_eq!(count.status.code(), Some(0), "{}", said(&count));
+    assert!(
+        said(&count).contains("entries") && said(&count).contains('0'),
+        "{}",
+        said(&count)
+    );
+    assert_eq!(kill.status.code(), Some(2), "{}", said(&kill));
+    assert_eq!(write.status.code(), Some(2), "{}", said(&write));
+    assert!(
+        said(&doctor).contains("database reachable and migrated"),
+        "{}",
+        said(&doctor)
+    );
+    assert_ne!(backup.status.code(), Some(0), "{}", said(&backup));
+    assert!(said(&backup).contains("pg_dump"), "{}", said(&backup));
+    assert_ne!(reader.status.code(), Some(0), "{}", said(&reader));
+    assert!(
+        said(&reader).contains("no_such_database"),
+        "{}",
+        said(&reader)
+    );
+    // docs/operations.md's example queries for PostgreSQL run (on an empty journal).
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
+            .expect("docs/operations.md");
+    let examples = page
+        .split_once("The same queries on PostgreSQL")
+        .and_then(|(_, rest)| rest.split_once("\n```\n"))
+        .map(|(block, _)| block)
+        .expect("the PostgreSQL examples");
+    let queries: Vec<&str> = examples
+        .split("daylog sql \"")
+        .skip(1)
+        .filter_map(|q| q.split_once('"').map(|(query, _)| query))
+        .collect();
+    assert_eq!(queries.len(), 4, "{examples}");
+    for query in queries {
+        let out = w.run(&["sql", query], &env);
+        assert_eq!(out.status.code(), Some(0), "{query}: {}", said(&out));
+    }
+    for out in [&migrate, &count, &kill, &write, &doctor, &backup, &reader] {
+        assert!(!said(out).contains("hunter2"), "{}", said(out));
+    }
 }

@@ -141,7 +141,7 @@ async fn wait_digest(telegram: &FakeTelegram, chat: i64) {
 async fn digest_next_at(app: &App, user: i64) -> Option<String> {
     sqlx::query_scalar("SELECT digest_next_at FROM users WHERE user_id = ?1")
         .bind(user)
-        .fetch_one(app.store.read_pool())
+        .fetch_one(app.store.read_pool().expect("a SQLite store"))
         .await
         .expect("user row")
 }
@@ -904,7 +904,7 @@ async fn the_terminal_prints_the_week_and_writes_its_chart() {
     let sent: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM digests WHERE user_id = 7 AND front_end = 'chat' AND status = 'sent'",
     )
-    .fetch_one(store.read_pool())
+    .fetch_one(store.read_pool().expect("a SQLite store"))
     .await
     .expect("count");
     assert_eq!(sent, 1);

@@ -497,7 +497,7 @@ async fn providers_flapping_under_load_lose_nothing_and_answer_each_log_once() {
     // Act: the providers come back for good.
     app.providers.reset().await;
     app.providers.healthy().await;
-    let pool = app.store.read_pool().clone();
+    let pool = app.store.read_pool().expect("a SQLite store").clone();
     let expected = logs.len() as i64;
     support::wait_until("every log analysed and answered", HANG_GUARD, || async {
         all_answered(&pool, expected).await
@@ -574,7 +574,7 @@ async fn a_database_locked_by_another_connection_for_3_s_loses_no_message() {
         .await
         .expect("unlock");
 
-    let pool = app.store.read_pool().clone();
+    let pool = app.store.read_pool().expect("a SQLite store").clone();
     let expected = logs.len() as i64;
     support::wait_until("every message stored and answered", HANG_GUARD, || async {
         all_answered(&pool, expected).await
@@ -608,7 +608,7 @@ async fn a_lock_held_longer_than_busy_timeout_still_loses_no_message_and_answers
     app.telegram
         .push_update(text_update(3100, 1, "Before the lock."));
     app.telegram.wait_sent(3100, 1).await;
-    let pool = app.store.read_pool().clone();
+    let pool = app.store.read_pool().expect("a SQLite store").clone();
     support::wait_until("the first answer recorded", HANG_GUARD, || async {
         all_answered(&pool, 1).await
     })
@@ -694,7 +694,7 @@ async fn a_user_with_100_000_logs_is_served_through_the_index() {
     let app = daylog::app::App::build(settings).await.expect("app");
     let store = app.store().clone();
     fill_logs(&db, 100_000).await;
-    let pool = store.read_pool().clone();
+    let pool = store.read_pool().expect("a SQLite store").clone();
     assert_eq!(count(&pool, "SELECT count(*) FROM day_logs").await, 100_000);
 
     // Assert: the plans search the (user_id, created_at) index.

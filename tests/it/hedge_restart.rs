@@ -70,7 +70,7 @@ async fn a_restarted_bot_hedges_a_slow_step_at_the_latency_it_learned_before() {
     assert!(reply.contains(HEDGED), "{reply}");
     app.store.flush_calls().await;
     let log: LogId = sqlx::query_scalar("SELECT id FROM day_logs WHERE chat_id = 7")
-        .fetch_one(app.store.read_pool())
+        .fetch_one(app.store.read_pool().expect("a SQLite store"))
         .await
         .unwrap_or(LogId(0));
     let outcomes: Vec<(String, String)> = sqlx::query_as(
@@ -78,7 +78,7 @@ async fn a_restarted_bot_hedges_a_slow_step_at_the_latency_it_learned_before() {
          ORDER BY id",
     )
     .bind(log)
-    .fetch_all(app.store.read_pool())
+    .fetch_all(app.store.read_pool().expect("a SQLite store"))
     .await
     .unwrap_or_default();
     assert!(

@@ -88,7 +88,7 @@ fn roundtrip(fx: &Fixture, text: &str) -> (String, Vec<(Target, Vec<Response>)>)
         let stored: String =
             sqlx::query_scalar("SELECT text FROM day_logs WHERE chat_id = 9 AND message_id = ?1")
                 .bind(message_id)
-                .fetch_one(fx.app.store().read_pool())
+                .fetch_one(fx.app.store().read_pool().expect("a SQLite store"))
                 .await
                 .expect("stored row");
         (stored, recorder.0.into_inner().expect("lock"))
@@ -174,7 +174,7 @@ fn regression_corpus_is_stored_exactly_and_answered() {
     }
     let tables: i64 = fx.runtime.block_on(async {
         sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE name IN ('day_logs', 'users')")
-            .fetch_one(fx.app.store().read_pool())
+            .fetch_one(fx.app.store().read_pool().expect("a SQLite store"))
             .await
             .expect("tables")
     });

@@ -118,7 +118,7 @@ fn export(days: i64) -> (String, usize) {
 async fn rows(db: &Db) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE user_id = ?1")
         .bind(ME)
-        .fetch_one(db.journal.store().read_pool())
+        .fetch_one(db.journal.store().read_pool().expect("a SQLite store"))
         .await
         .expect("count")
 }
@@ -155,7 +155,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         "SELECT count(*) FROM day_logs WHERE status <> 'analyzed' OR replied_at IS NULL
              OR source <> 'import' OR message_id >= 0 OR chat_id <> user_id",
     )
-    .fetch_one(db.journal.store().read_pool())
+    .fetch_one(db.journal.store().read_pool().expect("a SQLite store"))
     .await
     .expect("odd rows");
     assert_eq!(odd, 0);
@@ -171,7 +171,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         "SELECT created_at, text, metrics FROM day_logs
          WHERE local_day = '2025-01-11' AND text LIKE 'Title%'",
     )
-    .fetch_one(db.journal.store().read_pool())
+    .fetch_one(db.journal.store().read_pool().expect("a SQLite store"))
     .await
     .expect("one row");
     assert_eq!(created, "2025-01-11 18:14:00");
@@ -216,7 +216,7 @@ async fn an_export_comes_in_once_and_counts_like_any_entry() {
         "SELECT count(*) FROM day_activities WHERE user_id = ?1 AND activity = 'reading'",
     )
     .bind(ME)
-    .fetch_one(db.journal.store().read_pool())
+    .fetch_one(db.journal.store().read_pool().expect("a SQLite store"))
     .await
     .expect("activities");
     assert_eq!(activity_days, DAYS / 3);
@@ -407,7 +407,7 @@ async fn every_activity_of_a_row_is_imported_past_the_tenth() {
     assert_eq!(report.imported, 1);
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM day_activities WHERE user_id = ?1")
         .bind(ME)
-        .fetch_one(db.journal.store().read_pool())
+        .fetch_one(db.journal.store().read_pool().expect("a SQLite store"))
         .await
         .expect("count");
     assert_eq!(stored, 14);
@@ -478,7 +478,7 @@ async fn imported_moods(db: &Db) -> Vec<(Option<String>, Option<i64>)> {
          ORDER BY local_day, import_time, import_mood",
     )
     .bind(ME)
-    .fetch_all(db.journal.store().read_pool())
+    .fetch_all(db.journal.store().read_pool().expect("a SQLite store"))
     .await
     .expect("rows")
 }
@@ -579,7 +579,7 @@ async fn a_backup_alone_brings_every_mood_and_activity() {
          WHERE user_id = ?1 AND local_day = '2021-03-26'",
     )
     .bind(ME)
-    .fetch_one(db.journal.store().read_pool())
+    .fetch_one(db.journal.store().read_pool().expect("a SQLite store"))
     .await
     .expect("row");
     assert_eq!(text, "Lunch\nSoup, then a walk");

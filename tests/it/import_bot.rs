@@ -40,7 +40,7 @@ fn document_update(message_id: i64, file_id: &str, caption: Option<&str>) -> Val
 async fn imported(app: &App) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM day_logs WHERE user_id = ?1 AND source = 'import'")
         .bind(USER)
-        .fetch_one(app.store.read_pool())
+        .fetch_one(app.store.read_pool().unwrap())
         .await
         .unwrap()
 }
@@ -82,7 +82,7 @@ async fn a_daylio_document_is_downloaded_and_imported_once() {
     assert_eq!(imported(&app).await, 2);
     // No AI call was made for imported entries.
     let llm_calls: i64 = sqlx::query_scalar("SELECT count(*) FROM llm_calls")
-        .fetch_one(app.store.read_pool())
+        .fetch_one(app.store.read_pool().expect("a SQLite store"))
         .await
         .unwrap();
     assert_eq!(llm_calls, 0);
@@ -116,7 +116,7 @@ async fn an_import_is_not_handled_before_its_rows_are_stored() {
         "SELECT count(*) FROM updates WHERE update_id = ?1 AND handled_at IS NULL AND dead = 0",
     )
     .bind(import)
-    .fetch_one(app.store.read_pool())
+    .fetch_one(app.store.read_pool().expect("a SQLite store"))
     .await
     .expect("inbox");
     assert_eq!(
@@ -158,7 +158,7 @@ async fn a_daylio_backup_document_is_imported_with_every_mood() {
         "SELECT CAST(mood AS INTEGER) FROM day_logs WHERE user_id = ?1 ORDER BY mood",
     )
     .bind(USER)
-    .fetch_all(app.store.read_pool())
+    .fetch_all(app.store.read_pool().expect("a SQLite store"))
     .await
     .unwrap();
     assert_eq!(moods, [2, 3, 3, 4]);

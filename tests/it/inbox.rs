@@ -3,9 +3,6 @@
 //! order per chat, retried and given up after 5 failures, resumed after a crash — and
 //! pruned; `/delete` erases its payloads and keeps the ids.
 
-// Fixtures panic on a broken setup by design (see tests/support).
-#![expect(clippy::expect_used)]
-
 use crate::support;
 
 use std::sync::Arc;
@@ -175,7 +172,7 @@ async fn a_poison_update_ends_dead_after_5_tries_and_its_chat_goes_on() {
     let (dead, failures): (i64, i64) =
         sqlx::query_as("SELECT dead, failures FROM updates WHERE update_id = ?1")
             .bind(poison)
-            .fetch_one(app.store.read_pool())
+            .fetch_one(app.store.read_pool().expect("a SQLite store"))
             .await
             .expect("the poison row");
     assert_eq!((dead, failures), (1, 5));
@@ -268,12 +265,24 @@ async fn delete_erases_the_users_payloads_and_keeps_the_ids() {
     app.stop().await;
 }
 
-async fn store_in(dir: &tempfile::TempDir) -> (Store, String) {
-    let url = format!("sqlite://{}/daylog.db", dir.path().display());
-    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+/// A dead letter without an id of its own, chat or sender.
+fn dead_letter(payload: &str) -> daylog::store::DeadLetter<'_> {
+    daylog::store::DeadLetter {
+        own_id: None,
+        chat_id: None,
+        user_id: None,
+        payload,
+        error: "not_json",
+    }
+}
+
+/// A migrated store in a fresh database of `backend` (kept while the first is held).
+async fn store_on(backend: support::postgres::Backend) -> (support::postgres::FreshDb, Store) {
+    let db = backend.fresh().await;
+    let store = Store::open_and_migrate(&db.url, Duration::from_secs(5))
         .await
-        .expect("store");
-    (store, url)
+        .unwrap_or_else(|e| panic!("store on {backend}: {e}"));
+    (db, store)
 }
 
 fn no_notice() -> daylog::bot::Notice {
@@ -284,149 +293,429 @@ fn no_notice() -> daylog::bot::Notice {
 /// never take the id of a real update, which is stored when it comes.
 #[tokio::test]
 async fn a_dead_letter_never_takes_a_real_updates_id() {
-    let dir = tempfile::tempdir().expect("dir");
-    let (store, _) = store_in(&dir).await;
-    let inbox = Inbox::new(store.clone(), 7, no_notice());
-    let real = text_update(68, 1, "A real one.");
-    let mut first = real.clone();
-    first["update_id"] = 1.into();
-    let mut second = real;
-    second["update_id"] = 2.into();
-    let received = [
-        inbox.receive(b"not json at all").await.expect("kept"),
-        inbox.receive(br#"{"update_id": "1"}"#).await.expect("kept"),
-        inbox
-            .receive(first.to_string().as_bytes())
-            .await
-            .expect("kept"),
-        inbox
-            .receive(first.to_string().as_bytes())
-            .await
-            .expect("kept"),
-        inbox
-            .receive(br#"{"update_id": 3, "strange": {}}"#)
-            .await
-            .expect("kept"),
-        inbox
-            .receive(second.to_string().as_bytes())
-            .await
-            .expect("kept"),
-    ];
-    use Received::{DeadLetter, Duplicate, Stored};
-    assert_eq!(
-        received,
-        [
-            DeadLetter, DeadLetter, Stored, Duplicate, DeadLetter, Stored
-        ]
-    );
-    let rows: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT update_id, dead FROM updates WHERE bot_id = 7 ORDER BY update_id")
-            .fetch_all(store.read_pool())
-            .await
-            .expect("rows");
-    assert_eq!(rows, [(-2, 1), (-1, 1), (1, 0), (2, 0), (3, 1)]);
-    store.close().await;
+    for backend in support::postgres::backends() {
+        let (db, store) = store_on(backend).await;
+        let inbox = Inbox::new(store.clone(), 7, no_notice());
+        let real = text_update(68, 1, "A real one.");
+        let mut first = real.clone();
+        first["update_id"] = 1.into();
+        let mut second = real;
+        second["update_id"] = 2.into();
+        let received = [
+            inbox.receive(b"not json at all").await.expect("kept"),
+            inbox.receive(br#"{"update_id": "1"}"#).await.expect("kept"),
+            inbox
+                .receive(first.to_string().as_bytes())
+                .await
+                .expect("kept"),
+            inbox
+                .receive(first.to_string().as_bytes())
+                .await
+                .expect("kept"),
+            inbox
+                .receive(br#"{"update_id": 3, "strange": {}}"#)
+                .await
+                .expect("kept"),
+            inbox
+                .receive(second.to_string().as_bytes())
+                .await
+                .expect("kept"),
+        ];
+        use Received::{DeadLetter, Duplicate, Stored};
+        assert_eq!(
+            received,
+            [
+                DeadLetter, DeadLetter, Stored, Duplicate, DeadLetter, Stored
+            ]
+        );
+        let raw = support::postgres::Raw::connect(&db.url).await;
+        let rows: Vec<(i64, i64)> = raw
+            .rows("SELECT update_id, dead FROM updates WHERE bot_id = 7 ORDER BY update_id")
+            .await;
+        raw.close().await;
+        assert_eq!(
+            rows,
+            [(-2, 1), (-1, 1), (1, 0), (2, 0), (3, 1)],
+            "{backend}"
+        );
+        store.close().await;
+    }
 }
 
 /// Retention on a clock the test sets: a handled or dead row's payload goes after a day,
 /// the row after 7 days; a row still to be handled keeps everything.
 #[tokio::test]
 async fn retention_drops_payloads_after_a_day_and_rows_after_a_week() {
-    let dir = tempfile::tempdir().expect("dir");
-    let (store, url) = store_in(&dir).await;
-    let new = |id: i64| NewUpdate {
-        update_id: id,
-        chat_id: Some(1),
-        user_id: Some(1),
-        payload: "{}",
-    };
-    store
-        .insert_updates(9, &[new(1), new(2)])
-        .await
-        .expect("insert");
-    store
-        .insert_dead_letter(
-            9,
-            &daylog::store::DeadLetter {
-                own_id: None,
-                chat_id: None,
-                user_id: None,
-                payload: "garbage",
-                error: "not_json",
-            },
-        )
-        .await
-        .expect("dead letter");
-    store
-        .mark_update_handled(UpdateKey {
-            bot_id: 9,
-            update_id: 1,
-        })
-        .await
-        .expect("handled");
-    // Everything happened at noon on 1 March.
-    let writer = sqlx::SqlitePool::connect(&url).await.expect("writer");
-    sqlx::query(
-        "UPDATE updates SET received_at = '2026-03-01 12:00:00',
+    for backend in support::postgres::backends() {
+        let (db, store) = store_on(backend).await;
+        let new = |id: i64| NewUpdate {
+            update_id: id,
+            chat_id: Some(1),
+            user_id: Some(1),
+            payload: "{}",
+        };
+        store
+            .insert_updates(9, &[new(1), new(2)])
+            .await
+            .expect("insert");
+        store
+            .insert_dead_letter(9, &dead_letter("garbage"))
+            .await
+            .expect("dead letter");
+        store
+            .mark_update_handled(UpdateKey {
+                bot_id: 9,
+                update_id: 1,
+            })
+            .await
+            .expect("handled");
+        // Everything happened at noon on 1 March.
+        let raw = support::postgres::Raw::connect(&db.url).await;
+        raw.exec(
+            "UPDATE updates SET received_at = '2026-03-01 12:00:00',
              handled_at = CASE WHEN handled_at IS NOT NULL THEN '2026-03-01 12:00:00' END",
-    )
-    .execute(&writer)
-    .await
-    .expect("set the clock");
-    writer.close().await;
-    let at = |text: &str| text.parse::<jiff::Timestamp>().expect("moment");
-    let state = || async {
-        sqlx::query_as::<_, (i64, bool)>(
-            "SELECT update_id, payload IS NOT NULL FROM updates ORDER BY update_id",
         )
-        .fetch_all(store.read_pool())
-        .await
-        .expect("rows")
-    };
+        .await;
+        let at = |text: &str| text.parse::<jiff::Timestamp>().expect("moment");
+        let state = || async {
+            raw.rows::<(i64, bool)>(
+                "SELECT update_id, payload IS NOT NULL FROM updates ORDER BY update_id",
+            )
+            .await
+        };
 
-    let pruned = store
-        .prune_updates(at("2026-03-02T11:00:00Z"))
-        .await
-        .expect("prune");
-    assert_eq!((pruned.payloads, pruned.rows), (0, 0), "under a day");
-    let pruned = store
-        .prune_updates(at("2026-03-02T13:00:00Z"))
-        .await
-        .expect("prune");
-    assert_eq!((pruned.payloads, pruned.rows), (2, 0));
-    assert_eq!(state().await, [(-1, false), (1, false), (2, true)]);
-    let pruned = store
-        .prune_updates(at("2026-03-08T13:00:00Z"))
-        .await
-        .expect("prune");
-    assert_eq!((pruned.payloads, pruned.rows), (0, 2));
-    assert_eq!(state().await, [(2, true)], "the unhandled row stays whole");
-    store.close().await;
+        let pruned = store
+            .prune_updates(at("2026-03-02T11:00:00Z"))
+            .await
+            .expect("prune");
+        assert_eq!((pruned.payloads, pruned.rows), (0, 0), "under a day");
+        let pruned = store
+            .prune_updates(at("2026-03-02T13:00:00Z"))
+            .await
+            .expect("prune");
+        assert_eq!((pruned.payloads, pruned.rows), (2, 0));
+        assert_eq!(state().await, [(-1, false), (1, false), (2, true)]);
+        let pruned = store
+            .prune_updates(at("2026-03-08T13:00:00Z"))
+            .await
+            .expect("prune");
+        assert_eq!((pruned.payloads, pruned.rows), (0, 2));
+        assert_eq!(state().await, [(2, true)], "the unhandled row stays whole");
+        raw.close().await;
+        store.close().await;
+    }
 }
 
 /// `updates` is part of the public schema (docs/operations.md): its columns by name.
 #[tokio::test]
 async fn the_updates_table_keeps_its_public_columns() {
-    let dir = tempfile::tempdir().expect("dir");
-    let (store, _) = store_in(&dir).await;
-    let columns = daylog::store::columns(store.read_pool(), "updates")
-        .await
-        .expect("columns");
-    assert_eq!(
-        columns,
-        [
-            "bot_id",
-            "update_id",
-            "chat_id",
-            "user_id",
-            "received_at",
-            "handled_at",
-            "dead",
-            "payload",
-            "failures",
-            "next_try_at",
-            "error"
+    for backend in support::postgres::backends() {
+        let (_db, store) = store_on(backend).await;
+        let columns = store.columns("updates").await.expect("columns");
+        assert_eq!(
+            columns,
+            [
+                "bot_id",
+                "update_id",
+                "chat_id",
+                "user_id",
+                "received_at",
+                "handled_at",
+                "dead",
+                "payload",
+                "failures",
+                "next_try_at",
+                "error"
+            ],
+            "{backend}"
+        );
+        store.close().await;
+    }
+}
+
+/// An entry's update is marked handled in the entry's own transaction (a new entry, a
+/// duplicate, an edit, a voice note), two dead letters take ids of their own, and
+/// `/delete` erases the user's handled payloads and the press, which it marks handled
+/// — on each backend.
+#[tokio::test]
+async fn entry_writes_mark_their_update_handled_on_each_backend() {
+    use daylog::store::{ChatId, MessageId, NewLog, NewUser, NewVoiceLog, UserId};
+    for backend in support::postgres::backends() {
+        let (db, store) = store_on(backend).await;
+        store
+            .upsert_user(&NewUser {
+                user_id: UserId(5),
+                username: None,
+                language: daylog::language::Language::En,
+            })
+            .await
+            .expect("user");
+        let new = |update_id: i64, payload: &'static str| NewUpdate {
+            update_id,
+            chat_id: Some(5),
+            user_id: Some(5),
+            payload,
+        };
+        let fresh = store
+            .insert_updates(
+                3,
+                &[
+                    new(1, "{}"),
+                    new(2, "{}"),
+                    new(3, "{}"),
+                    new(4, "{}"),
+                    new(5, r#"{"callback_query": {}}"#),
+                    new(6, "[\"callback_query\"]"),
+                    new(7, "not json"),
+                ],
+            )
+            .await
+            .expect("inbox");
+        assert_eq!(fresh, [true; 7], "{backend}");
+        assert_eq!(
+            store
+                .insert_updates(3, &[new(1, "{}")])
+                .await
+                .expect("again"),
+            [false],
+            "{backend}"
+        );
+        let key = |update_id| {
+            Some(UpdateKey {
+                bot_id: 3,
+                update_id,
+            })
+        };
+        let entry = |message_id| NewLog {
+            user_id: UserId(5),
+            chat_id: ChatId(5),
+            message_id: MessageId(message_id),
+            text: "A day.",
+            local_day: None,
+            written_at: None,
+        };
+        store.insert_log_for(&entry(10), key(1)).await.expect("new");
+        store.insert_log_for(&entry(10), key(2)).await.expect("dup");
+        let edited = store
+            .update_text_for(ChatId(5), MessageId(10), "Another day.", key(3))
+            .await
+            .expect("edit");
+        assert!(edited.is_some(), "{backend}");
+        store
+            .insert_voice_log_for(
+                &NewVoiceLog {
+                    user_id: UserId(5),
+                    chat_id: ChatId(5),
+                    message_id: MessageId(11),
+                    file_id: "f",
+                    duration_s: Some(3),
+                    local_day: None,
+                    written_at: None,
+                },
+                key(4),
+            )
+            .await
+            .expect("voice");
+        let waiting: Vec<i64> = store
+            .unhandled_updates(3, 8, 10)
+            .await
+            .expect("unhandled")
+            .iter()
+            .map(|u| u.update_id)
+            .collect();
+        assert_eq!(waiting, [5, 6, 7], "{backend}");
+        let ids = [
+            store
+                .insert_dead_letter(3, &dead_letter("x"))
+                .await
+                .expect("dead"),
+            store
+                .insert_dead_letter(3, &dead_letter("y"))
+                .await
+                .expect("dead"),
+        ];
+        assert_eq!(ids, [Some(-1), Some(-2)], "{backend}");
+        let counts = store.inbox_counts().await.expect("counts");
+        assert_eq!((counts.unhandled, counts.dead), (3, 2), "{backend}");
+        store
+            .delete_user_pressing(UserId(5), key(5))
+            .await
+            .expect("delete");
+        let raw = support::postgres::Raw::connect(&db.url).await;
+        let kept: Vec<(i64, bool)> = raw
+            .rows("SELECT update_id, payload IS NOT NULL FROM updates WHERE bot_id = 3 AND update_id > 0 ORDER BY update_id")
+            .await;
+        raw.close().await;
+        assert_eq!(
+            kept,
+            [
+                (1, false),
+                (2, false),
+                (3, false),
+                (4, false),
+                (5, false),
+                (6, true),
+                (7, true)
+            ],
+            "{backend}: handled rows and the press erased, other waiting rows kept"
+        );
+        assert_eq!(
+            store.inbox_counts().await.expect("counts").unhandled,
+            2,
+            "{backend}: the press is handled with the deletion"
+        );
+        store.close().await;
+    }
+}
+
+/// The payload of bot 1's row `update_id`, read beside the store.
+async fn payload_of(url: &str, update_id: i64) -> Option<String> {
+    let raw = support::postgres::Raw::connect(url).await;
+    let payload: Option<String> = raw
+        .value(&format!(
+            "SELECT payload FROM updates WHERE bot_id = 1 AND update_id = {update_id}"
+        ))
+        .await;
+    raw.close().await;
+    payload
+}
+
+#[tokio::test]
+async fn delete_erases_a_dead_letter_its_sender_sent() {
+    for backend in support::postgres::backends() {
+        let (db, store) = store_on(backend).await;
+        let letter = |own_id, user_id| daylog::store::DeadLetter {
+            own_id: Some(own_id),
+            chat_id: user_id,
+            user_id,
+            payload: "their words",
+            error: "unknown_shape",
+        };
+        store
+            .insert_dead_letter(1, &letter(5, Some(43)))
+            .await
+            .expect("stored");
+        store
+            .insert_dead_letter(1, &letter(6, Some(44)))
+            .await
+            .expect("stored");
+        store
+            .delete_user(daylog::store::UserId(43))
+            .await
+            .expect("delete");
+        assert_eq!(payload_of(&db.url, 5).await, None, "{backend}");
+        assert_eq!(
+            payload_of(&db.url, 6).await.as_deref(),
+            Some("their words"),
+            "{backend}"
+        );
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn delete_erases_the_press_and_marks_it_handled_and_leaves_rows_still_waiting() {
+    for backend in support::postgres::backends() {
+        let (db, store) = store_on(backend).await;
+        let row = |update_id| NewUpdate {
+            update_id,
+            chat_id: Some(43),
+            user_id: Some(43),
+            payload: r#"{"callback_query": {}}"#,
+        };
+        store
+            .insert_updates(1, &[row(10), row(11), row(12)])
+            .await
+            .expect("stored");
+        let key = |update_id| UpdateKey {
+            bot_id: 1,
+            update_id,
+        };
+        store.mark_update_handled(key(10)).await.expect("handled");
+        store
+            .delete_user_pressing(daylog::store::UserId(43), Some(key(11)))
+            .await
+            .expect("delete");
+        assert_eq!(
+            payload_of(&db.url, 10).await,
+            None,
+            "{backend}: handled: erased"
+        );
+        assert_eq!(
+            payload_of(&db.url, 11).await,
+            None,
+            "{backend}: the press: erased"
+        );
+        assert!(
+            payload_of(&db.url, 12).await.is_some(),
+            "{backend}: a second tap waiting keeps its payload"
+        );
+        let waiting: Vec<i64> = store
+            .unhandled_updates(1, 8, 100)
+            .await
+            .expect("rows")
+            .iter()
+            .map(|row| row.update_id)
+            .collect();
+        assert_eq!(
+            waiting,
+            [12],
+            "{backend}: the press is handled with the deletion"
+        );
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn a_long_queue_in_one_chat_keeps_no_other_chat_out() {
+    for backend in support::postgres::backends() {
+        let (_db, store) = store_on(backend).await;
+        let mut rows: Vec<(i64, Option<i64>)> = (1..=30).map(|id| (id, Some(-100))).collect();
+        rows.extend([
+            (31, Some(7)),
+            (40, Some(8)),
+            (41, Some(8)),
+            (50, Some(9)),
+            (51, Some(9)),
+            (60, None),
+        ]);
+        let updates: Vec<NewUpdate<'_>> = rows
+            .iter()
+            .map(|&(update_id, chat)| NewUpdate {
+                update_id,
+                chat_id: chat,
+                user_id: chat,
+                payload: "{}",
+            })
+            .collect();
+        store.insert_updates(1, &updates).await.expect("stored");
+        let later = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+        let key = UpdateKey {
+            bot_id: 1,
+            update_id: 40,
+        };
+        store
+            .record_update_failure(key, "handler_failed", later)
+            .await
+            .expect("failure");
+        let fetched: Vec<(Option<i64>, i64)> = store
+            .unhandled_updates(1, 4, 10)
+            .await
+            .expect("rows")
+            .iter()
+            .map(|row| (row.chat_id, row.update_id))
+            .collect();
+        let chat =
+            |c: i64, ids: &[i64]| ids.iter().map(move |&id| (Some(c), id)).collect::<Vec<_>>();
+        let expected: Vec<_> = [
+            vec![(None, 60)], // no chat: a chat of its own, first in the order
+            chat(-100, &[1, 2, 3, 4]),
+            chat(7, &[31]),
+            chat(8, &[40]), // its first waits: the rest of the chat is not read
+            chat(9, &[50, 51]),
         ]
-    );
-    store.close().await;
+        .concat();
+        assert_eq!(fetched, expected, "{backend}");
+        store.close().await;
+    }
 }

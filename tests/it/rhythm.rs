@@ -55,7 +55,7 @@ async fn command(app: &App, user: i64, message_id: i64, text: &str) -> String {
 async fn reminder_row(app: &App, user: i64) -> (i64, Option<String>, Option<String>) {
     sqlx::query_as("SELECT enabled, last_sent_day, next_due_at FROM reminders WHERE user_id = ?1")
         .bind(user)
-        .fetch_one(app.store.read_pool())
+        .fetch_one(app.store.read_pool().expect("a SQLite store"))
         .await
         .expect("reminder row")
 }
@@ -188,7 +188,7 @@ async fn no_reminder_on_a_local_day_that_already_has_an_entry() {
     ));
     app.telegram.wait_sent(3, 3).await;
     let day: String = sqlx::query_scalar("SELECT local_day FROM day_logs WHERE user_id = 3")
-        .fetch_one(app.store.read_pool())
+        .fetch_one(app.store.read_pool().expect("a SQLite store"))
         .await
         .expect("day");
     assert_eq!(
@@ -214,7 +214,7 @@ async fn no_reminder_on_a_local_day_that_already_has_an_entry() {
     // which here plays a downtime of a day or more).
     let (created, written): (String, Option<String>) =
         sqlx::query_as("SELECT created_at, written_at FROM day_logs WHERE user_id = 3")
-            .fetch_one(app.store.read_pool())
+            .fetch_one(app.store.read_pool().expect("a SQLite store"))
             .await
             .expect("created_at");
     assert_eq!(
@@ -478,7 +478,7 @@ async fn tz_takes_names_cities_offsets_and_locations_and_refuses_the_rest() {
         "examples: {bad}"
     );
     let zone: String = sqlx::query_scalar("SELECT timezone FROM users WHERE user_id = 6")
-        .fetch_one(app.store.read_pool())
+        .fetch_one(app.store.read_pool().expect("a SQLite store"))
         .await
         .expect("zone");
     assert_eq!(zone, "UTC+05:30", "a bad /tz changes nothing");
@@ -494,7 +494,7 @@ async fn tz_takes_names_cities_offsets_and_locations_and_refuses_the_rest() {
         sent[before].text()
     );
     let zone: String = sqlx::query_scalar("SELECT timezone FROM users WHERE user_id = 6")
-        .fetch_one(app.store.read_pool())
+        .fetch_one(app.store.read_pool().expect("a SQLite store"))
         .await
         .expect("zone");
     assert_eq!(zone, "America/Los_Angeles");
@@ -521,7 +521,7 @@ async fn start_invites_a_new_user_to_set_a_zone_and_the_default_zone_is_configur
         "{start}"
     );
     let zone: String = sqlx::query_scalar("SELECT timezone FROM users WHERE user_id = 7")
-        .fetch_one(app.store.read_pool())
+        .fetch_one(app.store.read_pool().expect("a SQLite store"))
         .await
         .expect("zone");
     assert_eq!(zone, "Europe/Berlin");

@@ -29,24 +29,45 @@ use support::App;
 use support::telegram::text_update;
 
 use crate::support;
+use crate::support::postgres::{Backend, FreshDb, Raw, backends};
 
 const ME: i64 = 1;
 const OTHER: i64 = 2;
 
+/// A test that runs once on each backend of [`backends`], each time on a fresh store.
+macro_rules! on_each_backend {
+    ($(#[$meta:meta])* async fn $name:ident($db:ident: TestDb) $body:block) => {
+        $(#[$meta])*
+        #[tokio::test]
+        async fn $name() {
+            for backend in backends() {
+                let $db = fresh_on(backend).await;
+                $body
+            }
+        }
+    };
+}
+
 struct TestDb {
-    _dir: tempfile::TempDir,
+    _db: FreshDb,
     url: String,
     store: Store,
 }
 
+/// A migrated store on SQLite (the tests of SQLite's own index and of the app).
 async fn fresh() -> TestDb {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}/daylog.db", dir.path().display());
+    fresh_on(Backend::Sqlite).await
+}
+
+/// A migrated store on `backend`, in a database of its own.
+async fn fresh_on(backend: Backend) -> TestDb {
+    let db = backend.fresh().await;
+    let url = db.url.clone();
     let store = Store::open_and_migrate(&url, Duration::from_secs(5))
         .await
-        .expect("store opens");
+        .unwrap_or_else(|e| panic!("store opens on {backend}: {e}"));
     TestDb {
-        _dir: dir,
+        _db: db,
         url,
         store,
     }
@@ -89,6 +110,26 @@ fn ids(hits: &[SearchHit]) -> Vec<LogId> {
 /// index holds a token the content no longer has, or misses one it has.
 /// (It is written as an INSERT, so it needs a writable connection.)
 async fn assert_index_in_step(url: &str) {
+    if url.starts_with("postgres") {
+        // PostgreSQL's index: one row per entry, no row of an entry that is gone.
+        let raw = Raw::connect(url).await;
+        let (entries, indexed, orphans): (i64, i64, i64) = (
+            raw.value("SELECT count(*) FROM day_logs").await,
+            raw.value("SELECT count(*) FROM day_logs_fts").await,
+            raw.value(
+                "SELECT count(*) FROM day_logs_fts s
+                 WHERE NOT EXISTS (SELECT 1 FROM day_logs d WHERE d.id = s.id AND d.user_id = s.user_id)",
+            )
+            .await,
+        );
+        raw.close().await;
+        assert_eq!(
+            (indexed, orphans),
+            (entries, 0),
+            "the index follows day_logs"
+        );
+        return;
+    }
     let pool = writer(url).await;
     sqlx::query("INSERT INTO day_logs_fts (day_logs_fts, rank) VALUES ('integrity-check', 1)")
         .execute(&pool)
@@ -114,17 +155,16 @@ async fn the_bundled_sqlite_has_fts5() {
     let db = fresh().await;
 
     let fts5: i64 = sqlx::query_scalar("SELECT sqlite_compileoption_used('ENABLE_FTS5')")
-        .fetch_one(db.store.read_pool())
+        .fetch_one(db.store.read_pool().expect("a SQLite store"))
         .await
         .expect("compile options");
 
     assert_eq!(fts5, 1);
 }
 
-#[tokio::test]
-async fn every_word_must_match_and_matches_are_bold_in_the_snippet() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    async fn every_word_must_match_and_matches_are_bold_in_the_snippet(db: TestDb) {
+        user(&db.store, ME).await;
     let both = entry(&db.store, ME, 1, "Ran in the park, then coffee with Anna.").await;
     entry(&db.store, ME, 2, "Coffee alone at home.").await;
     entry(&db.store, ME, 3, "A run in the rain.").await;
@@ -147,18 +187,18 @@ async fn every_word_must_match_and_matches_are_bold_in_the_snippet() {
     assert_eq!(plain, "Ran in the park, then coffee with Anna.");
     // The day the store gave the entry (stored without one, the day it was stored on,
     // which starts at 04:00: not `date('now')`, another day between 00:00 and 04:00).
-    let stored: String = sqlx::query_scalar("SELECT local_day FROM day_logs WHERE id = ?1")
-        .bind(both)
-        .fetch_one(db.store.read_pool())
-        .await
-        .expect("stored day");
+    let raw = Raw::connect(&db.url).await;
+    let stored: String = raw
+        .value(&format!("SELECT local_day FROM day_logs WHERE id = {}", both.get()))
+        .await;
+    raw.close().await;
     assert_eq!(hits[0].day, Some(stored.parse().expect("date")));
 }
+}
 
-#[tokio::test]
-async fn best_matches_come_first_and_at_most_five() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    async fn best_matches_come_first_and_at_most_five(db: TestDb) {
+        user(&db.store, ME).await;
     for i in 0..8 {
         entry(
             &db.store,
@@ -188,35 +228,32 @@ async fn best_matches_come_first_and_at_most_five() {
     let first_two: HashSet<LogId> = ids(&hits).into_iter().take(2).collect();
     assert_eq!(first_two, HashSet::from([best, dense]));
 }
+}
 
-#[tokio::test]
-async fn another_users_flood_of_newer_matches_does_not_hide_mine() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    async fn another_users_flood_of_newer_matches_does_not_hide_mine(db: TestDb) {
+        user(&db.store, ME).await;
     user(&db.store, OTHER).await;
     let mine = entry(&db.store, ME, 1, "Tired but happy.").await;
-    let pool = writer(&db.url).await;
-    sqlx::query(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+    let raw = Raw::connect(&db.url).await;
+    raw.exec(&format!(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {flood})
          INSERT INTO day_logs (user_id, chat_id, message_id, text)
-         SELECT ?2, ?2, 100 + i, 'Tired, tired.' FROM n",
-    )
-    .bind(store::SEARCH_CANDIDATES * 2)
-    .bind(OTHER)
-    .execute(&pool)
-    .await
-    .expect("flood");
-    pool.close().await;
+         SELECT {OTHER}, {OTHER}, 100 + i, 'Tired, tired.' FROM n",
+        flood = store::SEARCH_CANDIDATES * 2
+    ))
+    .await;
+    raw.close().await;
 
     let hits = db.store.search(UserId(ME), "tired").await.expect("search");
 
     assert_eq!(ids(&hits), [mine]);
 }
+}
 
-#[tokio::test]
-async fn latin_diacritics_and_cyrillic_case_fold() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    async fn latin_diacritics_and_cyrillic_case_fold(db: TestDb) {
+        user(&db.store, ME).await;
     let cafe = entry(&db.store, ME, 1, "Un café crème à Zürich.").await;
     let russian = entry(
         &db.store,
@@ -256,13 +293,13 @@ async fn latin_diacritics_and_cyrillic_case_fold() {
         "{runs:?}"
     );
 }
+}
 
-/// Russian writes "ещё" and "еще" for one word: either spelling finds both, and the
-/// snippet shows each entry as it was written, its own spelling bold.
-#[tokio::test]
-async fn yo_and_ye_are_one_letter_to_search_and_snippets_keep_the_original() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    /// Russian writes "ещё" and "еще" for one word: either spelling finds both, and the
+    /// snippet shows each entry as it was written, its own spelling bold.
+    async fn yo_and_ye_are_one_letter_to_search_and_snippets_keep_the_original(db: TestDb) {
+        user(&db.store, ME).await;
     let dotted = entry(&db.store, ME, 1, "Ещё один день, ещё прогулка. Ёлка!").await;
     let plain = entry(&db.store, ME, 2, "еще без точек, елка").await;
     let mut both = vec![dotted, plain];
@@ -329,6 +366,7 @@ async fn yo_and_ye_are_one_letter_to_search_and_snippets_keep_the_original() {
             .is_empty()
     );
 }
+}
 
 #[test]
 fn the_search_fold_changes_only_yo() {
@@ -347,47 +385,49 @@ fn any_spelling_of_yo_finds_the_word_as_written() {
         .enable_all()
         .build()
         .expect("runtime");
-    let db = runtime.block_on(async {
-        let db = fresh().await;
-        user(&db.store, ME).await;
-        entry(&db.store, ME, 1, "start").await;
-        db
-    });
-    let letter = prop::sample::select(vec!['е', 'ё', 'Е', 'Ё', 'ж', 'Ж', 'a']);
-    let word = prop::collection::vec(letter, 1..8);
-    let flips = prop::collection::vec(any::<bool>(), 8);
-    proptest!(ProptestConfig::with_cases(100), |(word in word, flips in flips)| {
-        let written: String = word.iter().collect();
-        let asked: String = word
-            .iter()
-            .zip(&flips)
-            .map(|(c, flip)| match (c, flip) {
-                ('е', true) => 'ё',
-                ('ё', true) => 'е',
-                ('Е', true) => 'ё',
-                ('Ё', true) => 'е',
-                (c, _) => *c,
-            })
-            .collect();
-        let text = format!("before {written} after");
-        runtime.block_on(db.store.update_text(ChatId(ME), MessageId(1), &text)).expect("edit");
-        let hits = runtime.block_on(db.store.search(UserId(ME), &asked)).expect("search");
-        prop_assert_eq!(hits.len(), 1, "{:?} for {:?}", asked, written);
-        let bold: Vec<String> = hits[0]
-            .snippet()
-            .into_iter()
-            .filter(|r| r.matched)
-            .map(|r| r.text)
-            .collect();
-        prop_assert_eq!(bold, vec![written.clone()]);
-    });
-    runtime.block_on(assert_index_in_step(&db.url));
+    // On each backend: the same property.
+    for backend in backends() {
+        let db = runtime.block_on(async {
+            let db = fresh_on(backend).await;
+            user(&db.store, ME).await;
+            entry(&db.store, ME, 1, "start").await;
+            db
+        });
+        let letter = prop::sample::select(vec!['е', 'ё', 'Е', 'Ё', 'ж', 'Ж', 'a']);
+        let word = prop::collection::vec(letter, 1..8);
+        let flips = prop::collection::vec(any::<bool>(), 8);
+        proptest!(ProptestConfig::with_cases(100), |(word in word, flips in flips)| {
+            let written: String = word.iter().collect();
+            let asked: String = word
+                .iter()
+                .zip(&flips)
+                .map(|(c, flip)| match (c, flip) {
+                    ('е', true) => 'ё',
+                    ('ё', true) => 'е',
+                    ('Е', true) => 'ё',
+                    ('Ё', true) => 'е',
+                    (c, _) => *c,
+                })
+                .collect();
+            let text = format!("before {written} after");
+            runtime.block_on(db.store.update_text(ChatId(ME), MessageId(1), &text)).expect("edit");
+            let hits = runtime.block_on(db.store.search(UserId(ME), &asked)).expect("search");
+            prop_assert_eq!(hits.len(), 1, "{:?} for {:?}", asked, written);
+            let bold: Vec<String> = hits[0]
+                .snippet()
+                .into_iter()
+                .filter(|r| r.matched)
+                .map(|r| r.text)
+                .collect();
+            prop_assert_eq!(bold, vec![written.clone()]);
+        });
+        runtime.block_on(assert_index_in_step(&db.url));
+    }
 }
 
-#[tokio::test]
-async fn edits_and_deletes_are_reflected_by_the_schema() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    async fn edits_and_deletes_are_reflected_by_the_schema(db: TestDb) {
+        user(&db.store, ME).await;
     user(&db.store, OTHER).await;
     let mine = entry(&db.store, ME, 1, "Walked the dog by the river.").await;
     entry(&db.store, OTHER, 1, "The river was cold.").await;
@@ -438,12 +478,9 @@ async fn edits_and_deletes_are_reflected_by_the_schema() {
     assert_index_in_step(&db.url).await;
 
     // Rows that go by the users(user_id) cascade, not by a DELETE of day_logs.
-    let pool = writer(&db.url).await;
-    sqlx::query("DELETE FROM users WHERE user_id = ?1")
-        .bind(OTHER)
-        .execute(&pool)
-        .await
-        .expect("cascade");
+    let raw = Raw::connect(&db.url).await;
+    raw.exec(&format!("DELETE FROM users WHERE user_id = {OTHER}")).await;
+    raw.close().await;
     assert!(
         db.store
             .search(UserId(OTHER), "river")
@@ -452,6 +489,7 @@ async fn edits_and_deletes_are_reflected_by_the_schema() {
             .is_empty()
     );
     assert_index_in_step(&db.url).await;
+}
 }
 
 #[tokio::test]
@@ -544,7 +582,7 @@ async fn the_search_reads_the_index_not_every_row() {
     .bind("]")
     .bind(5)
     .bind(1000)
-    .fetch_all(db.store.read_pool())
+    .fetch_all(db.store.read_pool().expect("a SQLite store"))
     .await
     .expect("plan")
     .into_iter()
@@ -620,13 +658,12 @@ fn user_words_become_fts5_strings() {
     );
 }
 
-/// A lone `-` beside words is skipped, as it was when strings stood side by side; alone,
-/// it finds nothing.
-#[tokio::test]
-async fn a_word_with_nothing_to_find_is_left_out() {
+on_each_backend! {
+    /// A lone `-` beside words is skipped, as it was when strings stood side by side; alone,
+    /// it finds nothing.
+    async fn a_word_with_nothing_to_find_is_left_out(db: TestDb) {
     // Arrange
-    let db = fresh().await;
-    user(&db.store, ME).await;
+        user(&db.store, ME).await;
     let coffee = entry(&db.store, ME, 1, "Coffee - then the park.").await;
 
     // Act
@@ -640,6 +677,7 @@ async fn a_word_with_nothing_to_find_is_left_out() {
     // Assert
     assert_eq!(ids(&beside_words), [coffee]);
     assert!(alone.is_empty());
+}
 }
 
 /// Words the property test mixes: FTS5 operators and punctuation, words of both users'
@@ -680,60 +718,63 @@ fn any_string_is_a_valid_query_of_the_users_own_entries_only() {
         .enable_all()
         .build()
         .expect("runtime");
-    let mine_texts = [
-        "Coffee in the park.",
-        "Secret coffee: NEAR the river (really) *",
-        "День в парке, café.",
-        "\"Quoted\" - park -- ^ :",
-    ];
-    let other_texts = [
-        "secret river park coffee NEAR AND OR NOT",
-        "день парк café x",
-    ];
-    let (db, mine) = runtime.block_on(async {
-        let db = fresh().await;
-        user(&db.store, ME).await;
-        user(&db.store, OTHER).await;
-        let mut mine = Vec::new();
-        for (i, text) in (1..).zip(mine_texts) {
-            mine.push((entry(&db.store, ME, i, text).await, words(text)));
-        }
-        for (i, text) in (1..).zip(other_texts) {
-            entry(&db.store, OTHER, i, text).await;
-        }
-        (db, mine)
-    });
-    let my_ids: HashSet<LogId> = mine.iter().map(|(id, _)| *id).collect();
+    // On each backend: the same property.
+    for backend in backends() {
+        let mine_texts = [
+            "Coffee in the park.",
+            "Secret coffee: NEAR the river (really) *",
+            "День в парке, café.",
+            "\"Quoted\" - park -- ^ :",
+        ];
+        let other_texts = [
+            "secret river park coffee NEAR AND OR NOT",
+            "день парк café x",
+        ];
+        let (db, mine) = runtime.block_on(async {
+            let db = fresh_on(backend).await;
+            user(&db.store, ME).await;
+            user(&db.store, OTHER).await;
+            let mut mine = Vec::new();
+            for (i, text) in (1..).zip(mine_texts) {
+                mine.push((entry(&db.store, ME, i, text).await, words(text)));
+            }
+            for (i, text) in (1..).zip(other_texts) {
+                entry(&db.store, OTHER, i, text).await;
+            }
+            (db, mine)
+        });
+        let my_ids: HashSet<LogId> = mine.iter().map(|(id, _)| *id).collect();
 
-    proptest!(ProptestConfig::with_cases(300), |(query in hostile_query())| {
-        let hits = runtime.block_on(db.store.search(UserId(ME), &query));
+        proptest!(ProptestConfig::with_cases(300), |(query in hostile_query())| {
+            let hits = runtime.block_on(db.store.search(UserId(ME), &query));
 
-        let hits = hits.map_err(|e| TestCaseError::fail(format!("{query:?}: {e}")))?;
-        for hit in &hits {
-            prop_assert!(my_ids.contains(&LogId(hit.id.get())), "{query:?} found someone else's {}", hit.id);
-        }
-        // Plain words: every entry that contains all of them as typed, and only entries
-        // that contain each of them in some form.
-        let asked: Vec<String> = query.split_whitespace().map(str::to_owned).collect();
-        if !asked.is_empty() && asked.iter().all(|w| w.chars().all(char::is_alphanumeric)) {
-            let asked = words(&query);
-            let as_typed: HashSet<LogId> = mine
-                .iter()
-                .filter(|(_, have)| asked.is_subset(have))
-                .map(|(id, _)| *id)
-                .collect();
-            let in_some_form: HashSet<LogId> = mine
-                .iter()
-                .filter(|(_, have)| {
-                    asked.iter().all(|word| have.iter().any(|token| may_be_a_form(word, token)))
-                })
-                .map(|(id, _)| *id)
-                .collect();
-            let found: HashSet<LogId> = hits.iter().map(|h| h.id).collect();
-            prop_assert!(found.is_superset(&as_typed), "{query:?}: {found:?}");
-            prop_assert!(found.is_subset(&in_some_form), "{query:?}: {found:?}");
-        }
-    });
+            let hits = hits.map_err(|e| TestCaseError::fail(format!("{query:?}: {e}")))?;
+            for hit in &hits {
+                prop_assert!(my_ids.contains(&LogId(hit.id.get())), "{query:?} found someone else's {}", hit.id);
+            }
+            // Plain words: every entry that contains all of them as typed, and only entries
+            // that contain each of them in some form.
+            let asked: Vec<String> = query.split_whitespace().map(str::to_owned).collect();
+            if !asked.is_empty() && asked.iter().all(|w| w.chars().all(char::is_alphanumeric)) {
+                let asked = words(&query);
+                let as_typed: HashSet<LogId> = mine
+                    .iter()
+                    .filter(|(_, have)| asked.is_subset(have))
+                    .map(|(id, _)| *id)
+                    .collect();
+                let in_some_form: HashSet<LogId> = mine
+                    .iter()
+                    .filter(|(_, have)| {
+                        asked.iter().all(|word| have.iter().any(|token| may_be_a_form(word, token)))
+                    })
+                    .map(|(id, _)| *id)
+                    .collect();
+                let found: HashSet<LogId> = hits.iter().map(|h| h.id).collect();
+                prop_assert!(found.is_superset(&as_typed), "{query:?}: {found:?}");
+                prop_assert!(found.is_subset(&in_some_form), "{query:?}: {found:?}");
+            }
+        });
+    }
 }
 
 async fn journal(db: &TestDb) -> Arc<Journal> {
@@ -754,10 +795,9 @@ async fn answer_html(journal: &Journal, command: Command) -> String {
     }
 }
 
-#[tokio::test]
-async fn the_search_answer_escapes_the_entry_and_bolds_only_the_matches() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    async fn the_search_answer_escapes_the_entry_and_bolds_only_the_matches(db: TestDb) {
+        user(&db.store, ME).await;
     entry(&db.store, ME, 1, "<b>Not bold</b> & tulips <i>here</i>").await;
     let journal = journal(&db).await;
 
@@ -775,25 +815,24 @@ async fn the_search_answer_escapes_the_entry_and_bolds_only_the_matches() {
     assert!(no_words.starts_with("Usage: /search"), "{no_words}");
     assert_eq!(syntax, nothing);
 }
+}
 
-/// A found entry whose stored day is no date (a hand edit) is still shown, without a
-/// day line, never with the stored text as its day; a good day is shown as a date.
-#[tokio::test]
-async fn a_found_entry_whose_day_is_no_date_is_shown_without_its_day() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    /// A found entry whose stored day is no date (a hand edit) is still shown, without a
+    /// day line, never with the stored text as its day; a good day is shown as a date.
+    async fn a_found_entry_whose_day_is_no_date_is_shown_without_its_day(db: TestDb) {
+        user(&db.store, ME).await;
     let good = entry(&db.store, ME, 1, "tulips in the park").await;
     let bad = entry(&db.store, ME, 2, "tulips at home").await;
-    let pool = writer(&db.url).await;
+    let raw = Raw::connect(&db.url).await;
     for (id, day) in [(good, "2026-04-05"), (bad, "junk day")] {
-        sqlx::query("UPDATE day_logs SET local_day = ?2 WHERE id = ?1")
-            .bind(id)
-            .bind(day)
-            .execute(&pool)
-            .await
-            .expect("hand edit");
+        raw.exec(&format!(
+            "UPDATE day_logs SET local_day = '{day}' WHERE id = {}",
+            id.get()
+        ))
+        .await;
     }
-    pool.close().await;
+    raw.close().await;
     let journal = journal(&db).await;
 
     let found = answer_html(&journal, Command::Search("tulips".into())).await;
@@ -805,6 +844,7 @@ async fn a_found_entry_whose_day_is_no_date_is_shown_without_its_day() {
     );
     assert!(found.contains("\n\n<b>tulips</b> at home"), "{found}");
     assert!(!found.contains("junk"), "{found}");
+}
 }
 
 /// Stores an analysed entry of `user_id` on `day` with the given metrics JSON.
@@ -895,7 +935,7 @@ async fn the_year_defaults_to_this_one_and_a_bad_year_gets_a_sentence() {
     user(&db.store, ME).await;
     let journal = journal(&db).await;
     let this_year: String = sqlx::query_scalar("SELECT strftime('%Y', 'now')")
-        .fetch_one(db.store.read_pool())
+        .fetch_one(db.store.read_pool().expect("a SQLite store"))
         .await
         .expect("year");
 
@@ -974,11 +1014,10 @@ async fn in_telegram_search_answers_in_escaped_html_and_year_sends_a_png() {
     app.stop().await;
 }
 
-/// `/search` shows up to 5 matches: the title counts every match, not only those shown.
-#[tokio::test]
-async fn the_search_title_counts_every_match_not_only_those_shown() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    /// `/search` shows up to 5 matches: the title counts every match, not only those shown.
+    async fn the_search_title_counts_every_match_not_only_those_shown(db: TestDb) {
+        user(&db.store, ME).await;
     for i in 1..=7 {
         entry(&db.store, ME, i, &format!("tired day number {i}")).await;
     }
@@ -991,6 +1030,7 @@ async fn the_search_title_counts_every_match_not_only_those_shown() {
         "{found}"
     );
     assert_eq!(found.matches("<b>tired</b>").count(), 5, "{found}");
+}
 }
 
 // ---- word forms: a word also finds its other forms, through its Snowball stem ----
@@ -1031,7 +1071,7 @@ async fn fts5_takes_a_word_or_its_stem_as_a_prefix() {
             "SELECT rowid FROM day_logs_fts WHERE day_logs_fts MATCH ?1 ORDER BY rowid",
         )
         .bind(query)
-        .fetch_all(db.store.read_pool())
+        .fetch_all(db.store.read_pool().expect("a SQLite store"))
     };
 
     // Act
@@ -1050,11 +1090,10 @@ async fn fts5_takes_a_word_or_its_stem_as_a_prefix() {
     assert!(error.contains("syntax error"), "{error}");
 }
 
-#[tokio::test]
-async fn a_russian_word_finds_its_other_forms() {
+on_each_backend! {
+    async fn a_russian_word_finds_its_other_forms(db: TestDb) {
     // Arrange
-    let db = fresh().await;
-    user(&db.store, ME).await;
+        user(&db.store, ME).await;
     let friends = entry(&db.store, ME, 1, "Вечер с друзьями.").await;
     let at_work = entry(&db.store, ME, 2, "Весь день на работе.").await;
     let a_job = entry(&db.store, ME, 3, "Ищу новую работу.").await;
@@ -1082,12 +1121,12 @@ async fn a_russian_word_finds_its_other_forms() {
     assert!(not_both.is_empty(), "every word must match: {not_both:?}");
     assert_eq!(with_a_comma, [friends], "punctuation costs no forms");
 }
+}
 
-#[tokio::test]
-async fn an_english_word_finds_its_other_forms() {
+on_each_backend! {
+    async fn an_english_word_finds_its_other_forms(db: TestDb) {
     // Arrange
-    let db = fresh().await;
-    user(&db.store, ME).await;
+        user(&db.store, ME).await;
     let running = entry(&db.store, ME, 1, "Went running before work.").await;
     let runs = entry(&db.store, ME, 2, "She runs every morning.").await;
     let run = entry(&db.store, ME, 3, "A short run.").await;
@@ -1105,14 +1144,14 @@ async fn an_english_word_finds_its_other_forms() {
     assert_eq!(running_found, [running, runs, run]);
     assert_eq!(walk_found, [walked]);
 }
+}
 
-/// A stem of three letters is not searched as a prefix: "кот"* would find "который",
-/// "котлеты". It finds its own forms only; a shorter stem finds the word only.
-#[tokio::test]
-async fn a_short_word_finds_its_forms_not_every_word_it_begins() {
+on_each_backend! {
+    /// A stem of three letters is not searched as a prefix: "кот"* would find "который",
+    /// "котлеты". It finds its own forms only; a shorter stem finds the word only.
+    async fn a_short_word_finds_its_forms_not_every_word_it_begins(db: TestDb) {
     // Arrange
-    let db = fresh().await;
-    user(&db.store, ME).await;
+        user(&db.store, ME).await;
     let cat = entry(&db.store, ME, 1, "Кот спит.").await;
     let cats = entry(&db.store, ME, 2, "Гладила котов и кошку.").await;
     entry(&db.store, ME, 3, "Который час?").await;
@@ -1129,14 +1168,14 @@ async fn a_short_word_finds_its_forms_not_every_word_it_begins() {
     assert_eq!(cat_found, [cat, cats]);
     assert_eq!(she_found, [she]);
 }
+}
 
-/// An entry with the word as typed ranks above one with another form only, though
-/// both are as long and the other one is newer (bm25 ties go to the newest).
-#[tokio::test]
-async fn the_word_as_typed_ranks_above_its_other_forms() {
+on_each_backend! {
+    /// An entry with the word as typed ranks above one with another form only, though
+    /// both are as long and the other one is newer (bm25 ties go to the newest).
+    async fn the_word_as_typed_ranks_above_its_other_forms(db: TestDb) {
     // Arrange
-    let db = fresh().await;
-    user(&db.store, ME).await;
+        user(&db.store, ME).await;
     let work = entry(&db.store, ME, 1, "Сегодня была работа до ночи.").await;
     let job = entry(&db.store, ME, 2, "Сегодня нашла работу до ночи.").await;
     let run = entry(&db.store, ME, 3, "I run every day.").await;
@@ -1153,13 +1192,13 @@ async fn the_word_as_typed_ranks_above_its_other_forms() {
     assert_eq!(by_listed_forms, [run, runs]);
     assert_eq!(other_form_typed, [job, work]);
 }
+}
 
-/// The answer shows the forms it found in bold, with their letters as written (ё too).
-#[tokio::test]
-async fn the_search_answer_bolds_the_forms_it_found() {
+on_each_backend! {
+    /// The answer shows the forms it found in bold, with their letters as written (ё too).
+    async fn the_search_answer_bolds_the_forms_it_found(db: TestDb) {
     // Arrange
-    let db = fresh().await;
-    user(&db.store, ME).await;
+        user(&db.store, ME).await;
     entry(&db.store, ME, 1, "Вечер с друзьями, потом с другом домой.").await;
     entry(&db.store, ME, 2, "Нарядили ёлку, а елки в лесу ещё стоят.").await;
     entry(&db.store, ME, 3, "Running late, then runs again & again.").await;
@@ -1184,14 +1223,14 @@ async fn the_search_answer_bolds_the_forms_it_found() {
         "{run}"
     );
 }
+}
 
-/// Quotes, stars, operators, parentheses and a lone `-` beside words that have forms
-/// are still text, never FTS5 syntax, and never an error.
-#[tokio::test]
-async fn hostile_words_beside_word_forms_are_only_words() {
+on_each_backend! {
+    /// Quotes, stars, operators, parentheses and a lone `-` beside words that have forms
+    /// are still text, never FTS5 syntax, and never an error.
+    async fn hostile_words_beside_word_forms_are_only_words(db: TestDb) {
     // Arrange
-    let db = fresh().await;
-    user(&db.store, ME).await;
+        user(&db.store, ME).await;
     let plain = entry(&db.store, ME, 1, "С друзьями после работы.").await;
     let marked = entry(&db.store, ME, 2, "Друзья OR работа: (работа) - * NEAR").await;
     other_entries(&db.store, 10).await;
@@ -1218,6 +1257,7 @@ async fn hostile_words_beside_word_forms_are_only_words() {
     assert_eq!(parens_are_no_group, [plain, marked]);
     assert!(near_is_no_operator.is_empty(), "{near_is_no_operator:?}");
     assert_eq!(quotes, [plain, marked]);
+}
 }
 
 /// A message of a thousand words is still a query of bounded size: a word typed again
@@ -1257,14 +1297,13 @@ fn a_long_query_looks_for_a_bounded_number_of_forms() {
     );
 }
 
-/// The English stemmer writes a `y` as `i` ("cities" → "citi", "tries" → "tri"): the
-/// word with its `y` is one of its forms too, so the plural finds the singular, as the
-/// singular ("city" → `citi*`) already found the plural.
-#[tokio::test]
-async fn an_english_y_that_the_stem_makes_i_is_found_both_ways() {
+on_each_backend! {
+    /// The English stemmer writes a `y` as `i` ("cities" → "citi", "tries" → "tri"): the
+    /// word with its `y` is one of its forms too, so the plural finds the singular, as the
+    /// singular ("city" → `citi*`) already found the plural.
+    async fn an_english_y_that_the_stem_makes_i_is_found_both_ways(db: TestDb) {
     // Arrange
-    let db = fresh().await;
-    user(&db.store, ME).await;
+        user(&db.store, ME).await;
     let city = entry(&db.store, ME, 1, "A walk across the city.").await;
     let cities = entry(&db.store, ME, 2, "Two cities in one week.").await;
     let happy = entry(&db.store, ME, 3, "A happy evening.").await;
@@ -1289,6 +1328,7 @@ async fn an_english_y_that_the_stem_makes_i_is_found_both_ways() {
         store::fts_query("cities"),
         Some("(\"cities\" OR \"citi\"* OR \"city\"*)".into())
     );
+}
 }
 
 /// A stem whose words the index holds few of is searched as those words (FTS5 reads
@@ -1315,12 +1355,11 @@ fn a_prefix_stem_may_be_listed_as_the_index_words_it_begins() {
     );
 }
 
-/// Through the store, with the index's own words: every form is still found, and a
-/// word typed with FTS5 syntax around it stays text.
-#[tokio::test]
-async fn a_listed_stem_finds_every_form_the_index_holds() {
-    let db = fresh().await;
-    user(&db.store, ME).await;
+on_each_backend! {
+    /// Through the store, with the index's own words: every form is still found, and a
+    /// word typed with FTS5 syntax around it stays text.
+    async fn a_listed_stem_finds_every_form_the_index_holds(db: TestDb) {
+        user(&db.store, ME).await;
     let walked = entry(&db.store, ME, 1, "Walked to the lake.").await;
     let walking = entry(&db.store, ME, 2, "Walking in the rain.").await;
     let walks = entry(&db.store, ME, 3, "Two walks a day.").await;
@@ -1331,4 +1370,72 @@ async fn a_listed_stem_finds_every_form_the_index_holds() {
 
     assert_eq!(found_walk, [walked, walking, walks]);
     assert!(found_hostile.is_empty(), "{found_hostile:?}");
+}
+}
+
+/// The same entries and the same queries give the same entries in the same order, with
+/// the same snippets, on SQLite (FTS5) and on PostgreSQL (its index, ranked and cut by
+/// the store): word forms, ё, diacritics, phrases of inner marks, long entries.
+#[tokio::test]
+async fn both_backends_find_rank_and_cut_alike() {
+    const ENTRIES: &[&str] = &[
+        "Walked the dog by the river, then coffee with Anna.",
+        "Walking in the rain; my e-mail inbox is full again.",
+        "Tired. Tired, tired, tired.",
+        "Un café crème à Zürich, tired but happy.",
+        "Ещё один день, ещё прогулка с друзьями в парке. Ёлка!",
+        "еще без точек, елка, друзья пришли вечером",
+        "Кот спал весь день, котлеты на ужин, который раз.",
+        "Two walks a day keep the doctor away; cities are loud, the city sleeps.",
+        "Cooked soup and slept early.",
+        "Дождь весь день.",
+    ];
+    const QUERIES: &[&str] = &[
+        "tired",
+        "walk",
+        "walked",
+        "coffee river",
+        "e-mail",
+        "cafe",
+        "CRÈME",
+        "еще",
+        "ёлка",
+        "друзья",
+        "кот",
+        "city",
+        "cities",
+        "day",
+        "день",
+        "нет такого",
+        "\"walk* OR NEAR(",
+    ];
+    let long = format!(
+        "{}прогулка с котом {}",
+        "слово за словом ".repeat(20),
+        "и так далее ".repeat(20)
+    );
+    let mut results = Vec::new();
+    for backend in backends() {
+        let db = fresh_on(backend).await;
+        user(&db.store, ME).await;
+        for (i, text) in (1..).zip(ENTRIES.iter().copied().chain([long.as_str()])) {
+            entry(&db.store, ME, i, text).await;
+        }
+        let mut found = Vec::new();
+        for query in QUERIES {
+            let hits = db.store.search(UserId(ME), query).await.expect("search");
+            found.push((
+                *query,
+                hits.iter()
+                    .map(|hit| (hit.id, hit.matched, hit.snippet()))
+                    .collect::<Vec<_>>(),
+            ));
+        }
+        results.push((backend, found));
+    }
+    if let [(_, sqlite), (_, postgres)] = results.as_slice() {
+        for (a, b) in sqlite.iter().zip(postgres) {
+            assert_eq!(a, b, "SQLite, then PostgreSQL");
+        }
+    }
 }

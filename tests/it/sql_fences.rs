@@ -5,6 +5,10 @@
 //! - the statement check (`sqlcmd::check`, run by `sqlcmd::query`);
 //! - the file opened read-only (`mode=ro`, [`store::read_only_options`]);
 //! - the connection under `PRAGMA query_only` (the same options).
+//!
+//! On PostgreSQL (`sqlcmd::postgres`), five: the same statement check with the check
+//! of server functions with effects, one prepared statement (the extended protocol),
+//! the `READ ONLY` transaction, its rollback, and `statement_timeout`.
 
 #![expect(
     clippy::expect_used,
@@ -165,4 +169,123 @@ async fn with_both_connection_fences_off_the_same_write_goes_through() {
     assert!(result.is_ok(), "{result:?}");
     unfenced.close().await;
     assert_eq!(users(&db).await, 0);
+}
+
+// ---- PostgreSQL: the statement check and the server's own fences, one at a time ----
+
+/// A migrated PostgreSQL database with one user and a pool of one connection (so a
+/// later query meets whatever the earlier one left on it), or `None` when this run has
+/// no PostgreSQL (said once by the harness; a failure under `CI=true`).
+async fn postgres_with_one_user() -> Option<(sqlx::PgPool, crate::support::postgres::FreshDb)> {
+    use crate::support::postgres::{Backend, backends};
+    if !backends().contains(&Backend::Postgres) {
+        return None;
+    }
+    let db = Backend::Postgres.fresh().await;
+    let store = Store::open_and_migrate(&db.url, BUSY).await.expect("store");
+    store
+        .upsert_user(&NewUser {
+            user_id: UserId(1),
+            username: Some("someone"),
+            language: Language::En,
+        })
+        .await
+        .expect("user");
+    store.close().await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .expect("pool");
+    Some((pool, db))
+}
+
+async fn pg_users(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM users")
+        .fetch_one(pool)
+        .await
+        .expect("count")
+}
+
+#[tokio::test]
+async fn postgres_the_effects_check_alone_refuses_a_server_function() {
+    let Some((pool, _db)) = postgres_with_one_user().await else {
+        return;
+    };
+    let sql = "SELECT pg_advisory_lock(42)";
+    let refused = sqlcmd::postgres::query(&pool, sql, &SQL).await;
+    assert!(
+        matches!(
+            refused,
+            Err(QueryError::Refused(Refusal::ServerFunction(_)))
+        ),
+        "{refused:?}"
+    );
+    // Nothing else would have stopped it: the server's fences let it take the lock.
+    let taken = sqlcmd::postgres::run_read_only(&pool, sql, &SQL).await;
+    assert!(taken.is_ok(), "{taken:?}");
+}
+
+#[tokio::test]
+async fn postgres_the_read_only_transaction_alone_refuses_a_write() {
+    let Some((pool, _db)) = postgres_with_one_user().await else {
+        return;
+    };
+    let refused = sqlcmd::postgres::run_read_only(&pool, WRITE_PAST_THE_CHECK, &SQL).await;
+    assert!(
+        matches!(refused, Err(QueryError::Refused(Refusal::WriteRefused(_)))),
+        "{refused:?}"
+    );
+    assert_eq!(pg_users(&pool).await, 1);
+}
+
+#[tokio::test]
+async fn postgres_the_rollback_alone_keeps_a_setting_from_outliving_the_query() {
+    let Some((pool, _db)) = postgres_with_one_user().await else {
+        return;
+    };
+    // Allowed by a READ ONLY transaction (the effects check, taken away here, refuses
+    // it); undone only by the rollback.
+    let sql = "SELECT set_config('application_name', 'leaked', false)";
+    sqlcmd::postgres::run_read_only(&pool, sql, &SQL)
+        .await
+        .expect("runs");
+    let after: String = sqlx::query_scalar("SELECT current_setting('application_name')")
+        .fetch_one(&pool)
+        .await
+        .expect("setting");
+    assert_ne!(after, "leaked");
+}
+
+#[tokio::test]
+async fn postgres_the_statement_timeout_alone_stops_a_long_query() {
+    let Some((pool, _db)) = postgres_with_one_user().await else {
+        return;
+    };
+    let limits = Limits {
+        timeout: Duration::from_millis(50),
+        max_rows: 10,
+    };
+    let stopped = sqlcmd::postgres::run_read_only(
+        &pool,
+        "SELECT count(*) FROM generate_series(1, 100000000)",
+        &limits,
+    )
+    .await;
+    assert!(
+        matches!(stopped, Err(QueryError::TimedOut(_))),
+        "{stopped:?}"
+    );
+}
+
+#[tokio::test]
+async fn postgres_one_prepared_statement_alone_refuses_a_second_one() {
+    let Some((pool, _db)) = postgres_with_one_user().await else {
+        return;
+    };
+    // Sent as a simple query, this would end the read-only transaction and delete.
+    let sql = "SELECT 1; COMMIT; DELETE FROM users";
+    let refused = sqlcmd::postgres::run_read_only(&pool, sql, &SQL).await;
+    assert!(matches!(refused, Err(QueryError::Sql(_))), "{refused:?}");
+    assert_eq!(pg_users(&pool).await, 1);
 }

@@ -15,21 +15,43 @@ use daylog::store::{self, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store,
 use daylog::store::{ChatId, LogId, MessageId, UserId};
 
 use crate::support;
+use crate::support::postgres::{Backend, FreshDb, Raw, backends};
+
+/// A test that runs once on each backend of [`backends`], each time on a fresh store:
+/// one test code for SQLite and PostgreSQL.
+macro_rules! on_each_backend {
+    ($(#[$meta:meta])* async fn $name:ident($db:ident: TestDb) $body:block) => {
+        $(#[$meta])*
+        #[tokio::test]
+        async fn $name() {
+            for backend in backends() {
+                let $db = fresh_on(backend).await;
+                $body
+            }
+        }
+    };
+}
 
 struct TestDb {
-    _dir: tempfile::TempDir,
+    _db: FreshDb,
     url: String,
     store: Store,
 }
 
+/// A migrated store on SQLite (the tests not yet run on both backends).
 async fn fresh() -> TestDb {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}/nested/daylog.db", dir.path().display());
+    fresh_on(Backend::Sqlite).await
+}
+
+/// A migrated store on `backend`, in a database of its own.
+async fn fresh_on(backend: Backend) -> TestDb {
+    let db = backend.fresh().await;
+    let url = db.url.clone();
     let store = Store::open_and_migrate(&url, Duration::from_secs(5))
         .await
-        .expect("store opens");
+        .unwrap_or_else(|e| panic!("store opens on {backend}: {e}"));
     TestDb {
-        _dir: dir,
+        _db: db,
         url,
         store,
     }
@@ -88,11 +110,17 @@ async fn store_analysis(
 
 #[tokio::test]
 async fn schema_matches_the_public_contract_column_by_column() {
-    let db = fresh().await;
-    let pool = db.store.read_pool();
+    for backend in backends() {
+        schema_matches_the_public_contract_on(backend).await;
+    }
+}
+
+async fn schema_matches_the_public_contract_on(backend: Backend) {
+    let db = fresh_on(backend).await;
+    let store = &db.store;
     let expect = |cols: &[&str]| cols.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>();
     assert_eq!(
-        store::columns(pool, "users").await.expect("users"),
+        store.columns("users").await.expect("users"),
         expect(&[
             "user_id",
             "chat_id",
@@ -108,7 +136,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
         ])
     );
     assert_eq!(
-        store::columns(pool, "day_logs").await.expect("day_logs"),
+        store.columns("day_logs").await.expect("day_logs"),
         expect(&[
             "id",
             "user_id",
@@ -152,7 +180,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
         ])
     );
     assert_eq!(
-        store::columns(pool, "reminders").await.expect("reminders"),
+        store.columns("reminders").await.expect("reminders"),
         expect(&[
             "user_id",
             "local_time",
@@ -162,7 +190,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
         ])
     );
     assert_eq!(
-        store::columns(pool, "digests").await.expect("digests"),
+        store.columns("digests").await.expect("digests"),
         expect(&[
             "id",
             "user_id",
@@ -181,7 +209,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
         ])
     );
     assert_eq!(
-        store::columns(pool, "llm_calls").await.expect("llm_calls"),
+        store.columns("llm_calls").await.expect("llm_calls"),
         expect(&[
             "id",
             "day_log_id",
@@ -200,7 +228,7 @@ async fn schema_matches_the_public_contract_column_by_column() {
         ])
     );
     assert_eq!(
-        store::columns(pool, "daily_metrics").await.expect("view"),
+        store.columns("daily_metrics").await.expect("view"),
         expect(&[
             "user_id",
             "day",
@@ -223,7 +251,7 @@ async fn the_file_and_its_folder_are_created_and_times_are_plain_utc_text() {
     assert_eq!(stored.status, LogStatus::Pending);
     let raw: String = sqlx::query_scalar("SELECT created_at FROM day_logs WHERE id = ?1")
         .bind(id)
-        .fetch_one(db.store.read_pool())
+        .fetch_one(db.store.read_pool().expect("a SQLite store"))
         .await
         .expect("raw created_at");
     assert_eq!(raw.len(), "YYYY-MM-DD HH:MM:SS".len());
@@ -232,9 +260,8 @@ async fn the_file_and_its_folder_are_created_and_times_are_plain_utc_text() {
     assert!(path.exists());
 }
 
-#[tokio::test]
-async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none(db: TestDb) {
     user(&db.store, 1).await;
     let good = log(&db.store, 1, 10, "a calm day").await.id();
     let bad = log(&db.store, 1, 11, "a strange row").await.id();
@@ -250,12 +277,8 @@ async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none() {
             .expect("store")
     );
     // The store writes only metrics objects: a malformed one is a hand edit.
-    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
-    sqlx::query("UPDATE day_logs SET metrics = '[1]' WHERE id = ?1")
-        .bind(bad)
-        .execute(&writer)
-        .await
-        .expect("corrupt");
+    let writer = Raw::connect(&db.url).await;
+    writer.exec(&format!("UPDATE day_logs SET metrics = '[1]' WHERE id = {}", bad.get())).await;
     writer.close().await;
 
     let stored = db.store.log(good).await.expect("read").expect("row");
@@ -267,61 +290,38 @@ async fn metrics_are_read_back_parsed_and_a_malformed_object_as_none() {
     let stored = db.store.log(bad).await.expect("read").expect("row");
     assert_eq!(stored.status, LogStatus::Analyzed);
     assert_eq!(stored.metrics, None);
+    }
 }
 
-#[tokio::test]
-async fn a_log_whose_created_at_is_not_a_timestamp_stays_readable() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn a_log_whose_created_at_is_not_a_timestamp_stays_readable(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 10, "a calm day").await.id();
-    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
-    sqlx::query("UPDATE day_logs SET created_at = 'yesterday' WHERE id = ?1")
-        .bind(id)
-        .execute(&writer)
-        .await
-        .expect("corrupt");
+    let writer = Raw::connect(&db.url).await;
+    writer.exec(&format!("UPDATE day_logs SET created_at = 'yesterday' WHERE id = {}", id.get())).await;
     writer.close().await;
     let stored = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(stored.created_at, jiff::Timestamp::UNIX_EPOCH);
     assert_eq!(stored.text, "a calm day");
+    }
 }
 
-/// Every stored moment a caller sees is a `Timestamp`, parsed once in the store: the
-/// canonical text, another spelling of a moment (a hand edit) as that moment, and text
-/// that is no moment as the epoch, the row still readable.
-#[tokio::test]
-async fn stored_moments_are_read_as_timestamps_whatever_their_spelling() {
-    let db = fresh().await;
+on_each_backend! {
+    /// Every stored moment a caller sees is a `Timestamp`, parsed once in the store: the
+    /// canonical text, another spelling of a moment (a hand edit) as that moment, and text
+    /// that is no moment as the epoch, the row still readable.
+    async fn stored_moments_are_read_as_timestamps_whatever_their_spelling(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 10, "a calm day").await.id();
-    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
-    sqlx::query(
-        "UPDATE day_logs SET next_attempt_at = '2026-12-01T21:00:00.5Z',
-             replied_at = 'later' WHERE id = ?1",
-    )
-    .bind(id)
-    .execute(&writer)
-    .await
-    .expect("hand edit");
-    sqlx::query("UPDATE users SET created_at = '2026-11-30 08:00:00' WHERE user_id = 1")
-        .execute(&writer)
-        .await
-        .expect("hand edit");
+    let writer = Raw::connect(&db.url).await;
+    writer.exec(&format!("UPDATE day_logs SET next_attempt_at = '2026-12-01T21:00:00.5Z',
+             replied_at = 'later' WHERE id = {}", id.get())).await;
+    writer.exec("UPDATE users SET created_at = '2026-11-30 08:00:00' WHERE user_id = 1").await;
     user(&db.store, 2).await;
-    sqlx::query(
-        "UPDATE users SET created_at = 'long ago', timezone = 'Mars/Olympus' WHERE user_id = 2",
-    )
-    .execute(&writer)
-    .await
-    .expect("hand edit");
-    sqlx::query(
-        "INSERT INTO reminders (user_id, local_time, enabled, last_sent_day, next_due_at)
+    writer.exec("UPDATE users SET created_at = 'long ago', timezone = 'Mars/Olympus' WHERE user_id = 2").await;
+    writer.exec("INSERT INTO reminders (user_id, local_time, enabled, last_sent_day, next_due_at)
          VALUES (1, '21:00', 1, '2026-11-30', '2026-12-01 21:00:00'),
-                (2, 'nine', 1, 'monday', 'soon')",
-    )
-    .execute(&writer)
-    .await
-    .expect("reminders");
+                (2, 'nine', 1, 'monday', 'soon')").await;
     writer.close().await;
     let at = |text: &str| -> jiff::Timestamp { text.parse().expect("moment") };
 
@@ -351,11 +351,11 @@ async fn stored_moments_are_read_as_timestamps_whatever_their_spelling() {
         .expect("row");
     assert_eq!((bad.local_time, bad.last_sent_day), (None, None));
     assert_eq!(bad.next_due_at, Some(jiff::Timestamp::UNIX_EPOCH));
+    }
 }
 
-#[tokio::test]
-async fn a_redelivered_message_is_stored_once() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn a_redelivered_message_is_stored_once(db: TestDb) {
     user(&db.store, 1).await;
     let first = log(&db.store, 1, 10, "first delivery").await;
     let again = log(&db.store, 1, 10, "second delivery").await;
@@ -371,11 +371,11 @@ async fn a_redelivered_message_is_stored_once() {
     );
     let stored = db.store.log(first.id()).await.expect("read").expect("row");
     assert_eq!(stored.text, "first delivery");
+    }
 }
 
-#[tokio::test]
-async fn two_hundred_concurrent_inserts_all_succeed() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn two_hundred_concurrent_inserts_all_succeed(db: TestDb) {
     for u in 1..=10 {
         user(&db.store, u).await;
     }
@@ -401,16 +401,14 @@ async fn two_hundred_concurrent_inserts_all_succeed() {
         let result = task.await.expect("task ran");
         assert!(result.is_ok(), "insert failed: {result:?}");
     }
-    let total: i64 = sqlx::query_scalar("SELECT count(*) FROM day_logs")
-        .fetch_one(db.store.read_pool())
-        .await
-        .expect("count");
+    let raw = Raw::connect(&db.url).await;
+    let total: i64 = raw.value("SELECT count(*) FROM day_logs").await;
     assert_eq!(total, 200);
+    }
 }
 
-#[tokio::test]
-async fn one_user_never_sees_another_users_rows() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn one_user_never_sees_another_users_rows(db: TestDb) {
     user(&db.store, 1).await;
     user(&db.store, 2).await;
     let mine = log(&db.store, 1, 1, "mine").await.id();
@@ -450,11 +448,11 @@ async fn one_user_never_sees_another_users_rows() {
         .await
         .expect("summaries");
     assert_eq!(summaries, ["mine"]);
+    }
 }
 
-#[tokio::test]
-async fn daily_metrics_ignore_defaulted_values() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn daily_metrics_ignore_defaulted_values(db: TestDb) {
     user(&db.store, 1).await;
     let a = log(&db.store, 1, 1, "a").await.id();
     let b = log(&db.store, 1, 2, "b").await.id();
@@ -488,6 +486,7 @@ async fn daily_metrics_ignore_defaulted_values() {
     assert_eq!(days[0].stress, Some(3.0));
     assert_eq!(days[0].sleep_hours, Some(7.0));
     assert_eq!(days[0].logs, 2);
+    }
 }
 
 /// A first attempt of `task` on mistral that answered in 5 ms.
@@ -506,11 +505,10 @@ fn answered(task: Task) -> Attempt {
     }
 }
 
-/// A restart learns its hedging from the answers of analyses and metrics only: a
-/// digest's or a transcript's latency is that of its week or its recording.
-#[tokio::test]
-async fn restart_latencies_are_those_of_analyses_and_metrics() {
-    let db = fresh().await;
+on_each_backend! {
+    /// A restart learns its hedging from the answers of analyses and metrics only: a
+    /// digest's or a transcript's latency is that of its week or its recording.
+    async fn restart_latencies_are_those_of_analyses_and_metrics(db: TestDb) {
     for (task, latency_ms) in [
         (Task::Analysis, 200),
         (Task::Digest, 9000),
@@ -534,11 +532,11 @@ async fn restart_latencies_are_those_of_analyses_and_metrics() {
         .collect();
 
     assert_eq!(latencies, [200, 300]);
+    }
 }
 
-#[tokio::test]
-async fn delete_removes_every_row_of_that_user_only() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn delete_removes_every_row_of_that_user_only(db: TestDb) {
     user(&db.store, 1).await;
     user(&db.store, 2).await;
     let mine = log(&db.store, 1, 1, "mine").await.id();
@@ -559,22 +557,23 @@ async fn delete_removes_every_row_of_that_user_only() {
             .expect("history")
             .is_empty()
     );
-    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM llm_calls")
-        .fetch_one(db.store.read_pool())
+    db.store.flush_calls().await;
+    let calls: i64 = Raw::connect(&db.url)
         .await
-        .expect("count");
+        .value("SELECT count(*) FROM llm_calls")
+        .await;
     assert_eq!(calls, 0, "the user's LLM calls go with the logs");
     assert_eq!(
         db.store.history(UserId(2), 10).await.expect("other").len(),
         1
     );
+    }
 }
 
-/// After an outage only the logs whose analysis failed are made due at once: those
-/// waiting for a budget, a transcription or the hourly limit keep their time.
-#[tokio::test]
-async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_schedule() {
-    let db = fresh().await;
+on_each_backend! {
+    /// After an outage only the logs whose analysis failed are made due at once: those
+    /// waiting for a budget, a transcription or the hourly limit keep their time.
+    async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_schedule(db: TestDb) {
     user(&db.store, 1).await;
     let hour = Duration::from_secs(3600);
     let failed = log(&db.store, 1, 1, "failed").await.id();
@@ -611,6 +610,7 @@ async fn retry_pending_now_brings_forward_only_the_logs_a_failure_put_on_the_sch
         0,
         "made due once"
     );
+    }
 }
 
 /// The hourly limit keeps holding after the first hour of a burst: with a
@@ -674,9 +674,8 @@ async fn entries_still_waiting_for_their_slot_keep_the_hourly_limit() {
     assert!((238..=239).contains(&minutes), "{minutes} minutes");
 }
 
-#[tokio::test]
-async fn unfinished_finds_due_pending_and_unreplied_logs() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn unfinished_finds_due_pending_and_unreplied_logs(db: TestDb) {
     user(&db.store, 1).await;
     let pending = log(&db.store, 1, 1, "pending").await.id();
     let later = log(&db.store, 1, 2, "later").await.id();
@@ -711,11 +710,11 @@ async fn unfinished_finds_due_pending_and_unreplied_logs() {
             (Unfinished::Reply, analysed)
         ]
     );
+    }
 }
 
-#[tokio::test]
-async fn an_edit_sends_the_log_back_to_pending() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn an_edit_sends_the_log_back_to_pending(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "typo").await.id();
     store_analysis(&db.store, id.get(), "x", "{}")
@@ -740,13 +739,14 @@ async fn an_edit_sends_the_log_back_to_pending() {
             .expect("ok"),
         None
     );
+    }
 }
 
 #[tokio::test]
 async fn the_hot_queries_use_their_indexes() {
     let db = fresh().await;
     let plan = |sql: &str| {
-        let pool = db.store.read_pool().clone();
+        let pool = db.store.read_pool().expect("a SQLite store").clone();
         let sql = sql.to_owned();
         async move {
             let rows: Vec<(i64, i64, i64, String)> =
@@ -802,9 +802,8 @@ async fn the_hot_queries_use_their_indexes() {
     }
 }
 
-#[tokio::test]
-async fn an_entry_keeps_the_local_day_it_was_stored_with() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn an_entry_keeps_the_local_day_it_was_stored_with(db: TestDb) {
     user(&db.store, 1).await;
     let day: jiff::civil::Date = "2026-11-30".parse().expect("day");
     let id = db
@@ -834,34 +833,28 @@ async fn an_entry_keeps_the_local_day_it_was_stored_with() {
     );
     let user = db.store.user(UserId(1)).await.expect("read").expect("user");
     assert_eq!(user.timezone.name(), "Asia/Tokyo");
+    }
 }
 
-#[tokio::test]
-async fn a_row_inserted_without_a_local_day_gets_the_utc_day_with_the_four_hour_rule() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn a_row_inserted_without_a_local_day_gets_the_utc_day_with_the_four_hour_rule(db: TestDb) {
     user(&db.store, 1).await;
     // A script's own connection, as `sqlite3` would be.
-    let raw = sqlx::SqlitePool::connect(&db.url)
-        .await
-        .expect("raw connection");
-    sqlx::query(
+    let raw = Raw::connect(&db.url).await;
+    raw.exec(
         "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at)
          VALUES (1, 1, 1, 'night', '2026-12-01 03:30:00'), (1, 1, 2, 'morning', '2026-12-01 04:00:00')",
     )
-    .execute(&raw)
-    .await
-    .expect("raw insert");
-    let days: Vec<String> =
-        sqlx::query_scalar("SELECT local_day FROM day_logs ORDER BY message_id")
-            .fetch_all(&raw)
-            .await
-            .expect("days");
-    assert_eq!(days, ["2026-11-30", "2026-12-01"]);
+    .await;
+    let days: Vec<(String,)> = raw
+        .rows("SELECT local_day FROM day_logs ORDER BY message_id")
+        .await;
+    assert_eq!(days, [("2026-11-30".to_owned(),), ("2026-12-01".to_owned(),)]);
+    }
 }
 
-#[tokio::test]
-async fn results_of_an_old_text_are_not_stored_over_an_edit() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn results_of_an_old_text_are_not_stored_over_an_edit(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "first text").await.id();
     db.store
@@ -905,11 +898,11 @@ async fn results_of_an_old_text_are_not_stored_over_an_edit() {
             .await
             .expect("q")
     );
+    }
 }
 
-#[tokio::test]
-async fn metric_columns_follow_the_metrics_json() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn metric_columns_follow_the_metrics_json(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 1, "a").await.id();
     store_analysis(
@@ -927,19 +920,21 @@ async fn metric_columns_follow_the_metrics_json() {
         Option<f64>,
         Option<f64>,
     );
-    let row: Columns = sqlx::query_as(
-        "SELECT mood, stress, energy, productivity, sleep_hours FROM day_logs WHERE id = ?1",
-    )
-    .bind(id)
-    .fetch_one(db.store.read_pool())
-    .await
-    .expect("row");
+    let row: Columns = Raw::connect(&db.url)
+        .await
+        .rows(&format!(
+            "SELECT mood, stress, energy, productivity, sleep_hours FROM day_logs WHERE id = {}",
+            id.get()
+        ))
+        .await
+        .pop()
+        .expect("row");
     assert_eq!(row, (Some(4.0), Some(2.0), None, Some(5.0), None));
+    }
 }
 
-#[tokio::test]
-async fn an_answer_sent_for_an_old_text_does_not_mark_the_edited_log_answered() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn an_answer_sent_for_an_old_text_does_not_mark_the_edited_log_answered(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "text A").await.id();
     // The worker stores the analysis of A and starts sending it…
@@ -965,11 +960,11 @@ async fn an_answer_sent_for_an_old_text_does_not_mark_the_edited_log_answered() 
         .await
         .expect("unfinished");
     assert_eq!(work.len(), 1, "the worker will analyse B");
+    }
 }
 
-#[tokio::test]
-async fn an_edit_that_keeps_the_text_changes_nothing() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn an_edit_that_keeps_the_text_changes_nothing(db: TestDb) {
     user(&db.store, 1).await;
     let id = log(&db.store, 1, 7, "same").await.id();
     assert!(
@@ -990,11 +985,11 @@ async fn an_edit_that_keeps_the_text_changes_nothing() {
     let row = db.store.log(id).await.expect("read").expect("row");
     assert_eq!(row.status, LogStatus::Analyzed);
     assert!(row.replied_at.is_some());
+    }
 }
 
-#[tokio::test]
-async fn terminal_entries_take_negative_ids_that_telegram_never_meets() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn terminal_entries_take_negative_ids_that_telegram_never_meets(db: TestDb) {
     user(&db.store, 1).await;
 
     let first = db
@@ -1014,11 +1009,10 @@ async fn terminal_entries_take_negative_ids_that_telegram_never_meets() {
         (MessageId(-1), MessageId(-2))
     );
     assert!(matches!(telegram, Inserted::New(_)), "{telegram:?}");
-    let sources: Vec<(i64, String)> =
-        sqlx::query_as("SELECT message_id, source FROM day_logs ORDER BY id")
-            .fetch_all(db.store.read_pool())
-            .await
-            .expect("rows");
+    let sources: Vec<(i64, String)> = Raw::connect(&db.url)
+        .await
+        .rows("SELECT message_id, source FROM day_logs ORDER BY id")
+        .await;
     assert_eq!(
         sources,
         [
@@ -1027,11 +1021,11 @@ async fn terminal_entries_take_negative_ids_that_telegram_never_meets() {
             (1, "telegram".to_owned())
         ]
     );
+    }
 }
 
-#[tokio::test]
-async fn concurrent_terminal_inserts_on_two_handles_never_share_an_id() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn concurrent_terminal_inserts_on_two_handles_never_share_an_id(db: TestDb) {
     user(&db.store, 1).await;
     let other = Store::open(&db.url, Duration::from_secs(5))
         .await
@@ -1057,11 +1051,11 @@ async fn concurrent_terminal_inserts_on_two_handles_never_share_an_id() {
         .collect();
     ids.sort_unstable();
     assert_eq!(ids, (-40..=-1).collect::<Vec<_>>());
+    }
 }
 
-#[tokio::test]
-async fn each_front_end_finds_only_its_own_unfinished_logs() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn each_front_end_finds_only_its_own_unfinished_logs(db: TestDb) {
     user(&db.store, 1).await;
     user(&db.store, 2).await;
     let telegram = log(&db.store, 1, 5, "from Telegram").await.id();
@@ -1095,11 +1089,11 @@ async fn each_front_end_finds_only_its_own_unfinished_logs() {
         found(FrontEnd::Terminal { user_id: UserId(2) }).await,
         [theirs]
     );
+    }
 }
 
-#[tokio::test]
-async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
-    let db = fresh().await;
+on_each_backend! {
+    async fn day_activities_follow_the_metrics_of_the_day_through_edits(db: TestDb) {
     user(&db.store, 1).await;
     let a = log(&db.store, 1, 1, "ran").await.id();
     let b = log(&db.store, 1, 2, "worked").await.id();
@@ -1159,6 +1153,7 @@ async fn day_activities_follow_the_metrics_of_the_day_through_edits() {
             .expect("read")
             .is_empty()
     );
+    }
 }
 
 /// `/lang` and `/delete` wait out a lock held longer than `busy_timeout` (a `sqlite3`
@@ -1215,11 +1210,10 @@ async fn language_and_delete_retry_a_busy_database_like_every_write() {
     assert!(store.user(UserId(2)).await.expect("read").is_none());
 }
 
-/// The store hands out `users.language` as a `Language`: a code written by hand (or
-/// by an older daylog) that is not one of ours reads as English, never an error.
-#[tokio::test]
-async fn a_users_language_comes_back_as_a_language() {
-    let db = fresh().await;
+on_each_backend! {
+    /// The store hands out `users.language` as a `Language`: a code written by hand (or
+    /// by an older daylog) that is not one of ours reads as English, never an error.
+    async fn a_users_language_comes_back_as_a_language(db: TestDb) {
     user(&db.store, 1).await;
     db.store
         .set_language(UserId(1), Language::Ru)
@@ -1228,14 +1222,13 @@ async fn a_users_language_comes_back_as_a_language() {
     let stored = db.store.user(UserId(1)).await.expect("read").expect("user");
     assert_eq!(stored.language, Language::Ru);
 
-    let raw = sqlx::SqlitePool::connect(&db.url).await.expect("raw");
-    sqlx::query("UPDATE users SET language = 'de-AT' WHERE user_id = 1")
-        .execute(&raw)
-        .await
-        .expect("by hand");
+    let raw = Raw::connect(&db.url).await;
+    raw.exec("UPDATE users SET language = 'de-AT' WHERE user_id = 1")
+        .await;
     raw.close().await;
     let stored = db.store.user(UserId(1)).await.expect("read").expect("user");
     assert_eq!(stored.language, Language::En);
+    }
 }
 
 /// `/delete` removes the user's digests too.
@@ -1261,7 +1254,7 @@ async fn delete_user_removes_that_users_digests_and_no_other() {
     }
     db.store.flush_calls().await;
     let digest_calls = |user: i64| {
-        let read = db.store.read_pool().clone();
+        let read = db.store.read_pool().expect("a SQLite store").clone();
         async move {
             sqlx::query_scalar::<_, i64>(
                 "SELECT count(*) FROM llm_calls c JOIN digests d ON d.id = c.digest_id
@@ -1279,7 +1272,7 @@ async fn delete_user_removes_that_users_digests_and_no_other() {
 
     let quoted: i64 =
         sqlx::query_scalar("SELECT count(*) FROM llm_calls WHERE error LIKE '%user 1 quoted%'")
-            .fetch_one(db.store.read_pool())
+            .fetch_one(db.store.read_pool().expect("a SQLite store"))
             .await
             .expect("count");
     assert_eq!(quoted, 0, "the digest's calls went with it");
@@ -1511,13 +1504,13 @@ async fn the_private_chat_migration_moves_group_chats_back_to_the_users_own() {
     // Assert
     let users: Vec<(i64, i64)> =
         sqlx::query_as("SELECT user_id, chat_id FROM users ORDER BY user_id")
-            .fetch_all(store.read_pool())
+            .fetch_all(store.read_pool().expect("a SQLite store"))
             .await
             .expect("users");
     assert_eq!(users, [(12, 12), (13, 13)]);
     let digests: Vec<(String, i64)> =
         sqlx::query_as("SELECT week_start, chat_id FROM digests ORDER BY week_start")
-            .fetch_all(store.read_pool())
+            .fetch_all(store.read_pool().expect("a SQLite store"))
             .await
             .expect("digests");
     assert_eq!(
@@ -1552,20 +1545,19 @@ async fn entries_waiting_before_the_upgrade_are_resumed_by_the_first_answer_afte
     assert_eq!(store.retry_pending_now().await.expect("resume"), 1);
     let waiting: Vec<(i64, Option<String>)> =
         sqlx::query_as("SELECT message_id, waiting_for FROM day_logs ORDER BY message_id")
-            .fetch_all(store.read_pool())
+            .fetch_all(store.read_pool().expect("a SQLite store"))
             .await
             .expect("rows");
     assert_eq!(waiting, [(1, Some("provider".to_owned())), (2, None)]);
 }
 
-/// A digest due while entries are still waiting for an answer (an outage on Sunday
-/// evening) looks back on them too: their text stands in for the summary they do not
-/// have yet. A refused entry's text never does (it would get the digest refused), its
-/// summary does, also while it waits for another step; a voice note not transcribed
-/// yet (no text) is left out.
-#[tokio::test]
-async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
-    let db = fresh().await;
+on_each_backend! {
+    /// A digest due while entries are still waiting for an answer (an outage on Sunday
+    /// evening) looks back on them too: their text stands in for the summary they do not
+    /// have yet. A refused entry's text never does (it would get the digest refused), its
+    /// summary does, also while it waits for another step; a voice note not transcribed
+    /// yet (no text) is left out.
+    async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet(db: TestDb) {
     user(&db.store, 1).await;
     let analysed = log(&db.store, 1, 1, "a long walk").await.id();
     log(&db.store, 1, 2, "  a very long day at work  ").await;
@@ -1634,6 +1626,7 @@ async fn a_weeks_summaries_take_the_text_of_entries_not_analysed_yet() {
             "x".repeat(200).as_str()
         ]
     );
+    }
 }
 
 /// A week of more entries than a digest is written from keeps every day: each day's
@@ -1666,12 +1659,11 @@ async fn a_busy_weeks_summaries_keep_every_day() {
     assert_eq!(lines, ["Monday 1", "Monday 2", "Sunday"]);
 }
 
-/// The store's own guard of a reminder: it is sent at most once per local day, whoever
-/// asks. A tick that finds the reminder due again on a day it was already sent (a second
-/// instance, a scheduler that decided from a stale read) cannot move it on as sent.
-#[tokio::test]
-async fn a_reminder_is_moved_on_as_sent_at_most_once_per_local_day() {
-    let db = fresh().await;
+on_each_backend! {
+    /// The store's own guard of a reminder: it is sent at most once per local day, whoever
+    /// asks. A tick that finds the reminder due again on a day it was already sent (a second
+    /// instance, a scheduler that decided from a stale read) cannot move it on as sent.
+    async fn a_reminder_is_moved_on_as_sent_at_most_once_per_local_day(db: TestDb) {
     user(&db.store, 1).await;
     let at = |text: &str| -> jiff::Timestamp { text.parse().expect("moment") };
     let day = |text: &str| -> jiff::civil::Date { text.parse().expect("day") };
@@ -1704,11 +1696,10 @@ async fn a_reminder_is_moved_on_as_sent_at_most_once_per_local_day() {
     assert!(sent, "the first send of the day");
 
     // Due again the same day (a hand edit stands for a second scheduler's stale view).
-    let writer = sqlx::SqlitePool::connect(&db.url).await.expect("writer");
-    sqlx::query("UPDATE reminders SET next_due_at = '2026-12-01 21:30:00' WHERE user_id = 1")
-        .execute(&writer)
-        .await
-        .expect("hand edit");
+    let writer = Raw::connect(&db.url).await;
+    writer
+        .exec("UPDATE reminders SET next_due_at = '2026-12-01 21:30:00' WHERE user_id = 1")
+        .await;
     writer.close().await;
     let again = due(at("2026-12-01T21:35:00Z")).await;
     assert_eq!(again.last_sent_day, Some(day("2026-12-01")));
@@ -1754,4 +1745,299 @@ async fn a_reminder_is_moved_on_as_sent_at_most_once_per_local_day() {
         .expect("read")
         .expect("row");
     assert_eq!(kept.last_sent_day, Some(day("2026-12-02")));
+    }
+}
+
+on_each_backend! {
+    /// A digest's whole life in the store — scheduled, due, written, sent, asked again
+    /// after a new entry, given up when too old — reads and moves the same on both
+    /// backends.
+    async fn a_digest_goes_through_its_life_the_same_on_both_backends(db: TestDb) {
+        use daylog::store::{DigestAdvance, DigestStatus};
+        let store = &db.store;
+        user(store, 1).await;
+        let at = |text: &str| -> jiff::Timestamp { text.parse().expect("moment") };
+        let week = days_ago(6);
+        store
+            .set_digest(UserId(1), Some(at("2026-12-06T19:00:00Z")))
+            .await
+            .expect("on");
+        assert!(store.digest_enabled(UserId(1)).await.expect("read"));
+        let due = store
+            .due_digest_users(at("2026-12-06T19:05:00Z"), 10)
+            .await
+            .expect("due users");
+        assert_eq!(due.len(), 1);
+        let advanced = store
+            .advance_digest(
+                UserId(1),
+                &due[0].digest_next_at,
+                at("2026-12-13T19:00:00Z"),
+                Some((ChatId(1), week)),
+            )
+            .await
+            .expect("advance");
+        let DigestAdvance::Moved {
+            created: Some(digest),
+        } = advanced
+        else {
+            panic!("a digest is created: {advanced:?}")
+        };
+        let lost = store
+            .advance_digest(
+                UserId(1),
+                &due[0].digest_next_at,
+                at("2026-12-13T19:00:00Z"),
+                None,
+            )
+            .await
+            .expect("advance again");
+        assert_eq!(lost, DigestAdvance::Lost, "moved on once");
+
+        let pending = store
+            .due_digests(FrontEnd::Telegram, 10)
+            .await
+            .expect("due digests");
+        assert_eq!(pending.iter().map(|d| d.id).collect::<Vec<_>>(), [digest.id]);
+        assert!(store.due_digest(digest.id).await.expect("due").is_some());
+        store
+            .digest_retry(digest.id, Duration::from_secs(3600))
+            .await
+            .expect("retry later");
+        assert!(store.due_digest(digest.id).await.expect("due").is_none());
+        log(store, 1, 1, "a walk").await;
+        let (mark, count) = store
+            .week_entries_mark(UserId(1), week, today())
+            .await
+            .expect("mark");
+        assert_eq!(count, 1);
+        assert_eq!(
+            store
+                .entries_between(UserId(1), week, today())
+                .await
+                .expect("count"),
+            1
+        );
+        assert!(
+            store
+                .store_digest_text(digest.id, "A calm week.", &mark)
+                .await
+                .expect("text")
+        );
+        store.mark_digest_sent(digest.id).await.expect("sent");
+        let sent = store
+            .digest_of_week(UserId(1), week)
+            .await
+            .expect("read")
+            .expect("row");
+        assert_eq!(sent.status, DigestStatus::Sent);
+        assert_eq!(sent.text.as_deref(), Some("A calm week."));
+
+        let (again, created) = store
+            .insert_digest(UserId(1), ChatId(1), week, FrontEnd::Telegram, None)
+            .await
+            .expect("asked again");
+        assert!(!created, "a week is one row");
+        let renewed = store
+            .renew_digest(&again, ChatId(1), FrontEnd::Telegram, Some(MessageId(9)))
+            .await
+            .expect("renew")
+            .expect("renewed");
+        assert_eq!(renewed.status, DigestStatus::Pending);
+        assert_eq!((renewed.text, renewed.written_from), (None, None));
+        assert!(
+            store
+                .renew_digest(&again, ChatId(1), FrontEnd::Telegram, None)
+                .await
+                .expect("renew twice")
+                .is_none(),
+            "renewed once from what was read"
+        );
+
+        let failed = store
+            .fail_old_digests(FrontEnd::Telegram, Duration::ZERO)
+            .await
+            .expect("fail old");
+        assert!(failed.is_empty() || failed[0].id == digest.id);
+        store.mark_digest_failed(digest.id).await.expect("failed");
+        let kept = store
+            .digest_of_week(UserId(1), week)
+            .await
+            .expect("read")
+            .expect("row");
+        assert_ne!(kept.status, DigestStatus::Pending);
+    }
+}
+
+on_each_backend! {
+    /// Voice notes and imports: stored, transcribed once, shown once, numbered among
+    /// the terminal's negative ids, an import counted once — the same on both backends.
+    async fn voice_notes_and_imports_are_stored_the_same_on_both_backends(db: TestDb) {
+        use daylog::store::{NewImportLog, NewVoiceLog};
+        let store = &db.store;
+        user(store, 1).await;
+        let voice = store
+            .insert_voice_log(&NewVoiceLog {
+                user_id: UserId(1),
+                chat_id: ChatId(1),
+                message_id: MessageId(5),
+                file_id: "file-5",
+                duration_s: Some(12),
+                local_day: Some(today()),
+                written_at: None,
+            })
+            .await
+            .expect("voice");
+        let again = store
+            .insert_voice_log(&NewVoiceLog {
+                user_id: UserId(1),
+                chat_id: ChatId(1),
+                message_id: MessageId(5),
+                file_id: "file-5",
+                duration_s: Some(12),
+                local_day: Some(today()),
+                written_at: None,
+            })
+            .await
+            .expect("voice again");
+        assert_eq!(again, Inserted::Duplicate(voice.id()));
+        let note = store
+            .voice_note(voice.id())
+            .await
+            .expect("read")
+            .expect("a voice note");
+        assert_eq!((note.file_id.as_str(), note.duration_s), ("file-5", Some(12)));
+        assert!(note.transcript_sent_at.is_none());
+        let stored = store
+            .store_transcript(voice.id(), "spoken words")
+            .await
+            .expect("transcript")
+            .expect("stored");
+        assert_eq!(stored.text, "spoken words");
+        assert!(
+            store
+                .store_transcript(voice.id(), "other words")
+                .await
+                .expect("again")
+                .is_none(),
+            "a second transcription never overwrites the first"
+        );
+        store.mark_transcript_sent(voice.id()).await.expect("shown");
+        let note = store.voice_note(voice.id()).await.expect("read").expect("note");
+        assert!(note.transcript_sent_at.is_some());
+
+        let typed = store
+            .insert_chat_voice_log(UserId(1), "/tmp/note.ogg", Some(3), None)
+            .await
+            .expect("terminal voice");
+        assert_eq!(typed.message_id, MessageId(-1));
+
+        let rows = [NewImportLog {
+            created_at: "2026-11-01T08:00:00Z".parse().expect("moment"),
+            local_day: "2026-11-01".parse().expect("day"),
+            local_time: jiff::civil::time(11, 0, 0, 0),
+            text: "imported",
+            mood: Some(4),
+            mood_name: "good",
+            metrics_json: r#"{"mood":4,"activities":["walk"]}"#.to_owned(),
+        }];
+        let first = store.import_logs(UserId(1), &rows).await.expect("import");
+        let second = store.import_logs(UserId(1), &rows).await.expect("import again");
+        assert_eq!((first.imported, first.already), (1, 0));
+        assert_eq!((second.imported, second.already), (0, 1));
+        let activities = store
+            .day_activities(UserId(1), "2026-11-01".parse().expect("day"))
+            .await
+            .expect("activities");
+        assert_eq!(
+            activities,
+            [("2026-11-01".parse().expect("day"), "walk".to_owned())]
+        );
+    }
+}
+
+on_each_backend! {
+    /// The year in pixels and the streaks read the `daily_metrics` view and the local
+    /// days the same on both backends: a day's mood is the average of its moods that
+    /// were not defaulted, another user's and another year's days stay out.
+    async fn the_year_and_the_entry_days_read_the_same_on_both_backends(db: TestDb) {
+        let store = &db.store;
+        user(store, 1).await;
+        user(store, 2).await;
+        let metrics = |mood: u8, defaulted: &[&str]| {
+            serde_json::json!({
+                "mood": mood, "stress": 3, "energy": 3, "productivity": 3,
+                "sleep_hours": null, "activities": [], "emotions": [], "summary": "",
+                "defaulted": defaulted,
+            })
+            .to_string()
+        };
+        let raw = Raw::connect(&db.url).await;
+        let on = |user_id: i64, message_id: i64, day: &'static str, json: String| {
+            let store = store.clone();
+            let raw = &raw;
+            async move {
+                let id = log(&store, user_id, message_id, "An entry.").await.id();
+                assert!(
+                    store_analysis(&store, id.get(), "An analysis.", &json)
+                        .await
+                        .expect("analysed")
+                );
+                raw.exec(&format!(
+                    "UPDATE day_logs SET created_at = '{day} 12:00:00', local_day = '{day}' \
+                     WHERE id = {}",
+                    id.get()
+                ))
+                .await;
+            }
+        };
+        on(1, 1, "2025-03-10", metrics(5, &[])).await;
+        on(1, 2, "2025-03-11", metrics(3, &["mood"])).await;
+        on(1, 3, "2025-03-12", metrics(3, &["mood"])).await;
+        on(1, 4, "2025-03-12", metrics(1, &["sleep_hours"])).await;
+        on(1, 5, "2024-03-13", metrics(5, &[])).await;
+        on(2, 1, "2025-03-13", metrics(5, &[])).await;
+
+        let day = |text: &str| -> jiff::civil::Date { text.parse().expect("day") };
+        let year = store.year_moods(UserId(1), 2025).await.expect("year");
+        let moods: Vec<(jiff::civil::Date, Option<f64>)> =
+            year.iter().map(|d| (d.day, d.mood)).collect();
+        assert_eq!(
+            moods,
+            [
+                (day("2025-03-10"), Some(5.0)),
+                (day("2025-03-11"), None),
+                (day("2025-03-12"), Some(1.0)),
+            ]
+        );
+        let days = store
+            .daily_metrics(UserId(1), day("2025-03-11"))
+            .await
+            .expect("days");
+        assert_eq!(
+            days.iter().map(|d| (d.day, d.logs)).collect::<Vec<_>>(),
+            [(day("2025-03-11"), 1), (day("2025-03-12"), 2)]
+        );
+        assert_eq!(
+            store.entry_days(UserId(1)).await.expect("streak days"),
+            [
+                day("2025-03-12"),
+                day("2025-03-11"),
+                day("2025-03-10"),
+                day("2024-03-13")
+            ]
+        );
+        assert!(
+            store
+                .has_entry_on(UserId(1), day("2025-03-11"))
+                .await
+                .expect("has")
+        );
+        assert!(
+            !store
+                .has_entry_on(UserId(1), day("2025-03-13"))
+                .await
+                .expect("has")
+        );
+    }
 }

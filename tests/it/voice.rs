@@ -104,7 +104,7 @@ async fn a_voice_note_is_stored_transcribed_shown_back_and_analysed() {
         "SELECT kind, text, status, file_id, duration_s, transcript_sent_at FROM day_logs
              WHERE chat_id = 7 AND message_id = 20",
     )
-    .fetch_one(app.store.read_pool())
+    .fetch_one(app.store.read_pool().expect("a SQLite store"))
     .await
     .expect("row");
     assert_eq!(row.0, "voice");
@@ -201,7 +201,7 @@ async fn a_voice_note_survives_a_transcription_outage_and_is_answered_once_later
     let row: (String, String, String) = sqlx::query_as(
         "SELECT kind, text, status FROM day_logs WHERE chat_id = 12 AND message_id = 3",
     )
-    .fetch_one(app.store.read_pool())
+    .fetch_one(app.store.read_pool().expect("a SQLite store"))
     .await
     .expect("stored first");
     assert_eq!(row, ("voice".into(), String::new(), "pending".into()));
@@ -327,7 +327,7 @@ async fn daylog_chat_takes_a_voice_note_by_path_through_the_same_transcription()
     let row: (String, String, String, String, Option<i64>) = sqlx::query_as(
         "SELECT kind, source, text, file_id, duration_s FROM day_logs WHERE user_id = 900",
     )
-    .fetch_one(store.read_pool())
+    .fetch_one(store.read_pool().expect("a SQLite store"))
     .await
     .expect("one row: the missing file stored nothing");
     assert_eq!(row.0, "voice");

@@ -708,6 +708,39 @@ async fn polling_removes_a_webhook_left_set_and_says_which_setting_to_change() {
     assert_eq!(wait_exit(&mut bot, HANG_GUARD).await.code(), Some(0));
 }
 
+/// On PostgreSQL another instance may be serving the webhook: polling start-up leaves it
+/// set and refuses with a sentence naming `telegram.mode` (SQLite deletes it, above).
+#[tokio::test]
+async fn polling_on_postgres_refuses_a_webhook_left_set_and_leaves_it() {
+    use support::postgres::{Backend, backends};
+    if !backends().contains(&Backend::Postgres) {
+        return; // said once by `backends()`; CI=true fails there
+    }
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    telegram.set_webhook_as_if_elsewhere("https://bot.example.org/telegram/hook");
+    let db = Backend::Postgres.fresh().await;
+    daylog::store::Store::open_and_migrate(&db.url, Duration::from_secs(5))
+        .await
+        .expect("migrated")
+        .close()
+        .await;
+    let env = test_env(&db.url, &telegram, &providers);
+    let dir = tempfile::tempdir().expect("dir");
+    let log = dir.path().join("daylog-stderr.log");
+    let mut bot = support::spawn_daylog(&env, &log);
+    let status = wait_exit(&mut bot, HANG_GUARD).await;
+    assert!(!status.success(), "{status:?}");
+    assert!(
+        !telegram.calls().iter().any(|c| c.method == "DeleteWebhook"),
+        "the webhook is left alone"
+    );
+    assert!(telegram.webhook_url().is_some(), "still set");
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(said.contains("telegram.mode"), "{said}");
+}
+
 #[test]
 fn the_compose_webhook_profile_puts_caddy_in_front_of_the_listener() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));

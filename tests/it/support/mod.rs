@@ -9,6 +9,7 @@
 pub mod browser;
 pub mod fill;
 pub mod llm;
+pub mod postgres;
 pub mod telegram;
 
 use std::collections::HashMap;
@@ -349,7 +350,7 @@ impl App {
 
     pub async fn count(&self, sql: &str) -> i64 {
         sqlx::query_scalar(sql)
-            .fetch_one(self.store.read_pool())
+            .fetch_one(self.store.read_pool().expect("a SQLite store"))
             .await
             .expect("count query")
     }
