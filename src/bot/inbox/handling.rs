@@ -977,6 +977,15 @@ pub(in crate::bot) mod tests {
         assert_eq!(first.update_id, 1);
         assert!(matches!(first.body, Body::Stored(Some(_))));
         assert!(inbox.next_row(lane).is_none(), "one at a time");
+        // Handled: marked in the table, then out of the memory.
+        inbox
+            .store()
+            .mark_update_handled(UpdateKey {
+                bot_id: 1,
+                update_id: 1,
+            })
+            .await
+            .expect("marked");
         inbox.lanes().forget(lane, 1);
         let second = inbox.next_row(lane).expect("then the one handed over");
         assert_eq!(second.update_id, 2);
