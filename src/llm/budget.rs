@@ -138,7 +138,7 @@ pub(crate) struct Budgets {
 /// Seconds after UTC midnight at which the free tiers' days restart: Gemini's quotas
 /// reset at midnight Pacific time, 08:00 UTC (07:00 in summer: then one hour late,
 /// which spends nothing).
-const DAILY_RESET_UTC_SECS: u64 = 8 * 3600;
+pub(crate) const DAILY_RESET_UTC_SECS: u64 = 8 * 3600;
 
 /// The wait until the next daily reset, from `now`.
 pub(crate) fn until_daily_reset(now: SystemTime) -> Duration {
@@ -462,6 +462,41 @@ impl Budgets {
             state.persisted = false;
         }
         Ok(Taken { tokens })
+    }
+
+    /// What is declared for `provider`'s budgets, if anything.
+    pub fn declared(&self, provider: &str) -> Option<&BudgetSettings> {
+        self.declared.get(provider)
+    }
+
+    /// The declared rates of this budget as 429s lowered them (1: as declared).
+    pub fn factor(&self, step: &StepId, key: Option<usize>) -> f64 {
+        let budget = self.key(step, key);
+        self.lock().get(&budget).map_or(1.0, |s| s.factor)
+    }
+
+    /// Holds the budget spent until `until`: the shared database said so (another
+    /// instance spent it), or cannot say (nothing is sent on a budget nobody checked).
+    /// Not a daily spend, and no lesson about the rate.
+    pub fn hold(&self, step: &StepId, key: Option<usize>, until: Instant) {
+        let budget = self.key(step, key);
+        let mut states = self.lock();
+        let state = states.entry(budget).or_default();
+        if state.spent_until.is_none_or(|u| u < until) {
+            state.spent_until = Some(until);
+            state.daily = false;
+        }
+    }
+
+    /// Gives back the last [`Budgets::admit`] of this budget: the request was not sent
+    /// after all (the shared database refused it).
+    pub fn unadmit(&self, step: &StepId, key: Option<usize>) {
+        let budget = self.key(step, key);
+        let mut states = self.lock();
+        if let Some(state) = states.get_mut(&budget) {
+            state.sent.pop_back();
+            state.today.1 = state.today.1.saturating_sub(1);
+        }
     }
 
     /// Counts what one request `taken` let through cost its tokens-per-minute budget:
