@@ -665,6 +665,34 @@ mod tests {
     }
 
     #[test]
+    fn a_send_given_back_frees_its_slot_and_a_hold_spends_the_budget_until_then() {
+        let b = budgets(
+            "mistral",
+            BudgetSettings {
+                requests_per_minute: Some(1),
+                requests_per_day: Some(5),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("mistral", "small");
+        assert!(b.admit(&s, Some(0), 0).is_ok());
+        assert!(b.admit(&s, Some(0), 0).is_err(), "the minute is spent");
+        // The shared database refused it after all: not sent, not counted.
+        b.unadmit(&s, Some(0));
+        assert_eq!(b.left(&s, Some(0)).day, Some(5));
+        assert!(b.admit(&s, Some(0), 0).is_ok(), "the slot is free again");
+        b.unadmit(&s, Some(0));
+        let until = Instant::now() + Duration::from_secs(30);
+        b.hold(&s, Some(0), until);
+        assert_eq!(b.admit(&s, Some(0), 0), Err(until), "held until then");
+        assert!(b.take_new_daily().is_empty(), "a hold is no daily spend");
+        assert!(
+            (b.factor(&s, Some(0)) - 1.0).abs() < f64::EPSILON,
+            "nor a lesson"
+        );
+    }
+
+    #[test]
     fn a_turn_counts_the_requests_already_waiting() {
         let b = budgets(
             "mistral",
