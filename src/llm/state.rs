@@ -190,6 +190,9 @@ pub trait SharedLimits: Send + Sync {
     fn learned(&self, learned: Learned) -> BoxFuture<'static, Result<(), String>>;
     /// Records a cooldown.
     fn cooled(&self, cooled: Cooled) -> BoxFuture<'static, Result<(), String>>;
+    /// Ends the cooldowns of a model and of one of its keys (`cooled.key`) that a usable
+    /// answer proved over; a refused key stays refused.
+    fn recovered(&self, cooled: Cooled) -> BoxFuture<'static, Result<(), String>>;
 }
 
 /// The shared database of several instances, as this process holds it.
@@ -336,7 +339,19 @@ impl SharedState for LocalState {
         tripped
     }
     fn record_success(&self, step: &StepId, key: Option<usize>) {
-        self.cooldowns.record_success(step, key);
+        // A cooldown this process had set (a hedge's stall mark, a trip) is ended for
+        // the others too; one it never knew of runs its course.
+        if self.cooldowns.record_success(step, key)
+            && let Some(remote) = &self.remote
+        {
+            Remote::write(remote.limits.recovered(Cooled {
+                provider: step.provider.clone(),
+                model: step.model.clone(),
+                key: Some(key),
+                cool_for: Duration::ZERO,
+                refused: false,
+            }));
+        }
     }
     fn cool_key(&self, step: &StepId, key: Option<usize>, until: Instant) {
         self.cooldowns.trip_key(step, key, until);

@@ -123,6 +123,23 @@ impl Store {
         Ok(())
     }
 
+    /// Ends the model's and the key's cooldowns (PostgreSQL), not a refused key's.
+    async fn share_recovered(&self, cooled: &Cooled) -> Result<(), StoreError> {
+        let Db::Postgres(pool) = &self.db else {
+            return Ok(());
+        };
+        sqlx::query(
+            "DELETE FROM llm_shared_cooldowns
+             WHERE provider = $1 AND model = $2 AND key_index IN ($3, -2) AND refused = 0",
+        )
+        .bind(&cooled.provider)
+        .bind(&cooled.model)
+        .bind(cooled.key.map_or(WHOLE_MODEL, key_column))
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
     /// Says something once: `true` the first time `(what, key)` comes, across restarts
     /// and instances (the row is claimed in one statement, before anything is said).
     pub async fn say_once(&self, what: &str, key: &str) -> Result<bool, StoreError> {
@@ -284,5 +301,15 @@ impl SharedLimits for Store {
     fn cooled(&self, cooled: Cooled) -> BoxFuture<'static, Result<(), String>> {
         let store = self.clone();
         Box::pin(async move { store.share_cooled(&cooled).await.map_err(|e| e.to_string()) })
+    }
+
+    fn recovered(&self, cooled: Cooled) -> BoxFuture<'static, Result<(), String>> {
+        let store = self.clone();
+        Box::pin(async move {
+            store
+                .share_recovered(&cooled)
+                .await
+                .map_err(|e| e.to_string())
+        })
     }
 }
