@@ -184,6 +184,56 @@ async fn a_key_refused_at_one_instance_is_skipped_by_another() {
     assert_eq!(other_sink.count("m1", Outcome::SkippedCooldown), 1);
 }
 
+/// A model that failed `failures_to_trip` times in a row at one instance (a dead
+/// primary) is skipped by another, which pays nothing for it.
+#[tokio::test]
+async fn a_dead_primary_found_by_one_instance_is_skipped_by_another() {
+    let Some(db) = postgres().await else { return };
+    let a = server_with(ResponseTemplate::new(503).set_body_string("{}")).await;
+    let b = ok_server().await;
+    let toml = config(&a, "", &b, 20_000);
+    let (one_store, other_store) = (store(&db.url).await, store(&db.url).await);
+    let (one, other) = (
+        shared_llm(&toml, &one_store),
+        shared_llm(&toml, &other_store),
+    );
+    let sink = RecordingSink::default();
+    let first = one
+        .run(Task::Analysis, &request(false), &sink)
+        .await
+        .expect("b answers");
+    assert_eq!(first.provider, "b");
+    let paid = calls(&a).await;
+    assert!(
+        paid >= 3,
+        "the first instance found it dead: {paid} attempts"
+    );
+    let raw = Raw::connect(&db.url).await;
+    wait_until(
+        "the cooldown is shared",
+        Duration::from_secs(10),
+        || async {
+            raw.value::<i64>("SELECT count(*) FROM llm_shared_cooldowns WHERE until > now()")
+                .await
+                > 0
+        },
+    )
+    .await;
+
+    let other_sink = RecordingSink::default();
+    let second = other
+        .run(Task::Analysis, &request(false), &other_sink)
+        .await
+        .expect("b answers");
+    assert_eq!(second.provider, "b");
+    assert_eq!(
+        calls(&a).await,
+        paid,
+        "the other instance sent nothing to it"
+    );
+    assert_eq!(other_sink.count("m1", Outcome::SkippedCooldown), 1);
+}
+
 /// A fake free tier: `limit` requests a minute, a 429 (that names nothing) past it.
 struct FreeTier {
     limit: usize,
