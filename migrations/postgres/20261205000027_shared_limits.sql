@@ -91,7 +91,17 @@ BEGIN
     VALUES (p_provider, p_scope, p_key)
     ON CONFLICT (provider, scope, key_index) DO UPDATE SET provider = s.provider
     RETURNING * INTO b;
-    recent := ARRAY(SELECT x FROM unnest(b.sends) x WHERE x > t - interval '1 minute' ORDER BY x);
+    -- Only what a window can still count is kept: the sends of the longest declared
+    -- window (none when no rate is declared), at most the largest limit of them.
+    recent := ARRAY(
+        SELECT x FROM (
+            SELECT x FROM unnest(b.sends) x
+             WHERE x > t - CASE WHEN p_per_minute IS NOT NULL THEN interval '1 minute'
+                                ELSE interval '1 second' END
+               AND (p_per_minute IS NOT NULL OR p_per_second IS NOT NULL)
+             ORDER BY x DESC
+             LIMIT greatest(coalesce(p_per_minute, 0), coalesce(p_per_second, 0))
+        ) kept ORDER BY x);
     today := floor((extract(epoch FROM t) - p_day_reset_secs) / 86400)::BIGINT;
     IF b.spent_until > t THEN
         until_at := b.spent_until;
@@ -123,7 +133,8 @@ BEGIN
         RETURN;
     END IF;
     UPDATE llm_shared_budgets
-       SET sends = recent || t,
+       SET sends = CASE WHEN p_per_minute IS NULL AND p_per_second IS NULL THEN recent
+                        ELSE recent || t END,
            day = today,
            day_sends = CASE WHEN b.day = today THEN b.day_sends + 1 ELSE 1 END
      WHERE provider = p_provider AND scope = p_scope AND key_index = p_key;
