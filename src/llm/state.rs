@@ -403,11 +403,13 @@ impl SharedState for LocalState {
         hint: &Hint,
         rate_limited: bool,
     ) -> Option<std::time::Duration> {
+        // One instance: nothing to write, nothing more to look up.
+        let Some(remote) = &self.remote else {
+            return self.budgets.learn(step, key, hint, rate_limited);
+        };
         let factor_before = self.budgets.factor(step, key);
         let spent = self.budgets.learn(step, key, hint, rate_limited);
-        if let Some(remote) = &self.remote
-            && (spent.is_some() || rate_limited || factor_before < 1.0)
-        {
+        if spent.is_some() || rate_limited || factor_before < 1.0 {
             let budget = self.budgets.key(step, key);
             Remote::write(remote.limits.learned(Learned {
                 provider: budget.provider,
