@@ -75,6 +75,9 @@ DECLARE
     lim BIGINT;
     filling TIMESTAMPTZ;
 BEGIN
+    -- Not worth a disk flush per request: a server crash can lose only the last few
+    -- counted sends (a few requests over a budget, once), never a row's consistency.
+    PERFORM set_config('synchronous_commit', 'off', true);
     IF NOT p_forced THEN
         SELECT max(c.until), bool_and(c.refused = 1 AND c.key_index <> -2)
           INTO cooling_until, was_refused
