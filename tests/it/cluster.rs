@@ -1,0 +1,306 @@
+//! Several instances on one database: the store's side (instances, chat leases and
+//! their fencing, the polling lock, the upgrade policy) on each backend, and the
+//! daemon's side with real binaries (a second `daylog run` on one SQLite file).
+
+#![expect(
+    clippy::expect_used,
+    reason = "helpers outside #[test] fns fail loudly by design"
+)]
+
+use std::time::Duration;
+
+use daylog::store::{
+    ChatId, Fence, InstanceId, LogId, MessageId, NewInstance, NewLog, NewUpdate, Store, StoreError,
+    UpdateKey, UserId,
+};
+
+use crate::support::postgres::{Backend, FreshDb, Raw, backends};
+
+/// A test that runs once on each backend of [`backends`], each time on a fresh store.
+macro_rules! on_each_backend {
+    ($(#[$meta:meta])* async fn $name:ident($db:ident: TestDb) $body:block) => {
+        $(#[$meta])*
+        #[tokio::test]
+        async fn $name() {
+            for backend in backends() {
+                let $db = fresh_on(backend).await;
+                $body
+            }
+        }
+    };
+}
+
+struct TestDb {
+    _db: FreshDb,
+    backend: Backend,
+    url: String,
+    store: Store,
+}
+
+async fn fresh_on(backend: Backend) -> TestDb {
+    let db = backend.fresh().await;
+    let url = db.url.clone();
+    let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("store opens on {backend}: {e}"));
+    TestDb {
+        _db: db,
+        backend,
+        url,
+        store,
+    }
+}
+
+/// A short lease: the store takes any; the settings' bounds are the daemon's.
+const LEASE: Duration = Duration::from_millis(300);
+
+async fn instance(store: &Store, mode: &str) -> InstanceId {
+    store
+        .register_instance(&NewInstance {
+            version: "test",
+            host: "here",
+            pid: 1,
+            mode,
+        })
+        .await
+        .expect("registered")
+}
+
+/// Takes `chat`'s lease for `who`, waiting (a generous limit) until it can.
+async fn take_when_free(store: &Store, chat: i64, who: InstanceId) -> Fence {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(fence) = store.take_chat_lease(chat, who, LEASE).await.expect("take") {
+            return fence;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn stored_update(store: &Store, update_id: i64, chat: i64) -> UpdateKey {
+    store
+        .insert_updates(
+            1,
+            &[NewUpdate {
+                update_id,
+                chat_id: Some(chat),
+                user_id: Some(chat),
+                payload: "{}",
+            }],
+        )
+        .await
+        .expect("stored");
+    UpdateKey {
+        bot_id: 1,
+        update_id,
+    }
+}
+
+async fn handled(db: &TestDb, update_id: i64) -> bool {
+    let raw = Raw::connect(&db.url).await;
+    let count: i64 = raw
+        .value(&format!(
+            "SELECT count(*) FROM updates WHERE update_id = {update_id} AND handled_at IS NOT NULL"
+        ))
+        .await;
+    raw.close().await;
+    count == 1
+}
+
+on_each_backend! {
+    /// One holder at a time; the holder renews without a new generation; another takes
+    /// the chat only once the lease ran out, with the next generation; from then on the
+    /// old holder's fenced writes change nothing, the new holder's go through.
+    async fn a_chat_lease_is_held_by_one_and_a_take_over_fences_the_old_holder(db: TestDb) {
+    let store = &db.store;
+    let (a, b) = (instance(store, "webhook").await, instance(store, "webhook").await);
+    let first = store.take_chat_lease(7, a, LEASE).await.expect("take").expect("free");
+    assert_eq!(first.generation, 1, "{}", db.backend);
+    assert_eq!(store.take_chat_lease(7, b, LEASE).await.expect("take"), None, "held by a");
+    let again = store.take_chat_lease(7, a, LEASE).await.expect("take").expect("mine");
+    assert_eq!(again, first, "the holder renews, same generation");
+    assert!(store.renew_chat_lease(&first, LEASE).await.expect("renew"));
+    let update = stored_update(store, 100, 7).await;
+
+    let taken = take_when_free(store, 7, b).await;
+    assert_eq!(taken.generation, 2, "a take-over raises the generation");
+    assert!(!store.renew_chat_lease(&first, LEASE).await.expect("renew"), "lost");
+    assert!(store.heartbeat(a, LEASE).await.expect("beat").is_empty(), "a holds nothing");
+    assert!(!store.fence_holds(&first).await.expect("check"));
+    assert!(
+        !store.mark_update_handled_fenced(update, &first).await.expect("mark"),
+        "the old holder's mark is refused"
+    );
+    assert!(!handled(&db, 100).await, "and wrote nothing");
+    assert!(store.mark_update_handled_fenced(update, &taken).await.expect("mark"));
+    assert!(handled(&db, 100).await);
+    assert!(
+        store.mark_update_handled_fenced(update, &taken).await.expect("mark"),
+        "marking again under the lease is no error"
+    );
+    }
+}
+
+on_each_backend! {
+    /// A transaction's write under a lease checks it first: after a take-over it is
+    /// refused whole (`Fenced`), and nothing of it is written.
+    async fn a_fenced_write_after_a_take_over_is_refused_and_writes_nothing(db: TestDb) {
+    let store = &db.store;
+    let (a, b) = (instance(store, "webhook").await, instance(store, "webhook").await);
+    store
+        .upsert_user(&daylog::store::NewUser {
+            user_id: UserId(9),
+            username: None,
+            language: daylog::language::Language::En,
+        })
+        .await
+        .expect("user");
+    let id: LogId = store
+        .insert_log(&NewLog {
+            user_id: UserId(9),
+            chat_id: ChatId(9),
+            message_id: MessageId(1),
+            text: "a day",
+            local_day: None,
+            written_at: None,
+        })
+        .await
+        .expect("log")
+        .id();
+    let outcome = daylog::domain::Outcome::Failed(daylog::domain::Failure::GaveUp);
+    assert!(store.record(id, "a day", &outcome).await.expect("record"));
+    let old = store.take_chat_lease(9, a, LEASE).await.expect("take").expect("free");
+    let new = take_when_free(store, 9, b).await;
+    let refused = store.mark_replied_fenced(id, &old).await;
+    assert!(
+        matches!(refused, Err(StoreError::Fenced { chat_id: 9 })),
+        "{refused:?}"
+    );
+    let log = store.log(id).await.expect("read").expect("row");
+    assert_eq!(log.replied_at, None, "nothing written under the old lease");
+    store.mark_replied_fenced(id, &new).await.expect("the holder writes");
+    let log = store.log(id).await.expect("read").expect("row");
+    assert!(log.replied_at.is_some());
+    }
+}
+
+on_each_backend! {
+    /// A lease given up is free at once; a clean stop gives up every lease of the
+    /// instance and it no longer counts as alive; the heartbeat renews what it holds.
+    async fn a_released_lease_and_a_stopped_instances_chats_are_free_at_once(db: TestDb) {
+    let store = &db.store;
+    let (a, b) = (instance(store, "polling").await, instance(store, "webhook").await);
+    assert_eq!(store.alive_instances(LEASE * 10).await.expect("count"), 2);
+    let one = store.take_chat_lease(1, a, LEASE * 100).await.expect("take").expect("free");
+    let two = store.take_chat_lease(2, a, LEASE * 100).await.expect("take").expect("free");
+    let held = store.heartbeat(a, LEASE * 100).await.expect("beat");
+    assert_eq!(held.len(), 2, "{held:?}");
+    store.release_chat_lease(&one).await.expect("release");
+    let taken = store.take_chat_lease(1, b, LEASE).await.expect("take").expect("released");
+    assert_eq!(taken.generation, 2);
+    store.instance_stopped(a).await.expect("stopped");
+    let taken = store.take_chat_lease(2, b, LEASE).await.expect("take").expect("given up");
+    assert_eq!(taken.generation, two.generation + 1);
+    assert_eq!(store.alive_instances(LEASE * 10).await.expect("count"), 1);
+    let rows = store.instances().await.expect("rows");
+    assert_eq!(rows.len(), 2);
+    assert!(rows[0].stopped_at.is_some() && rows[1].stopped_at.is_none());
+    assert_eq!((rows[0].mode.as_str(), rows[0].version.as_str()), ("polling", "test"));
+    }
+}
+
+on_each_backend! {
+    /// Two instances taking the same chats at the same moment: each chat gets exactly
+    /// one holder.
+    async fn instances_taking_the_same_chats_at_once_get_one_holder_each(db: TestDb) {
+    let store = &db.store;
+    let (a, b) = (instance(store, "webhook").await, instance(store, "webhook").await);
+    let take_all = |who: InstanceId| {
+        let store = store.clone();
+        async move {
+            let mut won = Vec::new();
+            for chat in 0..40 {
+                if store.take_chat_lease(chat, who, LEASE * 100).await.expect("take").is_some() {
+                    won.push(chat);
+                }
+            }
+            won
+        }
+    };
+    let (mut by_a, by_b) = tokio::join!(take_all(a), take_all(b));
+    by_a.extend(&by_b);
+    by_a.sort_unstable();
+    assert_eq!(by_a, (0..40).collect::<Vec<_>>(), "{}", db.backend);
+    }
+}
+
+on_each_backend! {
+    /// The upgrade policy: a schema a newer build migrated is run beside when each of
+    /// its unknown migrations is additive, refused ("newer daylog") otherwise.
+    async fn a_newer_schema_is_run_beside_only_when_its_new_migrations_are_additive(db: TestDb) {
+    let future = |version: i64, description: &str| match db.backend {
+        Backend::Sqlite => format!(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+             VALUES ({version}, '{description}', 1, x'00', 0)"
+        ),
+        Backend::Postgres => format!(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+             VALUES ({version}, '{description}', true, '\\x00'::bytea, 0)"
+        ),
+    };
+    let raw = Raw::connect(&db.url).await;
+    raw.exec(&future(99990101000000, "shared budgets additive")).await;
+    let beside = Store::open_and_migrate(&db.url, Duration::from_secs(5)).await;
+    assert!(beside.is_ok(), "{}: {:?}", db.backend, beside.err());
+    let beside = beside.expect("opened");
+    beside.ensure_migrated().await.expect("runs beside an additive migration");
+    beside.close().await;
+    raw.exec(&future(99990102000000, "drop a column")).await;
+    let refused = Store::open_and_migrate(&db.url, Duration::from_secs(5)).await;
+    assert!(
+        matches!(refused, Err(StoreError::NewerSchema { found: 99990102000000, .. })),
+        "{:?}",
+        refused.err()
+    );
+    raw.close().await;
+    }
+}
+
+/// One polling instance per PostgreSQL database: the advisory lock is held by one
+/// store at a time and free again once its holder lets go (or its process ends).
+#[tokio::test]
+async fn one_polling_lock_per_postgres_database() {
+    for backend in backends() {
+        let db = fresh_on(backend).await;
+        let other = Store::open(&db.url, Duration::from_secs(5))
+            .await
+            .expect("second store");
+        let mut first = db
+            .store
+            .try_polling_lock()
+            .await
+            .expect("lock")
+            .expect("free");
+        let second = other.try_polling_lock().await.expect("lock");
+        if backend == Backend::Postgres {
+            assert!(second.is_none(), "held by the first");
+            assert!(first.still_held().await);
+            drop(first);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while other.try_polling_lock().await.expect("lock").is_none() {
+                assert!(tokio::time::Instant::now() < deadline, "never released");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        } else {
+            assert!(
+                second.is_some(),
+                "SQLite: the lock file keeps a second daemon out"
+            );
+        }
+        other.close().await;
+    }
+}
