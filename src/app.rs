@@ -170,8 +170,13 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let stopped_at = Arc::new(OnceLock::new());
     let signals = listen_for_signals(stop.clone(), Arc::clone(&stopped_at));
+    // One daemon per SQLite file: refused before anything touches the database.
+    let _lock = crate::cluster::lock_database(settings.database_url.expose())?;
     let app = App::build(settings).await?;
     let store = app.store().clone();
+    // Among the database's instances; on PostgreSQL in polling mode, the only poller.
+    let member = crate::cluster::Member::join(&store, app.settings()).await?;
+    let heartbeat = tokio::spawn(member.beat(stop.clone()));
     let grace = app.settings().telegram.shutdown_grace();
     // Up before the front end, so that a probe sees a process that is still connecting;
     // down only once the front end is done, so that `/readyz` says 503 all the while.
@@ -184,8 +189,19 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
         app.mini_app()?,
     )
     .await?;
-    let served = app.serve_telegram(stop).await;
+    let served = app.serve_telegram(stop.clone()).await;
     signals.abort();
+    stop.cancel();
+    let lost = match heartbeat.await {
+        Ok((member, lost)) => {
+            member.leave().await;
+            lost
+        }
+        Err(error) => {
+            tracing::warn!(%error, "the heartbeat ended abnormally");
+            None
+        }
+    };
     if let Some(http) = http {
         http.close().await;
     }
@@ -202,7 +218,10 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
         tracing::warn!("the database did not close in time; committed entries are safe");
     }
     tracing::info!("daylog stopped");
-    served
+    match lost {
+        Some(error) => Err(error.into()),
+        None => served,
+    }
 }
 
 /// Cancels `stop` on SIGINT or SIGTERM (teloxide's own handler knows only SIGINT), after
