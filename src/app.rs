@@ -45,6 +45,9 @@ pub struct App {
     digests: Arc<Digests>,
     /// Webhook mode: between the HTTP listener and the bot (closed until it takes posts).
     webhook: crate::bot::webhook::Gate,
+    /// The daemon's chat leases ([`App::with_leases`]), when it is one instance among
+    /// others on its database.
+    leases: Option<crate::cluster::Leases>,
 }
 
 impl App {
@@ -71,6 +74,7 @@ impl App {
             journal,
             digests,
             webhook: crate::bot::webhook::Gate::default(),
+            leases: None,
         })
     }
 
@@ -87,6 +91,14 @@ impl App {
             .with_clock(clock),
         );
         self.digests = Digests::of(&self.journal);
+        self
+    }
+
+    /// The same application working on chats under `leases` (the daemon's, from
+    /// [`crate::cluster::Member::leases`]).
+    #[must_use]
+    pub fn with_leases(mut self, leases: crate::cluster::Leases) -> Self {
+        self.leases = Some(leases);
         self
     }
 
@@ -111,7 +123,15 @@ impl App {
     pub async fn serve_telegram(self, stop: CancellationToken) -> anyhow::Result<()> {
         let client = crate::telegram_client().map_err(StartError::Client)?;
         let bot = crate::bot::build_bot(&self.settings, client)?;
-        crate::bot::serve_configured(bot, self.journal, self.digests, stop, self.webhook).await
+        crate::bot::serve_configured(
+            bot,
+            self.journal,
+            self.digests,
+            stop,
+            self.webhook,
+            self.leases,
+        )
+        .await
     }
 
     /// The Mini App's routes (`/app`, `/app/api/…`) when `webapp.url` is set, empty
@@ -176,6 +196,7 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
     let store = app.store().clone();
     // Among the database's instances; on PostgreSQL in polling mode, the only poller.
     let member = crate::cluster::Member::join(&store, app.settings()).await?;
+    let app = app.with_leases(member.leases());
     let heartbeat = tokio::spawn(member.beat(stop.clone()));
     let grace = app.settings().telegram.shutdown_grace();
     // Up before the front end, so that a probe sees a process that is still connecting;

@@ -14,6 +14,7 @@
 //!   `cluster.lease_ms`, and counts the instances alive for `/metrics`;
 //!   [`Member::leave`] marks a clean stop and gives its chats up at once.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,8 +99,8 @@ pub struct Member {
     lease: Duration,
     /// The polling singleton, held for the process's life (PostgreSQL, polling mode).
     polling: Option<PollingLock>,
-    /// The chat leases this instance holds, as the last heartbeat or take found them.
-    held: Arc<std::sync::Mutex<std::collections::HashMap<i64, Fence>>>,
+    /// The chat leases this instance holds.
+    leases: Leases,
 }
 
 impl Member {
@@ -130,12 +131,18 @@ impl Member {
             })
             .await?;
         tracing::info!(instance = id.0, "joined the database's instances");
+        let lease = settings.cluster.lease();
         Ok(Self {
             store: store.clone(),
             id,
-            lease: settings.cluster.lease(),
+            lease,
             polling,
-            held: Arc::default(),
+            leases: Leases {
+                store: store.clone(),
+                holder: id,
+                lease,
+                held: Arc::default(),
+            },
         })
     }
 
@@ -147,6 +154,11 @@ impl Member {
     /// `cluster.lease_ms`.
     pub fn lease(&self) -> Duration {
         self.lease
+    }
+
+    /// The chat leases of this instance (a shared handle).
+    pub fn leases(&self) -> Leases {
+        self.leases.clone()
     }
 
     /// The heartbeat, every third of the lease until `stop`: `last_seen`, every held
@@ -183,16 +195,10 @@ impl Member {
     }
 
     async fn beat_once(&self) -> Result<(), StoreError> {
+        let beat_at = tokio::time::Instant::now();
         let held = self.store.heartbeat(self.id, self.lease).await?;
-        let count = held.len();
-        {
-            let mut map = self
-                .held
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            map.clear();
-            map.extend(held.into_iter().map(|fence| (fence.chat_id, fence)));
-        }
+        let count = self.leases.renewed(held, beat_at);
+        self.leases.release_idle().await;
         let alive = self.store.alive_instances(self.lease).await?;
         crate::observe::cluster_seen(alive, count);
         Ok(())
@@ -223,6 +229,139 @@ impl Member {
     pub async fn leave(self) {
         if let Err(error) = self.store.instance_stopped(self.id).await {
             tracing::warn!(%error, "could not record this instance's stop; its leases expire on their own");
+        }
+    }
+}
+
+/// The chat leases this instance holds, shared by what works on chats (the inbox's
+/// handling, the worker): a chat's lease is taken once and kept while it is in use and
+/// for a while after (renewed by the heartbeat, one statement for all), so working on
+/// a chat costs no statement of its own while the lease is held. A chat idle for two
+/// leases is given up, for whichever instance receives its next update.
+#[derive(Clone)]
+pub struct Leases {
+    store: Store,
+    holder: InstanceId,
+    lease: Duration,
+    held: Arc<std::sync::Mutex<HashMap<i64, Held>>>,
+}
+
+/// A lease in hand: its fence, how many [`ChatLease`]s use it, when it was last let go.
+struct Held {
+    fence: Fence,
+    users: usize,
+    idle_since: tokio::time::Instant,
+    /// When it was taken: a heartbeat that started before cannot have renewed it.
+    taken_at: tokio::time::Instant,
+}
+
+/// Working on one chat under its lease; the lease stays this instance's after it is
+/// dropped until it has been idle for two leases.
+pub struct ChatLease {
+    leases: Leases,
+    fence: Fence,
+}
+
+impl ChatLease {
+    /// What a write under this lease checks.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// Whether the lease is still this instance's, as the last heartbeat found it.
+    pub fn held(&self) -> bool {
+        self.leases
+            .map()
+            .get(&self.fence.chat_id)
+            .is_some_and(|held| held.fence == self.fence)
+    }
+}
+
+impl Drop for ChatLease {
+    fn drop(&mut self) {
+        if let Some(held) = self.leases.map().get_mut(&self.fence.chat_id)
+            && held.fence == self.fence
+        {
+            held.users = held.users.saturating_sub(1);
+            held.idle_since = tokio::time::Instant::now();
+        }
+    }
+}
+
+impl Leases {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Held>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Works on `chat_id` under its lease: the one in hand, or one taken now; `None`
+    /// while another live instance holds it (that one works on the chat).
+    pub async fn hold(&self, chat_id: i64) -> Result<Option<ChatLease>, StoreError> {
+        if let Some(held) = self.map().get_mut(&chat_id) {
+            held.users += 1;
+            return Ok(Some(ChatLease {
+                leases: self.clone(),
+                fence: held.fence,
+            }));
+        }
+        let Some(fence) = self
+            .store
+            .take_chat_lease(chat_id, self.holder, self.lease)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut map = self.map();
+        let now = tokio::time::Instant::now();
+        let held = map.entry(chat_id).or_insert(Held {
+            fence,
+            users: 0,
+            idle_since: now,
+            taken_at: now,
+        });
+        held.fence = fence; // the same holder's take keeps the generation
+        held.users += 1;
+        Ok(Some(ChatLease {
+            leases: self.clone(),
+            fence,
+        }))
+    }
+
+    /// What the heartbeat renewed: a lease not among them was taken over, and is
+    /// dropped (its users see [`ChatLease::held`] false; their writes are fenced).
+    /// Returns how many are held.
+    fn renewed(&self, held: Vec<Fence>, beat_at: tokio::time::Instant) -> usize {
+        let mut map = self.map();
+        map.retain(|chat, in_hand| {
+            let kept = in_hand.taken_at >= beat_at || held.iter().any(|fence| fence == &in_hand.fence);
+            if !kept {
+                tracing::warn!(chat_id = chat, "a chat's lease was taken over by another instance; this one stops working on it");
+            }
+            kept
+        });
+        map.len()
+    }
+
+    /// Gives up the leases idle for two leases.
+    async fn release_idle(&self) {
+        let idle: Vec<Fence> = {
+            let mut map = self.map();
+            let now = tokio::time::Instant::now();
+            let idle: Vec<Fence> = map
+                .values()
+                .filter(|held| held.users == 0 && now - held.idle_since >= self.lease * 2)
+                .map(|held| held.fence)
+                .collect();
+            for fence in &idle {
+                map.remove(&fence.chat_id);
+            }
+            idle
+        };
+        for fence in idle {
+            if let Err(error) = self.store.release_chat_lease(&fence).await {
+                tracing::debug!(%error, "could not give up an idle lease; it expires on its own");
+            }
         }
     }
 }

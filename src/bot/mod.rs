@@ -41,6 +41,7 @@ use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cluster::Leases;
 use crate::commands::{self, Command};
 use crate::config::Settings;
 use crate::digest::Digests;
@@ -1433,6 +1434,7 @@ pub async fn serve_configured(
     digests: Arc<Digests>,
     stop: CancellationToken,
     webhook: webhook::Gate,
+    leases: Option<Leases>,
 ) -> anyhow::Result<()> {
     if journal.settings().telegram.throttle() {
         serve(
@@ -1441,30 +1443,33 @@ pub async fn serve_configured(
             digests,
             stop,
             webhook,
+            leases,
         )
         .await
     } else {
-        serve(bot, journal, digests, stop, webhook).await
+        serve(bot, journal, digests, stop, webhook, leases).await
     }
 }
 
 /// Polls Telegram into the inbox (or, in webhook mode, opens `webhook` to it) and
 /// handles it until `stop` is cancelled, then stops taking updates and lets in-flight
 /// work finish within `telegram.shutdown_grace_ms`. The worker and the reminders run
-/// beside it ([`Running`]).
+/// beside it ([`Running`]); `leases`: this instance's chat leases (the daemon), under
+/// which the worker finishes what is unfinished.
 pub async fn serve<B: TgBot>(
     bot: B,
     journal: Arc<Journal>,
     digests: Arc<Digests>,
     stop: CancellationToken,
     webhook: webhook::Gate,
+    leases: Option<Leases>,
 ) -> anyhow::Result<()> {
     let Some(me) = start_up(&bot, journal.settings(), &stop).await? else {
         return Ok(()); // stopped while starting
     };
     menu_button::set_menu_button(&bot, journal.settings().webapp.url()).await;
     if journal.settings().telegram.mode() == crate::config::TelegramMode::Webhook {
-        let running = Running::start(bot, &me, journal, digests, &stop);
+        let running = Running::start(bot, &me, journal, digests, leases, &stop);
         webhook::take_posts(&webhook, running.inbox(), &stop).await;
         running.finish().await;
         return Ok(());
@@ -1480,7 +1485,7 @@ pub async fn serve<B: TgBot>(
         settings.telegram_api_url.as_ref(),
         token.expose(),
     )?;
-    let running = Running::start(bot, &me, journal, digests, &stop);
+    let running = Running::start(bot, &me, journal, digests, leases, &stop);
     tracing::info!("daylog is running");
     poller.run(&running.inbox(), &stop).await;
     running.finish().await;
@@ -1512,6 +1517,7 @@ impl Running {
         me: &Me,
         journal: Arc<Journal>,
         digests: Arc<Digests>,
+        leases: Option<Leases>,
         stop: &CancellationToken,
     ) -> Self {
         let settings = Arc::clone(journal.settings());
@@ -1540,6 +1546,7 @@ impl Running {
             Arc::clone(&digests),
             Arc::clone(&messenger),
             FrontEnd::Telegram,
+            leases,
             stop.clone(),
         ));
         let reminders = tokio::spawn(crate::reminders::run(

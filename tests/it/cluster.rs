@@ -458,3 +458,72 @@ async fn a_second_polling_instance_on_postgres_is_refused_until_the_first_is_gon
         crate::support::tail(&third_log, 20)
     );
 }
+
+/// A log decided but never answered, in chat `chat` of user `chat`.
+async fn unanswered(store: &Store, chat: i64) {
+    store
+        .upsert_user(&daylog::store::NewUser {
+            user_id: UserId(chat),
+            username: None,
+            language: daylog::language::Language::En,
+        })
+        .await
+        .expect("user");
+    let id = store
+        .insert_log(&NewLog {
+            user_id: UserId(chat),
+            chat_id: ChatId(chat),
+            message_id: MessageId(1),
+            text: "a day",
+            local_day: None,
+            written_at: None,
+        })
+        .await
+        .expect("log")
+        .id();
+    let outcome = crate::support::analysed("A fine day.", crate::support::METRICS_JSON);
+    assert!(store.record(id, "a day", &outcome).await.expect("record"));
+}
+
+/// The worker finishes what is unfinished under the chat's lease: a log of a chat
+/// another live instance holds is left to it, and answered once that lease is free.
+#[tokio::test]
+async fn the_worker_leaves_a_chat_another_instance_holds_until_its_lease_is_free() {
+    use crate::support::{FakeTelegram, Providers, signal, spawn_daylog, test_env, wait_exit};
+    for backend in backends() {
+        let db = backend.fresh().await;
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Store::open_and_migrate(&db.url, Duration::from_secs(5))
+            .await
+            .expect("store");
+        unanswered(&store, 41).await;
+        unanswered(&store, 42).await;
+        let other = instance(&store, "webhook").await;
+        let elsewhere = store
+            .take_chat_lease(42, other, Duration::from_secs(3600))
+            .await
+            .expect("take")
+            .expect("free");
+        let telegram = FakeTelegram::start().await;
+        let providers = Providers::start().await;
+        providers.healthy().await;
+        let env = test_env(&db.url, &telegram, &providers);
+        let log = dir.path().join("bot.log");
+        let mut bot = spawn_daylog(&env, &log);
+        telegram.wait_sent(41, 1).await;
+        // Ten more looks of the worker (every 100 ms here): the log stays unanswered.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            telegram.sent_to(42).is_empty(),
+            "{backend}: chat 42 is the other instance's"
+        );
+        store.release_chat_lease(&elsewhere).await.expect("release");
+        telegram.wait_sent(42, 1).await;
+        signal(&bot, "TERM");
+        let status = wait_exit(&mut bot, Duration::from_secs(15)).await;
+        assert_eq!(status.code(), Some(0), "{}", crate::support::tail(&log, 20));
+        assert_eq!(telegram.sent_to(41).len(), 1, "answered once");
+        assert_eq!(telegram.sent_to(42).len(), 1, "answered once");
+        store.close().await;
+    }
+}
