@@ -527,3 +527,22 @@ async fn the_worker_leaves_a_chat_another_instance_holds_until_its_lease_is_free
         store.close().await;
     }
 }
+
+on_each_backend! {
+    /// `instances` and `chat_leases` are public (`daylog sql`, docs/operations.md): their
+    /// columns keep their names and order on both backends.
+    async fn the_cluster_tables_keep_their_public_columns(db: TestDb) {
+    assert_eq!(
+        db.store.columns("instances").await.expect("columns"),
+        ["id", "started_at", "last_seen", "version", "host", "pid", "mode", "stopped_at"],
+        "{}",
+        db.backend
+    );
+    assert_eq!(
+        db.store.columns("chat_leases").await.expect("columns"),
+        ["chat_id", "holder", "generation", "expires_at"],
+        "{}",
+        db.backend
+    );
+    }
+}
