@@ -191,6 +191,20 @@ struct Args {
     /// Rounds of the `webhook` comparison (each: polling, then webhook).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
+    /// Run the bot on PostgreSQL: a throwaway cluster of the newest server installed in
+    /// `/usr/lib/postgresql/<version>/bin` (as `nobody` when root, Unix socket only),
+    /// a fresh database per run. Its CPU (the postmaster and every backend) is
+    /// reported beside the bot's.
+    #[arg(long)]
+    postgres: bool,
+    /// A server setting for `--postgres` (`name=value`, repeatable): the cluster runs
+    /// PostgreSQL's own defaults otherwise.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pg_setting: Vec<String>,
+    /// Count the SQL statements the bot runs per entry (sqlx's `debug` log, JSON):
+    /// the log costs CPU, so take CPU figures from runs without it.
+    #[arg(long)]
+    count_statements: bool,
 }
 
 /// One run of the bot under one load.
@@ -1196,24 +1210,21 @@ async fn db_bytes(path: &Path, checkpoint: bool) -> anyhow::Result<u64> {
 async fn remember_answers(
     bin: &Path,
     env: &[(String, String)],
-    db: &Path,
+    db: &Database,
+    folder: &Path,
     settings: &daylog::config::Settings,
     latency: Duration,
 ) -> anyhow::Result<()> {
     let status = Command::new(bin)
         .arg("migrate")
         .env_clear()
-        .current_dir(db.parent().unwrap_or(Path::new("."))) // no stray .env is read
+        .current_dir(folder) // no stray .env is read
         .envs(env.iter().cloned())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()?;
     anyhow::ensure!(status.success(), "daylog migrate failed: {status}");
-    let mut conn = SqliteConnectOptions::from_str(&format!("sqlite://{}", db.display()))?
-        .connect()
-        .await?;
-    // One transaction: a row each, one commit.
-    let mut tx = sqlx::Connection::begin(&mut conn).await?;
+    let mut rows = Vec::new();
     let steps = [
         ("analysis", settings.analysis.steps()),
         ("metrics", settings.metrics.steps()),
@@ -1221,20 +1232,48 @@ async fn remember_answers(
     for (task, steps) in steps {
         for step in steps {
             for _ in 0..REMEMBERED_ANSWERS {
-                sqlx::query(
-                    "INSERT INTO llm_calls (task, provider, model, key_index, attempt, http_status, outcome, latency_ms)
-                     VALUES (?1, ?2, ?3, 0, 1, 200, 'ok', ?4)",
-                )
-                .bind(task)
-                .bind(step.provider())
-                .bind(step.model())
-                .bind(i64::try_from(latency.as_millis()).unwrap_or(i64::MAX))
-                .execute(&mut *tx)
-                .await?;
+                rows.push((task, step.provider(), step.model()));
             }
         }
     }
-    tx.commit().await?;
+    let latency_ms = i64::try_from(latency.as_millis()).unwrap_or(i64::MAX);
+    const INSERT: &str = "INSERT INTO llm_calls (task, provider, model, key_index, attempt, http_status, outcome, latency_ms)
+                          VALUES ($1, $2, $3, 0, 1, 200, 'ok', $4)";
+    // One transaction: a row each, one commit.
+    match db {
+        Database::Sqlite(path) => {
+            let mut conn = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
+                .connect()
+                .await?;
+            let mut tx = sqlx::Connection::begin(&mut conn).await?;
+            for (task, provider, model) in rows {
+                sqlx::query(INSERT)
+                    .bind(task)
+                    .bind(provider)
+                    .bind(model)
+                    .bind(latency_ms)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+        }
+        Database::Postgres(url) => {
+            let mut conn = sqlx::postgres::PgConnectOptions::from_str(url)?
+                .connect()
+                .await?;
+            let mut tx = sqlx::Connection::begin(&mut conn).await?;
+            for (task, provider, model) in rows {
+                sqlx::query(INSERT)
+                    .bind(task)
+                    .bind(provider)
+                    .bind(model)
+                    .bind(latency_ms)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+        }
+    }
     Ok(())
 }
 
@@ -1264,6 +1303,217 @@ fn stop_child(child: &mut Child) -> anyhow::Result<Option<i32>> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+// ------------------------------------------------------------ PostgreSQL ----
+
+/// The watchdog of the throwaway cluster (as the test harness's, tests/it/support/
+/// postgres.rs): starts it, says `ready`, waits for its stdin to close (this process
+/// gone, however it ended), then stops the cluster and removes its folder. `$1` the
+/// server binaries, `$2` the folder, `$3` `root` when it must run as nobody, `$4`
+/// extra `-c name=value` server options.
+const PG_WATCHDOG: &str = r#"
+bin=$1; dir=$2; mode=$3; extra=$4
+group=$(id -g nobody 2>/dev/null || echo 65534)
+run() { if [ "$mode" = root ]; then setpriv --reuid=nobody --regid="$group" --clear-groups "$@"; else "$@"; fi; }
+if [ "$mode" = root ]; then chown "nobody:$group" "$dir"; fi
+if run "$bin/initdb" -D "$dir/data" -U daylog --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
+   && run "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+        -o "-c listen_addresses='' -k $dir $extra" start >/dev/null 2>&1; then
+    echo ready
+else
+    echo "failed: $(tail -n 3 "$dir/initdb.log" "$dir/server.log" 2>/dev/null | tr '\n' ' ')"
+fi
+cat >/dev/null
+run "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1
+rm -rf "$dir"
+"#;
+
+/// A throwaway PostgreSQL cluster for the runs of this process.
+struct PgCluster {
+    dir: PathBuf,
+    /// Kept so that the watchdog's stdin stays open while this process lives.
+    _watchdog: (Child, std::process::ChildStdin),
+    databases: AtomicU64,
+}
+
+impl PgCluster {
+    fn start(settings: &[String]) -> anyhow::Result<Self> {
+        use std::io::BufRead as _;
+        use std::os::unix::process::CommandExt as _;
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .context("no /usr/lib/postgresql: is the server installed?")?
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let version: u32 = e.file_name().to_str()?.parse().ok()?;
+                let bin = e.path().join("bin");
+                bin.join("initdb").is_file().then_some((version, bin))
+            })
+            .max()
+            .map(|(_, bin)| bin)
+            .context("no /usr/lib/postgresql/<version>/bin/initdb")?;
+        let dir = tempfile::Builder::new()
+            .prefix("daylog-load-pg-")
+            .tempdir()?
+            .keep();
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+        let extra: String = settings.iter().map(|s| format!(" -c {s}")).collect();
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(PG_WATCHDOG)
+            .arg("watchdog")
+            .arg(&bin)
+            .arg(&dir)
+            .arg(if root { "root" } else { "user" })
+            .arg(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .context("cannot start the cluster's watchdog")?;
+        let stdin = child.stdin.take().context("the watchdog has no stdin")?;
+        let stdout = child.stdout.take().context("the watchdog has no stdout")?;
+        let mut said = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut said)?;
+        anyhow::ensure!(
+            said.trim() == "ready",
+            "the PostgreSQL cluster did not start: {}",
+            said.trim()
+        );
+        Ok(Self {
+            dir,
+            _watchdog: (child, stdin),
+            databases: AtomicU64::new(0),
+        })
+    }
+
+    fn url(&self, database: &str) -> String {
+        format!(
+            "postgres://daylog@localhost/{database}?host={}",
+            self.dir.display()
+        )
+    }
+
+    /// A new empty database's URL.
+    async fn create_database(&self) -> anyhow::Result<String> {
+        let name = format!("load_{}", self.databases.fetch_add(1, Ordering::Relaxed));
+        let mut admin = sqlx::postgres::PgConnectOptions::from_str(&self.url("postgres"))?
+            .connect()
+            .await?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await?;
+        sqlx::Connection::close(admin).await?;
+        Ok(self.url(&name))
+    }
+
+    /// The postmaster's process id (the first line of `postmaster.pid`).
+    fn postmaster(&self) -> anyhow::Result<u32> {
+        let pid = std::fs::read_to_string(self.dir.join("data/postmaster.pid"))?;
+        Ok(pid
+            .lines()
+            .next()
+            .context("empty postmaster.pid")?
+            .trim()
+            .parse()?)
+    }
+
+    /// The server's CPU so far, in clock ticks: the postmaster's own and its reaped
+    /// children's (backends that have exited), and every live child's (backends,
+    /// checkpointer, autovacuum…) with their reaped children.
+    fn cpu_ticks(&self) -> anyhow::Result<u64> {
+        let postmaster = self.postmaster()?;
+        let mut ticks = tree_ticks(postmaster)?.1;
+        for entry in std::fs::read_dir("/proc")?.filter_map(Result::ok) {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // A process may end between the listing and the read: not counted twice
+            // either way, its time is then in the postmaster's reaped children.
+            if let Ok((parent, own)) = tree_ticks(pid)
+                && parent == postmaster
+            {
+                ticks += own;
+            }
+        }
+        Ok(ticks)
+    }
+}
+
+/// A process's parent and its utime + stime + cutime + cstime, in clock ticks.
+fn tree_ticks(pid: u32) -> anyhow::Result<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("odd /proc/<pid>/stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let parent: u32 = fields.get(1).context("no ppid")?.parse()?;
+    let mut ticks = 0;
+    for i in 11..=14 {
+        ticks += fields.get(i).context("short stat")?.parse::<u64>()?;
+    }
+    Ok((parent, ticks))
+}
+
+/// The database of one run.
+enum Database {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Database {
+    fn url(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Self::Postgres(url) => url.clone(),
+        }
+    }
+
+    /// Bytes the database takes: SQLite's `page_count * page_size` (after a full
+    /// checkpoint when asked), PostgreSQL's `pg_database_size`.
+    async fn bytes(&self, checkpoint: bool) -> anyhow::Result<u64> {
+        match self {
+            Self::Sqlite(path) => db_bytes(path, checkpoint).await,
+            Self::Postgres(url) => {
+                let size: i64 = self
+                    .scalar(url, "SELECT pg_database_size(current_database())")
+                    .await?;
+                Ok(u64::try_from(size).unwrap_or(0))
+            }
+        }
+    }
+
+    async fn count(&self, sql: &str) -> anyhow::Result<i64> {
+        match self {
+            Self::Sqlite(path) => db_count(path, sql).await,
+            Self::Postgres(url) => self.scalar(url, sql).await,
+        }
+    }
+
+    async fn scalar(&self, url: &str, sql: &str) -> anyhow::Result<i64> {
+        let mut conn = sqlx::postgres::PgConnectOptions::from_str(url)?
+            .connect()
+            .await?;
+        let value = sqlx::query_scalar(sql).fetch_one(&mut conn).await?;
+        sqlx::Connection::close(conn).await?;
+        Ok(value)
+    }
+}
+
+/// sqlx's statement events (`target` `sqlx::query`) in a JSON log's text.
+fn statements_in(log: &str) -> usize {
+    log.lines()
+        .filter(|line| line.contains("\"target\":\"sqlx::query\""))
+        .count()
 }
 
 // ---------------------------------------------------------------- a run ----
@@ -1297,6 +1547,11 @@ struct Report {
     elapsed: Duration,
     logs_per_s: f64,
     cpu_ms_per_log: f64,
+    /// On PostgreSQL: the server's CPU per log (postmaster and children).
+    server_cpu_ms_per_log: Option<f64>,
+    /// With `--count-statements`: SQL statements the bot ran per log under load.
+    statements_per_log: Option<f64>,
+    backend: &'static str,
     ttr_ms: [f64; 4],
     /// In a burst: from the push (when every entry was sent) to its analysis.
     ttr_pushed_ms: Option<[f64; 4]>,
@@ -1387,9 +1642,17 @@ fn quantiles(mut values: Vec<f64>) -> [f64; 4] {
     ]
 }
 
-async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Report> {
+async fn run(
+    args: &Args,
+    bin: &Path,
+    scenario: &Scenario,
+    pg: Option<&PgCluster>,
+) -> anyhow::Result<Report> {
     let dir = tempfile::Builder::new().prefix("daylog-load-").tempdir()?;
-    let db = dir.path().join("daylog.db");
+    let db = match pg {
+        Some(cluster) => Database::Postgres(cluster.create_database().await?),
+        None => Database::Sqlite(dir.path().join("daylog.db")),
+    };
 
     let telegram = Arc::new(FakeTelegram::new());
     let (tg_listener, tg_addr) = bind().await?;
@@ -1412,7 +1675,7 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let p_server = tokio::spawn(serve(p_listener, p_app));
 
     let mut env: Vec<(String, String)> = vec![
-        ("DATABASE_URL".into(), format!("sqlite://{}", db.display())),
+        ("DATABASE_URL".into(), db.url()),
         ("TELOXIDE_TOKEN".into(), TOKEN.into()),
         ("TELOXIDE_API_URL".into(), format!("http://{tg_addr}/")),
         ("MISTRAL_API_KEY".into(), "load-mistral-key".into()),
@@ -1439,6 +1702,14 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         ),
         ("RUST_LOG".into(), args.rust_log.clone()),
     ];
+    if args.count_statements {
+        env.retain(|(k, _)| k != "RUST_LOG");
+        env.push((
+            "RUST_LOG".into(),
+            format!("{},sqlx::query=debug", args.rust_log),
+        ));
+        env.push(("DAYLOG__LOG__FORMAT".into(), "json".into()));
+    }
     if !scenario.free_tier {
         // These fakes enforce no free tier: the bot is told so (paid-tier budgets far
         // above what a run sends) instead of pacing itself to the shipped free tiers.
@@ -1514,7 +1785,7 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     };
 
     if scenario.history {
-        remember_answers(bin, &env, &db, &settings, scenario.latency).await?;
+        remember_answers(bin, &env, &db, dir.path(), &settings, scenario.latency).await?;
     }
 
     let log_path = dir.path().join("bot.log");
@@ -1556,8 +1827,10 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let idle_rss_kib = vm_kib(pid, "VmRSS:")?;
-    let db_baseline = db_bytes(&db, false).await.unwrap_or(0);
+    let db_baseline = db.bytes(false).await.unwrap_or(0);
 
+    let log_before = std::fs::metadata(&log_path).map_or(0, |m| m.len());
+    let server_before = pg.map(PgCluster::cpu_ticks).transpose()?;
     let cpu_before = cpu_ticks(pid)?;
     let done = telegram.done.notified();
     tokio::pin!(done);
@@ -1577,6 +1850,8 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     // Let the tail (mark_replied, llm_calls rows) land before the CPU sample.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let cpu_after = cpu_ticks(pid)?;
+    let server_after = pg.map(PgCluster::cpu_ticks).transpose()?;
+    let log_after = std::fs::metadata(&log_path).map_or(0, |m| m.len());
     let peak_rss_kib = vm_kib(pid, "VmHWM:")?;
     let bot_exit = stop_child(&mut child)?;
     tg_server.abort();
@@ -1653,14 +1928,12 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let latency_ms = scenario.latency.as_secs_f64() * 1000.0;
     let overhead: Vec<f64> = ttr.iter().map(|t| t - latency_ms).collect();
 
-    let db_total = db_bytes(&db, true).await.unwrap_or(0);
-    let logs_in_db = db_count(&db, "SELECT count(*) FROM day_logs").await?;
-    let replied_in_db = db_count(
-        &db,
-        "SELECT count(*) FROM day_logs WHERE replied_at IS NOT NULL",
-    )
-    .await?;
-    let calls_in_db = db_count(&db, "SELECT count(*) FROM llm_calls").await?;
+    let db_total = db.bytes(true).await.unwrap_or(0);
+    let logs_in_db = db.count("SELECT count(*) FROM day_logs").await?;
+    let replied_in_db = db
+        .count("SELECT count(*) FROM day_logs WHERE replied_at IS NOT NULL")
+        .await?;
+    let calls_in_db = db.count("SELECT count(*) FROM llm_calls").await?;
 
     let mut provider_calls = String::new();
     let mut rate_limited = 0;
@@ -1720,6 +1993,17 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
     let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
     let ticks = clock_ticks_per_second() as f64;
     let cpu_ms = (cpu_after.saturating_sub(cpu_before)) as f64 * 1000.0 / ticks;
+    let server_cpu_ms = server_before
+        .zip(server_after)
+        .map(|(before, after)| after.saturating_sub(before) as f64 * 1000.0 / ticks);
+    // The statements the bot logged while it was under load.
+    let statements = args.count_statements.then(|| {
+        let window = log_text
+            .as_bytes()
+            .get(usize::try_from(log_before).unwrap_or(0)..usize::try_from(log_after).unwrap_or(0))
+            .unwrap_or_default();
+        statements_in(&String::from_utf8_lossy(window))
+    });
     let folder = if args.keep { Some(dir.keep()) } else { None };
     Ok(Report {
         name: scenario.name.clone(),
@@ -1741,6 +2025,9 @@ async fn run(args: &Args, bin: &Path, scenario: &Scenario) -> anyhow::Result<Rep
         elapsed,
         logs_per_s: replies as f64 / elapsed.as_secs_f64().max(1e-9),
         cpu_ms_per_log: cpu_ms / replies.max(1) as f64,
+        server_cpu_ms_per_log: server_cpu_ms.map(|ms| ms / replies.max(1) as f64),
+        statements_per_log: statements.map(|n| n as f64 / replies.max(1) as f64),
+        backend: if pg.is_some() { "postgres" } else { "sqlite" },
         ttr_ms: quantiles(ttr),
         ttr_pushed_ms: (!ttr_pushed.is_empty()).then(|| quantiles(ttr_pushed)),
         overhead_ms: quantiles(overhead),
@@ -1834,8 +2121,9 @@ fn print_report(r: &Report) {
         )
     };
     println!(
-        "\n== {} — {} chats × {} logs{}, providers at {} ms, think {} ms, throttle off ==",
+        "\n== {} [{}] — {} chats × {} logs{}, providers at {} ms, think {} ms, throttle off ==",
         r.name,
+        r.backend,
         r.chats,
         r.logs_per_chat,
         if r.burst { ", all pushed at once" } else { "" },
@@ -1854,6 +2142,15 @@ fn print_report(r: &Report) {
         r.elapsed.as_secs_f64()
     );
     println!("bot CPU          {:.3} ms per log", r.cpu_ms_per_log);
+    if let Some(server) = r.server_cpu_ms_per_log {
+        println!(
+            "server CPU       {server:.3} ms per log (PostgreSQL: the postmaster and its children); bot + server {:.3} ms",
+            r.cpu_ms_per_log + server
+        );
+    }
+    if let Some(n) = r.statements_per_log {
+        println!("statements       {n:.2} per log (sqlx's log while under load)");
+    }
     if let Some(rate) = r.intake_per_s {
         println!("intake           {rate:.0} updates/s taken (push → last confirmed or 2xx)");
     }
@@ -2100,21 +2397,45 @@ async fn main() -> anyhow::Result<()> {
         args.rust_log,
         args.worker_poll_ms
     );
+    let pg = if args.postgres {
+        let cluster = PgCluster::start(&args.pg_setting)?;
+        let version = Command::new("sh")
+            .args(["-c", "ls /usr/lib/postgresql | sort -n | tail -n 1"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default();
+        println!(
+            "database: PostgreSQL {version}, a throwaway cluster on a Unix socket, the server's defaults{}",
+            if args.pg_setting.is_empty() {
+                String::new()
+            } else {
+                format!(" except {}", args.pg_setting.join(", "))
+            }
+        );
+        Some(cluster)
+    } else {
+        println!("database: SQLite (a fresh file per run)");
+        None
+    };
     let mut reports = Vec::new();
     for scenario in scenarios(&args) {
-        let report = run(&args, &bin, &scenario).await?;
+        let report = run(&args, &bin, &scenario, pg.as_ref()).await?;
         print_report(&report);
         reports.push(report);
     }
 
     println!(
-        "\n| scenario | logs | logs/s | CPU ms/log | TTR p50 | overhead p50 / p95 / p99 ms | RSS idle / peak MiB | DB bytes / 1000 logs |"
+        "\n| scenario | logs | logs/s | CPU ms/log | TTR p50 | overhead p50 / p95 / p99 ms | RSS idle / peak MiB | DB bytes / 1000 logs | server CPU ms/log | statements/log |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let or_dash = |v: Option<f64>, digits: usize| {
+        v.map_or_else(|| "–".to_owned(), |v| format!("{v:.digits$}"))
+    };
     for r in &reports {
         println!(
-            "| {} ({}×{}, {} ms) | {} | {:.0} | {:.3} | {:.1} ms | {:.2} / {:.2} / {:.2} | {:.1} / {:.1} | {:.0} |",
+            "| {} [{}] ({}×{}, {} ms) | {} | {:.0} | {:.3} | {:.1} ms | {:.2} / {:.2} / {:.2} | {:.1} / {:.1} | {:.0} | {} | {} |",
             r.name,
+            r.backend,
             r.chats,
             r.logs_per_chat,
             r.latency_ms,
@@ -2127,7 +2448,9 @@ async fn main() -> anyhow::Result<()> {
             r.overhead_ms[2],
             r.idle_rss_kib as f64 / 1024.0,
             r.peak_rss_kib as f64 / 1024.0,
-            r.db_bytes_per_1000
+            r.db_bytes_per_1000,
+            or_dash(r.server_cpu_ms_per_log, 3),
+            or_dash(r.statements_per_log, 2)
         );
     }
     print_webhook_comparison(&reports);

@@ -719,3 +719,288 @@ async fn a_long_queue_in_one_chat_keeps_no_other_chat_out() {
         store.close().await;
     }
 }
+
+// ---- The whole bot on each backend ----
+//
+// The tests below run the bot (the real binary, or the app in process) on every backend
+// of `backends()`: SQLite, and PostgreSQL when there is one. Their SQLite runs repeat
+// the SQLite-only tests above of the same behaviour.
+
+/// The real binary handles an update once however often Telegram gives it, resumes an
+/// update committed but not handled when it was killed (-9), and answers each once.
+#[tokio::test]
+async fn on_each_backend_the_binary_dedupes_and_resumes_after_a_kill() {
+    const CHAT: i64 = 71;
+    for backend in support::backends() {
+        let deployment = support::Deployment::start(backend).await;
+        let telegram = &deployment.telegram;
+        deployment.providers.healthy().await;
+        let mut first = deployment.spawn();
+        started(telegram, 1).await;
+        let help = telegram.push_update(text_update(CHAT, 1, "/help"));
+        telegram.wait_sent(CHAT, 1).await;
+        signal(&first, "TERM");
+        assert_eq!(
+            wait_exit(&mut first, WAIT).await.code(),
+            Some(0),
+            "{backend}"
+        );
+
+        // Given again (its confirmation lost): passed over, not answered again.
+        telegram.redeliver(help);
+        let mut second = deployment.spawn();
+        started(telegram, 2).await;
+        telegram.wait_confirmed(help).await;
+        // Committed and confirmed while its reply hangs, then kill -9.
+        telegram.hang("SendMessage");
+        let entry = telegram.push_update(text_update(CHAT, 2, "A day of two restarts."));
+        support::wait_until("the reply to hang", WAIT, || async {
+            telegram.hung().iter().any(|m| m == "SendMessage")
+        })
+        .await;
+        telegram.push_update(text_update(CHAT + 1, 1, "/help"));
+        telegram.wait_confirmed(entry).await;
+        second.kill().expect("kill -9");
+        let _ = second.wait();
+        assert_eq!(
+            replies_to(telegram, CHAT, 2),
+            0,
+            "{backend}: not answered yet"
+        );
+        assert_eq!(
+            deployment
+                .count("SELECT count(*) FROM day_logs WHERE replied_at IS NULL")
+                .await,
+            1,
+            "{backend}: the entry is stored, its answer not yet given"
+        );
+
+        telegram.unhang("SendMessage");
+        let mut third = deployment.spawn();
+        started(telegram, 3).await;
+        let sent = telegram.wait_sent(CHAT, 2).await;
+        assert!(
+            sent[1].text().contains(ANALYSIS_TEXT),
+            "{backend}: {}",
+            sent[1].text()
+        );
+        telegram.push_update(text_update(CHAT, 3, "/help"));
+        telegram.wait_sent(CHAT, 3).await;
+        assert_eq!(
+            replies_to(telegram, CHAT, 1),
+            1,
+            "{backend}: /help answered once"
+        );
+        assert_eq!(
+            replies_to(telegram, CHAT, 2),
+            1,
+            "{backend}: the entry answered once"
+        );
+        assert_eq!(
+            deployment.count("SELECT count(*) FROM day_logs").await,
+            1,
+            "{backend}: one entry"
+        );
+        signal(&third, "TERM");
+        assert_eq!(
+            wait_exit(&mut third, WAIT).await.code(),
+            Some(0),
+            "{backend}"
+        );
+    }
+}
+
+/// Two chats writing at once, the app on each backend: each chat's replies come in the
+/// order of its messages, and every update ends handled.
+#[tokio::test]
+async fn on_each_backend_replies_keep_each_chats_order() {
+    const A: i64 = 72;
+    const B: i64 = 73;
+    for backend in support::backends() {
+        let app = App::spawn_on_backend(backend, |_| {}).await;
+        app.providers.healthy().await;
+        for n in 1..=4 {
+            app.telegram
+                .push_update(text_update(A, n, &format!("Chat A, entry {n}.")));
+            app.telegram
+                .push_update(text_update(B, n, &format!("Chat B, entry {n}.")));
+        }
+        for chat in [A, B] {
+            let sent = app.telegram.wait_sent(chat, 4).await;
+            let order: Vec<Option<i64>> = sent.iter().map(|c| c.reply_to()).collect();
+            assert_eq!(
+                order,
+                [Some(1), Some(2), Some(3), Some(4)],
+                "{backend}: chat {chat}"
+            );
+        }
+        assert_eq!(
+            app.count("SELECT count(*) FROM updates WHERE handled_at IS NULL")
+                .await,
+            0,
+            "{backend}: every update handled"
+        );
+        app.stop().await;
+    }
+}
+
+/// Makes every insert of the entry `poison` fail, in the backend's own dialect.
+async fn poison_entries(app: &App) {
+    match app.backend {
+        support::Backend::Sqlite => {
+            app.write(
+                "CREATE TRIGGER test_poison BEFORE INSERT ON day_logs WHEN NEW.text = 'poison'
+                 BEGIN SELECT RAISE(ABORT, 'poisoned by the test'); END",
+            )
+            .await;
+        }
+        support::Backend::Postgres => {
+            app.write(
+                "CREATE FUNCTION test_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     IF NEW.text = 'poison' THEN RAISE EXCEPTION 'poisoned by the test'; END IF;
+                     RETURN NEW;
+                 END $$",
+            )
+            .await;
+            app.write(
+                "CREATE TRIGGER test_poison BEFORE INSERT ON day_logs
+                 FOR EACH ROW EXECUTE FUNCTION test_poison()",
+            )
+            .await;
+        }
+    }
+}
+
+/// On each backend an update whose handling always fails is tried 5 times, then dead
+/// (its user told), and its chat goes on.
+#[tokio::test]
+async fn on_each_backend_a_poison_update_ends_dead_and_its_chat_goes_on() {
+    const CHAT: i64 = 74;
+    for backend in support::backends() {
+        let app = App::spawn_on_backend(backend, |_| {}).await;
+        app.providers.healthy().await;
+        poison_entries(&app).await;
+        let poison = app.telegram.push_update(text_update(CHAT, 1, "poison"));
+        app.telegram
+            .push_update(text_update(CHAT, 2, "A fine day after all."));
+        app.telegram
+            .wait_for("the next entry's answer", WAIT, |calls| {
+                calls
+                    .iter()
+                    .any(|c| c.reply_to() == Some(2) && c.text().contains(ANALYSIS_TEXT))
+            })
+            .await;
+        let row = |column: &str| format!("SELECT {column} FROM updates WHERE update_id = {poison}");
+        assert_eq!(
+            (
+                app.count(&row("dead")).await,
+                app.count(&row("failures")).await
+            ),
+            (1, 5),
+            "{backend}"
+        );
+        let to_poison: Vec<String> = app
+            .telegram
+            .sent_to(CHAT)
+            .iter()
+            .filter(|c| c.reply_to() == Some(1))
+            .map(|c| c.text().to_owned())
+            .collect();
+        assert_eq!(
+            to_poison,
+            [english().not_saved_yet(), english().not_saved()],
+            "{backend}: told once that it waits, once that it was given up"
+        );
+        assert_eq!(
+            app.telegram.sent_to(CHAT).last().and_then(|c| c.reply_to()),
+            Some(2),
+            "{backend}: the chat went on after it"
+        );
+        app.stop().await;
+    }
+}
+
+/// On each backend `/delete` erases the user's payloads and keeps their ids.
+#[tokio::test]
+async fn on_each_backend_delete_erases_the_users_payloads_and_keeps_the_ids() {
+    const USER: i64 = 75;
+    for backend in support::backends() {
+        let app = App::spawn_on_backend(backend, |_| {}).await;
+        app.providers.healthy().await;
+        app.telegram.push_update(text_update(USER, 1, "Mine."));
+        app.telegram
+            .push_update(text_update(USER + 1, 1, "Theirs."));
+        app.telegram.wait_sent(USER, 1).await;
+        app.telegram.wait_sent(USER + 1, 1).await;
+        app.telegram.push_update(text_update(USER, 2, "/delete"));
+        app.telegram.wait_sent(USER, 2).await;
+        app.telegram
+            .push_update(callback_update(USER, &format!("delete:yes:{USER}"), 555));
+        app.telegram
+            .wait_for("deleted", WAIT, |calls| {
+                calls.iter().any(|c| c.text().contains("deleted"))
+            })
+            .await;
+        let payloads = |user: i64| {
+            format!("SELECT count(*) FROM updates WHERE user_id = {user} AND payload IS NOT NULL")
+        };
+        assert_eq!(
+            app.count(&format!(
+                "SELECT count(*) FROM updates WHERE user_id = {USER}"
+            ))
+            .await,
+            3,
+            "{backend}: the ids stay"
+        );
+        assert_eq!(
+            app.count(&payloads(USER)).await,
+            0,
+            "{backend}: none of theirs"
+        );
+        assert_eq!(
+            app.count(&payloads(USER + 1)).await,
+            1,
+            "{backend}: another's stays"
+        );
+        app.stop().await;
+    }
+}
+
+/// The real binary on each backend: an entry is stored, analysed and answered as a
+/// reply, and `/history` lists it.
+#[tokio::test]
+async fn on_each_backend_the_binary_answers_an_entry_and_lists_it_in_history() {
+    const CHAT: i64 = 76;
+    for backend in support::backends() {
+        let deployment = support::Deployment::start(backend).await;
+        let telegram = &deployment.telegram;
+        deployment.providers.healthy().await;
+        let mut bot = deployment.spawn();
+        telegram.push_update(text_update(CHAT, 1, "Ran 5 km, slept 6.5 hours."));
+        let sent = telegram.wait_sent(CHAT, 1).await;
+        assert_eq!(sent[0].reply_to(), Some(1), "{backend}");
+        let reply = daylog::render::html_to_plain(sent[0].text());
+        assert!(reply.contains(ANALYSIS_TEXT), "{backend}: {reply}");
+        assert!(reply.contains("mood 4/5"), "{backend}: {reply}");
+        telegram.push_update(text_update(CHAT, 2, "/history"));
+        let sent = telegram.wait_sent(CHAT, 2).await;
+        let history = daylog::render::html_to_plain(sent[1].text());
+        assert!(history.contains("Ran 5 km"), "{backend}: {history}");
+        assert_eq!(
+            deployment
+                .count("SELECT count(*) FROM day_logs WHERE status = 'analyzed' AND replied_at IS NOT NULL")
+                .await,
+            1,
+            "{backend}"
+        );
+        signal(&bot, "TERM");
+        assert_eq!(
+            wait_exit(&mut bot, WAIT).await.code(),
+            Some(0),
+            "{}: {}",
+            deployment.backend,
+            deployment.log(0)
+        );
+    }
+}

@@ -150,6 +150,10 @@ async fn writer(url: &str) -> SqlitePool {
         .expect("writer")
 }
 
+// SQLite only, as the tests below marked so: they test FTS5 itself (its build, its
+// query syntax, its integrity check, its query plan, the SQLite migrations that fill
+// it). PostgreSQL's index is held by the tests that run on both backends and by
+// `both_backends_find_rank_and_cut_alike`.
 #[tokio::test]
 async fn the_bundled_sqlite_has_fts5() {
     let db = fresh().await;
@@ -492,6 +496,8 @@ on_each_backend! {
 }
 }
 
+/// SQLite only: README's query is FTS5's (the PostgreSQL examples of docs/operations.md
+/// are run by `cli::on_postgres_every_command_works_and_never_shows_the_password`).
 #[tokio::test]
 async fn the_readme_query_runs_through_the_read_only_daylog_sql() {
     let db = fresh().await;
@@ -518,6 +524,7 @@ async fn the_readme_query_runs_through_the_read_only_daylog_sql() {
     assert_eq!(result.rows.len(), 1);
 }
 
+/// SQLite only: a SQLite migration filling FTS5.
 #[tokio::test]
 async fn the_migration_indexes_entries_stored_before_it() {
     // Arrange: a database at the schema before this migration, with an entry.
@@ -543,6 +550,7 @@ async fn the_migration_indexes_entries_stored_before_it() {
     assert_index_in_step(&url).await;
 }
 
+/// SQLite only: a SQLite migration refilling FTS5.
 #[tokio::test]
 async fn the_fold_migration_reindexes_entries_stored_before_it() {
     // Arrange: the schema just before the fold, with an entry written with ё.
@@ -568,6 +576,7 @@ async fn the_fold_migration_reindexes_entries_stored_before_it() {
     assert_index_in_step(&url).await;
 }
 
+/// SQLite only: SQLite's query plan.
 #[tokio::test]
 async fn the_search_reads_the_index_not_every_row() {
     let db = fresh().await;
@@ -860,14 +869,14 @@ async fn analysed_on(db: &TestDb, user_id: i64, message_id: i64, day: &str, metr
             .await
             .expect("analysed")
     );
-    let pool = writer(&db.url).await;
-    sqlx::query("UPDATE day_logs SET created_at = ?2 || ' 12:00:00', local_day = ?2 WHERE id = ?1")
-        .bind(id)
-        .bind(day)
-        .execute(&pool)
-        .await
-        .expect("backdate");
-    pool.close().await;
+    // Text both dialects read, with the values formatted in (a day is digits and dashes).
+    let raw = Raw::connect(&db.url).await;
+    raw.exec(&format!(
+        "UPDATE day_logs SET created_at = '{day} 12:00:00', local_day = '{day}' WHERE id = {}",
+        id.get()
+    ))
+    .await;
+    raw.close().await;
 }
 
 fn metrics(mood: u8, defaulted: &[&str]) -> String {
@@ -888,9 +897,8 @@ fn rgb(color: plotters::style::RGBColor) -> [u8; 3] {
     [color.0, color.1, color.2]
 }
 
-#[tokio::test]
-async fn the_year_colours_each_day_by_its_moods_that_were_not_defaulted() {
-    let db = fresh().await;
+on_each_backend! {
+async fn the_year_colours_each_day_by_its_moods_that_were_not_defaulted(db: TestDb) {
     user(&db.store, ME).await;
     user(&db.store, OTHER).await;
     analysed_on(&db, ME, 1, "2025-03-10", &metrics(5, &[])).await;
@@ -928,16 +936,14 @@ async fn the_year_colours_each_day_by_its_moods_that_were_not_defaulted() {
         "another year, another user"
     );
 }
+}
 
-#[tokio::test]
-async fn the_year_defaults_to_this_one_and_a_bad_year_gets_a_sentence() {
-    let db = fresh().await;
+on_each_backend! {
+async fn the_year_defaults_to_this_one_and_a_bad_year_gets_a_sentence(db: TestDb) {
     user(&db.store, ME).await;
     let journal = journal(&db).await;
-    let this_year: String = sqlx::query_scalar("SELECT strftime('%Y', 'now')")
-        .fetch_one(db.store.read_pool().expect("a SQLite store"))
-        .await
-        .expect("year");
+    // The year of a UTC moment as the store writes it.
+    let this_year = daylog::time::sql_timestamp(jiff::Timestamp::now())[..4].to_owned();
 
     let responses = commands::respond(
         journal.store(),
@@ -956,10 +962,18 @@ async fn the_year_defaults_to_this_one_and_a_bad_year_gets_a_sentence() {
     );
     assert!(bad.starts_with("Usage: /year"), "{bad}");
 }
+}
 
+/// On each backend (the app in process).
 #[tokio::test]
 async fn in_telegram_search_answers_in_escaped_html_and_year_sends_a_png() {
-    let app = App::spawn().await;
+    for backend in backends() {
+        in_telegram_search_and_year_on(backend).await;
+    }
+}
+
+async fn in_telegram_search_and_year_on(backend: Backend) {
+    let app = App::spawn_on_backend(backend, |_| {}).await;
     app.providers.healthy().await;
     app.telegram
         .push_update(text_update(21, 1, "Coffee <with> Anna & Bob."));
@@ -990,7 +1004,7 @@ async fn in_telegram_search_answers_in_escaped_html_and_year_sends_a_png() {
     // Words only: FTS5 would read `-` as NOT, `*` as a prefix, `(…)` as a group.
     assert!(
         hostile[2].text().contains("<b>Anna</b>"),
-        "{}",
+        "{backend}: {}",
         hostile[2].text()
     );
     let photo = calls
@@ -1058,6 +1072,7 @@ async fn other_entries(store: &Store, from_message: i64) {
 /// FTS5, with the index's tokenizer, takes the query `fts_query` makes: a group of a
 /// word and its stem as a prefix, groups joined by `AND`. (A group beside a string
 /// without `AND` is a syntax error, which is why the words are joined by it.)
+/// SQLite only: FTS5's query syntax.
 #[tokio::test]
 async fn fts5_takes_a_word_or_its_stem_as_a_prefix() {
     // Arrange

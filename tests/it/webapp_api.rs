@@ -34,7 +34,15 @@ struct MiniApp {
 
 impl MiniApp {
     async fn start(configure: impl FnOnce(&mut std::collections::HashMap<String, String>)) -> Self {
-        let bot = support::App::spawn_with(|env| {
+        Self::start_on(support::Backend::Sqlite, configure).await
+    }
+
+    /// The bot and its Mini App on a fresh database of `backend`.
+    async fn start_on(
+        backend: support::Backend,
+        configure: impl FnOnce(&mut std::collections::HashMap<String, String>),
+    ) -> Self {
+        let bot = support::App::spawn_on_backend(backend, |env| {
             env.insert(
                 "DAYLOG__WEBAPP__URL".to_owned(),
                 "https://journal.example.com/app".to_owned(),
@@ -91,6 +99,46 @@ impl MiniApp {
     }
 }
 
+/// `days` days of two analysed entries each for `user`, in the bot's database
+/// (`seed_year` on SQLite; the same rows in PostgreSQL's dialect).
+async fn seed(app: &MiniApp, user: i64, days: i64) {
+    let url = &app.bot.env["DATABASE_URL"];
+    if app.bot.backend == support::Backend::Sqlite {
+        return seed_year(url, user, days).await;
+    }
+    let raw = support::Raw::connect(url).await;
+    raw.exec(&format!(
+        "INSERT INTO users (user_id, chat_id) VALUES ({user}, {user}) ON CONFLICT DO NOTHING"
+    ))
+    .await;
+    raw.exec(&format!(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text, created_at, status,
+                               analysis, metrics, attempts, replied_at)
+         SELECT {user}, {user}, 1000000 + i,
+                CASE WHEN i % 2 = 0
+                     THEN 'Morning ' || (i / 2) || ': coffee and a plan for the day.'
+                     ELSE 'Evening ' || (i / 2) || ': ' ||
+                          CASE WHEN (i / 2) % 7 = 3 THEN 'went running in the park'
+                               ELSE 'read a book at home' END || '.' END,
+                daylog_utc((date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')
+                           - make_interval(days => i / 2 + 1)
+                           + make_interval(hours => CASE WHEN i % 2 = 0 THEN 8 ELSE 20 END)),
+                'analyzed',
+                'Analysis of entry ' || i || '.',
+                json_build_object('mood', 1 + (i / 2) % 5, 'stress', 1 + (i * 3) % 5,
+                            'energy', 1 + (i * 7) % 5, 'productivity', 3,
+                            'sleep_hours', 5.0 + (i % 40) / 10.0,
+                            'activities', CASE WHEN (i / 2) % 7 = 3 THEN json_build_array('run')
+                                               ELSE json_build_array('reading') END,
+                            'emotions', json_build_array('calm'), 'summary', 'Day ' || (i / 2),
+                            'defaulted', json_build_array())::text,
+                1, daylog_utc(now())
+         FROM generate_series(0, {days} * 2 - 1) AS i"
+    ))
+    .await;
+    raw.close().await;
+}
+
 const GETS: [&str; 9] = [
     "/app/api/me",
     "/app/api/entries",
@@ -126,16 +174,23 @@ fn the_published_example_validates_with_its_token_and_no_other() {
     assert_eq!(signed.user_id.get(), 42);
 }
 
+/// On each backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_a_request_without_valid_init_data_with_a_bare_401() {
-    let app = MiniApp::start(|env| {
+    for backend in support::backends() {
+        every_endpoint_refuses_on(backend).await;
+    }
+}
+
+async fn every_endpoint_refuses_on(backend: support::Backend) {
+    let app = MiniApp::start_on(backend, |env| {
         env.insert(
             "DAYLOG__TELEGRAM__ALLOWED_USERS".to_owned(),
             format!("[{ALICE}, {BOB}]"),
         );
     })
     .await;
-    seed_year(&app.bot.env["DATABASE_URL"], ALICE, 3).await;
+    seed(&app, ALICE, 3).await;
     let now = now_unix();
     let good = init_data(TOKEN, ALICE, now);
     let tampered = good.replace(&format!("%22id%22%3A{ALICE}"), &format!("%22id%22%3A{BOB}"));
@@ -166,7 +221,11 @@ async fn every_endpoint_refuses_a_request_without_valid_init_data_with_a_bare_40
     for (why, header) in &refusals {
         for path in GETS {
             let (status, body) = app.get(path, header.as_deref()).await;
-            assert_eq!((status, body.as_str()), (401, ""), "GET {path}, {why}");
+            assert_eq!(
+                (status, body.as_str()),
+                (401, ""),
+                "{backend}: GET {path}, {why}"
+            );
         }
         for path in POSTS {
             let body = json!({"setting": "remind", "value": "21:30"});
@@ -186,12 +245,18 @@ async fn every_endpoint_refuses_a_request_without_valid_init_data_with_a_bare_40
     app.bot.stop().await;
 }
 
+/// On each backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_sees_only_their_own_journal_and_another_users_entry_is_404() {
-    let app = MiniApp::start(|_| {}).await;
-    let db = app.bot.env["DATABASE_URL"].clone();
-    seed_year(&db, ALICE, 10).await;
-    seed_year(&db, BOB, 10).await;
+    for backend in support::backends() {
+        users_kept_apart_on(backend).await;
+    }
+}
+
+async fn users_kept_apart_on(backend: support::Backend) {
+    let app = MiniApp::start_on(backend, |_| {}).await;
+    seed(&app, ALICE, 10).await;
+    seed(&app, BOB, 10).await;
     app.bot
         .write(&format!(
             "UPDATE day_logs SET text = 'Bob''s secret: quokka' WHERE user_id = {BOB}"
@@ -203,7 +268,7 @@ async fn a_user_sees_only_their_own_journal_and_another_users_entry_is_404() {
 
     let page = app.get_json("/app/api/entries?limit=100", ALICE).await;
     let entries = page["entries"].as_array().expect("entries");
-    assert_eq!(entries.len(), 20);
+    assert_eq!(entries.len(), 20, "{backend}");
     assert!(!page.to_string().contains("quokka"));
     // Newest first, with analysis, metrics and local time.
     assert!(
@@ -273,9 +338,16 @@ async fn a_user_sees_only_their_own_journal_and_another_users_entry_is_404() {
     app.bot.stop().await;
 }
 
+/// On each backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_are_read_by_the_commands_own_rules() {
-    let app = MiniApp::start(|_| {}).await;
+    for backend in support::backends() {
+        settings_on(backend).await;
+    }
+}
+
+async fn settings_on(backend: support::Backend) {
+    let app = MiniApp::start_on(backend, |_| {}).await;
     let tma = MiniApp::tma(ALICE);
     let change = |setting: &str, value: &str| json!({"setting": setting, "value": value});
     let (status, said) = app
@@ -304,7 +376,7 @@ async fn settings_are_read_by_the_commands_own_rules() {
         .await;
     assert_eq!(status, 200);
     let me = app.get_json("/app/api/me", ALICE).await;
-    assert_eq!(me["reminder"], "21:30");
+    assert_eq!(me["reminder"], "21:30", "{backend}");
     assert_ne!(me["zone"], "UTC");
     let (status, _) = app
         .post("/app/api/settings", Some(&tma), change("lang", "ru"))
@@ -314,16 +386,26 @@ async fn settings_are_read_by_the_commands_own_rules() {
     app.bot.stop().await;
 }
 
+/// On each backend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_and_deletion_are_the_bots_own_in_the_private_chat() {
-    let app = MiniApp::start(|_| {}).await;
-    seed_year(&app.bot.env["DATABASE_URL"], ALICE, 5).await;
+    for backend in support::backends() {
+        export_and_deletion_on(backend).await;
+    }
+}
+
+async fn export_and_deletion_on(backend: support::Backend) {
+    let app = MiniApp::start_on(backend, |_| {}).await;
+    seed(&app, ALICE, 5).await;
     let tma = MiniApp::tma(ALICE);
 
     let (status, _) = app.post("/app/api/export", Some(&tma), json!({})).await;
     assert_eq!(status, 200);
     let csv = app.bot.telegram.wait_file("SendDocument").await;
-    assert!(String::from_utf8_lossy(&csv).contains("Evening 0"));
+    assert!(
+        String::from_utf8_lossy(&csv).contains("Evening 0"),
+        "{backend}"
+    );
 
     let (status, _) = app.post("/app/api/delete", Some(&tma), json!({})).await;
     assert_eq!(status, 200);

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sqlx::Connection as _;
 use support::telegram::text_update;
-use support::{FakeTelegram, Providers, signal, test_env, wait_exit};
+use support::{Backend, FakeTelegram, Providers, signal, test_env, wait_exit};
 
 const SECRET: &str = "Webhook-test_secret-0123456789";
 const PATH: &str = "/telegram/hook";
@@ -58,7 +58,9 @@ struct Hook {
     env: HashMap<String, String>,
     port: u16,
     db: String,
+    backend: Backend,
     _dir: tempfile::TempDir,
+    _fresh: Option<support::FreshDb>,
 }
 
 impl Hook {
@@ -71,10 +73,27 @@ impl Hook {
         providers: &Providers,
         configure: impl FnOnce(&mut HashMap<String, String>),
     ) -> Self {
+        Self::start_on(Backend::Sqlite, telegram, providers, configure).await
+    }
+
+    /// A webhook-mode bot on a fresh database of `backend`.
+    async fn start_on(
+        backend: Backend,
+        telegram: &FakeTelegram,
+        providers: &Providers,
+        configure: impl FnOnce(&mut HashMap<String, String>),
+    ) -> Self {
         let dir = tempfile::tempdir().expect("dir");
-        let db = format!("sqlite://{}/daylog.db", dir.path().display());
+        let (db, fresh) = match backend {
+            Backend::Sqlite => (format!("sqlite://{}/daylog.db", dir.path().display()), None),
+            Backend::Postgres => {
+                let fresh = backend.fresh().await;
+                (fresh.url.clone(), Some(fresh))
+            }
+        };
         let port = free_port();
         let mut env = webhook_env(&db, telegram, providers, port);
+        env.insert(support::LOG_DIR.into(), dir.path().display().to_string());
         configure(&mut env);
         let bot = support::spawn_daylog(&env, &support::bot_log_path(&env));
         let hook = Self {
@@ -82,7 +101,9 @@ impl Hook {
             env,
             port,
             db,
+            backend,
             _dir: dir,
+            _fresh: fresh,
         };
         hook.wait_ready().await;
         hook
@@ -127,15 +148,11 @@ impl Hook {
         request.send().await.map_or(0, |r| r.status().as_u16())
     }
 
+    /// The one integer `sql` gives on the bot's database (a text both dialects read).
     async fn count(&self, sql: &str) -> i64 {
-        let mut conn = sqlx::SqliteConnection::connect(&self.db)
-            .await
-            .expect("reader");
-        let n = sqlx::query_scalar(sql)
-            .fetch_one(&mut conn)
-            .await
-            .expect(sql);
-        conn.close().await.expect("close");
+        let raw = support::Raw::connect(&self.db).await;
+        let n = raw.value::<i64>(sql).await;
+        raw.close().await;
         n
     }
 
@@ -171,12 +188,19 @@ async fn dead_letters(hook: &Hook) -> (i64, i64) {
     )
 }
 
+/// On each backend.
 #[tokio::test]
 async fn the_door_refuses_before_reading_and_a_garbage_body_is_a_dead_letter() {
+    for backend in support::backends() {
+        the_door_refuses_on(backend).await;
+    }
+}
+
+async fn the_door_refuses_on(backend: Backend) {
     let telegram = FakeTelegram::start().await;
     let providers = Providers::start().await;
     providers.healthy().await;
-    let hook = Hook::start(&telegram, &providers).await;
+    let hook = Hook::start_on(backend, &telegram, &providers, |_| {}).await;
     let update = || raw_update(9_001, 501, 1, "A walk by the river.");
 
     assert_eq!(hook.post(None, update()).await, 401);
@@ -208,7 +232,7 @@ async fn the_door_refuses_before_reading_and_a_garbage_body_is_a_dead_letter() {
         assert_eq!(hook.post(Some(SECRET), garbage).await, 200);
     }
     let (lowest, dead) = dead_letters(&hook).await;
-    assert_eq!(dead, 2);
+    assert_eq!(dead, 2, "{}", hook.backend);
     assert!(lowest < 0, "a dead letter's id is negative: {lowest}");
     assert_eq!(hook.count("SELECT count(*) FROM day_logs").await, 0);
 
@@ -220,12 +244,19 @@ async fn the_door_refuses_before_reading_and_a_garbage_body_is_a_dead_letter() {
     assert!(!hook.log().contains(SECRET));
 }
 
+/// On each backend.
 #[tokio::test]
 async fn an_update_delivered_twice_is_handled_once() {
+    for backend in support::backends() {
+        an_update_delivered_twice_on(backend).await;
+    }
+}
+
+async fn an_update_delivered_twice_on(backend: Backend) {
     let telegram = FakeTelegram::start().await;
     let providers = Providers::start().await;
     providers.healthy().await;
-    let hook = Hook::start(&telegram, &providers).await;
+    let hook = Hook::start_on(backend, &telegram, &providers, |_| {}).await;
     let update = || raw_update(7_001, 502, 11, "Baked bread with my daughter.");
     assert_eq!(hook.post(Some(SECRET), update()).await, 200);
     assert_eq!(hook.post(Some(SECRET), update()).await, 200);
@@ -245,7 +276,12 @@ async fn an_update_delivered_twice_is_handled_once() {
         "{sent:?}"
     );
     assert_eq!(hook.count("SELECT count(*) FROM day_logs").await, 2);
-    assert_eq!(hook.count("SELECT count(*) FROM updates").await, 2);
+    assert_eq!(
+        hook.count("SELECT count(*) FROM updates").await,
+        2,
+        "{}",
+        hook.backend
+    );
 }
 
 #[tokio::test]
@@ -332,13 +368,20 @@ async fn set_webhook_at_start_and_sigterm_answers_503_exits_0_and_never_deletes_
     assert_eq!(telegram.webhook_url(), Some(hook.url(PATH)));
 }
 
+/// On each backend.
 #[tokio::test]
 async fn a_kill_9_right_after_the_2xx_loses_nothing() {
+    for backend in support::backends() {
+        a_kill_9_after_the_2xx_on(backend).await;
+    }
+}
+
+async fn a_kill_9_after_the_2xx_on(backend: Backend) {
     let telegram = FakeTelegram::start().await;
     let slow = Providers::start().await;
     // The first life never gets an answer out: the analysis outlasts it.
     slow.slow(Duration::from_secs(20)).await;
-    let mut hook = Hook::start(&telegram, &slow).await;
+    let mut hook = Hook::start_on(backend, &telegram, &slow, |_| {}).await;
     let id = telegram.push_update(text_update(505, 31, "Finished the quilt at last."));
     telegram.wait_delivered(id).await;
     signal(&hook.bot, "KILL");
@@ -359,14 +402,19 @@ async fn a_kill_9_right_after_the_2xx_loses_nothing() {
         }
     }
     hook.restart().await;
+    let backend = hook.backend;
     telegram
-        .wait_for("the entry's answer", HANG_GUARD, |calls| {
-            calls.iter().any(|c| {
-                c.method == "SendMessage"
-                    && c.chat_id() == Some(505)
-                    && c.text().contains("You sound tired")
-            })
-        })
+        .wait_for(
+            &format!("{backend}: the entry's answer"),
+            HANG_GUARD,
+            |calls| {
+                calls.iter().any(|c| {
+                    c.method == "SendMessage"
+                        && c.chat_id() == Some(505)
+                        && c.text().contains("You sound tired")
+                })
+            },
+        )
         .await;
     // Posted once: the fake never needed to deliver it again.
     assert_eq!(

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path, path_regex};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
+pub use postgres::{Backend, FreshDb, Raw, backends};
 pub use telegram::FakeTelegram;
 
 pub const ANALYSIS_TEXT: &str =
@@ -261,6 +262,11 @@ pub struct App {
     pub dir: tempfile::TempDir,
     /// The bot's clock: it stands at the real time of the start until a test moves it.
     pub clock: Arc<ManualClock>,
+    /// The engine under it: SQLite unless started by [`App::spawn_on_backend`].
+    pub backend: Backend,
+    /// A PostgreSQL database made for this app (`None` on SQLite, whose file is in
+    /// `dir`, or when the database was given).
+    _db: Option<postgres::FreshDb>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -288,10 +294,37 @@ impl App {
         providers: Providers,
         configure: impl FnOnce(&mut HashMap<String, String>),
     ) -> Self {
+        let db_url = format!("sqlite://{}/daylog.db", dir.path().display());
+        Self::start(dir, None, &db_url, providers, configure).await
+    }
+
+    /// Starts fakes and the bot on a fresh database of `backend` (PostgreSQL: a new
+    /// database of the test cluster; see [`postgres::backends`]).
+    pub async fn spawn_on_backend(
+        backend: Backend,
+        configure: impl FnOnce(&mut HashMap<String, String>),
+    ) -> Self {
+        match backend {
+            Backend::Sqlite => Self::spawn_with(configure).await,
+            Backend::Postgres => {
+                let db = backend.fresh().await;
+                let url = db.url.clone();
+                let dir = tempfile::tempdir().expect("temp dir");
+                Self::start(dir, Some(db), &url, Providers::start().await, configure).await
+            }
+        }
+    }
+
+    async fn start(
+        dir: tempfile::TempDir,
+        db: Option<postgres::FreshDb>,
+        db_url: &str,
+        providers: Providers,
+        configure: impl FnOnce(&mut HashMap<String, String>),
+    ) -> Self {
         init_test_tracing();
         let telegram = FakeTelegram::start().await;
-        let db_url = format!("sqlite://{}/daylog.db", dir.path().display());
-        let mut env = test_env(&db_url, &telegram, &providers);
+        let mut env = test_env(db_url, &telegram, &providers);
         configure(&mut env);
         let settings = settings(&env);
         let clock = Arc::new(ManualClock::new(jiff::Timestamp::now()));
@@ -300,6 +333,11 @@ impl App {
             .expect("app")
             .with_clock(clock.clone());
         let store = app.store().clone();
+        let backend = if store.is_postgres() {
+            Backend::Postgres
+        } else {
+            Backend::Sqlite
+        };
         let stop = CancellationToken::new();
         let task = tokio::spawn(app.serve_telegram(stop.clone()));
         Self {
@@ -309,6 +347,8 @@ impl App {
             env,
             dir,
             clock,
+            backend,
+            _db: db,
             stop,
             task,
         }
@@ -330,12 +370,11 @@ impl App {
     }
 
     /// Runs `sql` on the bot's database through a connection of its own, as a user
-    /// (or the test arranging a past) would with `daylog sql`'s writer.
+    /// (or the test arranging a past) would with `daylog sql`'s writer. The text is
+    /// the backend's own dialect.
     pub async fn write(&self, sql: &str) {
-        let writer = sqlx::SqlitePool::connect(&self.env["DATABASE_URL"])
-            .await
-            .expect("writer");
-        sqlx::query(sql).execute(&writer).await.expect(sql);
+        let writer = Raw::connect(&self.env["DATABASE_URL"]).await;
+        writer.exec(sql).await;
         writer.close().await;
     }
 
@@ -348,12 +387,23 @@ impl App {
         .await;
     }
 
+    /// The one integer a query gives, read through the bot's own store (either
+    /// backend; the text must suit both, or the app's).
     pub async fn count(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(sql)
-            .fetch_one(self.store.read_pool().expect("a SQLite store"))
-            .await
-            .expect("count query")
+        store_value(&self.store, sql).await
     }
+}
+
+/// The one integer `sql` gives on `store`'s database, whichever the backend.
+pub async fn store_value(store: &Store, sql: &str) -> i64 {
+    if let Some(pool) = store.read_pool() {
+        sqlx::query_scalar(sql).fetch_one(pool).await
+    } else {
+        sqlx::query_scalar(sql)
+            .fetch_one(store.pg_pool().expect("a PostgreSQL store"))
+            .await
+    }
+    .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// A small seeded xorshift64* generator: reproducible fault schedules without a new
@@ -501,8 +551,13 @@ impl Drop for Bot {
     }
 }
 
-/// Starts the real `daylog run` binary with exactly `env` (plus `PATH`); its stderr is
-/// appended to `log` so a failing test can show what the bot said.
+/// An entry of a test bot's environment that is the harness's, not the bot's: the
+/// folder its stderr log goes to ([`bot_log_path`]). Never passed to the binary.
+pub const LOG_DIR: &str = "TEST_BOT_LOG_DIR";
+
+/// Starts the real `daylog run` binary with exactly `env` (plus `PATH`, less
+/// [`LOG_DIR`]); its stderr is appended to `log` so a failing test can show what the
+/// bot said.
 pub fn spawn_daylog(env: &HashMap<String, String>, log: &std::path::Path) -> Bot {
     use std::process::{Command, Stdio};
     let stderr = std::fs::OpenOptions::new()
@@ -514,13 +569,117 @@ pub fn spawn_daylog(env: &HashMap<String, String>, log: &std::path::Path) -> Bot
         .arg("run")
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(env)
+        .envs(env.iter().filter(|(key, _)| key.as_str() != LOG_DIR))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
         .map(Bot)
         .expect("daylog starts")
+}
+
+/// One database and the fakes around it, on which a test starts any number of real
+/// `daylog run` binaries: one bot, restarted, or several instances sharing the
+/// database. The database is fresh (a new PostgreSQL database of the test cluster, or
+/// a SQLite file in `dir`) and migrated before the first binary starts, so binaries
+/// started together do not race to create it.
+pub struct Deployment {
+    pub backend: Backend,
+    pub telegram: FakeTelegram,
+    pub providers: Providers,
+    /// The environment every binary gets (its `DATABASE_URL` is the shared database);
+    /// [`Deployment::spawn_with`] changes a copy for one binary.
+    pub env: HashMap<String, String>,
+    /// The logs' folder (and the SQLite file's).
+    pub dir: tempfile::TempDir,
+    _db: Option<FreshDb>,
+    spawned: std::sync::atomic::AtomicUsize,
+}
+
+impl Deployment {
+    /// Fakes (providers not yet answering) and a fresh, migrated database of `backend`.
+    pub async fn start(backend: Backend) -> Self {
+        Self::start_with(backend, |_| {}).await
+    }
+
+    /// As [`Deployment::start`], with `configure` changing the shared environment.
+    pub async fn start_with(
+        backend: Backend,
+        configure: impl FnOnce(&mut HashMap<String, String>),
+    ) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (url, db) = match backend {
+            Backend::Sqlite => (format!("sqlite://{}/daylog.db", dir.path().display()), None),
+            Backend::Postgres => {
+                let db = backend.fresh().await;
+                (db.url.clone(), Some(db))
+            }
+        };
+        Store::open_and_migrate(&url, Duration::from_secs(10))
+            .await
+            .expect("a migrated database")
+            .close()
+            .await;
+        let telegram = FakeTelegram::start().await;
+        let providers = Providers::start().await;
+        let mut env = test_env(&url, &telegram, &providers);
+        env.insert(LOG_DIR.to_owned(), dir.path().display().to_string());
+        configure(&mut env);
+        Self {
+            backend,
+            telegram,
+            providers,
+            env,
+            dir,
+            _db: db,
+            spawned: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The shared database's `DATABASE_URL`.
+    pub fn url(&self) -> &str {
+        &self.env["DATABASE_URL"]
+    }
+
+    /// Starts one more `daylog run` with the shared environment; its stderr goes to
+    /// its own log (see [`Deployment::log`]).
+    pub fn spawn(&self) -> Bot {
+        self.spawn_with(|_| {})
+    }
+
+    /// Starts one more `daylog run`, `configure` changing its copy of the environment
+    /// (a port of its own, say).
+    pub fn spawn_with(&self, configure: impl FnOnce(&mut HashMap<String, String>)) -> Bot {
+        let n = self
+            .spawned
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut env = self.env.clone();
+        configure(&mut env);
+        spawn_daylog(&env, &self.log_path(n))
+    }
+
+    /// Where the stderr of the `n`-th binary started (from 0) goes.
+    pub fn log_path(&self, n: usize) -> std::path::PathBuf {
+        self.dir.path().join(format!("daylog-{n}-stderr.log"))
+    }
+
+    /// What the `n`-th binary started (from 0) has said on stderr so far.
+    pub fn log(&self, n: usize) -> String {
+        std::fs::read_to_string(self.log_path(n)).unwrap_or_default()
+    }
+
+    /// A connection of the test's own to the shared database (hand edits, counts).
+    pub async fn raw(&self) -> Raw {
+        Raw::connect(self.url()).await
+    }
+
+    /// The one integer `sql` gives on the shared database (a text both dialects read).
+    pub async fn count(&self, sql: &str) -> i64 {
+        let raw = self.raw().await;
+        let n = raw.value::<i64>(sql).await;
+        raw.close().await;
+        n
+    }
 }
 
 /// Sends signal `name` (`TERM`, `INT`, `KILL`) to `child`, as an operator's `kill` does.
@@ -550,12 +709,20 @@ pub async fn wait_exit(
     }
 }
 
-/// A log file for a bot started with `env`, beside its database: in the test's own
-/// temporary folder, so tests running in parallel never share one.
+/// A log file for a bot started with `env`: in the folder [`LOG_DIR`] names, else
+/// beside its SQLite database; in the test's own temporary folder either way, so
+/// tests running in parallel never share one.
 pub fn bot_log_path(env: &HashMap<String, String>) -> std::path::PathBuf {
+    if let Some(dir) = env.get(LOG_DIR) {
+        return std::path::Path::new(dir).join("daylog-stderr.log");
+    }
     let db = env
         .get("DATABASE_URL")
         .expect("a test env names its database");
+    assert!(
+        !db.starts_with("postgres"),
+        "a bot on PostgreSQL needs a {LOG_DIR} in its env for its log"
+    );
     let db = db.strip_prefix("sqlite://").unwrap_or(db);
     std::path::Path::new(db).with_file_name("daylog-stderr.log")
 }
