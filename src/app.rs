@@ -197,7 +197,9 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
     // Among the database's instances; on PostgreSQL in polling mode, the only poller.
     let member = crate::cluster::Member::join(&store, app.settings()).await?;
     let app = app.with_leases(member.leases());
-    let heartbeat = tokio::spawn(member.beat(stop.clone()));
+    // Beats until the work in hand is finished, not only until the stop signal.
+    let beating = CancellationToken::new();
+    let heartbeat = tokio::spawn(member.beat(beating.clone(), stop.clone()));
     let grace = app.settings().telegram.shutdown_grace();
     // Up before the front end, so that a probe sees a process that is still connecting;
     // down only once the front end is done, so that `/readyz` says 503 all the while.
@@ -212,7 +214,7 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
     .await?;
     let served = app.serve_telegram(stop.clone()).await;
     signals.abort();
-    stop.cancel();
+    beating.cancel();
     let lost = match heartbeat.await {
         Ok((member, lost)) => {
             member.leave().await;

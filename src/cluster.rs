@@ -130,6 +130,10 @@ impl Member {
                 },
             })
             .await?;
+        if !store.is_postgres() {
+            // The lock file is ours: whoever held leases before is gone.
+            store.release_others(id).await?;
+        }
         tracing::info!(instance = id.0, "joined the database's instances");
         let lease = settings.cluster.lease();
         Ok(Self {
@@ -161,12 +165,17 @@ impl Member {
         self.leases.clone()
     }
 
-    /// The heartbeat, every third of the lease until `stop`: `last_seen`, every held
-    /// lease renewed, the instances alive counted. While the database does not answer
+    /// The heartbeat, every third of the lease until `until` (after the daemon's work in
+    /// hand is done: its leases hold while it finishes): `last_seen`, every held lease
+    /// renewed, the instances alive counted. While the database does not answer
     /// it keeps trying (said once per outage). When the polling lock was lost (the
     /// server restarted) it is taken again; if another instance took it meanwhile,
     /// this one stops (`stop` is cancelled) and the error says why.
-    pub async fn beat(mut self, stop: CancellationToken) -> (Self, Option<ClusterError>) {
+    pub async fn beat(
+        mut self,
+        until: CancellationToken,
+        stop: CancellationToken,
+    ) -> (Self, Option<ClusterError>) {
         let every = self.lease / 3;
         let mut failing = false;
         loop {
@@ -188,7 +197,7 @@ impl Member {
                 return (self, Some(error));
             }
             tokio::select! {
-                () = stop.cancelled() => return (self, None),
+                () = until.cancelled() => return (self, None),
                 () = tokio::time::sleep(every) => {}
             }
         }
@@ -260,12 +269,35 @@ struct Held {
 pub struct ChatLease {
     leases: Leases,
     fence: Fence,
+    /// Taken from the database just now, not in hand before: what this instance
+    /// remembers of the chat may be stale (another instance may have worked on it).
+    fresh: bool,
 }
 
 impl ChatLease {
     /// What a write under this lease checks.
     pub fn fence(&self) -> Fence {
         self.fence
+    }
+
+    /// Taken just now rather than in hand (see the field).
+    pub fn fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Another use of the same lease (work handed to a task of its own keeps the chat
+    /// with this instance until it ends); `None` when it was taken over.
+    pub fn share(&self) -> Option<Self> {
+        let mut map = self.leases.map();
+        let held = map
+            .get_mut(&self.fence.chat_id)
+            .filter(|held| held.fence == self.fence)?;
+        held.users += 1;
+        Some(Self {
+            leases: self.leases.clone(),
+            fence: self.fence,
+            fresh: false,
+        })
     }
 
     /// Whether the lease is still this instance's, as the last heartbeat found it.
@@ -303,6 +335,7 @@ impl Leases {
             return Ok(Some(ChatLease {
                 leases: self.clone(),
                 fence: held.fence,
+                fresh: false,
             }));
         }
         let Some(fence) = self
@@ -325,7 +358,19 @@ impl Leases {
         Ok(Some(ChatLease {
             leases: self.clone(),
             fence,
+            fresh: true,
         }))
+    }
+
+    /// Whether this instance has chat `chat_id`'s lease in hand.
+    pub fn holds(&self, chat_id: i64) -> bool {
+        self.map().contains_key(&chat_id)
+    }
+
+    /// Whether these leases are on PostgreSQL, where other instances may share the
+    /// database (on SQLite the lock file keeps them out).
+    pub fn shared(&self) -> bool {
+        self.store.is_postgres()
     }
 
     /// What the heartbeat renewed: a lease not among them was taken over, and is

@@ -88,6 +88,34 @@ pub async fn run<M: Messenger>(
     tracing::info!("worker stopped");
 }
 
+/// One look of the worker now, for a chat this instance just took over from one that
+/// died: its unfinished logs are claimed — and take their turns in their chats — before
+/// the chat's next updates are handled, so they are answered first, in order. They are
+/// finished in tasks of their own.
+pub async fn take_over<M: Messenger>(journal: Arc<Journal>, messenger: Arc<M>, leases: Leases) {
+    match journal
+        .claim_unfinished_held(FrontEnd::Telegram, BATCH, &leases)
+        .await
+    {
+        Ok(batch) => {
+            let permits = Arc::new(Semaphore::new(CONCURRENCY));
+            for (pickup, lease) in batch {
+                tokio::spawn(finish_one(
+                    Arc::clone(&journal),
+                    Arc::clone(&messenger),
+                    Arc::clone(&permits),
+                    CancellationToken::new(),
+                    pickup,
+                    Some(lease),
+                ));
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "could not read the unfinished logs of a chat taken over")
+        }
+    }
+}
+
 /// Finishes one log in its turn, holding a permit and (among instances) its chat's
 /// lease; a lease taken over meanwhile leaves the log to its new holder.
 async fn finish_one<M: Messenger>(

@@ -765,8 +765,11 @@ impl Answers {
     ) -> HandlerResult {
         if let Some(accepted) = accepted? {
             taking.marked_by_store();
+            // The chat stays this instance's until its answer is out.
+            let lease = taking.lease();
             self.0.spawn(async move {
                 journal.answer_accepted(messenger.as_ref(), accepted).await;
+                drop(lease);
             });
         }
         Ok(())
@@ -1523,10 +1526,20 @@ impl Running {
         let settings = Arc::clone(journal.settings());
         let messenger = Arc::new(Telegram::new(bot.clone()));
         let bot_id = i64::try_from(me.id.0).unwrap_or(i64::MAX);
-        let inbox = Inbox::new(
+        let take_over: Option<inbox::TakeOver> = leases.clone().map(|leases| {
+            let (journal, messenger) = (Arc::clone(&journal), Arc::clone(&messenger));
+            let hook: inbox::TakeOver = Arc::new(move || {
+                worker::take_over(Arc::clone(&journal), Arc::clone(&messenger), leases.clone())
+                    .boxed()
+            });
+            hook
+        });
+        let inbox = Inbox::with_leases(
             journal.store().clone(),
             bot_id,
             notice(&messenger, journal.users()),
+            leases.clone(),
+            take_over,
         );
         let answers = Answers::default();
         let handle = dispatching(bot, me, &journal, &messenger, &answers, &digests);
@@ -1546,7 +1559,7 @@ impl Running {
             Arc::clone(&digests),
             Arc::clone(&messenger),
             FrontEnd::Telegram,
-            leases,
+            leases.clone(),
             stop.clone(),
         ));
         let reminders = tokio::spawn(crate::reminders::run(
@@ -1558,6 +1571,7 @@ impl Running {
             stop.clone(),
         ));
         let retention = tokio::spawn(prune_inbox(inbox.clone(), journal, stop.clone()));
+        let listening = tokio::spawn(listen_inbox(inbox.clone(), leases, stop.clone()));
         Self {
             inbox,
             answers,
@@ -1567,6 +1581,7 @@ impl Running {
                 ("the worker", worker),
                 ("the reminder scheduler", reminders),
                 ("the inbox's retention", retention),
+                ("the inbox's listener", listening),
             ],
             grace: settings.telegram.shutdown_grace(),
             stop: stop.clone(),
@@ -1689,6 +1704,49 @@ fn dispatching<B: TgBot>(
         }
         .boxed()
     })
+}
+
+/// Among instances on PostgreSQL: an instance that committed updates of a chat
+/// another instance holds says so (`NOTIFY daylog_inbox`); the holder reads its inbox
+/// again at once rather than at its next periodic read. Nothing without shared leases.
+async fn listen_inbox(inbox: Inbox, leases: Option<Leases>, stop: CancellationToken) {
+    let Some(leases) = leases.filter(Leases::shared) else {
+        return;
+    };
+    let mut listener = loop {
+        match inbox.store().inbox_listener().await {
+            Ok(Some(listener)) => break listener,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%error, "cannot listen for other instances' updates yet");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    };
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            told = listener.recv() => match told {
+                Ok(told) => {
+                    let chat = told.payload().parse::<i64>().ok();
+                    if chat.is_none_or(|chat| leases.holds(chat)) {
+                        inbox.reread();
+                    }
+                }
+                Err(error) => {
+                    // The listener connects again by itself on its next receive.
+                    tracing::debug!(%error, "lost the inbox's listener for a moment");
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            },
+        }
+    }
 }
 
 /// The inbox's retention, at the start and then every [`PRUNE_EVERY`]: payloads of

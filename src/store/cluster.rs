@@ -160,6 +160,32 @@ macro_rules! fence_holds {
     }};
 }
 
+/// Inside an entry's write transaction for inbox update `$key`: when that update is
+/// handled under a chat's lease ([`Store::fence_update`]), ends the transaction with
+/// [`StoreError::Fenced`] unless the lease is still the chat's.
+macro_rules! update_fence_holds {
+    ($store:expr, $pool:expr, $conn:expr, $key:expr) => {{
+        if let Some(fence) = $store.update_fence($key) {
+            crate::store::cluster::fence_holds!($pool, $conn, &fence);
+        }
+    }};
+}
+pub(super) use {fence_holds, update_fence_holds};
+
+/// The leases updates are handled under, by update (see [`Store::fence_update`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct UpdateFences(
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<super::UpdateKey, Fence>>>,
+);
+
+impl UpdateFences {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<super::UpdateKey, Fence>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// `instances` rows whose heartbeat is recent: not stopped, seen within `$1` seconds.
 const ALIVE: Sql = Sql {
     sqlite: "SELECT count(*) FROM instances
@@ -247,6 +273,28 @@ impl Store {
                 .bind(instance.0)
                 .execute(pool)
                 .await?;
+            });
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every lease of another holder given up: for the one daemon of a SQLite file
+    /// (its lock file proves every other holder gone), so a restart after a crash does
+    /// not wait for the dead one's leases to run out.
+    pub async fn release_others(&self, instance: InstanceId) -> Result<(), StoreError> {
+        const RELEASE_OTHERS: Sql = Sql {
+            sqlite: "UPDATE chat_leases SET expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+                     WHERE holder <> $1 AND expires_at > strftime('%Y-%m-%d %H:%M:%f', 'now')",
+            postgres: "UPDATE chat_leases SET expires_at = daylog_utc_ms(now())
+                       WHERE holder <> $1 AND expires_at > daylog_utc_ms(now())",
+        };
+        retry_busy("release_others", || async {
+            on_db!(self, write, |pool| {
+                sqlx::query(RELEASE_OTHERS.on(pool))
+                    .bind(instance.0)
+                    .execute(pool)
+                    .await?;
             });
             Ok(())
         })
@@ -401,6 +449,45 @@ impl Store {
             })
         })
         .await
+    }
+
+    /// Update `key` is handled under `fence` (`Some`) from now on, or no longer
+    /// (`None`): the entry writes that mark it handled check that lease first.
+    pub fn fence_update(&self, key: super::UpdateKey, fence: Option<Fence>) {
+        let mut map = self.fences.map();
+        match fence {
+            Some(fence) => map.insert(key, fence),
+            None => map.remove(&key),
+        };
+    }
+
+    /// The lease update `key` is handled under, if any.
+    pub(super) fn update_fence(&self, key: super::UpdateKey) -> Option<Fence> {
+        self.fences.map().get(&key).copied()
+    }
+
+    /// Tells every instance listening (PostgreSQL `LISTEN daylog_inbox`) that chat
+    /// `chat_id` has updates this instance could not take (another holds its lease).
+    /// Nothing on SQLite.
+    pub async fn notify_inbox(&self, chat_id: i64) -> Result<(), StoreError> {
+        if let Db::Postgres(pool) = &self.db {
+            sqlx::query("SELECT pg_notify('daylog_inbox', $1)")
+                .bind(chat_id.to_string())
+                .execute(pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// A listener of `daylog_inbox` (see [`Store::notify_inbox`]) on a connection of
+    /// its own; `None` on SQLite.
+    pub async fn inbox_listener(&self) -> Result<Option<sqlx::postgres::PgListener>, StoreError> {
+        let Db::Postgres(pool) = &self.db else {
+            return Ok(None);
+        };
+        let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+        listener.listen("daylog_inbox").await?;
+        Ok(Some(listener))
     }
 
     /// One polling instance per database: on PostgreSQL, a session advisory lock on a

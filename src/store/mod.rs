@@ -626,6 +626,10 @@ pub struct Store {
     /// `users.timezone` of a user seen for the first time (`journal.default_timezone`),
     /// and the zone of one whose stored zone names none.
     default_zone: crate::time::UserZone,
+    /// The chat leases the updates being handled now are handled under (PostgreSQL,
+    /// several instances): an entry's write for one of them checks its lease in its
+    /// transaction ([`cluster`]).
+    fences: cluster::UpdateFences,
 }
 
 /// The database behind a [`Store`]: the one narrow type the journal sees has one of
@@ -950,6 +954,7 @@ impl Store {
             calls,
             durable: Some(std::sync::Arc::new(durable::WalSync::for_database(file))),
             default_zone: crate::time::UserZone::utc(),
+            fences: cluster::UpdateFences::default(),
         })
     }
 
@@ -972,6 +977,7 @@ impl Store {
             calls,
             durable: None,
             default_zone: crate::time::UserZone::utc(),
+            fences: cluster::UpdateFences::default(),
         })
     }
 

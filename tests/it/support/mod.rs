@@ -7,6 +7,7 @@
 #![expect(clippy::expect_used)]
 
 pub mod browser;
+pub mod cluster;
 pub mod fill;
 pub mod llm;
 pub mod postgres;
