@@ -826,3 +826,80 @@ async fn a_rolling_restart_under_load_answers_every_entry_once_and_in_order() {
     // an answer sent and not recorded, which the next holder sends again.
     assert!(twice <= 3, "{twice} second answers after 3 stops");
 }
+
+/// PostgreSQL restarted in the middle of a burst: while it is gone `/readyz` says 503
+/// and the webhook is answered 5xx (Telegram keeps the updates); every update Telegram
+/// got a 2xx for is there, and every entry is answered once it is back.
+#[tokio::test]
+async fn postgres_restarted_in_a_burst_loses_nothing_and_answers_everything_after() {
+    use crate::support::telegram::text_update;
+    use crate::support::{FakeTelegram, Providers};
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let Some(pg) = crate::support::cluster::OwnPostgres::start() else {
+        // `backends()` found a server elsewhere (DAYLOG_TEST_POSTGRES_URL): nothing of
+        // this test's own to restart.
+        eprintln!("the PostgreSQL restart test did not run: no server binaries of its own");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: it must run"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    providers.healthy().await;
+    let (_balancer, mut instances) = crate::support::cluster::start_instances(
+        &pg.url,
+        &telegram,
+        &providers,
+        dir.path(),
+        2,
+        2000,
+    )
+    .await;
+    let chats: Vec<i64> = (4000..4020).collect();
+    for chat in &chats {
+        telegram.push_update(text_update(*chat, 1, "A quiet day at home."));
+    }
+    pg.down();
+    for chat in &chats {
+        telegram.push_update(text_update(*chat, 2, "A quiet day at home."));
+    }
+    let client = reqwest::Client::new();
+    let readyz = format!("http://127.0.0.1:{}/readyz", instances[0].port);
+    crate::support::wait_until("/readyz to say 503", Duration::from_secs(60), || async {
+        client
+            .get(&readyz)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().as_u16() == 503)
+    })
+    .await;
+    crate::support::wait_until(
+        "a webhook post answered 5xx",
+        Duration::from_secs(60),
+        || async {
+            telegram
+                .webhook_posts()
+                .iter()
+                .any(|(_, status)| *status >= 500)
+        },
+    )
+    .await;
+    pg.up();
+    let logs: Vec<_> = instances.iter().map(|i| i.log.clone()).collect();
+    wait_answered(&telegram, &chats, 2, &logs).await;
+    for instance in &mut instances {
+        assert_eq!(
+            instance.stop().await,
+            Some(0),
+            "{}",
+            crate::support::tail(&instance.log, 20)
+        );
+    }
+    let (_, out_of_order) = check_answers(&telegram, &chats, 2);
+    assert_eq!(out_of_order, Vec::new(), "each chat in order");
+}

@@ -216,3 +216,135 @@ pub async fn start_instances(
     balancer.serve(&instances.iter().map(|i| i.port).collect::<Vec<_>>());
     (balancer, instances)
 }
+
+/// A PostgreSQL server of one test's own, which the test may stop and start (the
+/// shared throwaway cluster serves every other test and must not go away). As root it
+/// runs as `nobody`; it listens on a Unix socket in its own folder only. Stopped and
+/// removed when dropped.
+pub struct OwnPostgres {
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    root: bool,
+    pub url: String,
+}
+
+impl OwnPostgres {
+    /// `None` when no server binaries are installed.
+    pub fn start() -> Option<Self> {
+        // The newest installed server's binaries.
+        let mut found: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(Result::ok)
+            .filter_map(|entry| {
+                let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+                let bin = entry.path().join("bin");
+                bin.join("initdb").is_file().then_some((version, bin))
+            })
+            .collect();
+        found.sort();
+        let (_, bin) = found.pop()?;
+        let dir = tempfile::Builder::new()
+            .prefix("daylog-own-pg-")
+            .tempdir()
+            .expect("a folder")
+            .keep();
+        let root = std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+        if root {
+            let status = std::process::Command::new("chown")
+                .args(["nobody:nogroup", &dir.display().to_string()])
+                .status()
+                .expect("chown");
+            assert!(status.success());
+        }
+        let own = Self {
+            url: format!(
+                "postgres://daylog@localhost/postgres?host={}",
+                dir.display()
+            ),
+            dir,
+            bin,
+            root,
+        };
+        own.run(
+            "initdb",
+            &[
+                "-D",
+                &own.data(),
+                "-U",
+                "daylog",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+            ],
+        );
+        own.up();
+        Some(own)
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) -> bool {
+        let program = self.bin.join(tool);
+        let mut command = if self.root {
+            let mut command = std::process::Command::new("setpriv");
+            command
+                .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+                .arg(program);
+            command
+        } else {
+            std::process::Command::new(program)
+        };
+        command
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+
+    /// Starts the server and waits until it takes connections.
+    pub fn up(&self) {
+        let options = format!(
+            "-c listen_addresses='' -k {} -c fsync=off -c synchronous_commit=off",
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log").display().to_string();
+        assert!(
+            self.run(
+                "pg_ctl",
+                &[
+                    "-D",
+                    &self.data(),
+                    "-l",
+                    &log,
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    &options,
+                    "start"
+                ]
+            ),
+            "the test's own PostgreSQL did not start"
+        );
+    }
+
+    /// Stops the server (fast: connections are cut, as in a restart).
+    pub fn down(&self) {
+        assert!(self.run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]));
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        self.run("pg_ctl", &["-D", &self.data(), "-m", "immediate", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
