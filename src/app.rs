@@ -45,6 +45,9 @@ pub struct App {
     digests: Arc<Digests>,
     /// Webhook mode: between the HTTP listener and the bot (closed until it takes posts).
     webhook: crate::bot::webhook::Gate,
+    /// The daemon's chat leases ([`App::with_leases`]), when it is one instance among
+    /// others on its database.
+    leases: Option<crate::cluster::Leases>,
 }
 
 impl App {
@@ -77,6 +80,7 @@ impl App {
             journal,
             digests,
             webhook: crate::bot::webhook::Gate::default(),
+            leases: None,
         })
     }
 
@@ -93,6 +97,14 @@ impl App {
             .with_clock(clock),
         );
         self.digests = Digests::of(&self.journal);
+        self
+    }
+
+    /// The same application working on chats under `leases` (the daemon's, from
+    /// [`crate::cluster::Member::leases`]).
+    #[must_use]
+    pub fn with_leases(mut self, leases: crate::cluster::Leases) -> Self {
+        self.leases = Some(leases);
         self
     }
 
@@ -117,7 +129,15 @@ impl App {
     pub async fn serve_telegram(self, stop: CancellationToken) -> anyhow::Result<()> {
         let client = crate::telegram_client().map_err(StartError::Client)?;
         let bot = crate::bot::build_bot(&self.settings, client)?;
-        crate::bot::serve_configured(bot, self.journal, self.digests, stop, self.webhook).await
+        crate::bot::serve_configured(
+            bot,
+            self.journal,
+            self.digests,
+            stop,
+            self.webhook,
+            self.leases,
+        )
+        .await
     }
 
     /// The Mini App's routes (`/app`, `/app/api/…`) when `webapp.url` is set, empty
@@ -176,8 +196,16 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let stopped_at = Arc::new(OnceLock::new());
     let signals = listen_for_signals(stop.clone(), Arc::clone(&stopped_at));
+    // One daemon per SQLite file: refused before anything touches the database.
+    let _lock = crate::cluster::lock_database(settings.database_url.expose())?;
     let app = App::build(settings).await?;
     let store = app.store().clone();
+    // Among the database's instances; on PostgreSQL in polling mode, the only poller.
+    let member = crate::cluster::Member::join(&store, app.settings()).await?;
+    let app = app.with_leases(member.leases());
+    // Beats until the work in hand is finished, not only until the stop signal.
+    let beating = CancellationToken::new();
+    let heartbeat = tokio::spawn(member.beat(beating.clone(), stop.clone()));
     let grace = app.settings().telegram.shutdown_grace();
     // Up before the front end, so that a probe sees a process that is still connecting;
     // down only once the front end is done, so that `/readyz` says 503 all the while.
@@ -190,8 +218,19 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
         app.mini_app()?,
     )
     .await?;
-    let served = app.serve_telegram(stop).await;
+    let served = app.serve_telegram(stop.clone()).await;
     signals.abort();
+    beating.cancel();
+    let lost = match heartbeat.await {
+        Ok((member, lost)) => {
+            member.leave().await;
+            lost
+        }
+        Err(error) => {
+            tracing::warn!(%error, "the heartbeat ended abnormally");
+            None
+        }
+    };
     if let Some(http) = http {
         http.close().await;
     }
@@ -208,7 +247,10 @@ pub async fn run_daemon(settings: Settings) -> anyhow::Result<()> {
         tracing::warn!("the database did not close in time; committed entries are safe");
     }
     tracing::info!("daylog stopped");
-    served
+    match lost {
+        Some(error) => Err(error.into()),
+        None => served,
+    }
 }
 
 /// Cancels `stop` on SIGINT or SIGTERM (teloxide's own handler knows only SIGINT), after

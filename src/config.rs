@@ -773,6 +773,22 @@ impl ReminderSettings {
     }
 }
 
+/// `[cluster]`: instances sharing one database (docs/operations.md, Several instances).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSettings {
+    /// How long a chat's lease (and an instance's heartbeat) holds without renewal.
+    lease_ms: Bounded<1000, 600_000>,
+}
+
+impl ClusterSettings {
+    /// How long a lease lasts unrenewed: an instance that died gives its chats up to
+    /// others this long after its last renewal.
+    pub fn lease(&self) -> Duration {
+        self.lease_ms.millis()
+    }
+}
+
 /// The wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -1092,6 +1108,7 @@ struct FileSettings {
     webapp: WebappSettings,
     journal: JournalSettings,
     reminders: ReminderSettings,
+    cluster: ClusterSettings,
     providers: BTreeMap<String, ProviderSettings>,
     #[serde(default)]
     budgets: BudgetsSettings,
@@ -1148,6 +1165,7 @@ pub struct Settings {
     pub webapp: WebappSettings,
     pub journal: JournalSettings,
     pub reminders: ReminderSettings,
+    pub cluster: ClusterSettings,
     pub providers: BTreeMap<String, ProviderSettings>,
     pub budgets: BudgetsSettings,
     pub analysis: TaskSettings,
@@ -1243,6 +1261,7 @@ impl Settings {
             webapp,
             journal,
             reminders,
+            cluster,
             providers,
             budgets,
             analysis,
@@ -1275,6 +1294,7 @@ impl Settings {
             webapp,
             journal,
             reminders,
+            cluster,
             providers,
             budgets,
             analysis,
@@ -1748,6 +1768,26 @@ mod tests {
         let file = tempfile::NamedTempFile::new().expect("temp file");
         std::fs::write(file.path(), text).expect("write config");
         file
+    }
+
+    #[test]
+    fn the_lease_is_taken_within_its_bounds_only() {
+        let lease = |value: &str| load(&[("DAYLOG__CLUSTER__LEASE_MS", value)]);
+        assert_eq!(
+            lease("1000").expect("the least").cluster.lease(),
+            Duration::from_secs(1)
+        );
+        assert!(lease("600000").is_ok());
+        assert_eq!(
+            load(&[]).expect("defaults").cluster.lease(),
+            Duration::from_secs(30)
+        );
+        for wrong in ["999", "600001", "0"] {
+            assert_eq!(
+                error_key(&[("DAYLOG__CLUSTER__LEASE_MS", wrong)]),
+                "cluster.lease_ms"
+            );
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod app;
 pub mod bot;
 pub mod charts;
 pub mod cli;
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod day;

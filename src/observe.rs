@@ -47,6 +47,11 @@ pub const UPDATES_RECEIVED: &str = "daylog_updates_received_total";
 pub const UPDATES_UNHANDLED: &str = "daylog_updates_unhandled";
 /// Inbox rows dead: dead letters and updates given up.
 pub const UPDATES_DEAD: &str = "daylog_updates_dead";
+/// Instances of this database alive (not stopped, heartbeat within `cluster.lease_ms`),
+/// as this instance's heartbeat last counted them.
+pub const INSTANCES_ALIVE: &str = "daylog_instances_alive";
+/// Chats whose lease this instance holds, at its last heartbeat.
+pub const CHAT_LEASES_HELD: &str = "daylog_chat_leases_held";
 /// Daily reminders sent.
 pub const REMINDERS_SENT: &str = "daylog_reminders_sent_total";
 /// Weekly digests delivered.
@@ -124,6 +129,15 @@ pub fn inbox_rows(unhandled: u64, dead: u64) {
     {
         metrics::gauge!(UPDATES_UNHANDLED).set(unhandled as f64);
         metrics::gauge!(UPDATES_DEAD).set(dead as f64);
+    }
+}
+
+/// What a heartbeat found: instances alive, and chats this one holds.
+pub fn cluster_seen(alive: u64, leases_held: usize) {
+    #[expect(clippy::cast_precision_loss, reason = "small counts, far below 2^52")]
+    {
+        metrics::gauge!(INSTANCES_ALIVE).set(alive as f64);
+        metrics::gauge!(CHAT_LEASES_HELD).set(leases_held as f64);
     }
 }
 
@@ -237,6 +251,11 @@ fn describe() {
         UPDATES_DEAD,
         "Inbox rows dead (dead letters, updates given up)."
     );
+    metrics::describe_gauge!(
+        INSTANCES_ALIVE,
+        "Instances of this database alive (heartbeat within cluster.lease_ms)."
+    );
+    metrics::describe_gauge!(CHAT_LEASES_HELD, "Chats whose lease this instance holds.");
     metrics::describe_counter!(REMINDERS_SENT, "Daily reminders sent.");
     metrics::describe_counter!(DIGESTS_SENT, "Weekly digests delivered.");
 }

@@ -210,6 +210,7 @@ where
         Arc::clone(&digests),
         Arc::clone(&terminal),
         FrontEnd::Terminal { user_id: user },
+        None, // its own user's entries only: no chat is another instance's
         stop.clone(),
     ));
     if std::io::stdin().is_terminal() {

@@ -10,9 +10,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::{ChatLease, Leases};
 use crate::digest::Digests;
 use crate::frontend::Messenger;
-use crate::journal::Journal;
+use crate::journal::{Journal, Pickup};
 use crate::store::FrontEnd;
 
 /// Logs finished at the same time, at most.
@@ -21,19 +22,32 @@ const CONCURRENCY: usize = 16;
 const BATCH: i64 = 200;
 
 /// Runs until `shutdown` is cancelled, then lets the logs in hand finish. It finishes
-/// only `front_end`'s own logs, and delivers its due digests through `digests`.
+/// only `front_end`'s own logs, and delivers its due digests through `digests`. With
+/// `leases` (the daemon, one instance among others on a database) each log is finished
+/// under its chat's lease, and a chat another live instance holds is left to it.
 pub async fn run<M: Messenger>(
     journal: Arc<Journal>,
     digests: Arc<Digests>,
     messenger: Arc<M>,
     front_end: FrontEnd,
+    leases: Option<Leases>,
     shutdown: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = JoinSet::new();
     let poll = journal.settings().worker.poll_interval();
     loop {
-        match journal.claim_unfinished(front_end, BATCH).await {
+        let batch = match &leases {
+            Some(leases) => journal
+                .claim_unfinished_held(front_end, BATCH, leases)
+                .await
+                .map(|batch| batch.into_iter().map(|(p, l)| (p, Some(l))).collect()),
+            None => journal
+                .claim_unfinished(front_end, BATCH)
+                .await
+                .map(|batch| batch.into_iter().map(|p| (p, None)).collect::<Vec<_>>()),
+        };
+        match batch {
             Ok(batch) => {
                 if !batch.is_empty() {
                     tracing::debug!(count = batch.len(), "worker found unfinished logs");
@@ -43,31 +57,18 @@ pub async fn run<M: Messenger>(
                 // permit, so one chat's backlog does not hold the permits of every other
                 // chat (a log holding a permit may still make a new entry of its chat
                 // wait, in order, behind the other chats' leftovers).
-                for mut pickup in batch {
+                for (pickup, lease) in batch {
                     if shutdown.is_cancelled() {
                         break;
                     }
-                    let journal = Arc::clone(&journal);
-                    let messenger = Arc::clone(&messenger);
-                    let permits = Arc::clone(&permits);
-                    let shutdown = shutdown.clone();
-                    tasks.spawn(async move {
-                        let id = pickup.id();
-                        let permit = tokio::select! {
-                            permit = async {
-                                pickup.wait_turn().await;
-                                permits.acquire_owned().await
-                            } => permit,
-                            () = shutdown.cancelled() => return,
-                        };
-                        let Ok(permit) = permit else {
-                            return;
-                        };
-                        if let Err(error) = journal.finish(messenger.as_ref(), pickup).await {
-                            tracing::error!(log_id = id.get(), %error, "worker could not finish a log");
-                        }
-                        drop(permit);
-                    });
+                    tasks.spawn(finish_one(
+                        Arc::clone(&journal),
+                        Arc::clone(&messenger),
+                        Arc::clone(&permits),
+                        shutdown.clone(),
+                        pickup,
+                        lease,
+                    ));
                 }
             }
             Err(error) => tracing::error!(%error, "worker could not read unfinished logs"),
@@ -85,4 +86,67 @@ pub async fn run<M: Messenger>(
     }
     while tasks.join_next().await.is_some() {}
     tracing::info!("worker stopped");
+}
+
+/// One look of the worker now, for a chat this instance just took over from one that
+/// died: its unfinished logs are claimed — and take their turns in their chats — before
+/// the chat's next updates are handled, so they are answered first, in order. They are
+/// finished in tasks of their own.
+pub async fn take_over<M: Messenger>(journal: Arc<Journal>, messenger: Arc<M>, leases: Leases) {
+    match journal
+        .claim_unfinished_held(FrontEnd::Telegram, BATCH, &leases)
+        .await
+    {
+        Ok(batch) => {
+            let permits = Arc::new(Semaphore::new(CONCURRENCY));
+            for (pickup, lease) in batch {
+                tokio::spawn(finish_one(
+                    Arc::clone(&journal),
+                    Arc::clone(&messenger),
+                    Arc::clone(&permits),
+                    CancellationToken::new(),
+                    pickup,
+                    Some(lease),
+                ));
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "could not read the unfinished logs of a chat taken over")
+        }
+    }
+}
+
+/// Finishes one log in its turn, holding a permit and (among instances) its chat's
+/// lease; a lease taken over meanwhile leaves the log to its new holder.
+async fn finish_one<M: Messenger>(
+    journal: Arc<Journal>,
+    messenger: Arc<M>,
+    permits: Arc<Semaphore>,
+    shutdown: CancellationToken,
+    mut pickup: Pickup,
+    lease: Option<ChatLease>,
+) {
+    let id = pickup.id();
+    let permit = tokio::select! {
+        permit = async {
+            pickup.wait_turn().await;
+            permits.acquire_owned().await
+        } => permit,
+        () = shutdown.cancelled() => return,
+    };
+    let Ok(permit) = permit else {
+        return;
+    };
+    if lease.as_ref().is_some_and(|lease| !lease.held()) {
+        tracing::info!(
+            log_id = id.get(),
+            "another instance took this log's chat over; left to it"
+        );
+        return;
+    }
+    if let Err(error) = journal.finish(messenger.as_ref(), pickup).await {
+        tracing::error!(log_id = id.get(), %error, "worker could not finish a log");
+    }
+    drop(permit);
+    drop(lease);
 }

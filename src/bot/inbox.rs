@@ -74,7 +74,15 @@ struct Shared {
     told: Mutex<HashSet<i64>>,
     /// The handling loop's state (see [`handling`]).
     lanes: Mutex<handling::Lanes>,
+    /// This instance's chat leases (the daemon), under which each chat is handled.
+    leases: Option<crate::cluster::Leases>,
+    /// What runs when a chat is taken over from another instance, before its updates.
+    take_over: Option<TakeOver>,
 }
+
+/// Claims what a chat taken over from another instance left unfinished (see
+/// [`crate::worker::take_over`]).
+pub type TakeOver = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// What [`Inbox::receive`] read of a body.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,6 +112,18 @@ impl Inbox {
     /// The inbox of the bot `bot_id` (the token's bot, from `getMe`); `notice` tells a
     /// user that an update could not be stored yet.
     pub fn new(store: Store, bot_id: i64, notice: Notice) -> Self {
+        Self::with_leases(store, bot_id, notice, None, None)
+    }
+
+    /// An inbox whose chats are handled under this instance's chat `leases` (the
+    /// daemon: one instance among others on the database).
+    pub fn with_leases(
+        store: Store,
+        bot_id: i64,
+        notice: Notice,
+        leases: Option<crate::cluster::Leases>,
+        take_over: Option<TakeOver>,
+    ) -> Self {
         Self(Arc::new(Shared {
             store,
             bot_id,
@@ -111,7 +131,19 @@ impl Inbox {
             notice,
             told: Mutex::default(),
             lanes: Mutex::default(),
+            leases,
+            take_over,
         }))
+    }
+
+    /// The chat leases the loop works under, if any.
+    pub(super) fn leases(&self) -> Option<&crate::cluster::Leases> {
+        self.0.leases.as_ref()
+    }
+
+    /// What runs when a chat is taken over, if anything.
+    pub(super) fn take_over(&self) -> Option<&TakeOver> {
+        self.0.take_over.as_ref()
     }
 
     pub fn bot_id(&self) -> i64 {

@@ -41,6 +41,7 @@ use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cluster::Leases;
 use crate::commands::{self, Command};
 use crate::config::Settings;
 use crate::digest::Digests;
@@ -879,8 +880,11 @@ impl Answers {
     ) -> HandlerResult {
         if let Some(accepted) = accepted? {
             taking.marked_by_store();
+            // The chat stays this instance's until its answer is out.
+            let lease = taking.lease();
             self.0.spawn(async move {
                 journal.answer_accepted(messenger.as_ref(), accepted).await;
+                drop(lease);
             });
         }
         Ok(())
@@ -1553,6 +1557,7 @@ pub async fn serve_configured(
     digests: Arc<Digests>,
     stop: CancellationToken,
     webhook: webhook::Gate,
+    leases: Option<Leases>,
 ) -> anyhow::Result<()> {
     if journal.settings().telegram.throttle() {
         serve(
@@ -1561,30 +1566,33 @@ pub async fn serve_configured(
             digests,
             stop,
             webhook,
+            leases,
         )
         .await
     } else {
-        serve(bot, journal, digests, stop, webhook).await
+        serve(bot, journal, digests, stop, webhook, leases).await
     }
 }
 
 /// Polls Telegram into the inbox (or, in webhook mode, opens `webhook` to it) and
 /// handles it until `stop` is cancelled, then stops taking updates and lets in-flight
 /// work finish within `telegram.shutdown_grace_ms`. The worker and the reminders run
-/// beside it ([`Running`]).
+/// beside it ([`Running`]); `leases`: this instance's chat leases (the daemon), under
+/// which the worker finishes what is unfinished.
 pub async fn serve<B: TgBot>(
     bot: B,
     journal: Arc<Journal>,
     digests: Arc<Digests>,
     stop: CancellationToken,
     webhook: webhook::Gate,
+    leases: Option<Leases>,
 ) -> anyhow::Result<()> {
     let Some(me) = start_up(&bot, journal.settings(), &stop).await? else {
         return Ok(()); // stopped while starting
     };
     menu_button::set_menu_button(&bot, journal.settings().webapp.url()).await;
     if journal.settings().telegram.mode() == crate::config::TelegramMode::Webhook {
-        let running = Running::start(bot, &me, journal, digests, &stop);
+        let running = Running::start(bot, &me, journal, digests, leases, &stop);
         webhook::take_posts(&webhook, running.inbox(), &stop).await;
         running.finish().await;
         return Ok(());
@@ -1600,7 +1608,7 @@ pub async fn serve<B: TgBot>(
         settings.telegram_api_url.as_ref(),
         token.expose(),
     )?;
-    let running = Running::start(bot, &me, journal, digests, &stop);
+    let running = Running::start(bot, &me, journal, digests, leases, &stop);
     tracing::info!("daylog is running");
     poller.run(&running.inbox(), &stop).await;
     running.finish().await;
@@ -1632,15 +1640,26 @@ impl Running {
         me: &Me,
         journal: Arc<Journal>,
         digests: Arc<Digests>,
+        leases: Option<Leases>,
         stop: &CancellationToken,
     ) -> Self {
         let settings = Arc::clone(journal.settings());
         let messenger = Arc::new(Telegram::new(bot.clone()).sharing(journal.store().clone()));
         let bot_id = i64::try_from(me.id.0).unwrap_or(i64::MAX);
-        let inbox = Inbox::new(
+        let take_over: Option<inbox::TakeOver> = leases.clone().map(|leases| {
+            let (journal, messenger) = (Arc::clone(&journal), Arc::clone(&messenger));
+            let hook: inbox::TakeOver = Arc::new(move || {
+                worker::take_over(Arc::clone(&journal), Arc::clone(&messenger), leases.clone())
+                    .boxed()
+            });
+            hook
+        });
+        let inbox = Inbox::with_leases(
             journal.store().clone(),
             bot_id,
             notice(&messenger, journal.users()),
+            leases.clone(),
+            take_over,
         );
         let answers = Answers::default();
         let handle = dispatching(bot, me, &journal, &messenger, &answers, &digests);
@@ -1660,6 +1679,7 @@ impl Running {
             Arc::clone(&digests),
             Arc::clone(&messenger),
             FrontEnd::Telegram,
+            leases.clone(),
             stop.clone(),
         ));
         let reminders = tokio::spawn(crate::reminders::run(
@@ -1671,6 +1691,7 @@ impl Running {
             stop.clone(),
         ));
         let retention = tokio::spawn(prune_inbox(inbox.clone(), journal, stop.clone()));
+        let listening = tokio::spawn(listen_inbox(inbox.clone(), leases, stop.clone()));
         Self {
             inbox,
             answers,
@@ -1680,6 +1701,7 @@ impl Running {
                 ("the worker", worker),
                 ("the reminder scheduler", reminders),
                 ("the inbox's retention", retention),
+                ("the inbox's listener", listening),
             ],
             grace: settings.telegram.shutdown_grace(),
             stop: stop.clone(),
@@ -1802,6 +1824,49 @@ fn dispatching<B: TgBot>(
         }
         .boxed()
     })
+}
+
+/// Among instances on PostgreSQL: an instance that committed updates of a chat
+/// another instance holds says so (`NOTIFY daylog_inbox`); the holder reads its inbox
+/// again at once rather than at its next periodic read. Nothing without shared leases.
+async fn listen_inbox(inbox: Inbox, leases: Option<Leases>, stop: CancellationToken) {
+    let Some(leases) = leases.filter(Leases::shared) else {
+        return;
+    };
+    let mut listener = loop {
+        match inbox.store().inbox_listener().await {
+            Ok(Some(listener)) => break listener,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%error, "cannot listen for other instances' updates yet");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    };
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            told = listener.recv() => match told {
+                Ok(told) => {
+                    let chat = told.payload().parse::<i64>().ok();
+                    if chat.is_none_or(|chat| leases.holds(chat)) {
+                        inbox.reread();
+                    }
+                }
+                Err(error) => {
+                    // The listener connects again by itself on its next receive.
+                    tracing::debug!(%error, "lost the inbox's listener for a moment");
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            },
+        }
+    }
 }
 
 /// The inbox's retention, at the start and then every [`PRUNE_EVERY`]: payloads of

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use crate::cluster::{ChatLease, Leases};
 use crate::domain::{Failure, Outcome};
 use crate::frontend::Messenger;
 use crate::store::{DayLog, FrontEnd, LogId, LogStatus, StoreError, Unfinished, VoiceNote};
@@ -26,6 +27,50 @@ impl Journal {
         front_end: FrontEnd,
         limit: i64,
     ) -> Result<Vec<Pickup>, StoreError> {
+        Ok(self
+            .claim_listed(front_end, limit)
+            .await?
+            .into_iter()
+            .map(|(_, pickup)| pickup)
+            .collect())
+    }
+
+    /// [`Journal::claim_unfinished`] for one instance among several on a database:
+    /// each log is finished under its chat's lease as well (in hand, or taken now), so
+    /// no two instances analyse or answer one entry; the logs of a chat another live
+    /// instance holds are left to that one (their claims and turns let go here).
+    pub async fn claim_unfinished_held(
+        &self,
+        front_end: FrontEnd,
+        limit: i64,
+        leases: &Leases,
+    ) -> Result<Vec<(Pickup, ChatLease)>, StoreError> {
+        let mut held = Vec::new();
+        let mut elsewhere: HashSet<ChatId> = HashSet::new();
+        for (chat, pickup) in self.claim_listed(front_end, limit).await? {
+            if elsewhere.contains(&chat) {
+                continue;
+            }
+            match leases.hold(chat.0).await {
+                Ok(Some(lease)) => held.push((pickup, lease)),
+                Ok(None) => {
+                    elsewhere.insert(chat);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, chat_id = chat.0, "cannot take a chat's lease; its logs wait");
+                    elsewhere.insert(chat);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Lists and claims (see [`Journal::claim_unfinished`]), each with its chat.
+    async fn claim_listed(
+        &self,
+        front_end: FrontEnd,
+        limit: i64,
+    ) -> Result<Vec<(ChatId, Pickup)>, StoreError> {
         let _listing = self.claim_gate.write().await;
         let batch = self.store.unfinished(front_end, limit).await?;
         let now = tokio::time::Instant::now();
@@ -48,11 +93,14 @@ impl Journal {
             .filter_map(|(_, log)| {
                 let claim = self.claim(log.chat_id, log.message_id)?;
                 let turn = self.lanes.take(log.chat_id);
-                Some(Pickup {
-                    id: log.id,
-                    claim,
-                    turn,
-                })
+                Some((
+                    log.chat_id,
+                    Pickup {
+                        id: log.id,
+                        claim,
+                        turn,
+                    },
+                ))
             })
             .collect())
     }

@@ -3,6 +3,7 @@
 
 use sqlx::FromRow;
 
+use super::cluster::update_fence_holds;
 use super::updates::{MARK_HANDLED, MARK_HANDLED_7_8_SQLITE, UpdateKey, WriteTx};
 use super::word_forms::{self, Forms};
 use super::{
@@ -637,6 +638,7 @@ impl Store {
                 return insert_log_marked_sqlite(&sqlite.write, log, key).await;
             }
             in_write_tx!(self, |pool, conn| {
+                update_fence_holds!(self, pool, conn, key);
                 let inserted = insert_log_on!(pool, conn, log);
                 sqlx::query(MARK_HANDLED.on(pool))
                     .bind(key.bot_id)
@@ -713,6 +715,7 @@ impl Store {
                 .await?;
                 let updated = returned(rows);
                 if let (Some(key), Some(_)) = (update, &updated) {
+                    update_fence_holds!(self, pool, conn, key);
                     sqlx::query(MARK_HANDLED.on(pool))
                         .bind(key.bot_id)
                         .bind(key.update_id)
@@ -932,6 +935,7 @@ impl Store {
                     ),
                 };
                 if let Some(key) = update {
+                    update_fence_holds!(self, pool, conn, key);
                     sqlx::query(MARK_HANDLED.on(pool))
                         .bind(key.bot_id)
                         .bind(key.update_id)

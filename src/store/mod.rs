@@ -92,6 +92,10 @@ pub enum StoreError {
     /// The commit returned but could not be synced to disk: not promised as kept.
     #[error("cannot sync the database to disk: {0}")]
     Sync(#[source] std::io::Error),
+    /// A write under a chat's lease found the lease taken over by another instance:
+    /// nothing was written (the new holder does the work).
+    #[error("chat {chat_id}'s lease was taken over by another instance")]
+    Fenced { chat_id: i64 },
     /// `daylog backup` could not write, sync or read back its copy (which is removed).
     #[error("the backup {path} could not be made: {message}")]
     Backup { path: String, message: String },
@@ -579,6 +583,7 @@ macro_rules! log_columns {
 const LOG_COLUMNS: &str = log_columns!();
 
 mod calls;
+mod cluster;
 mod digests;
 mod durable;
 mod logs;
@@ -594,6 +599,7 @@ mod word_forms;
 
 use calls::CallRecorder;
 pub use calls::CallSink;
+pub use cluster::{Fence, InstanceId, InstanceRow, NewInstance, PollingLock};
 pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DigestStatus, DueDigest};
 pub use logs::{
     DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts, Inserted, NewImportLog,
@@ -621,6 +627,10 @@ pub struct Store {
     /// `users.timezone` of a user seen for the first time (`journal.default_timezone`),
     /// and the zone of one whose stored zone names none.
     default_zone: crate::time::UserZone,
+    /// The chat leases the updates being handled now are handled under (PostgreSQL,
+    /// several instances): an entry's write for one of them checks its lease in its
+    /// transaction ([`cluster`]).
+    fences: cluster::UpdateFences,
 }
 
 /// The database behind a [`Store`]: the one narrow type the journal sees has one of
@@ -945,6 +955,7 @@ impl Store {
             calls,
             durable: Some(std::sync::Arc::new(durable::WalSync::for_database(file))),
             default_zone: crate::time::UserZone::utc(),
+            fences: cluster::UpdateFences::default(),
         })
     }
 
@@ -967,6 +978,7 @@ impl Store {
             calls,
             durable: None,
             default_zone: crate::time::UserZone::utc(),
+            fences: cluster::UpdateFences::default(),
         })
     }
 
@@ -1002,10 +1014,24 @@ impl Store {
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.check_not_newer().await?;
+        let tolerated = self.check_not_newer().await?;
+        let migrator = self.migrator();
+        // Migrations a newer build applied, all additive: this build runs beside them
+        // (sqlx would otherwise refuse versions it does not know).
+        let beside_newer;
+        let migrator = if tolerated {
+            beside_newer = sqlx::migrate::Migrator {
+                migrations: std::borrow::Cow::Borrowed(&*migrator.migrations),
+                ignore_missing: true,
+                ..sqlx::migrate::Migrator::DEFAULT
+            };
+            &beside_newer
+        } else {
+            migrator
+        };
         match &self.db {
-            Db::Sqlite(sqlite) => MIGRATOR.run(&sqlite.write).await?,
-            Db::Postgres(pg) => PG_MIGRATOR.run(pg).await?,
+            Db::Sqlite(sqlite) => migrator.run(&sqlite.write).await?,
+            Db::Postgres(pg) => migrator.run(pg).await?,
         }
         Ok(())
     }
@@ -1072,18 +1098,46 @@ impl Store {
         })
     }
 
-    async fn check_not_newer(&self) -> Result<(), StoreError> {
+    /// Refuses a schema a newer build migrated, unless every migration this build does
+    /// not know is *additive* (its name ends in `_additive`: it only adds tables,
+    /// columns with defaults or indexes, so this build's statements still mean what
+    /// they meant): then the old build runs beside the new one during a rolling
+    /// upgrade, and `true` says so (docs/operations.md, Upgrades).
+    async fn check_not_newer(&self) -> Result<bool, StoreError> {
         let known = self.migrator().iter().map(|m| m.version).max().unwrap_or(0);
-        let found = self
-            .applied_versions()
+        let newer: Vec<(i64, String)> = self
+            .applied_migrations()
             .await?
             .into_iter()
-            .max()
-            .unwrap_or(0);
-        if found > known {
-            return Err(StoreError::NewerSchema { found, known });
+            .filter(|(version, _)| *version > known)
+            .collect();
+        let Some(found) = newer.iter().map(|(version, _)| *version).max() else {
+            return Ok(false);
+        };
+        if newer
+            .iter()
+            .all(|(_, description)| is_additive(description))
+        {
+            tracing::info!(
+                found,
+                known,
+                "the database has migrations of a newer daylog, all additive: this build runs beside it"
+            );
+            return Ok(true);
         }
-        Ok(())
+        Err(StoreError::NewerSchema { found, known })
+    }
+
+    /// The applied migrations: version and description.
+    async fn applied_migrations(&self) -> Result<Vec<(i64, String)>, StoreError> {
+        if self.applied_versions().await?.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(on_db!(self, read, |pool| {
+            sqlx::query_as("SELECT version, description FROM _sqlx_migrations WHERE success")
+                .fetch_all(pool)
+                .await?
+        }))
     }
 
     /// Fails with a clear error unless the schema is current (for commands that do not
@@ -1190,6 +1244,15 @@ async fn quick_check(pool: &SqlitePool) -> Option<String> {
     }
 }
 
+/// Whether a migration's description (sqlx's: the file name after the version, `_` read
+/// as a space) marks it additive: old builds run beside it.
+fn is_additive(description: &str) -> bool {
+    description
+        .rsplit([' ', '_'])
+        .next()
+        .is_some_and(|last| last.eq_ignore_ascii_case("additive"))
+}
+
 /// `url` with its password (and any query, which may hold one) left out, for messages.
 pub fn redacted_url(url: &str) -> String {
     crate::config::redacted_url(url)
@@ -1215,7 +1278,21 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::{MIGRATOR, PG_MIGRATOR, redacted_url};
+    use super::{MIGRATOR, PG_MIGRATOR, is_additive, redacted_url};
+
+    #[test]
+    fn a_migration_is_additive_only_when_its_name_says_so_last() {
+        assert!(is_additive("instances additive"));
+        assert!(is_additive("shared_budgets_additive"));
+        assert!(!is_additive("additive budgets"));
+        assert!(!is_additive("future"));
+        assert!(!is_additive("nonadditive"));
+        let ours = MIGRATOR
+            .iter()
+            .find(|m| m.version == 20261205000026)
+            .map(|m| m.description.to_string());
+        assert_eq!(ours.as_deref().map(is_additive), Some(true), "{ours:?}");
+    }
 
     #[test]
     fn a_database_url_is_shown_without_its_password_or_parameters() {

@@ -120,13 +120,15 @@ fn migrate_then_sql_lists_the_public_tables() {
         .skip(2)
         .filter(|l| !l.starts_with('('))
         .map(|l| l.trim().to_owned())
-        // FTS5's own shadow tables behind day_logs_fts, not part of the interface.
-        .filter(|name| !name.starts_with("day_logs_fts_"))
+        // FTS5's own shadow tables behind day_logs_fts, and SQLite's counter behind
+        // instances' AUTOINCREMENT, not part of the interface.
+        .filter(|name| !name.starts_with("day_logs_fts_") && name != "sqlite_sequence")
         .collect();
     assert_eq!(
         names,
         [
             "_sqlx_migrations",
+            "chat_leases",
             "daily_metrics",
             "day_activities",
             "day_logs",
@@ -134,6 +136,7 @@ fn migrate_then_sql_lists_the_public_tables() {
             "day_logs_search",
             "digests",
             "erasures",
+            "instances",
             "llm_budgets",
             "llm_calls",
             "llm_refusals",

@@ -26,6 +26,7 @@ mod budgets;
 mod chat;
 mod cli;
 mod cli_config;
+mod cluster;
 mod digest;
 mod disk_full;
 mod docs;

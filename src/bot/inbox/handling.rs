@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{Inbox, NoticeKind, not_saved};
+use crate::cluster::ChatLease;
 use crate::store::{InboxUpdate, NextTry, UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey};
 
 /// Chats handled at the same time.
@@ -180,9 +181,17 @@ pub struct Taking {
     /// task that fails records its failure itself).
     failures: i64,
     backoff: Backoff,
+    /// The chat's lease the update is handled under (the daemon's).
+    lease: Option<Arc<ChatLease>>,
 }
 
 impl Taking {
+    /// The chat's lease the update is handled under, for work handed to a task of its
+    /// own (an entry's answer): the chat stays with this instance until it ends.
+    pub fn lease(&self) -> Option<Arc<ChatLease>> {
+        self.lease.clone()
+    }
+
     /// The update's key in the inbox, for a store write that marks it handled in its
     /// own transaction.
     pub fn key(&self) -> UpdateKey {
@@ -224,6 +233,7 @@ impl Taking {
                 min: Duration::from_secs(30),
                 max: Duration::from_secs(600),
             },
+            lease: None,
         }
     }
 }
@@ -337,10 +347,15 @@ impl Inbox {
         if arrived.is_empty() {
             return;
         }
+        // Among instances sharing the database, another one may have committed an
+        // older row of the same chat: a row handed over waits for a read.
+        let shared = self.leases().is_some_and(crate::cluster::Leases::shared);
         let mut guard = self.lanes();
         let lanes = &mut *guard;
-        if lanes.held.saturating_add(arrived.len()) > HELD_MAX {
+        if lanes.held.saturating_add(arrived.len()) > HELD_MAX || shared {
             lanes.missed = lanes.missed.wrapping_add(1);
+        }
+        if lanes.held.saturating_add(arrived.len()) > HELD_MAX {
             return;
         }
         // While the table may hold older rows unseen, a row handed over waits for a
@@ -393,6 +408,11 @@ impl Inbox {
             if counted.elapsed() >= IDLE {
                 counted = tokio::time::Instant::now();
                 self.count_rows().await;
+                // Among instances, rows another instance committed and could not hand
+                // over (its holder gone, a lost notice) are found here.
+                if self.leases().is_some_and(crate::cluster::Leases::shared) {
+                    self.reread();
+                }
             }
             tokio::select! {
                 biased;
@@ -518,6 +538,9 @@ impl Inbox {
         backoff: Backoff,
         stop: &CancellationToken,
     ) {
+        let Some(lease) = self.lane_lease(lane).await else {
+            return;
+        };
         for _ in 0..FETCH_PER_CHAT {
             if stop.is_cancelled() {
                 return;
@@ -525,10 +548,74 @@ impl Inbox {
             let Some(row) = self.next_row(lane) else {
                 return;
             };
-            if !self.take(lane, row, handle, backoff).await {
+            if !self.take(lane, row, lease.as_ref(), handle, backoff).await {
                 return;
             }
         }
+    }
+
+    /// The lane's lease, when the loop works under leases (`Some(None)`: it does not).
+    /// `None` when the lane may not run now: another instance holds the chat (its rows
+    /// leave the memory; that instance is told and handles them from the table), the
+    /// lease was only just taken (what the memory holds of the chat may be stale: it is
+    /// read from the table again first), or the lease could not be asked for.
+    async fn lane_lease(&self, lane: Lane) -> Option<Option<ChatLease>> {
+        let Some(leases) = self.leases() else {
+            return Some(None);
+        };
+        let key = lease_key(lane);
+        match leases.hold(key).await {
+            // On SQLite the lock file keeps other daemons out: nothing can be stale.
+            Ok(Some(lease)) if lease.fresh() && leases.shared() => {
+                // What an instance that died left of the chat goes first.
+                if let Some(take_over) = self.take_over() {
+                    take_over().await;
+                }
+                self.drop_lane(lane);
+                self.reread();
+                None
+            }
+            Ok(Some(lease)) => Some(Some(lease)),
+            Ok(None) => {
+                if self.drop_lane(lane)
+                    && let Lane::Chat(chat) = lane
+                    && let Err(error) = self.store().notify_inbox(chat).await
+                {
+                    tracing::debug!(%error, "cannot tell the chat's holder about its updates");
+                }
+                None
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot take a chat's lease; its updates wait");
+                let head = self
+                    .lanes()
+                    .waiting
+                    .get(&lane)
+                    .and_then(|queue| queue.keys().next().copied());
+                if let Some(update_id) = head {
+                    self.retry_later(update_id, Duration::from_secs(1));
+                }
+                None
+            }
+        }
+    }
+
+    /// The lane's rows leave the memory (another instance handles them, or they are
+    /// read from the table again); `true` when one of them came to this instance
+    /// itself (not read from the table).
+    fn drop_lane(&self, lane: Lane) -> bool {
+        let mut guard = self.lanes();
+        let lanes = &mut *guard;
+        let Some(queue) = lanes.waiting.remove(&lane) else {
+            return false;
+        };
+        lanes.held = lanes.held.saturating_sub(queue.len());
+        let mut arrived = false;
+        for (update_id, row) in queue {
+            arrived |= matches!(row.body, Body::Parsed(_));
+            lanes.ended(update_id);
+        }
+        arrived
     }
 
     /// The lane's next row, when it may run now (marked running).
@@ -567,7 +654,14 @@ impl Inbox {
     }
 
     /// Handles one row; `false` when it failed and is to be tried again (its lane waits).
-    async fn take(&self, lane: Lane, row: Row, handle: &Handle, backoff: Backoff) -> bool {
+    async fn take(
+        &self,
+        lane: Lane,
+        row: Row,
+        lease: Option<&ChatLease>,
+        handle: &Handle,
+        backoff: Backoff,
+    ) -> bool {
         let key = UpdateKey {
             bot_id: self.bot_id(),
             update_id: row.update_id,
@@ -595,22 +689,41 @@ impl Inbox {
             marked: Arc::new(AtomicBool::new(false)),
             failures: row.failures,
             backoff,
+            lease: lease.and_then(ChatLease::share).map(Arc::new),
         };
         let (deferred, marked) = (Arc::clone(&taking.deferred), Arc::clone(&taking.marked));
+        // Among instances (PostgreSQL) an entry's write checks the chat's lease too.
+        let fence = lease
+            .filter(|_| self.leases().is_some_and(crate::cluster::Leases::shared))
+            .map(ChatLease::fence);
+        if fence.is_some() {
+            self.store().fence_update(key, fence);
+        }
         let outcome = std::panic::AssertUnwindSafe(handle(update, taking))
             .catch_unwind()
             .await
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the handler panicked")));
+        if fence.is_some() {
+            self.store().fence_update(key, None);
+        }
+        if is_fenced(&outcome) {
+            tracing::warn!(
+                update_id = key.update_id,
+                "the chat was taken over by another instance; it handles the update"
+            );
+            self.drop_lane(lane);
+            return false;
+        }
         match outcome {
             Ok(()) => {
                 self.handled(
                     lane,
                     key,
+                    lease,
                     deferred.load(Ordering::SeqCst),
                     marked.load(Ordering::SeqCst),
                 )
-                .await;
-                true
+                .await
             }
             Err(error) => {
                 let moves_on = self
@@ -627,17 +740,41 @@ impl Inbox {
     }
 
     /// A handler returned `Ok`: the row is marked handled unless its store write or a
-    /// task of its own does that, and leaves the memory.
-    async fn handled(&self, lane: Lane, key: UpdateKey, deferred: bool, marked: bool) {
+    /// task of its own does that, and leaves the memory. Under a lease the mark checks
+    /// it in its statement: `false` when the chat was taken over (its rows leave the
+    /// memory; the lane stops).
+    async fn handled(
+        &self,
+        lane: Lane,
+        key: UpdateKey,
+        lease: Option<&ChatLease>,
+        deferred: bool,
+        marked: bool,
+    ) -> bool {
         {
             let mut lanes = self.lanes();
             lanes.not_before.remove(&key.update_id);
             lanes.unstored.remove(&key.update_id);
         }
-        let mark = if deferred || marked {
-            Ok(())
-        } else {
-            self.store().mark_update_handled(key).await
+        let mark = match lease {
+            _ if deferred || marked => Ok(()),
+            Some(lease) => match self
+                .store()
+                .mark_update_handled_fenced(key, &lease.fence())
+                .await
+            {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    tracing::warn!(
+                        update_id = key.update_id,
+                        "the chat was taken over by another instance before its update was marked handled"
+                    );
+                    self.drop_lane(lane);
+                    return false;
+                }
+                Err(error) => Err(error),
+            },
+            None => self.store().mark_update_handled(key).await,
         };
         let task_ended = {
             let mut lanes = self.lanes();
@@ -652,6 +789,7 @@ impl Inbox {
             // Its task ended already; had it failed, the row is to be read again.
             self.reread();
         }
+        true
     }
 
     /// A failed try: recorded; for an entry not stored, the user told once that it is
@@ -725,6 +863,35 @@ impl Inbox {
             .not_before
             .insert(update_id, tokio::time::Instant::now() + wait);
     }
+}
+
+/// A lane's lease key: its chat, or for an update with no chat a key no chat has
+/// (Telegram's chat ids are far from `i64::MIN`).
+fn lease_key(lane: Lane) -> i64 {
+    match lane {
+        Lane::Chat(chat) => chat,
+        Lane::Alone(update_id) => (i64::MIN / 2).saturating_sub(update_id),
+    }
+}
+
+/// Whether a handler's failure is a write refused under a lease taken over.
+fn is_fenced(outcome: &anyhow::Result<()>) -> bool {
+    use crate::store::StoreError;
+    let Err(error) = outcome else {
+        return false;
+    };
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<StoreError>(),
+            Some(StoreError::Fenced { .. })
+        ) || matches!(
+            cause.downcast_ref::<crate::journal::EntryError>(),
+            Some(
+                crate::journal::EntryError::NotSaved(StoreError::Fenced { .. })
+                    | crate::journal::EntryError::Later(StoreError::Fenced { .. })
+            )
+        )
+    })
 }
 
 /// Whether a row may be taken (as far as its own state goes: its lane decides the rest).

@@ -7,6 +7,7 @@
 #![expect(clippy::expect_used)]
 
 pub mod browser;
+pub mod cluster;
 pub mod fill;
 pub mod llm;
 pub mod postgres;
@@ -242,6 +243,9 @@ pub fn test_env(
         ("DAYLOG__REMINDERS__POLL_INTERVAL_MS", "50".to_owned()),
         ("DAYLOG__TELEGRAM__THROTTLE", "false".to_owned()),
         ("DAYLOG__TELEGRAM__SHUTDOWN_GRACE_MS", "3000".to_owned()),
+        // A restart after a kill -9 on PostgreSQL takes the dead instance's chats over
+        // a lease later: the shortest, so tests do not wait for the default 30 s.
+        ("DAYLOG__CLUSTER__LEASE_MS", "1000".to_owned()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

@@ -1,0 +1,437 @@
+//! One `daylog run` among others on one database (docs/operations.md, Several
+//! instances): what keeps a second daemon off a SQLite file, the one polling instance
+//! of a PostgreSQL database, the instance's row in `instances` and its heartbeat.
+//!
+//! - **SQLite**: one daemon per file. [`lock_database`] takes an exclusive lock on
+//!   `<database>.lock` beside it for the process's life (the kernel lets go when the
+//!   process ends, however it ends); a second `daylog run` is refused with a sentence.
+//!   `daylog chat`, `sql`, `backup` and `migrate` never take it.
+//! - **PostgreSQL**: any number of webhook instances; at most one polling instance,
+//!   which holds a session advisory lock (`Store::try_polling_lock`) — the others are
+//!   refused at start-up, before they ask Telegram anything.
+//! - **Both**: [`Member::join`] records the process in `instances`; [`Member::beat`]
+//!   renews its `last_seen` and every chat lease it holds each third of
+//!   `cluster.lease_ms`, and counts the instances alive for `/metrics`;
+//!   [`Member::leave`] marks a clean stop and gives its chats up at once.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Settings, TelegramMode};
+use crate::store::{Fence, InstanceId, NewInstance, PollingLock, Store, StoreError};
+
+/// Why this process may not run as a daemon on its database.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(
+        "another `daylog run` is already using the database {database} (it holds {lock}); only one may run on a SQLite file — stop it first (`daylog chat`, `sql`, `backup` and `migrate` work beside it), or move to PostgreSQL to run several"
+    )]
+    SqliteInUse { database: String, lock: String },
+    #[error("cannot take the lock file {lock} beside the database: {source}")]
+    LockFile {
+        lock: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "another daylog instance is already polling Telegram for this database, and only one may: run the others with telegram.mode = \"webhook\" behind one load balancer, or stop the one that polls"
+    )]
+    PollingTaken,
+    #[error(
+        "another daylog instance took over polling Telegram for this database while this one had lost its connection to it; this one stops"
+    )]
+    PollingLost,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The lock on `<database>.lock`, held while this lives (and released by the kernel
+/// when the process ends).
+#[derive(Debug)]
+pub struct LockFile {
+    _file: std::fs::File,
+}
+
+/// SQLite: takes the lock beside the database file, or refuses while another process
+/// holds it. `None` on PostgreSQL (its instances share the database by design).
+pub fn lock_database(url: &str) -> Result<Option<LockFile>, ClusterError> {
+    if crate::config::is_postgres_url(url) {
+        return Ok(None);
+    }
+    let database = crate::config::database_path(url).map_err(StoreError::from)?;
+    let database = std::path::absolute(&database).unwrap_or(database);
+    let mut lock = database.clone().into_os_string();
+    lock.push(".lock");
+    let lock = PathBuf::from(lock);
+    let shown = lock.display().to_string();
+    let io_error = |source| ClusterError::LockFile {
+        lock: shown.clone(),
+        source,
+    };
+    if let Some(dir) = lock.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io_error)?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock)
+        .map_err(io_error)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(LockFile { _file: file })),
+        Err(std::fs::TryLockError::WouldBlock) => Err(ClusterError::SqliteInUse {
+            database: database.display().to_string(),
+            lock: shown,
+        }),
+        Err(std::fs::TryLockError::Error(source)) => Err(io_error(source)),
+    }
+}
+
+/// This process as one instance of its database.
+pub struct Member {
+    store: Store,
+    id: InstanceId,
+    lease: Duration,
+    /// The polling singleton, held for the process's life (PostgreSQL, polling mode).
+    polling: Option<PollingLock>,
+    /// The chat leases this instance holds.
+    leases: Leases,
+}
+
+impl Member {
+    /// Records this process in `instances`; in polling mode on PostgreSQL first takes
+    /// the polling lock, refusing ([`ClusterError::PollingTaken`]) while another
+    /// instance polls.
+    pub async fn join(store: &Store, settings: &Settings) -> Result<Self, ClusterError> {
+        let mode = settings.telegram.mode();
+        let polling = match mode {
+            TelegramMode::Polling if store.is_postgres() => Some(
+                store
+                    .try_polling_lock()
+                    .await?
+                    .ok_or(ClusterError::PollingTaken)?,
+            ),
+            _ => None,
+        };
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let id = store
+            .register_instance(&NewInstance {
+                version: env!("CARGO_PKG_VERSION"),
+                host: host.trim(),
+                pid: i64::from(std::process::id()),
+                mode: match mode {
+                    TelegramMode::Polling => "polling",
+                    TelegramMode::Webhook => "webhook",
+                },
+            })
+            .await?;
+        if !store.is_postgres() {
+            // The lock file is ours: whoever held leases before is gone.
+            store.release_others(id).await?;
+        }
+        tracing::info!(instance = id.0, "joined the database's instances");
+        let lease = settings.cluster.lease();
+        Ok(Self {
+            store: store.clone(),
+            id,
+            lease,
+            polling,
+            leases: Leases {
+                store: store.clone(),
+                holder: id,
+                lease,
+                held: Arc::default(),
+            },
+        })
+    }
+
+    /// This instance's id: the holder of its leases.
+    pub fn id(&self) -> InstanceId {
+        self.id
+    }
+
+    /// `cluster.lease_ms`.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The chat leases of this instance (a shared handle).
+    pub fn leases(&self) -> Leases {
+        self.leases.clone()
+    }
+
+    /// The heartbeat, every third of the lease until `until` (after the daemon's work in
+    /// hand is done: its leases hold while it finishes): `last_seen`, every held lease
+    /// renewed, the instances alive counted. While the database does not answer
+    /// it keeps trying (said once per outage). When the polling lock was lost (the
+    /// server restarted) it is taken again; if another instance took it meanwhile,
+    /// this one stops (`stop` is cancelled) and the error says why.
+    pub async fn beat(
+        mut self,
+        until: CancellationToken,
+        stop: CancellationToken,
+    ) -> (Self, Option<ClusterError>) {
+        let every = self.lease / 3;
+        let mut failing = false;
+        loop {
+            match self.beat_once().await {
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!("the database answers the heartbeat again");
+                }
+                Ok(()) => {}
+                Err(error) if !failing => {
+                    failing = true;
+                    tracing::warn!(%error, "the heartbeat cannot reach the database; trying again");
+                }
+                Err(_) => {}
+            }
+            if let Err(error) = self.keep_polling_lock().await {
+                tracing::error!(%error, "stopping");
+                stop.cancel();
+                return (self, Some(error));
+            }
+            tokio::select! {
+                () = until.cancelled() => return (self, None),
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+
+    async fn beat_once(&self) -> Result<(), StoreError> {
+        let beat_at = tokio::time::Instant::now();
+        let held = self.store.heartbeat(self.id, self.lease).await?;
+        let count = self.leases.renewed(held, beat_at);
+        self.leases.release_idle().await;
+        let alive = self.store.alive_instances(self.lease).await?;
+        crate::observe::cluster_seen(alive, count);
+        Ok(())
+    }
+
+    /// Takes the polling lock again when its connection was lost; an error when another
+    /// instance holds it now.
+    async fn keep_polling_lock(&mut self) -> Result<(), ClusterError> {
+        let Some(lock) = self.polling.as_mut() else {
+            return Ok(());
+        };
+        if lock.still_held().await {
+            return Ok(());
+        }
+        match self.store.try_polling_lock().await {
+            Ok(Some(lock)) => {
+                tracing::info!("took the polling lock again after losing its connection");
+                self.polling = Some(lock);
+                Ok(())
+            }
+            Ok(None) => Err(ClusterError::PollingLost),
+            // The database is away: the lock is taken again once it answers.
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// A clean stop: `stopped_at` set, every lease given up for the others to take.
+    pub async fn leave(self) {
+        if let Err(error) = self.store.instance_stopped(self.id).await {
+            tracing::warn!(%error, "could not record this instance's stop; its leases expire on their own");
+        }
+    }
+}
+
+/// The chat leases this instance holds, shared by what works on chats (the inbox's
+/// handling, the worker): a chat's lease is taken once and kept while it is in use and
+/// for a while after (renewed by the heartbeat, one statement for all), so working on
+/// a chat costs no statement of its own while the lease is held. A chat idle for two
+/// leases is given up, for whichever instance receives its next update.
+#[derive(Clone)]
+pub struct Leases {
+    store: Store,
+    holder: InstanceId,
+    lease: Duration,
+    held: Arc<std::sync::Mutex<HashMap<i64, Held>>>,
+}
+
+/// A lease in hand: its fence, how many [`ChatLease`]s use it, when it was last let go.
+struct Held {
+    fence: Fence,
+    users: usize,
+    idle_since: tokio::time::Instant,
+    /// When it was taken: a heartbeat that started before cannot have renewed it.
+    taken_at: tokio::time::Instant,
+}
+
+/// Working on one chat under its lease; the lease stays this instance's after it is
+/// dropped until it has been idle for two leases.
+pub struct ChatLease {
+    leases: Leases,
+    fence: Fence,
+    /// Taken from the database just now, not in hand before: what this instance
+    /// remembers of the chat may be stale (another instance may have worked on it).
+    fresh: bool,
+}
+
+impl ChatLease {
+    /// What a write under this lease checks.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// Taken just now rather than in hand (see the field).
+    pub fn fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Another use of the same lease (work handed to a task of its own keeps the chat
+    /// with this instance until it ends); `None` when it was taken over.
+    pub fn share(&self) -> Option<Self> {
+        let mut map = self.leases.map();
+        let held = map
+            .get_mut(&self.fence.chat_id)
+            .filter(|held| held.fence == self.fence)?;
+        held.users += 1;
+        Some(Self {
+            leases: self.leases.clone(),
+            fence: self.fence,
+            fresh: false,
+        })
+    }
+
+    /// Whether the lease is still this instance's, as the last heartbeat found it.
+    pub fn held(&self) -> bool {
+        self.leases
+            .map()
+            .get(&self.fence.chat_id)
+            .is_some_and(|held| held.fence == self.fence)
+    }
+}
+
+impl Drop for ChatLease {
+    fn drop(&mut self) {
+        if let Some(held) = self.leases.map().get_mut(&self.fence.chat_id)
+            && held.fence == self.fence
+        {
+            held.users = held.users.saturating_sub(1);
+            held.idle_since = tokio::time::Instant::now();
+        }
+    }
+}
+
+impl Leases {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Held>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Works on `chat_id` under its lease: the one in hand, or one taken now; `None`
+    /// while another live instance holds it (that one works on the chat).
+    pub async fn hold(&self, chat_id: i64) -> Result<Option<ChatLease>, StoreError> {
+        if let Some(held) = self.map().get_mut(&chat_id) {
+            held.users += 1;
+            return Ok(Some(ChatLease {
+                leases: self.clone(),
+                fence: held.fence,
+                fresh: false,
+            }));
+        }
+        let Some(fence) = self
+            .store
+            .take_chat_lease(chat_id, self.holder, self.lease)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut map = self.map();
+        let now = tokio::time::Instant::now();
+        let held = map.entry(chat_id).or_insert(Held {
+            fence,
+            users: 0,
+            idle_since: now,
+            taken_at: now,
+        });
+        held.fence = fence; // the same holder's take keeps the generation
+        held.users += 1;
+        Ok(Some(ChatLease {
+            leases: self.clone(),
+            fence,
+            fresh: true,
+        }))
+    }
+
+    /// Whether this instance has chat `chat_id`'s lease in hand.
+    pub fn holds(&self, chat_id: i64) -> bool {
+        self.map().contains_key(&chat_id)
+    }
+
+    /// Whether these leases are on PostgreSQL, where other instances may share the
+    /// database (on SQLite the lock file keeps them out).
+    pub fn shared(&self) -> bool {
+        self.store.is_postgres()
+    }
+
+    /// What the heartbeat renewed: a lease not among them was taken over, and is
+    /// dropped (its users see [`ChatLease::held`] false; their writes are fenced).
+    /// Returns how many are held.
+    fn renewed(&self, held: Vec<Fence>, beat_at: tokio::time::Instant) -> usize {
+        let mut map = self.map();
+        map.retain(|chat, in_hand| {
+            let kept = in_hand.taken_at >= beat_at || held.iter().any(|fence| fence == &in_hand.fence);
+            if !kept {
+                tracing::warn!(chat_id = chat, "a chat's lease was taken over by another instance; this one stops working on it");
+            }
+            kept
+        });
+        map.len()
+    }
+
+    /// Gives up the leases idle for two leases.
+    async fn release_idle(&self) {
+        let idle: Vec<Fence> = {
+            let mut map = self.map();
+            let now = tokio::time::Instant::now();
+            let idle: Vec<Fence> = map
+                .values()
+                .filter(|held| held.users == 0 && now - held.idle_since >= self.lease * 2)
+                .map(|held| held.fence)
+                .collect();
+            for fence in &idle {
+                map.remove(&fence.chat_id);
+            }
+            idle
+        };
+        for fence in idle {
+            if let Err(error) = self.store.release_chat_lease(&fence).await {
+                tracing::debug!(%error, "could not give up an idle lease; it expires on its own");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_on_one_database_is_refused_until_the_first_goes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("sub/daylog.db").display());
+        let first = lock_database(&url).expect("free").expect("a file");
+        assert!(dir.path().join("sub/daylog.db.lock").exists());
+        let refused = lock_database(&url).expect_err("held");
+        assert!(
+            refused.to_string().contains("already using the database"),
+            "{refused}"
+        );
+        drop(first);
+        assert!(lock_database(&url).expect("free again").is_some());
+        assert!(
+            lock_database("postgres://u@db/daylog")
+                .expect("none")
+                .is_none()
+        );
+    }
+}
