@@ -1,7 +1,7 @@
 -- What several instances share through the database (one instance on SQLite keeps the
 -- LLM budgets, cooldowns and Telegram's holds in memory; `said_once` is on both).
 
--- As migrations/20261205000027_shared_limits.sql on SQLite (described there).
+-- As migrations/20261205000027_shared_limits_additive.sql on SQLite (described there).
 CREATE TABLE said_once (
     what TEXT NOT NULL,
     key  TEXT NOT NULL,
@@ -65,7 +65,7 @@ CREATE FUNCTION daylog_admit(
 ) RETURNS TABLE (wait_ms BIGINT, why TEXT)
 LANGUAGE plpgsql AS $$
 DECLARE
-    t TIMESTAMPTZ := clock_timestamp();
+    t TIMESTAMPTZ := clock_timestamp();  -- again once the row is locked (below)
     b llm_shared_budgets%ROWTYPE;
     recent TIMESTAMPTZ[];
     today BIGINT;
@@ -94,6 +94,10 @@ BEGIN
     VALUES (p_provider, p_scope, p_key)
     ON CONFLICT (provider, scope, key_index) DO UPDATE SET provider = s.provider
     RETURNING * INTO b;
+    -- The send's moment is taken now that the row is ours: a caller that queued on the
+    -- lock would otherwise stamp its send earlier than it happens, and the windows
+    -- counted from it would open early.
+    t := clock_timestamp();
     -- Only what a window can still count is kept: the sends of the longest declared
     -- window (none when no rate is declared), at most the largest limit of them.
     recent := ARRAY(
