@@ -237,7 +237,8 @@ impl<B: TgBot> Telegram<B> {
             .remove(&user_id);
         let asked = match &self.store {
             Some(store) => match store.take_import_ask(user_id).await {
-                Ok(stored) => stored,
+                // Not stored here (storing failed) but remembered here: still an ask.
+                Ok(stored) => stored.or(here),
                 Err(error) => {
                     tracing::warn!(%error, "could not read a stored /import; using this instance's");
                     here
@@ -1995,6 +1996,28 @@ mod tests {
         assert!(
             !telegram.take_import_ask(UserId(5), later(11)).await,
             "too late"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_import_this_instance_remembers_counts_when_the_store_has_none() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("import.db").display());
+        let store = crate::store::Store::open_and_migrate(&url, std::time::Duration::from_secs(5))
+            .await
+            .expect("store");
+        let telegram = super::Telegram::new(teloxide::Bot::new("1:test")).sharing(store);
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        // As when storing the ask failed: only this instance's copy has it.
+        telegram
+            .import_asked
+            .lock()
+            .expect("lock")
+            .insert(UserId(5), at);
+        assert!(
+            telegram
+                .take_import_ask(UserId(5), at + jiff::SignedDuration::from_mins(1))
+                .await
         );
     }
 }
