@@ -283,6 +283,27 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Every hold some instance's 429 recorded and not yet over, as (chat, time left;
+    /// chat 0: every chat), in one read (PostgreSQL; none on SQLite, where the one
+    /// instance keeps its holds in memory).
+    pub async fn telegram_holds(&self) -> Result<Vec<(i64, Duration)>, StoreError> {
+        let Db::Postgres(pool) = &self.db else {
+            return Ok(Vec::new());
+        };
+        let rows: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT chat_id, ceil(extract(epoch FROM until - clock_timestamp()) * 1000)::BIGINT
+             FROM telegram_holds WHERE until > clock_timestamp()",
+        )
+        .fetch_all(pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(chat, ms)| Some((chat, Duration::from_millis(u64::try_from(ms).ok()?))))
+            .collect())
+    }
+}
+
 impl SharedLimits for Store {
     fn admit<'a>(&'a self, ask: Admission<'a>) -> BoxFuture<'a, Result<Admitted, String>> {
         Box::pin(async move { self.admit_shared(&ask).await.map_err(|e| e.to_string()) })
