@@ -100,6 +100,7 @@ pub(crate) trait SharedState: Send + Sync {
         _step: &'a StepId,
         _key: Option<usize>,
         _forced: bool,
+        _taken: Taken,
     ) -> Option<BoxFuture<'a, Result<(), SharedRefusal>>> {
         None
     }
@@ -439,13 +440,18 @@ impl SharedState for LocalState {
         step: &'a StepId,
         key: Option<usize>,
         forced: bool,
+        taken: Taken,
     ) -> Option<BoxFuture<'a, Result<(), SharedRefusal>>> {
         let remote = self.remote.as_ref()?;
         Some(Box::pin(async move {
             let checked = self.check_shared(remote, step, key, forced).await;
-            if checked.is_err() {
-                // Not sent after all: this process's windows give the send back.
-                self.budgets.unadmit(step, key);
+            if let Err(refusal) = &checked {
+                // Not sent after all: this process's windows give the send back, and
+                // the hold the refusal set stays (the give-back may have undone it).
+                self.budgets.unadmit(step, key, taken);
+                if let SharedRefusal::Budget(until) = refusal {
+                    self.budgets.hold(step, key, *until);
+                }
             }
             checked
         }))
