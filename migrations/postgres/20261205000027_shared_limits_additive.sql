@@ -56,7 +56,8 @@ CREATE TABLE telegram_holds (
 -- minute, day) or in none. Before that, unless `p_forced`, the model's and the key's
 -- shared cooldowns are looked at (`p_model`, `p_slot`: the cooldown's key index).
 -- Returns `wait_ms` 0 and `why` 'ok' when counted; else how long until it could be
--- and why not: 'cooling', 'refused' (a refused key) or 'budget'. Declared limits come
+-- and why not: 'model' (the whole model cools), 'cooling' (the key), 'refused' (a
+-- refused key) or 'budget'. Declared limits come
 -- from the caller (its settings), scaled by the row's `factor`, at least 1.
 CREATE FUNCTION daylog_admit(
     p_provider TEXT, p_scope TEXT, p_key BIGINT, p_model TEXT, p_slot BIGINT,
@@ -72,6 +73,7 @@ DECLARE
     until_at TIMESTAMPTZ;
     cooling_until TIMESTAMPTZ;
     was_refused BOOLEAN;
+    model_until TIMESTAMPTZ;
     lim BIGINT;
     filling TIMESTAMPTZ;
 BEGIN
@@ -79,11 +81,18 @@ BEGIN
     -- counted sends (a few requests over a budget, once), never a row's consistency.
     PERFORM set_config('synchronous_commit', 'off', true);
     IF NOT p_forced THEN
-        SELECT max(c.until), bool_and(c.refused = 1 AND c.key_index <> -2)
-          INTO cooling_until, was_refused
+        SELECT max(c.until), bool_and(c.refused = 1 AND c.key_index <> -2),
+               max(c.until) FILTER (WHERE c.key_index = -2)
+          INTO cooling_until, was_refused, model_until
           FROM llm_shared_cooldowns c
          WHERE c.provider = p_provider AND c.model = p_model
            AND c.key_index IN (p_slot, -2) AND c.until > t;
+        IF model_until IS NOT NULL THEN
+            -- The whole model cools: every key of it waits, not this one alone.
+            RETURN QUERY SELECT ceil(extract(epoch FROM model_until - t) * 1000)::BIGINT,
+                'model'::TEXT;
+            RETURN;
+        END IF;
         IF cooling_until IS NOT NULL THEN
             RETURN QUERY SELECT ceil(extract(epoch FROM cooling_until - t) * 1000)::BIGINT,
                 CASE WHEN was_refused THEN 'refused' ELSE 'cooling' END;

@@ -149,8 +149,10 @@ pub enum Admitted {
     Yes,
     /// The budget is spent for this long.
     Budget(Duration),
-    /// The key or the model is cooling for this long.
+    /// The key is cooling for this long.
     Cooling(Duration),
+    /// The whole model (every key of it) is cooling for this long.
+    ModelCooling(Duration),
     /// The key was refused by the provider (401/403) and cools for this long.
     Refused(Duration),
 }
@@ -296,6 +298,10 @@ impl LocalState {
             }
             Ok(Admitted::Cooling(wait)) => {
                 self.cooldowns.trip_key(step, key, now + wait);
+                SharedRefusal::Cooling(now + wait)
+            }
+            Ok(Admitted::ModelCooling(wait)) => {
+                self.cooldowns.trip_step(step, now + wait);
                 SharedRefusal::Cooling(now + wait)
             }
             Ok(Admitted::Refused(wait)) => {

@@ -62,6 +62,7 @@ impl Store {
         let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
         Ok(match why.as_str() {
             "ok" => Admitted::Yes,
+            "model" => Admitted::ModelCooling(wait),
             "cooling" => Admitted::Cooling(wait),
             "refused" => Admitted::Refused(wait),
             _ => Admitted::Budget(wait),
