@@ -48,10 +48,17 @@ const BATCH: i64 = 200;
 const MAX_SUMMARIES: i64 = 60;
 /// A scheduled digest needs this many entries in its week (docs/behaviour.md, Time zones and rhythm).
 const MIN_SCHEDULED_ENTRIES: i64 = 2;
+/// What a digest's claim holds beyond its cascade's deadline: its send (Telegram's
+/// `retry_after` waited out a few times) and the marks after it.
+const CLAIM_MARGIN: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// How long a digest claimed for writing and sending is left to its claimer by the
-/// other instances (PostgreSQL): past it, one whose claimer died is taken over. Longer
-/// than a digest's cascade takes (`retry.deadline_ms`) and its send.
-const CLAIM_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
+/// other instances (PostgreSQL): past it, one whose claimer died is taken over. Its
+/// cascade's deadline (`retry.deadline_ms`) and a margin for its send, so that a live
+/// claimer is not overtaken however long the deadline is configured.
+fn claim_hold(deadline: std::time::Duration) -> std::time::Duration {
+    deadline.saturating_add(CLAIM_MARGIN)
+}
 
 /// The first and last local day of the digest that ends on `last`.
 pub fn week_ending(last: Date) -> (Date, Date) {
@@ -278,7 +285,11 @@ impl Digests {
             // Several instances: another one's worker may be writing it (its claim
             // moved the next attempt ahead); then it comes from there.
             DigestStatus::Pending if self.store.is_postgres() => {
-                match self.store.claim_digest(digest.id, CLAIM_HOLD).await? {
+                match self
+                    .store
+                    .claim_digest(digest.id, claim_hold(self.llm.deadline()))
+                    .await?
+                {
                     Some(digest) => self.run(messenger, digest, target, Asked::OnDemand).await?,
                     None => {
                         send_notice(messenger, target, texts.digest_on_its_way(), user_id).await;
@@ -570,7 +581,11 @@ impl Digests {
     /// Writes and sends a digest the worker listed and claimed, read again under the
     /// claim: whoever held it before may have finished it.
     async fn finish_listed<M: Messenger>(&self, messenger: &M, listed: &Digest) {
-        let digest = match self.store.claim_digest(listed.id, CLAIM_HOLD).await {
+        let digest = match self
+            .store
+            .claim_digest(listed.id, claim_hold(self.llm.deadline()))
+            .await
+        {
             Ok(Some(digest)) => digest,
             Ok(None) => return,
             Err(error) => {
@@ -793,6 +808,16 @@ async fn week_days(
     let mut days = store.daily_metrics(user_id, first).await?;
     days.retain(|d| d.day <= last);
     Ok(days)
+}
+
+#[cfg(test)]
+mod claim_tests {
+    #[test]
+    fn a_digest_claim_outlasts_its_deadline() {
+        let hour = std::time::Duration::from_secs(3600);
+        assert!(super::claim_hold(hour) > hour);
+        assert!(super::claim_hold(std::time::Duration::ZERO) > std::time::Duration::ZERO);
+    }
 }
 
 #[cfg(test)]

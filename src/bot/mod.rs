@@ -106,6 +106,8 @@ pub struct Telegram<B> {
     /// Where what is said once, `/import`'s window and Telegram's 429 holds are shared
     /// (across restarts, and on PostgreSQL across instances); `None`: in memory only.
     store: Option<Store>,
+    /// Telegram's 429 holds as this instance knows them (with `store` only).
+    held: Arc<Holds>,
     /// Chats already told that this is a private bot (docs/behaviour.md, What arrives: one polite refusal, not
     /// one per message, which in a group would flood it).
     refused: Once<i64>,
@@ -203,6 +205,7 @@ impl<B: TgBot> Telegram<B> {
             bot,
             import_asked: Arc::default(),
             store: None,
+            held: Arc::default(),
             refused: Once::new("refused"),
             albums: Once::new("album"),
         }
@@ -238,7 +241,8 @@ impl<B: TgBot> Telegram<B> {
             .remove(&user_id);
         let asked = match &self.store {
             Some(store) => match store.take_import_ask(user_id).await {
-                Ok(stored) => stored,
+                // Not stored here (storing failed) but remembered here: still an ask.
+                Ok(stored) => stored.or(here),
                 Err(error) => {
                     tracing::warn!(%error, "could not read a stored /import; using this instance's");
                     here
@@ -253,10 +257,12 @@ impl<B: TgBot> Telegram<B> {
     }
 
     /// The store that shares Telegram's holds on `chat`, for [`with_retry_after_in`].
-    fn holds(&self, chat: ChatId) -> Option<(&Store, crate::domain::ChatId)> {
-        self.store
-            .as_ref()
-            .map(|store| (store, crate::domain::ChatId(chat.0)))
+    fn holds(&self, chat: ChatId) -> Option<Shared<'_>> {
+        self.store.as_ref().map(|store| Shared {
+            store,
+            held: &self.held,
+            chat: chat.0,
+        })
     }
 
     /// `getFile`, then the download into memory; `None` past `max` bytes.
@@ -573,7 +579,7 @@ const MAX_SHARED_HOLD: Duration = Duration::from_secs(60);
 /// recorded for the others before it is waited out here.
 async fn with_retry_after_in<T, F, Fut>(
     method: &'static str,
-    shared: Option<(&Store, crate::domain::ChatId)>,
+    shared: Option<Shared<'_>>,
     mut request: F,
 ) -> Result<T, RequestError>
 where
@@ -582,8 +588,8 @@ where
 {
     let mut retries = 0;
     loop {
-        if let Some((store, chat)) = shared {
-            honour_shared_hold(store, chat).await;
+        if let Some(shared) = &shared {
+            shared.honour().await;
         }
         let result = request().await;
         crate::observe::telegram_call(method, call_status(&result));
@@ -591,10 +597,8 @@ where
             Err(RequestError::RetryAfter(wait)) if retries < MAX_TELEGRAM_RETRIES => {
                 retries += 1;
                 tracing::warn!(wait_s = wait.seconds(), "Telegram asked to retry later");
-                if let Some((store, chat)) = shared
-                    && let Err(error) = store.hold_telegram(Some(chat), wait.duration()).await
-                {
-                    tracing::warn!(%error, "could not share Telegram's retry_after");
+                if let Some(shared) = &shared {
+                    shared.record(wait.duration()).await;
                 }
                 tokio::time::sleep(wait.duration()).await;
             }
@@ -603,19 +607,131 @@ where
     }
 }
 
-/// Waits out a hold on `chat` (or on every chat) that some instance's 429 recorded.
-/// A store that cannot say is no reason not to send: Telegram says so itself.
-async fn honour_shared_hold(store: &Store, chat: crate::domain::ChatId) {
-    match store.telegram_hold(Some(chat)).await {
-        Ok(Some(hold)) => {
+/// The longest the store is waited on for its holds before a send, or to record one:
+/// a database that is slow or gone is no reason not to send (Telegram says so itself).
+const SHARED_HOLD_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long a read of the store's holds is taken as current: sends in between (the
+/// parts of one reply, other chats) read no more than this instance's copy.
+const HOLDS_FRESH: Duration = Duration::from_millis(500);
+/// After a 429 on one chat, every chat is held this long (at most the 429's own wait):
+/// Telegram's flood limit counts the bot's messages to all chats together.
+const ALL_CHATS_HOLD: Duration = Duration::from_secs(1);
+
+/// Telegram's holds as this instance knows them: those it recorded itself, and those
+/// the store held at its last read (at most [`HOLDS_FRESH`] ago). Key 0: every chat.
+#[derive(Default)]
+struct Holds {
+    known: std::sync::Mutex<KnownHolds>,
+}
+
+#[derive(Default)]
+struct KnownHolds {
+    read_at: Option<tokio::time::Instant>,
+    until: std::collections::HashMap<i64, tokio::time::Instant>,
+}
+
+impl Holds {
+    fn known(&self) -> std::sync::MutexGuard<'_, KnownHolds> {
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the store's holds are due a read; if so the read is taken as begun, so
+    /// that sends meanwhile do not read too.
+    fn read_due(&self, now: tokio::time::Instant) -> bool {
+        let mut known = self.known();
+        let due = known
+            .read_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= HOLDS_FRESH);
+        if due {
+            known.read_at = Some(now);
+        }
+        due
+    }
+
+    /// `chat` (0: every chat) held for `hold` from `now`, unless held longer already.
+    fn hold(&self, chat: i64, now: tokio::time::Instant, hold: Duration) {
+        let until = now + hold.min(MAX_SHARED_HOLD);
+        let mut known = self.known();
+        let entry = known.until.entry(chat).or_insert(until);
+        *entry = (*entry).max(until);
+    }
+
+    /// How long a send to `chat` waits from `now`; holds that are over are forgotten.
+    fn wait(&self, chat: i64, now: tokio::time::Instant) -> Duration {
+        let mut known = self.known();
+        known.until.retain(|_, until| *until > now);
+        [chat, 0]
+            .iter()
+            .filter_map(|key| known.until.get(key))
+            .map(|until| until.saturating_duration_since(now))
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Waits out what holds `chat`, after reading the store's holds with `read` when
+    /// they are due (given at most [`SHARED_HOLD_TIMEOUT`]; on failure: what is known).
+    async fn honour<E: std::fmt::Display>(
+        &self,
+        chat: i64,
+        read: impl Future<Output = Result<Vec<(i64, Duration)>, E>>,
+    ) {
+        let now = tokio::time::Instant::now();
+        if self.read_due(now) {
+            match tokio::time::timeout(SHARED_HOLD_TIMEOUT, read).await {
+                Ok(Ok(holds)) => {
+                    for (held, left) in holds {
+                        self.hold(held, now, left);
+                    }
+                }
+                Ok(Err(error)) => tracing::debug!(%error, "could not read Telegram's shared holds"),
+                Err(_) => tracing::debug!("Telegram's shared holds not read in time; sending"),
+            }
+        }
+        let wait = self.wait(chat, tokio::time::Instant::now());
+        if !wait.is_zero() {
             tracing::debug!(
-                hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
+                hold_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                 "Telegram asked an instance to wait: waiting before this send"
             );
-            tokio::time::sleep(hold.min(MAX_SHARED_HOLD)).await;
+            tokio::time::sleep(wait).await;
         }
-        Ok(None) => {}
-        Err(error) => tracing::debug!(%error, "could not read Telegram's shared holds"),
+    }
+}
+
+/// Telegram's holds on one chat, shared through a store (PostgreSQL: every instance).
+struct Shared<'a> {
+    store: &'a Store,
+    held: &'a Holds,
+    chat: i64,
+}
+
+impl Shared<'_> {
+    /// Waits out a hold on the chat (or on every chat) that some instance's 429 recorded.
+    async fn honour(&self) {
+        self.held
+            .honour(self.chat, self.store.telegram_holds())
+            .await;
+    }
+
+    /// A 429 that asked to wait `wait`: the chat held that long, and every chat for a
+    /// moment ([`ALL_CHATS_HOLD`]), here and for the other instances.
+    async fn record(&self, wait: Duration) {
+        let now = tokio::time::Instant::now();
+        let all = wait.min(ALL_CHATS_HOLD);
+        self.held.hold(self.chat, now, wait);
+        self.held.hold(0, now, all);
+        let chat = crate::domain::ChatId(self.chat);
+        let share = async {
+            self.store.hold_telegram(Some(chat), wait).await?;
+            self.store.hold_telegram(None, all).await
+        };
+        match tokio::time::timeout(SHARED_HOLD_TIMEOUT, share).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "could not share Telegram's retry_after"),
+            Err(_) => tracing::warn!("Telegram's retry_after not shared in time"),
+        }
     }
 }
 
@@ -2060,6 +2176,70 @@ mod tests {
         assert!(
             !telegram.take_import_ask(UserId(5), later(11)).await,
             "too late"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_store_that_does_not_answer_holds_no_send() {
+        let holds = super::Holds::default();
+        let never = std::future::pending::<Result<Vec<(i64, std::time::Duration)>, String>>();
+        // A guard against a hang only: the read is given up after a fifth of a second.
+        let honoured =
+            tokio::time::timeout(std::time::Duration::from_secs(60), holds.honour(7, never)).await;
+        assert!(
+            honoured.is_ok(),
+            "a send waited on a store that never answered"
+        );
+    }
+
+    #[tokio::test]
+    async fn holds_are_read_from_the_store_at_most_once_in_a_while() {
+        let holds = super::Holds::default();
+        let reads = std::sync::atomic::AtomicUsize::new(0);
+        for _ in 0..5 {
+            holds
+                .honour(7, async {
+                    reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok::<_, String>(Vec::new())
+                })
+                .await;
+        }
+        assert_eq!(reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_429_on_one_chat_holds_it_and_every_chat_for_a_moment() {
+        let holds = super::Holds::default();
+        let now = tokio::time::Instant::now();
+        let wait = std::time::Duration::from_secs(30);
+        holds.hold(7, now, wait);
+        holds.hold(0, now, wait.min(super::ALL_CHATS_HOLD));
+        assert_eq!(holds.wait(7, now), wait);
+        assert_eq!(holds.wait(8, now), super::ALL_CHATS_HOLD);
+        let later = now + super::ALL_CHATS_HOLD;
+        assert!(holds.wait(8, later).is_zero());
+        assert_eq!(holds.wait(7, later), wait - super::ALL_CHATS_HOLD);
+    }
+
+    #[tokio::test]
+    async fn an_import_this_instance_remembers_counts_when_the_store_has_none() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("import.db").display());
+        let store = crate::store::Store::open_and_migrate(&url, std::time::Duration::from_secs(5))
+            .await
+            .expect("store");
+        let telegram = super::Telegram::new(teloxide::Bot::new("1:test")).sharing(store);
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        // As when storing the ask failed: only this instance's copy has it.
+        telegram
+            .import_asked
+            .lock()
+            .expect("lock")
+            .insert(UserId(5), at);
+        assert!(
+            telegram
+                .take_import_ask(UserId(5), at + jiff::SignedDuration::from_mins(1))
+                .await
         );
     }
 }

@@ -120,6 +120,26 @@ pub struct SpentBudget {
 pub(crate) struct Taken {
     /// The request's estimate where its budget counts tokens, else 0.
     tokens: u32,
+    /// What the admission changed, for [`Budgets::unadmit`].
+    undo: Undo,
+}
+
+/// What one [`Budgets::admit`] changed in its budget: the send it counted, the day it
+/// counted it on, and, when it took the day's last request, the spend it marked and
+/// what was there before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Undo {
+    sent_at: Instant,
+    day: u64,
+    marked: Option<Marked>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Marked {
+    until: Instant,
+    spent_until: Option<Instant>,
+    daily: bool,
+    persisted: bool,
 }
 
 impl Taken {
@@ -448,6 +468,7 @@ impl Budgets {
         } else {
             state.today = (day, 1);
         }
+        let mut marked = None;
         if let Some(per_day) = self
             .declared
             .get(&budget.provider)
@@ -457,11 +478,25 @@ impl Budgets {
             // The day's last request: the budget is spent until the daily reset, and
             // stored like one the provider reported, so a restart does not spend it again.
             let until = now + until_daily_reset(wall);
-            state.spent_until = Some(state.spent_until.map_or(until, |u| u.max(until)));
+            let until = state.spent_until.map_or(until, |u| u.max(until));
+            marked = Some(Marked {
+                until,
+                spent_until: state.spent_until,
+                daily: state.daily,
+                persisted: state.persisted,
+            });
+            state.spent_until = Some(until);
             state.daily = true;
             state.persisted = false;
         }
-        Ok(Taken { tokens })
+        Ok(Taken {
+            tokens,
+            undo: Undo {
+                sent_at: now,
+                day,
+                marked,
+            },
+        })
     }
 
     /// What is declared for `provider`'s budgets, if anything.
@@ -488,14 +523,29 @@ impl Budgets {
         }
     }
 
-    /// Gives back the last [`Budgets::admit`] of this budget: the request was not sent
-    /// after all (the shared database refused it).
-    pub fn unadmit(&self, step: &StepId, key: Option<usize>) {
+    /// Gives back what the [`Budgets::admit`] that let `taken` through took: the
+    /// request was not sent after all (the shared database refused it). Its send, its
+    /// count for the day, and the daily spend it marked if it took the day's last
+    /// request (unless something later moved that spend) — nothing of others' sends.
+    pub fn unadmit(&self, step: &StepId, key: Option<usize>, taken: Taken) {
         let budget = self.key(step, key);
         let mut states = self.lock();
-        if let Some(state) = states.get_mut(&budget) {
-            state.sent.pop_back();
+        let Some(state) = states.get_mut(&budget) else {
+            return;
+        };
+        let undo = taken.undo;
+        if let Some(at) = state.sent.iter().rposition(|t| *t == undo.sent_at) {
+            state.sent.remove(at);
+        }
+        if state.today.0 == undo.day {
             state.today.1 = state.today.1.saturating_sub(1);
+        }
+        if let Some(marked) = undo.marked
+            && state.spent_until == Some(marked.until)
+        {
+            state.spent_until = marked.spent_until;
+            state.daily = marked.daily;
+            state.persisted = marked.persisted;
         }
     }
 
@@ -675,13 +725,13 @@ mod tests {
             },
         );
         let s = step("mistral", "small");
-        assert!(b.admit(&s, Some(0), 0).is_ok());
+        let first = b.admit(&s, Some(0), 0).expect("room");
         assert!(b.admit(&s, Some(0), 0).is_err(), "the minute is spent");
         // The shared database refused it after all: not sent, not counted.
-        b.unadmit(&s, Some(0));
+        b.unadmit(&s, Some(0), first);
         assert_eq!(b.left(&s, Some(0)).day, Some(5));
-        assert!(b.admit(&s, Some(0), 0).is_ok(), "the slot is free again");
-        b.unadmit(&s, Some(0));
+        let again = b.admit(&s, Some(0), 0).expect("the slot is free again");
+        b.unadmit(&s, Some(0), again);
         let until = Instant::now() + Duration::from_secs(30);
         b.hold(&s, Some(0), until);
         assert_eq!(b.admit(&s, Some(0), 0), Err(until), "held until then");
@@ -690,6 +740,34 @@ mod tests {
             (b.factor(&s, Some(0)) - 1.0).abs() < f64::EPSILON,
             "nor a lesson"
         );
+    }
+
+    #[test]
+    fn the_days_last_request_given_back_leaves_the_budget_unspent() {
+        let b = budgets(
+            "mistral",
+            BudgetSettings {
+                requests_per_day: Some(2),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("mistral", "small");
+        let first = b.admit(&s, Some(0), 0).expect("room");
+        let last = b.admit(&s, Some(0), 0).expect("the day's last");
+        assert!(b.admit(&s, Some(0), 0).is_err(), "the day is spent");
+        // The shared database refused the last one: the day is not spent after all,
+        // and nothing is handed out to be stored as spent until the reset.
+        b.unadmit(&s, Some(0), last);
+        assert_eq!(b.left(&s, Some(0)).day, Some(1));
+        assert!(b.take_new_daily().is_empty(), "no daily spend to store");
+        let again = b
+            .admit(&s, Some(0), 0)
+            .expect("the last slot is free again");
+        // Giving back the first one leaves the later one's count and spend alone.
+        b.unadmit(&s, Some(0), first);
+        assert_eq!(b.left(&s, Some(0)).day, Some(0));
+        b.unadmit(&s, Some(0), again);
+        assert_eq!(b.left(&s, Some(0)).day, Some(2));
     }
 
     #[test]

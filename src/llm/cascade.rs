@@ -797,7 +797,7 @@ impl<'a, T> TaskRun<'a, T> {
         cooling: &impl Fn(Option<usize>) -> Option<Instant>,
     ) -> Result<Taken, Unsent> {
         let taken = self.admit_here(step, key, in_turn, cooling).await?;
-        match self.state.admit_shared(&step.id, key, forced) {
+        match self.state.admit_shared(&step.id, key, forced, taken) {
             None => Ok(taken),
             Some(shared) => match shared.await {
                 Ok(()) => Ok(taken),

@@ -88,6 +88,11 @@ impl fmt::Debug for Llm {
 }
 
 impl Llm {
+    /// How long one task's cascade may take at most (`retry.deadline_ms`).
+    pub fn deadline(&self) -> std::time::Duration {
+        self.policy.deadline
+    }
+
     /// Builds the layer with its own HTTP client (rustls). Logs once, as a warning, each
     /// provider a cascade step needs that has no key and will therefore be skipped.
     pub fn new(settings: &Settings) -> Result<Self, LlmError> {

@@ -100,6 +100,7 @@ pub(crate) trait SharedState: Send + Sync {
         _step: &'a StepId,
         _key: Option<usize>,
         _forced: bool,
+        _taken: Taken,
     ) -> Option<BoxFuture<'a, Result<(), SharedRefusal>>> {
         None
     }
@@ -148,8 +149,10 @@ pub enum Admitted {
     Yes,
     /// The budget is spent for this long.
     Budget(Duration),
-    /// The key or the model is cooling for this long.
+    /// The key is cooling for this long.
     Cooling(Duration),
+    /// The whole model (every key of it) is cooling for this long.
+    ModelCooling(Duration),
     /// The key was refused by the provider (401/403) and cools for this long.
     Refused(Duration),
 }
@@ -297,6 +300,10 @@ impl LocalState {
                 self.cooldowns.trip_key(step, key, now + wait);
                 SharedRefusal::Cooling(now + wait)
             }
+            Ok(Admitted::ModelCooling(wait)) => {
+                self.cooldowns.trip_step(step, now + wait);
+                SharedRefusal::Cooling(now + wait)
+            }
             Ok(Admitted::Refused(wait)) => {
                 self.cooldowns.refuse_key(step, key, now + wait);
                 SharedRefusal::Cooling(now + wait)
@@ -439,13 +446,18 @@ impl SharedState for LocalState {
         step: &'a StepId,
         key: Option<usize>,
         forced: bool,
+        taken: Taken,
     ) -> Option<BoxFuture<'a, Result<(), SharedRefusal>>> {
         let remote = self.remote.as_ref()?;
         Some(Box::pin(async move {
             let checked = self.check_shared(remote, step, key, forced).await;
-            if checked.is_err() {
-                // Not sent after all: this process's windows give the send back.
-                self.budgets.unadmit(step, key);
+            if let Err(refusal) = &checked {
+                // Not sent after all: this process's windows give the send back, and
+                // the hold the refusal set stays (the give-back may have undone it).
+                self.budgets.unadmit(step, key, taken);
+                if let SharedRefusal::Budget(until) = refusal {
+                    self.budgets.hold(step, key, *until);
+                }
             }
             checked
         }))

@@ -62,6 +62,7 @@ impl Store {
         let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
         Ok(match why.as_str() {
             "ok" => Admitted::Yes,
+            "model" => Admitted::ModelCooling(wait),
             "cooling" => Admitted::Cooling(wait),
             "refused" => Admitted::Refused(wait),
             _ => Admitted::Budget(wait),
@@ -280,6 +281,27 @@ impl Store {
             .and_then(|ms| u64::try_from(ms).ok())
             .filter(|ms| *ms > 0)
             .map(Duration::from_millis))
+    }
+}
+
+impl Store {
+    /// Every hold some instance's 429 recorded and not yet over, as (chat, time left;
+    /// chat 0: every chat), in one read (PostgreSQL; none on SQLite, where the one
+    /// instance keeps its holds in memory).
+    pub async fn telegram_holds(&self) -> Result<Vec<(i64, Duration)>, StoreError> {
+        let Db::Postgres(pool) = &self.db else {
+            return Ok(Vec::new());
+        };
+        let rows: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT chat_id, ceil(extract(epoch FROM until - clock_timestamp()) * 1000)::BIGINT
+             FROM telegram_holds WHERE until > clock_timestamp()",
+        )
+        .fetch_all(pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(chat, ms)| Some((chat, Duration::from_millis(u64::try_from(ms).ok()?))))
+            .collect())
     }
 }
 

@@ -122,6 +122,27 @@ async fn a_reset_learned_by_one_instance_holds_for_another() {
     ));
 }
 
+/// A whole model cooling (a dead primary, found by one instance) is said to be the
+/// model's, not the asking key's: the asking instance then skips every key of it.
+#[tokio::test]
+async fn a_model_cooling_is_answered_as_the_models() {
+    let Some(db) = postgres().await else { return };
+    let (one, other) = (store(&db.url).await, store(&db.url).await);
+    one.cooled(daylog::llm::Cooled {
+        provider: "p".into(),
+        model: "m".into(),
+        key: None,
+        cool_for: Duration::from_secs(60),
+        refused: false,
+    })
+    .await
+    .expect("cooled");
+    assert!(matches!(
+        other.admit(ask(None, None)).await.expect("asked"),
+        Admitted::ModelCooling(wait) if wait > Duration::from_secs(50)
+    ));
+}
+
 /// Provider `a` (with `budget` lines) then a healthy `b`; steps a/m1 then b/m2.
 fn config(a: &MockServer, budget: &str, b: &MockServer, deadline_ms: u64) -> String {
     let mut toml = FAST_RETRY.replace(

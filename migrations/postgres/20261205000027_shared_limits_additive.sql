@@ -1,7 +1,7 @@
 -- What several instances share through the database (one instance on SQLite keeps the
 -- LLM budgets, cooldowns and Telegram's holds in memory; `said_once` is on both).
 
--- As migrations/20261205000027_shared_limits.sql on SQLite (described there).
+-- As migrations/20261205000027_shared_limits_additive.sql on SQLite (described there).
 CREATE TABLE said_once (
     what TEXT NOT NULL,
     key  TEXT NOT NULL,
@@ -56,7 +56,8 @@ CREATE TABLE telegram_holds (
 -- minute, day) or in none. Before that, unless `p_forced`, the model's and the key's
 -- shared cooldowns are looked at (`p_model`, `p_slot`: the cooldown's key index).
 -- Returns `wait_ms` 0 and `why` 'ok' when counted; else how long until it could be
--- and why not: 'cooling', 'refused' (a refused key) or 'budget'. Declared limits come
+-- and why not: 'model' (the whole model cools), 'cooling' (the key), 'refused' (a
+-- refused key) or 'budget'. Declared limits come
 -- from the caller (its settings), scaled by the row's `factor`, at least 1.
 CREATE FUNCTION daylog_admit(
     p_provider TEXT, p_scope TEXT, p_key BIGINT, p_model TEXT, p_slot BIGINT,
@@ -65,13 +66,14 @@ CREATE FUNCTION daylog_admit(
 ) RETURNS TABLE (wait_ms BIGINT, why TEXT)
 LANGUAGE plpgsql AS $$
 DECLARE
-    t TIMESTAMPTZ := clock_timestamp();
+    t TIMESTAMPTZ := clock_timestamp();  -- again once the row is locked (below)
     b llm_shared_budgets%ROWTYPE;
     recent TIMESTAMPTZ[];
     today BIGINT;
     until_at TIMESTAMPTZ;
     cooling_until TIMESTAMPTZ;
     was_refused BOOLEAN;
+    model_until TIMESTAMPTZ;
     lim BIGINT;
     filling TIMESTAMPTZ;
 BEGIN
@@ -79,11 +81,18 @@ BEGIN
     -- counted sends (a few requests over a budget, once), never a row's consistency.
     PERFORM set_config('synchronous_commit', 'off', true);
     IF NOT p_forced THEN
-        SELECT max(c.until), bool_and(c.refused = 1 AND c.key_index <> -2)
-          INTO cooling_until, was_refused
+        SELECT max(c.until), bool_and(c.refused = 1 AND c.key_index <> -2),
+               max(c.until) FILTER (WHERE c.key_index = -2)
+          INTO cooling_until, was_refused, model_until
           FROM llm_shared_cooldowns c
          WHERE c.provider = p_provider AND c.model = p_model
            AND c.key_index IN (p_slot, -2) AND c.until > t;
+        IF model_until IS NOT NULL THEN
+            -- The whole model cools: every key of it waits, not this one alone.
+            RETURN QUERY SELECT ceil(extract(epoch FROM model_until - t) * 1000)::BIGINT,
+                'model'::TEXT;
+            RETURN;
+        END IF;
         IF cooling_until IS NOT NULL THEN
             RETURN QUERY SELECT ceil(extract(epoch FROM cooling_until - t) * 1000)::BIGINT,
                 CASE WHEN was_refused THEN 'refused' ELSE 'cooling' END;
@@ -94,6 +103,10 @@ BEGIN
     VALUES (p_provider, p_scope, p_key)
     ON CONFLICT (provider, scope, key_index) DO UPDATE SET provider = s.provider
     RETURNING * INTO b;
+    -- The send's moment is taken now that the row is ours: a caller that queued on the
+    -- lock would otherwise stamp its send earlier than it happens, and the windows
+    -- counted from it would open early.
+    t := clock_timestamp();
     -- Only what a window can still count is kept: the sends of the longest declared
     -- window (none when no rate is declared), at most the largest limit of them.
     recent := ARRAY(
