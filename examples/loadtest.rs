@@ -41,6 +41,11 @@
 //! bytes per 1000 logs (`page_count * page_size` after a checkpoint), and what the
 //! fakes saw. The fakes run in this process on a 2-thread runtime and share the cores
 //! with the bot, as they would on the benchmark machine.
+//!
+//! `--postgres` runs every scenario on PostgreSQL instead: a throwaway cluster this tool
+//! starts (as the tests do) with a fresh database per run, the server's CPU per log
+//! printed beside the bot's; `--pg-top N` shows where the server's time goes.
+//! `--count-statements` counts the SQL statements per log on either backend.
 
 #![expect(
     clippy::print_stdout,
