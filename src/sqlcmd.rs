@@ -329,12 +329,28 @@ pub async fn query(pool: &SqlitePool, sql: &str, limits: &Limits) -> Result<Resu
         let mut handle = conn.lock_handle().await.map_err(|e| classify(e, timeout))?;
         handle.set_progress_handler(PROGRESS_OPS, move || Instant::now() < deadline);
     }
+    let rows = sqlx::query(sql).fetch(&mut *conn);
+    let (columns, rows) = collect(rows, limits.max_rows, cell, |e| classify(e, timeout)).await?;
+    let columns = match columns {
+        Some(columns) => columns,
+        None => describe_columns(&mut *conn, sql).await,
+    };
+    Ok(ResultSet { columns, rows })
+}
+
+/// The rows of a statement as cells, and the column names when there was a row; an
+/// error once more than `max_rows` come (they are held in memory for the table's widths).
+async fn collect<R: Row>(
+    mut rows: impl futures::Stream<Item = Result<R, sqlx::Error>> + Unpin,
+    max_rows: u64,
+    cell: fn(&R, usize) -> Result<Cell, sqlx::Error>,
+    classify: impl Fn(sqlx::Error) -> QueryError,
+) -> Result<(Option<Vec<String>>, Vec<Vec<Cell>>), QueryError> {
     let mut columns = None;
     let mut out = Vec::new();
-    let mut rows = sqlx::query(sql).fetch(&mut *conn);
-    while let Some(row) = rows.try_next().await.map_err(|e| classify(e, timeout))? {
-        if out.len() as u64 >= limits.max_rows {
-            return Err(QueryError::TooManyRows(limits.max_rows));
+    while let Some(row) = rows.try_next().await.map_err(&classify)? {
+        if out.len() as u64 >= max_rows {
+            return Err(QueryError::TooManyRows(max_rows));
         }
         columns.get_or_insert_with(|| {
             row.columns()
@@ -348,17 +364,11 @@ pub async fn query(pool: &SqlitePool, sql: &str, limits: &Limits) -> Result<Resu
         }
         out.push(cells);
     }
-    drop(rows);
-    let columns = match columns {
-        Some(columns) => columns,
-        None => describe_columns(&mut conn, sql).await,
-    };
-    Ok(ResultSet { columns, rows: out })
+    Ok((columns, out))
 }
 
 /// Column names of a statement that returned no rows.
-async fn describe_columns(conn: &mut sqlx::SqliteConnection, sql: &str) -> Vec<String> {
-    use sqlx::Executor;
+async fn describe_columns<'c, E: sqlx::Executor<'c>>(conn: E, sql: &'c str) -> Vec<String> {
     match conn.describe(sql).await {
         Ok(d) => d.columns().iter().map(|c| c.name().to_owned()).collect(),
         Err(_) => Vec::new(),

@@ -85,6 +85,8 @@ enum Parsed {
         user_id: Option<i64>,
         kind: &'static str,
         notice: Option<NotSaved>,
+        /// Handed to the handling loop once committed: it is not read again.
+        update: Box<Update>,
     },
     Dead {
         own_id: Option<i64>,
@@ -163,6 +165,7 @@ impl Inbox {
         };
         let mut fresh = fresh.into_iter();
         let mut received = Vec::with_capacity(parsed.len());
+        let mut arrived = Vec::new();
         for (parsed, text) in parsed.iter().zip(&texts) {
             let outcome = match parsed {
                 Parsed::Update { kind, .. } => {
@@ -186,7 +189,26 @@ impl Inbox {
             };
             received.push(outcome);
         }
-        if received.contains(&Received::Stored) {
+        for (parsed, outcome) in parsed.into_iter().zip(&received) {
+            if let (
+                Parsed::Update {
+                    id,
+                    chat_id,
+                    update,
+                    ..
+                },
+                Received::Stored,
+            ) = (parsed, outcome)
+            {
+                arrived.push(handling::Arrived {
+                    update_id: id,
+                    chat_id,
+                    update,
+                });
+            }
+        }
+        if !arrived.is_empty() {
+            self.hand_over(arrived);
             self.wake();
         }
         Ok(received)
@@ -294,8 +316,26 @@ fn outcome_label(received: Received) -> &'static str {
 }
 
 /// Reads what the inbox keeps of a body: an update (its id, chat, sender, kind), or
-/// why it is a dead letter.
+/// why it is a dead letter. An update is parsed once, here; a body teloxide cannot read
+/// is read again as plain JSON, for what its dead letter keeps.
 fn parse(body: &[u8]) -> Parsed {
+    match serde_json::from_slice::<Update>(body) {
+        Ok(update) if !matches!(update.kind, UpdateKind::Error(_)) => Parsed::Update {
+            // Telegram's ids are unsigned 32-bit numbers (teloxide's `UpdateId`).
+            id: i64::from(update.id.0),
+            chat_id: update.chat().map(|chat| chat.id.0),
+            user_id: update.from().and_then(|user| i64::try_from(user.id.0).ok()),
+            kind: kind_label(&update.kind),
+            notice: not_saved(&update),
+            update: Box::new(update),
+        },
+        _ => dead_letter(body),
+    }
+}
+
+/// Why a body teloxide cannot read as an update is a dead letter, and the chat and
+/// sender its raw JSON names.
+fn dead_letter(body: &[u8]) -> Parsed {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Parsed::Dead {
             own_id: None,
@@ -318,27 +358,12 @@ fn parse(body: &[u8]) -> Parsed {
             user_id,
         };
     };
-    let id = i64::from(id);
-    // From the bytes: teloxide's reading of an update's kind borrows its key, which a
-    // `Value` cannot lend.
-    let update = match serde_json::from_slice::<Update>(body) {
-        Ok(update) if !matches!(update.kind, UpdateKind::Error(_)) => update,
-        _ => {
-            return Parsed::Dead {
-                own_id: Some(id),
-                why: "unknown_shape",
-                chat_id,
-                user_id,
-            };
-        }
-    };
-    let notice = not_saved(&update);
-    Parsed::Update {
-        id,
-        chat_id: update.chat().map(|chat| chat.id.0),
-        user_id: update.from().and_then(|user| i64::try_from(user.id.0).ok()),
-        kind: kind_label(&update.kind),
-        notice,
+    // Its id is readable, its shape is not teloxide's (or a kind it does not know).
+    Parsed::Dead {
+        own_id: Some(i64::from(id)),
+        why: "unknown_shape",
+        chat_id,
+        user_id,
     }
 }
 
@@ -410,6 +435,7 @@ mod tests {
             user_id,
             kind,
             notice,
+            ..
         } = parse(message(9).as_bytes())
         else {
             panic!("an update");

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use reqwest::Url;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use super::Inbox;
@@ -46,12 +47,13 @@ impl std::fmt::Debug for Poller {
     }
 }
 
-/// A Bot API answer to `getUpdates`.
+/// A Bot API answer to `getUpdates`: each update kept as the text Telegram sent, which
+/// the inbox stores and parses once.
 #[derive(Deserialize)]
 struct Answer {
     ok: bool,
     #[serde(default)]
-    result: Vec<serde_json::Value>,
+    result: Vec<Box<RawValue>>,
     #[serde(default)]
     error_code: Option<u16>,
     #[serde(default)]
@@ -101,7 +103,7 @@ impl Poller {
         offset: Option<i64>,
         timeout: Duration,
         limit: Option<u8>,
-    ) -> Result<Vec<serde_json::Value>, PollError> {
+    ) -> Result<Vec<Box<RawValue>>, PollError> {
         let mut body = serde_json::json!({
             "timeout": timeout.as_secs(),
             "allowed_updates": ALLOWED_UPDATES,
@@ -190,16 +192,12 @@ impl Poller {
 
     /// Commits a batch; the offset that confirms it, or `None` when the commit failed
     /// (the batch is asked for again, from the same offset).
-    async fn commit(&self, inbox: &Inbox, batch: &[serde_json::Value]) -> Option<i64> {
-        let bodies: Vec<Vec<u8>> = batch
-            .iter()
-            .map(|update| serde_json::to_vec(update).unwrap_or_default())
-            .collect();
-        let refs: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
-        match inbox.receive_batch(&refs).await {
+    async fn commit(&self, inbox: &Inbox, batch: &[Box<RawValue>]) -> Option<i64> {
+        let bodies: Vec<&[u8]> = batch.iter().map(|update| update.get().as_bytes()).collect();
+        match inbox.receive_batch(&bodies).await {
             Ok(_) => batch
                 .iter()
-                .filter_map(|update| update.get("update_id")?.as_i64())
+                .filter_map(|update| update_id(update))
                 .max()
                 .map(|last| last + 1),
             Err(_) => None, // logged and counted by the inbox; the user told once
@@ -224,6 +222,16 @@ impl Poller {
             Err(_) => tracing::debug!("confirming the last updates at the stop timed out"),
         }
     }
+}
+
+/// An update's `update_id`, if it has a numeric one (the rest of it is skipped, not
+/// read into values).
+fn update_id(update: &RawValue) -> Option<i64> {
+    #[derive(Deserialize)]
+    struct Id {
+        update_id: Option<i64>,
+    }
+    serde_json::from_str::<Id>(update.get()).ok()?.update_id
 }
 
 fn backoff(failures: u32) -> Duration {

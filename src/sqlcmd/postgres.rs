@@ -14,11 +14,10 @@
 
 use std::time::Duration;
 
-use futures::TryStreamExt as _;
 use sqlx::postgres::{PgConnection, PgPool, PgRow, PgValueRef};
-use sqlx::{Column, Row, TypeInfo, ValueRef};
+use sqlx::{Row, TypeInfo, ValueRef};
 
-use super::{Cell, Limits, QueryError, Refusal, ResultSet};
+use super::{Cell, Limits, QueryError, Refusal, ResultSet, collect, describe_columns};
 
 /// Server functions with effects, refused by name (upper case).
 const REFUSED: &[&str] = &[
@@ -125,41 +124,14 @@ async fn fetch(
     sql: &str,
     limits: &Limits,
 ) -> Result<ResultSet, QueryError> {
-    let mut columns = None;
-    let mut out = Vec::new();
-    let mut rows = sqlx::query(sql).fetch(&mut *conn);
-    while let Some(row) = rows
-        .try_next()
-        .await
-        .map_err(|e| classify(e, limits.timeout))?
-    {
-        if out.len() as u64 >= limits.max_rows {
-            return Err(QueryError::TooManyRows(limits.max_rows));
-        }
-        columns.get_or_insert_with(|| {
-            row.columns()
-                .iter()
-                .map(|c| c.name().to_owned())
-                .collect::<Vec<_>>()
-        });
-        let mut cells = Vec::with_capacity(row.len());
-        for i in 0..row.len() {
-            cells.push(cell(&row, i).map_err(|e| QueryError::Sql(e.to_string()))?);
-        }
-        out.push(cells);
-    }
-    drop(rows);
+    let rows = sqlx::query(sql).fetch(&mut *conn);
+    let (columns, rows) =
+        collect(rows, limits.max_rows, cell, |e| classify(e, limits.timeout)).await?;
     let columns = match columns {
         Some(columns) => columns,
-        None => {
-            use sqlx::Executor;
-            match conn.describe(sql).await {
-                Ok(d) => d.columns().iter().map(|c| c.name().to_owned()).collect(),
-                Err(_) => Vec::new(),
-            }
-        }
+        None => describe_columns(&mut *conn, sql).await,
     };
-    Ok(ResultSet { columns, rows: out })
+    Ok(ResultSet { columns, rows })
 }
 
 /// What an error of the server means for the user: a write refused by the read-only

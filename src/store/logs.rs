@@ -3,7 +3,7 @@
 
 use sqlx::FromRow;
 
-use super::updates::{MARK_HANDLED, UpdateKey};
+use super::updates::{MARK_HANDLED, MARK_HANDLED_7_8_SQLITE, UpdateKey, WriteTx};
 use super::word_forms::{self, Forms};
 use super::{
     ChatId, DayLog, LEAST, LOG_COLUMNS, LogId, MessageId, NOW, Source, Sql, Store, StoreError,
@@ -46,6 +46,59 @@ macro_rules! insert_log_on {
             ),
         }
     }};
+}
+
+/// An entry's insert and its update's mark in one transaction, sent to SQLite as one
+/// text (`BEGIN IMMEDIATE`, the insert, the mark, `COMMIT`): one round trip to the
+/// connection's thread where a transaction of separate statements takes four. A
+/// duplicate (the insert returns nothing) reads the stored entry's id after the commit.
+async fn insert_log_marked_sqlite(
+    pool: &sqlx::SqlitePool,
+    log: &NewLog<'_>,
+    key: UpdateKey,
+) -> Result<Inserted, StoreError> {
+    static TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "BEGIN IMMEDIATE;
+             INSERT INTO day_logs (user_id, chat_id, message_id, text, next_attempt_at,
+                 local_day, written_at, written_zone)
+             VALUES ($1, $2, $3, $4, {now}, $5, $6, {WRITTEN_ZONE})
+             ON CONFLICT (chat_id, message_id) DO NOTHING
+             RETURNING {LOG_COLUMNS};
+             {MARK_HANDLED_7_8_SQLITE};
+             COMMIT",
+            now = NOW.sqlite
+        )
+    });
+    let mut tx = WriteTx::folded(pool).await?;
+    let work = async {
+        let conn = tx.conn()?;
+        let inserted: Vec<DayLog> = sqlx::query_as(TEXT.as_str())
+            .bind(log.user_id)
+            .bind(log.chat_id)
+            .bind(log.message_id)
+            .bind(log.text)
+            .bind(log.local_day.map(|day| day.to_string()))
+            .bind(log.written_at.map(sql_timestamp))
+            .bind(key.bot_id)
+            .bind(key.update_id)
+            .fetch_all(&mut *conn)
+            .await?;
+        Ok(match returned(inserted) {
+            Some(row) => Inserted::New(Box::new(row)),
+            None => Inserted::Duplicate(
+                sqlx::query_scalar(
+                    "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
+                )
+                .bind(log.chat_id)
+                .bind(log.message_id)
+                .fetch_one(&mut *conn)
+                .await?,
+            ),
+        })
+    }
+    .await;
+    tx.finish_folded(work).await
 }
 
 /// The zone an entry is written in (`day_logs.written_zone`): the user's zone as stored
@@ -580,6 +633,9 @@ impl Store {
                     insert_log_on!(pool, conn, log)
                 }));
             };
+            if let super::Db::Sqlite(sqlite) = &self.db {
+                return insert_log_marked_sqlite(&sqlite.write, log, key).await;
+            }
             in_write_tx!(self, |pool, conn| {
                 let inserted = insert_log_on!(pool, conn, log);
                 sqlx::query(MARK_HANDLED.on(pool))

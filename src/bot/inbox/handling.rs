@@ -1,6 +1,17 @@
-//! The handling loop: reads the inbox's rows not handled and not dead, and hands each
-//! update to the handler tree — a chat's updates one after another in `update_id`
-//! order, different chats at once (at most [`MAX_LANES`]).
+//! The handling loop: hands each update of the inbox not handled and not dead to the
+//! handler tree — a chat's updates one after another in `update_id` order, different
+//! chats at once (at most [`MAX_LANES`]).
+//!
+//! The rows to handle are kept in memory ([`Lanes::waiting`]): the intake hands each
+//! update over, parsed, once its row is committed ([`Inbox::hand_over`]), and the loop
+//! reads the table ([`Inbox::read_table`], the one place rows are fetched) only while it
+//! may hold rows the memory lacks — at the start (what a crash left), after the intake
+//! could not hand rows over (the memory full), after a failed try (the row's count and
+//! retry time are read back), and until a read saw every waiting row. A row read from
+//! the table, or handed over while the memory was complete, is *vouched*: no older row
+//! of its chat can be hiding in the table, so it may run. The memory is complete only
+//! for the rows this process committed; another process writing the same inbox would
+//! have to make the loop read the table again ([`Inbox::reread`]).
 //!
 //! An update is *handled* once its handler returned `Ok` (the loop sets `handled_at`),
 //! unless the handler set it itself earlier (an entry: in the transaction that stores
@@ -11,7 +22,8 @@
 //! chat moves on. Nothing here is in memory only: a crash leaves unhandled rows, which
 //! the next start handles.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,14 +36,19 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{Inbox, NoticeKind, not_saved};
-use crate::store::{InboxUpdate, UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey};
+use crate::store::{InboxUpdate, NextTry, UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey};
 
 /// Chats handled at the same time.
 pub const MAX_LANES: usize = 64;
 
-/// Rows read per pass of the loop: at most [`FETCH_PER_CHAT`] of each chat.
+/// Rows read per read of the table: at most [`FETCH_PER_CHAT`] of each chat. A lane
+/// handles at most [`FETCH_PER_CHAT`] rows before it lets other chats go first.
 const FETCH_MAX: i64 = 5000;
 const FETCH_PER_CHAT: i64 = 8;
+
+/// The most rows kept in memory; past it the intake leaves its rows to the table, and
+/// the loop reads them from there.
+const HELD_MAX: usize = 5000;
 
 /// The most `done` rows whose mark is tried again per pass of the loop.
 const REMARK_MAX: usize = 64;
@@ -58,6 +75,84 @@ pub(in crate::bot) struct Lanes {
     /// the next start may handle one again, the window of a reply sent and not
     /// recorded).
     done: HashSet<i64>,
+    /// The rows known to wait, per lane in `update_id` order (a row stays while it
+    /// runs, so that a read of the table does not add it again).
+    waiting: HashMap<Lane, BTreeMap<i64, Waiting>>,
+    /// How many rows `waiting` holds.
+    held: usize,
+    /// Counts the moments the table may have come to hold a row to handle that
+    /// `waiting` lacks; `seen` is the count at the start of the last read that saw
+    /// every waiting row. While they differ (and at the start: `None`), the loop reads
+    /// the table on each pass.
+    missed: u64,
+    seen: Option<u64>,
+    /// A read of the table is under way: rows that end meanwhile go to `gone`, so that
+    /// what the read saw of them before they ended does not bring them back.
+    reading: bool,
+    gone: HashSet<i64>,
+}
+
+impl Lanes {
+    fn in_sync(&self) -> bool {
+        self.seen == Some(self.missed)
+    }
+
+    /// A row ended (handled, dead, taken over by a task): out of the memory.
+    fn forget(&mut self, lane: Lane, update_id: i64) {
+        if let Some(queue) = self.waiting.get_mut(&lane) {
+            if queue.remove(&update_id).is_some() {
+                self.held = self.held.saturating_sub(1);
+            }
+            if queue.is_empty() {
+                self.waiting.remove(&lane);
+            }
+        }
+        self.ended(update_id);
+    }
+
+    /// A row ended: a read under way, which may have seen it still waiting, must not
+    /// bring it back.
+    fn ended(&mut self, update_id: i64) {
+        if self.reading {
+            self.gone.insert(update_id);
+        }
+    }
+}
+
+/// A row the loop knows to wait.
+struct Waiting {
+    failures: i64,
+    next_try_at: NextTry,
+    body: Body,
+    /// No older row of its chat can be in the table unseen: it may run.
+    vouched: bool,
+}
+
+/// What the memory holds of a row's update.
+enum Body {
+    /// Handed over by the intake, parsed.
+    Parsed(Box<Update>),
+    /// Read from the table (`None`: its payload is gone; the row is marked dead).
+    Stored(Option<String>),
+    /// Being handled.
+    Running,
+    /// Its try failed: its count and retry time are read from the table again before
+    /// it runs (its chat waits for it).
+    Unread,
+}
+
+/// An update the intake committed, handed to the loop in memory.
+pub(in crate::bot) struct Arrived {
+    pub update_id: i64,
+    pub chat_id: Option<i64>,
+    pub update: Box<Update>,
+}
+
+/// A row a lane takes from the memory.
+struct Row {
+    update_id: i64,
+    failures: i64,
+    body: Body,
 }
 
 /// What goes in order: a chat's updates; an update with no chat goes alone.
@@ -65,6 +160,12 @@ pub(in crate::bot) struct Lanes {
 enum Lane {
     Chat(i64),
     Alone(i64),
+}
+
+impl Lane {
+    fn of(chat_id: Option<i64>, update_id: i64) -> Self {
+        chat_id.map_or(Self::Alone(update_id), Self::Chat)
+    }
 }
 
 /// The update a handler is given, and what it may do about when it counts as handled.
@@ -140,7 +241,9 @@ impl Deferred {
     /// The task's work committed (or it told the user why not): the update is handled.
     pub async fn handled(mut self) {
         self.done = true;
-        if let Err(error) = self.inbox.store().mark_update_handled(self.key).await {
+        let marked = self.inbox.store().mark_update_handled(self.key).await;
+        self.inbox.lanes().ended(self.key.update_id);
+        if let Err(error) = marked {
             // Its work is done (its reply sent): kept out of the loop's hands, or the
             // release below would hand it over again at once.
             tracing::error!(%error, update_id = self.key.update_id, "an update could not be marked handled; it is not handled again by this process");
@@ -157,12 +260,14 @@ impl Deferred {
         self.inbox.retry_later(self.key.update_id, wait);
         let next_try_at = jiff::Timestamp::now()
             + jiff::SignedDuration::try_from(wait).unwrap_or(jiff::SignedDuration::ZERO);
-        match self
+        let recorded = self
             .inbox
             .store()
             .record_update_failure(self.key, why, next_try_at)
-            .await
-        {
+            .await;
+        // Tried again from the table (or gone from it, dead).
+        self.inbox.reread();
+        match recorded {
             Ok(UpdateFailure::Dead) => {
                 self.inbox.lanes().not_before.remove(&self.key.update_id);
             }
@@ -198,6 +303,7 @@ impl Drop for Deferred {
             // Not at once: whatever ended the task may end the next try too.
             let wait = self.backoff.after(self.failures.saturating_add(1));
             self.inbox.retry_later(self.key.update_id, wait);
+            self.inbox.reread();
             self.release();
         }
     }
@@ -225,6 +331,46 @@ impl Inbox {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Hands the updates the intake just committed to the loop (in memory; the loop
+    /// is woken by the caller). Past [`HELD_MAX`] rows they are left to the table.
+    pub(in crate::bot) fn hand_over(&self, arrived: Vec<Arrived>) {
+        if arrived.is_empty() {
+            return;
+        }
+        let mut guard = self.lanes();
+        let lanes = &mut *guard;
+        if lanes.held.saturating_add(arrived.len()) > HELD_MAX {
+            lanes.missed = lanes.missed.wrapping_add(1);
+            return;
+        }
+        // While the table may hold older rows unseen, a row handed over waits for a
+        // read to vouch for it.
+        let vouched = lanes.in_sync();
+        for row in arrived {
+            let lane = Lane::of(row.chat_id, row.update_id);
+            if let Entry::Vacant(slot) = lanes.waiting.entry(lane).or_default().entry(row.update_id)
+            {
+                slot.insert(Waiting {
+                    failures: 0,
+                    next_try_at: NextTry::default(),
+                    body: Body::Parsed(row.update),
+                    vouched,
+                });
+                lanes.held += 1;
+            }
+        }
+    }
+
+    /// The table may hold rows to handle that the memory lacks: the loop reads it on
+    /// its next passes (until a read sees every waiting row), and is woken.
+    pub fn reread(&self) {
+        {
+            let mut lanes = self.lanes();
+            lanes.missed = lanes.missed.wrapping_add(1);
+        }
+        self.wake();
+    }
+
     /// Handles the inbox until `stop`: at once what is waiting (what a crash left), then
     /// each update as it is stored. Returns when stopped; lanes still running finish
     /// their current update in `tasks` (the caller waits for them, within its grace).
@@ -239,17 +385,11 @@ impl Inbox {
         let mut counted = tokio::time::Instant::now();
         loop {
             self.mark_done().await;
-            let wake_at = match self
-                .store()
-                .unhandled_updates(self.bot_id(), FETCH_PER_CHAT, FETCH_MAX)
-                .await
-            {
-                Ok(rows) => self.start_lanes(rows, &handle, backoff, &permits, &tasks, &stop),
-                Err(error) => {
-                    tracing::warn!(%error, "cannot read the update inbox; trying again");
-                    tokio::time::Instant::now() + Duration::from_secs(1)
-                }
-            };
+            let read_again = self.read_table().await;
+            let mut wake_at = self.start_lanes(&handle, backoff, &permits, &tasks, &stop);
+            if let Some(at) = read_again {
+                wake_at = wake_at.min(at);
+            }
             if counted.elapsed() >= IDLE {
                 counted = tokio::time::Instant::now();
                 self.count_rows().await;
@@ -259,6 +399,38 @@ impl Inbox {
                 () = stop.cancelled() => return,
                 () = self.woken() => {}
                 () = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+    }
+
+    /// Reads the table's waiting rows into the memory, when it may hold some the memory
+    /// lacks (the one place rows are fetched). `Some`: the read failed, try again then.
+    async fn read_table(&self) -> Option<tokio::time::Instant> {
+        let from = {
+            let mut lanes = self.lanes();
+            if lanes.in_sync() {
+                return None;
+            }
+            lanes.reading = true;
+            lanes.gone.clear();
+            lanes.missed
+        };
+        let read = self
+            .store()
+            .unhandled_updates(self.bot_id(), FETCH_PER_CHAT, FETCH_MAX)
+            .await;
+        let mut lanes = self.lanes();
+        lanes.reading = false;
+        match read {
+            Ok(rows) => {
+                merge(&mut lanes, rows, from);
+                lanes.gone.clear();
+                None
+            }
+            Err(error) => {
+                drop(lanes);
+                tracing::warn!(%error, "cannot read the update inbox; trying again");
+                Some(tokio::time::Instant::now() + Duration::from_secs(1))
             }
         }
     }
@@ -287,11 +459,11 @@ impl Inbox {
         }
     }
 
-    /// Starts a task for each lane with a due update and none running; returns when the
-    /// loop should look again (the earliest retry that falls due).
+    /// Starts a task for each lane with a due update and none running, the lanes whose
+    /// next update is oldest first; returns when the loop should look again (the
+    /// earliest retry that falls due).
     fn start_lanes(
         &self,
-        rows: Vec<InboxUpdate>,
         handle: &Handle,
         backoff: Backoff,
         permits: &Arc<Semaphore>,
@@ -300,38 +472,34 @@ impl Inbox {
     ) -> tokio::time::Instant {
         let now = tokio::time::Instant::now();
         let mut wake_at = now + IDLE;
-        let mut by_lane: Vec<(Lane, Vec<InboxUpdate>)> = Vec::new();
+        let mut ready: Vec<(i64, Lane)> = Vec::new();
         {
             let lanes = self.lanes();
-            for row in rows {
-                if lanes.deferred.contains(&row.update_id) || lanes.done.contains(&row.update_id) {
+            for (lane, queue) in &lanes.waiting {
+                if lanes.busy.contains(lane) {
                     continue;
                 }
-                let lane = row.chat_id.map_or(Lane::Alone(row.update_id), Lane::Chat);
-                if lanes.busy.contains(&lane) {
+                let Some((&update_id, head)) = queue.first_key_value() else {
+                    continue;
+                };
+                if !runnable(head) {
                     continue;
                 }
-                match by_lane.last_mut() {
-                    Some((last, rows)) if *last == lane => rows.push(row),
-                    _ => by_lane.push((lane, vec![row])),
+                match due_at(&lanes, update_id, head.next_try_at) {
+                    Some(at) if at > now => wake_at = wake_at.min(at),
+                    _ => ready.push((update_id, *lane)),
                 }
             }
         }
-        for (lane, rows) in by_lane {
-            let Some(head) = rows.first() else { continue };
-            if let Some(at) = self.due_at(head)
-                && at > now
-            {
-                wake_at = wake_at.min(at);
-                continue;
-            }
+        ready.sort_unstable_by_key(|(update_id, _)| *update_id);
+        for (_, lane) in ready {
             let Ok(permit) = Arc::clone(permits).try_acquire_owned() else {
                 break; // every lane busy: a lane that ends wakes the loop
             };
             self.lanes().busy.insert(lane);
             let (inbox, handle, stop) = (self.clone(), Arc::clone(handle), stop.clone());
             tasks.spawn(async move {
-                inbox.run_lane(rows, &handle, backoff, &stop).await;
+                inbox.run_lane(lane, &handle, backoff, &stop).await;
                 inbox.lanes().busy.remove(&lane);
                 drop(permit);
                 inbox.wake();
@@ -340,67 +508,84 @@ impl Inbox {
         wake_at
     }
 
-    /// When a row may be tried (`None`: now): its stored retry time, or the one kept in
-    /// memory when its failure could not be recorded.
-    fn due_at(&self, row: &InboxUpdate) -> Option<tokio::time::Instant> {
-        // A stored moment already past says nothing (`None`), rather than "now", which
-        // would always be a hair later than the caller's now.
-        let stored = row.next_try_at.0.and_then(|at| {
-            let left = Duration::try_from(at.duration_since(jiff::Timestamp::now())).ok()?;
-            Some(tokio::time::Instant::now() + left)
-        });
-        let kept = self.lanes().not_before.get(&row.update_id).copied();
-        stored.into_iter().chain(kept).max()
-    }
-
-    /// Handles a lane's rows in order, until one fails (it is retried later: the lane
-    /// waits for it) or the loop stops.
+    /// Handles a lane's rows in order (at most [`FETCH_PER_CHAT`], then other chats go
+    /// first), until one fails (it is retried later: the lane waits for it), none is
+    /// ready, or the loop stops.
     async fn run_lane(
         &self,
-        rows: Vec<InboxUpdate>,
+        lane: Lane,
         handle: &Handle,
         backoff: Backoff,
         stop: &CancellationToken,
     ) {
-        for row in rows {
+        for _ in 0..FETCH_PER_CHAT {
             if stop.is_cancelled() {
                 return;
             }
-            {
-                let lanes = self.lanes();
-                if lanes.deferred.contains(&row.update_id) || lanes.done.contains(&row.update_id) {
-                    continue;
-                }
-            }
-            if self
-                .due_at(&row)
-                .is_some_and(|at| at > tokio::time::Instant::now())
-            {
+            let Some(row) = self.next_row(lane) else {
                 return;
-            }
-            if !self.take(row, handle, backoff).await {
+            };
+            if !self.take(lane, row, handle, backoff).await {
                 return;
             }
         }
     }
 
+    /// The lane's next row, when it may run now (marked running).
+    fn next_row(&self, lane: Lane) -> Option<Row> {
+        let mut guard = self.lanes();
+        let lanes = &mut *guard;
+        let (&update_id, head) = lanes.waiting.get(&lane)?.first_key_value()?;
+        if !runnable(head)
+            || due_at(lanes, update_id, head.next_try_at)
+                .is_some_and(|at| at > tokio::time::Instant::now())
+        {
+            return None;
+        }
+        let head = lanes.waiting.get_mut(&lane)?.get_mut(&update_id)?;
+        Some(Row {
+            update_id,
+            failures: head.failures,
+            body: std::mem::replace(&mut head.body, Body::Running),
+        })
+    }
+
+    /// A row's try failed: it is read from the table again before it runs (its lane
+    /// waits for it meanwhile).
+    fn unread(&self, lane: Lane, update_id: i64) {
+        {
+            let mut lanes = self.lanes();
+            if let Some(row) = lanes
+                .waiting
+                .get_mut(&lane)
+                .and_then(|queue| queue.get_mut(&update_id))
+            {
+                row.body = Body::Unread;
+            }
+        }
+        self.reread();
+    }
+
     /// Handles one row; `false` when it failed and is to be tried again (its lane waits).
-    async fn take(&self, row: InboxUpdate, handle: &Handle, backoff: Backoff) -> bool {
+    async fn take(&self, lane: Lane, row: Row, handle: &Handle, backoff: Backoff) -> bool {
         let key = UpdateKey {
             bot_id: self.bot_id(),
             update_id: row.update_id,
         };
-        let update = row.payload.as_deref().map(serde_json::from_str::<Update>);
-        let update = match update {
-            Some(Ok(update)) => update,
-            _ => {
-                if let Err(error) = self.store().mark_update_dead(key, "unreadable").await {
-                    tracing::warn!(%error, update_id = key.update_id, "cannot mark an unreadable update dead");
-                    self.retry_later(key.update_id, backoff.after(1));
-                    return false;
-                }
-                return true;
+        let update = match row.body {
+            Body::Parsed(update) => Some(*update),
+            Body::Stored(Some(text)) => serde_json::from_str::<Update>(&text).ok(),
+            Body::Stored(None) | Body::Running | Body::Unread => None,
+        };
+        let Some(update) = update else {
+            if let Err(error) = self.store().mark_update_dead(key, "unreadable").await {
+                tracing::warn!(%error, update_id = key.update_id, "cannot mark an unreadable update dead");
+                self.retry_later(key.update_id, backoff.after(1));
+                self.unread(lane, key.update_id);
+                return false;
             }
+            self.lanes().forget(lane, key.update_id);
+            return true;
         };
         let notice = not_saved(&update);
         let taking = Taking {
@@ -418,24 +603,54 @@ impl Inbox {
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the handler panicked")));
         match outcome {
             Ok(()) => {
-                {
-                    let mut lanes = self.lanes();
-                    lanes.not_before.remove(&key.update_id);
-                    lanes.unstored.remove(&key.update_id);
-                }
-                if !deferred.load(Ordering::SeqCst)
-                    && !marked.load(Ordering::SeqCst)
-                    && let Err(error) = self.store().mark_update_handled(key).await
-                {
-                    tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it is marked later");
-                    self.lanes().done.insert(key.update_id);
-                }
+                self.handled(
+                    lane,
+                    key,
+                    deferred.load(Ordering::SeqCst),
+                    marked.load(Ordering::SeqCst),
+                )
+                .await;
                 true
             }
             Err(error) => {
-                self.failed(key, &error, row.failures, notice, backoff)
-                    .await
+                let moves_on = self
+                    .failed(key, &error, row.failures, notice, backoff)
+                    .await;
+                if moves_on {
+                    self.lanes().forget(lane, key.update_id);
+                } else {
+                    self.unread(lane, key.update_id);
+                }
+                moves_on
             }
+        }
+    }
+
+    /// A handler returned `Ok`: the row is marked handled unless its store write or a
+    /// task of its own does that, and leaves the memory.
+    async fn handled(&self, lane: Lane, key: UpdateKey, deferred: bool, marked: bool) {
+        {
+            let mut lanes = self.lanes();
+            lanes.not_before.remove(&key.update_id);
+            lanes.unstored.remove(&key.update_id);
+        }
+        let mark = if deferred || marked {
+            Ok(())
+        } else {
+            self.store().mark_update_handled(key).await
+        };
+        let task_ended = {
+            let mut lanes = self.lanes();
+            lanes.forget(lane, key.update_id);
+            if let Err(error) = &mark {
+                tracing::error!(%error, update_id = key.update_id, "an update could not be marked handled; it is marked later");
+                lanes.done.insert(key.update_id);
+            }
+            deferred && !lanes.deferred.contains(&key.update_id)
+        };
+        if task_ended {
+            // Its task ended already; had it failed, the row is to be read again.
+            self.reread();
         }
     }
 
@@ -510,6 +725,91 @@ impl Inbox {
             .not_before
             .insert(update_id, tokio::time::Instant::now() + wait);
     }
+}
+
+/// Whether a row may be taken (as far as its own state goes: its lane decides the rest).
+fn runnable(row: &Waiting) -> bool {
+    row.vouched && matches!(row.body, Body::Parsed(_) | Body::Stored(_))
+}
+
+/// When a row may be tried (`None`: now): its stored retry time, or the one kept in
+/// memory when its failure could not be recorded.
+fn due_at(lanes: &Lanes, update_id: i64, next_try_at: NextTry) -> Option<tokio::time::Instant> {
+    // A stored moment already past says nothing (`None`), rather than "now", which
+    // would always be a hair later than the caller's now.
+    let stored = next_try_at.0.and_then(|at| {
+        let left = Duration::try_from(at.duration_since(jiff::Timestamp::now())).ok()?;
+        Some(tokio::time::Instant::now() + left)
+    });
+    let kept = lanes.not_before.get(&update_id).copied();
+    stored.into_iter().chain(kept).max()
+}
+
+/// Puts what a read of the table found into the memory (read from `from`, the count of
+/// [`Lanes::missed`] when it began). A read that saw every waiting row — fewer rows
+/// than its limit, no chat cut at [`FETCH_PER_CHAT`], none whose first row failed
+/// before (the read gives only that one while it waits) — vouches for every row in
+/// memory, and drops the rows waiting to be read again that it did not find (handled or
+/// dead meanwhile).
+fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64) {
+    let mut whole = rows.len() < usize::try_from(FETCH_MAX).unwrap_or(usize::MAX);
+    let mut found: HashSet<i64> = HashSet::with_capacity(rows.len());
+    let mut current: Option<(Lane, i64)> = None;
+    for row in rows {
+        let lane = Lane::of(row.chat_id, row.update_id);
+        let nth = match current {
+            Some((last, nth)) if last == lane => nth + 1,
+            _ => 1,
+        };
+        current = Some((lane, nth));
+        if nth >= FETCH_PER_CHAT || (nth == 1 && row.next_try_at.0.is_some()) {
+            whole = false;
+        }
+        found.insert(row.update_id);
+        if lanes.deferred.contains(&row.update_id)
+            || lanes.done.contains(&row.update_id)
+            || lanes.gone.contains(&row.update_id)
+        {
+            continue;
+        }
+        match lanes.waiting.entry(lane).or_default().entry(row.update_id) {
+            Entry::Occupied(mut slot) => {
+                let known = slot.get_mut();
+                if !matches!(known.body, Body::Running) {
+                    known.failures = row.failures;
+                    known.next_try_at = row.next_try_at;
+                    known.vouched = true;
+                    if matches!(known.body, Body::Unread) {
+                        known.body = Body::Stored(row.payload);
+                    }
+                }
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(Waiting {
+                    failures: row.failures,
+                    next_try_at: row.next_try_at,
+                    body: Body::Stored(row.payload),
+                    vouched: true,
+                });
+                lanes.held += 1;
+            }
+        }
+    }
+    if !whole {
+        return;
+    }
+    let mut dropped = 0;
+    for queue in lanes.waiting.values_mut() {
+        queue.retain(|update_id, row| {
+            let keep = !matches!(row.body, Body::Unread) || found.contains(update_id);
+            dropped += usize::from(!keep);
+            row.vouched = true;
+            keep
+        });
+    }
+    lanes.waiting.retain(|_, queue| !queue.is_empty());
+    lanes.held = lanes.held.saturating_sub(dropped);
+    lanes.seen = Some(from);
 }
 
 /// Whether `error` is an entry (a message, a voice note, an edit) not stored.
@@ -634,6 +934,90 @@ pub(in crate::bot) mod tests {
         let lanes = inbox.lanes();
         assert!(!lanes.deferred.contains(&7), "released");
         assert!(lanes.done.contains(&7), "kept from being handled again");
+    }
+
+    fn message(update_id: i64, chat_id: i64) -> String {
+        serde_json::json!({"update_id": update_id, "message": {
+            "message_id": update_id, "date": 1_764_460_800_i64,
+            "chat": {"id": chat_id, "type": "private", "first_name": "a"},
+            "from": {"id": chat_id, "is_bot": false, "first_name": "a"},
+            "text": "hi"}})
+        .to_string()
+    }
+
+    #[tokio::test]
+    async fn a_chats_rows_run_in_order_across_the_table_and_the_hand_over() {
+        let (inbox, _dir) = inbox().await;
+        let (one, two) = (message(1, 5), message(2, 5));
+        let row = |update_id, payload| crate::store::NewUpdate {
+            update_id,
+            chat_id: Some(5),
+            user_id: Some(5),
+            payload,
+        };
+        // Row 1 is what a crash left in the table; row 2 is committed and handed over.
+        inbox
+            .store()
+            .insert_updates(1, &[row(1, &one), row(2, &two)])
+            .await
+            .expect("stored");
+        inbox.hand_over(vec![Arrived {
+            update_id: 2,
+            chat_id: Some(5),
+            update: Box::new(serde_json::from_str(&two).expect("an update")),
+        }]);
+        let lane = Lane::Chat(5);
+        assert!(
+            inbox.next_row(lane).is_none(),
+            "not before the table is read"
+        );
+        assert!(inbox.read_table().await.is_none(), "read");
+        assert!(inbox.lanes().in_sync());
+        let first = inbox.next_row(lane).expect("the older row first");
+        assert_eq!(first.update_id, 1);
+        assert!(matches!(first.body, Body::Stored(Some(_))));
+        assert!(inbox.next_row(lane).is_none(), "one at a time");
+        // Handled: marked in the table, then out of the memory.
+        inbox
+            .store()
+            .mark_update_handled(UpdateKey {
+                bot_id: 1,
+                update_id: 1,
+            })
+            .await
+            .expect("marked");
+        inbox.lanes().forget(lane, 1);
+        let second = inbox.next_row(lane).expect("then the one handed over");
+        assert_eq!(second.update_id, 2);
+        assert!(matches!(second.body, Body::Parsed(_)), "not read again");
+        // Its try fails: it is read from the table again before it runs.
+        inbox.unread(lane, 2);
+        assert!(!inbox.lanes().in_sync());
+        assert!(
+            inbox.next_row(lane).is_none(),
+            "not before the table is read"
+        );
+        assert!(inbox.read_table().await.is_none(), "read");
+        let again = inbox.next_row(lane).expect("read again");
+        assert_eq!(again.update_id, 2);
+        assert!(matches!(again.body, Body::Stored(Some(_))));
+        assert_eq!(inbox.lanes().held, 1);
+    }
+
+    #[tokio::test]
+    async fn past_its_bound_the_memory_leaves_new_rows_to_the_table() {
+        let (inbox, _dir) = inbox().await;
+        assert!(inbox.read_table().await.is_none(), "the first read");
+        inbox.lanes().held = HELD_MAX;
+        let one = message(1, 5);
+        inbox.hand_over(vec![Arrived {
+            update_id: 1,
+            chat_id: Some(5),
+            update: Box::new(serde_json::from_str(&one).expect("an update")),
+        }]);
+        let lanes = inbox.lanes();
+        assert!(lanes.waiting.is_empty(), "not kept");
+        assert!(!lanes.in_sync(), "the table is read on the next pass");
     }
 
     #[test]
