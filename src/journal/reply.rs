@@ -66,6 +66,15 @@ pub fn analysis_reply(
     reply
 }
 
+/// What the path that answers a log read before its analysis, so that the reply does
+/// not read it again (each read is a round trip, and on PostgreSQL a statement's work
+/// on the server); `None`: read when needed.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Read<'a> {
+    /// The author's days with an entry ([`crate::store::Store::before_analysis`]), for the streak note.
+    entry_days: Option<&'a [jiff::civil::Date]>,
+}
+
 /// The first words of an entry, enough to know it by: up to 6 words and 40
 /// characters, on one line, with "…" when there is more.
 fn first_words(text: &str) -> String {
@@ -118,10 +127,17 @@ impl Journal {
         _claim: &Claim,
     ) -> Result<(), StoreError> {
         let texts = Texts(author.language);
-        // The worker's tries are not held to it: one past `worker.max_age_hours` is the
-        // last before the entry is given up, and a backlog after an outage is no abuse.
-        if timing == Timing::Live && self.over_hourly_limit(&log).await? {
-            let limit = self.settings.telegram.analyses_per_hour();
+        // The worker's tries are not held to the hourly limit: one past
+        // `worker.max_age_hours` is the last before the entry is given up, and a backlog
+        // after an outage is no abuse.
+        let limit = self.settings.telegram.analyses_per_hour();
+        let count_use = timing == Timing::Live && limit > 0;
+        // What the analysis and its answer read about the author, in one statement.
+        let before = self.before_analysis(&log, author, count_use).await?;
+        if before
+            .recent_use
+            .is_some_and(|used| used >= i64::from(limit))
+        {
             let wait = self.store.defer_to_free_slot(&log, limit).await?;
             self.notify(
                 messenger,
@@ -134,7 +150,11 @@ impl Journal {
         // In a block, so that the analysis (which borrows the log) is gone before the
         // answer takes the log over.
         let (outcome, timing) = {
-            let analysing = with_typing(messenger, log.chat_id, self.analyse(&log, author, known));
+            let analysing = with_typing(
+                messenger,
+                log.chat_id,
+                self.analyse(&log, author, known, &before),
+            );
             tokio::pin!(analysing);
             // docs/behaviour.md, The life of an entry: a wait longer than `budgets.notify_after_ms` is said to the
             // user, and the answer still follows.
@@ -154,7 +174,10 @@ impl Journal {
         // `None`: edited meanwhile, nothing stored; the new text is answered next. An
         // edit after the outcome was stored is caught by `mark_replied`.
         if let Some(outcome) = outcome {
-            self.answer_outcome(messenger, &log, &outcome, author, timing)
+            let read = Read {
+                entry_days: Some(&before.entry_days),
+            };
+            self.answer_outcome_read(messenger, &log, &outcome, author, timing, read)
                 .await;
         }
         Ok(())
@@ -170,6 +193,7 @@ impl Journal {
         outcome: &Outcome,
         author: &Author,
         timing: Timing,
+        read: Read<'_>,
     ) -> Option<Reply> {
         let texts = Texts(author.language);
         let sentence = match outcome {
@@ -181,7 +205,9 @@ impl Journal {
                 };
                 let notes = Notes {
                     truncated: self.was_truncated(log),
-                    streak: self.streak_for_note(log.user_id, &author.zone).await,
+                    streak: self
+                        .streak_for_note(log.user_id, &author.zone, read.entry_days)
+                        .await,
                 };
                 return Some(analysis_reply(
                     author.language,
@@ -233,7 +259,21 @@ impl Journal {
         author: &Author,
         timing: Timing,
     ) {
-        let Some(mut reply) = self.reply(log, outcome, author, timing).await else {
+        self.answer_outcome_read(messenger, log, outcome, author, timing, Read::default())
+            .await;
+    }
+
+    /// [`Journal::answer_outcome`] with what was read before the analysis.
+    async fn answer_outcome_read<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        outcome: &Outcome,
+        author: &Author,
+        timing: Timing,
+        read: Read<'_>,
+    ) {
+        let Some(mut reply) = self.reply(log, outcome, author, timing, read).await else {
             return;
         };
         // A late answer comes after whatever was typed since: where the reply does not
@@ -347,10 +387,18 @@ impl Journal {
             .unwrap_or_else(|| fallback.to_owned())
     }
 
-    /// The current streak for an analysis reply's note, in the author's zone; 0 when it
-    /// cannot be read.
-    async fn streak_for_note(&self, user_id: UserId, zone: &UserZone) -> u32 {
+    /// The current streak for an analysis reply's note, in the author's zone, from the
+    /// `entry_days` read before the analysis or else read now; 0 when it cannot be read.
+    async fn streak_for_note(
+        &self,
+        user_id: UserId,
+        zone: &UserZone,
+        entry_days: Option<&[jiff::civil::Date]>,
+    ) -> u32 {
         let today = self.local_day(zone, self.now());
+        if let Some(days) = entry_days {
+            return crate::streaks::Streaks::from_days(days, today).current;
+        }
         match self.users.streaks_on(user_id, today).await {
             Ok(streaks) => streaks.current,
             Err(error) => {
