@@ -1,6 +1,9 @@
 //! Cascade overhead per task: `Llm::run` against a zero-latency local fake, next to a bare
 //! `reqwest` POST to the same fake with the same client. The goal is ≤ 1.10× the bare
 //! request. Criterion measures both; an interleaved run at the end prints the ratio.
+//! With `DAYLOG_BENCH_DATABASE_URL` set to a PostgreSQL URL the budgets are shared
+//! through that database (several instances' way), so the ratio includes the shared
+//! check-and-spend.
 
 #![expect(
     clippy::expect_used,
@@ -72,6 +75,21 @@ fn fixture() -> Fixture {
         .build()
         .expect("client");
     let llm = Llm::with_client(&settings, client.clone()).expect("llm");
+    // `DAYLOG_BENCH_DATABASE_URL=postgres://…`: the budgets are shared through that
+    // database, as several instances share them (one check-and-spend per task).
+    let llm = match std::env::var("DAYLOG_BENCH_DATABASE_URL") {
+        Ok(url) => {
+            let store = rt
+                .block_on(daylog::store::Store::open_and_migrate(
+                    &url,
+                    Duration::from_secs(5),
+                ))
+                .expect("the bench's database");
+            eprintln!("budgets shared through PostgreSQL");
+            llm.sharing(std::sync::Arc::new(store))
+        }
+        Err(_) => llm,
+    };
     let request = ChatRequest {
         system: "You are a kind journaling assistant.".into(),
         user: "Slept badly, long day at work, went for a run.".into(),

@@ -56,7 +56,13 @@ impl App {
                 .await?;
         let settings = Arc::new(settings);
         let client = crate::http_client().map_err(StartError::Client)?;
-        let llm = Arc::new(Llm::with_client(&settings, client).map_err(StartError::Llm)?);
+        let llm = Llm::with_client(&settings, client).map_err(StartError::Llm)?;
+        // Several instances share budgets and cooldowns through PostgreSQL.
+        let llm = if store.is_postgres() {
+            Arc::new(llm.sharing(Arc::new(store.clone())))
+        } else {
+            Arc::new(llm)
+        };
         learn_from_last_run(&store, &llm).await;
         let journal = Arc::new(Journal::new(
             Arc::clone(&settings),
@@ -132,7 +138,7 @@ impl App {
             self.journal.users().clone(),
             Arc::clone(&self.settings),
             token.expose(),
-            Arc::new(crate::bot::Telegram::new(bot)),
+            Arc::new(crate::bot::Telegram::new(bot).sharing(self.store.clone())),
         );
         Ok(crate::webapp::router(webapp))
     }

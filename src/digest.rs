@@ -48,6 +48,10 @@ const BATCH: i64 = 200;
 const MAX_SUMMARIES: i64 = 60;
 /// A scheduled digest needs this many entries in its week (docs/behaviour.md, Time zones and rhythm).
 const MIN_SCHEDULED_ENTRIES: i64 = 2;
+/// How long a digest claimed for writing and sending is left to its claimer by the
+/// other instances (PostgreSQL): past it, one whose claimer died is taken over. Longer
+/// than a digest's cascade takes (`retry.deadline_ms`) and its send.
+const CLAIM_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The first and last local day of the digest that ends on `last`.
 pub fn week_ending(last: Date) -> (Date, Date) {
@@ -270,6 +274,16 @@ impl Digests {
                     && self.store.due_digest(digest.id).await?.is_none() =>
             {
                 send_notice(messenger, target, texts.digest_will_follow(), user_id).await;
+            }
+            // Several instances: another one's worker may be writing it (its claim
+            // moved the next attempt ahead); then it comes from there.
+            DigestStatus::Pending if self.store.is_postgres() => {
+                match self.store.claim_digest(digest.id, CLAIM_HOLD).await? {
+                    Some(digest) => self.run(messenger, digest, target, Asked::OnDemand).await?,
+                    None => {
+                        send_notice(messenger, target, texts.digest_on_its_way(), user_id).await;
+                    }
+                }
             }
             DigestStatus::Pending => {
                 self.run(messenger, digest, target, Asked::OnDemand).await?;
@@ -556,7 +570,7 @@ impl Digests {
     /// Writes and sends a digest the worker listed and claimed, read again under the
     /// claim: whoever held it before may have finished it.
     async fn finish_listed<M: Messenger>(&self, messenger: &M, listed: &Digest) {
-        let digest = match self.store.due_digest(listed.id).await {
+        let digest = match self.store.claim_digest(listed.id, CLAIM_HOLD).await {
             Ok(Some(digest)) => digest,
             Ok(None) => return,
             Err(error) => {

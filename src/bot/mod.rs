@@ -99,8 +99,12 @@ const MENU_RETRIES: usize = 4;
 pub struct Telegram<B> {
     bot: B,
     /// When each user last sent `/import` (docs/behaviour.md, Search and Import: a document within 10 minutes of it
-    /// is an import). In memory only: after a restart the caption still works.
+    /// is an import). Stored (`said_once`) when the store is given, so that a restart
+    /// or another instance takes it; this copy answers only while the store cannot.
     import_asked: Arc<std::sync::Mutex<std::collections::HashMap<UserId, jiff::Timestamp>>>,
+    /// Where what is said once, `/import`'s window and Telegram's 429 holds are shared
+    /// (across restarts, and on PostgreSQL across instances); `None`: in memory only.
+    store: Option<Store>,
     /// Chats already told that this is a private bot (docs/behaviour.md, What arrives: one polite refusal, not
     /// one per message, which in a group would flood it).
     refused: Once<i64>,
@@ -112,31 +116,62 @@ pub struct Telegram<B> {
 /// A document sent this long after `/import` is imported without the caption.
 const IMPORT_WINDOW: Duration = Duration::from_secs(10 * 60);
 
-/// Keys seen before, to say something once. In memory: a restart may say it once more;
-/// past [`Once::MAX`] keys (what strangers can make it hold) the set starts over.
-struct Once<K>(Arc<std::sync::Mutex<std::collections::HashSet<K>>>);
+/// Keys seen before, to say something once. Claimed in the store's `said_once` (named
+/// `what`) when the [`Telegram`] has one, so that neither a restart nor another instance
+/// says it again; this set spares the store a question for keys seen here, and
+/// answers alone while the store cannot (then a restart may say it once more). Past
+/// [`Once::MAX`] keys (what strangers can make it hold) the set starts over.
+struct Once<K> {
+    what: &'static str,
+    seen: Arc<std::sync::Mutex<std::collections::HashSet<K>>>,
+}
 
 impl<K> Clone for Once<K> {
     fn clone(&self) -> Self {
-        Self(Arc::clone(&self.0))
+        Self {
+            what: self.what,
+            seen: Arc::clone(&self.seen),
+        }
     }
 }
 
-impl<K: std::hash::Hash + Eq> Once<K> {
+impl<K: std::hash::Hash + Eq + std::fmt::Display> Once<K> {
     const MAX: usize = 100_000;
 
-    fn new() -> Self {
-        Self(Arc::default())
+    fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            seen: Arc::default(),
+        }
     }
 
     /// Says something once for `key`: `say` (a send, `true` once delivered) runs the
     /// first time `key` comes, and again the next time if it did not get through.
-    async fn say(&self, key: K, say: impl Future<Output = bool>)
+    async fn say(&self, store: Option<&Store>, key: K, say: impl Future<Output = bool>)
     where
         K: Clone,
     {
-        if self.first(key.clone()) && !say.await {
+        if !self.first(key.clone()) {
+            return;
+        }
+        let name = key.to_string();
+        if let Some(store) = store {
+            match store.say_once(self.what, &name).await {
+                Ok(true) => {}
+                // Said before: by another instance, or before a restart.
+                Ok(false) => return,
+                Err(error) => {
+                    tracing::warn!(%error, what = self.what, "could not check what was said once; saying it");
+                }
+            }
+        }
+        if !say.await {
             self.forget(&key);
+            if let Some(store) = store
+                && let Err(error) = store.forget_said(self.what, &name).await
+            {
+                tracing::warn!(%error, what = self.what, "could not forget a notice that did not get through");
+            }
         }
     }
 
@@ -155,7 +190,7 @@ impl<K: std::hash::Hash + Eq> Once<K> {
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<K>> {
-        self.0
+        self.seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -166,30 +201,61 @@ impl<B: TgBot> Telegram<B> {
         Self {
             bot,
             import_asked: Arc::default(),
-            refused: Once::new(),
-            albums: Once::new(),
+            store: None,
+            refused: Once::new("refused"),
+            albums: Once::new("album"),
         }
     }
 
-    fn asked_import(&self, user_id: UserId, at: jiff::Timestamp) {
+    /// The same messenger, keeping what is said once, `/import`'s window and Telegram's
+    /// 429 holds in `store` (docs/behaviour.md, Several instances).
+    #[must_use]
+    pub fn sharing(mut self, store: Store) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    async fn asked_import(&self, user_id: UserId, at: jiff::Timestamp) {
         self.import_asked
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(user_id, at);
+        if let Some(store) = &self.store
+            && let Err(error) = store.ask_import(user_id, at).await
+        {
+            tracing::warn!(%error, "could not store an /import; this instance remembers it");
+        }
     }
 
     /// Whether `user_id` sent `/import` within [`IMPORT_WINDOW`] before `now`; the ask is
-    /// used up either way.
-    fn take_import_ask(&self, user_id: UserId, now: jiff::Timestamp) -> bool {
-        let asked = self
+    /// used up either way (here and in the store).
+    async fn take_import_ask(&self, user_id: UserId, now: jiff::Timestamp) -> bool {
+        let here = self
             .import_asked
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&user_id);
+        let asked = match &self.store {
+            Some(store) => match store.take_import_ask(user_id).await {
+                Ok(stored) => stored,
+                Err(error) => {
+                    tracing::warn!(%error, "could not read a stored /import; using this instance's");
+                    here
+                }
+            },
+            None => here,
+        };
         asked.is_some_and(|at| {
             let elapsed = now.duration_since(at);
             !elapsed.is_negative() && elapsed.unsigned_abs() <= IMPORT_WINDOW
         })
+    }
+
+    /// The store that shares Telegram's holds on `chat`, for [`with_retry_after_in`].
+    fn holds(&self, chat: ChatId) -> Option<(&Store, crate::domain::ChatId)> {
+        self.store
+            .as_ref()
+            .map(|store| (store, crate::domain::ChatId(chat.0)))
     }
 
     /// `getFile`, then the download into memory; `None` past `max` bytes.
@@ -271,7 +337,7 @@ impl<B: TgBot> Telegram<B> {
                 caption,
                 file_name,
             } => {
-                with_retry_after("sendPhoto", || {
+                with_retry_after_in("sendPhoto", self.holds(chat), || {
                     let mut request = self
                         .bot
                         .send_photo(
@@ -291,7 +357,7 @@ impl<B: TgBot> Telegram<B> {
                 file_name,
                 caption,
             } => {
-                with_retry_after("sendDocument", || {
+                with_retry_after_in("sendDocument", self.holds(chat), || {
                     let mut request = self
                         .bot
                         .send_document(
@@ -318,7 +384,7 @@ impl<B: TgBot> Telegram<B> {
                         DeleteButton::new(DeleteAnswer::No, *user_id).data(),
                     ),
                 ]]);
-                with_retry_after("sendMessage", || {
+                with_retry_after_in("sendMessage", self.holds(chat), || {
                     let mut request = self
                         .bot
                         .send_message(chat, texts.delete_confirm())
@@ -368,13 +434,18 @@ impl<B: TgBot> Telegram<B> {
                 }
                 request.into_future()
             };
-            match with_retry_after("sendMessage", || send(part.clone(), true)).await {
+            match with_retry_after_in("sendMessage", self.holds(chat), || send(part.clone(), true))
+                .await
+            {
                 Err(RequestError::Api(ApiError::CantParseEntities(reason))) => {
                     // Our escaping should make this impossible; if Telegram still
                     // disagrees, the user gets the words without the formatting.
                     tracing::error!(%reason, "Telegram could not parse a reply's HTML; sending it as plain text");
                     let plain = render::html_to_plain(&part);
-                    with_retry_after("sendMessage", || send(plain.clone(), false)).await?;
+                    with_retry_after_in("sendMessage", self.holds(chat), || {
+                        send(plain.clone(), false)
+                    })
+                    .await?;
                 }
                 other => {
                     other?;
@@ -483,8 +554,25 @@ const LATER_PART_PAUSES: [Duration; 2] = [Duration::from_millis(500), Duration::
 
 /// Runs a Bot API request, waiting out Telegram's `RetryAfter` a few times. Each
 /// attempt is counted by `method`, as the Bot API spells it (`sendMessage`).
-async fn with_retry_after<T, F, Fut>(
+async fn with_retry_after<T, F, Fut>(method: &'static str, request: F) -> Result<T, RequestError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    with_retry_after_in(method, None, request).await
+}
+
+/// The longest a hold another instance recorded is waited out before one send (a
+/// hold is Telegram's own `retry_after`; this only bounds a hand-edited row).
+const MAX_SHARED_HOLD: Duration = Duration::from_secs(60);
+
+/// [`with_retry_after`] for a message to a chat, with Telegram's holds shared through
+/// `store` (PostgreSQL: every instance together): a hold any instance recorded for the
+/// chat (or for every chat) is waited out before each try, and a `RetryAfter` is
+/// recorded for the others before it is waited out here.
+async fn with_retry_after_in<T, F, Fut>(
     method: &'static str,
+    shared: Option<(&Store, crate::domain::ChatId)>,
     mut request: F,
 ) -> Result<T, RequestError>
 where
@@ -493,16 +581,40 @@ where
 {
     let mut retries = 0;
     loop {
+        if let Some((store, chat)) = shared {
+            honour_shared_hold(store, chat).await;
+        }
         let result = request().await;
         crate::observe::telegram_call(method, call_status(&result));
         match result {
             Err(RequestError::RetryAfter(wait)) if retries < MAX_TELEGRAM_RETRIES => {
                 retries += 1;
                 tracing::warn!(wait_s = wait.seconds(), "Telegram asked to retry later");
+                if let Some((store, chat)) = shared
+                    && let Err(error) = store.hold_telegram(Some(chat), wait.duration()).await
+                {
+                    tracing::warn!(%error, "could not share Telegram's retry_after");
+                }
                 tokio::time::sleep(wait.duration()).await;
             }
             other => return other,
         }
+    }
+}
+
+/// Waits out a hold on `chat` (or on every chat) that some instance's 429 recorded.
+/// A store that cannot say is no reason not to send: Telegram says so itself.
+async fn honour_shared_hold(store: &Store, chat: crate::domain::ChatId) {
+    match store.telegram_hold(Some(chat)).await {
+        Ok(Some(hold)) => {
+            tracing::debug!(
+                hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
+                "Telegram asked an instance to wait: waiting before this send"
+            );
+            tokio::time::sleep(hold.min(MAX_SHARED_HOLD)).await;
+        }
+        Ok(None) => {}
+        Err(error) => tracing::debug!(%error, "could not read Telegram's shared holds"),
     }
 }
 
@@ -742,7 +854,10 @@ async fn refuse<B: TgBot>(msg: Message, messenger: Arc<Telegram<B>>) -> HandlerR
     );
     let reply = Reply::new().text(Texts(language).not_allowed());
     let send = send_logged(&messenger, &msg, vec![Response::Text(reply)]);
-    messenger.refused.say(msg.chat.id.0, send).await;
+    messenger
+        .refused
+        .say(messenger.store.as_ref(), msg.chat.id.0, send)
+        .await;
     Ok(())
 }
 
@@ -939,7 +1054,7 @@ async fn on_document<B: TgBot>(
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
     };
-    let asked = messenger.take_import_ask(user_id, journal.now());
+    let asked = messenger.take_import_ask(user_id, journal.now()).await;
     if !is_import_caption(msg.caption(), me.username()) && !asked {
         return on_other(msg, journal, messenger).await;
     }
@@ -1012,7 +1127,12 @@ async fn on_other<B: TgBot>(
 ) -> HandlerResult {
     let answer = answer_in_language(&msg, &journal, &messenger, Texts::only_text);
     match msg.media_group_id() {
-        Some(album) => messenger.albums.say(album.0.clone(), answer).await,
+        Some(album) => {
+            messenger
+                .albums
+                .say(messenger.store.as_ref(), album.0.clone(), answer)
+                .await;
+        }
         None => _ = answer.await,
     }
     Ok(())
@@ -1089,7 +1209,7 @@ async fn run_command<B: TgBot>(
     };
     ensure_user(&msg, &journal, user_id).await;
     if matches!(command, Command::Import(_)) {
-        messenger.asked_import(user_id, journal.now());
+        messenger.asked_import(user_id, journal.now()).await;
     }
     if command == Command::Week {
         let target = reply_target(&msg);
@@ -1515,7 +1635,7 @@ impl Running {
         stop: &CancellationToken,
     ) -> Self {
         let settings = Arc::clone(journal.settings());
-        let messenger = Arc::new(Telegram::new(bot.clone()));
+        let messenger = Arc::new(Telegram::new(bot.clone()).sharing(journal.store().clone()));
         let bot_id = i64::try_from(me.id.0).unwrap_or(i64::MAX);
         let inbox = Inbox::new(
             journal.store().clone(),
@@ -1852,20 +1972,29 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_document_is_an_import_only_within_ten_minutes_of_the_ask_and_once() {
+    #[tokio::test]
+    async fn a_document_is_an_import_only_within_ten_minutes_of_the_ask_and_once() {
         let telegram = super::Telegram::new(teloxide::Bot::new("1:test"));
         let at = jiff::Timestamp::UNIX_EPOCH;
         let later = |minutes: i64| at + jiff::SignedDuration::from_mins(minutes);
-        assert!(!telegram.take_import_ask(UserId(5), at), "never asked");
-        telegram.asked_import(UserId(5), at);
         assert!(
-            !telegram.take_import_ask(UserId(6), later(1)),
+            !telegram.take_import_ask(UserId(5), at).await,
+            "never asked"
+        );
+        telegram.asked_import(UserId(5), at).await;
+        assert!(
+            !telegram.take_import_ask(UserId(6), later(1)).await,
             "another user"
         );
-        assert!(telegram.take_import_ask(UserId(5), later(10)));
-        assert!(!telegram.take_import_ask(UserId(5), later(10)), "used up");
-        telegram.asked_import(UserId(5), at);
-        assert!(!telegram.take_import_ask(UserId(5), later(11)), "too late");
+        assert!(telegram.take_import_ask(UserId(5), later(10)).await);
+        assert!(
+            !telegram.take_import_ask(UserId(5), later(10)).await,
+            "used up"
+        );
+        telegram.asked_import(UserId(5), at).await;
+        assert!(
+            !telegram.take_import_ask(UserId(5), later(11)).await,
+            "too late"
+        );
     }
 }

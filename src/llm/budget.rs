@@ -138,7 +138,7 @@ pub(crate) struct Budgets {
 /// Seconds after UTC midnight at which the free tiers' days restart: Gemini's quotas
 /// reset at midnight Pacific time, 08:00 UTC (07:00 in summer: then one hour late,
 /// which spends nothing).
-const DAILY_RESET_UTC_SECS: u64 = 8 * 3600;
+pub(crate) const DAILY_RESET_UTC_SECS: u64 = 8 * 3600;
 
 /// The wait until the next daily reset, from `now`.
 pub(crate) fn until_daily_reset(now: SystemTime) -> Duration {
@@ -464,6 +464,41 @@ impl Budgets {
         Ok(Taken { tokens })
     }
 
+    /// What is declared for `provider`'s budgets, if anything.
+    pub fn declared(&self, provider: &str) -> Option<&BudgetSettings> {
+        self.declared.get(provider)
+    }
+
+    /// The declared rates of this budget as 429s lowered them (1: as declared).
+    pub fn factor(&self, step: &StepId, key: Option<usize>) -> f64 {
+        let budget = self.key(step, key);
+        self.lock().get(&budget).map_or(1.0, |s| s.factor)
+    }
+
+    /// Holds the budget spent until `until`: the shared database said so (another
+    /// instance spent it), or cannot say (nothing is sent on a budget nobody checked).
+    /// Not a daily spend, and no lesson about the rate.
+    pub fn hold(&self, step: &StepId, key: Option<usize>, until: Instant) {
+        let budget = self.key(step, key);
+        let mut states = self.lock();
+        let state = states.entry(budget).or_default();
+        if state.spent_until.is_none_or(|u| u < until) {
+            state.spent_until = Some(until);
+            state.daily = false;
+        }
+    }
+
+    /// Gives back the last [`Budgets::admit`] of this budget: the request was not sent
+    /// after all (the shared database refused it).
+    pub fn unadmit(&self, step: &StepId, key: Option<usize>) {
+        let budget = self.key(step, key);
+        let mut states = self.lock();
+        if let Some(state) = states.get_mut(&budget) {
+            state.sent.pop_back();
+            state.today.1 = state.today.1.saturating_sub(1);
+        }
+    }
+
     /// Counts what one request `taken` let through cost its tokens-per-minute budget:
     /// `used` as its answer's `usage` says, or its estimate when nothing says (a
     /// cancelled attempt, an answer without `usage`). A request the provider refused
@@ -627,6 +662,34 @@ mod tests {
         // Per key: one workspace, every model; another key is another budget.
         assert!(b.admit(&step("mistral", "other"), Some(0), 0).is_err());
         assert!(b.admit(&s, Some(1), 0).is_ok());
+    }
+
+    #[test]
+    fn a_send_given_back_frees_its_slot_and_a_hold_spends_the_budget_until_then() {
+        let b = budgets(
+            "mistral",
+            BudgetSettings {
+                requests_per_minute: Some(1),
+                requests_per_day: Some(5),
+                ..BudgetSettings::default()
+            },
+        );
+        let s = step("mistral", "small");
+        assert!(b.admit(&s, Some(0), 0).is_ok());
+        assert!(b.admit(&s, Some(0), 0).is_err(), "the minute is spent");
+        // The shared database refused it after all: not sent, not counted.
+        b.unadmit(&s, Some(0));
+        assert_eq!(b.left(&s, Some(0)).day, Some(5));
+        assert!(b.admit(&s, Some(0), 0).is_ok(), "the slot is free again");
+        b.unadmit(&s, Some(0));
+        let until = Instant::now() + Duration::from_secs(30);
+        b.hold(&s, Some(0), until);
+        assert_eq!(b.admit(&s, Some(0), 0), Err(until), "held until then");
+        assert!(b.take_new_daily().is_empty(), "a hold is no daily spend");
+        assert!(
+            (b.factor(&s, Some(0)) - 1.0).abs() < f64::EPSILON,
+            "nor a lesson"
+        );
     }
 
     #[test]

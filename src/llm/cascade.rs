@@ -40,7 +40,7 @@ use crate::llm::error::{AttemptError, CascadeError, LlmError};
 use crate::llm::hedge::{self, Hedging, Threshold};
 use crate::llm::provider::Provider;
 use crate::llm::retry::RetryPolicy;
-use crate::llm::state::SharedState;
+use crate::llm::state::{SharedRefusal, SharedState};
 use crate::llm::task::{Parsed, Task};
 use crate::llm::wire::{Call, Input};
 
@@ -641,7 +641,10 @@ impl<'a, T> TaskRun<'a, T> {
         }
         // Only the key it queued for is its turn.
         let in_turn = queued.as_ref().is_some_and(|q| q.key == key);
-        let taken = match self.admit_in_turn(step, key, in_turn, &cooling).await {
+        let taken = match self
+            .admit_in_turn(step, key, in_turn, st.forced, &cooling)
+            .await
+        {
             Ok(taken) => {
                 // Sent now, so no longer waiting: the budget counts this send itself,
                 // and a request behind it must not count it twice.
@@ -781,7 +784,31 @@ impl<'a, T> TaskRun<'a, T> {
     ///
     /// A key that began to cool while it waited (another request's failure, a 429
     /// that named its wait) is not sent on: `cooling` is asked again after the wait.
+    ///
+    /// Where several instances share the budgets, the local admission is followed by
+    /// the shared one (one atomic check-and-spend in the database); a refusal there is
+    /// a spent budget (or one nobody can check) or a cooldown another instance found.
     async fn admit_in_turn(
+        &self,
+        step: &Step,
+        key: Option<usize>,
+        in_turn: bool,
+        forced: bool,
+        cooling: &impl Fn(Option<usize>) -> Option<Instant>,
+    ) -> Result<Taken, Unsent> {
+        let taken = self.admit_here(step, key, in_turn, cooling).await?;
+        match self.state.admit_shared(&step.id, key, forced) {
+            None => Ok(taken),
+            Some(shared) => match shared.await {
+                Ok(()) => Ok(taken),
+                Err(SharedRefusal::Budget(until)) => Err(Unsent::Budget(until)),
+                Err(SharedRefusal::Cooling(until)) => Err(Unsent::Cooling(until)),
+            },
+        }
+    }
+
+    /// [`TaskRun::admit_in_turn`] in this process's own state.
+    async fn admit_here(
         &self,
         step: &Step,
         key: Option<usize>,
@@ -1269,6 +1296,7 @@ mod tests {
         let state = LocalState {
             cooldowns: Cooldowns::new(Duration::from_secs(60), 3),
             budgets: Budgets::new(HashMap::from([("a".to_owned(), budget)])),
+            remote: None,
         };
         let policy = RetryPolicy {
             max_attempts: 1,
@@ -1305,7 +1333,7 @@ mod tests {
         // The request before it took this second's budget.
         assert!(state.admit(&step.id, None, run.tokens(&step)).is_ok());
         let cooling = |key| state.key_cooling_until(&step.id, key);
-        let waiting = run.admit_in_turn(&step, None, true, &cooling);
+        let waiting = run.admit_in_turn(&step, None, true, false, &cooling);
         let cool = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
             state.cool_key(&step.id, None, Instant::now() + Duration::from_secs(60));

@@ -134,11 +134,16 @@ impl Cooldowns {
         }
     }
 
-    /// A usable answer: the key and its step are healthy again.
-    pub fn record_success(&self, step: &StepId, key: Option<usize>) {
+    /// A usable answer: the key and its step are healthy again. Returns whether either
+    /// was cooling (a cooldown this answer ended).
+    pub fn record_success(&self, step: &StepId, key: Option<usize>) -> bool {
         let mut slots = self.lock();
-        slots.remove(&Slot::Key(step.no, key));
-        slots.remove(&Slot::Step(step.no));
+        let key = slots.remove(&Slot::Key(step.no, key));
+        let step = slots.remove(&Slot::Step(step.no));
+        [key, step]
+            .into_iter()
+            .flatten()
+            .any(|state| state.until.is_some())
     }
 
     pub fn trip_key(&self, step: &StepId, key: Option<usize>, until: Instant) {

@@ -36,6 +36,7 @@ pub use attempt::{Attempt, AttemptSink, NullSink, Outcome};
 pub use budget::{BudgetLeft, SpentBudget};
 pub use error::{AttemptError, CascadeError, LlmError};
 pub use hedge::LatencySample;
+pub use state::{Admission, Admitted, Cooled, Learned, SharedLimits, UNCHECKED_WAIT};
 pub use task::{Audio, Completion, Parsed, Task};
 
 use crate::config::{Settings, StepSettings};
@@ -164,11 +165,21 @@ impl Llm {
                         .map(|(name, p)| (name.clone(), p.budget().clone()))
                         .collect(),
                 ),
+                remote: None,
             },
             hedging,
             spill_after: settings.budgets.spill_after(),
             alarms: Alarms::default(),
         })
+    }
+
+    /// The same layer, sharing its budgets, learned limits and cooldowns with other
+    /// instances through `limits` (the store on PostgreSQL): every request is checked
+    /// and counted there before it is sent (docs/behaviour.md, Several instances).
+    #[must_use]
+    pub fn sharing(mut self, limits: Arc<dyn SharedLimits>) -> Self {
+        self.state.remote = Some(state::Remote::new(limits));
+        self
     }
 
     /// Runs one task through its cascade. Every attempt is reported to `sink`.

@@ -1,9 +1,22 @@
 //! The state requests share — cooldowns and budgets — behind one small interface
-//! ([`SharedState`]), so that several daylog instances could later keep it in a common
-//! store. [`LocalState`] is this process's, in memory; the cascade only ever sees the
-//! trait. Every method is quick and synchronous: an implementation backed by a remote
-//! store would cache and write behind, never make a request wait on it.
+//! ([`SharedState`]). [`LocalState`] is this process's, in memory; the cascade only ever
+//! sees the trait. Every method is quick and synchronous.
+//!
+//! Several instances on one PostgreSQL database share it through [`SharedLimits`] (the
+//! store implements it; this layer does not know the store): before a request is sent,
+//! the local check is followed by one atomic check-and-spend in the database
+//! ([`SharedState::admit_shared`]), which also says whether another instance put the
+//! model or the key in cooldown. Cooldowns and what the answers taught (a named reset,
+//! a lowered rate) are written through, behind the request (never awaited by it). A
+//! database that cannot be asked admits nothing: the budget is held for
+//! [`UNCHECKED_WAIT`] and asked again, so no request is sent on a budget nobody can
+//! check. On SQLite (one instance) there is no remote and nothing of this runs.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::llm::budget::{BudgetLeft, Budgets, SpentBudget, Taken};
@@ -75,6 +88,153 @@ pub(crate) trait SharedState: Send + Sync {
     fn spent_now(&self) -> Vec<(SpentBudget, bool)>;
     /// What this key's budget has left now (the budget gauge).
     fn budget_left(&self, step: &StepId, key: Option<usize>) -> BudgetLeft;
+
+    // ---- several instances ----
+    /// The check-and-spend in the database several instances share, for a request
+    /// [`SharedState::admit`] just let through; `None` when nothing is shared (one
+    /// instance), so the request goes at once. On a refusal the local state has
+    /// already learned it (the budget held, the key or model cooling) and the local
+    /// admission is given back.
+    fn admit_shared<'a>(
+        &'a self,
+        _step: &'a StepId,
+        _key: Option<usize>,
+        _forced: bool,
+    ) -> Option<BoxFuture<'a, Result<(), SharedRefusal>>> {
+        None
+    }
+}
+
+/// Why the shared database did not let a request through, and until when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SharedRefusal {
+    /// The budget is spent (by any instance), or nobody can check it now.
+    Budget(Instant),
+    /// Another instance put the key or the model in cooldown (or found the key refused).
+    Cooling(Instant),
+}
+
+/// How long a budget is held when the database cannot be asked about it: the request
+/// is not sent, and the budget asked again after this.
+pub const UNCHECKED_WAIT: Duration = Duration::from_secs(1);
+
+/// The longest a check-and-spend may take before the database counts as unreachable.
+const ADMIT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One request asking for a budget, as the database sees it: the budget (provider,
+/// `scope`, key), the declared limits (the database scales them by what 429s taught),
+/// and the cooldown slot (model, key) to look at unless the attempt is `forced`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission<'a> {
+    pub provider: &'a str,
+    /// The model where the provider counts per model, else ''.
+    pub scope: &'a str,
+    pub model: &'a str,
+    /// The key's index; never the key.
+    pub key_index: Option<usize>,
+    /// One real attempt whatever is cooling (docs/behaviour.md, The cascade).
+    pub forced: bool,
+    pub per_second: Option<u32>,
+    pub per_minute: Option<u32>,
+    pub per_day: Option<u32>,
+    /// Seconds after UTC midnight at which a free-tier day restarts.
+    pub day_reset_secs: u64,
+}
+
+/// The database's answer to an [`Admission`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    /// Counted in every window of the budget: send it.
+    Yes,
+    /// The budget is spent for this long.
+    Budget(Duration),
+    /// The key or the model is cooling for this long.
+    Cooling(Duration),
+    /// The key was refused by the provider (401/403) and cools for this long.
+    Refused(Duration),
+}
+
+/// What one answer taught about a budget, written through for the other instances.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learned {
+    pub provider: String,
+    pub scope: String,
+    pub key_index: Option<usize>,
+    /// Spent for this long from now (a named reset, a penalty), if it is.
+    pub spent_for: Option<Duration>,
+    /// That spend is a per-day quota.
+    pub daily: bool,
+    /// The declared rates as 429s lowered them (1: as declared).
+    pub factor: f64,
+}
+
+/// A cooldown, written through for the other instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cooled {
+    pub provider: String,
+    pub model: String,
+    /// `None`: the whole model; `Some(key)`: one key (`key` `None`: no key list).
+    pub key: Option<Option<usize>>,
+    /// Cooling for this long from now.
+    pub cool_for: Duration,
+    /// The provider refused the key (401/403).
+    pub refused: bool,
+}
+
+/// The database several instances share budgets and cooldowns through (the store on
+/// PostgreSQL). `admit` is awaited before a request; the writes are sent behind it.
+pub trait SharedLimits: Send + Sync {
+    /// Check-and-spend in one atomic statement: counted in every window or in none.
+    fn admit<'a>(&'a self, ask: Admission<'a>) -> BoxFuture<'a, Result<Admitted, String>>;
+    /// Records what an answer taught about a budget.
+    fn learned(&self, learned: Learned) -> BoxFuture<'static, Result<(), String>>;
+    /// Records a cooldown.
+    fn cooled(&self, cooled: Cooled) -> BoxFuture<'static, Result<(), String>>;
+    /// Ends the cooldowns of a model and of one of its keys (`cooled.key`) that a usable
+    /// answer proved over; a refused key stays refused.
+    fn recovered(&self, cooled: Cooled) -> BoxFuture<'static, Result<(), String>>;
+}
+
+/// The shared database of several instances, as this process holds it.
+pub(crate) struct Remote {
+    limits: Arc<dyn SharedLimits>,
+    /// Whether the last check-and-spend failed: a failure is logged when it starts and
+    /// when it ends, not once per request.
+    unreachable: AtomicBool,
+}
+
+impl Remote {
+    pub fn new(limits: Arc<dyn SharedLimits>) -> Self {
+        Self {
+            limits,
+            unreachable: AtomicBool::new(false),
+        }
+    }
+
+    /// Sends a write behind the request that caused it.
+    fn write(write: BoxFuture<'static, Result<(), String>>) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        tokio::spawn(async move {
+            if let Err(error) = write.await {
+                tracing::warn!(%error, "could not share a cooldown or a learned limit");
+            }
+        });
+    }
+
+    fn reached(&self, ok: bool) {
+        let was_unreachable = self.unreachable.swap(!ok, Ordering::Relaxed);
+        if ok && was_unreachable {
+            tracing::info!("the shared budgets can be checked again");
+        }
+    }
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote").finish_non_exhaustive()
+    }
 }
 
 /// This process's shared state, in memory.
@@ -82,6 +242,79 @@ pub(crate) trait SharedState: Send + Sync {
 pub(crate) struct LocalState {
     pub cooldowns: Cooldowns,
     pub budgets: Budgets,
+    /// The database several instances share (PostgreSQL); `None` for one instance.
+    pub remote: Option<Remote>,
+}
+
+impl LocalState {
+    fn cooled(&self, step: &StepId, key: Option<Option<usize>>, until: Instant, refused: bool) {
+        if let Some(remote) = &self.remote {
+            Remote::write(remote.limits.cooled(Cooled {
+                provider: step.provider.clone(),
+                model: step.model.clone(),
+                key,
+                cool_for: until.saturating_duration_since(Instant::now()),
+                refused,
+            }));
+        }
+    }
+
+    /// The check-and-spend in the shared database, and what its answer teaches here.
+    async fn check_shared(
+        &self,
+        remote: &Remote,
+        step: &StepId,
+        key: Option<usize>,
+        forced: bool,
+    ) -> Result<(), SharedRefusal> {
+        let budget = self.budgets.key(step, key);
+        let declared = self.budgets.declared(&step.provider);
+        let ask = Admission {
+            provider: &budget.provider,
+            scope: &budget.scope,
+            model: &step.model,
+            key_index: key,
+            forced,
+            per_second: declared.and_then(|d| d.requests_per_second),
+            per_minute: declared.and_then(|d| d.requests_per_minute),
+            per_day: declared.and_then(|d| d.requests_per_day),
+            day_reset_secs: crate::llm::budget::DAILY_RESET_UTC_SECS,
+        };
+        let answer = tokio::time::timeout(ADMIT_TIMEOUT, remote.limits.admit(ask))
+            .await
+            .unwrap_or_else(|_| Err("no answer in time".to_owned()));
+        let now = Instant::now();
+        let refusal = match answer {
+            Ok(Admitted::Yes) => {
+                remote.reached(true);
+                return Ok(());
+            }
+            Ok(Admitted::Budget(wait)) => {
+                self.budgets.hold(step, key, now + wait);
+                SharedRefusal::Budget(now + wait)
+            }
+            Ok(Admitted::Cooling(wait)) => {
+                self.cooldowns.trip_key(step, key, now + wait);
+                SharedRefusal::Cooling(now + wait)
+            }
+            Ok(Admitted::Refused(wait)) => {
+                self.cooldowns.refuse_key(step, key, now + wait);
+                SharedRefusal::Cooling(now + wait)
+            }
+            Err(error) => {
+                if !remote.unreachable.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        %error,
+                        "the shared budgets cannot be checked: no request is sent until they can"
+                    );
+                }
+                self.budgets.hold(step, key, now + UNCHECKED_WAIT);
+                return Err(SharedRefusal::Budget(now + UNCHECKED_WAIT));
+            }
+        };
+        remote.reached(true);
+        Err(refusal)
+    }
 }
 
 impl SharedState for LocalState {
@@ -99,22 +332,41 @@ impl SharedState for LocalState {
         self.cooldowns.step_blocked_until(step, keys)
     }
     fn record_failure(&self, step: &StepId, key: Option<usize>) -> bool {
-        self.cooldowns.record_failure(step, key)
+        let tripped = self.cooldowns.record_failure(step, key);
+        if tripped && let Some(until) = self.cooldowns.key_blocked_until(step, key) {
+            self.cooled(step, Some(key), until, false);
+        }
+        tripped
     }
     fn record_success(&self, step: &StepId, key: Option<usize>) {
-        self.cooldowns.record_success(step, key);
+        // A cooldown this process had set (a hedge's stall mark, a trip) is ended for
+        // the others too; one it never knew of runs its course.
+        if self.cooldowns.record_success(step, key)
+            && let Some(remote) = &self.remote
+        {
+            Remote::write(remote.limits.recovered(Cooled {
+                provider: step.provider.clone(),
+                model: step.model.clone(),
+                key: Some(key),
+                cool_for: Duration::ZERO,
+                refused: false,
+            }));
+        }
     }
     fn cool_key(&self, step: &StepId, key: Option<usize>, until: Instant) {
         self.cooldowns.trip_key(step, key, until);
+        self.cooled(step, Some(key), until, false);
     }
     fn refuse_key(&self, step: &StepId, key: Option<usize>, until: Instant) {
         self.cooldowns.refuse_key(step, key, until);
+        self.cooled(step, Some(key), until, true);
     }
     fn step_refused(&self, step: &StepId, keys: &[Option<usize>]) -> bool {
         self.cooldowns.step_refused(step, keys)
     }
     fn cool_step(&self, step: &StepId, until: Instant) {
         self.cooldowns.trip_step(step, until);
+        self.cooled(step, None, until, false);
     }
     fn budget_until(&self, step: &StepId, key: Option<usize>, tokens: u32) -> Option<Instant> {
         self.budgets.blocked_until(step, key, tokens)
@@ -151,7 +403,24 @@ impl SharedState for LocalState {
         hint: &Hint,
         rate_limited: bool,
     ) -> Option<std::time::Duration> {
-        self.budgets.learn(step, key, hint, rate_limited)
+        // One instance: nothing to write, nothing more to look up.
+        let Some(remote) = &self.remote else {
+            return self.budgets.learn(step, key, hint, rate_limited);
+        };
+        let factor_before = self.budgets.factor(step, key);
+        let spent = self.budgets.learn(step, key, hint, rate_limited);
+        if spent.is_some() || rate_limited || factor_before < 1.0 {
+            let budget = self.budgets.key(step, key);
+            Remote::write(remote.limits.learned(Learned {
+                provider: budget.provider,
+                scope: budget.scope,
+                key_index: key,
+                spent_for: spent,
+                daily: rate_limited && hint.per_day,
+                factor: self.budgets.factor(step, key),
+            }));
+        }
+        spent
     }
     fn take_new_daily(&self) -> Vec<SpentBudget> {
         self.budgets.take_new_daily()
@@ -164,5 +433,21 @@ impl SharedState for LocalState {
     }
     fn budget_left(&self, step: &StepId, key: Option<usize>) -> BudgetLeft {
         self.budgets.left(step, key)
+    }
+    fn admit_shared<'a>(
+        &'a self,
+        step: &'a StepId,
+        key: Option<usize>,
+        forced: bool,
+    ) -> Option<BoxFuture<'a, Result<(), SharedRefusal>>> {
+        let remote = self.remote.as_ref()?;
+        Some(Box::pin(async move {
+            let checked = self.check_shared(remote, step, key, forced).await;
+            if checked.is_err() {
+                // Not sent after all: this process's windows give the send back.
+                self.budgets.unadmit(step, key);
+            }
+            checked
+        }))
     }
 }

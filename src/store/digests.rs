@@ -588,6 +588,39 @@ impl Store {
         }))
     }
 
+    /// Claims one digest to write and send, if it is still pending and due: on
+    /// PostgreSQL in one statement that moves its next attempt `hold` ahead, so that
+    /// another instance's worker does not take it meanwhile (and takes it after `hold`
+    /// if this one dies with it). On SQLite (one instance, whose claims are in memory)
+    /// the same as [`Store::due_digest`].
+    pub async fn claim_digest(
+        &self,
+        id: DigestId,
+        hold: Duration,
+    ) -> Result<Option<Digest>, StoreError> {
+        if !self.is_postgres() {
+            return self.due_digest(id).await;
+        }
+        retry_busy("claim_digest", || async {
+            let rows: Vec<Digest> = on_db!(self, write, |pool| {
+                sqlx::query_as(&spelt(
+                    &format!(
+                        "UPDATE digests SET next_attempt_at = {{later}}
+                 WHERE id = $1 AND status = 'pending' AND next_attempt_at <= {{now}}
+                 RETURNING {DIGEST_COLUMNS}"
+                    ),
+                    pool,
+                ))
+                .bind(id)
+                .bind(hold.as_secs_f64())
+                .fetch_all(pool)
+                .await?
+            });
+            Ok(returned(rows))
+        })
+        .await
+    }
+
     /// Gives up `front_end`'s digests pending longer than `max_age` and returns them, so
     /// that a user who asked for one and was told it would follow hears that it will not.
     pub async fn fail_old_digests(

@@ -585,6 +585,7 @@ mod logs;
 mod read_only;
 mod reminders;
 mod search;
+mod shared;
 mod unfinished;
 mod updates;
 mod users;

@@ -138,6 +138,7 @@ fn migrate_then_sql_lists_the_public_tables() {
             "llm_calls",
             "llm_refusals",
             "reminders",
+            "said_once",
             "updates",
             "users"
         ]

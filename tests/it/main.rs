@@ -45,6 +45,7 @@ mod process;
 mod rhythm;
 mod round_trips;
 mod search;
+mod shared;
 mod sql_fences;
 mod store;
 mod voice;
