@@ -12,7 +12,11 @@ use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::language::Language;
 use crate::llm::Task;
 use crate::render::Reply;
-use crate::store::{ChatId, DayLog, StoreError, UserId};
+use std::sync::PoisonError;
+
+use tokio::sync::oneshot::error::TryRecvError;
+
+use crate::store::{ChatId, DayLog, LogId, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::UserZone;
 
@@ -73,6 +77,57 @@ pub fn analysis_reply(
 pub(super) struct Read<'a> {
     /// The author's days with an entry ([`crate::store::Store::before_analysis`]), for the streak note.
     entry_days: Option<&'a [jiff::civil::Date]>,
+}
+
+/// The records of answers sent, committed together when they come together (a group
+/// commit): an answer that goes out while another's record is being committed waits for
+/// that commit, then its record and those of every answer sent meanwhile are committed
+/// by one statement — under load one commit for many answers instead of one each. Each
+/// caller still returns only once its own record is committed (or failed), so an answer
+/// is recorded as sent exactly as before; alone, a record is committed at once.
+#[derive(Default)]
+pub(super) struct RepliedRecords {
+    /// The answers sent whose record waits for the next commit, each with where to say
+    /// whether it was committed.
+    waiting: std::sync::Mutex<Vec<(LogId, tokio::sync::oneshot::Sender<bool>)>>,
+    /// Held by the one committing.
+    commit: tokio::sync::Mutex<()>,
+}
+
+impl RepliedRecords {
+    /// Records that the answer to log `id` went out ([`Store::mark_replied`]), in one
+    /// commit with those of answers sent at the same time.
+    async fn record(&self, store: &Store, id: LogId) -> Result<(), StoreError> {
+        let (tell, mut told) = tokio::sync::oneshot::channel();
+        self.waiting().push((id, tell));
+        let _turn = self.commit.lock().await;
+        match told.try_recv() {
+            Ok(true) => return Ok(()),
+            Ok(false) | Err(TryRecvError::Closed) => return Err(committed_with_others()),
+            Err(TryRecvError::Empty) => {}
+        }
+        let batch = std::mem::take(&mut *self.waiting());
+        let ids: Vec<LogId> = batch.iter().map(|(id, _)| *id).collect();
+        let result = store.mark_replied_all(&ids).await;
+        for (_, tell) in batch {
+            let _ = tell.send(result.is_ok());
+        }
+        result
+    }
+
+    fn waiting(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Vec<(LogId, tokio::sync::oneshot::Sender<bool>)>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a record committed by another caller's statement failed with: that caller logs
+/// the database's error; this one says it shared it.
+fn committed_with_others() -> StoreError {
+    StoreError::Sql(sqlx::Error::Protocol(
+        "the answers' record committed together with this one failed".to_owned(),
+    ))
 }
 
 /// The first words of an entry, enough to know it by: up to 6 words and 40
@@ -330,7 +385,7 @@ impl Journal {
         {
             return false;
         }
-        match self.store.mark_replied(log.id).await {
+        match self.replied.record(&self.store, log.id).await {
             Ok(()) => {
                 self.unrecorded().replies.remove(&log.id);
             }

@@ -2137,3 +2137,38 @@ on_each_backend! {
         assert_eq!(earlier.summaries, ["second", "first"], "only logs before it");
     }
 }
+
+on_each_backend! {
+    /// Answers sent at once are recorded by one statement: each decided log gets its
+    /// `replied_at`, and one edited back to pending meanwhile is left owed, as
+    /// `mark_replied` leaves it.
+    async fn answers_recorded_together_leave_an_edited_log_owed(db: TestDb) {
+        let store = &db.store;
+        user(store, 1).await;
+        let mut ids = Vec::new();
+        for message_id in 1..=3 {
+            let id = log(store, 1, message_id, "An entry.").await.id();
+            ids.push(id);
+        }
+        for id in [ids[0], ids[2]] {
+            assert!(
+                store_analysis(store, id.get(), "An analysis.", "{}")
+                    .await
+                    .expect("analysed")
+            );
+        }
+        store.mark_replied_all(&ids).await.expect("recorded");
+        let replied = |id: LogId| async move {
+            store
+                .log(id)
+                .await
+                .expect("read")
+                .expect("log")
+                .replied_at
+                .is_some()
+        };
+        assert!(replied(ids[0]).await);
+        assert!(!replied(ids[1]).await, "still pending: its answer is owed");
+        assert!(replied(ids[2]).await);
+    }
+}
