@@ -41,6 +41,11 @@
 //! bytes per 1000 logs (`page_count * page_size` after a checkpoint), and what the
 //! fakes saw. The fakes run in this process on a 2-thread runtime and share the cores
 //! with the bot, as they would on the benchmark machine.
+//!
+//! `--postgres` runs every scenario on PostgreSQL instead: a throwaway cluster this tool
+//! starts (as the tests do) with a fresh database per run, the server's CPU per log
+//! printed beside the bot's; `--pg-top N` shows where the server's time goes.
+//! `--count-statements` counts the SQL statements per log on either backend.
 
 #![expect(
     clippy::print_stdout,
@@ -201,6 +206,10 @@ struct Args {
     /// PostgreSQL's own defaults otherwise.
     #[arg(long, value_name = "NAME=VALUE")]
     pg_setting: Vec<String>,
+    /// With `--postgres`: after each run, the server's `N` costliest statements by
+    /// execution time (`pg_stat_statements`, nested ones too): where its CPU goes.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pg_top: usize,
     /// Count the SQL statements the bot runs per entry (sqlx's `debug` log, JSON):
     /// the log costs CPU, so take CPU figures from runs without it.
     #[arg(long)]
@@ -1499,6 +1508,50 @@ impl Database {
         }
     }
 
+    async fn execute(&self, url: &str, sql: &str) -> anyhow::Result<()> {
+        let mut conn = sqlx::postgres::PgConnectOptions::from_str(url)?
+            .connect()
+            .await?;
+        sqlx::query(sql).execute(&mut conn).await?;
+        sqlx::Connection::close(conn).await?;
+        Ok(())
+    }
+
+    /// `pg_stat_statements`' costliest `n` statements of this database, per entry.
+    async fn print_top_statements(
+        &self,
+        url: &str,
+        n: usize,
+        entries: usize,
+    ) -> anyhow::Result<()> {
+        let mut conn = sqlx::postgres::PgConnectOptions::from_str(url)?
+            .connect()
+            .await?;
+        let rows: Vec<(i64, f64, f64, String)> = sqlx::query_as(
+            "SELECT calls, total_exec_time, total_plan_time, regexp_replace(query, '\\s+', ' ', 'g')
+             FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+             ORDER BY total_exec_time + total_plan_time DESC LIMIT $1",
+        )
+        .bind(i64::try_from(n).unwrap_or(i64::MAX))
+        .fetch_all(&mut conn)
+        .await?;
+        sqlx::Connection::close(conn).await?;
+        let per = entries.max(1) as f64;
+        println!(
+            "server's costliest statements (µs per entry: execution + planning; calls per entry):"
+        );
+        for (calls, exec, plan, query) in rows {
+            let query: String = query.chars().take(110).collect();
+            println!(
+                "  {:7.1} + {:5.1} µs  {:5.2}×  {query}",
+                exec * 1000.0 / per,
+                plan * 1000.0 / per,
+                calls as f64 / per
+            );
+        }
+        Ok(())
+    }
+
     async fn scalar(&self, url: &str, sql: &str) -> anyhow::Result<i64> {
         let mut conn = sqlx::postgres::PgConnectOptions::from_str(url)?
             .connect()
@@ -1653,6 +1706,10 @@ async fn run(
         Some(cluster) => Database::Postgres(cluster.create_database().await?),
         None => Database::Sqlite(dir.path().join("daylog.db")),
     };
+    if let (Database::Postgres(url), true) = (&db, args.pg_top > 0) {
+        db.execute(url, "CREATE EXTENSION pg_stat_statements")
+            .await?;
+    }
 
     let telegram = Arc::new(FakeTelegram::new());
     let (tg_listener, tg_addr) = bind().await?;
@@ -1934,6 +1991,9 @@ async fn run(
         .count("SELECT count(*) FROM day_logs WHERE replied_at IS NOT NULL")
         .await?;
     let calls_in_db = db.count("SELECT count(*) FROM llm_calls").await?;
+    if let (Database::Postgres(url), true) = (&db, args.pg_top > 0) {
+        db.print_top_statements(url, args.pg_top, total).await?;
+    }
 
     let mut provider_calls = String::new();
     let mut rate_limited = 0;
@@ -2398,7 +2458,14 @@ async fn main() -> anyhow::Result<()> {
         args.worker_poll_ms
     );
     let pg = if args.postgres {
-        let cluster = PgCluster::start(&args.pg_setting)?;
+        let mut settings = args.pg_setting.clone();
+        if args.pg_top > 0 {
+            settings.extend([
+                "shared_preload_libraries=pg_stat_statements".to_owned(),
+                "pg_stat_statements.track=all".to_owned(),
+            ]);
+        }
+        let cluster = PgCluster::start(&settings)?;
         let version = Command::new("sh")
             .args(["-c", "ls /usr/lib/postgresql | sort -n | tail -n 1"])
             .output()

@@ -12,7 +12,7 @@ use crate::domain::Metrics;
 use crate::domain::{ModelRef, Outcome, Wait};
 use crate::frontend::truncate_chars;
 use crate::llm::{Attempt, AttemptSink, CascadeError, Llm, Task};
-use crate::store::{DayLog, Store, StoreError};
+use crate::store::{BeforeAnalysis, DayLog, Store, StoreError};
 
 use super::*;
 
@@ -126,9 +126,10 @@ impl Journal {
         log: &DayLog,
         author: &Author,
         known: Known,
+        before: &BeforeAnalysis,
     ) -> Result<Option<Outcome>, StoreError> {
         let text = truncate_chars(&log.text, self.settings.telegram.max_text_chars());
-        let context = self.context(log, author, known).await?;
+        let context = self.context(log, author, known, before).await?;
         // Models that refused this text before are not asked again (docs/behaviour.md, The cascade); new
         // refusals are remembered before the outcome is stored, so the worker's next
         // round already leaves them out.
@@ -350,42 +351,48 @@ impl Journal {
         retry_delay(&self.settings.worker, attempts)
     }
 
+    /// What the analysis of `log` and its answer read about the author, in one
+    /// statement ([`Store::before_analysis`]): the hourly count when `count_use`, the
+    /// week of metrics up to the entry's own day (an entry answered days late, after an
+    /// outage, is compared with the days before it, not with days written after it),
+    /// the last three summaries and the days with an entry.
+    pub(super) async fn before_analysis(
+        &self,
+        log: &DayLog,
+        author: &Author,
+        count_use: bool,
+    ) -> Result<BeforeAnalysis, StoreError> {
+        let day = log
+            .local_day
+            .unwrap_or_else(|| self.local_day(&author.zone, self.now()));
+        let week_start = day.checked_sub(jiff::Span::new().days(6)).unwrap_or(day);
+        let mut before = self
+            .store
+            .before_analysis(log.user_id, log.id, week_start, 3, count_use)
+            .await?;
+        before.days.retain(|metrics| metrics.day <= day);
+        Ok(before)
+    }
+
     async fn context(
         &self,
         log: &DayLog,
         author: &Author,
         known: Known,
+        before: &BeforeAnalysis,
     ) -> Result<UserContext, StoreError> {
-        // The week up to the entry's own day: an entry answered days late (an outage)
-        // is compared with the days before it, not with days written after it.
-        let day = log
-            .local_day
-            .unwrap_or_else(|| self.local_day(&author.zone, self.now()));
-        let week_start = day.checked_sub(jiff::Span::new().days(6)).unwrap_or(day);
-        let mut days = self.store.daily_metrics(log.user_id, week_start).await?;
-        days.retain(|metrics| metrics.day <= day);
         let spoken = match known.spoken {
             Some(spoken) => spoken,
             None => self.store.voice_note(log.id).await?.is_some(),
         };
-        let mut summaries = self.store.recent_summaries(log.user_id, log.id, 3).await?;
+        let mut summaries = before.summaries.clone();
         summaries.reverse();
         Ok(UserContext {
             language: author.language,
-            recent_days: days,
+            recent_days: before.days.clone(),
             recent_summaries: summaries,
             spoken,
         })
-    }
-
-    pub(super) async fn over_hourly_limit(&self, log: &DayLog) -> Result<bool, StoreError> {
-        let limit = self.settings.telegram.analyses_per_hour();
-        if limit == 0 {
-            return Ok(false);
-        }
-        // Entries stored before this one (a burst not analysed yet), or analyses given
-        // (an entry edited again and again): either reaching the limit is enough.
-        Ok(self.store.recent_use(log.user_id, log.id).await? >= i64::from(limit))
     }
 
     pub(super) fn was_truncated(&self, log: &DayLog) -> bool {

@@ -193,6 +193,8 @@ pub struct Journal {
     backlog: Mutex<Backlog>,
     /// The users' languages, zones and days, and the clock.
     users: Users,
+    /// The records of answers sent, committed together when they come together.
+    replied: reply::RepliedRecords,
 }
 
 /// An entry its handler has stored and claimed; its analysis and answer are still to
@@ -252,6 +254,7 @@ impl Journal {
             lanes: Lanes::default(),
             backlog: Mutex::default(),
             users,
+            replied: reply::RepliedRecords::default(),
         }
     }
 

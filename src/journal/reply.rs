@@ -12,7 +12,11 @@ use crate::frontend::{Messenger, Response, SendError, Target};
 use crate::language::Language;
 use crate::llm::Task;
 use crate::render::Reply;
-use crate::store::{ChatId, DayLog, StoreError, UserId};
+use std::sync::PoisonError;
+
+use tokio::sync::oneshot::error::TryRecvError;
+
+use crate::store::{ChatId, DayLog, LogId, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::UserZone;
 
@@ -64,6 +68,66 @@ pub fn analysis_reply(
         reply = reply.paragraph().italic(texts.streak_note(notes.streak));
     }
     reply
+}
+
+/// What the path that answers a log read before its analysis, so that the reply does
+/// not read it again (each read is a round trip, and on PostgreSQL a statement's work
+/// on the server); `None`: read when needed.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Read<'a> {
+    /// The author's days with an entry ([`crate::store::Store::before_analysis`]), for the streak note.
+    entry_days: Option<&'a [jiff::civil::Date]>,
+}
+
+/// The records of answers sent, committed together when they come together (a group
+/// commit): an answer that goes out while another's record is being committed waits for
+/// that commit, then its record and those of every answer sent meanwhile are committed
+/// by one statement — under load one commit for many answers instead of one each. Each
+/// caller still returns only once its own record is committed (or failed), so an answer
+/// is recorded as sent exactly as before; alone, a record is committed at once.
+#[derive(Default)]
+pub(super) struct RepliedRecords {
+    /// The answers sent whose record waits for the next commit, each with where to say
+    /// whether it was committed.
+    waiting: std::sync::Mutex<Vec<(LogId, tokio::sync::oneshot::Sender<bool>)>>,
+    /// Held by the one committing.
+    commit: tokio::sync::Mutex<()>,
+}
+
+impl RepliedRecords {
+    /// Records that the answer to log `id` went out ([`Store::mark_replied`]), in one
+    /// commit with those of answers sent at the same time.
+    async fn record(&self, store: &Store, id: LogId) -> Result<(), StoreError> {
+        let (tell, mut told) = tokio::sync::oneshot::channel();
+        self.waiting().push((id, tell));
+        let _turn = self.commit.lock().await;
+        match told.try_recv() {
+            Ok(true) => return Ok(()),
+            Ok(false) | Err(TryRecvError::Closed) => return Err(committed_with_others()),
+            Err(TryRecvError::Empty) => {}
+        }
+        let batch = std::mem::take(&mut *self.waiting());
+        let ids: Vec<LogId> = batch.iter().map(|(id, _)| *id).collect();
+        let result = store.mark_replied_all(&ids).await;
+        for (_, tell) in batch {
+            let _ = tell.send(result.is_ok());
+        }
+        result
+    }
+
+    fn waiting(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Vec<(LogId, tokio::sync::oneshot::Sender<bool>)>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a record committed by another caller's statement failed with: that caller logs
+/// the database's error; this one says it shared it.
+fn committed_with_others() -> StoreError {
+    StoreError::Sql(sqlx::Error::Protocol(
+        "the answers' record committed together with this one failed".to_owned(),
+    ))
 }
 
 /// The first words of an entry, enough to know it by: up to 6 words and 40
@@ -118,10 +182,17 @@ impl Journal {
         _claim: &Claim,
     ) -> Result<(), StoreError> {
         let texts = Texts(author.language);
-        // The worker's tries are not held to it: one past `worker.max_age_hours` is the
-        // last before the entry is given up, and a backlog after an outage is no abuse.
-        if timing == Timing::Live && self.over_hourly_limit(&log).await? {
-            let limit = self.settings.telegram.analyses_per_hour();
+        // The worker's tries are not held to the hourly limit: one past
+        // `worker.max_age_hours` is the last before the entry is given up, and a backlog
+        // after an outage is no abuse.
+        let limit = self.settings.telegram.analyses_per_hour();
+        let count_use = timing == Timing::Live && limit > 0;
+        // What the analysis and its answer read about the author, in one statement.
+        let before = self.before_analysis(&log, author, count_use).await?;
+        if before
+            .recent_use
+            .is_some_and(|used| used >= i64::from(limit))
+        {
             let wait = self.store.defer_to_free_slot(&log, limit).await?;
             self.notify(
                 messenger,
@@ -134,7 +205,11 @@ impl Journal {
         // In a block, so that the analysis (which borrows the log) is gone before the
         // answer takes the log over.
         let (outcome, timing) = {
-            let analysing = with_typing(messenger, log.chat_id, self.analyse(&log, author, known));
+            let analysing = with_typing(
+                messenger,
+                log.chat_id,
+                self.analyse(&log, author, known, &before),
+            );
             tokio::pin!(analysing);
             // docs/behaviour.md, The life of an entry: a wait longer than `budgets.notify_after_ms` is said to the
             // user, and the answer still follows.
@@ -154,7 +229,10 @@ impl Journal {
         // `None`: edited meanwhile, nothing stored; the new text is answered next. An
         // edit after the outcome was stored is caught by `mark_replied`.
         if let Some(outcome) = outcome {
-            self.answer_outcome(messenger, &log, &outcome, author, timing)
+            let read = Read {
+                entry_days: Some(&before.entry_days),
+            };
+            self.answer_outcome_read(messenger, &log, &outcome, author, timing, read)
                 .await;
         }
         Ok(())
@@ -170,6 +248,7 @@ impl Journal {
         outcome: &Outcome,
         author: &Author,
         timing: Timing,
+        read: Read<'_>,
     ) -> Option<Reply> {
         let texts = Texts(author.language);
         let sentence = match outcome {
@@ -181,7 +260,9 @@ impl Journal {
                 };
                 let notes = Notes {
                     truncated: self.was_truncated(log),
-                    streak: self.streak_for_note(log.user_id, &author.zone).await,
+                    streak: self
+                        .streak_for_note(log.user_id, &author.zone, read.entry_days)
+                        .await,
                 };
                 return Some(analysis_reply(
                     author.language,
@@ -233,7 +314,21 @@ impl Journal {
         author: &Author,
         timing: Timing,
     ) {
-        let Some(mut reply) = self.reply(log, outcome, author, timing).await else {
+        self.answer_outcome_read(messenger, log, outcome, author, timing, Read::default())
+            .await;
+    }
+
+    /// [`Journal::answer_outcome`] with what was read before the analysis.
+    async fn answer_outcome_read<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        outcome: &Outcome,
+        author: &Author,
+        timing: Timing,
+        read: Read<'_>,
+    ) {
+        let Some(mut reply) = self.reply(log, outcome, author, timing, read).await else {
             return;
         };
         // A late answer comes after whatever was typed since: where the reply does not
@@ -290,7 +385,7 @@ impl Journal {
         {
             return false;
         }
-        match self.store.mark_replied(log.id).await {
+        match self.replied.record(&self.store, log.id).await {
             Ok(()) => {
                 self.unrecorded().replies.remove(&log.id);
             }
@@ -347,10 +442,18 @@ impl Journal {
             .unwrap_or_else(|| fallback.to_owned())
     }
 
-    /// The current streak for an analysis reply's note, in the author's zone; 0 when it
-    /// cannot be read.
-    async fn streak_for_note(&self, user_id: UserId, zone: &UserZone) -> u32 {
+    /// The current streak for an analysis reply's note, in the author's zone, from the
+    /// `entry_days` read before the analysis or else read now; 0 when it cannot be read.
+    async fn streak_for_note(
+        &self,
+        user_id: UserId,
+        zone: &UserZone,
+        entry_days: Option<&[jiff::civil::Date]>,
+    ) -> u32 {
         let today = self.local_day(zone, self.now());
+        if let Some(days) = entry_days {
+            return crate::streaks::Streaks::from_days(days, today).current;
+        }
         match self.users.streaks_on(user_id, today).await {
             Ok(streaks) => streaks.current,
             Err(error) => {

@@ -256,6 +256,126 @@ pub const HISTORY_SQL: &str = concat!(
 pub const DAILY_METRICS_SQL: &str = "SELECT day, mood, stress, energy, productivity, sleep_hours, logs FROM daily_metrics \
      WHERE user_id = $1 AND day >= $2 ORDER BY day";
 
+// ---- what an analysis reads before it asks ----
+
+/// What an analysis reads about its author before it asks, and its answer's streak note
+/// after: [`Store::recent_use`], [`Store::daily_metrics`], [`Store::recent_summaries`]
+/// and [`Store::entry_days`], read by one statement ([`Store::before_analysis`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BeforeAnalysis {
+    /// [`Store::recent_use`]; `None` when it was not asked for.
+    pub recent_use: Option<i64>,
+    /// [`Store::daily_metrics`] from the first day asked for, oldest first.
+    pub days: Vec<DayMetrics>,
+    /// [`Store::recent_summaries`], newest first.
+    pub summaries: Vec<String>,
+    /// [`Store::entry_days`], newest first.
+    pub entry_days: Vec<jiff::civil::Date>,
+}
+
+/// One row of [`Store::before_analysis`]'s statement: `part` says which read it
+/// answers (0 the hourly count in `logs`, 1 a day of `daily_metrics`, 2 a summary with
+/// its log's `created_at` in `day` and id in `logs`, 3 a day with an entry).
+#[derive(FromRow)]
+struct BeforeAnalysisRow {
+    part: i64,
+    day: Option<String>,
+    mood: Option<f64>,
+    stress: Option<f64>,
+    energy: Option<f64>,
+    productivity: Option<f64>,
+    sleep_hours: Option<f64>,
+    logs: Option<i64>,
+    summary: Option<String>,
+}
+
+/// [`Store::before_analysis`]'s statement for one dialect: `$1` the user, `$2` the log,
+/// `$3` the first local day of the metrics, `$4` how many summaries, `$5` whether the
+/// hourly count is wanted; `recent_use` is [`RECENT_USE`]'s text, `summary` the dialect's
+/// expression of a stored summary. Each read keeps its own plan (the same indexes as
+/// alone); the rows of all four come back together, told apart by `part`.
+fn before_analysis_sql(recent_use: &str, summary: &str) -> String {
+    format!(
+        "WITH RECURSIVE days(day) AS (
+             SELECT max(local_day) FROM day_logs WHERE user_id = $1
+             UNION ALL
+             SELECT (SELECT max(local_day) FROM day_logs
+                     WHERE user_id = $1 AND local_day < days.day)
+             FROM days WHERE days.day IS NOT NULL
+         )
+         SELECT CAST(1 AS BIGINT) AS part, day, mood, stress, energy, productivity,
+                sleep_hours, logs, CAST(NULL AS TEXT) AS summary
+         FROM daily_metrics WHERE user_id = $1 AND day >= $3
+         UNION ALL
+         SELECT CAST(2 AS BIGINT), created_at, NULL, NULL, NULL, NULL, NULL, id, summary
+         FROM (SELECT created_at, id, {summary} AS summary FROM day_logs
+               WHERE user_id = $1 AND id < $2 AND metrics IS NOT NULL
+                 AND coalesce({summary}, '') <> ''
+               ORDER BY created_at DESC, id DESC LIMIT $4) AS recent
+         UNION ALL
+         SELECT CAST(3 AS BIGINT), day, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+         FROM days WHERE day IS NOT NULL
+         UNION ALL
+         SELECT CAST(0 AS BIGINT), NULL, NULL, NULL, NULL, NULL, NULL, ({recent_use}), NULL
+         WHERE $5"
+    )
+}
+
+/// [`before_analysis_sql`] on SQLite.
+static BEFORE_ANALYSIS_SQLITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    before_analysis_sql(RECENT_USE.sqlite, "json_extract(metrics, '$.summary')")
+});
+
+/// [`before_analysis_sql`] on PostgreSQL.
+static BEFORE_ANALYSIS_POSTGRES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    before_analysis_sql(RECENT_USE.postgres, "(daylog_json(metrics) ->> 'summary')")
+});
+
+impl BeforeAnalysis {
+    /// The rows of [`Store::before_analysis`]'s statement, each into its read; what
+    /// each read alone sorts by is sorted here (a `UNION ALL` promises no order). A
+    /// stored day that is no date is left out, with a warning naming the user.
+    fn from_rows(user_id: UserId, rows: Vec<BeforeAnalysisRow>) -> Self {
+        let mut read = Self::default();
+        let mut summaries: Vec<(String, i64, String)> = Vec::new();
+        for row in rows {
+            match (row.part, row.day) {
+                (0, _) => read.recent_use = Some(row.logs.unwrap_or(0)),
+                (1, Some(day)) => read.days.extend(
+                    DayMetricsRow {
+                        day,
+                        mood: row.mood,
+                        stress: row.stress,
+                        energy: row.energy,
+                        productivity: row.productivity,
+                        sleep_hours: row.sleep_hours,
+                        logs: row.logs.unwrap_or(0),
+                    }
+                    .read(user_id),
+                ),
+                (2, Some(created_at)) => summaries.push((
+                    created_at,
+                    row.logs.unwrap_or(0),
+                    row.summary.unwrap_or_default(),
+                )),
+                (3, Some(day)) => read.entry_days.extend(listed_date(
+                    "day_logs",
+                    user_id,
+                    None,
+                    "local_day",
+                    &day,
+                )),
+                _ => {}
+            }
+        }
+        read.days.sort_by_key(|metrics| metrics.day);
+        summaries.sort_by(|a, b| (&b.0, b.1).cmp(&(&a.0, a.1)));
+        read.summaries = summaries.into_iter().map(|(_, _, text)| text).collect();
+        read.entry_days.sort_unstable_by(|a, b| b.cmp(a));
+        read
+    }
+}
+
 // ---- search (`/search`) and the year in pixels (`/year`) ----
 
 /// Most entries one `/search` answers with.
@@ -1204,6 +1324,38 @@ impl Store {
                 .fetch_all(pool)
                 .await?
         }))
+    }
+
+    /// What an analysis of log `id` reads before it asks, in one statement where it
+    /// took four (each a round trip, and on PostgreSQL the server's work per statement
+    /// is most of an entry's cost): the hourly count of [`Store::recent_use`] when
+    /// `count_use`, the [`Store::daily_metrics`] from local day `first`, the last
+    /// `summaries` of [`Store::recent_summaries`] before the log, and the days of
+    /// [`Store::entry_days`] (the answer's streak note).
+    pub async fn before_analysis(
+        &self,
+        user_id: UserId,
+        id: LogId,
+        first: jiff::civil::Date,
+        summaries: i64,
+        count_use: bool,
+    ) -> Result<BeforeAnalysis, StoreError> {
+        let text: &str = if self.pg_pool().is_some() {
+            &BEFORE_ANALYSIS_POSTGRES
+        } else {
+            &BEFORE_ANALYSIS_SQLITE
+        };
+        let rows: Vec<BeforeAnalysisRow> = on_db!(self, read, |pool| {
+            sqlx::query_as(text)
+                .bind(user_id)
+                .bind(id)
+                .bind(first.to_string())
+                .bind(summaries)
+                .bind(count_use)
+                .fetch_all(pool)
+                .await?
+        });
+        Ok(BeforeAnalysis::from_rows(user_id, rows))
     }
 
     /// Up to [`SEARCH_LIMIT`] of the user's entries that contain every word of `words`

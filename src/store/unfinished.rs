@@ -288,6 +288,35 @@ impl Store {
         .await
     }
 
+    /// [`Store::mark_replied`] for several logs in one statement (the journal's group
+    /// commit of answers sent at once): one commit for all, on both backends.
+    pub async fn mark_replied_all(&self, ids: &[LogId]) -> Result<(), StoreError> {
+        const ALL: Sql = Sql {
+            sqlite: "UPDATE day_logs SET replied_at = datetime('now')
+                     WHERE id IN (SELECT value FROM json_each($1)) AND status <> 'pending'",
+            postgres: "UPDATE day_logs SET replied_at = daylog_utc(now())
+                       WHERE id IN (SELECT CAST(value AS BIGINT)
+                                    FROM json_array_elements_text(CAST($1 AS json)))
+                         AND status <> 'pending'",
+        };
+        if let [id] = ids {
+            return self.mark_replied(*id).await;
+        }
+        let list = serde_json::to_string(&ids.iter().map(|id| id.get()).collect::<Vec<i64>>())
+            .unwrap_or_else(|_| "[]".to_owned());
+        retry_busy("mark_replied_all", || async {
+            on_db!(self, write, |pool| {
+                sqlx::query(ALL.on(pool))
+                    .bind(&list)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            });
+            Ok(())
+        })
+        .await
+    }
+
     /// How many entries wait for their analysis (`status = 'pending'`), of every front
     /// end: the `daylog_entries_pending` gauge.
     pub async fn pending_count(&self) -> Result<u64, StoreError> {

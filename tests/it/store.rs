@@ -2044,3 +2044,131 @@ on_each_backend! {
         );
     }
 }
+
+on_each_backend! {
+    /// What an analysis reads before it asks, in one statement, is what the four reads
+    /// it replaces give alone: the hourly count (only when asked for), the days of
+    /// metrics from the first day, the summaries before the log newest first (an
+    /// imported entry's older `created_at` orders it, not its higher id), the days with
+    /// an entry newest first; another user's rows stay out.
+    async fn the_read_before_an_analysis_is_the_four_reads_it_replaces(db: TestDb) {
+        let store = &db.store;
+        user(store, 1).await;
+        user(store, 2).await;
+        let raw = Raw::connect(&db.url).await;
+        let metrics = |mood: u8, summary: &str| {
+            serde_json::json!({
+                "mood": mood, "stress": 3, "energy": 3, "productivity": 3,
+                "sleep_hours": 7.5, "activities": [], "emotions": [], "summary": summary,
+                "defaulted": [],
+            })
+            .to_string()
+        };
+        let mut ids = Vec::new();
+        for (user_id, message_id, day, created, summary) in [
+            (1, 1, "2025-03-08", "2025-03-08 09:00:00", "first"),
+            (1, 2, "2025-03-10", "2025-03-10 09:00:00", "second"),
+            (1, 3, "2025-03-12", "2025-03-12 09:00:00", ""),
+            (1, 4, "2025-03-12", "2025-03-12 10:00:00", "fourth"),
+            (1, 5, "2025-03-09", "2025-03-09 09:00:00", "imported, older"),
+            (2, 1, "2025-03-12", "2025-03-12 11:00:00", "another user's"),
+        ] {
+            let id = log(store, user_id, message_id, "An entry.").await.id();
+            assert!(
+                store_analysis(store, id.get(), "An analysis.", &metrics(4, summary))
+                    .await
+                    .expect("analysed")
+            );
+            raw.exec(&format!(
+                "UPDATE day_logs SET created_at = '{created}', local_day = '{day}' \
+                 WHERE id = {}",
+                id.get()
+            ))
+            .await;
+            ids.push(id);
+        }
+        let pending = log(store, 1, 6, "Today's entry.").await.id();
+        let day = |text: &str| -> jiff::civil::Date { text.parse().expect("day") };
+        let first = day("2025-03-09");
+
+        let before = store
+            .before_analysis(UserId(1), pending, first, 3, true)
+            .await
+            .expect("read");
+        let alone = daylog::store::BeforeAnalysis {
+            recent_use: Some(
+                store
+                    .recent_use(UserId(1), pending)
+                    .await
+                    .expect("recent use"),
+            ),
+            days: store.daily_metrics(UserId(1), first).await.expect("days"),
+            summaries: store
+                .recent_summaries(UserId(1), pending, 3)
+                .await
+                .expect("summaries"),
+            entry_days: store.entry_days(UserId(1)).await.expect("entry days"),
+        };
+        assert_eq!(before, alone);
+        assert_eq!(before.summaries, ["fourth", "second", "imported, older"]);
+        assert_eq!(
+            before.days.iter().map(|d| (d.day, d.logs)).collect::<Vec<_>>(),
+            [
+                (day("2025-03-09"), 1),
+                (day("2025-03-10"), 1),
+                (day("2025-03-12"), 2),
+                (today(), 1)
+            ]
+        );
+        assert_eq!(before.days[2].sleep_hours, Some(7.5));
+        assert_eq!(before.entry_days.len(), 5, "{:?}", before.entry_days);
+
+        let without = store
+            .before_analysis(UserId(1), pending, first, 3, false)
+            .await
+            .expect("read");
+        assert_eq!(without.recent_use, None);
+        assert_eq!(without.days, alone.days);
+
+        let earlier = store
+            .before_analysis(UserId(1), ids[3], first, 3, true)
+            .await
+            .expect("read");
+        assert_eq!(earlier.summaries, ["second", "first"], "only logs before it");
+    }
+}
+
+on_each_backend! {
+    /// Answers sent at once are recorded by one statement: each decided log gets its
+    /// `replied_at`, and one edited back to pending meanwhile is left owed, as
+    /// `mark_replied` leaves it.
+    async fn answers_recorded_together_leave_an_edited_log_owed(db: TestDb) {
+        let store = &db.store;
+        user(store, 1).await;
+        let mut ids = Vec::new();
+        for message_id in 1..=3 {
+            let id = log(store, 1, message_id, "An entry.").await.id();
+            ids.push(id);
+        }
+        for id in [ids[0], ids[2]] {
+            assert!(
+                store_analysis(store, id.get(), "An analysis.", "{}")
+                    .await
+                    .expect("analysed")
+            );
+        }
+        store.mark_replied_all(&ids).await.expect("recorded");
+        let replied = |id: LogId| async move {
+            store
+                .log(id)
+                .await
+                .expect("read")
+                .expect("log")
+                .replied_at
+                .is_some()
+        };
+        assert!(replied(ids[0]).await);
+        assert!(!replied(ids[1]).await, "still pending: its answer is owed");
+        assert!(replied(ids[2]).await);
+    }
+}
