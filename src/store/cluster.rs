@@ -123,9 +123,18 @@ const RELEASE_ALL: Sql = Sql {
 
 /// Whether a lease (`$1` chat, `$2` holder, `$3` generation) is still the chat's: a
 /// transaction's writes under it check this first ([`fence_holds!`]).
-pub(super) const FENCE_HOLDS: Sql = Sql::both(
-    "SELECT count(*) FROM chat_leases WHERE chat_id = $1 AND holder = $2 AND generation = $3",
-);
+///
+/// On PostgreSQL the check locks the lease row (`FOR SHARE`) until the transaction
+/// ends: a take-over (its `ON CONFLICT DO UPDATE`) then waits for the fenced writes to
+/// commit rather than slipping in between the check and the commit. SQLite's write
+/// transaction (`BEGIN IMMEDIATE`) already keeps every other writer out.
+pub(super) const FENCE_HOLDS: Sql = Sql {
+    sqlite: "SELECT count(*) FROM chat_leases
+             WHERE chat_id = $1 AND holder = $2 AND generation = $3",
+    postgres: "SELECT count(*) FROM (SELECT 1 FROM chat_leases
+                                     WHERE chat_id = $1 AND holder = $2 AND generation = $3
+                                     FOR SHARE) AS held",
+};
 
 /// [`super::updates::MARK_HANDLED`] under a lease (`$3` chat, `$4` holder, `$5`
 /// generation): sets `handled_at` once, and touches the row only while the lease is
@@ -138,7 +147,8 @@ pub(super) const FENCED_MARK_HANDLED: Sql = Sql {
     postgres: "UPDATE updates SET handled_at = coalesce(handled_at, daylog_utc(now()))
                WHERE bot_id = $1 AND update_id = $2
                  AND EXISTS (SELECT 1 FROM chat_leases
-                             WHERE chat_id = $3 AND holder = $4 AND generation = $5)",
+                             WHERE chat_id = $3 AND holder = $4 AND generation = $5
+                             FOR SHARE)",
 };
 
 /// Inside a write transaction (`in_write_tx!`): ends it with [`StoreError::Fenced`]
@@ -388,6 +398,16 @@ impl Store {
             Ok(())
         })
         .await
+    }
+
+    /// The statement a write transaction under a lease runs first (binds: chat, holder,
+    /// generation; one row, a count): for tests that hold such a transaction open.
+    #[doc(hidden)]
+    pub fn fence_check_statement(&self) -> &'static str {
+        match &self.db {
+            Db::Sqlite(_) => FENCE_HOLDS.sqlite,
+            Db::Postgres(_) => FENCE_HOLDS.postgres,
+        }
     }
 
     /// Whether `fence` is still its chat's lease (a read of the writer's view).

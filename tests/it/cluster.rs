@@ -270,6 +270,92 @@ on_each_backend! {
     }
 }
 
+/// PostgreSQL: a write transaction that checked its lease keeps the lease row locked
+/// until it ends, so a take-over arriving in between waits for the fenced writes to
+/// commit instead of landing between the check and the commit (the check takes the row
+/// `FOR SHARE`; without it the take-over goes through at once).
+#[tokio::test]
+async fn a_take_over_waits_for_a_fenced_transaction_that_checked_its_lease() {
+    use sqlx::Connection as _;
+    for backend in backends() {
+        if backend != Backend::Postgres {
+            continue;
+        }
+        let db = fresh_on(backend).await;
+        let store = &db.store;
+        let (a, b) = (
+            instance(store, "webhook").await,
+            instance(store, "webhook").await,
+        );
+        let fence = store
+            .take_chat_lease(11, a, LEASE)
+            .await
+            .expect("take")
+            .expect("free");
+        let mut writer = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+        sqlx::query("BEGIN")
+            .execute(&mut writer)
+            .await
+            .expect("begin");
+        let held: i64 = sqlx::query_scalar(store.fence_check_statement())
+            .bind(fence.chat_id)
+            .bind(fence.holder.0)
+            .bind(fence.generation)
+            .fetch_one(&mut writer)
+            .await
+            .expect("check");
+        assert_eq!(held, 1, "the lease is a's when it checks");
+        let raw = Raw::connect(&db.url).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while raw
+            .value::<i64>(
+                "SELECT count(*) FROM chat_leases
+                 WHERE chat_id = 11 AND expires_at > daylog_utc_ms(now())",
+            )
+            .await
+            > 0
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the lease never ran out"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let taker = store.clone();
+        let take = tokio::spawn(async move { taker.take_chat_lease(11, b, LEASE).await });
+        loop {
+            assert!(
+                !take.is_finished(),
+                "the take-over went through while a's fenced transaction was open"
+            );
+            let waiting: i64 = raw
+                .value(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .await;
+            if waiting > 0 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "nothing waited");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        sqlx::query("COMMIT")
+            .execute(&mut writer)
+            .await
+            .expect("commit");
+        let taken = take
+            .await
+            .expect("joined")
+            .expect("take")
+            .expect("expired: b takes it");
+        assert_eq!(taken.generation, fence.generation + 1);
+        assert!(!store.fence_holds(&fence).await.expect("check"));
+        raw.close().await;
+        let _ = writer.close().await;
+    }
+}
+
 /// One polling instance per PostgreSQL database: the advisory lock is held by one
 /// store at a time and free again once its holder lets go (or its process ends).
 #[tokio::test]
