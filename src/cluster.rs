@@ -205,7 +205,8 @@ impl Member {
 
     async fn beat_once(&self) -> Result<(), StoreError> {
         let beat_at = tokio::time::Instant::now();
-        let held = self.store.heartbeat(self.id, self.lease).await?;
+        let chats = self.leases.in_hand();
+        let held = self.store.heartbeat(self.id, self.lease, &chats).await?;
         let count = self.leases.renewed(held, beat_at);
         self.leases.release_idle().await;
         let alive = self.store.alive_instances(self.lease).await?;
@@ -360,6 +361,11 @@ impl Leases {
             fence,
             fresh: true,
         }))
+    }
+
+    /// The chats whose leases are in hand: what the heartbeat renews.
+    fn in_hand(&self) -> Vec<i64> {
+        self.map().keys().copied().collect()
     }
 
     /// Whether this instance has chat `chat_id`'s lease in hand.

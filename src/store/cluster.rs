@@ -84,15 +84,18 @@ const TAKE_LEASE: Sql = Sql {
                RETURNING generation",
 };
 
-/// Every lease of holder `$1` runs `$2` seconds from now; the leases it still holds.
+/// The leases of holder `$1` still in its hand (`$3`: their chat ids, a JSON array)
+/// run `$2` seconds from now; the leases it still holds. A lease it gave up is not
+/// among them, so it stays given up.
 const RENEW_ALL: Sql = Sql {
     sqlite: "UPDATE chat_leases
              SET expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || $2 || ' seconds')
-             WHERE holder = $1
+             WHERE holder = $1 AND chat_id IN (SELECT value FROM json_each($3))
              RETURNING chat_id, generation",
     postgres: "UPDATE chat_leases
                SET expires_at = daylog_utc_ms(now() + make_interval(secs => $2))
                WHERE holder = $1
+                 AND chat_id IN (SELECT value::bigint FROM json_array_elements_text($3::json))
                RETURNING chat_id, generation",
 };
 
@@ -233,13 +236,17 @@ impl Store {
             .ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
     }
 
-    /// The heartbeat: `last_seen` now, and every lease `instance` holds renewed for
-    /// `lease`. Returns the leases it still holds (one taken over is not among them).
+    /// The heartbeat: `last_seen` now, and the leases of `instance` on the chats it
+    /// has in hand (`chats`) renewed for `lease`. Returns the leases it still holds
+    /// (one taken over is not among them; one given up is neither renewed nor among
+    /// them).
     pub async fn heartbeat(
         &self,
         instance: InstanceId,
         lease: Duration,
+        chats: &[i64],
     ) -> Result<Vec<Fence>, StoreError> {
+        let chats = serde_json::to_string(chats).unwrap_or_else(|_| "[]".to_owned());
         let rows: Vec<(i64, i64)> = retry_busy("heartbeat", || async {
             Ok(on_db!(self, write, |pool| {
                 sqlx::query(&format!(
@@ -252,6 +259,7 @@ impl Store {
                 sqlx::query_as(RENEW_ALL.on(pool))
                     .bind(instance.0)
                     .bind(seconds(lease))
+                    .bind(&chats)
                     .fetch_all(pool)
                     .await?
             }))

@@ -129,7 +129,7 @@ on_each_backend! {
     let taken = take_when_free(store, 7, b).await;
     assert_eq!(taken.generation, 2, "a take-over raises the generation");
     assert!(!store.renew_chat_lease(&first, LEASE).await.expect("renew"), "lost");
-    assert!(store.heartbeat(a, LEASE).await.expect("beat").is_empty(), "a holds nothing");
+    assert!(store.heartbeat(a, LEASE, &[7]).await.expect("beat").is_empty(), "a holds nothing");
     assert!(!store.fence_holds(&first).await.expect("check"));
     assert!(
         !store.mark_update_handled_fenced(update, &first).await.expect("mark"),
@@ -190,16 +190,19 @@ on_each_backend! {
 
 on_each_backend! {
     /// A lease given up is free at once; a clean stop gives up every lease of the
-    /// instance and it no longer counts as alive; the heartbeat renews what it holds.
+    /// instance and it no longer counts as alive; the heartbeat renews what it holds
+    /// in hand, and a lease given up stays given up.
     async fn a_released_lease_and_a_stopped_instances_chats_are_free_at_once(db: TestDb) {
     let store = &db.store;
     let (a, b) = (instance(store, "polling").await, instance(store, "webhook").await);
     assert_eq!(store.alive_instances(LEASE * 10).await.expect("count"), 2);
     let one = store.take_chat_lease(1, a, LEASE * 100).await.expect("take").expect("free");
     let two = store.take_chat_lease(2, a, LEASE * 100).await.expect("take").expect("free");
-    let held = store.heartbeat(a, LEASE * 100).await.expect("beat");
+    let held = store.heartbeat(a, LEASE * 100, &[1, 2]).await.expect("beat");
     assert_eq!(held.len(), 2, "{held:?}");
     store.release_chat_lease(&one).await.expect("release");
+    let held = store.heartbeat(a, LEASE * 100, &[2]).await.expect("beat");
+    assert_eq!(held, vec![two], "a lease given up is not renewed by the next beat");
     let taken = store.take_chat_lease(1, b, LEASE).await.expect("take").expect("released");
     assert_eq!(taken.generation, 2);
     store.instance_stopped(a).await.expect("stopped");
