@@ -574,6 +574,27 @@ async fn unanswered(store: &Store, chat: i64) {
     assert!(store.record(id, "a day", &outcome).await.expect("record"));
 }
 
+on_each_backend! {
+    /// A chat taken over from another instance has its own unfinished logs claimed, all
+    /// of them, and no other chat's (those stay with whoever holds them).
+    async fn a_chat_taken_over_lists_its_own_unfinished_logs_only(db: TestDb) {
+    let store = &db.store;
+    unanswered(store, 43).await;
+    unanswered(store, 44).await;
+    let mine = store
+        .unfinished_in_chat(daylog::store::FrontEnd::Telegram, 44)
+        .await
+        .expect("listed");
+    assert_eq!(mine.len(), 1, "{}", db.backend);
+    assert_eq!(mine[0].1.chat_id, ChatId(44));
+    let all = store
+        .unfinished(daylog::store::FrontEnd::Telegram, 10)
+        .await
+        .expect("listed");
+    assert_eq!(all.len(), 2);
+    }
+}
+
 /// The worker finishes what is unfinished under the chat's lease: on PostgreSQL a log
 /// of a chat another live instance holds is left to it, and answered once that lease
 /// is free; on SQLite (one daemon per file) a lease left by a dead holder is freed at
