@@ -64,6 +64,16 @@ pub fn lock_database(url: &str) -> Result<Option<LockFile>, ClusterError> {
     }
     let database = crate::config::database_path(url).map_err(StoreError::from)?;
     let database = std::path::absolute(&database).unwrap_or(database);
+    // Links resolved (the file's own, else its folder's): two paths to one database
+    // file name one lock.
+    let database = std::fs::canonicalize(&database).unwrap_or_else(|_| {
+        match (database.parent(), database.file_name()) {
+            (Some(dir), Some(name)) => {
+                std::fs::canonicalize(dir).map_or_else(|_| database.clone(), |dir| dir.join(name))
+            }
+            _ => database.clone(),
+        }
+    });
     let mut lock = database.clone().into_os_string();
     lock.push(".lock");
     let lock = PathBuf::from(lock);
@@ -512,6 +522,14 @@ mod tests {
         assert!(
             refused.to_string().contains("already using the database"),
             "{refused}"
+        );
+        std::fs::write(dir.path().join("sub/daylog.db"), b"").expect("database file");
+        let alias = dir.path().join("alias.db");
+        std::os::unix::fs::symlink(dir.path().join("sub/daylog.db"), &alias).expect("link");
+        let through_link = format!("sqlite://{}", alias.display());
+        assert!(
+            lock_database(&through_link).is_err(),
+            "a link to the database file names the same lock"
         );
         drop(first);
         assert!(lock_database(&url).expect("free again").is_some());
