@@ -379,13 +379,16 @@ impl Leases {
             idle_since: now,
             taken_at: now,
         });
+        // In hand before with the same generation (its deadline had passed, nobody took
+        // it meanwhile): no other instance worked on the chat, nothing is stale.
+        let fresh = held.fence != fence || held.taken_at == now;
         held.fence = fence; // the same holder's take keeps the generation
         held.valid_until = held.valid_until.max(valid_until);
         held.users += 1;
         Ok(Some(ChatLease {
             leases: self.clone(),
             fence,
-            fresh: true,
+            fresh,
         }))
     }
 
