@@ -64,6 +64,16 @@ pub fn lock_database(url: &str) -> Result<Option<LockFile>, ClusterError> {
     }
     let database = crate::config::database_path(url).map_err(StoreError::from)?;
     let database = std::path::absolute(&database).unwrap_or(database);
+    // Links resolved (the file's own, else its folder's): two paths to one database
+    // file name one lock.
+    let database = std::fs::canonicalize(&database).unwrap_or_else(|_| {
+        match (database.parent(), database.file_name()) {
+            (Some(dir), Some(name)) => {
+                std::fs::canonicalize(dir).map_or_else(|_| database.clone(), |dir| dir.join(name))
+            }
+            _ => database.clone(),
+        }
+    });
     let mut lock = database.clone().into_os_string();
     lock.push(".lock");
     let lock = PathBuf::from(lock);
@@ -205,7 +215,8 @@ impl Member {
 
     async fn beat_once(&self) -> Result<(), StoreError> {
         let beat_at = tokio::time::Instant::now();
-        let held = self.store.heartbeat(self.id, self.lease).await?;
+        let chats = self.leases.in_hand();
+        let held = self.store.heartbeat(self.id, self.lease, &chats).await?;
         let count = self.leases.renewed(held, beat_at);
         self.leases.release_idle().await;
         let alive = self.store.alive_instances(self.lease).await?;
@@ -258,6 +269,12 @@ pub struct Leases {
 /// A lease in hand: its fence, how many [`ChatLease`]s use it, when it was last let go.
 struct Held {
     fence: Fence,
+    /// Until when this instance may count on it without asking the database: the
+    /// moment before the statement that took or last renewed it, plus the lease, less
+    /// a margin. After it (the heartbeat stalled: the database did not answer) the
+    /// lease may have run out and been taken: [`ChatLease::held`] is false and
+    /// [`Leases::hold`] asks the database again.
+    valid_until: tokio::time::Instant,
     users: usize,
     idle_since: tokio::time::Instant,
     /// When it was taken: a heartbeat that started before cannot have renewed it.
@@ -300,12 +317,14 @@ impl ChatLease {
         })
     }
 
-    /// Whether the lease is still this instance's, as the last heartbeat found it.
+    /// Whether the lease is still this instance's, as the last heartbeat found it, and
+    /// the heartbeat renewed it recently enough that it cannot have run out.
     pub fn held(&self) -> bool {
+        let now = tokio::time::Instant::now();
         self.leases
             .map()
             .get(&self.fence.chat_id)
-            .is_some_and(|held| held.fence == self.fence)
+            .is_some_and(|held| held.fence == self.fence && held.valid_until > now)
     }
 }
 
@@ -330,7 +349,12 @@ impl Leases {
     /// Works on `chat_id` under its lease: the one in hand, or one taken now; `None`
     /// while another live instance holds it (that one works on the chat).
     pub async fn hold(&self, chat_id: i64) -> Result<Option<ChatLease>, StoreError> {
-        if let Some(held) = self.map().get_mut(&chat_id) {
+        let asked_at = tokio::time::Instant::now();
+        if let Some(held) = self
+            .map()
+            .get_mut(&chat_id)
+            .filter(|held| held.valid_until > asked_at)
+        {
             held.users += 1;
             return Ok(Some(ChatLease {
                 leases: self.clone(),
@@ -347,19 +371,37 @@ impl Leases {
         };
         let mut map = self.map();
         let now = tokio::time::Instant::now();
+        let valid_until = self.valid_until(asked_at);
         let held = map.entry(chat_id).or_insert(Held {
             fence,
+            valid_until,
             users: 0,
             idle_since: now,
             taken_at: now,
         });
+        // In hand before with the same generation (its deadline had passed, nobody took
+        // it meanwhile): no other instance worked on the chat, nothing is stale.
+        let fresh = held.fence != fence || held.taken_at == now;
         held.fence = fence; // the same holder's take keeps the generation
+        held.valid_until = held.valid_until.max(valid_until);
         held.users += 1;
         Ok(Some(ChatLease {
             leases: self.clone(),
             fence,
-            fresh: true,
+            fresh,
         }))
+    }
+
+    /// How long a lease taken or renewed by a statement that started at `asked_at` can
+    /// be counted on here: the lease less a fifth (the database's clock and this
+    /// process's need not tick alike).
+    fn valid_until(&self, asked_at: tokio::time::Instant) -> tokio::time::Instant {
+        asked_at + self.lease - self.lease / 5
+    }
+
+    /// The chats whose leases are in hand: what the heartbeat renews.
+    fn in_hand(&self) -> Vec<i64> {
+        self.map().keys().copied().collect()
     }
 
     /// Whether this instance has chat `chat_id`'s lease in hand.
@@ -377,9 +419,14 @@ impl Leases {
     /// dropped (its users see [`ChatLease::held`] false; their writes are fenced).
     /// Returns how many are held.
     fn renewed(&self, held: Vec<Fence>, beat_at: tokio::time::Instant) -> usize {
+        let renewed_until = self.valid_until(beat_at);
         let mut map = self.map();
         map.retain(|chat, in_hand| {
-            let kept = in_hand.taken_at >= beat_at || held.iter().any(|fence| fence == &in_hand.fence);
+            let renewed = held.iter().any(|fence| fence == &in_hand.fence);
+            if renewed {
+                in_hand.valid_until = in_hand.valid_until.max(renewed_until);
+            }
+            let kept = in_hand.taken_at >= beat_at || renewed;
             if !kept {
                 tracing::warn!(chat_id = chat, "a chat's lease was taken over by another instance; this one stops working on it");
             }
@@ -415,6 +462,59 @@ impl Leases {
 mod tests {
     use super::*;
 
+    /// Without a heartbeat (the database stalled it) a lease in hand stops counting once
+    /// its own deadline passed: `held` turns false, and `hold` asks the database again,
+    /// which answers that another instance took the chat meanwhile.
+    #[tokio::test]
+    async fn a_lease_not_renewed_in_time_is_no_longer_held_here() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("daylog.db").display());
+        let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+            .await
+            .expect("store");
+        let new = |mode| NewInstance {
+            version: "test",
+            host: "here",
+            pid: 1,
+            mode,
+        };
+        let a = store.register_instance(&new("webhook")).await.expect("a");
+        let b = store.register_instance(&new("webhook")).await.expect("b");
+        let lease = Duration::from_millis(300);
+        let leases = Leases {
+            store: store.clone(),
+            holder: a,
+            lease,
+            held: Arc::default(),
+        };
+        let chat = leases.hold(5).await.expect("take").expect("free");
+        assert!(chat.held());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while chat.held() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "held forever without a heartbeat"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        while store
+            .take_chat_lease(5, b, lease * 100)
+            .await
+            .expect("take")
+            .is_none()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the lease never ran out"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            leases.hold(5).await.expect("asked").is_none(),
+            "the database says b holds the chat now"
+        );
+    }
+
     #[test]
     fn a_second_lock_on_one_database_is_refused_until_the_first_goes() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -425,6 +525,14 @@ mod tests {
         assert!(
             refused.to_string().contains("already using the database"),
             "{refused}"
+        );
+        std::fs::write(dir.path().join("sub/daylog.db"), b"").expect("database file");
+        let alias = dir.path().join("alias.db");
+        std::os::unix::fs::symlink(dir.path().join("sub/daylog.db"), &alias).expect("link");
+        let through_link = format!("sqlite://{}", alias.display());
+        assert!(
+            lock_database(&through_link).is_err(),
+            "a link to the database file names the same lock"
         );
         drop(first);
         assert!(lock_database(&url).expect("free again").is_some());

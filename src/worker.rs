@@ -88,23 +88,31 @@ pub async fn run<M: Messenger>(
     tracing::info!("worker stopped");
 }
 
-/// One look of the worker now, for a chat this instance just took over from one that
-/// died: its unfinished logs are claimed — and take their turns in their chats — before
-/// the chat's next updates are handled, so they are answered first, in order. They are
-/// finished in tasks of their own.
-pub async fn take_over<M: Messenger>(journal: Arc<Journal>, messenger: Arc<M>, leases: Leases) {
+/// One look of the worker now at chat `chat_id`, which this instance just took over
+/// from one that died: all its unfinished logs are claimed — and take their turns in
+/// the chat — before the chat's next updates are handled, so they are answered first,
+/// in order. Other chats' logs are left to the worker's own looks. They are finished
+/// in tasks of their own, in `tasks` (a stop waits for them, within its grace, before
+/// this instance gives its leases up), each holding one of `permits`; `shutdown` stops
+/// those still waiting for their turn.
+pub async fn take_over<M: Messenger>(
+    journal: Arc<Journal>,
+    messenger: Arc<M>,
+    leases: Leases,
+    chat_id: i64,
+    tasks: TakeOverTasks,
+) {
     match journal
-        .claim_unfinished_held(FrontEnd::Telegram, BATCH, &leases)
+        .claim_unfinished_in_chat(FrontEnd::Telegram, chat_id, &leases)
         .await
     {
         Ok(batch) => {
-            let permits = Arc::new(Semaphore::new(CONCURRENCY));
             for (pickup, lease) in batch {
-                tokio::spawn(finish_one(
+                tasks.tracker.spawn(finish_one(
                     Arc::clone(&journal),
                     Arc::clone(&messenger),
-                    Arc::clone(&permits),
-                    CancellationToken::new(),
+                    Arc::clone(&tasks.permits),
+                    tasks.shutdown.clone(),
                     pickup,
                     Some(lease),
                 ));
@@ -112,6 +120,27 @@ pub async fn take_over<M: Messenger>(journal: Arc<Journal>, messenger: Arc<M>, l
         }
         Err(error) => {
             tracing::warn!(%error, "could not read the unfinished logs of a chat taken over")
+        }
+    }
+}
+
+/// Where [`take_over`] runs what it claimed: the daemon's tracked tasks (a stop waits
+/// for them), its stop token, and permits shared by every take-over.
+#[derive(Clone)]
+pub struct TakeOverTasks {
+    pub tracker: tokio_util::task::TaskTracker,
+    pub shutdown: CancellationToken,
+    pub permits: Arc<Semaphore>,
+}
+
+impl TakeOverTasks {
+    /// Take-overs' tasks in `tracker`, stopped by `shutdown`, at most as many at once as
+    /// the worker's own.
+    pub fn new(tracker: tokio_util::task::TaskTracker, shutdown: CancellationToken) -> Self {
+        Self {
+            tracker,
+            shutdown,
+            permits: Arc::new(Semaphore::new(CONCURRENCY)),
         }
     }
 }

@@ -80,9 +80,9 @@ struct Shared {
     take_over: Option<TakeOver>,
 }
 
-/// Claims what a chat taken over from another instance left unfinished (see
+/// Claims what a chat (its id) taken over from another instance left unfinished (see
 /// [`crate::worker::take_over`]).
-pub type TakeOver = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+pub type TakeOver = Arc<dyn Fn(i64) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// What [`Inbox::receive`] read of a body.
 #[derive(Debug, Clone, PartialEq)]

@@ -1762,11 +1762,21 @@ impl Running {
         let settings = Arc::clone(journal.settings());
         let messenger = Arc::new(Telegram::new(bot.clone()).sharing(journal.store().clone()));
         let bot_id = i64::try_from(me.id.0).unwrap_or(i64::MAX);
+        let answers = Answers::default();
+        // What a take-over claims is answered in tracked tasks: a stop waits for them
+        // (within its grace) before this instance gives its leases up.
+        let take_over_tasks = worker::TakeOverTasks::new(answers.0.clone(), stop.clone());
         let take_over: Option<inbox::TakeOver> = leases.clone().map(|leases| {
             let (journal, messenger) = (Arc::clone(&journal), Arc::clone(&messenger));
-            let hook: inbox::TakeOver = Arc::new(move || {
-                worker::take_over(Arc::clone(&journal), Arc::clone(&messenger), leases.clone())
-                    .boxed()
+            let hook: inbox::TakeOver = Arc::new(move |chat_id| {
+                worker::take_over(
+                    Arc::clone(&journal),
+                    Arc::clone(&messenger),
+                    leases.clone(),
+                    chat_id,
+                    take_over_tasks.clone(),
+                )
+                .boxed()
             });
             hook
         });
@@ -1777,7 +1787,6 @@ impl Running {
             leases.clone(),
             take_over,
         );
-        let answers = Answers::default();
         let handle = dispatching(bot, me, &journal, &messenger, &answers, &digests);
         let backoff = inbox::handling::Backoff {
             min: settings.worker.retry_min(),

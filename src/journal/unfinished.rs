@@ -28,7 +28,7 @@ impl Journal {
         limit: i64,
     ) -> Result<Vec<Pickup>, StoreError> {
         Ok(self
-            .claim_listed(front_end, limit)
+            .claim_listed(front_end, None, limit)
             .await?
             .into_iter()
             .map(|(_, pickup)| pickup)
@@ -45,9 +45,34 @@ impl Journal {
         limit: i64,
         leases: &Leases,
     ) -> Result<Vec<(Pickup, ChatLease)>, StoreError> {
+        let listed = self.claim_listed(front_end, None, limit).await?;
+        Ok(Self::under_leases(listed, leases).await)
+    }
+
+    /// [`Journal::claim_unfinished_held`] for one chat, all its unfinished logs: what a
+    /// chat taken over from another instance has left (the other chats' logs are not
+    /// touched).
+    pub async fn claim_unfinished_in_chat(
+        &self,
+        front_end: FrontEnd,
+        chat_id: i64,
+        leases: &Leases,
+    ) -> Result<Vec<(Pickup, ChatLease)>, StoreError> {
+        let listed = self
+            .claim_listed(front_end, Some(chat_id), i64::MAX)
+            .await?;
+        Ok(Self::under_leases(listed, leases).await)
+    }
+
+    /// The claimed logs whose chats' leases this instance holds (or takes now), each
+    /// with its lease; the others are let go.
+    async fn under_leases(
+        listed: Vec<(ChatId, Pickup)>,
+        leases: &Leases,
+    ) -> Vec<(Pickup, ChatLease)> {
         let mut held = Vec::new();
         let mut elsewhere: HashSet<ChatId> = HashSet::new();
-        for (chat, pickup) in self.claim_listed(front_end, limit).await? {
+        for (chat, pickup) in listed {
             if elsewhere.contains(&chat) {
                 continue;
             }
@@ -62,17 +87,21 @@ impl Journal {
                 }
             }
         }
-        Ok(held)
+        held
     }
 
     /// Lists and claims (see [`Journal::claim_unfinished`]), each with its chat.
     async fn claim_listed(
         &self,
         front_end: FrontEnd,
+        chat_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<(ChatId, Pickup)>, StoreError> {
         let _listing = self.claim_gate.write().await;
-        let batch = self.store.unfinished(front_end, limit).await?;
+        let batch = match chat_id {
+            Some(chat_id) => self.store.unfinished_in_chat(front_end, chat_id).await?,
+            None => self.store.unfinished(front_end, limit).await?,
+        };
         let now = tokio::time::Instant::now();
         let waiting: HashSet<LogId> = {
             let mut unrecorded = self.unrecorded();

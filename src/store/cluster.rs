@@ -84,15 +84,18 @@ const TAKE_LEASE: Sql = Sql {
                RETURNING generation",
 };
 
-/// Every lease of holder `$1` runs `$2` seconds from now; the leases it still holds.
+/// The leases of holder `$1` still in its hand (`$3`: their chat ids, a JSON array)
+/// run `$2` seconds from now; the leases it still holds. A lease it gave up is not
+/// among them, so it stays given up.
 const RENEW_ALL: Sql = Sql {
     sqlite: "UPDATE chat_leases
              SET expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || $2 || ' seconds')
-             WHERE holder = $1
+             WHERE holder = $1 AND chat_id IN (SELECT value FROM json_each($3))
              RETURNING chat_id, generation",
     postgres: "UPDATE chat_leases
                SET expires_at = daylog_utc_ms(now() + make_interval(secs => $2))
                WHERE holder = $1
+                 AND chat_id IN (SELECT value::bigint FROM json_array_elements_text($3::json))
                RETURNING chat_id, generation",
 };
 
@@ -123,9 +126,18 @@ const RELEASE_ALL: Sql = Sql {
 
 /// Whether a lease (`$1` chat, `$2` holder, `$3` generation) is still the chat's: a
 /// transaction's writes under it check this first ([`fence_holds!`]).
-pub(super) const FENCE_HOLDS: Sql = Sql::both(
-    "SELECT count(*) FROM chat_leases WHERE chat_id = $1 AND holder = $2 AND generation = $3",
-);
+///
+/// On PostgreSQL the check locks the lease row (`FOR SHARE`) until the transaction
+/// ends: a take-over (its `ON CONFLICT DO UPDATE`) then waits for the fenced writes to
+/// commit rather than slipping in between the check and the commit. SQLite's write
+/// transaction (`BEGIN IMMEDIATE`) already keeps every other writer out.
+pub(super) const FENCE_HOLDS: Sql = Sql {
+    sqlite: "SELECT count(*) FROM chat_leases
+             WHERE chat_id = $1 AND holder = $2 AND generation = $3",
+    postgres: "SELECT count(*) FROM (SELECT 1 FROM chat_leases
+                                     WHERE chat_id = $1 AND holder = $2 AND generation = $3
+                                     FOR SHARE) AS held",
+};
 
 /// [`super::updates::MARK_HANDLED`] under a lease (`$3` chat, `$4` holder, `$5`
 /// generation): sets `handled_at` once, and touches the row only while the lease is
@@ -138,7 +150,8 @@ pub(super) const FENCED_MARK_HANDLED: Sql = Sql {
     postgres: "UPDATE updates SET handled_at = coalesce(handled_at, daylog_utc(now()))
                WHERE bot_id = $1 AND update_id = $2
                  AND EXISTS (SELECT 1 FROM chat_leases
-                             WHERE chat_id = $3 AND holder = $4 AND generation = $5)",
+                             WHERE chat_id = $3 AND holder = $4 AND generation = $5
+                             FOR SHARE)",
 };
 
 /// Inside a write transaction (`in_write_tx!`): ends it with [`StoreError::Fenced`]
@@ -223,13 +236,17 @@ impl Store {
             .ok_or(StoreError::Sql(sqlx::Error::RowNotFound))
     }
 
-    /// The heartbeat: `last_seen` now, and every lease `instance` holds renewed for
-    /// `lease`. Returns the leases it still holds (one taken over is not among them).
+    /// The heartbeat: `last_seen` now, and the leases of `instance` on the chats it
+    /// has in hand (`chats`) renewed for `lease`. Returns the leases it still holds
+    /// (one taken over is not among them; one given up is neither renewed nor among
+    /// them).
     pub async fn heartbeat(
         &self,
         instance: InstanceId,
         lease: Duration,
+        chats: &[i64],
     ) -> Result<Vec<Fence>, StoreError> {
+        let chats = serde_json::to_string(chats).unwrap_or_else(|_| "[]".to_owned());
         let rows: Vec<(i64, i64)> = retry_busy("heartbeat", || async {
             Ok(on_db!(self, write, |pool| {
                 sqlx::query(&format!(
@@ -242,6 +259,7 @@ impl Store {
                 sqlx::query_as(RENEW_ALL.on(pool))
                     .bind(instance.0)
                     .bind(seconds(lease))
+                    .bind(&chats)
                     .fetch_all(pool)
                     .await?
             }))
@@ -388,6 +406,16 @@ impl Store {
             Ok(())
         })
         .await
+    }
+
+    /// The statement a write transaction under a lease runs first (binds: chat, holder,
+    /// generation; one row, a count): for tests that hold such a transaction open.
+    #[doc(hidden)]
+    pub fn fence_check_statement(&self) -> &'static str {
+        match &self.db {
+            Db::Sqlite(_) => FENCE_HOLDS.sqlite,
+            Db::Postgres(_) => FENCE_HOLDS.postgres,
+        }
     }
 
     /// Whether `fence` is still its chat's lease (a read of the writer's view).

@@ -337,7 +337,28 @@ impl Store {
         front_end: FrontEnd,
         limit: i64,
     ) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
-        const OWN: &str = "source = $2 AND ($3 IS NULL OR user_id = $3)";
+        self.unfinished_where(front_end, None, limit).await
+    }
+
+    /// [`Store::unfinished`] of one chat only, all of them: what a chat taken over from
+    /// another instance has left to do.
+    pub async fn unfinished_in_chat(
+        &self,
+        front_end: FrontEnd,
+        chat_id: i64,
+    ) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
+        self.unfinished_where(front_end, Some(chat_id), i64::MAX)
+            .await
+    }
+
+    async fn unfinished_where(
+        &self,
+        front_end: FrontEnd,
+        chat_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
+        const OWN: &str =
+            "source = $2 AND ($3 IS NULL OR user_id = $3) AND ($4 IS NULL OR chat_id = $4)";
         let rows = on_db!(self, read, |pool| {
             sqlx::query_as::<_, DayLog>(&format!(
                 "SELECT {LOG_COLUMNS} FROM day_logs WHERE {pending} AND {OWN}
@@ -350,6 +371,7 @@ impl Store {
             .bind(limit)
             .bind(front_end.source().as_str())
             .bind(front_end.user_id())
+            .bind(chat_id)
             .fetch_all(pool)
             .await?
         });

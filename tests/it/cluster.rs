@@ -129,7 +129,7 @@ on_each_backend! {
     let taken = take_when_free(store, 7, b).await;
     assert_eq!(taken.generation, 2, "a take-over raises the generation");
     assert!(!store.renew_chat_lease(&first, LEASE).await.expect("renew"), "lost");
-    assert!(store.heartbeat(a, LEASE).await.expect("beat").is_empty(), "a holds nothing");
+    assert!(store.heartbeat(a, LEASE, &[7]).await.expect("beat").is_empty(), "a holds nothing");
     assert!(!store.fence_holds(&first).await.expect("check"));
     assert!(
         !store.mark_update_handled_fenced(update, &first).await.expect("mark"),
@@ -190,16 +190,19 @@ on_each_backend! {
 
 on_each_backend! {
     /// A lease given up is free at once; a clean stop gives up every lease of the
-    /// instance and it no longer counts as alive; the heartbeat renews what it holds.
+    /// instance and it no longer counts as alive; the heartbeat renews what it holds
+    /// in hand, and a lease given up stays given up.
     async fn a_released_lease_and_a_stopped_instances_chats_are_free_at_once(db: TestDb) {
     let store = &db.store;
     let (a, b) = (instance(store, "polling").await, instance(store, "webhook").await);
     assert_eq!(store.alive_instances(LEASE * 10).await.expect("count"), 2);
     let one = store.take_chat_lease(1, a, LEASE * 100).await.expect("take").expect("free");
     let two = store.take_chat_lease(2, a, LEASE * 100).await.expect("take").expect("free");
-    let held = store.heartbeat(a, LEASE * 100).await.expect("beat");
+    let held = store.heartbeat(a, LEASE * 100, &[1, 2]).await.expect("beat");
     assert_eq!(held.len(), 2, "{held:?}");
     store.release_chat_lease(&one).await.expect("release");
+    let held = store.heartbeat(a, LEASE * 100, &[2]).await.expect("beat");
+    assert_eq!(held, vec![two], "a lease given up is not renewed by the next beat");
     let taken = store.take_chat_lease(1, b, LEASE).await.expect("take").expect("released");
     assert_eq!(taken.generation, 2);
     store.instance_stopped(a).await.expect("stopped");
@@ -267,6 +270,92 @@ on_each_backend! {
         refused.err()
     );
     raw.close().await;
+    }
+}
+
+/// PostgreSQL: a write transaction that checked its lease keeps the lease row locked
+/// until it ends, so a take-over arriving in between waits for the fenced writes to
+/// commit instead of landing between the check and the commit (the check takes the row
+/// `FOR SHARE`; without it the take-over goes through at once).
+#[tokio::test]
+async fn a_take_over_waits_for_a_fenced_transaction_that_checked_its_lease() {
+    use sqlx::Connection as _;
+    for backend in backends() {
+        if backend != Backend::Postgres {
+            continue;
+        }
+        let db = fresh_on(backend).await;
+        let store = &db.store;
+        let (a, b) = (
+            instance(store, "webhook").await,
+            instance(store, "webhook").await,
+        );
+        let fence = store
+            .take_chat_lease(11, a, LEASE)
+            .await
+            .expect("take")
+            .expect("free");
+        let mut writer = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+        sqlx::query("BEGIN")
+            .execute(&mut writer)
+            .await
+            .expect("begin");
+        let held: i64 = sqlx::query_scalar(store.fence_check_statement())
+            .bind(fence.chat_id)
+            .bind(fence.holder.0)
+            .bind(fence.generation)
+            .fetch_one(&mut writer)
+            .await
+            .expect("check");
+        assert_eq!(held, 1, "the lease is a's when it checks");
+        let raw = Raw::connect(&db.url).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while raw
+            .value::<i64>(
+                "SELECT count(*) FROM chat_leases
+                 WHERE chat_id = 11 AND expires_at > daylog_utc_ms(now())",
+            )
+            .await
+            > 0
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the lease never ran out"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let taker = store.clone();
+        let take = tokio::spawn(async move { taker.take_chat_lease(11, b, LEASE).await });
+        loop {
+            assert!(
+                !take.is_finished(),
+                "the take-over went through while a's fenced transaction was open"
+            );
+            let waiting: i64 = raw
+                .value(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .await;
+            if waiting > 0 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "nothing waited");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        sqlx::query("COMMIT")
+            .execute(&mut writer)
+            .await
+            .expect("commit");
+        let taken = take
+            .await
+            .expect("joined")
+            .expect("take")
+            .expect("expired: b takes it");
+        assert_eq!(taken.generation, fence.generation + 1);
+        assert!(!store.fence_holds(&fence).await.expect("check"));
+        raw.close().await;
+        let _ = writer.close().await;
     }
 }
 
@@ -483,6 +572,27 @@ async fn unanswered(store: &Store, chat: i64) {
         .id();
     let outcome = crate::support::analysed("A fine day.", crate::support::METRICS_JSON);
     assert!(store.record(id, "a day", &outcome).await.expect("record"));
+}
+
+on_each_backend! {
+    /// A chat taken over from another instance has its own unfinished logs claimed, all
+    /// of them, and no other chat's (those stay with whoever holds them).
+    async fn a_chat_taken_over_lists_its_own_unfinished_logs_only(db: TestDb) {
+    let store = &db.store;
+    unanswered(store, 43).await;
+    unanswered(store, 44).await;
+    let mine = store
+        .unfinished_in_chat(daylog::store::FrontEnd::Telegram, 44)
+        .await
+        .expect("listed");
+    assert_eq!(mine.len(), 1, "{}", db.backend);
+    assert_eq!(mine[0].1.chat_id, ChatId(44));
+    let all = store
+        .unfinished(daylog::store::FrontEnd::Telegram, 10)
+        .await
+        .expect("listed");
+    assert_eq!(all.len(), 2);
+    }
 }
 
 /// The worker finishes what is unfinished under the chat's lease: on PostgreSQL a log

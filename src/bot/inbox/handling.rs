@@ -569,7 +569,7 @@ impl Inbox {
             Ok(Some(lease)) if lease.fresh() && leases.shared() => {
                 // What an instance that died left of the chat goes first.
                 if let Some(take_over) = self.take_over() {
-                    take_over().await;
+                    take_over(key).await;
                 }
                 self.drop_lane(lane);
                 self.reread();
