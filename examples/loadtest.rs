@@ -1531,11 +1531,13 @@ async fn wait_with_kill(
 ) -> anyhow::Result<(bool, KillReport)> {
     let deadline = Instant::now() + timeout;
     loop {
-        let inner = lock(&telegram.inner);
-        if inner.answered.len() * 2 >= inner.burst_total {
+        let half = {
+            let inner = lock(&telegram.inner);
+            inner.answered.len() * 2 >= inner.burst_total
+        };
+        if half {
             break;
         }
-        drop(inner);
         if Instant::now() > deadline {
             return Ok((false, KillReport::default()));
         }
