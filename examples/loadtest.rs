@@ -46,6 +46,14 @@
 //! starts (as the tests do) with a fresh database per run, the server's CPU per log
 //! printed beside the bot's; `--pg-top N` shows where the server's time goes.
 //! `--count-statements` counts the SQL statements per log on either backend.
+//!
+//! `--postgres --instances N` runs N `daylog run` processes on one PostgreSQL database
+//! in webhook mode, each on its own `http.listen`, behind a round-robin balancer in this
+//! process (the fake Telegram posts to it; it forwards each POST to the next instance,
+//! 502 when it cannot reach it). CPU per entry is then the sum over the instances, beside
+//! the PostgreSQL server's; statements are counted in every instance's log. Scenario
+//! `kill` (with N ≥ 2) kills the last instance with SIGKILL when half of `many`'s burst
+//! is answered and reports how long after its death the chats it held were answered.
 
 #![expect(
     clippy::print_stdout,
@@ -143,6 +151,10 @@ enum ScenarioName {
     /// them posted to the bot's webhook, alternated in one run (polling first), each
     /// `--rounds` times.
     Webhook,
+    /// `many` on `--instances` N ≥ 2: the last instance is killed (SIGKILL) when half
+    /// the entries have their analysis; reports the time from its death to the last
+    /// analysis of the chats it held then (`cluster.lease_ms` is the shipped 30 s).
+    Kill,
     All,
 }
 
@@ -214,6 +226,15 @@ struct Args {
     /// the log costs CPU, so take CPU figures from runs without it.
     #[arg(long)]
     count_statements: bool,
+    /// Run N `daylog run` instances on one PostgreSQL database (needs `--postgres`), in
+    /// webhook mode, each with its own `http.listen`, behind a round-robin balancer in
+    /// this process: the fake Telegram posts every update to the balancer, which
+    /// forwards each POST to the next instance (502 when it cannot reach it; the fake
+    /// posts it again 100 ms later). CPU and statements are summed over the instances.
+    /// Every scenario then runs in webhook mode; `webhook` (the polling comparison) and
+    /// the restarted twins of `many` and `stalled` are left out.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=16))]
+    instances: Option<u16>,
 }
 
 /// One run of the bot under one load.
@@ -240,6 +261,8 @@ struct Scenario {
     env: Vec<(String, String)>,
     /// Telegram posts the updates to the bot's webhook instead of the bot polling.
     webhook: bool,
+    /// One of several instances is killed when half the entries are answered.
+    kill: bool,
 }
 
 /// What the analysis cascade's first step (`mistral-small-2506`) does.
@@ -285,6 +308,11 @@ struct TgInner {
     /// Webhook mode: the URL and secret of `setWebhook`, and the updates answered 2xx.
     webhook: Option<(String, String)>,
     delivered: usize,
+    /// Webhook mode: the sender runs (one for all instances, which each call
+    /// `setWebhook` with the same URL).
+    delivering: bool,
+    /// Replies carrying an analysis for an entry that already had one.
+    second_analyses: usize,
 }
 
 #[derive(Default)]
@@ -377,7 +405,9 @@ impl FakeTelegram {
     fn on_reply(self: &Arc<Self>, chat: i64, message_id: i64, analysed: bool) {
         let now = Instant::now();
         let mut inner = lock(&self.inner);
-        if analysed && !inner.answered.contains_key(&(chat, message_id)) {
+        if analysed && inner.answered.contains_key(&(chat, message_id)) {
+            inner.second_analyses += 1;
+        } else if analysed {
             inner.answered.insert((chat, message_id), now);
             if inner.burst_total > 0 && inner.answered.len() == inner.burst_total {
                 self.done.notify_waiters();
@@ -530,8 +560,14 @@ async fn telegram_api(
             // teloxide sends it as multipart (it may carry a certificate).
             let url = multipart_field(&body, "url");
             let secret = multipart_field(&body, "secret_token");
-            lock(&fake.inner).webhook = Some((url, secret));
-            tokio::spawn(deliver(Arc::clone(&fake)));
+            let start = {
+                let mut inner = lock(&fake.inner);
+                inner.webhook = Some((url, secret));
+                !std::mem::replace(&mut inner.delivering, true)
+            };
+            if start {
+                tokio::spawn(deliver(Arc::clone(&fake)));
+            }
             json_ok("true")
         }
         _ => {
@@ -681,6 +717,73 @@ fn multipart_field(body: &[u8], name: &str) -> String {
         .and_then(|value| value.split("\r\n").next())
         .unwrap_or_default()
         .to_owned()
+}
+
+// ---------------------------------------------------------------- the balancer ----
+
+/// `--instances`: a round-robin load balancer, the one URL the fake Telegram posts the
+/// webhook to. Each POST goes to the next instance in turn, its status and body passed
+/// back; 502 when that instance cannot be reached (no retry on another: Telegram, here
+/// the fake, posts the update again).
+#[derive(Clone)]
+struct Balancer {
+    ports: Arc<Vec<u16>>,
+    next: Arc<AtomicU64>,
+    client: reqwest::Client,
+}
+
+impl Balancer {
+    /// Listens on a port of its own; returns the webhook URL every instance registers.
+    async fn start(ports: Vec<u16>) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+        let (listener, addr) = bind().await?;
+        let balancer = Self {
+            ports: Arc::new(ports),
+            next: Arc::new(AtomicU64::new(0)),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()?,
+        };
+        let app = Router::new().fallback(forward).with_state(balancer);
+        let task = tokio::spawn(serve(listener, app));
+        Ok((format!("http://{addr}/telegram"), task))
+    }
+}
+
+async fn forward(
+    State(balancer): State<Balancer>,
+    uri: Uri,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    let n = balancer.next.fetch_add(1, Ordering::Relaxed) as usize;
+    let Some(port) = balancer.ports.get(n % balancer.ports.len().max(1)) else {
+        return StatusCode::BAD_GATEWAY.into_response();
+    };
+    let mut request = balancer
+        .client
+        .post(format!("http://127.0.0.1:{port}{}", uri.path()))
+        .body(body);
+    for (name, value) in &headers {
+        if name != header::HOST && name != header::CONTENT_LENGTH {
+            request = request.header(name, value);
+        }
+    }
+    match request.send().await {
+        Ok(response) => {
+            let status =
+                StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let body = response.bytes().await.unwrap_or_default();
+            (status, body).into_response()
+        }
+        Err(_) => StatusCode::BAD_GATEWAY.into_response(),
+    }
+}
+
+/// A port no listener uses now.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// Whether the bot takes updates: it polled, or its webhook is set and `/readyz` is 200.
@@ -1314,6 +1417,185 @@ fn stop_child(child: &mut Child) -> anyhow::Result<Option<i32>> {
     }
 }
 
+/// A file's length (0 when it cannot be read).
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// One `daylog run` process and its log.
+struct Bot {
+    child: Child,
+    pid: u32,
+    /// Its `http.listen` port (webhook mode).
+    port: Option<u16>,
+    log: PathBuf,
+    /// Killed by `kill`: its CPU ticks and peak RSS just before.
+    killed: Option<(u64, u64)>,
+}
+
+impl Bot {
+    fn start(
+        bin: &Path,
+        env: &[(String, String)],
+        folder: &Path,
+        log: PathBuf,
+        port: Option<u16>,
+    ) -> anyhow::Result<Self> {
+        let log_file = std::fs::File::create(&log)?;
+        let mut command = Command::new(bin);
+        command
+            .arg("run")
+            .env_clear()
+            .current_dir(folder) // no stray .env is read
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file);
+        if let Ok(path) = std::env::var("PATH") {
+            command.env("PATH", path);
+        }
+        // Later pairs win: an instance's own `http.listen` comes last.
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        Ok(Self {
+            pid: child.id(),
+            child,
+            port,
+            log,
+            killed: None,
+        })
+    }
+
+    /// Waits until it polls (or, webhook mode, answers /readyz with 200 after
+    /// setWebhook), at most 30 s.
+    async fn wait_ready(&mut self, telegram: &FakeTelegram) -> anyhow::Result<()> {
+        let ready_by = Instant::now() + Duration::from_secs(30);
+        while !is_ready(telegram, self.port).await {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "the bot exited at start-up ({status}); its log:\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            if Instant::now() > ready_by {
+                let _ = stop_child(&mut self.child);
+                bail!("the bot was not ready within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// Its CPU so far (utime + stime, clock ticks); a killed one's at its death.
+    fn ticks(&self) -> anyhow::Result<u64> {
+        match self.killed {
+            Some((ticks, _)) => Ok(ticks),
+            None => cpu_ticks(self.pid),
+        }
+    }
+
+    fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        match self.killed {
+            Some((_, peak)) => Ok(peak),
+            None => vm_kib(self.pid, "VmHWM:"),
+        }
+    }
+
+    /// SIGKILL, as a crash: returns the moment it was sent.
+    fn kill(&mut self) -> anyhow::Result<Instant> {
+        let before = (cpu_ticks(self.pid)?, vm_kib(self.pid, "VmHWM:")?);
+        self.child.kill()?;
+        let at = Instant::now();
+        self.child.wait()?;
+        self.killed = Some(before);
+        Ok(at)
+    }
+}
+
+impl Drop for Bot {
+    /// A run that failed half-way leaves no process behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `kill`: waits until half the entries have their analysis, kills the last instance
+/// (SIGKILL), reads which chats it held then (their leases stay its own until
+/// `cluster.lease_ms` has passed), and waits for the end of the burst. Returns whether
+/// every entry was answered in time.
+async fn wait_with_kill(
+    telegram: &FakeTelegram,
+    mut done: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+    bots: &mut [Bot],
+    db: &Database,
+    logs: usize,
+    lease: Duration,
+    timeout: Duration,
+) -> anyhow::Result<(bool, KillReport)> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let half = {
+            let inner = lock(&telegram.inner);
+            inner.answered.len() * 2 >= inner.burst_total
+        };
+        if half {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Ok((false, KillReport::default()));
+        }
+        if tokio::time::timeout(Duration::from_millis(5), done.as_mut())
+            .await
+            .is_ok()
+        {
+            return Ok((true, KillReport::default()));
+        }
+    }
+    anyhow::ensure!(bots.len() >= 2, "`kill` needs --instances 2 or more");
+    let victim = bots.last_mut().context("no instance")?;
+    let killed_at = victim.kill()?;
+    let answered_before: std::collections::HashSet<(i64, i64)> =
+        lock(&telegram.inner).answered.keys().copied().collect();
+    let held = db.chats_held_by(victim.pid).await?;
+    let finished = tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), done)
+        .await
+        .is_ok();
+    let inner = lock(&telegram.inner);
+    let mut report = KillReport {
+        answered_before: answered_before.len(),
+        held_chats: held.len(),
+        lease,
+        last_overall: inner
+            .answered
+            .values()
+            .max()
+            .map(|t| t.saturating_duration_since(killed_at)),
+        ..KillReport::default()
+    };
+    for chat in held {
+        for m in 1..=logs as i64 {
+            if answered_before.contains(&(chat, m)) {
+                continue;
+            }
+            report.pending += 1;
+            match inner.answered.get(&(chat, m)) {
+                Some(t) => {
+                    let after = t.saturating_duration_since(killed_at);
+                    report.last_of_held = report.last_of_held.max(Some(after));
+                }
+                None => report.lost_of_held += 1,
+            }
+        }
+    }
+    Ok((finished, report))
+}
+
 // ------------------------------------------------------------ PostgreSQL ----
 
 /// The watchdog of the throwaway cluster (as the test harness's, tests/it/support/
@@ -1552,6 +1834,25 @@ impl Database {
         Ok(())
     }
 
+    /// The chats whose lease the instance with this process id holds (PostgreSQL).
+    async fn chats_held_by(&self, pid: u32) -> anyhow::Result<Vec<i64>> {
+        let Self::Postgres(url) = self else {
+            return Ok(Vec::new());
+        };
+        let mut conn = sqlx::postgres::PgConnectOptions::from_str(url)?
+            .connect()
+            .await?;
+        let chats = sqlx::query_scalar(
+            "SELECT chat_id FROM chat_leases WHERE holder =
+                (SELECT id FROM instances WHERE pid = $1 ORDER BY id DESC LIMIT 1)",
+        )
+        .bind(i64::from(pid))
+        .fetch_all(&mut conn)
+        .await?;
+        sqlx::Connection::close(conn).await?;
+        Ok(chats)
+    }
+
     async fn scalar(&self, url: &str, sql: &str) -> anyhow::Result<i64> {
         let mut conn = sqlx::postgres::PgConnectOptions::from_str(url)?
             .connect()
@@ -1617,10 +1918,38 @@ struct Report {
     provider_calls: String,
     telegram_calls: String,
     hold_overshoot_ms: Option<f64>,
-    bot_exit: Option<i32>,
+    /// Each instance's exit code after SIGTERM (`killed` for the one `kill` killed).
+    bot_exit: String,
     log_lines: usize,
     warn_lines: usize,
     folder: Option<PathBuf>,
+    /// `daylog run` processes on the database (1 unless `--instances`).
+    instances: usize,
+    /// `kill`: what followed the death of one instance.
+    kill: Option<KillReport>,
+    /// Replies carrying an analysis for an entry that already had one.
+    second_analyses: usize,
+    /// Chats whose first replies came out of their entries' order.
+    out_of_order: usize,
+}
+
+/// `kill`: one instance of several killed (SIGKILL) in the middle of a burst.
+#[derive(Debug, Clone, Default)]
+struct KillReport {
+    /// Entries with their analysis when it was killed.
+    answered_before: usize,
+    /// Chats whose lease it held when it died (`chat_leases`).
+    held_chats: usize,
+    /// Their entries without an analysis then.
+    pending: usize,
+    /// From its death to the last analysis of those entries.
+    last_of_held: Option<Duration>,
+    /// Those entries never answered by the end of the run.
+    lost_of_held: usize,
+    /// From its death to the last analysis of the burst.
+    last_overall: Option<Duration>,
+    /// `cluster.lease_ms` of the instances.
+    lease: Duration,
 }
 
 /// The earliest moment `entries` analyses can be answered when every one is there at
@@ -1800,29 +2129,42 @@ async fn run(
     let gemini_keys = keys("GEMINI_API_KEY");
     let groq_keys = keys("GROQ_API_KEY");
     env.extend(scenario.env.iter().cloned());
-    let webhook_port = if scenario.webhook {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+    // Webhook mode: each instance's own HTTP port; with `--instances`, the balancer in
+    // front of them is the one URL every instance registers.
+    let count = if scenario.webhook {
+        usize::from(args.instances.unwrap_or(1))
+    } else {
+        1
+    };
+    let ports: Vec<u16> = if scenario.webhook {
+        (0..count)
+            .map(|_| free_port())
+            .collect::<anyhow::Result<_>>()?
+    } else {
+        Vec::new()
+    };
+    let mut balancer_task = None;
+    if let Some(first) = ports.first() {
+        let url = if args.instances.is_some() {
+            let (url, task) = Balancer::start(ports.clone()).await?;
+            balancer_task = Some(task);
+            url
+        } else {
+            format!("http://127.0.0.1:{first}/telegram")
+        };
         env.extend([
             ("DAYLOG__TELEGRAM__MODE".to_owned(), "webhook".to_owned()),
             (
                 "DAYLOG__HTTP__LISTEN".to_owned(),
-                format!("127.0.0.1:{port}"),
+                format!("127.0.0.1:{first}"),
             ),
-            (
-                "DAYLOG__TELEGRAM__WEBHOOK_URL".to_owned(),
-                format!("http://127.0.0.1:{port}/telegram"),
-            ),
+            ("DAYLOG__TELEGRAM__WEBHOOK_URL".to_owned(), url),
             (
                 "TELEGRAM_WEBHOOK_SECRET".to_owned(),
                 "load-webhook-secret".to_owned(),
             ),
         ]);
-        Some(port)
-    } else {
-        None
-    };
+    }
     // The metrics cascade the bot will run, read the way the bot reads it: Groq counts
     // per model, so each Groq model of the cascade is a budget of its own.
     let settings =
@@ -1845,50 +2187,38 @@ async fn run(
         remember_answers(bin, &env, &db, dir.path(), &settings, scenario.latency).await?;
     }
 
-    let log_path = dir.path().join("bot.log");
-    let log_file = std::fs::File::create(&log_path)?;
-    let mut command = Command::new(bin);
-    command
-        .arg("run")
-        .env_clear()
-        .current_dir(dir.path()) // no stray .env is read
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone()?)
-        .stderr(log_file);
-    if let Ok(path) = std::env::var("PATH") {
-        command.env("PATH", path);
-    }
-    for (k, v) in &env {
-        command.env(k, v);
-    }
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start {}", bin.display()))?;
-    let pid = child.id();
-
-    // Ready when it polls (or, webhook mode, answers /readyz with 200 after setWebhook);
-    // then let start-up settle before sampling idle memory.
-    let ready_by = Instant::now() + Duration::from_secs(30);
-    while !is_ready(&telegram, webhook_port).await {
-        if let Some(status) = child.try_wait()? {
-            bail!(
-                "the bot exited at start-up ({status}); its log:\n{}",
-                std::fs::read_to_string(&log_path).unwrap_or_default()
-            );
+    // The instances start one after another (the first migrates the database), each
+    // ready when it polls or, in webhook mode, answers /readyz with 200 after
+    // setWebhook; then start-up settles before idle memory is sampled.
+    let mut bots: Vec<Bot> = Vec::with_capacity(count);
+    for n in 0..count {
+        let log = dir.path().join(if count == 1 {
+            "bot.log".to_owned()
+        } else {
+            format!("bot-{n}.log")
+        });
+        let mut bot_env = env.clone();
+        let port = ports.get(n).copied();
+        if let Some(port) = port {
+            bot_env.push((
+                "DAYLOG__HTTP__LISTEN".to_owned(),
+                format!("127.0.0.1:{port}"),
+            ));
         }
-        if Instant::now() > ready_by {
-            let _ = stop_child(&mut child);
-            bail!("the bot did not poll within 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut bot = Bot::start(bin, &bot_env, dir.path(), log, port)?;
+        bot.wait_ready(&telegram).await?;
+        bots.push(bot);
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let idle_rss_kib = vm_kib(pid, "VmRSS:")?;
+    let idle_rss_kib = bots
+        .iter()
+        .map(|b| vm_kib(b.pid, "VmRSS:"))
+        .sum::<anyhow::Result<u64>>()?;
     let db_baseline = db.bytes(false).await.unwrap_or(0);
 
-    let log_before = std::fs::metadata(&log_path).map_or(0, |m| m.len());
+    let log_before: Vec<u64> = bots.iter().map(|b| file_len(&b.log)).collect();
     let server_before = pg.map(PgCluster::cpu_ticks).transpose()?;
-    let cpu_before = cpu_ticks(pid)?;
+    let cpu_before = bots.iter().map(Bot::ticks).sum::<anyhow::Result<u64>>()?;
     let done = telegram.done.notified();
     tokio::pin!(done);
     done.as_mut().enable();
@@ -1901,16 +2231,43 @@ async fn run(
         // every analysis has come, not when every chat has had a reply.
         scenario.free_tier,
     );
-    let finished = tokio::time::timeout(Duration::from_secs(args.timeout_s), done)
-        .await
-        .is_ok();
+    let timeout = Duration::from_secs(args.timeout_s);
+    let (finished, kill) = if scenario.kill {
+        let lease = settings.cluster.lease();
+        let (finished, kill) = wait_with_kill(
+            &telegram,
+            done,
+            &mut bots,
+            &db,
+            scenario.logs,
+            lease,
+            timeout,
+        )
+        .await?;
+        (finished, Some(kill))
+    } else {
+        (tokio::time::timeout(timeout, done).await.is_ok(), None)
+    };
     // Let the tail (mark_replied, llm_calls rows) land before the CPU sample.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let cpu_after = cpu_ticks(pid)?;
+    let cpu_after = bots.iter().map(Bot::ticks).sum::<anyhow::Result<u64>>()?;
     let server_after = pg.map(PgCluster::cpu_ticks).transpose()?;
-    let log_after = std::fs::metadata(&log_path).map_or(0, |m| m.len());
-    let peak_rss_kib = vm_kib(pid, "VmHWM:")?;
-    let bot_exit = stop_child(&mut child)?;
+    let log_after: Vec<u64> = bots.iter().map(|b| file_len(&b.log)).collect();
+    let peak_rss_kib = bots
+        .iter()
+        .map(Bot::peak_rss_kib)
+        .sum::<anyhow::Result<u64>>()?;
+    let mut exits = Vec::with_capacity(bots.len());
+    for bot in &mut bots {
+        exits.push(match bot.killed {
+            Some(_) => "killed".to_owned(),
+            None => format!("{:?}", stop_child(&mut bot.child)?),
+        });
+    }
+    let bot_exit = exits.join(", ");
+    if let Some(task) = balancer_task {
+        task.abort();
+    }
     tg_server.abort();
     p_server.abort();
 
@@ -2050,20 +2407,38 @@ async fn run(
         (!holds.is_empty()).then(|| percentile(&holds, 50.0))
     };
     let c = &telegram.counters;
-    let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let log_texts: Vec<String> = bots
+        .iter()
+        .map(|b| std::fs::read_to_string(&b.log).unwrap_or_default())
+        .collect();
     let ticks = clock_ticks_per_second() as f64;
     let cpu_ms = (cpu_after.saturating_sub(cpu_before)) as f64 * 1000.0 / ticks;
     let server_cpu_ms = server_before
         .zip(server_after)
         .map(|(before, after)| after.saturating_sub(before) as f64 * 1000.0 / ticks);
-    // The statements the bot logged while it was under load.
+    // The statements every instance logged while it was under load.
     let statements = args.count_statements.then(|| {
-        let window = log_text
-            .as_bytes()
-            .get(usize::try_from(log_before).unwrap_or(0)..usize::try_from(log_after).unwrap_or(0))
-            .unwrap_or_default();
-        statements_in(&String::from_utf8_lossy(window))
+        log_texts
+            .iter()
+            .zip(log_before.iter().zip(&log_after))
+            .map(|(text, (before, after))| {
+                let window = text
+                    .as_bytes()
+                    .get(
+                        usize::try_from(*before).unwrap_or(0)..usize::try_from(*after).unwrap_or(0),
+                    )
+                    .unwrap_or_default();
+                statements_in(&String::from_utf8_lossy(window))
+            })
+            .sum::<usize>()
     });
+    let (second_analyses, out_of_order) = {
+        let inner = lock(&telegram.inner);
+        (
+            inner.second_analyses,
+            chats_out_of_order(&inner.replies, scenario.chats, scenario.logs),
+        )
+    };
     let folder = if args.keep { Some(dir.keep()) } else { None };
     Ok(Report {
         name: scenario.name.clone(),
@@ -2109,13 +2484,74 @@ async fn run(
         ),
         hold_overshoot_ms: holds,
         bot_exit,
-        log_lines: log_text.lines().count(),
-        warn_lines: log_text
-            .lines()
+        log_lines: log_texts.iter().map(|t| t.lines().count()).sum(),
+        warn_lines: log_texts
+            .iter()
+            .flat_map(|t| t.lines())
             .filter(|l| l.contains("WARN") || l.contains("ERROR"))
             .count(),
         folder,
+        instances: count,
+        kill,
+        second_analyses,
+        out_of_order,
     })
+}
+
+/// Chats whose first replies did not arrive in the order of their entries.
+fn chats_out_of_order(
+    replies: &HashMap<(i64, i64), (Instant, bool)>,
+    chats: usize,
+    logs: usize,
+) -> usize {
+    (0..chats)
+        .filter(|c| {
+            let chat = 1_000_000 + *c as i64;
+            let times: Vec<Instant> = (1..=logs as i64)
+                .filter_map(|m| replies.get(&(chat, m)).map(|(t, _)| *t))
+                .collect();
+            times.windows(2).any(|w| w[1] < w[0])
+        })
+        .count()
+}
+
+/// `--instances`: one line per run, the figures of BENCHMARKS.md's section on several
+/// instances.
+fn print_instances_summary(reports: &[Report]) {
+    println!(
+        "\n| run | instances | from the push p50 / p95 ms | CPU ms / entry: instances + server = total | statements / entry | 429s / entry | last analysis / ideal | lost | second analyses | chats out of order |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in reports {
+        let pushed = r.ttr_pushed_ms.unwrap_or([f64::NAN; 4]);
+        let server = r.server_cpu_ms_per_log.unwrap_or(0.0);
+        let total = r.logs + r.unanswered;
+        let ideal = match (r.ideal, r.last_answer) {
+            (Some(ideal), Some(last)) => format!(
+                "{:.2} / {:.2} s = {:.2}×",
+                last.as_secs_f64(),
+                ideal.as_secs_f64(),
+                last.as_secs_f64() / ideal.as_secs_f64().max(1e-9)
+            ),
+            _ => "–".to_owned(),
+        };
+        println!(
+            "| {} | {} | {:.0} / {:.0} | {:.3} + {:.3} = {:.3} | {} | {:.2} | {ideal} | {} | {} | {} |",
+            r.name,
+            r.instances,
+            pushed[0],
+            pushed[1],
+            r.cpu_ms_per_log,
+            server,
+            r.cpu_ms_per_log + server,
+            r.statements_per_log
+                .map_or_else(|| "–".to_owned(), |n| format!("{n:.1}")),
+            r.rate_limited as f64 / total.max(1) as f64,
+            total.saturating_sub(r.answered_in_all),
+            r.second_analyses,
+            r.out_of_order
+        );
+    }
 }
 
 /// The `webhook` scenario's rounds side by side: each webhook run against the polling
@@ -2201,6 +2637,12 @@ fn print_report(r: &Report) {
         r.logs_per_s,
         r.elapsed.as_secs_f64()
     );
+    if r.instances > 1 {
+        println!(
+            "instances        {} on one PostgreSQL database, behind the balancer (CPU, RSS, statements and log lines below are their sums)",
+            r.instances
+        );
+    }
     println!("bot CPU          {:.3} ms per log", r.cpu_ms_per_log);
     if let Some(server) = r.server_cpu_ms_per_log {
         println!(
@@ -2243,6 +2685,27 @@ fn print_report(r: &Report) {
             r.last_answer.unwrap_or_default().as_secs_f64() / bound.as_secs_f64().max(1e-9)
         );
     }
+    println!(
+        "once, in order   {} second analyses; {} chats with replies out of order",
+        r.second_analyses, r.out_of_order
+    );
+    if let Some(k) = &r.kill {
+        let secs = |d: Option<Duration>| {
+            d.map_or_else(|| "–".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()))
+        };
+        println!(
+            "killed           1 instance (SIGKILL) at {} entries answered; it held {} chats with {} entries unanswered",
+            k.answered_before, k.held_chats, k.pending
+        );
+        println!(
+            "                 their last analysis {} after its death (goal: cluster.lease_ms {:.0} s + 5 s = {:.0} s); {} of them never answered; the burst's last analysis {} after it",
+            secs(k.last_of_held),
+            k.lease.as_secs_f64(),
+            k.lease.as_secs_f64() + 5.0,
+            k.lost_of_held,
+            secs(k.last_overall)
+        );
+    }
     println!("time to reply    {}", q(&r.ttr_ms));
     if let Some(pushed) = &r.ttr_pushed_ms {
         // The bot's intake (when it fetched each update) is not in the line above.
@@ -2264,7 +2727,7 @@ fn print_report(r: &Report) {
         println!("fake timer       p50 {h:.2} ms over the configured latency (part of 'overhead')");
     }
     println!(
-        "bot              exit code {:?} after SIGTERM; {} log lines, {} WARN/ERROR",
+        "bot              exit code {} after SIGTERM; {} log lines, {} WARN/ERROR",
         r.bot_exit, r.log_lines, r.warn_lines
     );
     if let Some(folder) = &r.folder {
@@ -2288,6 +2751,7 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         history: false,
         env: Vec::new(),
         webhook: false,
+        kill: false,
     };
     let burst = |name: &str, chats: usize, logs: usize, latency_ms: u64| Scenario {
         burst: true,
@@ -2377,6 +2841,11 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         known.history = true;
         out.extend([stalled, known]);
     }
+    if args.scenario.contains(&ScenarioName::Kill) {
+        let mut kill = burst("kill one instance mid-burst", 200, 3, 200);
+        kill.kill = true;
+        out.push(kill);
+    }
     if wants(ScenarioName::FreeTier) {
         let mut free = burst("free-tier burst", 40, 1, 300);
         free.free_tier = true;
@@ -2412,6 +2881,15 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
             "free-tier stream, Groq's tokens enforced, the bot not counting them".to_owned();
         steady_blind.env = blind.env.clone();
         out.extend([free, blind, steady, steady_blind]);
+    }
+    if let Some(n) = args.instances {
+        // Several instances are for webhook mode: every run posts its updates to the
+        // balancer; the polling comparison and the restarted twins are left out.
+        out.retain(|s| !s.history && !s.name.starts_with("webhook vs polling"));
+        for s in &mut out {
+            s.webhook = true;
+            s.name = format!("{}, {n} instance{}", s.name, if n == 1 { "" } else { "s" });
+        }
     }
     out
 }
@@ -2457,6 +2935,17 @@ async fn main() -> anyhow::Result<()> {
         args.rust_log,
         args.worker_poll_ms
     );
+    if let Some(n) = args.instances {
+        anyhow::ensure!(
+            args.postgres,
+            "--instances needs --postgres: instances share one PostgreSQL database"
+        );
+        if args.scenario.contains(&ScenarioName::Kill) {
+            anyhow::ensure!(n >= 2, "--scenario kill needs --instances 2 or more");
+        }
+    } else if args.scenario.contains(&ScenarioName::Kill) {
+        bail!("--scenario kill needs --postgres --instances 2 or more");
+    }
     let pg = if args.postgres {
         let mut settings = args.pg_setting.clone();
         if args.pg_top > 0 {
@@ -2521,6 +3010,9 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     print_webhook_comparison(&reports);
+    if args.instances.is_some() {
+        print_instances_summary(&reports);
+    }
     let pairs = [
         ("failover", "", args.failover_min_delay_ms),
         ("failover", ", paced", args.failover_min_delay_ms),
