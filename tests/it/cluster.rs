@@ -680,6 +680,12 @@ fn replies_by_chat(
 }
 
 /// Waits until every chat of `chats` has at least `per_chat` distinct replies.
+/// The lease of the fault tests that kill nobody: long enough that a stall of this
+/// busy 2-core machine (three daemons, PostgreSQL and the other tests) never passes for a
+/// death — a take-over then happens only on a stop or a kill, which is what they test.
+/// The kill test keeps 2 s leases, so that its take-overs come quickly.
+const STEADY_LEASE_MS: u64 = 10_000;
+
 async fn wait_answered(
     telegram: &crate::support::FakeTelegram,
     chats: &[i64],
@@ -736,7 +742,7 @@ async fn three_instances_behind_one_balancer_answer_every_entry_once_and_in_orde
         &providers,
         dir.path(),
         3,
-        2000,
+        STEADY_LEASE_MS,
     )
     .await;
     let chats: Vec<i64> = (1000..1100).collect();
@@ -895,7 +901,7 @@ async fn a_rolling_restart_under_load_answers_every_entry_once_and_in_order() {
         &providers,
         dir.path(),
         3,
-        2000,
+        STEADY_LEASE_MS,
     )
     .await;
     let chats: Vec<i64> = (3000..3100).collect();
@@ -967,7 +973,7 @@ async fn postgres_restarted_in_a_burst_loses_nothing_and_answers_everything_afte
         &providers,
         dir.path(),
         2,
-        2000,
+        STEADY_LEASE_MS,
     )
     .await;
     let chats: Vec<i64> = (4000..4020).collect();

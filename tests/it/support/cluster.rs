@@ -144,6 +144,9 @@ impl Instance {
         );
         env.insert("TELEGRAM_WEBHOOK_SECRET".into(), SECRET.into());
         env.insert("DAYLOG__CLUSTER__LEASE_MS".into(), lease_ms.to_string());
+        // The shipped grace: a stopped instance finishes its answers before it gives
+        // its chats up (3 s, the single-instance tests' value, runs out under load).
+        env.insert("DAYLOG__TELEGRAM__SHUTDOWN_GRACE_MS".into(), "8000".into());
         env
     }
 
