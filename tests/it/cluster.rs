@@ -14,21 +14,7 @@ use daylog::store::{
     UpdateKey, UserId,
 };
 
-use crate::support::postgres::{Backend, FreshDb, Raw, backends};
-
-/// A test that runs once on each backend of [`backends`], each time on a fresh store.
-macro_rules! on_each_backend {
-    ($(#[$meta:meta])* async fn $name:ident($db:ident: TestDb) $body:block) => {
-        $(#[$meta])*
-        #[tokio::test]
-        async fn $name() {
-            for backend in backends() {
-                let $db = fresh_on(backend).await;
-                $body
-            }
-        }
-    };
-}
+use crate::support::postgres::{Backend, FreshDb, Raw, backends, on_each_backend};
 
 struct TestDb {
     _db: FreshDb,

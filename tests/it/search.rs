@@ -29,24 +29,10 @@ use support::App;
 use support::telegram::text_update;
 
 use crate::support;
-use crate::support::postgres::{Backend, FreshDb, Raw, backends};
+use crate::support::postgres::{Backend, FreshDb, Raw, backends, on_each_backend};
 
 const ME: i64 = 1;
 const OTHER: i64 = 2;
-
-/// A test that runs once on each backend of [`backends`], each time on a fresh store.
-macro_rules! on_each_backend {
-    ($(#[$meta:meta])* async fn $name:ident($db:ident: TestDb) $body:block) => {
-        $(#[$meta])*
-        #[tokio::test]
-        async fn $name() {
-            for backend in backends() {
-                let $db = fresh_on(backend).await;
-                $body
-            }
-        }
-    };
-}
 
 struct TestDb {
     _db: FreshDb,

@@ -15,22 +15,7 @@ use daylog::store::{self, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store,
 use daylog::store::{ChatId, LogId, MessageId, UserId};
 
 use crate::support;
-use crate::support::postgres::{Backend, FreshDb, Raw, backends};
-
-/// A test that runs once on each backend of [`backends`], each time on a fresh store:
-/// one test code for SQLite and PostgreSQL.
-macro_rules! on_each_backend {
-    ($(#[$meta:meta])* async fn $name:ident($db:ident: TestDb) $body:block) => {
-        $(#[$meta])*
-        #[tokio::test]
-        async fn $name() {
-            for backend in backends() {
-                let $db = fresh_on(backend).await;
-                $body
-            }
-        }
-    };
-}
+use crate::support::postgres::{Backend, FreshDb, Raw, backends, on_each_backend};
 
 struct TestDb {
     _db: FreshDb,

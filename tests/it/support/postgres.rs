@@ -365,3 +365,19 @@ impl Raw {
         }
     }
 }
+
+/// A test that runs once on each backend of [`backends`], each time on a fresh store
+/// from the calling module's `fresh_on(backend)`: one test code for SQLite and PostgreSQL.
+macro_rules! on_each_backend {
+    ($(#[$meta:meta])* async fn $name:ident($db:ident: TestDb) $body:block) => {
+        $(#[$meta])*
+        #[tokio::test]
+        async fn $name() {
+            for backend in backends() {
+                let $db = fresh_on(backend).await;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use on_each_backend;
