@@ -12,6 +12,25 @@ use super::{
 };
 use crate::time::sql_timestamp;
 
+/// The entry an insert returned, or — a duplicate, the insert returned nothing — the id
+/// of the entry already stored for the same message.
+macro_rules! new_or_stored {
+    ($returned:expr, $conn:expr, $log:expr) => {
+        match $returned {
+            Some(row) => Inserted::New(Box::new(row)),
+            None => Inserted::Duplicate(
+                sqlx::query_scalar(
+                    "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
+                )
+                .bind($log.chat_id)
+                .bind($log.message_id)
+                .fetch_one($conn)
+                .await?,
+            ),
+        }
+    };
+}
+
 /// Stores a text entry on `$conn` (a transaction, or a writer connection in autocommit)
 /// of `$pool`'s backend, or finds the one stored for the same message before. A macro,
 /// so that one text serves both backends' connection types.
@@ -34,18 +53,7 @@ macro_rules! insert_log_on {
         .bind(log.written_at.map(sql_timestamp))
         .fetch_all(&mut *$conn)
         .await?;
-        match returned(inserted) {
-            Some(row) => Inserted::New(Box::new(row)),
-            None => Inserted::Duplicate(
-                sqlx::query_scalar(
-                    "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
-                )
-                .bind(log.chat_id)
-                .bind(log.message_id)
-                .fetch_one(&mut *$conn)
-                .await?,
-            ),
-        }
+        new_or_stored!(returned(inserted), &mut *$conn, log)
     }};
 }
 
@@ -85,18 +93,7 @@ async fn insert_log_marked_sqlite(
             .bind(key.update_id)
             .fetch_all(&mut *conn)
             .await?;
-        Ok(match returned(inserted) {
-            Some(row) => Inserted::New(Box::new(row)),
-            None => Inserted::Duplicate(
-                sqlx::query_scalar(
-                    "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
-                )
-                .bind(log.chat_id)
-                .bind(log.message_id)
-                .fetch_one(&mut *conn)
-                .await?,
-            ),
-        })
+        Ok(new_or_stored!(returned(inserted), &mut *conn, log))
     }
     .await;
     tx.finish_folded(work).await
@@ -1042,18 +1039,7 @@ impl Store {
                 .bind(log.written_at.map(sql_timestamp))
                 .fetch_all(&mut *conn)
                 .await?;
-                let inserted = match rows.pop() {
-                    Some(row) => Inserted::New(Box::new(row)),
-                    None => Inserted::Duplicate(
-                        sqlx::query_scalar(
-                            "SELECT id FROM day_logs WHERE chat_id = $1 AND message_id = $2",
-                        )
-                        .bind(log.chat_id)
-                        .bind(log.message_id)
-                        .fetch_one(&mut *conn)
-                        .await?,
-                    ),
-                };
+                let inserted = new_or_stored!(rows.pop(), &mut *conn, log);
                 if let Some(key) = update {
                     update_fence_holds!(self, pool, conn, key);
                     sqlx::query(MARK_HANDLED.on(pool))
