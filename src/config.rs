@@ -163,6 +163,21 @@ impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for Bounded<MIN, MAX>
 }
 
 /// `5000000000 is out of range: must be from 1 to 1000`.
+/// A lower bound that must not exceed its upper bound (`retry.min_delay_ms` and
+/// `retry.max_delay_ms`, …): the error names the lower key, with both values.
+fn not_above(
+    (low_key, low): (&'static str, u64),
+    (high_key, high): (&'static str, u64),
+) -> Result<(), ConfigError> {
+    if low > high {
+        return Err(ConfigError::invalid(
+            low_key,
+            format!("{low} is greater than {high_key} ({high})"),
+        ));
+    }
+    Ok(())
+}
+
 fn out_of_range(value: impl fmt::Display, min: u64, max: u64) -> String {
     if max == u64::MAX || max == U32_MAX {
         format!("{value} is out of range: must be at least {min}")
@@ -246,13 +261,10 @@ pub struct RetrySettings(RetryFields);
 
 impl RetrySettings {
     fn new(fields: RetryFields) -> Result<Self, ConfigError> {
-        let (min, max) = (fields.min_delay_ms.get(), fields.max_delay_ms.get());
-        if min > max {
-            return Err(ConfigError::invalid(
-                "retry.min_delay_ms",
-                format!("{min} is greater than retry.max_delay_ms ({max})"),
-            ));
-        }
+        not_above(
+            ("retry.min_delay_ms", fields.min_delay_ms.get()),
+            ("retry.max_delay_ms", fields.max_delay_ms.get()),
+        )?;
         Ok(Self(fields))
     }
 
@@ -351,13 +363,10 @@ pub struct WorkerSettings(WorkerFields);
 
 impl WorkerSettings {
     fn new(fields: WorkerFields) -> Result<Self, ConfigError> {
-        let (min, max) = (fields.retry_min_ms.get(), fields.retry_max_ms.get());
-        if min > max {
-            return Err(ConfigError::invalid(
-                "worker.retry_min_ms",
-                format!("{min} is greater than worker.retry_max_ms ({max})"),
-            ));
-        }
+        not_above(
+            ("worker.retry_min_ms", fields.retry_min_ms.get()),
+            ("worker.retry_max_ms", fields.retry_max_ms.get()),
+        )?;
         Ok(Self(fields))
     }
 
