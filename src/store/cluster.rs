@@ -369,6 +369,27 @@ impl Store {
         }))
     }
 
+    /// How long chat `chat_id`'s lease still runs, by the database's clock (zero when
+    /// it ran out); `None` when the chat has no lease row.
+    pub async fn chat_lease_left(&self, chat_id: i64) -> Result<Option<Duration>, StoreError> {
+        const LEFT: Sql = Sql {
+            sqlite: "SELECT (julianday(expires_at) - julianday('now')) * 86400.0
+                     FROM chat_leases WHERE chat_id = $1",
+            postgres: "SELECT EXTRACT(EPOCH FROM (expires_at::timestamp
+                                                  - (now() AT TIME ZONE 'UTC')))::float8
+                       FROM chat_leases WHERE chat_id = $1",
+        };
+        let left: Option<Option<f64>> = on_db!(self, read, |pool| {
+            sqlx::query_scalar(LEFT.on(pool))
+                .bind(chat_id)
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(left.map(|secs| {
+            Duration::try_from_secs_f64(secs.unwrap_or(0.0).max(0.0)).unwrap_or(Duration::ZERO)
+        }))
+    }
+
     /// Renews one lease for `lease`; `false` when it was taken over (the holder stops
     /// working on the chat).
     pub async fn renew_chat_lease(

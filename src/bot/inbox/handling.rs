@@ -564,7 +564,20 @@ impl Inbox {
             return Some(None);
         };
         let key = lease_key(lane);
-        match leases.hold(key).await {
+        // A chat another instance was found holding is asked for again before its lease
+        // ran out there only when one of its updates arrived here (the periodic read of
+        // the table finds the others' backlog: that is not asked for on every read).
+        let arrived = self.lanes().waiting.get(&lane).is_some_and(|queue| {
+            queue
+                .values()
+                .any(|row| matches!(row.body, Body::Parsed(_)))
+        });
+        let held = if arrived {
+            leases.hold_arrived(key).await
+        } else {
+            leases.hold(key).await
+        };
+        match held {
             // On SQLite the lock file keeps other daemons out: nothing can be stale.
             Ok(Some(lease)) if lease.fresh() && leases.shared() => {
                 // What an instance that died left of the chat goes first.
