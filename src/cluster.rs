@@ -144,6 +144,9 @@ impl Member {
             // The lock file is ours: whoever held leases before is gone.
             store.release_others(id).await?;
         }
+        if let Err(error) = store.forget_chatless_leases().await {
+            tracing::debug!(%error, "could not delete the leases of updates without a chat");
+        }
         tracing::info!(instance = id.0, "joined the database's instances");
         let lease = settings.cluster.lease();
         Ok(Self {
@@ -722,6 +725,23 @@ mod tests {
                 .is_none(),
             "the chat in use is not given up"
         );
+    }
+
+    /// A task working under a lease stops once the lease can no longer be counted on
+    /// here: `lost` waits while it holds, and ends when its deadline passed.
+    #[tokio::test]
+    async fn a_lease_is_lost_here_once_its_deadline_passed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = sqlite_store(&dir).await;
+        let a = member(&store).await;
+        let leases = Leases::new(store.clone(), a, Duration::from_secs(60));
+        let chat = leases.hold(5).await.expect("take").expect("free");
+        assert!(futures::poll!(Box::pin(chat.lost())).is_pending(), "held");
+        if let Some(held) = leases.map().get_mut(&5) {
+            held.valid_until = tokio::time::Instant::now();
+        }
+        chat.lost().await;
+        assert!(!chat.held());
     }
 
     /// A chat another instance holds is not asked for again until that lease runs out

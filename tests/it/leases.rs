@@ -222,3 +222,43 @@ async fn a_digest_claim_taken_by_another_instance_no_longer_holds() {
             .expect("asked")
     );
 }
+
+/// The leases an earlier version took for updates without a chat (made-up keys far
+/// below any chat id) are deleted once run out; a chat's lease row stays.
+#[tokio::test]
+async fn run_out_leases_of_updates_without_a_chat_are_deleted() {
+    for backend in backends() {
+        let db = backend.fresh().await;
+        let store = store(&db.url).await;
+        let me = store
+            .register_instance(&daylog::store::NewInstance {
+                version: "test",
+                host: "here",
+                pid: 1,
+                mode: "webhook",
+            })
+            .await
+            .expect("registered");
+        let made_up = (i64::MIN / 2).saturating_sub(7);
+        for key in [made_up, -1_001_234, 42] {
+            store
+                .take_chat_lease(key, me, Duration::ZERO)
+                .await
+                .expect("take")
+                .expect("free");
+        }
+        assert_eq!(
+            store.forget_chatless_leases().await.expect("deleted"),
+            1,
+            "{backend}"
+        );
+        assert!(
+            store.chat_lease_left(made_up).await.expect("read").is_none(),
+            "{backend}"
+        );
+        assert!(
+            store.chat_lease_left(42).await.expect("read").is_some(),
+            "{backend}"
+        );
+    }
+}
