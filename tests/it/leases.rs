@@ -253,7 +253,11 @@ async fn run_out_leases_of_updates_without_a_chat_are_deleted() {
             "{backend}"
         );
         assert!(
-            store.chat_lease_left(made_up).await.expect("read").is_none(),
+            store
+                .chat_lease_left(made_up)
+                .await
+                .expect("read")
+                .is_none(),
             "{backend}"
         );
         assert!(
