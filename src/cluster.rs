@@ -469,7 +469,12 @@ impl Leases {
                 }
             };
             if being_released {
-                drop(self.releasing.lock().await);
+                let _released = self.releasing.lock().await;
+                // The release is over (or was cut off): what it marked is not in hand.
+                let mut map = self.map();
+                if map.get(&chat_id).is_some_and(|held| held.releasing) {
+                    map.remove(&chat_id);
+                }
             }
         };
         let taken = self
@@ -612,6 +617,8 @@ impl Leases {
             }
         }
         self.map().retain(|_, held| !held.releasing);
+        let now = tokio::time::Instant::now();
+        self.elsewhere().retain(|_, until| *until > now);
     }
 }
 
