@@ -1270,6 +1270,23 @@ pub(in crate::bot) mod tests {
         assert!(!inbox.lanes().done.contains(&7), "and not marked later");
     }
 
+    /// A task that stopped because its chat's lease was lost leaves its update
+    /// unmarked, for the table: read again, by whichever instance holds the chat.
+    #[tokio::test]
+    async fn a_task_that_lost_its_lease_leaves_its_update_to_the_table() {
+        let (inbox, leases, _b, _dir) = leased_inbox().await;
+        stored(&inbox, 7, Some(5)).await;
+        assert!(inbox.read_table().await.is_none(), "read");
+        let lease = leases.hold(5).await.expect("take").expect("free");
+        let done = taking(&inbox, 7).with_lease(lease).defer();
+        done.let_go();
+        assert!(!is_handled(&inbox, 7).await, "not marked");
+        let lanes = inbox.lanes();
+        assert!(!lanes.deferred.contains(&7), "released");
+        assert!(!lanes.done.contains(&7));
+        assert!(!lanes.in_sync(), "the table is read again");
+    }
+
     /// An update with no chat keeps no order, and takes no lease (no lease row is
     /// left behind for it).
     #[tokio::test]
