@@ -144,6 +144,9 @@ impl Member {
             // The lock file is ours: whoever held leases before is gone.
             store.release_others(id).await?;
         }
+        if let Err(error) = store.forget_chatless_leases().await {
+            tracing::debug!(%error, "could not delete the leases of updates without a chat");
+        }
         tracing::info!(instance = id.0, "joined the database's instances");
         let lease = settings.cluster.lease();
         Ok(Self {
@@ -151,12 +154,7 @@ impl Member {
             id,
             lease,
             polling,
-            leases: Leases {
-                store: store.clone(),
-                holder: id,
-                lease,
-                held: Arc::default(),
-            },
+            leases: Leases::new(store.clone(), id, lease),
         })
     }
 
@@ -264,6 +262,13 @@ pub struct Leases {
     holder: InstanceId,
     lease: Duration,
     held: Arc<std::sync::Mutex<HashMap<i64, Held>>>,
+    /// Held while idle leases are given up ([`Leases::release_idle`]): a `hold` of a
+    /// chat being given up waits for it, then takes the chat from the database again.
+    releasing: Arc<tokio::sync::Mutex<()>>,
+    /// Chats another instance holds, and until when its lease runs (as the database
+    /// said, on this process's clock): not asked for again before then, unless an
+    /// update of the chat arrived here ([`Leases::hold_arrived`]).
+    elsewhere: Arc<std::sync::Mutex<HashMap<i64, tokio::time::Instant>>>,
 }
 
 /// A lease in hand: its fence, how many [`ChatLease`]s use it, when it was last let go.
@@ -279,6 +284,8 @@ struct Held {
     idle_since: tokio::time::Instant,
     /// When it was taken: a heartbeat that started before cannot have renewed it.
     taken_at: tokio::time::Instant,
+    /// Being given up ([`Leases::release_idle`]): nobody starts using it any more.
+    releasing: bool,
 }
 
 /// Working on one chat under its lease; the lease stays this instance's after it is
@@ -328,6 +335,34 @@ impl ChatLease {
     }
 }
 
+impl ChatLease {
+    /// Whether other instances may share the database (PostgreSQL): only then can the
+    /// chat be taken over.
+    pub fn shared(&self) -> bool {
+        self.leases.shared()
+    }
+
+    /// Resolves once [`ChatLease::held`] is false: the lease's deadline here passed
+    /// without a renewal (before another instance can take it over), or the heartbeat
+    /// found it taken over. Wakes only at the deadlines.
+    pub async fn lost(&self) {
+        loop {
+            let until = self
+                .leases
+                .map()
+                .get(&self.fence.chat_id)
+                .filter(|held| held.fence == self.fence)
+                .map(|held| held.valid_until);
+            match until {
+                Some(until) if until > tokio::time::Instant::now() => {
+                    tokio::time::sleep_until(until).await;
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
 impl Drop for ChatLease {
     fn drop(&mut self) {
         if let Some(held) = self.leases.map().get_mut(&self.fence.chat_id)
@@ -340,6 +375,30 @@ impl Drop for ChatLease {
 }
 
 impl Leases {
+    fn new(store: Store, holder: InstanceId, lease: Duration) -> Self {
+        Self {
+            store,
+            holder,
+            lease,
+            held: Arc::default(),
+            releasing: Arc::default(),
+            elsewhere: Arc::default(),
+        }
+    }
+
+    /// The leases of `holder` on `store`, without a heartbeat: for tests of what works
+    /// under them.
+    #[cfg(test)]
+    pub(crate) fn for_test(store: Store, holder: InstanceId, lease: Duration) -> Self {
+        Self::new(store, holder, lease)
+    }
+
+    /// Gives up at once every lease not in use (the heartbeat waits two leases).
+    #[cfg(test)]
+    pub(crate) async fn release_unused(&self) {
+        self.release_idle_for(Duration::ZERO).await;
+    }
+
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Held>> {
         self.held
             .lock()
@@ -347,30 +406,104 @@ impl Leases {
     }
 
     /// Works on `chat_id` under its lease: the one in hand, or one taken now; `None`
-    /// while another live instance holds it (that one works on the chat).
+    /// while another live instance holds it (that one works on the chat). A chat
+    /// another instance was found to hold is not asked for again until its lease ran
+    /// out there (see [`Leases::hold_arrived`]).
     pub async fn hold(&self, chat_id: i64) -> Result<Option<ChatLease>, StoreError> {
-        let asked_at = tokio::time::Instant::now();
-        if let Some(held) = self
-            .map()
-            .get_mut(&chat_id)
-            .filter(|held| held.valid_until > asked_at)
-        {
-            held.users += 1;
-            return Ok(Some(ChatLease {
-                leases: self.clone(),
-                fence: held.fence,
-                fresh: false,
-            }));
+        if self.held_elsewhere(chat_id) {
+            return Ok(None);
         }
-        let Some(fence) = self
+        self.take(chat_id).await
+    }
+
+    /// [`Leases::hold`] for a chat with an update that arrived at this instance: the
+    /// database is asked even when another instance held the chat a moment ago (it may
+    /// have given it up since; its next update must not wait for the lease to run out).
+    pub async fn hold_arrived(&self, chat_id: i64) -> Result<Option<ChatLease>, StoreError> {
+        self.take(chat_id).await
+    }
+
+    /// Whether another instance was found holding `chat_id` and its lease has not run
+    /// out since.
+    fn held_elsewhere(&self, chat_id: i64) -> bool {
+        let mut elsewhere = self.elsewhere();
+        let now = tokio::time::Instant::now();
+        match elsewhere.get(&chat_id) {
+            Some(until) if *until > now => true,
+            Some(_) => {
+                elsewhere.remove(&chat_id);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn elsewhere(&self) -> std::sync::MutexGuard<'_, HashMap<i64, tokio::time::Instant>> {
+        self.elsewhere
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn take(&self, chat_id: i64) -> Result<Option<ChatLease>, StoreError> {
+        let asked_at = tokio::time::Instant::now();
+        // The lease in hand: used at once while its deadline holds; past it, counted as
+        // in use while the database is asked, so that it is not given up meanwhile. One
+        // being given up: that ends first, then the database is asked.
+        let pending = loop {
+            let being_released = {
+                let mut map = self.map();
+                match map.get_mut(&chat_id) {
+                    Some(held) if held.releasing => true,
+                    Some(held) => {
+                        held.users += 1;
+                        if held.valid_until > asked_at {
+                            return Ok(Some(ChatLease {
+                                leases: self.clone(),
+                                fence: held.fence,
+                                fresh: false,
+                            }));
+                        }
+                        break Some(held.taken_at);
+                    }
+                    None => break None,
+                }
+            };
+            if being_released {
+                let _released = self.releasing.lock().await;
+                // The release is over (or was cut off): what it marked is not in hand.
+                let mut map = self.map();
+                if map.get(&chat_id).is_some_and(|held| held.releasing) {
+                    map.remove(&chat_id);
+                }
+            }
+        };
+        let taken = self
             .store
             .take_chat_lease(chat_id, self.holder, self.lease)
-            .await?
-        else {
-            return Ok(None);
+            .await;
+        let now = tokio::time::Instant::now();
+        let fence = match taken {
+            Ok(Some(fence)) => fence,
+            other => {
+                if let Some(held) = self
+                    .map()
+                    .get_mut(&chat_id)
+                    .filter(|held| Some(held.taken_at) == pending)
+                {
+                    held.users = held.users.saturating_sub(1);
+                    held.idle_since = now;
+                }
+                if let Ok(None) = other {
+                    self.note_elsewhere(chat_id).await;
+                }
+                return other.map(|_| None);
+            }
         };
         let mut map = self.map();
-        let now = tokio::time::Instant::now();
+        // The use counted above, if its entry is still the one counted.
+        let counted = map
+            .get(&chat_id)
+            .is_some_and(|held| Some(held.taken_at) == pending);
         let valid_until = self.valid_until(asked_at);
         let held = map.entry(chat_id).or_insert(Held {
             fence,
@@ -378,18 +511,38 @@ impl Leases {
             users: 0,
             idle_since: now,
             taken_at: now,
+            releasing: false,
         });
         // In hand before with the same generation (its deadline had passed, nobody took
         // it meanwhile): no other instance worked on the chat, nothing is stale.
         let fresh = held.fence != fence || held.taken_at == now;
         held.fence = fence; // the same holder's take keeps the generation
         held.valid_until = held.valid_until.max(valid_until);
-        held.users += 1;
+        if !counted {
+            held.users += 1;
+        }
+        drop(map);
+        self.elsewhere().remove(&chat_id);
         Ok(Some(ChatLease {
             leases: self.clone(),
             fence,
             fresh,
         }))
+    }
+
+    /// Another instance holds `chat_id`: remembered until its lease runs out there (as
+    /// the database says; at most one lease when it cannot say).
+    async fn note_elsewhere(&self, chat_id: i64) {
+        let left = match self.store.chat_lease_left(chat_id).await {
+            Ok(Some(left)) => left.min(self.lease),
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%error, "cannot read how long another instance holds a chat");
+                return;
+            }
+        };
+        let until = tokio::time::Instant::now() + left;
+        self.elsewhere().insert(chat_id, until);
     }
 
     /// How long a lease taken or renewed by a statement that started at `asked_at` can
@@ -437,24 +590,35 @@ impl Leases {
 
     /// Gives up the leases idle for two leases.
     async fn release_idle(&self) {
+        self.release_idle_for(self.lease * 2).await;
+    }
+
+    /// Gives up the leases unused for `idle_for`: each is marked as being given up (no
+    /// `hold` starts using it from then on: one waits for the release, then asks the
+    /// database), given up in the database, and only then dropped from the hand. A
+    /// lease in use (a `hold` asking the database counts) is never given up, so a
+    /// release never lands after a take of the same chat by this instance.
+    async fn release_idle_for(&self, idle_for: Duration) {
+        let _releasing = self.releasing.lock().await;
         let idle: Vec<Fence> = {
             let mut map = self.map();
             let now = tokio::time::Instant::now();
-            let idle: Vec<Fence> = map
-                .values()
-                .filter(|held| held.users == 0 && now - held.idle_since >= self.lease * 2)
-                .map(|held| held.fence)
-                .collect();
-            for fence in &idle {
-                map.remove(&fence.chat_id);
-            }
-            idle
+            map.values_mut()
+                .filter(|held| held.users == 0 && now - held.idle_since >= idle_for)
+                .map(|held| {
+                    held.releasing = true;
+                    held.fence
+                })
+                .collect()
         };
-        for fence in idle {
-            if let Err(error) = self.store.release_chat_lease(&fence).await {
+        for fence in &idle {
+            if let Err(error) = self.store.release_chat_lease(fence).await {
                 tracing::debug!(%error, "could not give up an idle lease; it expires on its own");
             }
         }
+        self.map().retain(|_, held| !held.releasing);
+        let now = tokio::time::Instant::now();
+        self.elsewhere().retain(|_, until| *until > now);
     }
 }
 
@@ -481,12 +645,7 @@ mod tests {
         let a = store.register_instance(&new("webhook")).await.expect("a");
         let b = store.register_instance(&new("webhook")).await.expect("b");
         let lease = Duration::from_millis(300);
-        let leases = Leases {
-            store: store.clone(),
-            holder: a,
-            lease,
-            held: Arc::default(),
-        };
+        let leases = Leases::new(store.clone(), a, lease);
         let chat = leases.hold(5).await.expect("take").expect("free");
         assert!(chat.held());
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -512,6 +671,106 @@ mod tests {
         assert!(
             leases.hold(5).await.expect("asked").is_none(),
             "the database says b holds the chat now"
+        );
+    }
+
+    async fn sqlite_store(dir: &tempfile::TempDir) -> Store {
+        let url = format!("sqlite://{}", dir.path().join("daylog.db").display());
+        Store::open_and_migrate(&url, Duration::from_secs(5))
+            .await
+            .expect("store")
+    }
+
+    async fn member(store: &Store) -> InstanceId {
+        store
+            .register_instance(&NewInstance {
+                version: "test",
+                host: "here",
+                pid: 1,
+                mode: "webhook",
+            })
+            .await
+            .expect("registered")
+    }
+
+    /// A `hold` that asks the database for a lease in hand past its deadline while the
+    /// heartbeat gives idle leases up: the lease is in use, and is not given up after
+    /// the take (another instance could take the chat then, under this one's feet).
+    #[tokio::test]
+    async fn a_lease_asked_for_while_idle_leases_are_given_up_stays_held() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = sqlite_store(&dir).await;
+        let (a, b) = (member(&store).await, member(&store).await);
+        let lease = Duration::from_secs(60);
+        let leases = Leases::new(store.clone(), a, lease);
+        drop(leases.hold(5).await.expect("take").expect("free"));
+        {
+            // Unused for long, and past its own deadline: the next hold asks the database.
+            let now = tokio::time::Instant::now();
+            let mut map = leases.map();
+            let held = map.get_mut(&5).expect("in hand");
+            held.valid_until = now;
+            held.idle_since = now.checked_sub(lease * 3).unwrap_or(held.idle_since);
+        }
+        let mut asking = Box::pin(leases.hold(5));
+        // Its take is on its way to the database (or done) when the release runs.
+        let polled = futures::poll!(&mut asking);
+        let taken = match polled {
+            std::task::Poll::Ready(taken) => {
+                leases.release_idle().await;
+                taken
+            }
+            std::task::Poll::Pending => tokio::join!(asking, leases.release_idle()).0,
+        };
+        let chat = taken.expect("take").expect("ours");
+        assert!(chat.held());
+        assert!(
+            store
+                .take_chat_lease(5, b, lease)
+                .await
+                .expect("asked")
+                .is_none(),
+            "the chat in use is not given up"
+        );
+    }
+
+    /// A task working under a lease stops once the lease can no longer be counted on
+    /// here: `lost` waits while it holds, and ends when its deadline passed.
+    #[tokio::test]
+    async fn a_lease_is_lost_here_once_its_deadline_passed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = sqlite_store(&dir).await;
+        let a = member(&store).await;
+        let leases = Leases::new(store.clone(), a, Duration::from_secs(60));
+        let chat = leases.hold(5).await.expect("take").expect("free");
+        assert!(futures::poll!(Box::pin(chat.lost())).is_pending(), "held");
+        if let Some(held) = leases.map().get_mut(&5) {
+            held.valid_until = tokio::time::Instant::now();
+        }
+        chat.lost().await;
+        assert!(!chat.held());
+    }
+
+    /// A chat another instance holds is not asked for again until that lease runs out
+    /// (the database is not asked: here it is closed), unless an update of it arrived.
+    #[tokio::test]
+    async fn a_chat_held_elsewhere_is_not_asked_for_again_until_its_lease_runs_out() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (one, other) = (sqlite_store(&dir).await, sqlite_store(&dir).await);
+        let (a, b) = (member(&one).await, member(&one).await);
+        let lease = Duration::from_secs(60);
+        let here = Leases::new(one.clone(), a, lease);
+        let there = Leases::new(other.clone(), b, lease);
+        let _chat = here.hold(5).await.expect("take").expect("free");
+        assert!(there.hold(5).await.expect("asked").is_none(), "a holds it");
+        other.close().await;
+        assert!(
+            there.hold(5).await.expect("not asked again").is_none(),
+            "held elsewhere"
+        );
+        assert!(
+            there.hold_arrived(5).await.is_err(),
+            "an update that arrived asks the database"
         );
     }
 

@@ -19,6 +19,12 @@
 //! whose next digest is due, through an index on `users.digest_next_at`, never every
 //! user, and only stores their digests: the worker writes and sends them, a few at a
 //! time (its permits), and waits for them when the process stops.
+//!
+//! Among instances (PostgreSQL) a digest is also claimed in the database for its
+//! cascade's deadline and a margin (`claim_digest`); its text is stored and it is sent
+//! only while that claim is still this instance's (checked in the write's statement,
+//! and right before the send, which renews it): a claim that ran out and was taken by
+//! another instance never sends the digest a second time.
 
 use std::sync::Arc;
 
@@ -36,7 +42,8 @@ use crate::language::Language;
 use crate::llm::{Llm, Task};
 use crate::render::Reply;
 use crate::store::{
-    Digest, DigestAdvance, DigestStatus, DueDigest, FrontEnd, MessageId, Store, StoreError, UserId,
+    Digest, DigestAdvance, DigestClaim, DigestStatus, DueDigest, FrontEnd, MessageId, Store,
+    StoreError, UserId,
 };
 use crate::texts::Texts;
 use crate::time::{LocalTime, UserZone};
@@ -290,14 +297,19 @@ impl Digests {
                     .claim_digest(digest.id, claim_hold(self.llm.deadline()))
                     .await?
                 {
-                    Some(digest) => self.run(messenger, digest, target, Asked::OnDemand).await?,
+                    Some((digest, claim)) => {
+                        self.run(messenger, digest, claim, target, Asked::OnDemand)
+                            .await?;
+                    }
                     None => {
                         send_notice(messenger, target, texts.digest_on_its_way(), user_id).await;
                     }
                 }
             }
             DigestStatus::Pending => {
-                self.run(messenger, digest, target, Asked::OnDemand).await?;
+                let claim = DigestClaim::default();
+                self.run(messenger, digest, claim, target, Asked::OnDemand)
+                    .await?;
             }
             // The same `/week` re-delivered after a crash: it has had its answer.
             _ if same_ask(&digest, asked_by) => {}
@@ -320,11 +332,14 @@ impl Digests {
     }
 
     /// Writes (if not written yet), sends and records one pending digest that the caller
-    /// has claimed.
+    /// has claimed (`claim`: the database's claim, on PostgreSQL). Its text is stored,
+    /// and it is sent, only while the claim is still this instance's: one that ran out
+    /// and was claimed by another instance is written and sent by that one alone.
     async fn run<M: Messenger>(
         &self,
         messenger: &M,
         digest: Digest,
+        mut claim: DigestClaim,
         target: Target,
         asked: Asked,
     ) -> Result<(), StoreError> {
@@ -336,10 +351,15 @@ impl Digests {
                 Written::Text(text, written_from) => {
                     if !self
                         .store
-                        .store_digest_text(digest.id, &text, &written_from)
+                        .store_claimed_digest_text(digest.id, &text, &written_from, &claim)
                         .await?
                     {
-                        // Written by someone else meanwhile (another process): theirs to send.
+                        // Written by someone else meanwhile (another process), or claimed
+                        // by another instance after this claim ran out: theirs to send.
+                        tracing::info!(
+                            digest_id = digest.id.get(),
+                            "digest written or claimed by another instance meanwhile; it sends it"
+                        );
                         return Ok(());
                     }
                     text
@@ -374,6 +394,20 @@ impl Digests {
             },
         };
         let responses = self.responses(language, &digest, &text).await?;
+        // The claim checked (and renewed for the send) right before it: a digest whose
+        // claim another instance took is sent by that one only.
+        let hold = claim_hold(self.llm.deadline());
+        if !self
+            .store
+            .keep_digest_claim(digest.id, &mut claim, hold)
+            .await?
+        {
+            tracing::info!(
+                digest_id = digest.id.get(),
+                "digest claimed by another instance meanwhile; it sends it"
+            );
+            return Ok(());
+        }
         let sent = messenger.send(target, responses).await;
         self.record_send(&digest, sent).await
     }
@@ -593,9 +627,13 @@ impl Digests {
                 return;
             }
         };
+        let (digest, claim) = digest;
         let target = Target::chat(digest.chat_id);
         let id = digest.id;
-        if let Err(error) = self.run(messenger, digest, target, Asked::Background).await {
+        if let Err(error) = self
+            .run(messenger, digest, claim, target, Asked::Background)
+            .await
+        {
             tracing::error!(%error, digest_id = id.get(), "worker could not finish a digest");
         }
     }

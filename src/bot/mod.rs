@@ -1015,7 +1015,18 @@ impl Answers {
         F: Future<Output = HandlerResult> + Send + 'static,
     {
         self.0.spawn(async move {
-            match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+            // The chat's lease is kept while it works; when it is lost (this instance
+            // stalled past its deadline) the work stops before another instance can take
+            // the chat, so the update is never carried out by both.
+            let outcome = tokio::select! {
+                outcome = std::panic::AssertUnwindSafe(work).catch_unwind() => Some(outcome),
+                () = done.lost() => None,
+            };
+            let Some(outcome) = outcome else {
+                done.let_go();
+                return;
+            };
+            match outcome {
                 Ok(Ok(())) => done.handled().await,
                 Ok(Err(error)) => {
                     tracing::error!(%error, chat_id = chat, "command handling failed");

@@ -319,6 +319,28 @@ impl Store {
         .await
     }
 
+    /// Deletes the run-out leases an earlier version took for updates without a chat
+    /// (one row per such update, on made-up keys below `i64::MIN / 2`, which no
+    /// Telegram chat has); such updates take no lease now.
+    pub async fn forget_chatless_leases(&self) -> Result<u64, StoreError> {
+        const FORGET: Sql = Sql {
+            sqlite: "DELETE FROM chat_leases
+                     WHERE chat_id <= $1 AND expires_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')",
+            postgres: "DELETE FROM chat_leases
+                       WHERE chat_id <= $1 AND expires_at <= daylog_utc_ms(now())",
+        };
+        retry_busy("forget_chatless_leases", || async {
+            Ok(on_db!(self, write, |pool| {
+                sqlx::query(FORGET.on(pool))
+                    .bind(i64::MIN / 2)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }))
+        })
+        .await
+    }
+
     /// How many instances are alive: not stopped, and seen within `lease`.
     pub async fn alive_instances(&self, lease: Duration) -> Result<u64, StoreError> {
         let count: i64 = on_db!(self, read, |pool| {
@@ -366,6 +388,27 @@ impl Store {
             chat_id,
             holder: instance,
             generation,
+        }))
+    }
+
+    /// How long chat `chat_id`'s lease still runs, by the database's clock (zero when
+    /// it ran out); `None` when the chat has no lease row.
+    pub async fn chat_lease_left(&self, chat_id: i64) -> Result<Option<Duration>, StoreError> {
+        const LEFT: Sql = Sql {
+            sqlite: "SELECT (julianday(expires_at) - julianday('now')) * 86400.0
+                     FROM chat_leases WHERE chat_id = $1",
+            postgres: "SELECT EXTRACT(EPOCH FROM (expires_at::timestamp
+                                                  - (now() AT TIME ZONE 'UTC')))::float8
+                       FROM chat_leases WHERE chat_id = $1",
+        };
+        let left: Option<Option<f64>> = on_db!(self, read, |pool| {
+            sqlx::query_scalar(LEFT.on(pool))
+                .bind(chat_id)
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(left.map(|secs| {
+            Duration::try_from_secs_f64(secs.unwrap_or(0.0).max(0.0)).unwrap_or(Duration::ZERO)
         }))
     }
 

@@ -120,6 +120,21 @@ impl From<DigestRow> for Digest {
     }
 }
 
+/// A digest claimed to be written and sent: on PostgreSQL the `next_attempt_at` the
+/// claim wrote (another instance's claim, after this one ran out, writes a later one),
+/// which the writes made under the claim check. Empty on SQLite, where one instance
+/// runs and its claims are in memory: nothing to check.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DigestClaim(Option<String>);
+
+/// A digest as its claim returned it, with the moment the claim wrote.
+#[derive(FromRow)]
+struct ClaimedRow {
+    #[sqlx(flatten)]
+    row: DigestRow,
+    next_attempt_at: String,
+}
+
 impl<'r, R: sqlx::Row> FromRow<'r, R> for Digest
 where
     DigestRow: FromRow<'r, R>,
@@ -597,17 +612,18 @@ impl Store {
         &self,
         id: DigestId,
         hold: Duration,
-    ) -> Result<Option<Digest>, StoreError> {
+    ) -> Result<Option<(Digest, DigestClaim)>, StoreError> {
         if !self.is_postgres() {
-            return self.due_digest(id).await;
+            let due = self.due_digest(id).await?;
+            return Ok(due.map(|digest| (digest, DigestClaim::default())));
         }
         retry_busy("claim_digest", || async {
-            let rows: Vec<Digest> = on_db!(self, write, |pool| {
+            let rows: Vec<ClaimedRow> = on_db!(self, write, |pool| {
                 sqlx::query_as(&spelt(
                     &format!(
                         "UPDATE digests SET next_attempt_at = {{later}}
                  WHERE id = $1 AND status = 'pending' AND next_attempt_at <= {{now}}
-                 RETURNING {DIGEST_COLUMNS}"
+                 RETURNING {DIGEST_COLUMNS}, next_attempt_at"
                     ),
                     pool,
                 ))
@@ -616,9 +632,51 @@ impl Store {
                 .fetch_all(pool)
                 .await?
             });
-            Ok(returned(rows))
+            Ok(returned(rows).map(|claimed| {
+                (
+                    Digest::from(claimed.row),
+                    DigestClaim(Some(claimed.next_attempt_at)),
+                )
+            }))
         })
         .await
+    }
+
+    /// Whether `claim` still holds its digest (pending, and no other instance claimed
+    /// it since), renewed for `hold` from now if so: checked right before the digest is
+    /// sent, so that one whose claim ran out and was taken by another instance is sent
+    /// by that one only. Always `true` for an empty claim (SQLite).
+    pub async fn keep_digest_claim(
+        &self,
+        id: DigestId,
+        claim: &mut DigestClaim,
+        hold: Duration,
+    ) -> Result<bool, StoreError> {
+        let Some(held) = claim.0.clone() else {
+            return Ok(true);
+        };
+        let renewed: Option<String> = retry_busy("keep_digest_claim", || async {
+            let rows: Vec<String> = on_db!(self, write, |pool| {
+                sqlx::query_scalar(&spelt(
+                    "UPDATE digests SET next_attempt_at = {later}
+                 WHERE id = $1 AND status = 'pending' AND next_attempt_at = $3
+                 RETURNING next_attempt_at",
+                    pool,
+                ))
+                .bind(id)
+                .bind(hold.as_secs_f64())
+                .bind(&held)
+                .fetch_all(pool)
+                .await?
+            });
+            Ok(returned(rows))
+        })
+        .await?;
+        let kept = renewed.is_some();
+        if let Some(renewed) = renewed {
+            claim.0 = Some(renewed);
+        }
+        Ok(kept)
     }
 
     /// Gives up `front_end`'s digests pending longer than `max_age` and returns them, so
@@ -684,15 +742,31 @@ impl Store {
         text: &str,
         written_from: &str,
     ) -> Result<bool, StoreError> {
+        self.store_claimed_digest_text(id, text, written_from, &DigestClaim::default())
+            .await
+    }
+
+    /// [`Store::store_digest_text`] under `claim`: `false`, nothing written, when the
+    /// claim ran out and another instance claimed the digest since (that one writes
+    /// and sends it).
+    pub async fn store_claimed_digest_text(
+        &self,
+        id: DigestId,
+        text: &str,
+        written_from: &str,
+        claim: &DigestClaim,
+    ) -> Result<bool, StoreError> {
         retry_busy("store_digest_text", || async {
             let done = on_db!(self, write, |pool| {
                 sqlx::query(
                     "UPDATE digests SET text = $2, written_from = $3
-                 WHERE id = $1 AND status = 'pending' AND text IS NULL",
+                 WHERE id = $1 AND status = 'pending' AND text IS NULL
+                   AND (CAST($4 AS TEXT) IS NULL OR next_attempt_at = $4)",
                 )
                 .bind(id)
                 .bind(text)
                 .bind(written_from)
+                .bind(claim.0.as_deref())
                 .execute(pool)
                 .await?
                 .rows_affected()

@@ -600,7 +600,7 @@ mod word_forms;
 use calls::CallRecorder;
 pub use calls::CallSink;
 pub use cluster::{Fence, InstanceId, InstanceRow, NewInstance, PollingLock};
-pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DigestStatus, DueDigest};
+pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DigestClaim, DigestStatus, DueDigest};
 pub use logs::{
     BeforeAnalysis, DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts, Inserted,
     NewImportLog, NewLog, NewVoiceLog, RECENT_USE_SQL, SEARCH_CANDIDATES, SEARCH_LIMIT,

@@ -38,6 +38,7 @@ mod http;
 mod import;
 mod import_bot;
 mod inbox;
+mod leases;
 mod llm_budgets;
 mod llm_cascade;
 mod llm_logs;

@@ -206,6 +206,7 @@ impl Taking {
 
     /// Hands the update to a task of its own: it is handled when [`Deferred::handled`]
     /// is called; dropped without, it is tried again. The chat's next updates go on.
+    /// The task keeps the chat's lease (renewed by the heartbeat) until it ends.
     pub fn defer(&self) -> Deferred {
         self.deferred.store(true, Ordering::SeqCst);
         self.inbox.lanes().deferred.insert(self.key.update_id);
@@ -215,6 +216,7 @@ impl Taking {
             done: false,
             failures: self.failures,
             backoff: self.backoff,
+            lease: self.lease.clone(),
         }
     }
 
@@ -236,6 +238,13 @@ impl Taking {
             lease: None,
         }
     }
+
+    /// The same, handled under `lease`.
+    #[cfg(test)]
+    pub(in crate::bot) fn with_lease(mut self, lease: ChatLease) -> Self {
+        self.lease = Some(Arc::new(lease));
+        self
+    }
 }
 
 /// An update a task took over (see [`Taking::defer`]).
@@ -245,20 +254,66 @@ pub struct Deferred {
     done: bool,
     failures: i64,
     backoff: Backoff,
+    /// The chat's lease, kept in use (so renewed, never given up) while the task works.
+    lease: Option<Arc<ChatLease>>,
 }
 
 impl Deferred {
     /// The task's work committed (or it told the user why not): the update is handled.
+    /// Under a lease the mark checks it in its statement: after a take-over it writes
+    /// nothing (the chat's new holder has the update).
     pub async fn handled(mut self) {
         self.done = true;
-        let marked = self.inbox.store().mark_update_handled(self.key).await;
+        let store = self.inbox.store();
+        let marked = match &self.lease {
+            Some(lease) => {
+                store
+                    .mark_update_handled_fenced(self.key, &lease.fence())
+                    .await
+            }
+            None => store.mark_update_handled(self.key).await.map(|()| true),
+        };
         self.inbox.lanes().ended(self.key.update_id);
-        if let Err(error) = marked {
-            // Its work is done (its reply sent): kept out of the loop's hands, or the
-            // release below would hand it over again at once.
-            tracing::error!(%error, update_id = self.key.update_id, "an update could not be marked handled; it is not handled again by this process");
-            self.inbox.lanes().done.insert(self.key.update_id);
+        match marked {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(
+                    update_id = self.key.update_id,
+                    "the chat was taken over by another instance before a task's update was marked handled"
+                );
+            }
+            Err(error) => {
+                // Its work is done (its reply sent): kept out of the loop's hands, or the
+                // release below would hand it over again at once.
+                tracing::error!(%error, update_id = self.key.update_id, "an update could not be marked handled; it is not handled again by this process");
+                self.inbox.lanes().done.insert(self.key.update_id);
+            }
         }
+        self.release();
+    }
+
+    /// Resolves once the chat's lease can no longer be counted on (its deadline here
+    /// passed without a renewal, or it was taken over): the task stops, so that it
+    /// never answers or writes after another instance may have taken the chat. Never
+    /// without a lease, nor on SQLite (whose lock file keeps other daemons out).
+    pub async fn lost(&self) {
+        match &self.lease {
+            Some(lease) if lease.shared() => lease.lost().await,
+            _ => std::future::pending().await,
+        }
+    }
+
+    /// The task stopped because the chat's lease was lost ([`Deferred::lost`]): its
+    /// update is not marked; it is read from the table again, and handled by whichever
+    /// instance holds the chat now.
+    pub fn let_go(mut self) {
+        self.done = true;
+        tracing::warn!(
+            update_id = self.key.update_id,
+            "a task stopped: its chat's lease was lost; whoever holds the chat now handles its update"
+        );
+        self.inbox.lanes().ended(self.key.update_id);
+        self.inbox.reread();
         self.release();
     }
 
@@ -563,8 +618,24 @@ impl Inbox {
         let Some(leases) = self.leases() else {
             return Some(None);
         };
-        let key = lease_key(lane);
-        match leases.hold(key).await {
+        // An update with no chat has no order to keep, and so no lease.
+        let Lane::Chat(key) = lane else {
+            return Some(None);
+        };
+        // A chat another instance was found holding is asked for again before its lease
+        // ran out there only when one of its updates arrived here (the periodic read of
+        // the table finds the others' backlog: that is not asked for on every read).
+        let arrived = self.lanes().waiting.get(&lane).is_some_and(|queue| {
+            queue
+                .values()
+                .any(|row| matches!(row.body, Body::Parsed(_)))
+        });
+        let held = if arrived {
+            leases.hold_arrived(key).await
+        } else {
+            leases.hold(key).await
+        };
+        match held {
             // On SQLite the lock file keeps other daemons out: nothing can be stale.
             Ok(Some(lease)) if lease.fresh() && leases.shared() => {
                 // What an instance that died left of the chat goes first.
@@ -578,8 +649,7 @@ impl Inbox {
             Ok(Some(lease)) => Some(Some(lease)),
             Ok(None) => {
                 if self.drop_lane(lane)
-                    && let Lane::Chat(chat) = lane
-                    && let Err(error) = self.store().notify_inbox(chat).await
+                    && let Err(error) = self.store().notify_inbox(key).await
                 {
                     tracing::debug!(%error, "cannot tell the chat's holder about its updates");
                 }
@@ -865,15 +935,6 @@ impl Inbox {
     }
 }
 
-/// A lane's lease key: its chat, or for an update with no chat a key no chat has
-/// (Telegram's chat ids are far from `i64::MIN`).
-fn lease_key(lane: Lane) -> i64 {
-    match lane {
-        Lane::Chat(chat) => chat,
-        Lane::Alone(update_id) => (i64::MIN / 2).saturating_sub(update_id),
-    }
-}
-
 /// Whether a handler's failure is a write refused under a lease taken over.
 fn is_fenced(outcome: &anyhow::Result<()>) -> bool {
     use crate::store::StoreError;
@@ -1101,6 +1162,145 @@ pub(in crate::bot) mod tests {
         let lanes = inbox.lanes();
         assert!(!lanes.deferred.contains(&7), "released");
         assert!(lanes.done.contains(&7), "kept from being handled again");
+    }
+
+    /// An inbox whose chats are handled under the leases of instance `a`; `b` is another
+    /// instance on the same database.
+    async fn leased_inbox() -> (
+        Inbox,
+        crate::cluster::Leases,
+        crate::store::InstanceId,
+        tempfile::TempDir,
+    ) {
+        let (plain, dir) = inbox().await;
+        let store = plain.store().clone();
+        let new = crate::store::NewInstance {
+            version: "test",
+            host: "here",
+            pid: 1,
+            mode: "webhook",
+        };
+        let a = store.register_instance(&new).await.expect("a");
+        let b = store.register_instance(&new).await.expect("b");
+        let leases = crate::cluster::Leases::for_test(store.clone(), a, LEASE);
+        let notice: super::super::Notice = Arc::new(|_, _| async { true }.boxed());
+        let inbox = Inbox::with_leases(store, 1, notice, Some(leases.clone()), None);
+        (inbox, leases, b, dir)
+    }
+
+    const LEASE: Duration = Duration::from_secs(60);
+
+    async fn stored(inbox: &Inbox, update_id: i64, chat_id: Option<i64>) {
+        let row = crate::store::NewUpdate {
+            update_id,
+            chat_id,
+            user_id: chat_id,
+            payload: "{}",
+        };
+        inbox
+            .store()
+            .insert_updates(1, &[row])
+            .await
+            .expect("stored");
+    }
+
+    async fn is_handled(inbox: &Inbox, update_id: i64) -> bool {
+        let waiting = inbox
+            .store()
+            .unhandled_updates(1, 100, 100)
+            .await
+            .expect("rows");
+        !waiting.iter().any(|row| row.update_id == update_id)
+    }
+
+    /// `/import` and `/week` run in a task of their own: it keeps the chat's lease
+    /// until it ends (no other instance takes the chat meanwhile and runs it again).
+    #[tokio::test]
+    async fn a_deferred_update_keeps_its_chats_lease_until_it_is_handled() {
+        let (inbox, leases, b, _dir) = leased_inbox().await;
+        stored(&inbox, 7, Some(5)).await;
+        let lease = leases.hold(5).await.expect("take").expect("free");
+        let taking = taking(&inbox, 7).with_lease(lease);
+        let done = taking.defer();
+        drop(taking); // the lane moves on
+        leases.release_unused().await;
+        let store = inbox.store();
+        assert!(
+            store
+                .take_chat_lease(5, b, LEASE)
+                .await
+                .expect("asked")
+                .is_none(),
+            "kept while the task works"
+        );
+        done.handled().await;
+        assert!(is_handled(&inbox, 7).await);
+        leases.release_unused().await;
+        assert!(
+            store
+                .take_chat_lease(5, b, LEASE)
+                .await
+                .expect("asked")
+                .is_some(),
+            "given up once idle"
+        );
+    }
+
+    /// A task's update is marked under the chat's lease: after a take-over the mark
+    /// writes nothing, and the new holder handles the update.
+    #[tokio::test]
+    async fn a_deferred_update_is_not_marked_after_its_chat_was_taken_over() {
+        let (inbox, leases, b, _dir) = leased_inbox().await;
+        stored(&inbox, 7, Some(5)).await;
+        let lease = leases.hold(5).await.expect("take").expect("free");
+        let fence = lease.fence();
+        let done = taking(&inbox, 7).with_lease(lease).defer();
+        let store = inbox.store();
+        // Its lease ran out (a stall) and another instance took the chat.
+        store.release_chat_lease(&fence).await.expect("expired");
+        assert!(
+            store
+                .take_chat_lease(5, b, LEASE)
+                .await
+                .expect("asked")
+                .is_some()
+        );
+        done.handled().await;
+        assert!(!is_handled(&inbox, 7).await, "left to the new holder");
+        assert!(!inbox.lanes().done.contains(&7), "and not marked later");
+    }
+
+    /// A task that stopped because its chat's lease was lost leaves its update
+    /// unmarked, for the table: read again, by whichever instance holds the chat.
+    #[tokio::test]
+    async fn a_task_that_lost_its_lease_leaves_its_update_to_the_table() {
+        let (inbox, leases, _b, _dir) = leased_inbox().await;
+        stored(&inbox, 7, Some(5)).await;
+        assert!(inbox.read_table().await.is_none(), "read");
+        let lease = leases.hold(5).await.expect("take").expect("free");
+        let done = taking(&inbox, 7).with_lease(lease).defer();
+        done.let_go();
+        assert!(!is_handled(&inbox, 7).await, "not marked");
+        let lanes = inbox.lanes();
+        assert!(!lanes.deferred.contains(&7), "released");
+        assert!(!lanes.done.contains(&7));
+        assert!(!lanes.in_sync(), "the table is read again");
+    }
+
+    /// An update with no chat keeps no order, and takes no lease (no lease row is
+    /// left behind for it).
+    #[tokio::test]
+    async fn an_update_without_a_chat_takes_no_lease() {
+        let (inbox, _leases, _b, dir) = leased_inbox().await;
+        stored(&inbox, 9, None).await;
+        assert!(matches!(inbox.lane_lease(Lane::Alone(9)).await, Some(None)));
+        let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
+        let pool = sqlx::SqlitePool::connect(&url).await.expect("pool");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM chat_leases")
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+        assert_eq!(rows, 0);
     }
 
     fn message(update_id: i64, chat_id: i64) -> String {
