@@ -302,6 +302,13 @@ impl ChatLease {
         self.fresh
     }
 
+    /// Whether another instance may take this lease over (PostgreSQL): only then must
+    /// work under it check it before it sends and fence its writes (on SQLite the lock
+    /// file keeps every other daemon out).
+    pub fn shared(&self) -> bool {
+        self.leases.shared()
+    }
+
     /// Another use of the same lease (work handed to a task of its own keeps the chat
     /// with this instance until it ends); `None` when it was taken over.
     pub fn share(&self) -> Option<Self> {
