@@ -335,6 +335,49 @@ impl ChatLease {
     }
 }
 
+impl ChatLease {
+    /// [`ChatLease::held`], or — when only its deadline here passed (the heartbeat was
+    /// late: a stalled process, a slow database) — whether the database still names
+    /// this instance and generation as the chat's holder, renewing the lease if so (one
+    /// statement, only then). `false` once another instance took the chat over, or when
+    /// the database cannot say: what is about to be done under the lease is not.
+    pub async fn confirm(&self) -> bool {
+        if self.held() {
+            return true;
+        }
+        let in_hand = self
+            .leases
+            .map()
+            .get(&self.fence.chat_id)
+            .is_some_and(|held| held.fence == self.fence);
+        if !in_hand {
+            return false; // the heartbeat found it taken over
+        }
+        let asked_at = tokio::time::Instant::now();
+        match self
+            .leases
+            .store
+            .renew_chat_lease(&self.fence, self.leases.lease)
+            .await
+        {
+            Ok(true) => {
+                let valid_until = self.leases.valid_until(asked_at);
+                if let Some(held) = self.leases.map().get_mut(&self.fence.chat_id)
+                    && held.fence == self.fence
+                {
+                    held.valid_until = held.valid_until.max(valid_until);
+                }
+                true
+            }
+            Ok(false) => false,
+            Err(error) => {
+                tracing::warn!(%error, chat_id = self.fence.chat_id, "cannot ask the database whether a chat's lease is still this instance's");
+                false
+            }
+        }
+    }
+}
+
 impl Drop for ChatLease {
     fn drop(&mut self) {
         if let Some(held) = self.leases.map().get_mut(&self.fence.chat_id)
@@ -520,6 +563,51 @@ mod tests {
             leases.hold(5).await.expect("asked").is_none(),
             "the database says b holds the chat now"
         );
+    }
+
+    /// A lease whose deadline here passed without a heartbeat is confirmed by the
+    /// database while nobody took the chat over (and counts again), and no longer once
+    /// another instance did.
+    #[tokio::test]
+    async fn a_lease_past_its_deadline_here_is_confirmed_until_it_is_taken_over() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("daylog.db").display());
+        let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+            .await
+            .expect("store");
+        let new = |mode| NewInstance {
+            version: "test",
+            host: "here",
+            pid: 1,
+            mode,
+        };
+        let a = store.register_instance(&new("webhook")).await.expect("a");
+        let b = store.register_instance(&new("webhook")).await.expect("b");
+        let lease = Duration::from_millis(300);
+        let leases = Leases {
+            store: store.clone(),
+            holder: a,
+            lease,
+            held: Arc::default(),
+        };
+        let chat = leases.hold(5).await.expect("take").expect("free");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while chat.held() {
+            assert!(tokio::time::Instant::now() < deadline, "held forever");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(chat.confirm().await, "nobody took it: still a's");
+        assert!(chat.held(), "renewed by the asking");
+        while store
+            .take_chat_lease(5, b, lease * 100)
+            .await
+            .expect("take")
+            .is_none()
+        {
+            assert!(tokio::time::Instant::now() < deadline, "never ran out");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!chat.confirm().await, "b holds the chat now");
     }
 
     #[test]
