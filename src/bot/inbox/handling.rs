@@ -91,6 +91,12 @@ pub(in crate::bot) struct Lanes {
     /// what the read saw of them before they ended does not bring them back.
     reading: bool,
     gone: HashSet<i64>,
+    /// Lanes whose rows left the memory while a read was under way ([`Lanes::drop_lane`]):
+    /// that read brings none of their rows back. It may have seen them before they
+    /// left, but not the ones committed since, so it would put back an older row
+    /// without a newer one, or — a row that left being skipped as `gone` — a newer
+    /// row without the older: the next read brings the lane back whole.
+    dropped: HashSet<Lane>,
 }
 
 impl Lanes {
@@ -117,6 +123,22 @@ impl Lanes {
         if self.reading {
             self.gone.insert(update_id);
         }
+    }
+
+    /// The lane's rows leave the memory, not handled (another instance handles them, or
+    /// they are read from the table again); `true` when one of them came to this
+    /// instance itself (not read from the table).
+    fn drop_lane(&mut self, lane: Lane) -> bool {
+        if self.reading {
+            self.dropped.insert(lane);
+        }
+        let Some(queue) = self.waiting.remove(&lane) else {
+            return false;
+        };
+        self.held = self.held.saturating_sub(queue.len());
+        queue
+            .values()
+            .any(|row| matches!(row.body, Body::Parsed(_)))
     }
 }
 
@@ -433,8 +455,10 @@ impl Inbox {
             }
             lanes.reading = true;
             lanes.gone.clear();
+            lanes.dropped.clear();
             lanes.missed
         };
+        let shared = self.leases().is_some_and(crate::cluster::Leases::shared);
         let read = self
             .store()
             .unhandled_updates(self.bot_id(), FETCH_PER_CHAT, FETCH_MAX)
@@ -443,8 +467,9 @@ impl Inbox {
         lanes.reading = false;
         match read {
             Ok(rows) => {
-                merge(&mut lanes, rows, from);
+                merge(&mut lanes, rows, from, shared);
                 lanes.gone.clear();
+                lanes.dropped.clear();
                 None
             }
             Err(error) => {
@@ -600,22 +625,9 @@ impl Inbox {
         }
     }
 
-    /// The lane's rows leave the memory (another instance handles them, or they are
-    /// read from the table again); `true` when one of them came to this instance
-    /// itself (not read from the table).
+    /// See [`Lanes::drop_lane`].
     fn drop_lane(&self, lane: Lane) -> bool {
-        let mut guard = self.lanes();
-        let lanes = &mut *guard;
-        let Some(queue) = lanes.waiting.remove(&lane) else {
-            return false;
-        };
-        lanes.held = lanes.held.saturating_sub(queue.len());
-        let mut arrived = false;
-        for (update_id, row) in queue {
-            arrived |= matches!(row.body, Body::Parsed(_));
-            lanes.ended(update_id);
-        }
-        arrived
+        self.lanes().drop_lane(lane)
     }
 
     /// The lane's next row, when it may run now (marked running).
@@ -917,8 +929,10 @@ fn due_at(lanes: &Lanes, update_id: i64, next_try_at: NextTry) -> Option<tokio::
 /// than its limit, no chat cut at [`FETCH_PER_CHAT`], none whose first row failed
 /// before (the read gives only that one while it waits) — vouches for every row in
 /// memory, and drops the rows waiting to be read again that it did not find (handled or
-/// dead meanwhile).
-fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64) {
+/// dead meanwhile). Among instances (`shared`) it vouches only for the rows it saw: a
+/// row handed over after the read began may have an older row of its chat that
+/// another instance committed after the read's snapshot.
+fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64, shared: bool) {
     let mut whole = rows.len() < usize::try_from(FETCH_MAX).unwrap_or(usize::MAX);
     let mut found: HashSet<i64> = HashSet::with_capacity(rows.len());
     let mut current: Option<(Lane, i64)> = None;
@@ -936,6 +950,7 @@ fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64) {
         if lanes.deferred.contains(&row.update_id)
             || lanes.done.contains(&row.update_id)
             || lanes.gone.contains(&row.update_id)
+            || lanes.dropped.contains(&lane)
         {
             continue;
         }
@@ -970,7 +985,7 @@ fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64) {
         queue.retain(|update_id, row| {
             let keep = !matches!(row.body, Body::Unread) || found.contains(update_id);
             dropped += usize::from(!keep);
-            row.vouched = true;
+            row.vouched |= !shared;
             keep
         });
     }
@@ -1185,6 +1200,71 @@ pub(in crate::bot) mod tests {
         let lanes = inbox.lanes();
         assert!(lanes.waiting.is_empty(), "not kept");
         assert!(!lanes.in_sync(), "the table is read on the next pass");
+    }
+
+    /// A row as the table gives it.
+    fn stored(update_id: i64, chat: i64) -> InboxUpdate {
+        InboxUpdate {
+            update_id,
+            chat_id: Some(chat),
+            user_id: Some(chat),
+            payload: Some("{}".to_owned()),
+            failures: 0,
+            next_try_at: NextTry::default(),
+        }
+    }
+
+    fn waiting_row(vouched: bool) -> Waiting {
+        Waiting {
+            failures: 0,
+            next_try_at: NextTry::default(),
+            body: Body::Stored(Some("{}".to_owned())),
+            vouched,
+        }
+    }
+
+    /// A lane that leaves the memory while a read is under way (another instance holds
+    /// the chat, or the lease was just taken) is not brought back by that read, which
+    /// may have seen its older row before it left and a newer one since: the newer one
+    /// alone would be handled first. The next read brings both, in order.
+    #[test]
+    fn a_lane_dropped_during_a_read_is_not_brought_back_in_part_by_it() {
+        let lane = Lane::Chat(7);
+        let mut lanes = Lanes::default();
+        lanes
+            .waiting
+            .entry(lane)
+            .or_default()
+            .insert(1, waiting_row(true));
+        lanes.held = 1;
+        lanes.reading = true;
+        lanes.drop_lane(lane);
+        merge(&mut lanes, vec![stored(1, 7), stored(2, 7)], 0, true);
+        assert!(lanes.waiting.get(&lane).is_none(), "nothing of the lane");
+        lanes.dropped.clear();
+        merge(&mut lanes, vec![stored(1, 7), stored(2, 7)], 1, true);
+        let queue = lanes.waiting.get(&lane).expect("the lane, whole");
+        assert_eq!(queue.keys().copied().collect::<Vec<_>>(), [1, 2]);
+    }
+
+    /// Among instances, a row handed over while a read was under way is not vouched for
+    /// by that read: another instance may have committed an older row of its chat after
+    /// the read's snapshot. Alone, the process commits every row itself, and it is.
+    #[test]
+    fn among_instances_a_read_vouches_only_for_the_rows_it_saw() {
+        for (shared, vouched) in [(true, false), (false, true)] {
+            let mut lanes = Lanes::default();
+            lanes
+                .waiting
+                .entry(Lane::Chat(8))
+                .or_default()
+                .insert(5, waiting_row(false));
+            lanes.held = 1;
+            merge(&mut lanes, vec![stored(1, 9)], 0, shared);
+            let row = &lanes.waiting[&Lane::Chat(8)][&5];
+            assert_eq!(row.vouched, vouched, "shared: {shared}");
+            assert!(lanes.waiting[&Lane::Chat(9)][&1].vouched, "a row it saw");
+        }
     }
 
     #[test]
