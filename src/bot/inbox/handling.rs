@@ -37,7 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{Inbox, NoticeKind, not_saved};
 use crate::cluster::ChatLease;
-use crate::store::{InboxUpdate, NextTry, UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey};
+use crate::store::{Fence, InboxUpdate, NextTry, UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey};
 
 /// Chats handled at the same time.
 pub const MAX_LANES: usize = 64;
@@ -97,6 +97,11 @@ pub(in crate::bot) struct Lanes {
     /// without a newer one, or — a row that left being skipped as `gone` — a newer
     /// row without the older: the next read brings the lane back whole.
     dropped: HashSet<Lane>,
+    /// Among instances: the lease under which each lane's memory was last brought in
+    /// step with the table (see [`Inbox::lane_lease`]). A lease in hand under another
+    /// fence, or none, was taken by someone else here (the worker) or anew: what the
+    /// memory holds of the chat may be stale.
+    in_step: HashMap<Lane, Fence>,
 }
 
 impl Lanes {
@@ -432,8 +437,12 @@ impl Inbox {
                 self.count_rows().await;
                 // Among instances, rows another instance committed and could not hand
                 // over (its holder gone, a lost notice) are found here.
-                if self.leases().is_some_and(crate::cluster::Leases::shared) {
+                if let Some(leases) = self.leases().filter(|l| l.shared()) {
                     self.reread();
+                    // The lanes whose leases went are read afresh when taken again.
+                    self.lanes()
+                        .in_step
+                        .retain(|lane, _| leases.holds(lease_key(*lane)));
                 }
             }
             tokio::select! {
@@ -582,8 +591,10 @@ impl Inbox {
     /// The lane's lease, when the loop works under leases (`Some(None)`: it does not).
     /// `None` when the lane may not run now: another instance holds the chat (its rows
     /// leave the memory; that instance is told and handles them from the table), the
-    /// lease was only just taken (what the memory holds of the chat may be stale: it is
-    /// read from the table again first), or the lease could not be asked for.
+    /// lease is new to the loop — just taken, or taken by the worker, or under another
+    /// fence than the one the memory was last read under: what the memory holds of the
+    /// chat may be stale, so it is read from the table again first — or the lease could
+    /// not be asked for.
     async fn lane_lease(&self, lane: Lane) -> Option<Option<ChatLease>> {
         let Some(leases) = self.leases() else {
             return Some(None);
@@ -591,11 +602,13 @@ impl Inbox {
         let key = lease_key(lane);
         match leases.hold(key).await {
             // On SQLite the lock file keeps other daemons out: nothing can be stale.
-            Ok(Some(lease)) if lease.fresh() && leases.shared() => {
-                // What an instance that died left of the chat goes first.
+            Ok(Some(lease)) if leases.shared() && !self.in_step(lane, &lease) => {
+                // What an instance that died left of the chat goes first: claimed, each
+                // with its turn in the chat, before the chat's next update is handled.
                 if let Some(take_over) = self.take_over() {
                     take_over(key).await;
                 }
+                self.lanes().in_step.insert(lane, lease.fence());
                 self.drop_lane(lane);
                 self.reread();
                 None
@@ -623,6 +636,11 @@ impl Inbox {
                 None
             }
         }
+    }
+
+    /// Whether the memory of `lane` was read under `lease` (see [`Lanes::in_step`]).
+    fn in_step(&self, lane: Lane, lease: &ChatLease) -> bool {
+        !lease.fresh() && self.lanes().in_step.get(&lane) == Some(&lease.fence())
     }
 
     /// See [`Lanes::drop_lane`].
