@@ -1109,6 +1109,105 @@ async fn a_rolling_restart_under_load_answers_every_entry_once_and_in_order() {
     );
 }
 
+/// An instance that stalls past its chat's lease (SIGSTOP) right after it recorded an
+/// entry's analysis, while another instance takes the chat over and answers it, sends
+/// nothing once it runs again: it finds the lease gone before it sends. The chat gets
+/// each answer once, in order.
+#[tokio::test]
+async fn an_instance_stalled_past_its_lease_sends_nothing_once_its_chat_was_taken_over() {
+    use crate::support::cluster::ports;
+    use crate::support::telegram::text_update;
+    use crate::support::{FakeTelegram, Providers};
+    use sqlx::Connection as _;
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let db = Backend::Postgres.fresh().await;
+    let (_dir, dir) = fault_dir();
+    let telegram = FakeTelegram::start().await;
+    let providers = Providers::start().await;
+    // Slow enough that the entry's row is there well before its analysis is recorded.
+    providers.slow(Duration::from_millis(1500)).await;
+    let (balancer, mut instances) =
+        crate::support::cluster::start_instances(&db.url, &telegram, &providers, &dir, 2, 2000)
+            .await;
+    let chat = 5000;
+    balancer.serve(&ports(&[&instances[0]]));
+    telegram.push_update(text_update(chat, 1, "A quiet day at home."));
+
+    // The entry's row is held locked, so the first instance's record of its analysis
+    // waits; once it waits, the instance is stopped and the record let through.
+    let raw = Raw::connect(&db.url).await;
+    crate::support::wait_until("the entry stored", Duration::from_secs(60), || async {
+        raw.value::<i64>(&format!(
+            "SELECT count(*) FROM day_logs WHERE chat_id = {chat}"
+        ))
+        .await
+            == 1
+    })
+    .await;
+    let mut lock = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut lock)
+        .await
+        .expect("begin");
+    sqlx::query(&format!(
+        "SELECT id FROM day_logs WHERE chat_id = {chat} FOR UPDATE"
+    ))
+    .execute(&mut lock)
+    .await
+    .expect("locked");
+    crate::support::wait_until("the record waiting", Duration::from_secs(60), || async {
+        raw.value::<i64>(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE day_logs SET status%'",
+        )
+        .await
+            == 1
+    })
+    .await;
+    instances[0].pause();
+    sqlx::query("COMMIT")
+        .execute(&mut lock)
+        .await
+        .expect("commit");
+    crate::support::wait_until("the record committed", Duration::from_secs(60), || async {
+        raw.value::<i64>(&format!(
+            "SELECT count(*) FROM day_logs WHERE chat_id = {chat} AND status = 'analyzed'"
+        ))
+        .await
+            == 1
+    })
+    .await;
+
+    // The chat's next entry goes to the other instance, which takes the chat over once
+    // the stalled one's lease ran out, and answers both.
+    balancer.serve(&ports(&[&instances[1]]));
+    telegram.push_update(text_update(chat, 2, "A quiet day at home."));
+    let logs: Vec<_> = instances.iter().map(|i| i.log.clone()).collect();
+    wait_answered(&telegram, &[chat], 2, &logs).await;
+
+    // Running again, the stalled instance finishes what it was doing, and stops.
+    instances[0].resume();
+    for instance in &mut instances {
+        assert_eq!(
+            instance.stop().await,
+            Some(0),
+            "{}",
+            crate::support::tail(&instance.log, 20)
+        );
+    }
+    raw.close().await;
+    keep_calls(&telegram, &dir);
+    let answers = check_answers(&telegram, &[chat], 2);
+    assert_eq!(answers.out_of_order, Vec::new(), "in order");
+    assert!(
+        answers.again.is_empty(),
+        "the stalled instance sent after the take-over: {:?}",
+        answers.again
+    );
+}
+
 /// PostgreSQL restarted in the middle of a burst: while it is gone `/readyz` says 503
 /// and the webhook is answered 5xx (Telegram keeps the updates); every update Telegram
 /// got a 2xx for is there, and every entry is answered once it is back.

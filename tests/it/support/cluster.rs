@@ -219,6 +219,20 @@ impl Instance {
         }
     }
 
+    /// SIGSTOP: the process stalls (no heartbeat, nothing sent) until [`Instance::resume`].
+    pub fn pause(&self) {
+        if let Some(bot) = &self.bot {
+            super::signal(bot, "STOP");
+        }
+    }
+
+    /// SIGCONT after [`Instance::pause`].
+    pub fn resume(&self) {
+        if let Some(bot) = &self.bot {
+            super::signal(bot, "CONT");
+        }
+    }
+
     /// SIGTERM, and waits for a clean exit.
     pub async fn stop(&mut self) -> Option<i32> {
         let mut bot = self.bot.take()?;
@@ -229,6 +243,11 @@ impl Instance {
         self.ended.push((self.tag(), End::Stopped));
         code
     }
+}
+
+/// The ports of `instances`, for [`Balancer::serve`].
+pub fn ports(instances: &[&Instance]) -> Vec<u16> {
+    instances.iter().map(|i| i.port).collect()
 }
 
 /// `count` instances on the database `db_url` behind a new balancer, started.
