@@ -730,7 +730,10 @@ fn fault_dir() -> (Option<tempfile::TempDir>, std::path::PathBuf) {
         .expect("dir");
     if std::env::var_os("FAULT_KEEP").is_some() {
         let kept = dir.keep();
-        eprintln!("the fault test's logs are kept in {}", kept.display());
+        #[expect(clippy::print_stderr, reason = "where the kept logs are")]
+        {
+            eprintln!("the fault test's logs are kept in {}", kept.display());
+        }
         return (None, kept);
     }
     let path = dir.path().to_path_buf();

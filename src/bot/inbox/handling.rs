@@ -1258,7 +1258,7 @@ pub(in crate::bot) mod tests {
         lanes.reading = true;
         lanes.drop_lane(lane);
         merge(&mut lanes, vec![stored(1, 7), stored(2, 7)], 0, true);
-        assert!(lanes.waiting.get(&lane).is_none(), "nothing of the lane");
+        assert!(!lanes.waiting.contains_key(&lane), "nothing of the lane");
         lanes.dropped.clear();
         merge(&mut lanes, vec![stored(1, 7), stored(2, 7)], 1, true);
         let queue = lanes.waiting.get(&lane).expect("the lane, whole");
