@@ -309,6 +309,13 @@ impl ChatLease {
         self.fresh
     }
 
+    /// Whether another instance may take this lease over (PostgreSQL): only then must
+    /// work under it check it before it sends and fence its writes (on SQLite the lock
+    /// file keeps every other daemon out).
+    pub fn shared(&self) -> bool {
+        self.leases.shared()
+    }
+
     /// Another use of the same lease (work handed to a task of its own keeps the chat
     /// with this instance until it ends); `None` when it was taken over.
     pub fn share(&self) -> Option<Self> {
@@ -336,12 +343,6 @@ impl ChatLease {
 }
 
 impl ChatLease {
-    /// Whether other instances may share the database (PostgreSQL): only then can the
-    /// chat be taken over.
-    pub fn shared(&self) -> bool {
-        self.leases.shared()
-    }
-
     /// Resolves once [`ChatLease::held`] is false: the lease's deadline here passed
     /// without a renewal (before another instance can take it over), or the heartbeat
     /// found it taken over. Wakes only at the deadlines.
@@ -358,6 +359,47 @@ impl ChatLease {
                     tokio::time::sleep_until(until).await;
                 }
                 _ => return,
+            }
+        }
+    }
+
+    /// [`ChatLease::held`], or — when only its deadline here passed (the heartbeat was
+    /// late: a stalled process, a slow database) — whether the database still names
+    /// this instance and generation as the chat's holder, renewing the lease if so (one
+    /// statement, only then). `false` once another instance took the chat over, or when
+    /// the database cannot say: what is about to be done under the lease is not.
+    pub async fn confirm(&self) -> bool {
+        if self.held() {
+            return true;
+        }
+        let in_hand = self
+            .leases
+            .map()
+            .get(&self.fence.chat_id)
+            .is_some_and(|held| held.fence == self.fence);
+        if !in_hand {
+            return false; // the heartbeat found it taken over
+        }
+        let asked_at = tokio::time::Instant::now();
+        match self
+            .leases
+            .store
+            .renew_chat_lease(&self.fence, self.leases.lease)
+            .await
+        {
+            Ok(true) => {
+                let valid_until = self.leases.valid_until(asked_at);
+                if let Some(held) = self.leases.map().get_mut(&self.fence.chat_id)
+                    && held.fence == self.fence
+                {
+                    held.valid_until = held.valid_until.max(valid_until);
+                }
+                true
+            }
+            Ok(false) => false,
+            Err(error) => {
+                tracing::warn!(%error, chat_id = self.fence.chat_id, "cannot ask the database whether a chat's lease is still this instance's");
+                false
             }
         }
     }
@@ -772,6 +814,46 @@ mod tests {
             there.hold_arrived(5).await.is_err(),
             "an update that arrived asks the database"
         );
+    }
+
+    /// A lease whose deadline here passed without a heartbeat is confirmed by the
+    /// database while nobody took the chat over (and counts again), and no longer once
+    /// another instance did.
+    #[tokio::test]
+    async fn a_lease_past_its_deadline_here_is_confirmed_until_it_is_taken_over() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("daylog.db").display());
+        let store = Store::open_and_migrate(&url, Duration::from_secs(5))
+            .await
+            .expect("store");
+        let new = |mode| NewInstance {
+            version: "test",
+            host: "here",
+            pid: 1,
+            mode,
+        };
+        let a = store.register_instance(&new("webhook")).await.expect("a");
+        let b = store.register_instance(&new("webhook")).await.expect("b");
+        let lease = Duration::from_millis(300);
+        let leases = Leases::new(store.clone(), a, lease);
+        let chat = leases.hold(5).await.expect("take").expect("free");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while chat.held() {
+            assert!(tokio::time::Instant::now() < deadline, "held forever");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(chat.confirm().await, "nobody took it: still a's");
+        assert!(chat.held(), "renewed by the asking");
+        while store
+            .take_chat_lease(5, b, lease * 100)
+            .await
+            .expect("take")
+            .is_none()
+        {
+            assert!(tokio::time::Instant::now() < deadline, "never ran out");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!chat.confirm().await, "b holds the chat now");
     }
 
     #[test]

@@ -330,7 +330,7 @@ impl Session {
         match accepted {
             Ok(Some(accepted)) => {
                 self.journal
-                    .answer_accepted(self.terminal.as_ref(), accepted)
+                    .answer_accepted(self.terminal.as_ref(), accepted, None)
                     .await;
                 Ok(())
             }

@@ -166,14 +166,19 @@ async fn finish_one<M: Messenger>(
     let Ok(permit) = permit else {
         return;
     };
-    if lease.as_ref().is_some_and(|lease| !lease.held()) {
+    if let Some(lease) = &lease
+        && !lease.confirm().await
+    {
         tracing::info!(
             log_id = id.get(),
             "another instance took this log's chat over; left to it"
         );
         return;
     }
-    if let Err(error) = journal.finish(messenger.as_ref(), pickup).await {
+    if let Err(error) = journal
+        .finish(messenger.as_ref(), pickup, lease.as_ref())
+        .await
+    {
         tracing::error!(log_id = id.get(), %error, "worker could not finish a log");
     }
     drop(permit);

@@ -996,11 +996,13 @@ impl Answers {
     ) -> HandlerResult {
         if let Some(accepted) = accepted? {
             taking.marked_by_store();
-            // The chat stays this instance's until its answer is out.
+            // The chat stays this instance's until its answer is out, and the answer goes
+            // out only while it is.
             let lease = taking.lease();
             self.0.spawn(async move {
-                journal.answer_accepted(messenger.as_ref(), accepted).await;
-                drop(lease);
+                journal
+                    .answer_accepted(messenger.as_ref(), accepted, lease.as_deref())
+                    .await;
             });
         }
         Ok(())

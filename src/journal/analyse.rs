@@ -127,6 +127,7 @@ impl Journal {
         author: &Author,
         known: Known,
         before: &BeforeAnalysis,
+        under: Under<'_>,
     ) -> Result<Option<Outcome>, StoreError> {
         let text = truncate_chars(&log.text, self.settings.telegram.max_text_chars());
         let context = self.context(log, author, known, before).await?;
@@ -169,10 +170,15 @@ impl Journal {
                 self.waiting(log, &error, &refused, metrics.answered())
             }
         };
-        if !self.store.record(log.id, &log.text, &outcome).await? {
+        let fence = under.fence();
+        if !self
+            .store
+            .record_under(log.id, &log.text, &outcome, fence.as_ref())
+            .await?
+        {
             tracing::info!(
                 log_id = log.id.get(),
-                "log edited during its analysis; the new text is analysed next"
+                "log edited during its analysis (the new text is analysed next), or its chat taken over by another instance; not answered here"
             );
             return Ok(None);
         }

@@ -22,7 +22,7 @@ impl Journal {
         msg: Incoming,
     ) -> Result<(), EntryError> {
         if let Some(accepted) = self.accept_text(msg).await? {
-            self.answer_accepted(messenger, accepted).await;
+            self.answer_accepted(messenger, accepted, None).await;
         }
         Ok(())
     }
@@ -254,8 +254,16 @@ impl Journal {
     }
 
     /// Analyses and answers an accepted entry once the chat's earlier ones are done. A
-    /// failure after the store is told to the user here, in the entry's turn.
-    pub async fn answer_accepted<M: Messenger>(&self, messenger: &M, accepted: Accepted) {
+    /// failure after the store is told to the user here, in the entry's turn. Among
+    /// instances it is answered under its chat's `lease`: nothing is sent, nor written
+    /// of its outcome and answer, once another instance took the chat over (which then
+    /// answers it).
+    pub async fn answer_accepted<M: Messenger>(
+        &self,
+        messenger: &M,
+        accepted: Accepted,
+        lease: Option<&ChatLease>,
+    ) {
         let target = Target::reply(accepted.log.chat_id, accepted.log.message_id);
         let Accepted {
             log,
@@ -264,13 +272,22 @@ impl Journal {
             claim,
             mut turn,
         } = accepted;
+        let under = Under::new(&claim, lease);
         let waited = turn.begin().await;
+        let id = log.id;
         if let Err(error) = self
-            .answer_in_turn(messenger, log, &author, work, &claim, waited)
+            .answer_in_turn(messenger, log, &author, work, under, waited)
             .await
         {
             let error = EntryError::Later(error);
             tracing::error!(%error, chat_id = target.chat_id.get(), "day log handling failed");
+            if !under.holds().await {
+                tracing::info!(
+                    log_id = id.get(),
+                    "this instance no longer holds the chat's lease; its new holder answers the log"
+                );
+                return;
+            }
             let reply = Reply::new().text(error.sentence(author.language));
             if let Err(error) = messenger.send(target, vec![Response::Text(reply)]).await {
                 tracing::warn!(%error, chat_id = target.chat_id.get(), "reply not delivered");
@@ -285,9 +302,10 @@ impl Journal {
         mut log: DayLog,
         author: &Author,
         work: Work,
-        claim: &Claim,
+        under: Under<'_>,
         waited: bool,
     ) -> Result<(), StoreError> {
+        let claim = under.claim();
         if waited {
             // It waited behind an earlier entry: it may have been edited (the edit could
             // not claim it, and this read has its text) or deleted meanwhile.
@@ -301,13 +319,13 @@ impl Journal {
             Work::Text(known) => known,
             Work::Voice { file_id } => {
                 return self
-                    .transcribe_and_answer(messenger, log, &file_id, author, Timing::Live, claim)
+                    .transcribe_and_answer(messenger, log, &file_id, author, Timing::Live, under)
                     .await;
             }
         };
         loop {
             let id = log.id;
-            self.analyse_and_answer(messenger, log, author, known, Timing::Live, claim)
+            self.analyse_and_answer(messenger, log, author, known, Timing::Live, under)
                 .await?;
             // Edited while it was analysed: the old text's result was not stored, and
             // the new text is answered now, as the edit itself would have been.

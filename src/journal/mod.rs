@@ -34,6 +34,7 @@ mod voice;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::cluster::ChatLease;
 use crate::config::Settings;
 
 use crate::language::Language;
@@ -153,6 +154,63 @@ impl Claim {
     /// holder answers the new text too, rather than leaving it to the worker.
     fn take_edited(&self) -> bool {
         self.take()
+    }
+}
+
+/// What a log is worked on under: this process's claim on its message and, among
+/// instances (PostgreSQL), its chat's lease. Every message about the log goes out only
+/// while the lease is in hand — checked right before the send, by the lease's own
+/// deadline, and past that deadline by asking the database ([`ChatLease::confirm`]) —
+/// and the log's outcome and the record of its answer are written only while the lease
+/// is still the chat's (its fence, checked in the write's statement): an instance whose
+/// chat was taken over (it stalled past its lease) neither sends nor records, and
+/// leaves the log to the chat's new holder.
+#[derive(Clone, Copy)]
+struct Under<'a> {
+    /// The log is worked on only while claimed: borrowed here so that it is.
+    claim: &'a Claim,
+    lease: Option<&'a ChatLease>,
+}
+
+impl<'a> Under<'a> {
+    fn new(claim: &'a Claim, lease: Option<&'a ChatLease>) -> Self {
+        Self {
+            claim,
+            // On SQLite the lock file keeps every other daemon out: nobody can take the
+            // chat over, and nothing is checked.
+            lease: lease.filter(|lease| lease.shared()),
+        }
+    }
+
+    fn claim(&self) -> &'a Claim {
+        self.claim
+    }
+
+    /// Whether the chat is still this instance's to answer in (always, without a
+    /// lease to check).
+    async fn holds(&self) -> bool {
+        match self.lease {
+            Some(lease) => lease.confirm().await,
+            None => true,
+        }
+    }
+
+    /// [`Under::holds`] before a message about `log` goes out; says so when not.
+    async fn may_send(&self, log: &DayLog) -> bool {
+        let holds = self.holds().await;
+        if !holds {
+            tracing::info!(
+                log_id = log.id.get(),
+                chat_id = log.chat_id.get(),
+                "this instance no longer holds the chat's lease; its new holder answers the log"
+            );
+        }
+        holds
+    }
+
+    /// What the log's writes check: the lease's fence.
+    fn fence(&self) -> Option<crate::store::Fence> {
+        self.lease.map(ChatLease::fence)
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::PoisonError;
 
 use tokio::sync::oneshot::error::TryRecvError;
 
-use crate::store::{ChatId, DayLog, LogId, Store, StoreError, UserId};
+use crate::store::{ChatId, DayLog, Fence, LogId, Store, StoreError, UserId};
 use crate::texts::Texts;
 use crate::time::UserZone;
 
@@ -87,37 +87,65 @@ pub(super) struct Read<'a> {
 /// is recorded as sent exactly as before; alone, a record is committed at once.
 #[derive(Default)]
 pub(super) struct RepliedRecords {
-    /// The answers sent whose record waits for the next commit, each with where to say
-    /// whether it was committed.
-    waiting: std::sync::Mutex<Vec<(LogId, tokio::sync::oneshot::Sender<bool>)>>,
+    /// The answers sent whose record waits for the next commit, each with the lease it
+    /// was sent under and where to say how its record went.
+    waiting: std::sync::Mutex<Vec<Waiting>>,
     /// Held by the one committing.
     commit: tokio::sync::Mutex<()>,
 }
 
+/// An answer's record waiting for the next commit.
+type Waiting = (LogId, Option<Fence>, tokio::sync::oneshot::Sender<Recorded>);
+
+/// How the record of an answer sent went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Recorded {
+    /// `replied_at` is set.
+    Yes,
+    /// The chat's lease it was sent under was taken over before the record: nothing
+    /// written (the chat's new holder answers the log, maybe once more).
+    TakenOver,
+    /// The statement failed.
+    Failed,
+}
+
 impl RepliedRecords {
-    /// Records that the answer to log `id` went out ([`Store::mark_replied`]), in one
-    /// commit with those of answers sent at the same time.
-    async fn record(&self, store: &Store, id: LogId) -> Result<(), StoreError> {
+    /// Records that the answer to log `id` went out ([`Store::mark_replied_all`]) —
+    /// under `fence`, the chat's lease it was sent under, if any — in one commit with
+    /// those of answers sent at the same time. `Ok(false)`: the lease was taken over,
+    /// nothing recorded.
+    async fn record(
+        &self,
+        store: &Store,
+        id: LogId,
+        fence: Option<Fence>,
+    ) -> Result<bool, StoreError> {
         let (tell, mut told) = tokio::sync::oneshot::channel();
-        self.waiting().push((id, tell));
+        self.waiting().push((id, fence, tell));
         let _turn = self.commit.lock().await;
         match told.try_recv() {
-            Ok(true) => return Ok(()),
-            Ok(false) | Err(TryRecvError::Closed) => return Err(committed_with_others()),
+            Ok(Recorded::Yes) => return Ok(true),
+            Ok(Recorded::TakenOver) => return Ok(false),
+            Ok(Recorded::Failed) | Err(TryRecvError::Closed) => {
+                return Err(committed_with_others());
+            }
             Err(TryRecvError::Empty) => {}
         }
         let batch = std::mem::take(&mut *self.waiting());
-        let ids: Vec<LogId> = batch.iter().map(|(id, _)| *id).collect();
-        let result = store.mark_replied_all(&ids).await;
-        for (_, tell) in batch {
-            let _ = tell.send(result.is_ok());
+        let answers: Vec<(LogId, Option<Fence>)> =
+            batch.iter().map(|(id, fence, _)| (*id, *fence)).collect();
+        let result = store.mark_replied_all(&answers).await;
+        for (each, _, tell) in batch {
+            let _ = tell.send(match &result {
+                Ok(taken) if taken.contains(&each) => Recorded::TakenOver,
+                Ok(_) => Recorded::Yes,
+                Err(_) => Recorded::Failed,
+            });
         }
-        result
+        result.map(|taken| !taken.contains(&id))
     }
 
-    fn waiting(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Vec<(LogId, tokio::sync::oneshot::Sender<bool>)>> {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Vec<Waiting>> {
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -179,7 +207,7 @@ impl Journal {
         author: &Author,
         known: Known,
         timing: Timing,
-        _claim: &Claim,
+        under: Under<'_>,
     ) -> Result<(), StoreError> {
         let texts = Texts(author.language);
         // The worker's tries are not held to the hourly limit: one past
@@ -198,6 +226,7 @@ impl Journal {
                 messenger,
                 &log,
                 Reply::new().text(texts.saved_rate_limited(wait)),
+                under,
             )
             .await;
             return Ok(());
@@ -208,7 +237,7 @@ impl Journal {
             let analysing = with_typing(
                 messenger,
                 log.chat_id,
-                self.analyse(&log, author, known, &before),
+                self.analyse(&log, author, known, &before, under),
             );
             tokio::pin!(analysing);
             // docs/behaviour.md, The life of an entry: a wait longer than `budgets.notify_after_ms` is said to the
@@ -221,7 +250,7 @@ impl Journal {
                         None => texts.saved_slow().to_owned(),
                     };
                     tracing::info!(log_id = log.id.get(), "the analysis takes longer than notify_after_ms; user told it follows");
-                    self.notify(messenger, &log, Reply::new().text(reply)).await;
+                    self.notify(messenger, &log, Reply::new().text(reply), under).await;
                     (analysing.await?, Timing::Late)
                 }
             }
@@ -232,7 +261,7 @@ impl Journal {
             let read = Read {
                 entry_days: Some(&before.entry_days),
             };
-            self.answer_outcome_read(messenger, &log, &outcome, author, timing, read)
+            self.answer_outcome_read(messenger, &log, &outcome, author, timing, read, under)
                 .await;
         }
         Ok(())
@@ -313,12 +342,25 @@ impl Journal {
         outcome: &Outcome,
         author: &Author,
         timing: Timing,
+        under: Under<'_>,
     ) {
-        self.answer_outcome_read(messenger, log, outcome, author, timing, Read::default())
-            .await;
+        self.answer_outcome_read(
+            messenger,
+            log,
+            outcome,
+            author,
+            timing,
+            Read::default(),
+            under,
+        )
+        .await;
     }
 
     /// [`Journal::answer_outcome`] with what was read before the analysis.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the answer's parts, each of its own kind; a struct would only rename them"
+    )]
     async fn answer_outcome_read<M: Messenger>(
         &self,
         messenger: &M,
@@ -327,6 +369,7 @@ impl Journal {
         author: &Author,
         timing: Timing,
         read: Read<'_>,
+        under: Under<'_>,
     ) {
         let Some(mut reply) = self.reply(log, outcome, author, timing, read).await else {
             return;
@@ -337,25 +380,31 @@ impl Journal {
             reply = self.naming_the_entry(log, author, reply);
         }
         if outcome.is_final() {
-            if self.answer(messenger, log, reply).await {
+            if self.answer(messenger, log, reply, under).await {
                 let waited =
                     std::time::Duration::try_from(self.now().duration_since(log.created_at))
                         .unwrap_or_default();
                 crate::observe::entry_answered(outcome, waited);
             }
         } else {
-            self.notify(messenger, log, reply).await;
+            self.notify(messenger, log, reply, under).await;
         }
     }
 
     /// Sends responses about a log; `true` when they went out or never can (so the
-    /// log counts as answered), `false` when it is worth trying again later.
+    /// log counts as answered), `false` when it is worth trying again later — or, among
+    /// instances, when this one no longer holds the log's chat (checked right before
+    /// the send): then nothing is sent, and the chat's new holder answers.
     async fn deliver<M: Messenger>(
         &self,
         messenger: &M,
         log: &DayLog,
         responses: Vec<Response>,
+        under: Under<'_>,
     ) -> bool {
+        if !under.may_send(log).await {
+            return false;
+        }
         let target = Target::reply(log.chat_id, log.message_id);
         match messenger.send(target, responses).await {
             Ok(()) => true,
@@ -374,20 +423,37 @@ impl Journal {
         }
     }
 
-    /// Sends the final answer about a log and records that it went out. A failure to
-    /// record is logged, not reported to the user, who already has the answer (the
-    /// worker may send it once more: the window docs/behaviour.md, Promises allows).
-    /// `true` when it went out (or never can).
-    async fn answer<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) -> bool {
+    /// Sends the final answer about a log and records that it went out (under the
+    /// chat's lease, among instances). A failure to record is logged, not reported to
+    /// the user, who already has the answer (the worker may send it once more: the
+    /// window docs/behaviour.md, Promises allows). `true` when it went out (or never can).
+    async fn answer<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        reply: Reply,
+        under: Under<'_>,
+    ) -> bool {
         if !self
-            .deliver(messenger, log, vec![Response::Text(reply)])
+            .deliver(messenger, log, vec![Response::Text(reply)], under)
             .await
         {
             return false;
         }
-        match self.replied.record(&self.store, log.id).await {
-            Ok(()) => {
+        match self
+            .replied
+            .record(&self.store, log.id, under.fence())
+            .await
+        {
+            Ok(true) => {
                 self.unrecorded().replies.remove(&log.id);
+            }
+            Ok(false) => {
+                tracing::warn!(
+                    log_id = log.id.get(),
+                    chat_id = log.chat_id.get(),
+                    "answer sent, but another instance took the chat over before it was recorded; the new holder may send it once more"
+                );
             }
             Err(error) => {
                 tracing::error!(log_id = log.id.get(), %error, "answer sent but not recorded; recording is retried, the answer is not sent again");
@@ -398,8 +464,14 @@ impl Journal {
     }
 
     /// Sends a notice about a log that is not its final answer ("saved, will follow").
-    async fn notify<M: Messenger>(&self, messenger: &M, log: &DayLog, reply: Reply) {
-        self.deliver(messenger, log, vec![Response::Text(reply)])
+    async fn notify<M: Messenger>(
+        &self,
+        messenger: &M,
+        log: &DayLog,
+        reply: Reply,
+        under: Under<'_>,
+    ) {
+        self.deliver(messenger, log, vec![Response::Text(reply)], under)
             .await;
     }
 

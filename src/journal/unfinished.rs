@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use crate::cluster::{ChatLease, Leases};
 use crate::domain::{Failure, Outcome};
 use crate::frontend::Messenger;
-use crate::store::{DayLog, FrontEnd, LogId, LogStatus, StoreError, Unfinished, VoiceNote};
+use crate::store::{DayLog, Fence, FrontEnd, LogId, LogStatus, StoreError, Unfinished, VoiceNote};
 
 use super::*;
 
@@ -142,33 +142,36 @@ impl Journal {
         log: DayLog,
         voice: Option<VoiceNote>,
         author: &Author,
-        claim: &Claim,
+        under: Under<'_>,
     ) -> Result<(), StoreError> {
         let spoken = voice.is_some();
         if let Some(voice) = voice.filter(|_| log.text.is_empty()) {
             // Stored, never transcribed: start from the recording.
             return self
-                .transcribe_and_answer(messenger, log, &voice.file_id, author, Timing::Late, claim)
+                .transcribe_and_answer(messenger, log, &voice.file_id, author, Timing::Late, under)
                 .await;
         }
         let known = Known {
             spoken: Some(spoken),
             new: false,
         };
-        self.analyse_and_answer(messenger, log, author, known, Timing::Late, claim)
+        self.analyse_and_answer(messenger, log, author, known, Timing::Late, under)
             .await
     }
 
     /// Finishes one log the worker found (docs/behaviour.md, The life of an entry): analyse a due pending log again, or
     /// send an answer that was decided but never delivered. One that fails on a write
-    /// is left alone by [`Journal::claim_unfinished`] for a growing while.
+    /// is left alone by [`Journal::claim_unfinished`] for a growing while. Among
+    /// instances it is finished under its chat's `lease` (see [`Journal::claim_unfinished_held`]):
+    /// nothing is sent, nor written of its outcome and answer, once that is taken over.
     pub async fn finish<M: Messenger>(
         &self,
         messenger: &M,
         pickup: Pickup,
+        lease: Option<&ChatLease>,
     ) -> Result<(), StoreError> {
         let id = pickup.id;
-        let finished = self.finish_claimed(messenger, pickup).await;
+        let finished = self.finish_claimed(messenger, pickup, lease).await;
         let mut unrecorded = self.unrecorded();
         if finished.is_err() {
             let tries = unrecorded.failed.get(&id).map_or(0, |(tries, _)| *tries);
@@ -184,12 +187,14 @@ impl Journal {
         &self,
         messenger: &M,
         pickup: Pickup,
+        lease: Option<&ChatLease>,
     ) -> Result<(), StoreError> {
         let Pickup {
             id,
             claim,
             mut turn,
         } = pickup;
+        let under = Under::new(&claim, lease);
         turn.begin().await; // normally begun already (Pickup::wait_turn)
         // Read again under the claim: a handler may have finished it since the worker
         // listed it, and answering twice is what the claim is there to prevent.
@@ -207,34 +212,48 @@ impl Journal {
         }) = &voice
             && !log.text.is_empty()
             && !self.unrecorded().transcripts.contains(&log.id)
-            && !self.show_transcript(messenger, &log, language).await
+            && !self.show_transcript(messenger, &log, language, under).await
         {
-            return self.postpone(&log).await;
+            return self.postpone(&log, under).await;
         }
         match kind {
             Unfinished::Analyse => {
-                self.try_or_give_up(messenger, log, voice, &author, &claim)
+                self.try_or_give_up(messenger, log, voice, &author, under)
                     .await
             }
             Unfinished::Reply if self.unrecorded().replies.contains(&log.id) => {
                 // Already delivered by this process: only the record is missing.
-                match self.store.mark_replied(log.id).await {
-                    Ok(()) => {
-                        self.unrecorded().replies.remove(&log.id);
-                        tracing::info!(log_id = log.id.get(), "answer recorded after all");
-                    }
-                    Err(error) => {
-                        tracing::debug!(log_id = log.id.get(), %error, "answer still not recorded");
-                    }
-                }
+                self.record_after_all(log.id, under.fence()).await;
                 Ok(())
             }
             Unfinished::Reply => {
                 if let Some(outcome) = log.outcome() {
-                    self.answer_outcome(messenger, &log, &outcome, &author, Timing::Late)
+                    self.answer_outcome(messenger, &log, &outcome, &author, Timing::Late, under)
                         .await;
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// Records an answer this process sent and could not record then (under the chat's
+    /// lease it was sent under, if any).
+    async fn record_after_all(&self, id: LogId, fence: Option<Fence>) {
+        match self.store.mark_replied_all(&[(id, fence)]).await {
+            Ok(taken) if taken.is_empty() => {
+                self.unrecorded().replies.remove(&id);
+                tracing::info!(log_id = id.get(), "answer recorded after all");
+            }
+            Ok(_) => {
+                // Another instance holds the chat now: the log is its to finish.
+                self.unrecorded().replies.remove(&id);
+                tracing::warn!(
+                    log_id = id.get(),
+                    "answer sent, but another instance took the chat over before it was recorded; the new holder may send it once more"
+                );
+            }
+            Err(error) => {
+                tracing::debug!(log_id = id.get(), %error, "answer still not recorded");
             }
         }
     }
@@ -249,14 +268,14 @@ impl Journal {
         log: DayLog,
         voice: Option<VoiceNote>,
         author: &Author,
-        claim: &Claim,
+        under: Under<'_>,
     ) -> Result<(), StoreError> {
         let age = self.store.log_age(log.id).await?.unwrap_or_default();
         let id = log.id;
         // What the give-up compares with, kept only when it can come to that.
         let tried =
             (age > self.settings.worker.max_age()).then(|| (log.edited_at, log.text.clone()));
-        self.try_unfinished(messenger, log, voice, author, claim)
+        self.try_unfinished(messenger, log, voice, author, under)
             .await?;
         let Some((tried_edit, tried_text)) = tried else {
             return Ok(());
@@ -277,10 +296,16 @@ impl Journal {
             "giving up on a pending log"
         );
         let gave_up = Outcome::Failed(Failure::GaveUp);
-        if !self.store.record(id, &left.text, &gave_up).await? {
-            return Ok(()); // edited meanwhile: the new text gets its chance
+        let fence = under.fence();
+        if !self
+            .store
+            .record_under(id, &left.text, &gave_up, fence.as_ref())
+            .await?
+        {
+            // Edited meanwhile: the new text gets its chance (or the chat was taken over).
+            return Ok(());
         }
-        self.answer_outcome(messenger, &left, &gave_up, author, Timing::Late)
+        self.answer_outcome(messenger, &left, &gave_up, author, Timing::Late, under)
             .await;
         Ok(())
     }

@@ -46,25 +46,28 @@ impl Journal {
         file_id: &str,
         author: &Author,
         timing: Timing,
-        claim: &Claim,
+        under: Under<'_>,
     ) -> Result<(), StoreError> {
         let transcribed = with_typing(
             messenger,
             log.chat_id,
-            self.transcribe(messenger, &log, file_id),
+            self.transcribe(messenger, &log, file_id, under),
         )
         .await?;
         match transcribed {
             Transcribed::Text(log) => {
-                if !self.show_transcript(messenger, &log, author.language).await {
+                if !self
+                    .show_transcript(messenger, &log, author.language, under)
+                    .await
+                {
                     // The analysis follows the transcript, never overtakes it.
-                    return self.postpone(&log).await;
+                    return self.postpone(&log, under).await;
                 }
-                self.analyse_and_answer(messenger, *log, author, Known::default(), timing, claim)
+                self.analyse_and_answer(messenger, *log, author, Known::default(), timing, under)
                     .await
             }
             Transcribed::Decided(outcome) => {
-                self.answer_outcome(messenger, &log, &outcome, author, timing)
+                self.answer_outcome(messenger, &log, &outcome, author, timing, under)
                     .await;
                 Ok(())
             }
@@ -79,6 +82,7 @@ impl Journal {
         messenger: &M,
         log: &DayLog,
         file_id: &str,
+        under: Under<'_>,
     ) -> Result<Transcribed, StoreError> {
         if !self.llm.can_transcribe() {
             // Not worth a download (up to 20 MB at every try) that nothing can use.
@@ -86,13 +90,15 @@ impl Journal {
                 log_id = log.id.get(),
                 "no transcription provider has a key; voice note stays pending"
             );
-            return self.wait_for_transcription(log, Wait::NoTranscriber).await;
+            return self
+                .wait_for_transcription(log, Wait::NoTranscriber, under)
+                .await;
         }
         let audio = match messenger.fetch_audio(file_id).await {
             Ok(audio) => audio,
             Err(FetchError::Gone(reason)) => {
                 tracing::warn!(log_id = log.id.get(), %reason, "voice note recording unavailable");
-                return self.give_up_voice(log, Failure::RecordingGone).await;
+                return self.give_up_voice(log, Failure::RecordingGone, under).await;
             }
             Err(FetchError::Refused(reason)) => {
                 // Counted in the log's tries (this one included): a file id Telegram
@@ -101,14 +107,20 @@ impl Journal {
                 let tries = log.attempts.saturating_add(1);
                 if tries >= self.settings.voice.fetch_max_tries() {
                     tracing::warn!(log_id = log.id.get(), tries, %reason, "Telegram kept refusing the voice note's recording; given up");
-                    return self.give_up_voice(log, Failure::RecordingRefused).await;
+                    return self
+                        .give_up_voice(log, Failure::RecordingRefused, under)
+                        .await;
                 }
                 tracing::warn!(log_id = log.id.get(), tries, %reason, "Telegram refused the voice note's recording for now; log stays pending");
-                return self.wait_for_transcription(log, Wait::Recording).await;
+                return self
+                    .wait_for_transcription(log, Wait::Recording, under)
+                    .await;
             }
             Err(FetchError::Transient(reason)) => {
                 tracing::warn!(log_id = log.id.get(), %reason, "voice note download failed; log stays pending");
-                return self.wait_for_transcription(log, Wait::Recording).await;
+                return self
+                    .wait_for_transcription(log, Wait::Recording, under)
+                    .await;
             }
         };
         let sink = self.store.call_sink(Some(log.id));
@@ -117,7 +129,7 @@ impl Journal {
         match transcribed {
             Ok(completion) if completion.text.is_empty() => {
                 tracing::info!(log_id = log.id.get(), provider = %completion.provider, model = %completion.model, "voice note has no words");
-                self.give_up_voice(log, Failure::NoWords).await
+                self.give_up_voice(log, Failure::NoWords, under).await
             }
             Ok(completion) => match self
                 .store
@@ -141,43 +153,67 @@ impl Journal {
                         refused: error.every_attempt_refused(),
                     }
                 };
-                self.wait_for_transcription(log, wait).await
+                self.wait_for_transcription(log, wait, under).await
             }
         }
     }
 
     /// The voice note waits for its transcription again, on the retry schedule
-    /// (superseded when the log moved on meanwhile: edited, or answered).
+    /// (superseded when the log moved on meanwhile: edited, answered, or its chat taken
+    /// over by another instance).
     async fn wait_for_transcription(
         &self,
         log: &DayLog,
         wait: Wait,
+        under: Under<'_>,
     ) -> Result<Transcribed, StoreError> {
         let outcome = Outcome::Waiting {
             wait,
             retry_in: self.retry_delay(log.attempts),
             metrics: None,
         };
-        Ok(if self.store.record(log.id, &log.text, &outcome).await? {
-            Transcribed::Decided(outcome)
-        } else {
-            Transcribed::Superseded
-        })
+        self.decided(log, outcome, under).await
     }
 
     /// A voice note that can never be transcribed is given up on, with its reason.
-    async fn give_up_voice(&self, log: &DayLog, why: Failure) -> Result<Transcribed, StoreError> {
-        let outcome = Outcome::Failed(why);
-        Ok(if self.store.record(log.id, &log.text, &outcome).await? {
-            Transcribed::Decided(outcome)
-        } else {
-            Transcribed::Superseded
-        })
+    async fn give_up_voice(
+        &self,
+        log: &DayLog,
+        why: Failure,
+        under: Under<'_>,
+    ) -> Result<Transcribed, StoreError> {
+        self.decided(log, Outcome::Failed(why), under).await
+    }
+
+    /// `outcome` recorded for the voice note (under its chat's lease): decided, or
+    /// superseded when the store did not take it.
+    async fn decided(
+        &self,
+        log: &DayLog,
+        outcome: Outcome,
+        under: Under<'_>,
+    ) -> Result<Transcribed, StoreError> {
+        let fence = under.fence();
+        Ok(
+            if self
+                .store
+                .record_under(log.id, &log.text, &outcome, fence.as_ref())
+                .await?
+            {
+                Transcribed::Decided(outcome)
+            } else {
+                Transcribed::Superseded
+            },
+        )
     }
 
     /// The worker comes back to this log later without counting an attempt (a
-    /// transcript that could not be delivered yet).
-    pub(super) async fn postpone(&self, log: &DayLog) -> Result<(), StoreError> {
+    /// transcript that could not be delivered yet). Nothing when the chat was taken
+    /// over meanwhile: its new holder has the log.
+    pub(super) async fn postpone(&self, log: &DayLog, under: Under<'_>) -> Result<(), StoreError> {
+        if !under.holds().await {
+            return Ok(());
+        }
         let retry_in = self.settings.worker.retry_min();
         if log.status == LogStatus::Pending {
             self.store.postpone(log.id, retry_in).await
@@ -194,7 +230,11 @@ impl Journal {
         messenger: &M,
         log: &DayLog,
         language: Language,
+        under: Under<'_>,
     ) -> bool {
+        if !under.may_send(log).await {
+            return false;
+        }
         let reply = Reply::new()
             .italic(Texts(language).transcript_title())
             .paragraph()

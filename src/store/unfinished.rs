@@ -3,10 +3,72 @@
 
 use std::time::Duration;
 
+use std::borrow::Cow;
+
 use super::{
-    DayLog, FrontEnd, LOG_COLUMNS, LogId, LogStatus, NOW, Sql, Store, StoreError, on_db, retry_busy,
+    DayLog, Fence, FrontEnd, LOG_COLUMNS, LogId, LogStatus, NOW, Sql, Store, StoreError,
+    in_write_tx, on_db, retry_busy,
 };
 use crate::domain::Outcome;
+
+/// What a write under a chat's lease adds to its `WHERE`: the lease is still the chat's
+/// (`$C` chat, `$H` holder, `$G` generation: see [`still_held`]). On PostgreSQL it locks
+/// the lease's row until the write commits, so a take-over waits for the write rather
+/// than slipping in between the check and the commit.
+const STILL_HELD: Sql = Sql {
+    sqlite: "EXISTS (SELECT 1 FROM chat_leases
+                     WHERE chat_id = $C AND holder = $H AND generation = $G)",
+    postgres: "EXISTS (SELECT 1 FROM chat_leases
+                       WHERE chat_id = $C AND holder = $H AND generation = $G FOR SHARE)",
+};
+
+/// `sql` itself, or — under a lease — `sql AND` [`STILL_HELD`] with the lease bound from
+/// `$first` on.
+fn fenced<'a, DB: super::Dialect>(
+    sql: &'a str,
+    fence: Option<&Fence>,
+    first: usize,
+    pool: &sqlx::Pool<DB>,
+) -> Cow<'a, str> {
+    if fence.is_none() {
+        return Cow::Borrowed(sql);
+    }
+    let held = STILL_HELD
+        .on(pool)
+        .replace("$C", &format!("${first}"))
+        .replace("$H", &format!("${}", first + 1))
+        .replace("$G", &format!("${}", first + 2));
+    Cow::Owned(format!("{sql} AND {held}"))
+}
+
+/// Records of answers that went out ([`Store::mark_replied_all`]) of which at least one
+/// was sent under a chat's lease (`$1`: a JSON array of `{id, chat, holder,
+/// generation}`, the last three null without a lease). PostgreSQL's one statement sets
+/// `replied_at` of those whose lease is still their chat's and returns their ids;
+/// SQLite (whose single daemon never has a lease taken over) reads them first, in the
+/// same transaction.
+const ANSWERED: &str =
+    "SELECT CAST(json_extract(a.value, '$.id') AS INTEGER) FROM json_each($1) AS a
+     WHERE json_extract(a.value, '$.holder') IS NULL
+        OR EXISTS (SELECT 1 FROM chat_leases AS l
+                   WHERE l.chat_id = json_extract(a.value, '$.chat')
+                     AND l.holder = json_extract(a.value, '$.holder')
+                     AND l.generation = json_extract(a.value, '$.generation'))";
+const MARK_ANSWERED: &str = "WITH answered AS (
+         SELECT id, chat, holder, generation
+         FROM json_to_recordset(CAST($1 AS json))
+             AS a(id BIGINT, chat BIGINT, holder BIGINT, generation BIGINT)),
+     held AS (
+         SELECT a.id FROM answered AS a
+         WHERE a.holder IS NULL
+            OR EXISTS (SELECT 1 FROM chat_leases AS l
+                       WHERE l.chat_id = a.chat AND l.holder = a.holder
+                         AND l.generation = a.generation
+                       FOR SHARE)),
+     marked AS (
+         UPDATE day_logs SET replied_at = daylog_utc(now())
+         WHERE id IN (SELECT id FROM held) AND status <> 'pending')
+     SELECT id FROM held";
 
 /// What the worker has to finish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +167,19 @@ impl Store {
         analysed_text: &str,
         outcome: &Outcome,
     ) -> Result<bool, StoreError> {
+        self.record_under(id, analysed_text, outcome, None).await
+    }
+
+    /// [`Store::record`] under a chat's lease (among instances): also `false`, changing
+    /// nothing, when `fence` is no longer the chat's lease (another instance took the
+    /// chat over, and answers the log). The check is inside the one statement.
+    pub async fn record_under(
+        &self,
+        id: LogId,
+        analysed_text: &str,
+        outcome: &Outcome,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
         const DECIDED: Sql = Sql::both(
             "UPDATE day_logs SET status = $3,
                  analysis = coalesce($4, analysis), metrics = coalesce($5, metrics),
@@ -131,14 +206,16 @@ impl Store {
             Outcome::Waiting { .. } => "record waiting",
             Outcome::Failed(_) => "record failed",
         };
-        let sql = match outcome {
-            Outcome::Analysed { .. } | Outcome::Blocked { .. } => DECIDED,
-            Outcome::Waiting { .. } => WAITING,
-            Outcome::Failed(_) => FAILED,
+        // The statement and its first bind after the outcome's own.
+        let (sql, first) = match outcome {
+            Outcome::Analysed { .. } | Outcome::Blocked { .. } => (DECIDED, 6),
+            Outcome::Waiting { .. } => (WAITING, 6),
+            Outcome::Failed(_) => (FAILED, 3),
         };
         retry_busy(what, || async {
             let done = on_db!(self, write, |pool| {
-                let query = sqlx::query(sql.on(pool)).bind(id).bind(analysed_text);
+                let text = fenced(sql.on(pool), fence, first, pool);
+                let query = sqlx::query(&text).bind(id).bind(analysed_text);
                 let query = match outcome {
                     Outcome::Analysed { analysis, metrics } => query
                         .bind(LogStatus::Analyzed.as_str())
@@ -157,6 +234,13 @@ impl Store {
                         .bind(wait.column())
                         .bind(metrics.as_ref().map(crate::domain::Metrics::to_json)),
                     Outcome::Failed(_) => query,
+                };
+                let query = match fence {
+                    Some(fence) => query
+                        .bind(fence.chat_id)
+                        .bind(fence.holder.0)
+                        .bind(fence.generation),
+                    None => query,
                 };
                 query.execute(pool).await?.rows_affected()
             });
@@ -288,9 +372,70 @@ impl Store {
         .await
     }
 
-    /// [`Store::mark_replied`] for several logs in one statement (the journal's group
-    /// commit of answers sent at once): one commit for all, on both backends.
-    pub async fn mark_replied_all(&self, ids: &[LogId]) -> Result<(), StoreError> {
+    /// [`Store::mark_replied`] for several answers in one statement (the journal's group
+    /// commit of answers sent at once): one commit for all, on both backends. An answer
+    /// sent under a chat's lease (its [`Fence`]) is recorded only while that lease is
+    /// still the chat's, checked in the same statement; returns the logs whose lease was
+    /// taken over (nothing written for them: their new holder answers them).
+    pub async fn mark_replied_all(
+        &self,
+        answers: &[(LogId, Option<Fence>)],
+    ) -> Result<Vec<LogId>, StoreError> {
+        if answers.iter().all(|(_, fence)| fence.is_none()) {
+            let ids: Vec<LogId> = answers.iter().map(|(id, _)| *id).collect();
+            self.mark_replied_ids(&ids).await?;
+            return Ok(Vec::new());
+        }
+        let list = serde_json::Value::from(
+            answers
+                .iter()
+                .map(|(id, fence)| {
+                    serde_json::json!({
+                        "id": id.get(),
+                        "chat": fence.map(|f| f.chat_id),
+                        "holder": fence.map(|f| f.holder.0),
+                        "generation": fence.map(|f| f.generation),
+                    })
+                })
+                .collect::<Vec<_>>(),
+        )
+        .to_string();
+        let held: Vec<i64> = retry_busy("mark_replied_under", || async {
+            Ok(match &self.db {
+                super::Db::Postgres(pool) => {
+                    sqlx::query_scalar(MARK_ANSWERED)
+                        .bind(&list)
+                        .fetch_all(pool)
+                        .await?
+                }
+                super::Db::Sqlite(_) => in_write_tx!(self, |pool, conn| {
+                    let held: Vec<i64> = sqlx::query_scalar(ANSWERED)
+                        .bind(&list)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                    let ids = serde_json::to_string(&held).unwrap_or_else(|_| "[]".to_owned());
+                    sqlx::query(
+                        "UPDATE day_logs SET replied_at = datetime('now')
+                         WHERE id IN (SELECT value FROM json_each($1)) AND status <> 'pending'",
+                    )
+                    .bind(ids)
+                    .execute(&mut *conn)
+                    .await?;
+                    let _ = pool;
+                    Ok(held)
+                })?,
+            })
+        })
+        .await?;
+        Ok(answers
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| !held.contains(&id.get()))
+            .collect())
+    }
+
+    /// [`Store::mark_replied_all`] of answers sent under no lease.
+    async fn mark_replied_ids(&self, ids: &[LogId]) -> Result<(), StoreError> {
         const ALL: Sql = Sql {
             sqlite: "UPDATE day_logs SET replied_at = datetime('now')
                      WHERE id IN (SELECT value FROM json_each($1)) AND status <> 'pending'",

@@ -2142,7 +2142,13 @@ on_each_backend! {
                     .expect("analysed")
             );
         }
-        store.mark_replied_all(&ids).await.expect("recorded");
+        let answers: Vec<(LogId, Option<daylog::store::Fence>)> =
+            ids.iter().map(|id| (*id, None)).collect();
+        assert_eq!(
+            store.mark_replied_all(&answers).await.expect("recorded"),
+            [],
+            "no lease: none taken over"
+        );
         let replied = |id: LogId| async move {
             store
                 .log(id)

@@ -37,7 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{Inbox, NoticeKind, not_saved};
 use crate::cluster::ChatLease;
-use crate::store::{InboxUpdate, NextTry, UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey};
+use crate::store::{Fence, InboxUpdate, NextTry, UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey};
 
 /// Chats handled at the same time.
 pub const MAX_LANES: usize = 64;
@@ -91,6 +91,17 @@ pub(in crate::bot) struct Lanes {
     /// what the read saw of them before they ended does not bring them back.
     reading: bool,
     gone: HashSet<i64>,
+    /// Lanes whose rows left the memory while a read was under way ([`Lanes::drop_lane`]):
+    /// that read brings none of their rows back. It may have seen them before they
+    /// left, but not the ones committed since, so it would put back an older row
+    /// without a newer one, or — a row that left being skipped as `gone` — a newer
+    /// row without the older: the next read brings the lane back whole.
+    dropped: HashSet<Lane>,
+    /// Among instances: the lease under which each lane's memory was last brought in
+    /// step with the table (see [`Inbox::lane_lease`]). A lease in hand under another
+    /// fence, or none, was taken by someone else here (the worker) or anew: what the
+    /// memory holds of the chat may be stale.
+    in_step: HashMap<Lane, Fence>,
 }
 
 impl Lanes {
@@ -117,6 +128,22 @@ impl Lanes {
         if self.reading {
             self.gone.insert(update_id);
         }
+    }
+
+    /// The lane's rows leave the memory, not handled (another instance handles them, or
+    /// they are read from the table again); `true` when one of them came to this
+    /// instance itself (not read from the table).
+    fn drop_lane(&mut self, lane: Lane) -> bool {
+        if self.reading {
+            self.dropped.insert(lane);
+        }
+        let Some(queue) = self.waiting.remove(&lane) else {
+            return false;
+        };
+        self.held = self.held.saturating_sub(queue.len());
+        queue
+            .values()
+            .any(|row| matches!(row.body, Body::Parsed(_)))
     }
 }
 
@@ -465,8 +492,13 @@ impl Inbox {
                 self.count_rows().await;
                 // Among instances, rows another instance committed and could not hand
                 // over (its holder gone, a lost notice) are found here.
-                if self.leases().is_some_and(crate::cluster::Leases::shared) {
+                if let Some(leases) = self.leases().filter(|l| l.shared()) {
                     self.reread();
+                    // The lanes whose leases went are read afresh when taken again.
+                    self.lanes().in_step.retain(|lane, _| match lane {
+                        Lane::Chat(chat) => leases.holds(*chat),
+                        Lane::Alone(_) => false,
+                    });
                 }
             }
             tokio::select! {
@@ -488,8 +520,10 @@ impl Inbox {
             }
             lanes.reading = true;
             lanes.gone.clear();
+            lanes.dropped.clear();
             lanes.missed
         };
+        let shared = self.leases().is_some_and(crate::cluster::Leases::shared);
         let read = self
             .store()
             .unhandled_updates(self.bot_id(), FETCH_PER_CHAT, FETCH_MAX)
@@ -498,8 +532,9 @@ impl Inbox {
         lanes.reading = false;
         match read {
             Ok(rows) => {
-                merge(&mut lanes, rows, from);
+                merge(&mut lanes, rows, from, shared);
                 lanes.gone.clear();
+                lanes.dropped.clear();
                 None
             }
             Err(error) => {
@@ -612,8 +647,10 @@ impl Inbox {
     /// The lane's lease, when the loop works under leases (`Some(None)`: it does not).
     /// `None` when the lane may not run now: another instance holds the chat (its rows
     /// leave the memory; that instance is told and handles them from the table), the
-    /// lease was only just taken (what the memory holds of the chat may be stale: it is
-    /// read from the table again first), or the lease could not be asked for.
+    /// lease is new to the loop — just taken, or taken by the worker, or under another
+    /// fence than the one the memory was last read under: what the memory holds of the
+    /// chat may be stale, so it is read from the table again first — or the lease could
+    /// not be asked for.
     async fn lane_lease(&self, lane: Lane) -> Option<Option<ChatLease>> {
         let Some(leases) = self.leases() else {
             return Some(None);
@@ -637,11 +674,13 @@ impl Inbox {
         };
         match held {
             // On SQLite the lock file keeps other daemons out: nothing can be stale.
-            Ok(Some(lease)) if lease.fresh() && leases.shared() => {
-                // What an instance that died left of the chat goes first.
+            Ok(Some(lease)) if leases.shared() && !self.in_step(lane, &lease) => {
+                // What an instance that died left of the chat goes first: claimed, each
+                // with its turn in the chat, before the chat's next update is handled.
                 if let Some(take_over) = self.take_over() {
                     take_over(key).await;
                 }
+                self.lanes().in_step.insert(lane, lease.fence());
                 self.drop_lane(lane);
                 self.reread();
                 None
@@ -670,22 +709,14 @@ impl Inbox {
         }
     }
 
-    /// The lane's rows leave the memory (another instance handles them, or they are
-    /// read from the table again); `true` when one of them came to this instance
-    /// itself (not read from the table).
+    /// Whether the memory of `lane` was read under `lease` (see [`Lanes::in_step`]).
+    fn in_step(&self, lane: Lane, lease: &ChatLease) -> bool {
+        !lease.fresh() && self.lanes().in_step.get(&lane) == Some(&lease.fence())
+    }
+
+    /// See [`Lanes::drop_lane`].
     fn drop_lane(&self, lane: Lane) -> bool {
-        let mut guard = self.lanes();
-        let lanes = &mut *guard;
-        let Some(queue) = lanes.waiting.remove(&lane) else {
-            return false;
-        };
-        lanes.held = lanes.held.saturating_sub(queue.len());
-        let mut arrived = false;
-        for (update_id, row) in queue {
-            arrived |= matches!(row.body, Body::Parsed(_));
-            lanes.ended(update_id);
-        }
-        arrived
+        self.lanes().drop_lane(lane)
     }
 
     /// The lane's next row, when it may run now (marked running).
@@ -978,8 +1009,10 @@ fn due_at(lanes: &Lanes, update_id: i64, next_try_at: NextTry) -> Option<tokio::
 /// than its limit, no chat cut at [`FETCH_PER_CHAT`], none whose first row failed
 /// before (the read gives only that one while it waits) — vouches for every row in
 /// memory, and drops the rows waiting to be read again that it did not find (handled or
-/// dead meanwhile).
-fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64) {
+/// dead meanwhile). Among instances (`shared`) it vouches only for the rows it saw: a
+/// row handed over after the read began may have an older row of its chat that
+/// another instance committed after the read's snapshot.
+fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64, shared: bool) {
     let mut whole = rows.len() < usize::try_from(FETCH_MAX).unwrap_or(usize::MAX);
     let mut found: HashSet<i64> = HashSet::with_capacity(rows.len());
     let mut current: Option<(Lane, i64)> = None;
@@ -997,6 +1030,7 @@ fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64) {
         if lanes.deferred.contains(&row.update_id)
             || lanes.done.contains(&row.update_id)
             || lanes.gone.contains(&row.update_id)
+            || lanes.dropped.contains(&lane)
         {
             continue;
         }
@@ -1031,7 +1065,7 @@ fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64) {
         queue.retain(|update_id, row| {
             let keep = !matches!(row.body, Body::Unread) || found.contains(update_id);
             dropped += usize::from(!keep);
-            row.vouched = true;
+            row.vouched |= !shared;
             keep
         });
     }
@@ -1385,6 +1419,71 @@ pub(in crate::bot) mod tests {
         let lanes = inbox.lanes();
         assert!(lanes.waiting.is_empty(), "not kept");
         assert!(!lanes.in_sync(), "the table is read on the next pass");
+    }
+
+    /// A row as the table gives it.
+    fn table_row(update_id: i64, chat: i64) -> InboxUpdate {
+        InboxUpdate {
+            update_id,
+            chat_id: Some(chat),
+            user_id: Some(chat),
+            payload: Some("{}".to_owned()),
+            failures: 0,
+            next_try_at: NextTry::default(),
+        }
+    }
+
+    fn waiting_row(vouched: bool) -> Waiting {
+        Waiting {
+            failures: 0,
+            next_try_at: NextTry::default(),
+            body: Body::Stored(Some("{}".to_owned())),
+            vouched,
+        }
+    }
+
+    /// A lane that leaves the memory while a read is under way (another instance holds
+    /// the chat, or the lease was just taken) is not brought back by that read, which
+    /// may have seen its older row before it left and a newer one since: the newer one
+    /// alone would be handled first. The next read brings both, in order.
+    #[test]
+    fn a_lane_dropped_during_a_read_is_not_brought_back_in_part_by_it() {
+        let lane = Lane::Chat(7);
+        let mut lanes = Lanes::default();
+        lanes
+            .waiting
+            .entry(lane)
+            .or_default()
+            .insert(1, waiting_row(true));
+        lanes.held = 1;
+        lanes.reading = true;
+        lanes.drop_lane(lane);
+        merge(&mut lanes, vec![table_row(1, 7), table_row(2, 7)], 0, true);
+        assert!(!lanes.waiting.contains_key(&lane), "nothing of the lane");
+        lanes.dropped.clear();
+        merge(&mut lanes, vec![table_row(1, 7), table_row(2, 7)], 1, true);
+        let queue = lanes.waiting.get(&lane).expect("the lane, whole");
+        assert_eq!(queue.keys().copied().collect::<Vec<_>>(), [1, 2]);
+    }
+
+    /// Among instances, a row handed over while a read was under way is not vouched for
+    /// by that read: another instance may have committed an older row of its chat after
+    /// the read's snapshot. Alone, the process commits every row itself, and it is.
+    #[test]
+    fn among_instances_a_read_vouches_only_for_the_rows_it_saw() {
+        for (shared, vouched) in [(true, false), (false, true)] {
+            let mut lanes = Lanes::default();
+            lanes
+                .waiting
+                .entry(Lane::Chat(8))
+                .or_default()
+                .insert(5, waiting_row(false));
+            lanes.held = 1;
+            merge(&mut lanes, vec![table_row(1, 9)], 0, shared);
+            let row = &lanes.waiting[&Lane::Chat(8)][&5];
+            assert_eq!(row.vouched, vouched, "shared: {shared}");
+            assert!(lanes.waiting[&Lane::Chat(9)][&1].vouched, "a row it saw");
+        }
     }
 
     #[test]

@@ -117,12 +117,30 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// One instance: its port, environment, process and log.
+/// One instance: its port, environment, process and log. Each start is a new *life*,
+/// tagged `<name>.<n>`: its calls reach the fake Bot API through
+/// [`FakeTelegram::url_tagged`], so a test tells which life sent what ([`Call::via`](super::telegram::Call)),
+/// and [`Instance::ended`] says how each life ended.
 pub struct Instance {
     pub port: u16,
     pub env: HashMap<String, String>,
     pub log: std::path::PathBuf,
     pub bot: Option<Bot>,
+    name: String,
+    /// The fake Bot API each life's calls go to, tagged.
+    telegram: FakeTelegram,
+    lives: u32,
+    /// How each life that ended ended, by its tag.
+    ended: Vec<(String, End)>,
+}
+
+/// How a life of an instance ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// `kill -9`: it may have sent an answer it had no time to record.
+    Killed,
+    /// SIGTERM: a clean stop.
+    Stopped,
 }
 
 impl Instance {
@@ -147,11 +165,28 @@ impl Instance {
         // The shipped grace: a stopped instance finishes its answers before it gives
         // its chats up (3 s, the single-instance tests' value, runs out under load).
         env.insert("DAYLOG__TELEGRAM__SHUTDOWN_GRACE_MS".into(), "8000".into());
+        // `FAULT_RUST_LOG` (e.g. `info,daylog=debug`) replays a run with more to read.
+        if let Ok(filter) = std::env::var("FAULT_RUST_LOG") {
+            env.insert("RUST_LOG".into(), filter);
+        }
         env
     }
 
-    /// Starts the real binary (again) and waits until its `/readyz` says 200.
+    /// The tag of the current (or last) life.
+    pub fn tag(&self) -> String {
+        format!("{}.{}", self.name, self.lives)
+    }
+
+    /// How each life that ended ended, by its tag.
+    pub fn ended(&self) -> &[(String, End)] {
+        &self.ended
+    }
+
+    /// Starts the real binary (again: a new life) and waits until its `/readyz` says 200.
     pub async fn start(&mut self) {
+        self.lives += 1;
+        let api = self.telegram.url_tagged(&self.tag());
+        self.env.insert("TELOXIDE_API_URL".into(), api);
         self.bot = Some(spawn_daylog(&self.env, &self.log));
         let url = format!("http://127.0.0.1:{}/readyz", self.port);
         let client = reqwest::Client::new();
@@ -180,6 +215,21 @@ impl Instance {
         if let Some(mut bot) = self.bot.take() {
             super::signal(&bot, "KILL");
             super::wait_exit(&mut bot, Duration::from_secs(15)).await;
+            self.ended.push((self.tag(), End::Killed));
+        }
+    }
+
+    /// SIGSTOP: the process stalls (no heartbeat, nothing sent) until [`Instance::resume`].
+    pub fn pause(&self) {
+        if let Some(bot) = &self.bot {
+            super::signal(bot, "STOP");
+        }
+    }
+
+    /// SIGCONT after [`Instance::pause`].
+    pub fn resume(&self) {
+        if let Some(bot) = &self.bot {
+            super::signal(bot, "CONT");
         }
     }
 
@@ -187,10 +237,17 @@ impl Instance {
     pub async fn stop(&mut self) -> Option<i32> {
         let mut bot = self.bot.take()?;
         super::signal(&bot, "TERM");
-        super::wait_exit(&mut bot, Duration::from_secs(30))
+        let code = super::wait_exit(&mut bot, Duration::from_secs(30))
             .await
-            .code()
+            .code();
+        self.ended.push((self.tag(), End::Stopped));
+        code
     }
+}
+
+/// The ports of `instances`, for [`Balancer::serve`].
+pub fn ports(instances: &[&Instance]) -> Vec<u16> {
+    instances.iter().map(|i| i.port).collect()
 }
 
 /// `count` instances on the database `db_url` behind a new balancer, started.
@@ -212,6 +269,10 @@ pub async fn start_instances(
             env,
             log: dir.join(format!("instance-{n}.log")),
             bot: None,
+            name: format!("i{n}"),
+            telegram: telegram.clone(),
+            lives: 0,
+            ended: Vec::new(),
         };
         instance.start().await;
         instances.push(instance);

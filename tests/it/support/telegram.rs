@@ -29,6 +29,9 @@ pub struct Call {
     pub body: Value,
     /// Raw bytes of a multipart file part (photo, document).
     pub file: Option<Vec<u8>>,
+    /// The tag of the API URL the call came through ([`FakeTelegram::url_tagged`]):
+    /// which process sent it, when several share the fake; `None` through [`FakeTelegram::url`].
+    pub via: Option<String>,
 }
 
 impl Call {
@@ -125,6 +128,7 @@ impl FakeTelegram {
         };
         let app = Router::new()
             .route("/{bot}/{method}", post(handle))
+            .route("/{via}/{bot}/{method}", post(handle_tagged))
             .route("/file/{bot}/{*path}", get(download))
             .with_state(fake.clone());
         tokio::spawn(async move {
@@ -136,6 +140,13 @@ impl FakeTelegram {
     /// The `TELOXIDE_API_URL` pointing here.
     pub fn url(&self) -> String {
         format!("http://{}/", self.addr)
+    }
+
+    /// A `TELOXIDE_API_URL` pointing here whose calls are recorded with `tag`
+    /// ([`Call::via`]): each process of a test given its own tells its calls apart.
+    /// (Methods only: files are not downloaded through it.)
+    pub fn url_tagged(&self, tag: &str) -> String {
+        format!("http://{}/{tag}", self.addr)
     }
 
     pub fn push_update(&self, mut update: Value) -> i64 {
@@ -489,6 +500,27 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    handle_via(fake, None, bot, method, headers, body).await
+}
+
+/// [`handle`] through a tagged URL ([`FakeTelegram::url_tagged`]).
+async fn handle_tagged(
+    State(fake): State<FakeTelegram>,
+    Path((via, bot, method)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle_via(fake, Some(via), bot, method, headers, body).await
+}
+
+async fn handle_via(
+    fake: FakeTelegram,
+    via: Option<String>,
+    bot: String,
+    method: String,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if bot != format!("bot{TOKEN}") {
         return (
             StatusCode::UNAUTHORIZED,
@@ -544,6 +576,7 @@ async fn handle(
         method: method.clone(),
         body: body.clone(),
         file,
+        via,
     };
     let chat = call.chat_id();
     let scripted = {
@@ -920,6 +953,7 @@ fn webhook_method(fake: &FakeTelegram, method: &str, body: &Value) -> Option<Res
             method: method.to_owned(),
             body: body.clone(),
             file: None,
+            via: None,
         });
         fake.changed.notify_waiters();
     };
