@@ -224,8 +224,11 @@ pub(crate) struct Remote {
     unreachable: AtomicBool,
     /// The blocks of each budget claimed and not yet spent, by budget and model (the
     /// model's cooldowns were looked at when the block was claimed).
-    blocks: std::sync::Mutex<HashMap<(BudgetKey, String), Arc<tokio::sync::Mutex<Block>>>>,
+    blocks: std::sync::Mutex<HashMap<(BudgetKey, String), SharedBlock>>,
 }
+
+/// One budget's [`Block`], which its requests queue on while a claim is asked.
+type SharedBlock = Arc<tokio::sync::Mutex<Block>>;
 
 /// How long the requests of a block may be sent after it was claimed: the database
 /// stamps them this late, so that no window opens before the provider's; also how
@@ -267,7 +270,7 @@ impl Remote {
         }
     }
 
-    fn block(&self, budget: &BudgetKey, model: &str) -> Arc<tokio::sync::Mutex<Block>> {
+    fn block(&self, budget: &BudgetKey, model: &str) -> SharedBlock {
         let mut blocks = self
             .blocks
             .lock()
@@ -629,5 +632,37 @@ impl SharedState for LocalState {
             }
             checked
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn declared(second: Option<u32>, minute: Option<u32>, day: Option<u32>) -> BudgetSettings {
+        BudgetSettings {
+            per: crate::config::BudgetPer::default(),
+            requests_per_second: second,
+            requests_per_minute: minute,
+            requests_per_day: day,
+            tokens_per_minute: None,
+        }
+    }
+
+    #[test]
+    fn free_tiers_are_asked_request_by_request_and_large_budgets_in_blocks() {
+        let cap = |d: &BudgetSettings, factor| block_cap(Some(d), factor);
+        // The shipped free tiers: Mistral 1/s, Groq 30/min and 1000/day, Gemini 15/min.
+        assert_eq!(cap(&declared(Some(1), None, None), 1.0), 1);
+        assert_eq!(cap(&declared(None, Some(30), Some(1000)), 1.0), 1);
+        assert_eq!(cap(&declared(None, Some(15), Some(1000)), 1.0), 1);
+        // A day's budget alone counts as a 64th of itself: 1000 a day is asked alone.
+        assert_eq!(cap(&declared(None, None, Some(1000)), 1.0), 1);
+        assert_eq!(cap(&declared(None, Some(1000), None), 1.0), 62);
+        assert_eq!(cap(&declared(Some(1_000_000), None, None), 1.0), BLOCK_MAX);
+        // What 429s taught lowers it.
+        assert_eq!(cap(&declared(None, Some(64), None), 0.5), 2);
+        // Nothing declared: only the cooldowns are asked about.
+        assert_eq!(block_cap(None, 1.0), BLOCK_MAX);
     }
 }
