@@ -19,7 +19,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use crate::llm::budget::{BudgetLeft, Budgets, SpentBudget, Taken};
+use std::collections::HashMap;
+
+use crate::config::BudgetSettings;
+use crate::llm::budget::{BudgetKey, BudgetLeft, Budgets, SpentBudget, Taken};
 use crate::llm::budget_hint::Hint;
 use crate::llm::cooldown::{Cooldowns, StepId};
 
@@ -189,6 +192,21 @@ pub struct Cooled {
 pub trait SharedLimits: Send + Sync {
     /// Check-and-spend in one atomic statement: counted in every window or in none.
     fn admit<'a>(&'a self, ask: Admission<'a>) -> BoxFuture<'a, Result<Admitted, String>>;
+    /// [`SharedLimits::admit`] for up to `want` requests at once: counted in every
+    /// window as many as there is room for (at least one), with how many; the first
+    /// stamped now, the others `hold` later (the caller sends them within `hold`).
+    fn admit_block<'a>(
+        &'a self,
+        ask: Admission<'a>,
+        _want: u32,
+        _hold: Duration,
+    ) -> BoxFuture<'a, Result<(Admitted, u32), String>> {
+        Box::pin(async move {
+            self.admit(ask)
+                .await
+                .map(|admitted| (admitted, u32::from(admitted == Admitted::Yes)))
+        })
+    }
     /// Records what an answer taught about a budget.
     fn learned(&self, learned: Learned) -> BoxFuture<'static, Result<(), String>>;
     /// Records a cooldown.
@@ -204,6 +222,43 @@ pub(crate) struct Remote {
     /// Whether the last check-and-spend failed: a failure is logged when it starts and
     /// when it ends, not once per request.
     unreachable: AtomicBool,
+    /// The blocks of each budget claimed and not yet spent, by budget and model (the
+    /// model's cooldowns were looked at when the block was claimed).
+    blocks: std::sync::Mutex<HashMap<(BudgetKey, String), SharedBlock>>,
+}
+
+/// One budget's [`Block`], which its requests queue on while a claim is asked.
+type SharedBlock = Arc<tokio::sync::Mutex<Block>>;
+
+/// How long the requests of a block may be sent after it was claimed: the database
+/// stamps them this late, so that no window opens before the provider's; also how
+/// late this instance may learn of a cooldown another one set.
+const BLOCK_HOLD: Duration = Duration::from_millis(100);
+
+/// The most requests one claim asks for.
+const BLOCK_MAX: u32 = 64;
+
+/// A block is at most this fraction of the budget's smallest declared limit (as 429s
+/// lowered it): a free tier's few requests are asked for one by one, since a slot
+/// claimed and not used is lost to every instance until its window passes.
+const BLOCK_SHARE: f64 = 16.0;
+
+/// A day's budget counts as a limit this many times smaller (see [`block_cap`]).
+const DAY_SHARE: u32 = 64;
+
+/// Requests of one budget claimed from the shared database and not yet sent.
+#[derive(Debug, Default)]
+struct Block {
+    /// Claimed and not sent yet.
+    left: u32,
+    /// They may be sent until then.
+    until: Option<Instant>,
+    /// The size the next claim asks for: doubled when a block was used up, halved
+    /// when one expired with requests left.
+    next: u32,
+    /// The last claim was refused (or nobody could answer) until then: the requests
+    /// that queued behind it are refused alike, without asking again.
+    refused: Option<(Instant, SharedRefusal)>,
 }
 
 impl Remote {
@@ -211,7 +266,20 @@ impl Remote {
         Self {
             limits,
             unreachable: AtomicBool::new(false),
+            blocks: std::sync::Mutex::default(),
         }
+    }
+
+    fn block(&self, budget: &BudgetKey, model: &str) -> SharedBlock {
+        let mut blocks = self
+            .blocks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(
+            blocks
+                .entry((budget.clone(), model.to_owned()))
+                .or_default(),
+        )
     }
 
     /// Sends a write behind the request that caused it.
@@ -263,6 +331,9 @@ impl LocalState {
     }
 
     /// The check-and-spend in the shared database, and what its answer teaches here.
+    /// A budget with room for many requests is claimed in blocks ([`Block`]): the
+    /// request takes one left from the last claim, or claims a block for itself and the
+    /// requests after it; the requests of one budget queue here while a claim is asked.
     async fn check_shared(
         &self,
         remote: &Remote,
@@ -270,6 +341,66 @@ impl LocalState {
         key: Option<usize>,
         forced: bool,
     ) -> Result<(), SharedRefusal> {
+        let budget = self.budgets.key(step, key);
+        let declared = self.budgets.declared(&step.provider);
+        let cap = if forced {
+            1
+        } else {
+            block_cap(declared, self.budgets.factor(step, key))
+        };
+        if cap <= 1 {
+            return self
+                .ask_shared(remote, step, key, forced, 1)
+                .await
+                .map(|_| ());
+        }
+        let slot = remote.block(&budget, &step.model);
+        let mut block = slot.lock().await;
+        let now = Instant::now();
+        if block.left > 0 && block.until.is_some_and(|until| until > now) {
+            block.left -= 1;
+            return Ok(());
+        }
+        if let Some((until, refusal)) = block.refused
+            && until > now
+        {
+            return Err(refusal);
+        }
+        block.next = match (block.until, block.left) {
+            (None, _) => 1,
+            (Some(_), 0) => block.next.saturating_mul(2),
+            (Some(_), _) => block.next / 2,
+        }
+        .clamp(1, cap);
+        block.left = 0;
+        block.until = Some(now + BLOCK_HOLD);
+        match self.ask_shared(remote, step, key, false, block.next).await {
+            Ok(granted) => {
+                block.refused = None;
+                block.left = granted.saturating_sub(1);
+                Ok(())
+            }
+            Err(refusal) => {
+                let until = match refusal {
+                    SharedRefusal::Budget(until) | SharedRefusal::Cooling(until) => until,
+                };
+                block.refused = Some((until, refusal));
+                block.until = None;
+                Err(refusal)
+            }
+        }
+    }
+
+    /// One check-and-spend of up to `want` requests in the shared database: how many
+    /// were counted, or why none and until when (learned here too).
+    async fn ask_shared(
+        &self,
+        remote: &Remote,
+        step: &StepId,
+        key: Option<usize>,
+        forced: bool,
+        want: u32,
+    ) -> Result<u32, SharedRefusal> {
         let budget = self.budgets.key(step, key);
         let declared = self.budgets.declared(&step.provider);
         let ask = Admission {
@@ -283,28 +414,31 @@ impl LocalState {
             per_day: declared.and_then(|d| d.requests_per_day),
             day_reset_secs: crate::llm::budget::DAILY_RESET_UTC_SECS,
         };
-        let answer = tokio::time::timeout(ADMIT_TIMEOUT, remote.limits.admit(ask))
-            .await
-            .unwrap_or_else(|_| Err("no answer in time".to_owned()));
+        let answer = tokio::time::timeout(
+            ADMIT_TIMEOUT,
+            remote.limits.admit_block(ask, want, BLOCK_HOLD),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no answer in time".to_owned()));
         let now = Instant::now();
         let refusal = match answer {
-            Ok(Admitted::Yes) => {
+            Ok((Admitted::Yes, granted)) => {
                 remote.reached(true);
-                return Ok(());
+                return Ok(granted.max(1));
             }
-            Ok(Admitted::Budget(wait)) => {
+            Ok((Admitted::Budget(wait), _)) => {
                 self.budgets.hold(step, key, now + wait);
                 SharedRefusal::Budget(now + wait)
             }
-            Ok(Admitted::Cooling(wait)) => {
+            Ok((Admitted::Cooling(wait), _)) => {
                 self.cooldowns.trip_key(step, key, now + wait);
                 SharedRefusal::Cooling(now + wait)
             }
-            Ok(Admitted::ModelCooling(wait)) => {
+            Ok((Admitted::ModelCooling(wait), _)) => {
                 self.cooldowns.trip_step(step, now + wait);
                 SharedRefusal::Cooling(now + wait)
             }
-            Ok(Admitted::Refused(wait)) => {
+            Ok((Admitted::Refused(wait), _)) => {
                 self.cooldowns.refuse_key(step, key, now + wait);
                 SharedRefusal::Cooling(now + wait)
             }
@@ -321,6 +455,43 @@ impl LocalState {
         };
         remote.reached(true);
         Err(refusal)
+    }
+}
+
+/// The most requests of one budget a claim may ask for: [`BLOCK_MAX`], at most a
+/// [`BLOCK_SHARE`]th of its smallest declared limit as 429s lowered it (`factor`);
+/// 1 (each request asked for alone) for a free tier's small limits.
+fn block_cap(declared: Option<&BudgetSettings>, factor: f64) -> u32 {
+    let smallest = declared
+        .into_iter()
+        .flat_map(|d| {
+            [
+                d.requests_per_second,
+                d.requests_per_minute,
+                // A day's slot claimed and not used is lost for the day: a day's
+                // budget allows blocks only when it is very large.
+                d.requests_per_day.map(|n| n / DAY_SHARE),
+            ]
+        })
+        .flatten()
+        .min();
+    let Some(smallest) = smallest else {
+        return BLOCK_MAX;
+    };
+    let share = (f64::from(smallest) * factor.clamp(0.0, 1.0) / BLOCK_SHARE).floor();
+    if share >= f64::from(BLOCK_MAX) {
+        BLOCK_MAX
+    } else if share >= 1.0 {
+        // In range by the two comparisons.
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "1..BLOCK_MAX"
+        )]
+        let share = share as u32;
+        share
+    } else {
+        1
     }
 }
 
@@ -461,5 +632,37 @@ impl SharedState for LocalState {
             }
             checked
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn declared(second: Option<u32>, minute: Option<u32>, day: Option<u32>) -> BudgetSettings {
+        BudgetSettings {
+            per: crate::config::BudgetPer::default(),
+            requests_per_second: second,
+            requests_per_minute: minute,
+            requests_per_day: day,
+            tokens_per_minute: None,
+        }
+    }
+
+    #[test]
+    fn free_tiers_are_asked_request_by_request_and_large_budgets_in_blocks() {
+        let cap = |d: &BudgetSettings, factor| block_cap(Some(d), factor);
+        // The shipped free tiers: Mistral 1/s, Groq 30/min and 1000/day, Gemini 15/min.
+        assert_eq!(cap(&declared(Some(1), None, None), 1.0), 1);
+        assert_eq!(cap(&declared(None, Some(30), Some(1000)), 1.0), 1);
+        assert_eq!(cap(&declared(None, Some(15), Some(1000)), 1.0), 1);
+        // A day's budget alone counts as a 64th of itself: 1000 a day is asked alone.
+        assert_eq!(cap(&declared(None, None, Some(1000)), 1.0), 1);
+        assert_eq!(cap(&declared(None, Some(1000), None), 1.0), 62);
+        assert_eq!(cap(&declared(Some(1_000_000), None, None), 1.0), BLOCK_MAX);
+        // What 429s taught lowers it.
+        assert_eq!(cap(&declared(None, Some(64), None), 0.5), 2);
+        // Nothing declared: only the cooldowns are asked about.
+        assert_eq!(block_cap(None, 1.0), BLOCK_MAX);
     }
 }

@@ -138,7 +138,32 @@ impl StoreError {
             _ => false,
         }
     }
+
+    /// The connection the statement went to was gone (PostgreSQL: the server ended
+    /// it — a restart, `pg_terminate_backend`, an idle timeout — or the socket broke):
+    /// the pool drops that connection, and the same write on another one can succeed.
+    fn is_connection_lost(&self) -> bool {
+        match self {
+            Self::Sql(sqlx::Error::Io(_)) => true,
+            // admin_shutdown, crash_shutdown, cannot_connect_now.
+            Self::Sql(sqlx::Error::Database(error)) => error
+                .code()
+                .is_some_and(|code| matches!(&*code, "57P01" | "57P02" | "57P03")),
+            _ => false,
+        }
+    }
 }
+
+/// How many times in a row a write is sent again at once on another connection after
+/// its connection was found gone: the pool's size (every pooled connection may have
+/// been cut at once) and one more.
+const LOST_RETRIES: usize = POSTGRES_CONNECTIONS as usize + 1;
+
+/// The PostgreSQL pool's size.
+const POSTGRES_CONNECTIONS: u32 = 8;
+
+/// A pooled PostgreSQL connection idle for this long is pinged before its next use.
+const PING_IDLE: Duration = Duration::from_secs(1);
 
 /// Pauses before the extra tries of a write that found the database busy. SQLite
 /// already waited `busy_timeout` inside each try; these give a lock held longer than
@@ -158,8 +183,18 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, StoreError>>,
 {
+    let mut lost = 0;
     for wait in BUSY_RETRIES {
-        match write().await {
+        let mut done = write().await;
+        while lost < LOST_RETRIES
+            && let Err(error) = &done
+            && error.is_connection_lost()
+        {
+            lost += 1;
+            tracing::info!(%error, what, "the database connection was gone; trying again on another");
+            done = write().await;
+        }
+        match done {
             Err(error) if error.is_busy() => {
                 tracing::warn!(%error, what, retry_in_ms = wait.as_millis() as u64, "database busy; trying again");
                 tokio::time::sleep(wait).await;
@@ -963,9 +998,24 @@ impl Store {
     /// error names the database by its host and name only.
     async fn open_postgres(url: &str, limits: Limits) -> Result<Self, StoreError> {
         let (options, shown) = postgres_options(url)?;
+        // sqlx pings a connection before each use by default: a round trip per
+        // statement, for the server and for this process. Only a connection idle for
+        // [`PING_IDLE`] is pinged (the server or something between may have dropped
+        // it meanwhile); one in steady use goes straight to its statement, and a write
+        // that finds its connection gone anyway is sent again on another
+        // ([`retry_busy`]).
         let pool = PgPoolOptions::new()
-            .max_connections(8)
+            .max_connections(POSTGRES_CONNECTIONS)
             .acquire_timeout(limits.busy_timeout.max(Duration::from_secs(5)))
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IDLE {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(options)
             .await
             .map_err(|source| StoreError::Open {

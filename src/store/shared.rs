@@ -37,15 +37,23 @@ fn limit(n: Option<u32>) -> Option<i64> {
 }
 
 impl Store {
-    /// Check-and-spend of one request in the shared budgets (PostgreSQL's
-    /// `daylog_admit`: one statement that locks the budget's row and counts the
-    /// request in every window or in none). On SQLite nothing is shared: admitted.
-    async fn admit_shared(&self, ask: &Admission<'_>) -> Result<Admitted, StoreError> {
+    /// Check-and-spend of up to `want` requests in the shared budgets (PostgreSQL's
+    /// `daylog_admit_block`: one statement that locks the budget's row and counts as
+    /// many requests as every window has room for, or none): the answer and how many
+    /// were counted. The first is stamped now, the others `hold` later (they are sent
+    /// within it). On SQLite nothing is shared: all admitted.
+    async fn admit_shared(
+        &self,
+        ask: &Admission<'_>,
+        want: u32,
+        hold: Duration,
+    ) -> Result<(Admitted, u32), StoreError> {
         let Db::Postgres(pool) = &self.db else {
-            return Ok(Admitted::Yes);
+            return Ok((Admitted::Yes, want.max(1)));
         };
-        let (wait_ms, why): (i64, String) = sqlx::query_as(
-            "SELECT wait_ms, why FROM daylog_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        let (wait_ms, why, granted): (i64, String, i64) = sqlx::query_as(
+            "SELECT wait_ms, why, granted
+             FROM daylog_admit_block($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
         .bind(ask.provider)
         .bind(ask.scope)
@@ -57,15 +65,22 @@ impl Store {
         .bind(limit(ask.per_minute))
         .bind(limit(ask.per_day))
         .bind(i64::try_from(ask.day_reset_secs).unwrap_or(0))
+        .bind(i64::from(want.max(1)))
+        .bind(millis(hold))
         .fetch_one(pool)
         .await?;
         let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
-        Ok(match why.as_str() {
+        let admitted = match why.as_str() {
             "ok" => Admitted::Yes,
             "model" => Admitted::ModelCooling(wait),
             "cooling" => Admitted::Cooling(wait),
             "refused" => Admitted::Refused(wait),
             _ => Admitted::Budget(wait),
+        };
+        let granted = u32::try_from(granted).unwrap_or(0);
+        Ok(match admitted {
+            Admitted::Yes => (Admitted::Yes, granted.max(1)),
+            refused => (refused, 0),
         })
     }
 
@@ -307,7 +322,25 @@ impl Store {
 
 impl SharedLimits for Store {
     fn admit<'a>(&'a self, ask: Admission<'a>) -> BoxFuture<'a, Result<Admitted, String>> {
-        Box::pin(async move { self.admit_shared(&ask).await.map_err(|e| e.to_string()) })
+        Box::pin(async move {
+            self.admit_shared(&ask, 1, Duration::ZERO)
+                .await
+                .map(|(admitted, _)| admitted)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn admit_block<'a>(
+        &'a self,
+        ask: Admission<'a>,
+        want: u32,
+        hold: Duration,
+    ) -> BoxFuture<'a, Result<(Admitted, u32), String>> {
+        Box::pin(async move {
+            self.admit_shared(&ask, want, hold)
+                .await
+                .map_err(|e| e.to_string())
+        })
     }
 
     fn learned(&self, learned: Learned) -> BoxFuture<'static, Result<(), String>> {

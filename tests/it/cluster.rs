@@ -1287,3 +1287,63 @@ async fn postgres_restarted_in_a_burst_loses_nothing_and_answers_everything_afte
     let answers = check_answers(&telegram, &chats, 2);
     assert_eq!(answers.out_of_order, Vec::new(), "each chat in order");
 }
+
+on_each_backend! {
+    /// An entry's insert for an update handled under a lease (on PostgreSQL one
+    /// statement: the lease's row read `FOR SHARE`, the insert, the update's mark):
+    /// after a take-over it is refused (`Fenced`) and writes neither the entry nor the
+    /// mark; under the lease in hand it stores the entry and marks the update, and the
+    /// same message again is a duplicate that marks its own update. (SQLite runs one
+    /// instance, its lock file says so: its entry's insert checks no lease.)
+    async fn an_entry_stored_under_a_taken_over_lease_is_refused_and_writes_nothing(db: TestDb) {
+    if db.backend == Backend::Sqlite {
+        return;
+    }
+    let store = &db.store;
+    let (a, b) = (instance(store, "webhook").await, instance(store, "webhook").await);
+    store
+        .upsert_user(&daylog::store::NewUser {
+            user_id: UserId(12),
+            username: None,
+            language: daylog::language::Language::En,
+        })
+        .await
+        .expect("user");
+    let entry = NewLog {
+        user_id: UserId(12),
+        chat_id: ChatId(12),
+        message_id: MessageId(1),
+        text: "a day",
+        local_day: None,
+        written_at: None,
+    };
+    let old = store.take_chat_lease(12, a, LEASE).await.expect("take").expect("free");
+    let new = take_when_free(store, 12, b).await;
+    let first = stored_update(store, 1, 12).await;
+    store.fence_update(first, Some(old));
+    let refused = store.insert_log_for(&entry, Some(first)).await;
+    assert!(
+        matches!(refused, Err(StoreError::Fenced { chat_id: 12 })),
+        "{refused:?}"
+    );
+    let raw = Raw::connect(&db.url).await;
+    assert_eq!(raw.value::<i64>("SELECT count(*) FROM day_logs").await, 0);
+    assert!(!handled(&db, 1).await, "the update is left to the new holder");
+    store.fence_update(first, Some(new));
+    let stored = store.insert_log_for(&entry, Some(first)).await.expect("the holder stores");
+    assert!(matches!(stored, daylog::store::Inserted::New(_)), "{stored:?}");
+    assert!(handled(&db, 1).await);
+    let second = stored_update(store, 2, 12).await;
+    store.fence_update(second, Some(new));
+    let again = store.insert_log_for(&entry, Some(second)).await.expect("again");
+    assert!(
+        matches!(again, daylog::store::Inserted::Duplicate(id) if id == stored.id()),
+        "{again:?}"
+    );
+    assert!(handled(&db, 2).await);
+    assert_eq!(raw.value::<i64>("SELECT count(*) FROM day_logs").await, 1);
+    raw.close().await;
+    store.fence_update(first, None);
+    store.fence_update(second, None);
+    }
+}

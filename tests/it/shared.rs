@@ -554,3 +554,145 @@ async fn a_telegram_hold_recorded_by_one_instance_is_seen_by_another() {
         None
     );
 }
+
+/// Blocks (several requests counted in one check-and-spend): 150 concurrent claims of
+/// up to 8 from three stores on one budget of 40 are granted exactly 40 in all —
+/// whichever window binds — each claim at least one or none, never more than it asked.
+#[tokio::test]
+async fn blocks_claimed_at_once_by_three_stores_never_overspend_one_budget() {
+    let Some(db) = postgres().await else { return };
+    let stores = [
+        store(&db.url).await,
+        store(&db.url).await,
+        store(&db.url).await,
+    ];
+    for (per_minute, per_day) in [(Some(40), None), (Some(1000), Some(40))] {
+        Raw::connect(&db.url)
+            .await
+            .exec("DELETE FROM llm_shared_budgets")
+            .await;
+        let granted = AtomicUsize::new(0);
+        let asks = (0..150).map(|i| {
+            let store = &stores[i % 3];
+            let granted = &granted;
+            async move {
+                let (answer, n) = store
+                    .admit_block(ask(per_minute, per_day), 8, Duration::from_millis(100))
+                    .await
+                    .expect("asked");
+                match answer {
+                    Admitted::Yes => {
+                        assert!((1..=8).contains(&n), "{n}");
+                        granted.fetch_add(n as usize, Ordering::Relaxed);
+                    }
+                    Admitted::Budget(wait) => assert!(wait > Duration::ZERO && n == 0),
+                    other => panic!("not a budget answer: {other:?}"),
+                }
+            }
+        });
+        futures::future::join_all(asks).await;
+        assert_eq!(
+            granted.load(Ordering::Relaxed),
+            40,
+            "per minute {per_minute:?}, per day {per_day:?}"
+        );
+    }
+}
+
+/// The shared database as a store, counting the check-and-spends asked of it.
+struct Counting {
+    store: Store,
+    asked: AtomicUsize,
+}
+
+impl SharedLimits for Counting {
+    fn admit<'a>(
+        &'a self,
+        ask: Admission<'a>,
+    ) -> futures::future::BoxFuture<'a, Result<Admitted, String>> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        self.store.admit(ask)
+    }
+    fn admit_block<'a>(
+        &'a self,
+        ask: Admission<'a>,
+        want: u32,
+        hold: Duration,
+    ) -> futures::future::BoxFuture<'a, Result<(Admitted, u32), String>> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        self.store.admit_block(ask, want, hold)
+    }
+    fn learned(
+        &self,
+        learned: daylog::llm::Learned,
+    ) -> futures::future::BoxFuture<'static, Result<(), String>> {
+        self.store.learned(learned)
+    }
+    fn cooled(
+        &self,
+        cooled: daylog::llm::Cooled,
+    ) -> futures::future::BoxFuture<'static, Result<(), String>> {
+        self.store.cooled(cooled)
+    }
+    fn recovered(
+        &self,
+        cooled: daylog::llm::Cooled,
+    ) -> futures::future::BoxFuture<'static, Result<(), String>> {
+        self.store.recovered(cooled)
+    }
+}
+
+/// 60 tasks at once on a budget with room for many (600 a minute): the database is
+/// asked far fewer times than there are requests (the budget claimed in blocks), and
+/// every request is counted there. On a free tier's few (5 a minute) each request is
+/// asked for alone.
+#[tokio::test]
+async fn a_large_budget_is_claimed_in_blocks_and_a_small_one_request_by_request() {
+    let Some(db) = postgres().await else { return };
+    let b = ok_server().await;
+    for per_minute in [600, 5] {
+        let counting = Arc::new(Counting {
+            store: store(&db.url).await,
+            asked: AtomicUsize::new(0),
+        });
+        Raw::connect(&db.url)
+            .await
+            .exec("DELETE FROM llm_shared_budgets")
+            .await;
+        let a = ok_server().await;
+        let llm = Llm::new(&settings(
+            &config(
+                &a,
+                &format!("requests_per_minute = {per_minute}"),
+                &b,
+                20_000,
+            ),
+            &KEYS,
+        ))
+        .expect("llm")
+        .sharing(Arc::clone(&counting) as Arc<dyn SharedLimits>);
+        let sink = RecordingSink::default();
+        let asking = request(false);
+        let tasks = (0..60).map(|_| llm.run(Task::Analysis, &asking, &sink));
+        for answer in futures::future::join_all(tasks).await {
+            answer.expect("an answer");
+        }
+        let asked = counting.asked.load(Ordering::Relaxed);
+        let sent_to_a = calls(&a).await;
+        if per_minute == 600 {
+            assert_eq!(sent_to_a, 60, "every request on the large budget");
+            assert!(asked < 60 / 4, "asked {asked} times for 60 requests");
+        } else {
+            assert!(asked >= sent_to_a, "asked {asked} for {sent_to_a}");
+            assert_eq!(sent_to_a, 5, "the small budget used to its limit, no more");
+        }
+        let counted: i64 = Raw::connect(&db.url)
+            .await
+            .value("SELECT coalesce(sum(cardinality(sends)), 0)::BIGINT FROM llm_shared_budgets")
+            .await;
+        assert!(
+            counted >= i64::try_from(sent_to_a).expect("small"),
+            "{counted} counted for {sent_to_a} sent"
+        );
+    }
+}
