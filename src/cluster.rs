@@ -269,6 +269,9 @@ pub struct Leases {
     /// said, on this process's clock): not asked for again before then, unless an
     /// update of the chat arrived here ([`Leases::hold_arrived`]).
     elsewhere: Arc<std::sync::Mutex<HashMap<i64, tokio::time::Instant>>>,
+    /// Other instances may share the database (PostgreSQL); a test may say so of a
+    /// SQLite store, to run work under leases that can be lost.
+    shared: bool,
 }
 
 /// A lease in hand: its fence, how many [`ChatLease`]s use it, when it was last let go.
@@ -419,12 +422,13 @@ impl Drop for ChatLease {
 impl Leases {
     fn new(store: Store, holder: InstanceId, lease: Duration) -> Self {
         Self {
-            store,
             holder,
             lease,
             held: Arc::default(),
             releasing: Arc::default(),
             elsewhere: Arc::default(),
+            shared: store.is_postgres(),
+            store,
         }
     }
 
@@ -433,6 +437,16 @@ impl Leases {
     #[cfg(test)]
     pub(crate) fn for_test(store: Store, holder: InstanceId, lease: Duration) -> Self {
         Self::new(store, holder, lease)
+    }
+
+    /// The same, counted as shared with other instances even on SQLite: what works
+    /// under them checks them as it would on PostgreSQL.
+    #[cfg(test)]
+    pub(crate) fn shared_for_test(store: Store, holder: InstanceId, lease: Duration) -> Self {
+        Self {
+            shared: true,
+            ..Self::new(store, holder, lease)
+        }
     }
 
     /// Gives up at once every lease not in use (the heartbeat waits two leases).
@@ -607,7 +621,7 @@ impl Leases {
     /// Whether these leases are on PostgreSQL, where other instances may share the
     /// database (on SQLite the lock file keeps them out).
     pub fn shared(&self) -> bool {
-        self.store.is_postgres()
+        self.shared
     }
 
     /// What the heartbeat renewed: a lease not among them was taken over, and is

@@ -274,6 +274,40 @@ impl Taking {
     }
 }
 
+/// The chat's lease a task handed an update works under, as the task checks it at its
+/// safe points: before it writes or sends, never in the middle of either (a send whose
+/// record is cut off would go out again from whoever handles the update next).
+#[derive(Clone)]
+pub struct UnderLease(Option<Arc<ChatLease>>);
+
+impl UnderLease {
+    /// Whether the chat is still this instance's: always without a lease, and on
+    /// SQLite (whose lock file keeps other daemons out); among instances by the
+    /// lease's own deadline, and past it by asking the database
+    /// ([`ChatLease::confirm`]).
+    pub async fn holds(&self) -> bool {
+        match &self.0 {
+            Some(lease) => lease.confirm().await,
+            None => true,
+        }
+    }
+
+    /// [`UnderLease::holds`], as the task's error when not: the task stops there, and
+    /// its update is left to whoever holds the chat now ([`Deferred::let_go`]).
+    pub async fn go_on(&self) -> Result<(), LeaseLost> {
+        if self.holds().await {
+            Ok(())
+        } else {
+            Err(LeaseLost)
+        }
+    }
+}
+
+/// A task stopped at a safe point: its chat's lease is no longer this instance's.
+#[derive(Debug, thiserror::Error)]
+#[error("the chat's lease is no longer this instance's")]
+pub struct LeaseLost;
+
 /// An update a task took over (see [`Taking::defer`]).
 pub struct Deferred {
     key: UpdateKey,
@@ -319,18 +353,13 @@ impl Deferred {
         self.release();
     }
 
-    /// Resolves once the chat's lease can no longer be counted on (its deadline here
-    /// passed without a renewal, or it was taken over): the task stops, so that it
-    /// never answers or writes after another instance may have taken the chat. Never
-    /// without a lease, nor on SQLite (whose lock file keeps other daemons out).
-    pub async fn lost(&self) {
-        match &self.lease {
-            Some(lease) if lease.shared() => lease.lost().await,
-            _ => std::future::pending().await,
-        }
+    /// What the task checks at its safe points: whether the chat is still this
+    /// instance's to work in.
+    pub fn under(&self) -> UnderLease {
+        UnderLease(self.lease.clone().filter(|lease| lease.shared()))
     }
 
-    /// The task stopped because the chat's lease was lost ([`Deferred::lost`]): its
+    /// The task stopped because the chat's lease was lost ([`LeaseLost`]): its
     /// update is not marked; it is read from the table again, and handled by whichever
     /// instance holds the chat now.
     pub fn let_go(mut self) {
@@ -1206,6 +1235,30 @@ pub(in crate::bot) mod tests {
         crate::store::InstanceId,
         tempfile::TempDir,
     ) {
+        leased_inbox_with(|store, a| crate::cluster::Leases::for_test(store, a, LEASE)).await
+    }
+
+    /// An inbox under leases of `lease` that count as shared with other instances (as on
+    /// PostgreSQL: work under them checks them, and they can be lost).
+    pub(in crate::bot) async fn shared_leased_inbox(
+        lease: Duration,
+    ) -> (
+        Inbox,
+        crate::cluster::Leases,
+        crate::store::InstanceId,
+        tempfile::TempDir,
+    ) {
+        leased_inbox_with(|store, a| crate::cluster::Leases::shared_for_test(store, a, lease)).await
+    }
+
+    async fn leased_inbox_with(
+        leases: impl FnOnce(crate::store::Store, crate::store::InstanceId) -> crate::cluster::Leases,
+    ) -> (
+        Inbox,
+        crate::cluster::Leases,
+        crate::store::InstanceId,
+        tempfile::TempDir,
+    ) {
         let (plain, dir) = inbox().await;
         let store = plain.store().clone();
         let new = crate::store::NewInstance {
@@ -1216,7 +1269,7 @@ pub(in crate::bot) mod tests {
         };
         let a = store.register_instance(&new).await.expect("a");
         let b = store.register_instance(&new).await.expect("b");
-        let leases = crate::cluster::Leases::for_test(store.clone(), a, LEASE);
+        let leases = leases(store.clone(), a);
         let notice: super::super::Notice = Arc::new(|_, _| async { true }.boxed());
         let inbox = Inbox::with_leases(store, 1, notice, Some(leases.clone()), None);
         (inbox, leases, b, dir)
@@ -1224,7 +1277,7 @@ pub(in crate::bot) mod tests {
 
     const LEASE: Duration = Duration::from_secs(60);
 
-    async fn stored(inbox: &Inbox, update_id: i64, chat_id: Option<i64>) {
+    pub(in crate::bot) async fn stored(inbox: &Inbox, update_id: i64, chat_id: Option<i64>) {
         let row = crate::store::NewUpdate {
             update_id,
             chat_id,
@@ -1238,7 +1291,7 @@ pub(in crate::bot) mod tests {
             .expect("stored");
     }
 
-    async fn is_handled(inbox: &Inbox, update_id: i64) -> bool {
+    pub(in crate::bot) async fn is_handled(inbox: &Inbox, update_id: i64) -> bool {
         let waiting = inbox
             .store()
             .unhandled_updates(1, 100, 100)
