@@ -749,9 +749,12 @@ mod tests {
             .expect("registered")
     }
 
-    /// A `hold` that asks the database for a lease in hand past its deadline while the
-    /// heartbeat gives idle leases up: the lease is in use, and is not given up after
-    /// the take (another instance could take the chat then, under this one's feet).
+    /// A `hold` of a chat whose idle lease is being given up (the release has marked it
+    /// and not yet given it up in the database) waits for the release to end, counts no
+    /// use of the lease being given up, and then takes the chat from the database
+    /// again: the lease it gets is not given up under it (another instance could take
+    /// the chat then, under this one's feet). The release's steps are taken by hand, so
+    /// the hold meets the release in the middle every time.
     #[tokio::test]
     async fn a_lease_asked_for_while_idle_leases_are_given_up_stays_held() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -759,27 +762,30 @@ mod tests {
         let (a, b) = (member(&store).await, member(&store).await);
         let lease = Duration::from_secs(60);
         let leases = Leases::new(store.clone(), a, lease);
-        drop(leases.hold(5).await.expect("take").expect("free"));
-        {
-            // Unused for long, and past its own deadline: the next hold asks the database.
-            let now = tokio::time::Instant::now();
-            let mut map = leases.map();
-            let held = map.get_mut(&5).expect("in hand");
-            held.valid_until = now;
-            held.idle_since = now.checked_sub(lease * 3).unwrap_or(held.idle_since);
-        }
+        let first = leases.hold(5).await.expect("take").expect("free");
+        let fence = first.fence();
+        drop(first);
+        // A release under way: it holds the releasing lock and has marked the lease.
+        let releasing = leases.releasing.lock().await;
+        leases.map().get_mut(&5).expect("in hand").releasing = true;
         let mut asking = Box::pin(leases.hold(5));
-        // Its take is on its way to the database (or done) when the release runs.
-        let polled = futures::poll!(&mut asking);
-        let taken = match polled {
-            std::task::Poll::Ready(taken) => {
-                leases.release_idle().await;
-                taken
-            }
-            std::task::Poll::Pending => tokio::join!(asking, leases.release_idle()).0,
-        };
-        let chat = taken.expect("take").expect("ours");
+        assert!(
+            futures::poll!(&mut asking).is_pending(),
+            "waits for the release"
+        );
+        assert_eq!(
+            leases.map().get(&5).map(|held| held.users),
+            Some(0),
+            "no use counted of the lease being given up"
+        );
+        // The release ends: given up in the database, then dropped from the hand.
+        store.release_chat_lease(&fence).await.expect("given up");
+        leases.map().retain(|_, held| !held.releasing);
+        drop(releasing);
+        let chat = asking.await.expect("take").expect("ours");
         assert!(chat.held());
+        assert!(chat.fresh(), "taken from the database again");
+        leases.release_idle().await;
         assert!(
             store
                 .take_chat_lease(5, b, lease)
