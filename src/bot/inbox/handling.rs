@@ -338,9 +338,13 @@ impl Deferred {
         match marked {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(
+                // The work is done (its answer sent), and the chat's new holder has the
+                // update: it may carry it out a second time.
+                crate::observe::update_mark_fenced();
+                tracing::error!(
                     update_id = self.key.update_id,
-                    "the chat was taken over by another instance before a task's update was marked handled"
+                    chat_id = self.lease.as_ref().map(|lease| lease.fence().chat_id),
+                    "a task's work was done but its chat was taken over by another instance before its update was marked handled; that instance may carry it out again"
                 );
             }
             Err(error) => {
@@ -1352,9 +1356,14 @@ pub(in crate::bot) mod tests {
                 .expect("asked")
                 .is_some()
         );
+        let exporter = crate::observe::exporter().expect("the recorder");
         done.handled().await;
         assert!(!is_handled(&inbox, 7).await, "left to the new holder");
         assert!(!inbox.lanes().done.contains(&7), "and not marked later");
+        assert!(
+            crate::observe::render(exporter).contains(crate::observe::UPDATES_MARK_FENCED),
+            "counted"
+        );
     }
 
     /// A task that stopped because its chat's lease was lost leaves its update
