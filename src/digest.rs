@@ -330,6 +330,12 @@ impl Digests {
                 }
             }
             DigestStatus::Pending => {
+                // No claim in the database: only where no other instance can share it
+                // (SQLite: the in-memory claim above is the whole claim).
+                debug_assert!(
+                    !self.store.is_postgres(),
+                    "a digest run unclaimed on PostgreSQL"
+                );
                 let claim = DigestClaim::default();
                 self.run(messenger, digest, claim, target, Asked::OnDemand)
                     .await?;
