@@ -141,9 +141,7 @@ impl Lanes {
             return false;
         };
         self.held = self.held.saturating_sub(queue.len());
-        queue
-            .values()
-            .any(|row| matches!(row.body, Body::Parsed(_)))
+        queue.values().any(|row| row.arrived)
     }
 }
 
@@ -154,6 +152,13 @@ struct Waiting {
     body: Body,
     /// No older row of its chat can be in the table unseen: it may run.
     vouched: bool,
+    /// It came to this instance (a webhook's post, a poll), handed over by the intake,
+    /// rather than found in the table: its chat's lease is asked for even while another
+    /// instance was found holding it ([`Leases::hold_arrived`]), and that instance is
+    /// told when it still does. Kept when its body is read again after a failed try.
+    ///
+    /// [`Leases::hold_arrived`]: crate::cluster::Leases::hold_arrived
+    arrived: bool,
 }
 
 /// What the memory holds of a row's update.
@@ -485,6 +490,7 @@ impl Inbox {
                     next_try_at: NextTry::default(),
                     body: Body::Parsed(row.update),
                     vouched,
+                    arrived: true,
                 });
                 lanes.held += 1;
             }
@@ -695,11 +701,11 @@ impl Inbox {
         // A chat another instance was found holding is asked for again before its lease
         // ran out there only when one of its updates arrived here (the periodic read of
         // the table finds the others' backlog: that is not asked for on every read).
-        let arrived = self.lanes().waiting.get(&lane).is_some_and(|queue| {
-            queue
-                .values()
-                .any(|row| matches!(row.body, Body::Parsed(_)))
-        });
+        let arrived = self
+            .lanes()
+            .waiting
+            .get(&lane)
+            .is_some_and(|queue| queue.values().any(|row| row.arrived));
         let held = if arrived {
             leases.hold_arrived(key).await
         } else {
@@ -1085,6 +1091,7 @@ fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64, shared: bool) {
                     next_try_at: row.next_try_at,
                     body: Body::Stored(row.payload),
                     vouched: true,
+                    arrived: false,
                 });
                 lanes.held += 1;
             }
@@ -1501,7 +1508,64 @@ pub(in crate::bot) mod tests {
             next_try_at: NextTry::default(),
             body: Body::Stored(Some("{}".to_owned())),
             vouched,
+            arrived: false,
         }
+    }
+
+    /// An update that came to this instance counts as arrived by its tag, not by the
+    /// shape of what the memory holds of it: after a failed try its body is read back
+    /// from the table, and its chat — found held by another instance a moment ago, and
+    /// given up there since — is still asked for at once rather than left until that
+    /// lease would have run out.
+    #[tokio::test]
+    async fn an_update_that_arrived_here_still_asks_for_its_chat_after_a_failed_try() {
+        let (inbox, leases, b, _dir) = leased_inbox().await;
+        let payload = message(2, 5);
+        inbox
+            .store()
+            .insert_updates(
+                1,
+                &[crate::store::NewUpdate {
+                    update_id: 2,
+                    chat_id: Some(5),
+                    user_id: Some(5),
+                    payload: &payload,
+                }],
+            )
+            .await
+            .expect("stored");
+        inbox.hand_over(vec![Arrived {
+            update_id: 2,
+            chat_id: Some(5),
+            update: Box::new(serde_json::from_str(&payload).expect("an update")),
+        }]);
+        assert!(inbox.read_table().await.is_none(), "read");
+        let lane = Lane::Chat(5);
+        assert_eq!(inbox.next_row(lane).expect("runs").update_id, 2);
+        inbox.unread(lane, 2); // its try failed
+        // Meanwhile another instance held the chat (this one found so), then gave it up.
+        let store = inbox.store();
+        let theirs = store
+            .take_chat_lease(5, b, LEASE)
+            .await
+            .expect("take")
+            .expect("free");
+        assert!(leases.hold(5).await.expect("asked").is_none(), "b's");
+        store.release_chat_lease(&theirs).await.expect("given up");
+        assert!(inbox.read_table().await.is_none(), "read back");
+        assert!(matches!(
+            inbox
+                .lanes()
+                .waiting
+                .get(&lane)
+                .and_then(|q| q.get(&2))
+                .map(|row| &row.body),
+            Some(Body::Stored(Some(_)))
+        ));
+        assert!(
+            matches!(inbox.lane_lease(lane).await, Some(Some(_))),
+            "the chat is asked for at once: its update arrived here"
+        );
     }
 
     /// A lane that leaves the memory while a read is under way (another instance holds
