@@ -269,6 +269,9 @@ pub struct Leases {
     /// said, on this process's clock): not asked for again before then, unless an
     /// update of the chat arrived here ([`Leases::hold_arrived`]).
     elsewhere: Arc<std::sync::Mutex<HashMap<i64, tokio::time::Instant>>>,
+    /// Other instances may share the database (PostgreSQL); a test may say so of a
+    /// SQLite store, to run work under leases that can be lost.
+    shared: bool,
 }
 
 /// A lease in hand: its fence, how many [`ChatLease`]s use it, when it was last let go.
@@ -419,12 +422,13 @@ impl Drop for ChatLease {
 impl Leases {
     fn new(store: Store, holder: InstanceId, lease: Duration) -> Self {
         Self {
-            store,
             holder,
             lease,
             held: Arc::default(),
             releasing: Arc::default(),
             elsewhere: Arc::default(),
+            shared: store.is_postgres(),
+            store,
         }
     }
 
@@ -433,6 +437,16 @@ impl Leases {
     #[cfg(test)]
     pub(crate) fn for_test(store: Store, holder: InstanceId, lease: Duration) -> Self {
         Self::new(store, holder, lease)
+    }
+
+    /// The same, counted as shared with other instances even on SQLite: what works
+    /// under them checks them as it would on PostgreSQL.
+    #[cfg(test)]
+    pub(crate) fn shared_for_test(store: Store, holder: InstanceId, lease: Duration) -> Self {
+        Self {
+            shared: true,
+            ..Self::new(store, holder, lease)
+        }
     }
 
     /// Gives up at once every lease not in use (the heartbeat waits two leases).
@@ -607,7 +621,7 @@ impl Leases {
     /// Whether these leases are on PostgreSQL, where other instances may share the
     /// database (on SQLite the lock file keeps them out).
     pub fn shared(&self) -> bool {
-        self.store.is_postgres()
+        self.shared
     }
 
     /// What the heartbeat renewed: a lease not among them was taken over, and is
@@ -735,9 +749,12 @@ mod tests {
             .expect("registered")
     }
 
-    /// A `hold` that asks the database for a lease in hand past its deadline while the
-    /// heartbeat gives idle leases up: the lease is in use, and is not given up after
-    /// the take (another instance could take the chat then, under this one's feet).
+    /// A `hold` of a chat whose idle lease is being given up (the release has marked it
+    /// and not yet given it up in the database) waits for the release to end, counts no
+    /// use of the lease being given up, and then takes the chat from the database
+    /// again: the lease it gets is not given up under it (another instance could take
+    /// the chat then, under this one's feet). The release's steps are taken by hand, so
+    /// the hold meets the release in the middle every time.
     #[tokio::test]
     async fn a_lease_asked_for_while_idle_leases_are_given_up_stays_held() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -745,27 +762,30 @@ mod tests {
         let (a, b) = (member(&store).await, member(&store).await);
         let lease = Duration::from_secs(60);
         let leases = Leases::new(store.clone(), a, lease);
-        drop(leases.hold(5).await.expect("take").expect("free"));
-        {
-            // Unused for long, and past its own deadline: the next hold asks the database.
-            let now = tokio::time::Instant::now();
-            let mut map = leases.map();
-            let held = map.get_mut(&5).expect("in hand");
-            held.valid_until = now;
-            held.idle_since = now.checked_sub(lease * 3).unwrap_or(held.idle_since);
-        }
+        let first = leases.hold(5).await.expect("take").expect("free");
+        let fence = first.fence();
+        drop(first);
+        // A release under way: it holds the releasing lock and has marked the lease.
+        let releasing = leases.releasing.lock().await;
+        leases.map().get_mut(&5).expect("in hand").releasing = true;
         let mut asking = Box::pin(leases.hold(5));
-        // Its take is on its way to the database (or done) when the release runs.
-        let polled = futures::poll!(&mut asking);
-        let taken = match polled {
-            std::task::Poll::Ready(taken) => {
-                leases.release_idle().await;
-                taken
-            }
-            std::task::Poll::Pending => tokio::join!(asking, leases.release_idle()).0,
-        };
-        let chat = taken.expect("take").expect("ours");
+        assert!(
+            futures::poll!(&mut asking).is_pending(),
+            "waits for the release"
+        );
+        assert_eq!(
+            leases.map().get(&5).map(|held| held.users),
+            Some(0),
+            "no use counted of the lease being given up"
+        );
+        // The release ends: given up in the database, then dropped from the hand.
+        store.release_chat_lease(&fence).await.expect("given up");
+        leases.map().retain(|_, held| !held.releasing);
+        drop(releasing);
+        let chat = asking.await.expect("take").expect("ours");
         assert!(chat.held());
+        assert!(chat.fresh(), "taken from the database again");
+        leases.release_idle().await;
         assert!(
             store
                 .take_chat_lease(5, b, lease)

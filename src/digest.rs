@@ -23,8 +23,9 @@
 //! Among instances (PostgreSQL) a digest is also claimed in the database for its
 //! cascade's deadline and a margin (`claim_digest`); its text is stored and it is sent
 //! only while that claim is still this instance's (checked in the write's statement,
-//! and right before the send, which renews it): a claim that ran out and was taken by
-//! another instance never sends the digest a second time.
+//! and right before the send, which renews it; the send is bounded inside the renewed
+//! claim): a claim that ran out and was taken by another instance never sends the
+//! digest a second time.
 
 use std::sync::Arc;
 
@@ -58,6 +59,15 @@ const MIN_SCHEDULED_ENTRIES: i64 = 2;
 /// What a digest's claim holds beyond its cascade's deadline: its send (Telegram's
 /// `retry_after` waited out a few times) and the marks after it.
 const CLAIM_MARGIN: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How long a digest's send may take once its claim was renewed for it (Telegram's
+/// `retry_after` waited out, a shared 429 hold included): a minute inside the claim's
+/// margin, so that the claim still holds when the send ends and is recorded. A send
+/// still waiting then is given up as a transient failure (the worker sends the digest
+/// later, under a claim of its own) rather than going out after another instance may
+/// have claimed and sent it.
+const SEND_WITHIN: std::time::Duration =
+    CLAIM_MARGIN.saturating_sub(std::time::Duration::from_secs(60));
 
 /// How long a digest claimed for writing and sending is left to its claimer by the
 /// other instances (PostgreSQL): past it, one whose claimer died is taken over. Its
@@ -122,6 +132,8 @@ pub struct Digests {
     llm: Arc<Llm>,
     worker: WorkerSettings,
     claims: Claims,
+    /// [`SEND_WITHIN`], shorter in tests.
+    send_within: std::time::Duration,
 }
 
 /// The digests being worked on in this process, by user and week.
@@ -222,6 +234,17 @@ impl Digests {
             llm,
             worker,
             claims: Claims::default(),
+            send_within: SEND_WITHIN,
+        }
+    }
+
+    /// The same, with a digest's send given up after `within` rather than
+    /// [`SEND_WITHIN`] (tests of a send that never ends).
+    #[must_use]
+    pub fn send_within(self, within: std::time::Duration) -> Self {
+        Self {
+            send_within: within.min(SEND_WITHIN),
+            ..self
         }
     }
 
@@ -307,6 +330,12 @@ impl Digests {
                 }
             }
             DigestStatus::Pending => {
+                // No claim in the database: only where no other instance can share it
+                // (SQLite: the in-memory claim above is the whole claim).
+                debug_assert!(
+                    !self.store.is_postgres(),
+                    "a digest run unclaimed on PostgreSQL"
+                );
                 let claim = DigestClaim::default();
                 self.run(messenger, digest, claim, target, Asked::OnDemand)
                     .await?;
@@ -408,7 +437,14 @@ impl Digests {
             );
             return Ok(());
         }
-        let sent = messenger.send(target, responses).await;
+        // Bounded well inside the claim just renewed: see [`SEND_WITHIN`].
+        let sent = tokio::time::timeout(self.send_within, messenger.send(target, responses))
+            .await
+            .unwrap_or_else(|_| {
+                Err(SendError::Transient(
+                    "not sent while its claim held; the worker sends it later".to_owned(),
+                ))
+            });
         self.record_send(&digest, sent).await
     }
 
@@ -852,6 +888,10 @@ async fn week_days(
 mod claim_tests {
     #[test]
     fn a_digest_claim_outlasts_its_deadline() {
+        assert!(
+            super::SEND_WITHIN < super::CLAIM_MARGIN,
+            "a send ends inside its claim"
+        );
         let hour = std::time::Duration::from_secs(3600);
         assert!(super::claim_hold(hour) > hour);
         assert!(super::claim_hold(std::time::Duration::ZERO) > std::time::Duration::ZERO);

@@ -52,6 +52,10 @@ pub const UPDATES_DEAD: &str = "daylog_updates_dead";
 pub const INSTANCES_ALIVE: &str = "daylog_instances_alive";
 /// Chats whose lease this instance holds, at its last heartbeat.
 pub const CHAT_LEASES_HELD: &str = "daylog_chat_leases_held";
+/// A task's work done (`/week`, `/import`: its answer sent) whose update could not be
+/// marked handled: its chat was taken over meanwhile, and the new holder may carry the
+/// update out a second time.
+pub const UPDATES_MARK_FENCED: &str = "daylog_updates_mark_fenced_total";
 /// Daily reminders sent.
 pub const REMINDERS_SENT: &str = "daylog_reminders_sent_total";
 /// Weekly digests delivered.
@@ -149,6 +153,12 @@ pub fn reminder_sent() {
 /// A weekly digest delivered.
 pub fn digest_sent() {
     metrics::counter!(DIGESTS_SENT).increment(1);
+}
+
+/// A task's update not marked handled after its work was done: its chat's lease had
+/// been taken over.
+pub fn update_mark_fenced() {
+    metrics::counter!(UPDATES_MARK_FENCED).increment(1);
 }
 
 /// The number of entries not analysed yet (set before each render).
@@ -256,6 +266,10 @@ fn describe() {
         "Instances of this database alive (heartbeat within cluster.lease_ms)."
     );
     metrics::describe_gauge!(CHAT_LEASES_HELD, "Chats whose lease this instance holds.");
+    metrics::describe_counter!(
+        UPDATES_MARK_FENCED,
+        "Slow commands done whose update could not be marked: their chat was taken over."
+    );
     metrics::describe_counter!(REMINDERS_SENT, "Daily reminders sent.");
     metrics::describe_counter!(DIGESTS_SENT, "Weekly digests delivered.");
 }

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use crate::store::{NewUpdate, Store, StoreError};
 
 pub(super) mod handling;
-pub use handling::{Deferred, Taking};
+pub use handling::{Deferred, LeaseLost, Taking, UnderLease};
 
 /// What became of a body given to [`Inbox::receive`]; every one is answered as a
 /// success to Telegram.

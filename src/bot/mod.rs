@@ -55,7 +55,7 @@ use crate::texts::Texts;
 use crate::users::Users;
 use crate::worker;
 use delete_button::{DeleteAnswer, DeleteButton};
-use inbox::{Deferred, Taking};
+use inbox::{Deferred, LeaseLost, Taking, UnderLease};
 
 mod delete_button;
 mod inbox;
@@ -1012,24 +1012,22 @@ impl Answers {
     /// task, so that its chat's next updates are not held behind it; its update is
     /// handled (`done`) once the work ended — its rows committed, or the user told why
     /// not. Its reply may come after the chat's later messages are answered.
-    fn slow_command<F>(&self, chat: i64, work: F, done: Deferred)
+    ///
+    /// The work is never cut off from outside: it checks the chat's lease itself at its
+    /// safe points ([`UnderLease`]: before it writes or sends), and stops there with
+    /// [`LeaseLost`] when the chat may be another instance's — its update is then left
+    /// to that one. Cut anywhere (between a digest's send and its record, in the
+    /// middle of an import), the work would be done a second time by the next holder.
+    fn slow_command<W, F>(&self, chat: i64, work: W, done: Deferred)
     where
+        W: FnOnce(UnderLease) -> F,
         F: Future<Output = HandlerResult> + Send + 'static,
     {
+        let work = work(done.under());
         self.0.spawn(async move {
-            // The chat's lease is kept while it works; when it is lost (this instance
-            // stalled past its deadline) the work stops before another instance can take
-            // the chat, so the update is never carried out by both.
-            let outcome = tokio::select! {
-                outcome = std::panic::AssertUnwindSafe(work).catch_unwind() => Some(outcome),
-                () = done.lost() => None,
-            };
-            let Some(outcome) = outcome else {
-                done.let_go();
-                return;
-            };
-            match outcome {
+            match std::panic::AssertUnwindSafe(work).catch_unwind().await {
                 Ok(Ok(())) => done.handled().await,
+                Ok(Err(error)) if error.is::<LeaseLost>() => done.let_go(),
                 Ok(Err(error)) => {
                     tracing::error!(%error, chat_id = chat, "command handling failed");
                     done.handled().await;
@@ -1192,7 +1190,7 @@ async fn on_document<B: TgBot>(
         return on_other(msg, journal, messenger).await;
     }
     let chat = msg.chat.id.0;
-    let import = import_document(msg, document, journal, messenger, store, users);
+    let import = |under| import_document(msg, document, journal, messenger, store, users, under);
     answers.slow_command(chat, import, taking.defer());
     Ok(())
 }
@@ -1200,7 +1198,10 @@ async fn on_document<B: TgBot>(
 /// Downloads a Daylio export and imports it; answers with the three numbers or why not.
 /// Its update is handled (see [`Answers::slow_command`]) only once the import's rows
 /// are committed, or it stored nothing: a crash before then imports the file again at
-/// the next start, which adds nothing twice.
+/// the next start, which adds nothing twice. Among instances it stops before its
+/// import and before its answer once the chat's lease is no longer this instance's
+/// (`under`): the chat's new holder imports the file again (adding nothing twice) and
+/// answers.
 async fn import_document<B: TgBot>(
     msg: Message,
     document: teloxide::types::Document,
@@ -1208,6 +1209,7 @@ async fn import_document<B: TgBot>(
     messenger: Arc<Telegram<B>>,
     store: Store,
     users: Users,
+    under: UnderLease,
 ) -> HandlerResult {
     let Some(user_id) = sender_id(&msg) else {
         return Ok(());
@@ -1234,6 +1236,7 @@ async fn import_document<B: TgBot>(
                 texts.import_download_failed().to_owned()
             }
             Ok((_, bytes)) => {
+                under.go_on().await?;
                 match crate::import::import_bytes(&store, &users, user_id, &bytes).await {
                     Ok(report) => report.sentence(language),
                     Err(error) => {
@@ -1244,6 +1247,7 @@ async fn import_document<B: TgBot>(
             }
         }
     };
+    under.go_on().await?;
     send_logged(
         &messenger,
         &msg,
@@ -1310,7 +1314,8 @@ async fn on_command<B: TgBot>(
         // The caption of a document is parsed as a command too: that is the import,
         // handled once it is stored.
         let chat = msg.chat.id.0;
-        let import = import_document(msg, document, journal, messenger, store, users);
+        let import =
+            |under| import_document(msg, document, journal, messenger, store, users, under);
         answers.slow_command(chat, import, taking.defer());
         return Ok(());
     }
@@ -1320,11 +1325,14 @@ async fn on_command<B: TgBot>(
     if !slow {
         return run_command(msg, command, journal, messenger, store, users, digests).await;
     }
-    answers.slow_command(
-        msg.chat.id.0,
-        run_command(msg, command, journal, messenger, store, users, digests),
-        taking.defer(),
-    );
+    // Its safe point is its start: the digest itself is written and sent under its
+    // own claim in the database (see `digest`), which another instance respects.
+    let chat = msg.chat.id.0;
+    let week = |under: UnderLease| async move {
+        under.go_on().await?;
+        run_command(msg, command, journal, messenger, store, users, digests).await
+    };
+    answers.slow_command(chat, week, taking.defer());
     Ok(())
 }
 
@@ -2090,7 +2098,7 @@ mod tests {
         for failures in 0..crate::store::UPDATE_MAX_FAILURES {
             let answers = super::Answers::default();
             let taking = super::Taking::for_test(&inbox, 9, failures);
-            answers.slow_command(3, async { panic!("a bug in /week") }, taking.defer());
+            answers.slow_command(3, |_| async { panic!("a bug in /week") }, taking.defer());
             answers.finished().await;
             let rows = inbox
                 .store()
@@ -2106,6 +2114,85 @@ mod tests {
         }
         let counts = inbox.store().inbox_counts().await.expect("counts");
         assert_eq!((counts.unhandled, counts.dead), (0, 1));
+    }
+
+    /// A slow command (a `/week`) whose chat's lease runs out here between its digest's
+    /// send and its record (the database did not answer the heartbeat for a while) is
+    /// not cut off there: the record follows the send, and its update is handled, so
+    /// that no instance handles it again and sends the digest a second time.
+    #[tokio::test]
+    async fn a_slow_command_is_not_cut_between_its_send_and_its_record_when_its_lease_runs_out() {
+        use super::inbox::handling::tests::{is_handled, shared_leased_inbox, stored};
+        let lease = std::time::Duration::from_millis(300);
+        let (inbox, leases, _b, _dir) = shared_leased_inbox(lease).await;
+        stored(&inbox, 7, Some(5)).await;
+        let chat = leases.hold(5).await.expect("take").expect("free");
+        let watch = chat.share().expect("in hand");
+        let answers = super::Answers::default();
+        let (sent, was_sent) = tokio::sync::oneshot::channel::<()>();
+        let (go, may_go) = tokio::sync::oneshot::channel::<()>();
+        let recorded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let record = Arc::clone(&recorded);
+        let taking = super::Taking::for_test(&inbox, 7, 0).with_lease(chat);
+        let work = move |_| async move {
+            _ = sent.send(()); // the digest went out
+            _ = may_go.await; // and its record waits for the database
+            record.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        };
+        answers.slow_command(5, work, taking.defer());
+        was_sent.await.expect("sent");
+        // No heartbeat: the lease's deadline here passes, and what waits for it wakes.
+        watch.lost().await;
+        tokio::time::sleep(lease / 10).await;
+        _ = go.send(());
+        answers.finished().await;
+        assert!(
+            recorded.load(std::sync::atomic::Ordering::SeqCst),
+            "the send's record was not cut off"
+        );
+        assert!(is_handled(&inbox, 7).await, "nobody handles it again");
+    }
+
+    /// A slow command that finds at a safe point that its chat's lease was taken over
+    /// (this instance stalled past its lease) stops there: its update is left to the
+    /// chat's new holder.
+    #[tokio::test]
+    async fn a_slow_command_that_finds_its_lease_taken_over_leaves_its_update() {
+        use super::inbox::handling::tests::{is_handled, shared_leased_inbox, stored};
+        let lease = std::time::Duration::from_millis(300);
+        let (inbox, leases, b, _dir) = shared_leased_inbox(lease).await;
+        stored(&inbox, 7, Some(5)).await;
+        let chat = leases.hold(5).await.expect("take").expect("free");
+        let watch = chat.share().expect("in hand");
+        let answers = super::Answers::default();
+        let taking = super::Taking::for_test(&inbox, 7, 0).with_lease(chat);
+        let (go, may_go) = tokio::sync::oneshot::channel::<()>();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let did = Arc::clone(&done);
+        let work = move |under: super::UnderLease| async move {
+            _ = may_go.await;
+            under.go_on().await?;
+            did.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        };
+        answers.slow_command(5, work, taking.defer());
+        watch.lost().await;
+        let store = inbox.store();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while store
+            .take_chat_lease(5, b, lease * 100)
+            .await
+            .expect("asked")
+            .is_none()
+        {
+            assert!(tokio::time::Instant::now() < deadline, "never ran out");
+            tokio::time::sleep(lease / 10).await;
+        }
+        _ = go.send(());
+        answers.finished().await;
+        assert!(!done.load(std::sync::atomic::Ordering::SeqCst), "stopped");
+        assert!(!is_handled(&inbox, 7).await, "left to the new holder");
     }
 
     #[tokio::test]

@@ -266,3 +266,75 @@ async fn run_out_leases_of_updates_without_a_chat_are_deleted() {
         );
     }
 }
+
+/// A front end whose send never ends (Telegram's `retry_after` waited out again and
+/// again), counting the sends it was asked for.
+#[derive(Default)]
+struct Stuck(Mutex<usize>);
+
+impl Messenger for Stuck {
+    async fn send(&self, _: Target, _: Vec<Response>) -> Result<(), SendError> {
+        *self.0.lock().expect("lock") += 1;
+        std::future::pending().await
+    }
+    async fn typing(&self, _chat_id: daylog::domain::ChatId) {}
+}
+
+/// A digest's send is bounded inside the claim renewed for it: one that has not ended
+/// by then is given up as a transient failure (the digest stays pending, retried later
+/// under a new claim) instead of going out after another instance claimed and sent it.
+#[tokio::test]
+async fn a_digest_send_that_outlasts_its_claim_is_given_up_for_a_later_try() {
+    for backend in backends() {
+        let db = backend.fresh().await;
+        let store = store(&db.url).await;
+        store
+            .upsert_user(&NewUser {
+                user_id: UserId(1),
+                username: None,
+                language: daylog::language::Language::En,
+            })
+            .await
+            .expect("user");
+        let week: jiff::civil::Date = "2026-11-23".parse().expect("day");
+        let (digest, _) = store
+            .insert_digest(UserId(1), ChatId(1), week, FrontEnd::Telegram, None)
+            .await
+            .expect("stored");
+        assert!(
+            store
+                .store_digest_text(digest.id, "A week.", "0:")
+                .await
+                .expect("written")
+        );
+        // Never asked: the digest is written.
+        let toml = one_step("openai", "http://127.0.0.1:9/v1", "m");
+        let settings = settings(&toml, &[("P_API_KEY", "key")]);
+        let llm = Arc::new(Llm::new(&settings).expect("llm"));
+        let users = Users::new(store.clone(), Arc::new(SystemClock), UserZone::utc(), 4);
+        let digests = Arc::new(
+            Digests::new(store.clone(), users, llm, settings.worker.clone())
+                .send_within(Duration::from_millis(50)),
+        );
+        let stuck = Arc::new(Stuck::default());
+        let mut tasks = tokio::task::JoinSet::new();
+        let permits = Arc::new(tokio::sync::Semaphore::new(4));
+        digests
+            .deliver_due(&stuck, FrontEnd::Telegram, &mut tasks, &permits)
+            .await;
+        while tasks.join_next().await.is_some() {}
+        assert_eq!(*stuck.0.lock().expect("lock"), 1, "{backend}: sent once");
+        let row = store
+            .digest_of_week(UserId(1), week)
+            .await
+            .expect("read")
+            .expect("the digest");
+        assert_eq!(row.status, DigestStatus::Pending, "{backend}");
+        assert_eq!(row.text.as_deref(), Some("A week."), "{backend}");
+        assert!(
+            store.due_digest(digest.id).await.expect("read").is_none(),
+            "{backend}: tried again later, not at once"
+        );
+        store.close().await;
+    }
+}

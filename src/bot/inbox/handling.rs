@@ -141,9 +141,7 @@ impl Lanes {
             return false;
         };
         self.held = self.held.saturating_sub(queue.len());
-        queue
-            .values()
-            .any(|row| matches!(row.body, Body::Parsed(_)))
+        queue.values().any(|row| row.arrived)
     }
 }
 
@@ -154,6 +152,13 @@ struct Waiting {
     body: Body,
     /// No older row of its chat can be in the table unseen: it may run.
     vouched: bool,
+    /// It came to this instance (a webhook's post, a poll), handed over by the intake,
+    /// rather than found in the table: its chat's lease is asked for even while another
+    /// instance was found holding it ([`Leases::hold_arrived`]), and that instance is
+    /// told when it still does. Kept when its body is read again after a failed try.
+    ///
+    /// [`Leases::hold_arrived`]: crate::cluster::Leases::hold_arrived
+    arrived: bool,
 }
 
 /// What the memory holds of a row's update.
@@ -274,6 +279,40 @@ impl Taking {
     }
 }
 
+/// The chat's lease a task handed an update works under, as the task checks it at its
+/// safe points: before it writes or sends, never in the middle of either (a send whose
+/// record is cut off would go out again from whoever handles the update next).
+#[derive(Clone)]
+pub struct UnderLease(Option<Arc<ChatLease>>);
+
+impl UnderLease {
+    /// Whether the chat is still this instance's: always without a lease, and on
+    /// SQLite (whose lock file keeps other daemons out); among instances by the
+    /// lease's own deadline, and past it by asking the database
+    /// ([`ChatLease::confirm`]).
+    pub async fn holds(&self) -> bool {
+        match &self.0 {
+            Some(lease) => lease.confirm().await,
+            None => true,
+        }
+    }
+
+    /// [`UnderLease::holds`], as the task's error when not: the task stops there, and
+    /// its update is left to whoever holds the chat now ([`Deferred::let_go`]).
+    pub async fn go_on(&self) -> Result<(), LeaseLost> {
+        if self.holds().await {
+            Ok(())
+        } else {
+            Err(LeaseLost)
+        }
+    }
+}
+
+/// A task stopped at a safe point: its chat's lease is no longer this instance's.
+#[derive(Debug, thiserror::Error)]
+#[error("the chat's lease is no longer this instance's")]
+pub struct LeaseLost;
+
 /// An update a task took over (see [`Taking::defer`]).
 pub struct Deferred {
     key: UpdateKey,
@@ -304,9 +343,13 @@ impl Deferred {
         match marked {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(
+                // The work is done (its answer sent), and the chat's new holder has the
+                // update: it may carry it out a second time.
+                crate::observe::update_mark_fenced();
+                tracing::error!(
                     update_id = self.key.update_id,
-                    "the chat was taken over by another instance before a task's update was marked handled"
+                    chat_id = self.lease.as_ref().map(|lease| lease.fence().chat_id),
+                    "a task's work was done but its chat was taken over by another instance before its update was marked handled; that instance may carry it out again"
                 );
             }
             Err(error) => {
@@ -319,18 +362,13 @@ impl Deferred {
         self.release();
     }
 
-    /// Resolves once the chat's lease can no longer be counted on (its deadline here
-    /// passed without a renewal, or it was taken over): the task stops, so that it
-    /// never answers or writes after another instance may have taken the chat. Never
-    /// without a lease, nor on SQLite (whose lock file keeps other daemons out).
-    pub async fn lost(&self) {
-        match &self.lease {
-            Some(lease) if lease.shared() => lease.lost().await,
-            _ => std::future::pending().await,
-        }
+    /// What the task checks at its safe points: whether the chat is still this
+    /// instance's to work in.
+    pub fn under(&self) -> UnderLease {
+        UnderLease(self.lease.clone().filter(|lease| lease.shared()))
     }
 
-    /// The task stopped because the chat's lease was lost ([`Deferred::lost`]): its
+    /// The task stopped because the chat's lease was lost ([`LeaseLost`]): its
     /// update is not marked; it is read from the table again, and handled by whichever
     /// instance holds the chat now.
     pub fn let_go(mut self) {
@@ -452,6 +490,7 @@ impl Inbox {
                     next_try_at: NextTry::default(),
                     body: Body::Parsed(row.update),
                     vouched,
+                    arrived: true,
                 });
                 lanes.held += 1;
             }
@@ -662,11 +701,11 @@ impl Inbox {
         // A chat another instance was found holding is asked for again before its lease
         // ran out there only when one of its updates arrived here (the periodic read of
         // the table finds the others' backlog: that is not asked for on every read).
-        let arrived = self.lanes().waiting.get(&lane).is_some_and(|queue| {
-            queue
-                .values()
-                .any(|row| matches!(row.body, Body::Parsed(_)))
-        });
+        let arrived = self
+            .lanes()
+            .waiting
+            .get(&lane)
+            .is_some_and(|queue| queue.values().any(|row| row.arrived));
         let held = if arrived {
             leases.hold_arrived(key).await
         } else {
@@ -1052,6 +1091,7 @@ fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64, shared: bool) {
                     next_try_at: row.next_try_at,
                     body: Body::Stored(row.payload),
                     vouched: true,
+                    arrived: false,
                 });
                 lanes.held += 1;
             }
@@ -1206,6 +1246,30 @@ pub(in crate::bot) mod tests {
         crate::store::InstanceId,
         tempfile::TempDir,
     ) {
+        leased_inbox_with(|store, a| crate::cluster::Leases::for_test(store, a, LEASE)).await
+    }
+
+    /// An inbox under leases of `lease` that count as shared with other instances (as on
+    /// PostgreSQL: work under them checks them, and they can be lost).
+    pub(in crate::bot) async fn shared_leased_inbox(
+        lease: Duration,
+    ) -> (
+        Inbox,
+        crate::cluster::Leases,
+        crate::store::InstanceId,
+        tempfile::TempDir,
+    ) {
+        leased_inbox_with(|store, a| crate::cluster::Leases::shared_for_test(store, a, lease)).await
+    }
+
+    async fn leased_inbox_with(
+        leases: impl FnOnce(crate::store::Store, crate::store::InstanceId) -> crate::cluster::Leases,
+    ) -> (
+        Inbox,
+        crate::cluster::Leases,
+        crate::store::InstanceId,
+        tempfile::TempDir,
+    ) {
         let (plain, dir) = inbox().await;
         let store = plain.store().clone();
         let new = crate::store::NewInstance {
@@ -1216,7 +1280,7 @@ pub(in crate::bot) mod tests {
         };
         let a = store.register_instance(&new).await.expect("a");
         let b = store.register_instance(&new).await.expect("b");
-        let leases = crate::cluster::Leases::for_test(store.clone(), a, LEASE);
+        let leases = leases(store.clone(), a);
         let notice: super::super::Notice = Arc::new(|_, _| async { true }.boxed());
         let inbox = Inbox::with_leases(store, 1, notice, Some(leases.clone()), None);
         (inbox, leases, b, dir)
@@ -1224,7 +1288,7 @@ pub(in crate::bot) mod tests {
 
     const LEASE: Duration = Duration::from_secs(60);
 
-    async fn stored(inbox: &Inbox, update_id: i64, chat_id: Option<i64>) {
+    pub(in crate::bot) async fn stored(inbox: &Inbox, update_id: i64, chat_id: Option<i64>) {
         let row = crate::store::NewUpdate {
             update_id,
             chat_id,
@@ -1238,7 +1302,7 @@ pub(in crate::bot) mod tests {
             .expect("stored");
     }
 
-    async fn is_handled(inbox: &Inbox, update_id: i64) -> bool {
+    pub(in crate::bot) async fn is_handled(inbox: &Inbox, update_id: i64) -> bool {
         let waiting = inbox
             .store()
             .unhandled_updates(1, 100, 100)
@@ -1299,9 +1363,14 @@ pub(in crate::bot) mod tests {
                 .expect("asked")
                 .is_some()
         );
+        let exporter = crate::observe::exporter().expect("the recorder");
         done.handled().await;
         assert!(!is_handled(&inbox, 7).await, "left to the new holder");
         assert!(!inbox.lanes().done.contains(&7), "and not marked later");
+        assert!(
+            crate::observe::render(exporter).contains(crate::observe::UPDATES_MARK_FENCED),
+            "counted"
+        );
     }
 
     /// A task that stopped because its chat's lease was lost leaves its update
@@ -1439,7 +1508,64 @@ pub(in crate::bot) mod tests {
             next_try_at: NextTry::default(),
             body: Body::Stored(Some("{}".to_owned())),
             vouched,
+            arrived: false,
         }
+    }
+
+    /// An update that came to this instance counts as arrived by its tag, not by the
+    /// shape of what the memory holds of it: after a failed try its body is read back
+    /// from the table, and its chat — found held by another instance a moment ago, and
+    /// given up there since — is still asked for at once rather than left until that
+    /// lease would have run out.
+    #[tokio::test]
+    async fn an_update_that_arrived_here_still_asks_for_its_chat_after_a_failed_try() {
+        let (inbox, leases, b, _dir) = leased_inbox().await;
+        let payload = message(2, 5);
+        inbox
+            .store()
+            .insert_updates(
+                1,
+                &[crate::store::NewUpdate {
+                    update_id: 2,
+                    chat_id: Some(5),
+                    user_id: Some(5),
+                    payload: &payload,
+                }],
+            )
+            .await
+            .expect("stored");
+        inbox.hand_over(vec![Arrived {
+            update_id: 2,
+            chat_id: Some(5),
+            update: Box::new(serde_json::from_str(&payload).expect("an update")),
+        }]);
+        assert!(inbox.read_table().await.is_none(), "read");
+        let lane = Lane::Chat(5);
+        assert_eq!(inbox.next_row(lane).expect("runs").update_id, 2);
+        inbox.unread(lane, 2); // its try failed
+        // Meanwhile another instance held the chat (this one found so), then gave it up.
+        let store = inbox.store();
+        let theirs = store
+            .take_chat_lease(5, b, LEASE)
+            .await
+            .expect("take")
+            .expect("free");
+        assert!(leases.hold(5).await.expect("asked").is_none(), "b's");
+        store.release_chat_lease(&theirs).await.expect("given up");
+        assert!(inbox.read_table().await.is_none(), "read back");
+        assert!(matches!(
+            inbox
+                .lanes()
+                .waiting
+                .get(&lane)
+                .and_then(|q| q.get(&2))
+                .map(|row| &row.body),
+            Some(Body::Stored(Some(_)))
+        ));
+        assert!(
+            matches!(inbox.lane_lease(lane).await, Some(Some(_))),
+            "the chat is asked for at once: its update arrived here"
+        );
     }
 
     /// A lane that leaves the memory while a read is under way (another instance holds
