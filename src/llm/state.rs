@@ -830,6 +830,56 @@ mod tests {
         }
     }
 
+    /// A shared database that is never reached: the corrections are kept here only.
+    struct Nowhere;
+
+    impl SharedLimits for Nowhere {
+        fn admit<'a>(&'a self, _: Admission<'a>) -> BoxFuture<'a, Result<Admitted, String>> {
+            Box::pin(async { Err("nowhere".to_owned()) })
+        }
+        fn learned(&self, _: Learned) -> BoxFuture<'static, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn cooled(&self, _: Cooled) -> BoxFuture<'static, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn recovered(&self, _: Cooled) -> BoxFuture<'static, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[test]
+    fn answers_corrections_are_carried_once_and_old_give_backs_dropped() {
+        let remote = Remote::new(Arc::new(Nowhere));
+        let budget = BudgetKey {
+            provider: "groq".to_owned(),
+            scope: "qwen".to_owned(),
+            key: Some(0),
+        };
+        let now = Instant::now();
+        // Took more than estimated, then another took less: both carried, once.
+        remote.correct(budget.clone(), now, 300, 450);
+        remote.correct(budget.clone(), now, 300, 100);
+        remote.correct(budget.clone(), now, 300, 300);
+        assert_eq!(remote.take_correction(&budget), (150, 200));
+        assert_eq!(remote.take_correction(&budget), (0, 0), "taken once");
+        // A call that may not have arrived: what was to be added is sent again, what
+        // was to be given back is not.
+        remote.restore_correction(budget.clone(), 150);
+        assert_eq!(remote.take_correction(&budget), (150, 0));
+        // A request whose estimate has left the minute has nothing to give back, nor
+        // has one whose give-back waited until then.
+        if let Some(long_ago) = now.checked_sub(Duration::from_secs(61)) {
+            remote.correct(budget.clone(), long_ago, 300, 0);
+            assert_eq!(remote.take_correction(&budget), (0, 0));
+            remote.correct(budget.clone(), now, 300, 0);
+            if let Some(c) = remote.corrections().get_mut(&budget) {
+                c.since = Some(long_ago);
+            }
+            assert_eq!(remote.take_correction(&budget), (0, 0));
+        }
+    }
+
     #[test]
     fn free_tiers_are_asked_request_by_request_and_large_budgets_in_blocks() {
         let cap = |d: &BudgetSettings, factor| block_cap(Some(d), factor);
