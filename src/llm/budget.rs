@@ -147,6 +147,16 @@ impl Taken {
     pub fn counts_tokens(self) -> bool {
         self.tokens > 0
     }
+
+    /// The request's estimate where its budget counts tokens, else 0.
+    pub fn tokens(self) -> u32 {
+        self.tokens
+    }
+
+    /// When this process admitted it.
+    pub fn admitted_at(self) -> Instant {
+        self.undo.sent_at
+    }
 }
 
 #[derive(Debug)]

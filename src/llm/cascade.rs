@@ -899,6 +899,8 @@ impl<'a, T> TaskRun<'a, T> {
         );
         if counted {
             self.state.spend_tokens(&step.id, key, taken, used_tokens);
+        } else {
+            self.state.uncounted(&step.id, key, taken);
         }
         in_flight.finish(result.as_ref().map(|(status, _)| *status));
         result

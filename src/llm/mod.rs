@@ -36,7 +36,7 @@ pub use attempt::{Attempt, AttemptSink, NullSink, Outcome};
 pub use budget::{BudgetLeft, SpentBudget};
 pub use error::{AttemptError, CascadeError, LlmError};
 pub use hedge::LatencySample;
-pub use state::{Admission, Admitted, Cooled, Learned, SharedLimits, UNCHECKED_WAIT};
+pub use state::{Admission, Admitted, Cooled, Learned, SharedLimits, TokensAsk, UNCHECKED_WAIT};
 pub use task::{Audio, Completion, Parsed, Task};
 
 use crate::config::{Settings, StepSettings};

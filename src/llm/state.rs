@@ -75,6 +75,10 @@ pub(crate) trait SharedState: Send + Sync {
     /// Counts what a request that [`SharedState::admit`] let through took of a
     /// tokens-per-minute budget: `used` from its answer, else its estimate.
     fn spend_tokens(&self, step: &StepId, key: Option<usize>, taken: Taken, used: Option<u64>);
+    /// A request that [`SharedState::admit`] let through was not counted by the
+    /// provider (a 429, a failure to serve it): where the shared database counted its
+    /// estimate, it is given back there.
+    fn uncounted(&self, _step: &StepId, _key: Option<usize>, _taken: Taken) {}
     /// Learns from one answer (`rate_limited`: a 429); how long it is now spent, if so.
     fn learn(
         &self,
@@ -145,6 +149,18 @@ pub struct Admission<'a> {
     pub day_reset_secs: u64,
 }
 
+/// The tokens-per-minute part of an [`Admission`] (PostgreSQL's `daylog_admit_tokens`):
+/// the budget's declared tokens a minute, the request's estimate, and the corrections
+/// this instance carries for its earlier requests of the budget (what their answers
+/// took beyond their estimates, `add`, or short of them, `give_back`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokensAsk {
+    pub per_minute: u32,
+    pub tokens: u32,
+    pub add: u64,
+    pub give_back: u64,
+}
+
 /// The database's answer to an [`Admission`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admitted {
@@ -207,6 +223,17 @@ pub trait SharedLimits: Send + Sync {
                 .map(|admitted| (admitted, u32::from(admitted == Admitted::Yes)))
         })
     }
+    /// [`SharedLimits::admit`] for one request of a budget that counts tokens a minute:
+    /// the request's estimate is counted with it (in every window or in none), and the
+    /// corrections `tokens` carries are applied whatever the answer. Without it (a
+    /// store that cannot count tokens) the tokens stay uncounted there.
+    fn admit_tokens<'a>(
+        &'a self,
+        ask: Admission<'a>,
+        _tokens: TokensAsk,
+    ) -> BoxFuture<'a, Result<Admitted, String>> {
+        self.admit(ask)
+    }
     /// Records what an answer taught about a budget.
     fn learned(&self, learned: Learned) -> BoxFuture<'static, Result<(), String>>;
     /// Records a cooldown.
@@ -225,7 +252,23 @@ pub(crate) struct Remote {
     /// The blocks of each budget claimed and not yet spent, by budget and model (the
     /// model's cooldowns were looked at when the block was claimed).
     blocks: std::sync::Mutex<HashMap<(BudgetKey, String), SharedBlock>>,
+    /// What answers took beyond or short of the estimates the database counted, by
+    /// budget, carried with the budget's next admission from here.
+    corrections: std::sync::Mutex<HashMap<BudgetKey, Correction>>,
 }
+
+/// One budget's tokens to set right in the shared database (see [`TokensAsk`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Correction {
+    add: u64,
+    give_back: u64,
+    /// When the oldest request whose tokens are given back was admitted: its estimate
+    /// leaves the database's minute a minute later, and so may what is given back.
+    since: Option<Instant>,
+}
+
+/// A minute: the window of a tokens-per-minute budget.
+const MINUTE: Duration = Duration::from_secs(60);
 
 /// One budget's [`Block`], which its requests queue on while a claim is asked.
 type SharedBlock = Arc<tokio::sync::Mutex<Block>>;
@@ -267,6 +310,59 @@ impl Remote {
             limits,
             unreachable: AtomicBool::new(false),
             blocks: std::sync::Mutex::default(),
+            corrections: std::sync::Mutex::default(),
+        }
+    }
+
+    fn corrections(&self) -> std::sync::MutexGuard<'_, HashMap<BudgetKey, Correction>> {
+        self.corrections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Carries what a request admitted at `admitted` took beyond its estimate
+    /// (`took` − `estimate`) to the budget's next admission. Tokens given back for a
+    /// request whose estimate has already left the minute are nothing to give back.
+    fn correct(&self, budget: BudgetKey, admitted: Instant, estimate: u32, took: u64) {
+        let estimate = u64::from(estimate);
+        if took == estimate {
+            return;
+        }
+        let now = Instant::now();
+        let mut corrections = self.corrections();
+        let c = corrections.entry(budget).or_default();
+        if took > estimate {
+            c.add = c.add.saturating_add(took - estimate);
+        } else if now.duration_since(admitted) < MINUTE {
+            c.give_back = c.give_back.saturating_add(estimate - took);
+            c.since = Some(c.since.map_or(admitted, |s| s.min(admitted)));
+        }
+    }
+
+    /// Takes the budget's corrections to send with its admission now.
+    fn take_correction(&self, budget: &BudgetKey) -> (u64, u64) {
+        let Some(c) = self.corrections().remove(budget) else {
+            return (0, 0);
+        };
+        let give_back = if c
+            .since
+            .is_some_and(|s| Instant::now().duration_since(s) < MINUTE)
+        {
+            c.give_back
+        } else {
+            0
+        };
+        (c.add, give_back)
+    }
+
+    /// Puts back what an admission that may not have reached the database carried:
+    /// the tokens to add (counting them twice errs on the safe side), not those to give
+    /// back (giving them back twice would not).
+    fn restore_correction(&self, budget: BudgetKey, add: u64) {
+        if add > 0 {
+            let mut corrections = self.corrections();
+            let c = corrections.entry(budget).or_default();
+            c.add = c.add.saturating_add(add);
         }
     }
 
@@ -318,6 +414,17 @@ pub(crate) struct LocalState {
 }
 
 impl LocalState {
+    /// The shared database, where it counted the estimate of the request `taken` let
+    /// through (a budget that counts tokens a minute, several instances).
+    fn shared_tokens(&self, step: &StepId, taken: Taken) -> Option<&Remote> {
+        let remote = self.remote.as_ref()?;
+        let counts = self
+            .budgets
+            .declared(&step.provider)
+            .is_some_and(|d| d.tokens_per_minute.is_some());
+        (counts && taken.counts_tokens()).then_some(remote)
+    }
+
     fn cooled(&self, step: &StepId, key: Option<Option<usize>>, until: Instant, refused: bool) {
         if let Some(remote) = &self.remote {
             Remote::write(remote.limits.cooled(Cooled {
@@ -340,9 +447,17 @@ impl LocalState {
         step: &StepId,
         key: Option<usize>,
         forced: bool,
+        tokens: u32,
     ) -> Result<(), SharedRefusal> {
         let budget = self.budgets.key(step, key);
         let declared = self.budgets.declared(&step.provider);
+        if let Some(per_minute) = declared.and_then(|d| d.tokens_per_minute) {
+            // Tokens are counted request by request: a block's requests would each
+            // need their own estimate.
+            return self
+                .ask_shared_tokens(remote, step, key, forced, tokens, per_minute)
+                .await;
+        }
         let cap = if forced {
             1
         } else {
@@ -402,8 +517,56 @@ impl LocalState {
         want: u32,
     ) -> Result<u32, SharedRefusal> {
         let budget = self.budgets.key(step, key);
+        let ask = self.admission(&budget, step, key, forced);
+        let answer = tokio::time::timeout(
+            ADMIT_TIMEOUT,
+            remote.limits.admit_block(ask, want, BLOCK_HOLD),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no answer in time".to_owned()));
+        self.shared_answer(remote, step, key, answer)
+    }
+
+    /// One check-and-spend of a request of `tokens` on a budget that counts tokens a
+    /// minute: the budget's corrections carried from here go with it.
+    async fn ask_shared_tokens(
+        &self,
+        remote: &Remote,
+        step: &StepId,
+        key: Option<usize>,
+        forced: bool,
+        tokens: u32,
+        per_minute: u32,
+    ) -> Result<(), SharedRefusal> {
+        let budget = self.budgets.key(step, key);
+        let (add, give_back) = remote.take_correction(&budget);
+        let ask = self.admission(&budget, step, key, forced);
+        let tokens = TokensAsk {
+            per_minute,
+            tokens,
+            add,
+            give_back,
+        };
+        let answer = tokio::time::timeout(ADMIT_TIMEOUT, remote.limits.admit_tokens(ask, tokens))
+            .await
+            .unwrap_or_else(|_| Err("no answer in time".to_owned()));
+        if answer.is_err() {
+            remote.restore_correction(budget, add);
+        }
+        let answer = answer.map(|admitted| (admitted, 1));
+        self.shared_answer(remote, step, key, answer).map(|_| ())
+    }
+
+    /// The request a budget asks the shared database for.
+    fn admission<'a>(
+        &self,
+        budget: &'a BudgetKey,
+        step: &'a StepId,
+        key: Option<usize>,
+        forced: bool,
+    ) -> Admission<'a> {
         let declared = self.budgets.declared(&step.provider);
-        let ask = Admission {
+        Admission {
             provider: &budget.provider,
             scope: &budget.scope,
             model: &step.model,
@@ -413,13 +576,18 @@ impl LocalState {
             per_minute: declared.and_then(|d| d.requests_per_minute),
             per_day: declared.and_then(|d| d.requests_per_day),
             day_reset_secs: crate::llm::budget::DAILY_RESET_UTC_SECS,
-        };
-        let answer = tokio::time::timeout(
-            ADMIT_TIMEOUT,
-            remote.limits.admit_block(ask, want, BLOCK_HOLD),
-        )
-        .await
-        .unwrap_or_else(|_| Err("no answer in time".to_owned()));
+        }
+    }
+
+    /// What the shared database answered (or that it could not): how many requests
+    /// were counted, or why none and until when (learned here too).
+    fn shared_answer(
+        &self,
+        remote: &Remote,
+        step: &StepId,
+        key: Option<usize>,
+        answer: Result<(Admitted, u32), String>,
+    ) -> Result<u32, SharedRefusal> {
         let now = Instant::now();
         let refusal = match answer {
             Ok((Admitted::Yes, granted)) => {
@@ -573,6 +741,17 @@ impl SharedState for LocalState {
     }
     fn spend_tokens(&self, step: &StepId, key: Option<usize>, taken: Taken, used: Option<u64>) {
         self.budgets.spend_tokens(step, key, taken, used);
+        if let Some(remote) = self.shared_tokens(step, taken) {
+            let took = used.unwrap_or(u64::from(taken.tokens()));
+            let budget = self.budgets.key(step, key);
+            remote.correct(budget, taken.admitted_at(), taken.tokens(), took);
+        }
+    }
+    fn uncounted(&self, step: &StepId, key: Option<usize>, taken: Taken) {
+        if let Some(remote) = self.shared_tokens(step, taken) {
+            let budget = self.budgets.key(step, key);
+            remote.correct(budget, taken.admitted_at(), taken.tokens(), 0);
+        }
     }
     fn learn(
         &self,
@@ -621,7 +800,9 @@ impl SharedState for LocalState {
     ) -> Option<BoxFuture<'a, Result<(), SharedRefusal>>> {
         let remote = self.remote.as_ref()?;
         Some(Box::pin(async move {
-            let checked = self.check_shared(remote, step, key, forced).await;
+            let checked = self
+                .check_shared(remote, step, key, forced, taken.tokens())
+                .await;
             if let Err(refusal) = &checked {
                 // Not sent after all: this process's windows give the send back, and
                 // the hold the refusal set stays (the give-back may have undone it).
@@ -646,6 +827,56 @@ mod tests {
             requests_per_minute: minute,
             requests_per_day: day,
             tokens_per_minute: None,
+        }
+    }
+
+    /// A shared database that is never reached: the corrections are kept here only.
+    struct Nowhere;
+
+    impl SharedLimits for Nowhere {
+        fn admit<'a>(&'a self, _: Admission<'a>) -> BoxFuture<'a, Result<Admitted, String>> {
+            Box::pin(async { Err("nowhere".to_owned()) })
+        }
+        fn learned(&self, _: Learned) -> BoxFuture<'static, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn cooled(&self, _: Cooled) -> BoxFuture<'static, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn recovered(&self, _: Cooled) -> BoxFuture<'static, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[test]
+    fn answers_corrections_are_carried_once_and_old_give_backs_dropped() {
+        let remote = Remote::new(Arc::new(Nowhere));
+        let budget = BudgetKey {
+            provider: "groq".to_owned(),
+            scope: "qwen".to_owned(),
+            key: Some(0),
+        };
+        let now = Instant::now();
+        // Took more than estimated, then another took less: both carried, once.
+        remote.correct(budget.clone(), now, 300, 450);
+        remote.correct(budget.clone(), now, 300, 100);
+        remote.correct(budget.clone(), now, 300, 300);
+        assert_eq!(remote.take_correction(&budget), (150, 200));
+        assert_eq!(remote.take_correction(&budget), (0, 0), "taken once");
+        // A call that may not have arrived: what was to be added is sent again, what
+        // was to be given back is not.
+        remote.restore_correction(budget.clone(), 150);
+        assert_eq!(remote.take_correction(&budget), (150, 0));
+        // A request whose estimate has left the minute has nothing to give back, nor
+        // has one whose give-back waited until then.
+        if let Some(long_ago) = now.checked_sub(Duration::from_secs(61)) {
+            remote.correct(budget.clone(), long_ago, 300, 0);
+            assert_eq!(remote.take_correction(&budget), (0, 0));
+            remote.correct(budget.clone(), now, 300, 0);
+            if let Some(c) = remote.corrections().get_mut(&budget) {
+                c.since = Some(long_ago);
+            }
+            assert_eq!(remote.take_correction(&budget), (0, 0));
         }
     }
 

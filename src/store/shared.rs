@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use jiff::Timestamp;
 
-use crate::llm::{Admission, Admitted, Cooled, Learned, SharedLimits};
+use crate::llm::{Admission, Admitted, Cooled, Learned, SharedLimits, TokensAsk};
 use crate::time::{parse_sql_timestamp, sql_timestamp};
 
 use super::{ChatId, Db, Sql, Store, StoreError, UserId, on_db, retry_busy};
@@ -69,19 +69,49 @@ impl Store {
         .bind(millis(hold))
         .fetch_one(pool)
         .await?;
-        let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
-        let admitted = match why.as_str() {
-            "ok" => Admitted::Yes,
-            "model" => Admitted::ModelCooling(wait),
-            "cooling" => Admitted::Cooling(wait),
-            "refused" => Admitted::Refused(wait),
-            _ => Admitted::Budget(wait),
-        };
+        let admitted = admitted(wait_ms, &why);
         let granted = u32::try_from(granted).unwrap_or(0);
         Ok(match admitted {
             Admitted::Yes => (Admitted::Yes, granted.max(1)),
             refused => (refused, 0),
         })
+    }
+
+    /// Check-and-spend of one request of a budget that counts tokens a minute
+    /// (PostgreSQL's `daylog_admit_tokens`): its estimate counted with it in every
+    /// window or in none, and the corrections `tokens` carries applied whatever the
+    /// answer. On SQLite nothing is shared (the one instance counts its tokens in
+    /// memory): admitted.
+    async fn admit_tokens_shared(
+        &self,
+        ask: &Admission<'_>,
+        tokens: TokensAsk,
+    ) -> Result<Admitted, StoreError> {
+        let Db::Postgres(pool) = &self.db else {
+            return Ok(Admitted::Yes);
+        };
+        let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let (wait_ms, why): (i64, String) = sqlx::query_as(
+            "SELECT wait_ms, why
+             FROM daylog_admit_tokens($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+        )
+        .bind(ask.provider)
+        .bind(ask.scope)
+        .bind(key_column(ask.key_index))
+        .bind(ask.model)
+        .bind(key_column(ask.key_index))
+        .bind(ask.forced)
+        .bind(limit(ask.per_second))
+        .bind(limit(ask.per_minute))
+        .bind(limit(ask.per_day))
+        .bind(i64::try_from(ask.day_reset_secs).unwrap_or(0))
+        .bind(i64::from(tokens.per_minute))
+        .bind(i64::from(tokens.tokens))
+        .bind(big(tokens.add))
+        .bind(big(tokens.give_back))
+        .fetch_one(pool)
+        .await?;
+        Ok(admitted(wait_ms, &why))
     }
 
     /// Records what an answer taught about a budget (PostgreSQL): a spend is extended,
@@ -320,6 +350,18 @@ impl Store {
     }
 }
 
+/// A check-and-spend's answer as the database words it (`wait_ms`, `why`).
+fn admitted(wait_ms: i64, why: &str) -> Admitted {
+    let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
+    match why {
+        "ok" => Admitted::Yes,
+        "model" => Admitted::ModelCooling(wait),
+        "cooling" => Admitted::Cooling(wait),
+        "refused" => Admitted::Refused(wait),
+        _ => Admitted::Budget(wait),
+    }
+}
+
 impl SharedLimits for Store {
     fn admit<'a>(&'a self, ask: Admission<'a>) -> BoxFuture<'a, Result<Admitted, String>> {
         Box::pin(async move {
@@ -338,6 +380,18 @@ impl SharedLimits for Store {
     ) -> BoxFuture<'a, Result<(Admitted, u32), String>> {
         Box::pin(async move {
             self.admit_shared(&ask, want, hold)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn admit_tokens<'a>(
+        &'a self,
+        ask: Admission<'a>,
+        tokens: TokensAsk,
+    ) -> BoxFuture<'a, Result<Admitted, String>> {
+        Box::pin(async move {
+            self.admit_tokens_shared(&ask, tokens)
                 .await
                 .map_err(|e| e.to_string())
         })

@@ -696,3 +696,172 @@ async fn a_large_budget_is_claimed_in_blocks_and_a_small_one_request_by_request(
         );
     }
 }
+
+/// A fake provider whose every answer says it took `used` tokens.
+async fn taking(used: u64) -> MockServer {
+    let body = fixture("openai/chat_completion.json")
+        .replace("\"total_tokens\": 50", &format!("\"total_tokens\": {used}"));
+    assert!(
+        body.contains(&format!("\"total_tokens\": {used}")),
+        "{body}"
+    );
+    server_with(ResponseTemplate::new(200).set_body_raw(body, "application/json")).await
+}
+
+/// The tokens the shared database counts in the last minute, over every budget.
+async fn tokens_counted(url: &str) -> i64 {
+    Raw::connect(url)
+        .await
+        .value(
+            "SELECT coalesce(sum(k), 0)::BIGINT FROM llm_shared_tokens,
+                    unnest(at, n) AS e(a, k) WHERE a > now() - interval '1 minute'",
+        )
+        .await
+}
+
+/// One tokens-per-minute budget spent by three instances: a burst of 30 analyses
+/// through three `Llm`s sharing the database sends the provider no more tokens in the
+/// minute than the budget declares (each answer takes less than its estimate), and
+/// the rest spill over to the next step. Each instance counting alone sent all 30.
+#[tokio::test]
+async fn three_instances_spend_one_tokens_per_minute_budget_together() {
+    let Some(db) = postgres().await else { return };
+    let store = store(&db.url).await;
+    let b = ok_server().await;
+    let (used, per_minute) = (200, 2000);
+    let a = taking(used).await;
+    let toml = config(&a, &format!("tokens_per_minute = {per_minute}"), &b, 20_000);
+    let llms = [
+        shared_llm(&toml, &store),
+        shared_llm(&toml, &store),
+        shared_llm(&toml, &store),
+    ];
+    let sink = RecordingSink::default();
+    let asking = request(false);
+    let tasks = (0..30).map(|i| llms[i % 3].run(Task::Analysis, &asking, &sink));
+    for answer in futures::future::join_all(tasks).await {
+        answer.expect("an answer");
+    }
+    let sent = u64::try_from(calls(&a).await).expect("small");
+    assert!(sent > 0, "the budget is used");
+    assert!(
+        sent * used <= per_minute,
+        "{sent} answers of {used} tokens on a budget of {per_minute} a minute"
+    );
+    assert_eq!(
+        calls(&b).await + calls(&a).await,
+        30,
+        "the rest spilled over"
+    );
+}
+
+/// What answers really took moves the shared count: a request's estimate is counted
+/// when it is admitted, and its answer's correction (more, or less) with the next
+/// admission of that budget.
+#[tokio::test]
+async fn answers_set_the_shared_tokens_right_with_the_next_admission() {
+    let Some(db) = postgres().await else { return };
+    let store = store(&db.url).await;
+    let b = ok_server().await;
+    let sink = RecordingSink::default();
+    let asking = request(false);
+    for (used, more) in [(900_u64, true), (10, false)] {
+        Raw::connect(&db.url)
+            .await
+            .exec("DELETE FROM llm_shared_tokens")
+            .await;
+        let a = taking(used).await;
+        let llm = shared_llm(
+            &config(&a, "tokens_per_minute = 100000", &b, 20_000),
+            &store,
+        );
+        llm.run(Task::Analysis, &asking, &sink)
+            .await
+            .expect("an answer");
+        let estimate = tokens_counted(&db.url).await;
+        assert!(estimate > 10 && estimate < 900, "the estimate: {estimate}");
+        // The first answer's correction goes with the second admission.
+        llm.run(Task::Analysis, &asking, &sink)
+            .await
+            .expect("an answer");
+        let used = i64::try_from(used).expect("small");
+        assert_eq!(
+            tokens_counted(&db.url).await,
+            used + estimate,
+            "took {} than estimated",
+            if more { "more" } else { "less" }
+        );
+        assert_eq!(calls(&a).await, 2);
+    }
+}
+
+/// 150 concurrent check-and-spends of 400 tokens from three stores on a budget of
+/// 6000 tokens a minute: exactly 15 go through (counted with their requests, in every
+/// window or none), and an older instance's `daylog_admit` beside them still works.
+#[tokio::test]
+async fn three_stores_counting_tokens_at_once_never_overspend_them() {
+    let Some(db) = postgres().await else { return };
+    let stores = [
+        store(&db.url).await,
+        store(&db.url).await,
+        store(&db.url).await,
+    ];
+    let tokens = daylog::llm::TokensAsk {
+        per_minute: 6000,
+        tokens: 400,
+        add: 0,
+        give_back: 0,
+    };
+    let admitted = AtomicUsize::new(0);
+    let asks = (0..150).map(|i| {
+        let store = &stores[i % 3];
+        let admitted = &admitted;
+        async move {
+            match store
+                .admit_tokens(ask(Some(1000), None), tokens)
+                .await
+                .expect("asked")
+            {
+                Admitted::Yes => _ = admitted.fetch_add(1, Ordering::Relaxed),
+                Admitted::Budget(wait) => assert!(wait > Duration::ZERO),
+                other => panic!("not a budget answer: {other:?}"),
+            }
+        }
+    });
+    futures::future::join_all(asks).await;
+    assert_eq!(admitted.load(Ordering::Relaxed), 15);
+    assert_eq!(tokens_counted(&db.url).await, 6000);
+    // A correction that gives back 1000 makes room for two more.
+    let give_back = daylog::llm::TokensAsk {
+        give_back: 1000,
+        ..tokens
+    };
+    assert_eq!(
+        stores[0]
+            .admit_tokens(ask(Some(1000), None), give_back)
+            .await
+            .expect("asked"),
+        Admitted::Yes
+    );
+    assert_eq!(
+        stores[1]
+            .admit_tokens(ask(Some(1000), None), tokens)
+            .await
+            .expect("asked"),
+        Admitted::Yes
+    );
+    assert!(matches!(
+        stores[2].admit_tokens(ask(Some(1000), None), tokens).await,
+        Ok(Admitted::Budget(_))
+    ));
+    // The previous release's call counts the same budget's requests beside them.
+    assert_eq!(
+        stores[0].admit(ask(Some(1000), None)).await.expect("asked"),
+        Admitted::Yes
+    );
+    let sends: i64 = Raw::connect(&db.url)
+        .await
+        .value("SELECT coalesce(sum(cardinality(sends)), 0)::BIGINT FROM llm_shared_budgets")
+        .await;
+    assert_eq!(sends, 18, "15 + 2 with their tokens, 1 without");
+}
