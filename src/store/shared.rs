@@ -36,6 +36,26 @@ fn limit(n: Option<u32>) -> Option<i64> {
     n.map(i64::from)
 }
 
+/// The first ten arguments every admission function of the shared budgets takes
+/// (`daylog_admit`, `daylog_admit_block`, `daylog_admit_tokens`): the budget, the
+/// model and key's cooldown slot, whether cooldowns are skipped, and the declared rates.
+fn bind_admission<'q, O>(
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    ask: &Admission<'q>,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    query
+        .bind(ask.provider)
+        .bind(ask.scope)
+        .bind(key_column(ask.key_index))
+        .bind(ask.model)
+        .bind(key_column(ask.key_index))
+        .bind(ask.forced)
+        .bind(limit(ask.per_second))
+        .bind(limit(ask.per_minute))
+        .bind(limit(ask.per_day))
+        .bind(i64::try_from(ask.day_reset_secs).unwrap_or(0))
+}
+
 impl Store {
     /// Check-and-spend of up to `want` requests in the shared budgets (PostgreSQL's
     /// `daylog_admit_block`: one statement that locks the budget's row and counts as
@@ -51,20 +71,13 @@ impl Store {
         let Db::Postgres(pool) = &self.db else {
             return Ok((Admitted::Yes, want.max(1)));
         };
-        let (wait_ms, why, granted): (i64, String, i64) = sqlx::query_as(
-            "SELECT wait_ms, why, granted
-             FROM daylog_admit_block($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        let (wait_ms, why, granted): (i64, String, i64) = bind_admission(
+            sqlx::query_as(
+                "SELECT wait_ms, why, granted
+                 FROM daylog_admit_block($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            ),
+            ask,
         )
-        .bind(ask.provider)
-        .bind(ask.scope)
-        .bind(key_column(ask.key_index))
-        .bind(ask.model)
-        .bind(key_column(ask.key_index))
-        .bind(ask.forced)
-        .bind(limit(ask.per_second))
-        .bind(limit(ask.per_minute))
-        .bind(limit(ask.per_day))
-        .bind(i64::try_from(ask.day_reset_secs).unwrap_or(0))
         .bind(i64::from(want.max(1)))
         .bind(millis(hold))
         .fetch_one(pool)
@@ -91,20 +104,13 @@ impl Store {
             return Ok(Admitted::Yes);
         };
         let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let (wait_ms, why): (i64, String) = sqlx::query_as(
-            "SELECT wait_ms, why
-             FROM daylog_admit_tokens($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+        let (wait_ms, why): (i64, String) = bind_admission(
+            sqlx::query_as(
+                "SELECT wait_ms, why
+                 FROM daylog_admit_tokens($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            ),
+            ask,
         )
-        .bind(ask.provider)
-        .bind(ask.scope)
-        .bind(key_column(ask.key_index))
-        .bind(ask.model)
-        .bind(key_column(ask.key_index))
-        .bind(ask.forced)
-        .bind(limit(ask.per_second))
-        .bind(limit(ask.per_minute))
-        .bind(limit(ask.per_day))
-        .bind(i64::try_from(ask.day_reset_secs).unwrap_or(0))
         .bind(i64::from(tokens.per_minute))
         .bind(i64::from(tokens.tokens))
         .bind(big(tokens.add))
