@@ -842,18 +842,8 @@ mod tests {
     #[tokio::test]
     async fn a_lease_past_its_deadline_here_is_confirmed_until_it_is_taken_over() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}", dir.path().join("daylog.db").display());
-        let store = Store::open_and_migrate(&url, Duration::from_secs(5))
-            .await
-            .expect("store");
-        let new = |mode| NewInstance {
-            version: "test",
-            host: "here",
-            pid: 1,
-            mode,
-        };
-        let a = store.register_instance(&new("webhook")).await.expect("a");
-        let b = store.register_instance(&new("webhook")).await.expect("b");
+        let store = sqlite_store(&dir).await;
+        let (a, b) = (member(&store).await, member(&store).await);
         let lease = Duration::from_millis(300);
         let leases = Leases::new(store.clone(), a, lease);
         let chat = leases.hold(5).await.expect("take").expect("free");
