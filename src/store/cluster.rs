@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use sqlx::{Connection as _, PgConnection};
 
-use super::{Db, NOW, Sql, Store, StoreError, in_write_tx, on_db, retry_busy, returned};
+use super::{Db, NOW, Sql, Store, StoreError, on_db, retry_busy, returned};
 
 /// An `instances.id`: one process start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -498,28 +498,22 @@ impl Store {
         .await
     }
 
-    /// The final answer of log `id` reached its user, recorded under its chat's lease
-    /// (the worker's, and a reply sent under a lease): [`StoreError::Fenced`], nothing
-    /// written, when the lease was taken over.
+    /// The final answer of log `id` reached its user, recorded under its chat's lease:
+    /// [`StoreError::Fenced`], nothing written, when the lease was taken over. One
+    /// answer through the journal's group commit ([`Store::mark_replied_all`]).
     pub async fn mark_replied_fenced(
         &self,
         id: super::LogId,
         fence: &Fence,
     ) -> Result<(), StoreError> {
-        retry_busy("mark_replied_fenced", || async {
-            in_write_tx!(self, |pool, conn| {
-                fence_holds!(pool, conn, fence);
-                sqlx::query(&format!(
-                    "UPDATE day_logs SET replied_at = {now} WHERE id = $1 AND status <> 'pending'",
-                    now = NOW.on(pool)
-                ))
-                .bind(id)
-                .execute(&mut *conn)
-                .await?;
-                Ok(())
+        let taken_over = self.mark_replied_all(&[(id, Some(*fence))]).await?;
+        if taken_over.is_empty() {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced {
+                chat_id: fence.chat_id,
             })
-        })
-        .await
+        }
     }
 
     /// Update `key` is handled under `fence` (`Some`) from now on, or no longer
