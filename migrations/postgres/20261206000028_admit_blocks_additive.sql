@@ -5,6 +5,25 @@
 -- release, and both write `sends` the same way (one moment per request), so old and
 -- new instances running side by side count one budget together.
 
+-- What cools a model's key `p_slot` at `t` (a cooldown another instance set, a key the
+-- provider refused, or the whole model, slot -2): the wait and why ('model', 'refused'
+-- or 'cooling', as `daylog_admit` answers), or no row when nothing cools. The check
+-- `daylog_admit` makes before counting (migration 27 keeps its own copy, released
+-- before this one), shared by the functions added since.
+CREATE FUNCTION daylog_cooling(p_provider TEXT, p_model TEXT, p_slot BIGINT, t TIMESTAMPTZ)
+RETURNS TABLE (wait_ms BIGINT, why TEXT)
+LANGUAGE sql STABLE AS $$
+    SELECT ceil(extract(epoch FROM coalesce(max(c.until) FILTER (WHERE c.key_index = -2),
+                                            max(c.until)) - t) * 1000)::BIGINT,
+           CASE WHEN max(c.until) FILTER (WHERE c.key_index = -2) IS NOT NULL THEN 'model'
+                WHEN bool_and(c.refused = 1 AND c.key_index <> -2) THEN 'refused'
+                ELSE 'cooling' END
+      FROM llm_shared_cooldowns c
+     WHERE c.provider = p_provider AND c.model = p_model
+       AND c.key_index IN (p_slot, -2) AND c.until > t
+    HAVING count(*) > 0
+$$;
+
 -- As `daylog_admit`, for up to `p_want` requests (at least 1): counts as many as every
 -- window of the budget has room for, `granted`, or refuses as `daylog_admit` does
 -- (`granted` 0). The first request is stamped now, as `daylog_admit` stamps its one;
@@ -22,9 +41,7 @@ DECLARE
     recent TIMESTAMPTZ[];
     today BIGINT;
     until_at TIMESTAMPTZ;
-    cooling_until TIMESTAMPTZ;
-    was_refused BOOLEAN;
-    model_until TIMESTAMPTZ;
+    cooled RECORD;
     lim BIGINT;
     filling TIMESTAMPTZ;
     room BIGINT := greatest(p_want, 1);
@@ -32,20 +49,9 @@ BEGIN
     -- As in daylog_admit: a server crash can lose only the last few counted sends.
     PERFORM set_config('synchronous_commit', 'off', true);
     IF NOT p_forced THEN
-        SELECT max(c.until), bool_and(c.refused = 1 AND c.key_index <> -2),
-               max(c.until) FILTER (WHERE c.key_index = -2)
-          INTO cooling_until, was_refused, model_until
-          FROM llm_shared_cooldowns c
-         WHERE c.provider = p_provider AND c.model = p_model
-           AND c.key_index IN (p_slot, -2) AND c.until > t;
-        IF model_until IS NOT NULL THEN
-            RETURN QUERY SELECT ceil(extract(epoch FROM model_until - t) * 1000)::BIGINT,
-                'model'::TEXT, 0::BIGINT;
-            RETURN;
-        END IF;
-        IF cooling_until IS NOT NULL THEN
-            RETURN QUERY SELECT ceil(extract(epoch FROM cooling_until - t) * 1000)::BIGINT,
-                CASE WHEN was_refused THEN 'refused' ELSE 'cooling' END, 0::BIGINT;
+        SELECT c.wait_ms, c.why INTO cooled FROM daylog_cooling(p_provider, p_model, p_slot, t) c;
+        IF FOUND THEN
+            RETURN QUERY SELECT cooled.wait_ms, cooled.why, 0::BIGINT;
             RETURN;
         END IF;
     END IF;

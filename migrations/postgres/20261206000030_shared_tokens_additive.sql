@@ -43,9 +43,7 @@ DECLARE
     used BIGINT := 0;
     left_over BIGINT;
     until_at TIMESTAMPTZ;
-    cooling_until TIMESTAMPTZ;
-    was_refused BOOLEAN;
-    model_until TIMESTAMPTZ;
+    cooled RECORD;
     admitted RECORD;
 BEGIN
     -- As in daylog_admit: a server crash can lose only the last few counted sends.
@@ -78,20 +76,9 @@ BEGIN
     UPDATE llm_shared_tokens SET at = ats, n = ns
      WHERE provider = p_provider AND scope = p_scope AND key_index = p_key;
     IF NOT p_forced THEN
-        SELECT max(c.until), bool_and(c.refused = 1 AND c.key_index <> -2),
-               max(c.until) FILTER (WHERE c.key_index = -2)
-          INTO cooling_until, was_refused, model_until
-          FROM llm_shared_cooldowns c
-         WHERE c.provider = p_provider AND c.model = p_model
-           AND c.key_index IN (p_slot, -2) AND c.until > t;
-        IF model_until IS NOT NULL THEN
-            RETURN QUERY SELECT ceil(extract(epoch FROM model_until - t) * 1000)::BIGINT,
-                'model'::TEXT;
-            RETURN;
-        END IF;
-        IF cooling_until IS NOT NULL THEN
-            RETURN QUERY SELECT ceil(extract(epoch FROM cooling_until - t) * 1000)::BIGINT,
-                CASE WHEN was_refused THEN 'refused' ELSE 'cooling' END;
+        SELECT c.wait_ms, c.why INTO cooled FROM daylog_cooling(p_provider, p_model, p_slot, t) c;
+        IF FOUND THEN
+            RETURN QUERY SELECT cooled.wait_ms, cooled.why;
             RETURN;
         END IF;
     END IF;
