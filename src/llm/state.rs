@@ -234,6 +234,23 @@ pub trait SharedLimits: Send + Sync {
     ) -> BoxFuture<'a, Result<Admitted, String>> {
         self.admit(ask)
     }
+    /// [`SharedLimits::admit_tokens`] for up to `want` requests of `tokens.tokens`
+    /// each, as [`SharedLimits::admit_block`] counts requests: as many as the minute's
+    /// tokens and every request window have room for (at least one), with their
+    /// tokens, and how many; those after the first are stamped `hold` later.
+    fn admit_tokens_block<'a>(
+        &'a self,
+        ask: Admission<'a>,
+        tokens: TokensAsk,
+        _want: u32,
+        _hold: Duration,
+    ) -> BoxFuture<'a, Result<(Admitted, u32), String>> {
+        Box::pin(async move {
+            self.admit_tokens(ask, tokens)
+                .await
+                .map(|admitted| (admitted, u32::from(admitted == Admitted::Yes)))
+        })
+    }
     /// Records what an answer taught about a budget.
     fn learned(&self, learned: Learned) -> BoxFuture<'static, Result<(), String>>;
     /// Records a cooldown.
@@ -294,6 +311,10 @@ const DAY_SHARE: u32 = 64;
 struct Block {
     /// Claimed and not sent yet.
     left: u32,
+    /// Of a budget that counts tokens a minute: the tokens claimed with them and not
+    /// yet taken by a request (each takes its own estimate), and when they were claimed.
+    tokens_left: u64,
+    claimed: Option<Instant>,
     /// They may be sent until then.
     until: Option<Instant>,
     /// The size the next claim asks for: doubled when a block was used up, halved
@@ -321,22 +342,30 @@ impl Remote {
     }
 
     /// Carries what a request admitted at `admitted` took beyond its estimate
-    /// (`took` − `estimate`) to the budget's next admission. Tokens given back for a
-    /// request whose estimate has already left the minute are nothing to give back.
+    /// (`took` − `estimate`) to the budget's next admission.
     fn correct(&self, budget: BudgetKey, admitted: Instant, estimate: u32, took: u64) {
         let estimate = u64::from(estimate);
-        if took == estimate {
+        if took > estimate {
+            let mut corrections = self.corrections();
+            let c = corrections.entry(budget).or_default();
+            c.add = c.add.saturating_add(took - estimate);
+        } else {
+            self.give_back(budget, admitted, estimate - took);
+        }
+    }
+
+    /// Carries `tokens` counted at `counted` and not taken (an answer short of its
+    /// estimate, a block's tokens no request took) to the budget's next admission, to
+    /// be given back. Tokens counted over a minute ago have left the minute already:
+    /// nothing to give back.
+    fn give_back(&self, budget: BudgetKey, counted: Instant, tokens: u64) {
+        if tokens == 0 || Instant::now().duration_since(counted) >= MINUTE {
             return;
         }
-        let now = Instant::now();
         let mut corrections = self.corrections();
         let c = corrections.entry(budget).or_default();
-        if took > estimate {
-            c.add = c.add.saturating_add(took - estimate);
-        } else if now.duration_since(admitted) < MINUTE {
-            c.give_back = c.give_back.saturating_add(estimate - took);
-            c.since = Some(c.since.map_or(admitted, |s| s.min(admitted)));
-        }
+        c.give_back = c.give_back.saturating_add(tokens);
+        c.since = Some(c.since.map_or(counted, |s| s.min(counted)));
     }
 
     /// Takes the budget's corrections to send with its admission now.
@@ -441,6 +470,10 @@ impl LocalState {
     /// A budget with room for many requests is claimed in blocks ([`Block`]): the
     /// request takes one left from the last claim, or claims a block for itself and the
     /// requests after it; the requests of one budget queue here while a claim is asked.
+    /// A budget that counts tokens a minute claims each block's tokens with it, as
+    /// many times this request's estimate as it claims requests: a later request
+    /// takes its own estimate from them, and claims anew when they are too few (what
+    /// no request took is given back with the next claim).
     async fn check_shared(
         &self,
         remote: &Remote,
@@ -451,29 +484,29 @@ impl LocalState {
     ) -> Result<(), SharedRefusal> {
         let budget = self.budgets.key(step, key);
         let declared = self.budgets.declared(&step.provider);
-        if let Some(per_minute) = declared.and_then(|d| d.tokens_per_minute) {
-            // Tokens are counted request by request: a block's requests would each
-            // need their own estimate.
-            return self
-                .ask_shared_tokens(remote, step, key, forced, tokens, per_minute)
-                .await;
-        }
+        let per_minute = declared.and_then(|d| d.tokens_per_minute);
+        let factor = self.budgets.factor(step, key);
         let cap = if forced {
             1
         } else {
-            block_cap(declared, self.budgets.factor(step, key))
+            block_cap(declared, factor).min(tokens_block_cap(per_minute, tokens, factor))
         };
         if cap <= 1 {
             return self
-                .ask_shared(remote, step, key, forced, 1)
+                .claim(remote, step, key, forced, per_minute, tokens, 1)
                 .await
                 .map(|_| ());
         }
         let slot = remote.block(&budget, &step.model);
         let mut block = slot.lock().await;
         let now = Instant::now();
-        if block.left > 0 && block.until.is_some_and(|until| until > now) {
+        let wanted = u64::from(tokens);
+        // A block whose tokens are too few for this request is used up as one whose
+        // requests are.
+        let tokens_enough = per_minute.is_none() || block.tokens_left >= wanted;
+        if block.left > 0 && tokens_enough && block.until.is_some_and(|until| until > now) {
             block.left -= 1;
+            block.tokens_left -= wanted.min(block.tokens_left);
             return Ok(());
         }
         if let Some((until, refusal)) = block.refused
@@ -481,18 +514,28 @@ impl LocalState {
         {
             return Err(refusal);
         }
-        block.next = match (block.until, block.left) {
+        if let Some(claimed) = block.claimed.take() {
+            remote.give_back(budget.clone(), claimed, std::mem::take(&mut block.tokens_left));
+        }
+        block.next = match (block.until, block.left > 0 && tokens_enough) {
             (None, _) => 1,
-            (Some(_), 0) => block.next.saturating_mul(2),
-            (Some(_), _) => block.next / 2,
+            (Some(_), false) => block.next.saturating_mul(2),
+            (Some(_), true) => block.next / 2,
         }
         .clamp(1, cap);
         block.left = 0;
         block.until = Some(now + BLOCK_HOLD);
-        match self.ask_shared(remote, step, key, false, block.next).await {
+        match self
+            .claim(remote, step, key, false, per_minute, tokens, block.next)
+            .await
+        {
             Ok(granted) => {
                 block.refused = None;
                 block.left = granted.saturating_sub(1);
+                if per_minute.is_some() {
+                    block.tokens_left = u64::from(block.left) * wanted;
+                    block.claimed = Some(now);
+                }
                 Ok(())
             }
             Err(refusal) => {
@@ -506,55 +549,51 @@ impl LocalState {
         }
     }
 
-    /// One check-and-spend of up to `want` requests in the shared database: how many
-    /// were counted, or why none and until when (learned here too).
-    async fn ask_shared(
+    /// One check-and-spend of up to `want` requests in the shared database, of
+    /// `tokens` each where the budget counts `per_minute` tokens a minute (the
+    /// budget's corrections carried from here go with it): how many were counted, or
+    /// why none and until when (learned here too).
+    #[expect(clippy::too_many_arguments, reason = "one request's admission, spelt out")]
+    async fn claim(
         &self,
         remote: &Remote,
         step: &StepId,
         key: Option<usize>,
         forced: bool,
+        per_minute: Option<u32>,
+        tokens: u32,
         want: u32,
     ) -> Result<u32, SharedRefusal> {
         let budget = self.budgets.key(step, key);
         let ask = self.admission(&budget, step, key, forced);
-        let answer = tokio::time::timeout(
-            ADMIT_TIMEOUT,
-            remote.limits.admit_block(ask, want, BLOCK_HOLD),
-        )
-        .await
-        .unwrap_or_else(|_| Err("no answer in time".to_owned()));
-        self.shared_answer(remote, step, key, answer)
-    }
-
-    /// One check-and-spend of a request of `tokens` on a budget that counts tokens a
-    /// minute: the budget's corrections carried from here go with it.
-    async fn ask_shared_tokens(
-        &self,
-        remote: &Remote,
-        step: &StepId,
-        key: Option<usize>,
-        forced: bool,
-        tokens: u32,
-        per_minute: u32,
-    ) -> Result<(), SharedRefusal> {
-        let budget = self.budgets.key(step, key);
+        let Some(per_minute) = per_minute else {
+            let answer = tokio::time::timeout(
+                ADMIT_TIMEOUT,
+                remote.limits.admit_block(ask, want, BLOCK_HOLD),
+            )
+            .await
+            .unwrap_or_else(|_| Err("no answer in time".to_owned()));
+            return self.shared_answer(remote, step, key, answer);
+        };
         let (add, give_back) = remote.take_correction(&budget);
-        let ask = self.admission(&budget, step, key, forced);
         let tokens = TokensAsk {
             per_minute,
             tokens,
             add,
             give_back,
         };
-        let answer = tokio::time::timeout(ADMIT_TIMEOUT, remote.limits.admit_tokens(ask, tokens))
-            .await
-            .unwrap_or_else(|_| Err("no answer in time".to_owned()));
+        let answer = tokio::time::timeout(
+            ADMIT_TIMEOUT,
+            remote
+                .limits
+                .admit_tokens_block(ask, tokens, want, BLOCK_HOLD),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no answer in time".to_owned()));
         if answer.is_err() {
-            remote.restore_correction(budget, add);
+            remote.restore_correction(budget.clone(), add);
         }
-        let answer = answer.map(|admitted| (admitted, 1));
-        self.shared_answer(remote, step, key, answer).map(|_| ())
+        self.shared_answer(remote, step, key, answer)
     }
 
     /// The request a budget asks the shared database for.
@@ -646,7 +685,26 @@ fn block_cap(declared: Option<&BudgetSettings>, factor: f64) -> u32 {
     let Some(smallest) = smallest else {
         return BLOCK_MAX;
     };
-    let share = (f64::from(smallest) * factor.clamp(0.0, 1.0) / BLOCK_SHARE).floor();
+    share_cap(f64::from(smallest) * factor.clamp(0.0, 1.0) / BLOCK_SHARE)
+}
+
+/// The most requests of a budget that counts `per_minute` tokens a minute one claim
+/// may ask for, for requests of `tokens` each: as [`block_cap`], a [`BLOCK_SHARE`]th of
+/// the minute's tokens as 429s lowered them (`factor`); [`BLOCK_MAX`] for a budget that
+/// counts no tokens.
+fn tokens_block_cap(per_minute: Option<u32>, tokens: u32, factor: f64) -> u32 {
+    let Some(per_minute) = per_minute else {
+        return BLOCK_MAX;
+    };
+    share_cap(
+        f64::from(per_minute) * factor.clamp(0.0, 1.0) / (BLOCK_SHARE * f64::from(tokens.max(1))),
+    )
+}
+
+/// A block's size from a budget's share of requests: that many whole requests, at
+/// least 1, at most [`BLOCK_MAX`].
+fn share_cap(share: f64) -> u32 {
+    let share = share.floor();
     if share >= f64::from(BLOCK_MAX) {
         BLOCK_MAX
     } else if share >= 1.0 {

@@ -82,32 +82,31 @@ impl Store {
         .bind(millis(hold))
         .fetch_one(pool)
         .await?;
-        let admitted = admitted(wait_ms, &why);
-        let granted = u32::try_from(granted).unwrap_or(0);
-        Ok(match admitted {
-            Admitted::Yes => (Admitted::Yes, granted.max(1)),
-            refused => (refused, 0),
-        })
+        Ok(granted_answer(wait_ms, &why, granted))
     }
 
-    /// Check-and-spend of one request of a budget that counts tokens a minute
-    /// (PostgreSQL's `daylog_admit_tokens`): its estimate counted with it in every
-    /// window or in none, and the corrections `tokens` carries applied whatever the
-    /// answer. On SQLite nothing is shared (the one instance counts its tokens in
-    /// memory): admitted.
+    /// Check-and-spend of up to `want` requests of a budget that counts tokens a
+    /// minute, `tokens.tokens` each (PostgreSQL's `daylog_admit_tokens_block`): as many
+    /// as the minute's tokens and every request window have room for, counted with
+    /// their tokens, or none; the corrections `tokens` carries applied whatever the
+    /// answer. Those after the first are stamped `hold` later. On SQLite nothing is
+    /// shared (the one instance counts its tokens in memory): all admitted.
     async fn admit_tokens_shared(
         &self,
         ask: &Admission<'_>,
         tokens: TokensAsk,
-    ) -> Result<Admitted, StoreError> {
+        want: u32,
+        hold: Duration,
+    ) -> Result<(Admitted, u32), StoreError> {
         let Db::Postgres(pool) = &self.db else {
-            return Ok(Admitted::Yes);
+            return Ok((Admitted::Yes, want.max(1)));
         };
         let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let (wait_ms, why): (i64, String) = bind_admission(
+        let (wait_ms, why, granted): (i64, String, i64) = bind_admission(
             sqlx::query_as(
-                "SELECT wait_ms, why
-                 FROM daylog_admit_tokens($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                "SELECT wait_ms, why, granted
+                 FROM daylog_admit_tokens_block($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+                                                $13, $14, $15, $16)",
             ),
             ask,
         )
@@ -115,9 +114,11 @@ impl Store {
         .bind(i64::from(tokens.tokens))
         .bind(big(tokens.add))
         .bind(big(tokens.give_back))
+        .bind(i64::from(want.max(1)))
+        .bind(millis(hold))
         .fetch_one(pool)
         .await?;
-        Ok(admitted(wait_ms, &why))
+        Ok(granted_answer(wait_ms, &why, granted))
     }
 
     /// Records what an answer taught about a budget (PostgreSQL): a spend is extended,
@@ -368,6 +369,15 @@ fn admitted(wait_ms: i64, why: &str) -> Admitted {
     }
 }
 
+/// An admission function's answer with how many requests it counted: at least one
+/// when admitted, none when refused.
+fn granted_answer(wait_ms: i64, why: &str, granted: i64) -> (Admitted, u32) {
+    match admitted(wait_ms, why) {
+        Admitted::Yes => (Admitted::Yes, u32::try_from(granted).unwrap_or(0).max(1)),
+        refused => (refused, 0),
+    }
+}
+
 impl SharedLimits for Store {
     fn admit<'a>(&'a self, ask: Admission<'a>) -> BoxFuture<'a, Result<Admitted, String>> {
         Box::pin(async move {
@@ -397,7 +407,22 @@ impl SharedLimits for Store {
         tokens: TokensAsk,
     ) -> BoxFuture<'a, Result<Admitted, String>> {
         Box::pin(async move {
-            self.admit_tokens_shared(&ask, tokens)
+            self.admit_tokens_shared(&ask, tokens, 1, Duration::ZERO)
+                .await
+                .map(|(admitted, _)| admitted)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn admit_tokens_block<'a>(
+        &'a self,
+        ask: Admission<'a>,
+        tokens: TokensAsk,
+        want: u32,
+        hold: Duration,
+    ) -> BoxFuture<'a, Result<(Admitted, u32), String>> {
+        Box::pin(async move {
+            self.admit_tokens_shared(&ask, tokens, want, hold)
                 .await
                 .map_err(|e| e.to_string())
         })

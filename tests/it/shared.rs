@@ -622,6 +622,24 @@ impl SharedLimits for Counting {
         self.asked.fetch_add(1, Ordering::Relaxed);
         self.store.admit_block(ask, want, hold)
     }
+    fn admit_tokens<'a>(
+        &'a self,
+        ask: Admission<'a>,
+        tokens: daylog::llm::TokensAsk,
+    ) -> futures::future::BoxFuture<'a, Result<Admitted, String>> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        self.store.admit_tokens(ask, tokens)
+    }
+    fn admit_tokens_block<'a>(
+        &'a self,
+        ask: Admission<'a>,
+        tokens: daylog::llm::TokensAsk,
+        want: u32,
+        hold: Duration,
+    ) -> futures::future::BoxFuture<'a, Result<(Admitted, u32), String>> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        self.store.admit_tokens_block(ask, tokens, want, hold)
+    }
     fn learned(
         &self,
         learned: daylog::llm::Learned,
@@ -755,9 +773,61 @@ async fn three_instances_spend_one_tokens_per_minute_budget_together() {
     );
 }
 
+/// A tokens-per-minute budget large enough to be claimed in blocks (20 000 a minute,
+/// over 32 requests' estimates): three instances sending 150 requests at once ask the
+/// database far fewer times than they send, each block's tokens counted with it, and
+/// the provider still gets no more tokens in the minute than the budget declares; the
+/// rest spill over to the next step.
+#[tokio::test]
+async fn three_instances_claim_a_large_tokens_budget_in_blocks_and_never_overspend_it() {
+    let Some(db) = postgres().await else { return };
+    let b = ok_server().await;
+    let (used, per_minute) = (200, 20_000);
+    let a = taking(used).await;
+    let toml = config(&a, &format!("tokens_per_minute = {per_minute}"), &b, 20_000);
+    let counting: Vec<Arc<Counting>> = futures::future::join_all((0..3).map(|_| async {
+        Arc::new(Counting {
+            store: store(&db.url).await,
+            asked: AtomicUsize::new(0),
+        })
+    }))
+    .await;
+    let llms: Vec<Llm> = counting
+        .iter()
+        .map(|c| {
+            Llm::new(&settings(&toml, &KEYS))
+                .expect("llm")
+                .sharing(Arc::clone(c) as Arc<dyn SharedLimits>)
+        })
+        .collect();
+    let sink = RecordingSink::default();
+    let asking = request(false);
+    let tasks = (0..150).map(|i| llms[i % 3].run(Task::Analysis, &asking, &sink));
+    for answer in futures::future::join_all(tasks).await {
+        answer.expect("an answer");
+    }
+    let sent = u64::try_from(calls(&a).await).expect("small");
+    let asked: usize = counting.iter().map(|c| c.asked.load(Ordering::Relaxed)).sum();
+    assert!(sent >= 32, "the budget is used: {sent} sent");
+    assert!(
+        sent * used <= per_minute,
+        "{sent} answers of {used} tokens on a budget of {per_minute} a minute"
+    );
+    assert!(
+        asked * 2 <= usize::try_from(sent).expect("small"),
+        "asked {asked} times for {sent} requests"
+    );
+    assert!(
+        tokens_counted(&db.url).await >= i64::try_from(sent * used).expect("small"),
+        "every request's tokens counted"
+    );
+    assert_eq!(calls(&b).await + calls(&a).await, 150, "the rest spilled over");
+}
+
 /// What answers really took moves the shared count: a request's estimate is counted
 /// when it is admitted, and its answer's correction (more, or less) with the next
-/// admission of that budget.
+/// admission of that budget. The budget (5 000 a minute, under 32 estimates) is asked
+/// request by request.
 #[tokio::test]
 async fn answers_set_the_shared_tokens_right_with_the_next_admission() {
     let Some(db) = postgres().await else { return };
@@ -772,7 +842,7 @@ async fn answers_set_the_shared_tokens_right_with_the_next_admission() {
             .await;
         let a = taking(used).await;
         let llm = shared_llm(
-            &config(&a, "tokens_per_minute = 100000", &b, 20_000),
+            &config(&a, "tokens_per_minute = 5000", &b, 20_000),
             &store,
         );
         llm.run(Task::Analysis, &asking, &sink)
