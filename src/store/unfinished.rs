@@ -152,6 +152,20 @@ fn at_now<DB: super::Dialect>(condition: &str, pool: &sqlx::Pool<DB>) -> String 
     condition.replace("{now}", NOW.on(pool))
 }
 
+/// A condition that makes a write of progress (what a round decided about a log)
+/// commit without waiting for the disk, as SQLite's `synchronous = NORMAL` commits it
+/// ([`super::durable`]): on PostgreSQL the transaction's `synchronous_commit` is off,
+/// so the commit returns before the server's WAL flush, and the next commit that does
+/// wait (an entry, the record of a reply sent) flushes it too, as the server's WAL
+/// writer does within a fraction of a second. Only a crash of the server (or of the
+/// machine) in between forgets it, and then the log is analysed again — it was not
+/// answered yet, or that answer's record, which waits for the flush, was forgotten as
+/// well, the window the promise allows. Nothing on SQLite.
+const PROGRESS: Sql = Sql {
+    sqlite: "",
+    postgres: " AND set_config('synchronous_commit', 'off', true) = 'off'",
+};
+
 impl Store {
     /// Records what a round decided about `analysed_text` ([`Outcome`]), in one
     /// statement. Returns `false`, changing nothing, when the log's text is no longer
@@ -214,7 +228,8 @@ impl Store {
         };
         retry_busy(what, || async {
             let done = on_db!(self, write, |pool| {
-                let text = fenced(sql.on(pool), fence, first, pool);
+                let text = format!("{}{}", sql.on(pool), PROGRESS.on(pool));
+                let text = fenced(&text, fence, first, pool);
                 let query = sqlx::query(&text).bind(id).bind(analysed_text);
                 let query = match outcome {
                     Outcome::Analysed { analysis, metrics } => query

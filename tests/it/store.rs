@@ -2163,3 +2163,46 @@ on_each_backend! {
         assert!(replied(ids[2]).await);
     }
 }
+
+/// On PostgreSQL an analysis is recorded without waiting for the server's WAL flush
+/// (as SQLite records it without its `fdatasync`), and an entry still waits for it:
+/// with the database's `synchronous_commit` on (the server's default), the WAL is
+/// found flushed as far as it was written after each entry's insert, and not yet
+/// after most analyses' records, which the next entry's commit flushes.
+#[tokio::test]
+async fn on_postgres_an_analysis_does_not_wait_for_the_wal_flush_and_an_entry_does() {
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let db = Backend::Postgres.fresh().await;
+    let raw = Raw::connect(&db.url).await;
+    // The test cluster turns it off for speed: on for this database, as a server
+    // installed with its defaults runs.
+    raw.exec(
+        "DO $$ BEGIN
+             EXECUTE format('ALTER DATABASE %I SET synchronous_commit = on', current_database());
+         END $$",
+    )
+    .await;
+    let store = Store::open_and_migrate(&db.url, Duration::from_secs(5))
+        .await
+        .expect("store opens");
+    user(&store, 1).await;
+    let flushed = "SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn()";
+    let (mut entries_flushed, mut analyses_flushed) = (0, 0);
+    for message in 0..20 {
+        let text = format!("entry {message}");
+        let Inserted::New(entry) = log(&store, 1, message, &text).await else {
+            panic!("a new entry");
+        };
+        entries_flushed += i32::from(raw.value::<bool>(flushed).await);
+        let recorded = store
+            .record(entry.id, &text, &support::analysed("fine", "{}"))
+            .await
+            .expect("recorded");
+        assert!(recorded);
+        analyses_flushed += i32::from(raw.value::<bool>(flushed).await);
+    }
+    assert!(entries_flushed >= 18, "{entries_flushed} of 20 entries flushed");
+    assert!(analyses_flushed <= 10, "{analyses_flushed} of 20 analyses flushed");
+}
