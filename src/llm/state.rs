@@ -515,7 +515,11 @@ impl LocalState {
             return Err(refusal);
         }
         if let Some(claimed) = block.claimed.take() {
-            remote.give_back(budget.clone(), claimed, std::mem::take(&mut block.tokens_left));
+            remote.give_back(
+                budget.clone(),
+                claimed,
+                std::mem::take(&mut block.tokens_left),
+            );
         }
         block.next = match (block.until, block.left > 0 && tokens_enough) {
             (None, _) => 1,
@@ -553,7 +557,10 @@ impl LocalState {
     /// `tokens` each where the budget counts `per_minute` tokens a minute (the
     /// budget's corrections carried from here go with it): how many were counted, or
     /// why none and until when (learned here too).
-    #[expect(clippy::too_many_arguments, reason = "one request's admission, spelt out")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one request's admission, spelt out"
+    )]
     async fn claim(
         &self,
         remote: &Remote,

@@ -807,7 +807,10 @@ async fn three_instances_claim_a_large_tokens_budget_in_blocks_and_never_overspe
         answer.expect("an answer");
     }
     let sent = u64::try_from(calls(&a).await).expect("small");
-    let asked: usize = counting.iter().map(|c| c.asked.load(Ordering::Relaxed)).sum();
+    let asked: usize = counting
+        .iter()
+        .map(|c| c.asked.load(Ordering::Relaxed))
+        .sum();
     assert!(sent >= 32, "the budget is used: {sent} sent");
     assert!(
         sent * used <= per_minute,
@@ -821,7 +824,11 @@ async fn three_instances_claim_a_large_tokens_budget_in_blocks_and_never_overspe
         tokens_counted(&db.url).await >= i64::try_from(sent * used).expect("small"),
         "every request's tokens counted"
     );
-    assert_eq!(calls(&b).await + calls(&a).await, 150, "the rest spilled over");
+    assert_eq!(
+        calls(&b).await + calls(&a).await,
+        150,
+        "the rest spilled over"
+    );
 }
 
 /// What answers really took moves the shared count: a request's estimate is counted
@@ -841,10 +848,7 @@ async fn answers_set_the_shared_tokens_right_with_the_next_admission() {
             .exec("DELETE FROM llm_shared_tokens")
             .await;
         let a = taking(used).await;
-        let llm = shared_llm(
-            &config(&a, "tokens_per_minute = 5000", &b, 20_000),
-            &store,
-        );
+        let llm = shared_llm(&config(&a, "tokens_per_minute = 5000", &b, 20_000), &store);
         llm.run(Task::Analysis, &asking, &sink)
             .await
             .expect("an answer");

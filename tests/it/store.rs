@@ -2203,6 +2203,12 @@ async fn on_postgres_an_analysis_does_not_wait_for_the_wal_flush_and_an_entry_do
         assert!(recorded);
         analyses_flushed += i32::from(raw.value::<bool>(flushed).await);
     }
-    assert!(entries_flushed >= 18, "{entries_flushed} of 20 entries flushed");
-    assert!(analyses_flushed <= 10, "{analyses_flushed} of 20 analyses flushed");
+    assert!(
+        entries_flushed >= 18,
+        "{entries_flushed} of 20 entries flushed"
+    );
+    assert!(
+        analyses_flushed <= 10,
+        "{analyses_flushed} of 20 analyses flushed"
+    );
 }
