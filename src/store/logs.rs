@@ -519,22 +519,30 @@ const RECENT_USE: Sql = Sql {
             UNION
             SELECT id FROM day_logs
             WHERE user_id = $1 AND edited_at >= datetime('now', '-1 hour'))))",
+    // The calls are counted log by log (`llm_calls_day_log` for each of the user's
+    // recent logs): as `day_log_id IN (…)`, PostgreSQL's planner may read every call
+    // of the last hour instead, over and over — 90 ms an analysis on a busy journal
+    // whose statistics were not gathered yet.
     postgres: "SELECT greatest(
      (SELECT count(*) FROM day_logs
       WHERE user_id = $1 AND id < $2 AND created_at >= daylog_utc(now() - interval '1 hour')
         AND NOT (status = 'pending' AND waiting_for IS NOT DISTINCT FROM 'deferred'))
      + (SELECT count(*) FROM day_logs
         WHERE user_id = $1 AND id < $2 AND status = 'pending' AND waiting_for = 'deferred'),
-     (SELECT count(*) FROM llm_calls
-      WHERE task = 'analysis' AND outcome = 'ok'
-        AND created_at >= daylog_utc(now() - interval '1 hour')
-        AND day_log_id IN (
-            SELECT id FROM day_logs
-            WHERE user_id = $1 AND created_at >= daylog_utc(now() - interval '1 hour')
-            UNION
-            SELECT id FROM day_logs
-            WHERE user_id = $1 AND edited_at >= daylog_utc(now() - interval '1 hour'))))",
+     (SELECT coalesce(sum(
+          (SELECT count(*) FROM llm_calls
+            WHERE day_log_id = recent.id AND task = 'analysis' AND outcome = 'ok'
+              AND created_at >= daylog_utc(now() - interval '1 hour'))), 0)::BIGINT
+        FROM (SELECT id FROM day_logs
+              WHERE user_id = $1 AND created_at >= daylog_utc(now() - interval '1 hour')
+              UNION
+              SELECT id FROM day_logs
+              WHERE user_id = $1 AND edited_at >= daylog_utc(now() - interval '1 hour'))
+             AS recent))",
 };
+
+/// [`RECENT_USE_SQL`] on PostgreSQL. Public for query plans.
+pub const RECENT_USE_POSTGRES_SQL: &str = RECENT_USE.postgres;
 
 /// `/year`: the average mood of each day of the user's year `$2..=$3`, from the
 /// `daily_metrics` view (whose `mood` skips defaulted values). Public for query plans.
