@@ -144,14 +144,25 @@ impl PgConns {
             if self.0.pool.is_closed() {
                 return Err(sqlx::Error::PoolClosed);
             }
-            // Whichever comes first: a connection given back here, or a permit and
-            // then a connection of sqlx's (which may itself wait for one given back
-            // to sqlx).
+            // Whichever comes first: a connection given back here, or a permit for one
+            // of sqlx's.
             let returned = self.0.returned.notified();
-            tokio::select! {
+            let permit = tokio::select! {
                 () = returned => continue,
-                fresh = self.take_fresh() => return fresh,
-            }
+                permit = Arc::clone(&self.0.permits).acquire_owned() => {
+                    permit.map_err(|_| sqlx::Error::PoolClosed)?
+                }
+            };
+            // With a permit, sqlx has a connection for it (this list and its users hold
+            // at most the permits, the listener one more), or soon will (one it is
+            // pinging): waited for whole, since one given up while sqlx opens it is a
+            // server backend started for nothing — under a burst, a storm of them.
+            let conn = self.0.pool.acquire().await?;
+            return Ok(Held {
+                conn,
+                _permit: permit,
+                taken: Instant::now(),
+            });
         }
     }
 
@@ -171,19 +182,6 @@ impl PgConns {
                 }
             }
         }
-    }
-
-    async fn take_fresh(&self) -> Result<Held, sqlx::Error> {
-        let permit = Arc::clone(&self.0.permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| sqlx::Error::PoolClosed)?;
-        let conn = self.0.pool.acquire().await?;
-        Ok(Held {
-            conn,
-            _permit: permit,
-            taken: Instant::now(),
-        })
     }
 
     /// A connection whose statement completed: into the list, or back to sqlx when the
