@@ -2310,3 +2310,57 @@ async fn on_postgres_a_transaction_dropped_half_way_is_rolled_back() {
     assert_eq!(text().await, "Edited again.");
     watcher.close().await;
 }
+
+/// PostgreSQL: a burst of statements, far more than connections, opens no more than the
+/// store's seven and gives up none half-opened: a statement waiting for a connection
+/// does not drop the one sqlx is opening for it when another is given back meanwhile.
+/// (Dropped, each was a server backend started for nothing; under the load benchmark's
+/// burst, enough of them that the server refused connections.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_burst_opens_at_most_seven_connections() {
+    if !backends().contains(&Backend::Postgres) {
+        return; // said once by `backends()`; CI=true fails there
+    }
+    // Arrange: users, and the database's count of sessions so far.
+    let db = fresh_on(Backend::Postgres).await;
+    for u in 1..=20 {
+        user(&db.store, u).await;
+    }
+    let watcher = Raw::connect(&db.url).await;
+    let sessions = || {
+        watcher.value::<i64>(
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()",
+        )
+    };
+    // Act: 400 entries at once, then the store closed (each backend's count of its
+    // session is in the server's statistics once it has ended).
+    let tasks: Vec<_> = (0..400)
+        .map(|i| {
+            let store = db.store.clone();
+            tokio::spawn(async move { log(&store, 1 + i % 20, i, "An entry of a burst.").await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("stored");
+    }
+    db.store.close().await;
+    support::wait_until("the store's sessions ended", HANG, || async {
+        watcher
+            .value::<i64>(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+            .await
+            == 0
+    })
+    .await;
+
+    // Assert: the store's sessions, all of its life (a migration's and the first
+    // statements' included), and the watcher's own, were few.
+    let opened = sessions().await;
+    assert!(
+        opened <= 8 + 1,
+        "{opened} sessions: the burst opened more connections than the store holds"
+    );
+    watcher.close().await;
+}
