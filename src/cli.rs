@@ -364,7 +364,8 @@ async fn execute(command: Command, settings: Settings) -> Result<ExitCode, CliEr
         }
         Command::Chat { user } => {
             let app = App::build(settings).await?;
-            app.chat(user).await?;
+            // As large as the daemon's (every front end's state): one box, once.
+            Box::pin(app.chat(user)).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

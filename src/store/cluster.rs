@@ -550,7 +550,7 @@ impl Store {
         let Db::Postgres(pool) = &self.db else {
             return Ok(None);
         };
-        let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+        let mut listener = sqlx::postgres::PgListener::connect_with(pool.sqlx_pool()).await?;
         listener.listen("daylog_inbox").await?;
         Ok(Some(listener))
     }
@@ -563,7 +563,9 @@ impl Store {
         let Db::Postgres(pool) = &self.db else {
             return Ok(Some(PollingLock(None)));
         };
-        let mut conn = pool.acquire().await?.detach();
+        let Some(mut conn) = pool.acquire().await?.detach() else {
+            return Err(StoreError::Sql(sqlx::Error::PoolClosed));
+        };
         let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(POLLING_LOCK_KEY)
             .fetch_one(&mut conn)

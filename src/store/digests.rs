@@ -28,7 +28,7 @@ const IS: Sql = Sql {
 };
 
 /// `sql` with `{now}`, `{later}`, `{ago}` and `{is}` spelt for `pool`'s backend.
-fn spelt<DB: super::Dialect>(sql: &str, pool: &sqlx::Pool<DB>) -> String {
+fn spelt<P: super::Backend>(sql: &str, pool: &P) -> String {
     sql.replace("{now}", NOW.on(pool))
         .replace("{later}", LATER.on(pool))
         .replace("{ago}", AGO.on(pool))

@@ -109,7 +109,7 @@ async fn insert_log_marked_sqlite(
 /// default: durably). A duplicate returns the stored entry's id, read in the same
 /// statement (or, if another insert of the same message committed meanwhile, after).
 async fn insert_log_marked_postgres(
-    pool: &sqlx::PgPool,
+    pool: &super::PgConns,
     log: &NewLog<'_>,
     key: UpdateKey,
     fence: Option<super::Fence>,
@@ -1500,7 +1500,7 @@ struct PgCandidate {
 /// indexed yet get their words first; then the newest [`SEARCH_CANDIDATES`] matches of
 /// the index, ranked and cut into snippets here as FTS5 ranks and cuts them.
 async fn search_postgres(
-    pg: &sqlx::PgPool,
+    pg: &super::PgConns,
     user_id: UserId,
     words: &str,
 ) -> Result<Vec<SearchHit>, StoreError> {
@@ -1577,7 +1577,7 @@ async fn search_postgres(
 
 /// The words of the user's entries that have none yet (new or edited since), as the
 /// store tokenises them; an entry edited meanwhile keeps none until the next search.
-async fn index_postgres(pg: &sqlx::PgPool, user_id: UserId) -> Result<(), StoreError> {
+async fn index_postgres(pg: &super::PgConns, user_id: UserId) -> Result<(), StoreError> {
     let unindexed: Vec<(i64, String)> = sqlx::query_as(
         "SELECT s.id, d.text FROM day_logs_fts s JOIN day_logs d ON d.id = s.id
          WHERE s.user_id = $1 AND s.words IS NULL",

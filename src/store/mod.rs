@@ -34,7 +34,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::FromRow;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -622,6 +622,7 @@ mod cluster;
 mod digests;
 mod durable;
 mod logs;
+mod pg_conns;
 mod read_only;
 mod reminders;
 mod search;
@@ -642,6 +643,7 @@ pub use logs::{
     SEARCH_LIMIT, SEARCH_MAX_FORMS, SEARCH_SQL, SearchHit, SnippetRun, VoiceNote, YEAR_MOODS_SQL,
     fold_for_search, fts_query, fts_query_with,
 };
+pub use pg_conns::{PgConn, PgConns, PgHold, PgTx};
 pub use read_only::{Backup, backup, open_postgres_for_sql, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
 pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished};
@@ -676,8 +678,10 @@ enum Db {
     /// One writer connection (writers queue in the pool, never on SQLite's lock) and
     /// up to four readers beside it (WAL).
     Sqlite(SqliteDb),
-    /// One pool for reads and writes: the server serialises what must be.
-    Postgres(PgPool),
+    /// One set of connections for reads and writes: the server serialises what must
+    /// be. Handed out by the store itself ([`pg_conns`]), not lent by sqlx's pool for
+    /// each statement.
+    Postgres(PgConns),
 }
 
 #[derive(Clone, Debug)]
@@ -707,8 +711,8 @@ impl Sql {
     }
 
     /// The text for the backend of `pool`.
-    fn on<DB: Dialect>(&self, _pool: &sqlx::Pool<DB>) -> &'static str {
-        DB::text(self)
+    fn on<P: Backend>(&self, _pool: &P) -> &'static str {
+        P::Db::text(self)
     }
 }
 
@@ -742,8 +746,22 @@ impl Dialect for sqlx::Postgres {
     }
 }
 
+/// What [`on_db!`] hands its body as `pool`, and so what picks a statement's text
+/// ([`Sql::on`]): SQLite's pools, PostgreSQL's [`PgConns`].
+trait Backend {
+    type Db: Dialect;
+}
+
+impl<DB: Dialect> Backend for sqlx::Pool<DB> {
+    type Db = DB;
+}
+
+impl Backend for PgConns {
+    type Db = sqlx::Postgres;
+}
+
 /// Runs `$body` once per backend with `$pool` the backend's pool: on SQLite the `read`
-/// or `write` one as asked, on PostgreSQL its one pool. The body is written once and
+/// or `write` one as asked, on PostgreSQL its [`PgConns`]. The body is written once and
 /// compiled for both (binds, fetch and row reading are the same Rust).
 macro_rules! on_db {
     ($store:expr, $side:ident, |$pool:ident| $body:expr) => {
@@ -768,7 +786,8 @@ use on_db;
 /// pool (for [`Sql::on`]) and `$conn` the transaction's connection: committed when the
 /// body returns `Ok`, rolled back otherwise. On SQLite through [`updates::WriteTx`]
 /// (`BEGIN IMMEDIATE`, a connection that cannot roll back is closed); on PostgreSQL a
-/// plain transaction, rolled back when dropped.
+/// plain transaction ([`pg_conns::PgTx`]): rolled back on an error, its connection closed
+/// (and so the transaction rolled back by the server) when dropped half-way.
 macro_rules! in_write_tx {
     ($store:expr, |$pool:ident, $conn:ident| $body:expr) => {
         match &$store.db {
@@ -786,7 +805,7 @@ macro_rules! in_write_tx {
                 let $pool = pg;
                 let mut tx = $pool.begin().await?;
                 let work: Result<_, StoreError> = async {
-                    let $conn: &mut sqlx::PgConnection = &mut tx;
+                    let $conn: &mut crate::store::PgConn = &mut tx;
                     $body
                 }
                 .await;
@@ -795,8 +814,13 @@ macro_rules! in_write_tx {
                         tx.commit().await?;
                         Ok(value)
                     }
-                    // Dropping the transaction rolls it back.
-                    Err(error) => Err(error),
+                    Err(error) => {
+                        // A connection that cannot roll back is closed as `tx` drops.
+                        if !error.is_connection_lost() {
+                            let _ = tx.rollback().await;
+                        }
+                        Err(error)
+                    }
                 }
             }
         }
@@ -1022,9 +1046,10 @@ impl Store {
                 path: shown,
                 source,
             })?;
-        let calls = CallRecorder::spawn(Db::Postgres(pool.clone()));
+        let conns = PgConns::new(pool);
+        let calls = CallRecorder::spawn(Db::Postgres(conns.clone()));
         Ok(Self {
-            db: Db::Postgres(pool),
+            db: Db::Postgres(conns),
             calls,
             durable: None,
             default_zone: crate::time::UserZone::utc(),
@@ -1081,7 +1106,7 @@ impl Store {
         };
         match &self.db {
             Db::Sqlite(sqlite) => migrator.run(&sqlite.write).await?,
-            Db::Postgres(pg) => migrator.run(pg).await?,
+            Db::Postgres(pg) => migrator.run(pg.sqlx_pool()).await?,
         }
         Ok(())
     }
@@ -1262,8 +1287,8 @@ impl Store {
         }
     }
 
-    /// The PostgreSQL pool, for the tests' ad-hoc queries; `None` on SQLite.
-    pub fn pg_pool(&self) -> Option<&PgPool> {
+    /// The PostgreSQL connections, for the tests' ad-hoc queries; `None` on SQLite.
+    pub fn pg_pool(&self) -> Option<&PgConns> {
         match &self.db {
             Db::Sqlite(_) => None,
             Db::Postgres(pg) => Some(pg),

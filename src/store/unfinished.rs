@@ -24,11 +24,11 @@ const STILL_HELD: Sql = Sql {
 
 /// `sql` itself, or — under a lease — `sql AND` [`STILL_HELD`] with the lease bound from
 /// `$first` on.
-fn fenced<'a, DB: super::Dialect>(
+fn fenced<'a, P: super::Backend>(
     sql: &'a str,
     fence: Option<&Fence>,
     first: usize,
-    pool: &sqlx::Pool<DB>,
+    pool: &P,
 ) -> Cow<'a, str> {
     if fence.is_none() {
         return Cow::Borrowed(sql);
@@ -148,7 +148,7 @@ const UNFINISHED_REPLY_AT: &str =
      AND (next_attempt_at IS NULL OR next_attempt_at <= {now})";
 
 /// A `{now}` of one of the conditions above, spelt for `pool`'s backend.
-fn at_now<DB: super::Dialect>(condition: &str, pool: &sqlx::Pool<DB>) -> String {
+fn at_now<P: super::Backend>(condition: &str, pool: &P) -> String {
     condition.replace("{now}", NOW.on(pool))
 }
 

@@ -2261,3 +2261,204 @@ async fn on_postgres_the_hourly_count_reads_the_users_calls_through_their_logs()
     assert!(!plan.contains("Seq Scan on llm_calls"), "{plan}");
     assert!(plan.contains("llm_calls_day_log"), "{plan}");
 }
+
+/// A hang guard, not a threshold: the statements it bounds take milliseconds when they
+/// do not wait behind a cancelled one, and would wait forever when they did.
+const HANG: Duration = Duration::from_secs(30);
+
+/// A session of its own that holds locks for a test until it ends.
+async fn lock_holder(url: &str, lock: &str) -> sqlx::PgConnection {
+    use sqlx::Connection as _;
+    let mut holder = sqlx::PgConnection::connect(url).await.expect("holder");
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
+    sqlx::raw_sql(lock).execute(&mut holder).await.expect(lock);
+    holder
+}
+
+/// Returns once a session of the test's database waits for a lock.
+async fn lock_waited_for(watcher: &Raw) {
+    support::wait_until("a statement waiting for the held lock", HANG, || async {
+        watcher
+            .value::<i64>(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .await
+            > 0
+    })
+    .await;
+}
+
+/// PostgreSQL: a statement dropped while the server still runs it (a timeout, a
+/// cancelled task) leaves its connection to sqlx, which reads the rest of its answer
+/// before lending it again; the store's next statements never queue behind it on that
+/// connection (src/store/pg_conns.rs). Given back as if it had completed, the
+/// connection is the next statement's, which then waits as long as the lock is held.
+#[tokio::test]
+async fn on_postgres_a_cancelled_statement_does_not_hold_up_the_next() {
+    if !backends().contains(&Backend::Postgres) {
+        return; // said once by `backends()`; CI=true fails there
+    }
+    // Arrange: a user and an entry; another session holds the user's row.
+    let db = fresh_on(Backend::Postgres).await;
+    user(&db.store, 1).await;
+    log(&db.store, 1, 1, "Before the lock.").await;
+    let mut holder = lock_holder(
+        &db.url,
+        "SELECT 1 FROM users WHERE user_id = 1 FOR NO KEY UPDATE",
+    )
+    .await;
+    let watcher = Raw::connect(&db.url).await;
+
+    // Act: a change of the user's language, dropped once the server shows it waiting
+    // for the row; then more of the store's statements.
+    tokio::select! {
+        done = db.store.set_language(UserId(1), Language::Ru) => {
+            panic!("the write went past a held row: {done:?}")
+        }
+        () = lock_waited_for(&watcher) => {}
+    }
+    let next = async {
+        let other = log(&db.store, 1, 2, "Another entry.").await.id();
+        db.store.log(other).await.expect("read").expect("stored")
+    };
+    let stored = tokio::time::timeout(HANG, next)
+        .await
+        .expect("the next statements queued behind the cancelled one");
+
+    // Assert: they ran while the dropped one still waited; once the row is free the
+    // store goes on as before.
+    assert_eq!(stored.text, "Another entry.");
+    lock_waited_for(&watcher).await;
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .expect("rollback");
+    log(&db.store, 1, 3, "Once the row is free.").await;
+    db.store
+        .set_language(UserId(1), Language::En)
+        .await
+        .expect("language");
+    let entries: i64 = watcher.value("SELECT count(*) FROM day_logs").await;
+    assert_eq!(
+        entries, 3,
+        "every entry committed, seen from another session"
+    );
+    watcher.close().await;
+}
+
+/// PostgreSQL: a transaction dropped half-way (its task cancelled) closes its
+/// connection, so the server rolls it back: what it wrote is gone, no session is left
+/// inside it holding its rows, and no later statement of the store runs in it.
+#[tokio::test]
+async fn on_postgres_a_transaction_dropped_half_way_is_rolled_back() {
+    if !backends().contains(&Backend::Postgres) {
+        return; // said once by `backends()`; CI=true fails there
+    }
+    // Arrange: an entry; another session holds the inbox so that an edit's second
+    // statement (its update's mark) waits.
+    let db = fresh_on(Backend::Postgres).await;
+    user(&db.store, 1).await;
+    let id = log(&db.store, 1, 1, "As first written.").await.id();
+    let mut holder = lock_holder(&db.url, "LOCK TABLE updates IN SHARE MODE").await;
+    let watcher = Raw::connect(&db.url).await;
+    let key = store::UpdateKey {
+        bot_id: 1,
+        update_id: 1,
+    };
+
+    // Act: the edit (the entry's UPDATE, then the mark, in one transaction), dropped
+    // while the mark waits; then the inbox is free again.
+    tokio::select! {
+        done = db.store.update_text_for(ChatId(1), MessageId(1), "Edited, then dropped.", Some(key)) => {
+            panic!("the mark went past a held table: {done:?}")
+        }
+        () = lock_waited_for(&watcher) => {}
+    }
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .expect("rollback");
+
+    // Assert: nobody is left in a transaction, the edit is gone, and the next edit
+    // commits (seen from another session).
+    support::wait_until("no session left in a transaction", HANG, || async {
+        watcher
+            .value::<i64>(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND (state LIKE 'idle in transaction%' OR wait_event_type = 'Lock')",
+            )
+            .await
+            == 0
+    })
+    .await;
+    let text_sql = format!("SELECT text FROM day_logs WHERE id = {}", id.get());
+    let text = || watcher.value::<String>(&text_sql);
+    assert_eq!(text().await, "As first written.");
+    let edited = db
+        .store
+        .update_text(ChatId(1), MessageId(1), "Edited again.")
+        .await
+        .expect("edit");
+    assert!(edited.is_some(), "the text changed");
+    assert_eq!(text().await, "Edited again.");
+    watcher.close().await;
+}
+
+/// PostgreSQL: a burst of statements, far more than connections, opens no more than the
+/// store's seven and gives up none half-opened: a statement waiting for a connection
+/// does not drop the one sqlx is opening for it when another is given back meanwhile.
+/// (Dropped, each was a server backend started for nothing; under the load benchmark's
+/// burst, enough of them that the server refused connections.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_burst_opens_at_most_seven_connections() {
+    if !backends().contains(&Backend::Postgres) {
+        return; // said once by `backends()`; CI=true fails there
+    }
+    // Arrange: users, and the database's count of sessions so far.
+    let db = fresh_on(Backend::Postgres).await;
+    for u in 1..=20 {
+        user(&db.store, u).await;
+    }
+    let watcher = Raw::connect(&db.url).await;
+    let sessions = || {
+        watcher.value::<i64>(
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()",
+        )
+    };
+    // Act: 400 entries at once, then the store closed (each backend's count of its
+    // session is in the server's statistics once it has ended).
+    let tasks: Vec<_> = (0..400)
+        .map(|i| {
+            let store = db.store.clone();
+            tokio::spawn(async move { log(&store, 1 + i % 20, i, "An entry of a burst.").await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("stored");
+    }
+    db.store.close().await;
+    support::wait_until("the store's sessions ended", HANG, || async {
+        watcher
+            .value::<i64>(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+            .await
+            == 0
+    })
+    .await;
+
+    // Assert: the store's sessions, all of its life (a migration's and the first
+    // statements' included), and the watcher's own, were few.
+    let opened = sessions().await;
+    assert!(
+        opened <= 8 + 1,
+        "{opened} sessions: the burst opened more connections than the store holds"
+    );
+    watcher.close().await;
+}
