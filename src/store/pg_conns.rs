@@ -22,10 +22,17 @@
 //! - A connection that sat unused for [`PING_IDLE`] is pinged before its next statement
 //!   (the server, a restart or a proxy may have closed it meanwhile), as sqlx's
 //!   `before_acquire` does for the connections it lends ([`super::Store::open_postgres`]).
-//! - At most [`LEASES`] connections are held here, in use or waiting in the list, each
-//!   with a permit: one fewer than sqlx's pool, whose last connection is the inbox's
-//!   `PgListener`'s (several instances), which sqlx lends directly. A statement that
-//!   finds none free waits for the first one given back, here or to sqlx.
+//! - At most [`LEASES`] connections are in use at once, each with a permit: one fewer
+//!   than sqlx's pool, whose last connection is the inbox's `PgListener`'s (several
+//!   instances), which sqlx lends directly. A statement first waits for a permit —
+//!   first come, first served, as in sqlx's own pool — then takes the most recently
+//!   used free connection, and opens one from sqlx only when none is free, so that the
+//!   store never holds more than [`LEASES`] either. A connection given back releases
+//!   its permit only once it is in the list, so the waiter served next finds it there.
+//!   The wait for a permit, and an idle connection's ping, count against sqlx's acquire
+//!   timeout here; a connection sqlx is opening is waited for under sqlx's own timeout
+//!   only (given up half-way, it is a server backend started for nothing — under a
+//!   burst, a storm of them).
 //! - A connection held for [`RECYCLE`], or left unused in the list that long, goes back
 //!   to sqlx, so that sqlx's idle timeout and maximum lifetime still apply to it.
 //!
@@ -42,7 +49,7 @@ use futures::{FutureExt as _, StreamExt as _};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgQueryResult, PgRow, PgSeverity, PgStatement};
 use sqlx::{Describe, Either, Execute, Executor, Postgres};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{PING_IDLE, POSTGRES_CONNECTIONS};
 
@@ -60,26 +67,34 @@ pub struct PgConns(Arc<Inner>);
 
 struct Inner {
     pool: PgPool,
-    /// Connections whose last statement completed, the most recently used last.
+    /// Connections not in use whose last statement completed, the most recently used
+    /// last.
     free: Mutex<Vec<Idle>>,
-    /// Told when a connection goes back to `free`.
-    returned: Notify,
-    /// One permit per connection held here (in use or in `free`).
+    /// One permit per connection in use. Waiters are served in the order they came
+    /// (tokio's semaphore is fair).
     permits: Arc<Semaphore>,
-    /// How long a statement waits for a connection (sqlx's acquire timeout).
+    /// How long a statement waits for a permit (sqlx's acquire timeout).
     wait: Duration,
 }
 
-/// A connection held here: its permit travels with it.
-struct Held {
+/// A connection taken from sqlx and kept.
+struct Kept {
     conn: PoolConnection<Postgres>,
-    _permit: OwnedSemaphorePermit,
     /// When it was taken from sqlx ([`RECYCLE`]).
     taken: Instant,
 }
 
+/// A connection in use, with the permit it is used under.
+struct Held {
+    kept: Kept,
+    /// Declared last, so released after the connection went wherever it goes: a
+    /// waiter woken by it finds the connection in the list ([`PgConns::give_back`]).
+    permit: OwnedSemaphorePermit,
+}
+
+/// A connection in the list, not in use.
 struct Idle {
-    held: Held,
+    kept: Kept,
     since: Instant,
 }
 
@@ -98,7 +113,6 @@ impl PgConns {
         Self(Arc::new(Inner {
             pool,
             free: Mutex::new(Vec::with_capacity(LEASES)),
-            returned: Notify::new(),
             permits: Arc::new(Semaphore::new(LEASES)),
             wait,
         }))
@@ -116,97 +130,93 @@ impl PgConns {
         self.0.free.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A connection for one or more statements: the most recently used free one, else
-    /// a new one from sqlx. Waits at most sqlx's acquire timeout
-    /// ([`sqlx::Error::PoolTimedOut`], a busy database to the store).
+    /// A connection for one or more statements, once a permit is free (in the order
+    /// asked): the most recently used free connection, else a new one from sqlx. Waits
+    /// for a permit, and for the pings of idle connections, at most sqlx's acquire
+    /// timeout ([`sqlx::Error::PoolTimedOut`], a busy database to the store); a new
+    /// connection under sqlx's own.
     pub async fn acquire(&self) -> Result<PgHold, sqlx::Error> {
         // Boxed: the wait is most of the future, and it sits inside every statement's.
         Box::pin(async {
-            match tokio::time::timeout(self.0.wait, self.take()).await {
-                Ok(taken) => taken.map(|held| {
-                    PgHold(PgConn {
-                        held: Some(held),
-                        state: State::Ready,
-                        home: self.clone(),
-                    })
-                }),
-                Err(_) => Err(sqlx::Error::PoolTimedOut),
-            }
+            let deadline = tokio::time::Instant::now() + self.0.wait;
+            let permit =
+                tokio::time::timeout_at(deadline, Arc::clone(&self.0.permits).acquire_owned())
+                    .await
+                    .map_err(|_| sqlx::Error::PoolTimedOut)?
+                    .map_err(|_| sqlx::Error::PoolClosed)?;
+            let kept = match self.take_free(deadline).await? {
+                Some(kept) => kept,
+                // None free: the store holds at most the permits with this one too
+                // (see the module's rules), and sqlx has a connection for it, or soon
+                // will (one it is pinging).
+                None => Kept {
+                    conn: self.0.pool.acquire().await?,
+                    taken: Instant::now(),
+                },
+            };
+            Ok(PgHold(PgConn {
+                held: Some(Held { kept, permit }),
+                state: State::Ready,
+                home: self.clone(),
+            }))
         })
         .await
     }
 
-    async fn take(&self) -> Result<Held, sqlx::Error> {
-        loop {
-            if let Some(held) = self.take_free().await {
-                return Ok(held);
-            }
-            if self.0.pool.is_closed() {
-                return Err(sqlx::Error::PoolClosed);
-            }
-            // Whichever comes first: a connection given back here, or a permit for one
-            // of sqlx's.
-            let returned = self.0.returned.notified();
-            let permit = tokio::select! {
-                () = returned => continue,
-                permit = Arc::clone(&self.0.permits).acquire_owned() => {
-                    permit.map_err(|_| sqlx::Error::PoolClosed)?
-                }
-            };
-            // With a permit, sqlx has a connection for it (this list and its users hold
-            // at most the permits, the listener one more), or soon will (one it is
-            // pinging): waited for whole, since one given up while sqlx opens it is a
-            // server backend started for nothing — under a burst, a storm of them.
-            let conn = self.0.pool.acquire().await?;
-            return Ok(Held {
-                conn,
-                _permit: permit,
-                taken: Instant::now(),
-            });
-        }
-    }
-
     /// The most recently used free connection that still answers; `None` when the
-    /// list is empty.
-    async fn take_free(&self) -> Option<Held> {
+    /// list is empty. A ping not answered by `deadline` closes its connection and
+    /// times the statement out.
+    async fn take_free(&self, deadline: tokio::time::Instant) -> Result<Option<Kept>, sqlx::Error> {
         loop {
-            let Idle { mut held, since } = self.lock_free().pop()?;
+            let Some(Idle { mut kept, since }) = self.lock_free().pop() else {
+                return Ok(None);
+            };
             if since.elapsed() < PING_IDLE {
-                return Some(held);
+                return Ok(Some(kept));
             }
-            match sqlx::Connection::ping(&mut *held.conn).await {
-                Ok(()) => return Some(held),
-                Err(error) => {
+            let pinged =
+                tokio::time::timeout_at(deadline, sqlx::Connection::ping(&mut *kept.conn)).await;
+            match pinged {
+                Ok(Ok(())) => return Ok(Some(kept)),
+                Ok(Err(error)) => {
                     tracing::debug!(%error, "an idle PostgreSQL connection was gone; closing it");
-                    held.conn.close_on_drop();
+                    kept.conn.close_on_drop();
+                }
+                Err(_) => {
+                    // Its answer half-read: never lent again.
+                    kept.conn.close_on_drop();
+                    return Err(sqlx::Error::PoolTimedOut);
                 }
             }
         }
     }
 
     /// A connection whose statement completed: into the list, or back to sqlx when the
-    /// store is closing or has held it for [`RECYCLE`]. Connections left unused in the
-    /// list for [`RECYCLE`] (after a burst) go back to sqlx too, which closes them once
-    /// they idle past its timeout.
+    /// store is closing or has held it for [`RECYCLE`]; its permit is released after.
+    /// Connections left unused in the list for [`RECYCLE`] (after a burst) go back to
+    /// sqlx too, which closes them once they idle past its timeout.
     fn give_back(&self, held: Held) {
-        if self.0.pool.is_closed() || held.taken.elapsed() >= RECYCLE {
+        let Held { kept, permit } = held;
+        if self.0.pool.is_closed() || kept.taken.elapsed() >= RECYCLE {
             return;
         }
-        let unused: Vec<Idle> = {
+        let idle = Idle {
+            kept,
+            since: Instant::now(),
+        };
+        let to_sqlx: Vec<Idle> = {
             let mut free = self.lock_free();
-            free.push(Idle {
-                held,
-                since: Instant::now(),
-            });
+            free.push(idle);
             let stale = free
                 .iter()
                 .take_while(|idle| idle.since.elapsed() >= RECYCLE)
                 .count();
             free.drain(..stale).collect()
         };
-        self.0.returned.notify_one();
+        // The connection is in the list: the waiter this permit goes to finds it there.
+        drop(permit);
         // Dropped outside the lock: sqlx pings each before taking it back.
-        drop(unused);
+        drop(to_sqlx);
     }
 
     /// Gives every free connection back to sqlx and closes its pool, waiting for the
@@ -255,7 +265,7 @@ impl PgHold {
     /// The connection, out of the store's hands for good (a session of its own, like
     /// the polling lock's): sqlx opens another in its place.
     pub(super) fn detach(mut self) -> Option<PgConnection> {
-        self.0.held.take().map(|held| held.conn.detach())
+        self.0.held.take().map(|held| held.kept.conn.detach())
     }
 
     /// Starts a transaction on this connection. A transaction dropped before
@@ -297,7 +307,7 @@ impl Drop for PgConn {
             State::Busy => drop(held),
             // Closing it ends the transaction on the server.
             State::InTransaction => {
-                held.conn.close_on_drop();
+                held.kept.conn.close_on_drop();
                 drop(held);
             }
         }
@@ -312,7 +322,7 @@ impl PgConn {
         if self.state == State::Ready {
             self.state = State::Busy;
         }
-        Ok(&mut held.conn)
+        Ok(&mut held.kept.conn)
     }
 
     /// Records how a statement ended (`failed`: its error, if any): a connection whose

@@ -2462,3 +2462,41 @@ async fn on_postgres_a_burst_opens_at_most_seven_connections() {
     );
     watcher.close().await;
 }
+
+/// PostgreSQL: the store hands its connections out first come, first served, as sqlx's
+/// pool did. With all seven in use, one given back goes to the statement that waited
+/// for it, not to the task that gave it back and at once asks again (which, under
+/// steady load, could keep a waiter out until its acquire timeout).
+#[tokio::test] // one thread: each task runs until it waits, in the order woken
+async fn on_postgres_a_connection_given_back_goes_to_the_statement_waiting_for_it() {
+    if !backends().contains(&Backend::Postgres) {
+        return; // said once by `backends()`; CI=true fails there
+    }
+    // Arrange: all of the store's seven connections in use, and a statement waiting.
+    let db = fresh_on(Backend::Postgres).await;
+    let conns = db.store.pg_pool().expect("a PostgreSQL store").clone();
+    let mut in_use = Vec::new();
+    for _ in 0..7 {
+        in_use.push(conns.acquire().await.expect("a connection"));
+    }
+    let waiting = tokio::spawn({
+        let conns = conns.clone();
+        async move { conns.acquire().await.map(drop) }
+    });
+    tokio::task::yield_now().await; // the waiter runs until it waits
+
+    // Act: one connection given back, and asked for again at once by its user.
+    drop(in_use.pop());
+    let again = futures::FutureExt::now_or_never(conns.acquire());
+
+    // Assert: the waiter's turn came first.
+    assert!(
+        again.is_none(),
+        "the connection went back to its user ahead of the statement waiting for it"
+    );
+    tokio::time::timeout(HANG, waiting)
+        .await
+        .expect("the waiter was served")
+        .expect("the waiter ran")
+        .expect("the waiter had a connection");
+}
