@@ -197,7 +197,7 @@ impl PgConns {
     /// sqlx too, which closes them once they idle past its timeout.
     fn give_back(&self, held: Held) {
         let Held { kept, permit } = held;
-        if self.0.pool.is_closed() || kept.taken.elapsed() >= RECYCLE {
+        if kept.taken.elapsed() >= RECYCLE {
             return;
         }
         let idle = Idle {
@@ -206,12 +206,18 @@ impl PgConns {
         };
         let to_sqlx: Vec<Idle> = {
             let mut free = self.lock_free();
-            free.push(idle);
-            let stale = free
-                .iter()
-                .take_while(|idle| idle.since.elapsed() >= RECYCLE)
-                .count();
-            free.drain(..stale).collect()
+            // Asked under the lock: `close` marks sqlx's pool closed before it empties
+            // the list under it, so nothing pushed here outlives the emptying.
+            if self.0.pool.is_closed() {
+                vec![idle]
+            } else {
+                free.push(idle);
+                let stale = free
+                    .iter()
+                    .take_while(|idle| idle.since.elapsed() >= RECYCLE)
+                    .count();
+                free.drain(..stale).collect()
+            }
         };
         // The connection is in the list: the waiter this permit goes to finds it there.
         drop(permit);
@@ -222,6 +228,7 @@ impl PgConns {
     /// Gives every free connection back to sqlx and closes its pool, waiting for the
     /// connections in use to come back.
     pub(super) async fn close(&self) {
+        // Marks sqlx's pool closed at once, before the list is emptied (`give_back`).
         let closing = self.0.pool.close();
         let free: Vec<Idle> = std::mem::take(&mut *self.lock_free());
         drop(free);
