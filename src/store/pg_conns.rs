@@ -18,7 +18,9 @@
 //!   closes it. So the next statement never lands behind a cancelled one.
 //! - A transaction that did not end (its future dropped, an early return) closes its
 //!   connection, and the server rolls the transaction back: a connection never comes
-//!   back from here inside a transaction.
+//!   back from here inside a transaction. A `COMMIT` refused with an `ERROR` (a
+//!   serialization failure, a deferred constraint) has ended it too: the server rolled
+//!   it back, and the connection is kept.
 //! - A connection that sat unused for [`PING_IDLE`] is pinged before its next statement
 //!   (the server, a restart or a proxy may have closed it meanwhile), as sqlx's
 //!   `before_acquire` does for the connections it lends ([`super::Store::open_postgres`]).
@@ -363,7 +365,16 @@ pub struct PgTx(PgConn);
 
 impl PgTx {
     pub async fn commit(mut self) -> Result<(), sqlx::Error> {
-        self.end("COMMIT").await
+        let committed = self.end("COMMIT").await;
+        // Refused with an `ERROR` (a serialization failure, a deferred constraint), a
+        // `COMMIT` has ended the transaction too: the server rolled it back, and the
+        // session goes on outside one.
+        if let Err(error) = &committed
+            && completed(Some(error))
+        {
+            self.0.state = State::Ready;
+        }
+        committed
     }
 
     pub async fn rollback(mut self) -> Result<(), sqlx::Error> {

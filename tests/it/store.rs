@@ -2500,3 +2500,49 @@ async fn on_postgres_a_connection_given_back_goes_to_the_statement_waiting_for_i
         .expect("the waiter ran")
         .expect("the waiter had a connection");
 }
+
+/// PostgreSQL: a `COMMIT` refused with an `ERROR` (here a key checked at the end of
+/// the transaction) has ended its transaction, rolled back on the server, so the
+/// store keeps its connection for the next statement instead of closing it.
+#[tokio::test]
+async fn on_postgres_a_refused_commit_keeps_its_connection() {
+    if !backends().contains(&Backend::Postgres) {
+        return; // said once by `backends()`; CI=true fails there
+    }
+    // Arrange: a table whose key is checked at COMMIT, and the session of the
+    // connection the transaction will run on.
+    let db = fresh_on(Backend::Postgres).await;
+    let raw = Raw::connect(&db.url).await;
+    raw.exec("CREATE TABLE deferred_keys (id BIGINT PRIMARY KEY DEFERRABLE INITIALLY DEFERRED)")
+        .await;
+    let conns = db.store.pg_pool().expect("a PostgreSQL store");
+    let mut hold = conns.acquire().await.expect("a connection");
+    let session: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *hold)
+        .await
+        .expect("its session");
+
+    // Act: the same key twice, refused at COMMIT; then the next statement.
+    let mut tx = hold.begin().await.expect("begun");
+    sqlx::query("INSERT INTO deferred_keys VALUES (1), (1)")
+        .execute(&mut *tx)
+        .await
+        .expect("checked later");
+    let refused = tx.commit().await;
+    let mut next = conns.acquire().await.expect("a connection");
+    let (next_session, rows): (i32, i64) =
+        sqlx::query_as("SELECT pg_backend_pid(), (SELECT count(*) FROM deferred_keys)")
+            .fetch_one(&mut *next)
+            .await
+            .expect("the next statement");
+
+    // Assert: refused, rolled back, and the session kept.
+    assert!(
+        matches!(&refused, Err(sqlx::Error::Database(error)) if error.is_unique_violation()),
+        "{refused:?}"
+    );
+    assert_eq!(rows, 0);
+    assert_eq!(next_session, session, "the connection was closed");
+    drop(next);
+    raw.close().await;
+}
