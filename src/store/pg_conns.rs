@@ -352,9 +352,14 @@ fn completed(failed: Option<&sqlx::Error>) -> bool {
         None => true,
         Some(sqlx::Error::Database(error)) => error
             .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-            .is_some_and(|error| matches!(error.severity(), PgSeverity::Error)),
+            .is_some_and(|error| ends_only_the_statement(error.severity())),
         Some(_) => false,
     }
+}
+
+/// Whether an error the server sent with this severity leaves the session going.
+fn ends_only_the_statement(severity: PgSeverity) -> bool {
+    matches!(severity, PgSeverity::Error)
 }
 
 /// A transaction on a handed-out connection: `&mut *tx` runs statements in it. Ended by
@@ -563,5 +568,94 @@ impl PgConns {
     /// Starts a transaction on a connection of its own ([`PgConn::begin`]).
     pub async fn begin(&self) -> Result<PgTx, sqlx::Error> {
         Box::pin(async { self.acquire().await?.begin().await }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::postgres::PgSeverity;
+
+    use super::{completed, ends_only_the_statement};
+
+    /// A database error that is not PostgreSQL's (sqlx builds `PgDatabaseError` only
+    /// from a server's answer: an `ERROR` the server sent is kept in the `it` tests).
+    #[derive(Debug)]
+    struct Foreign;
+
+    impl std::fmt::Display for Foreign {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("not PostgreSQL's")
+        }
+    }
+
+    impl std::error::Error for Foreign {}
+
+    impl sqlx::error::DatabaseError for Foreign {
+        fn message(&self) -> &str {
+            "not PostgreSQL's"
+        }
+
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    #[test]
+    fn which_ends_of_a_statement_keep_its_connection() {
+        let cases: [(&str, Option<sqlx::Error>, bool); 6] = [
+            ("answered", None, true),
+            (
+                "io",
+                Some(sqlx::Error::Io(std::io::ErrorKind::ConnectionReset.into())),
+                false,
+            ),
+            (
+                "protocol",
+                Some(sqlx::Error::Protocol("unexpected message".into())),
+                false,
+            ),
+            (
+                "encode",
+                Some(sqlx::Error::Encode("too long".into())),
+                false,
+            ),
+            (
+                "decode",
+                Some(sqlx::Error::Decode("not a number".into())),
+                false,
+            ),
+            (
+                "another database's error",
+                Some(sqlx::Error::Database(Box::new(Foreign))),
+                false,
+            ),
+        ];
+        for (what, failed, kept) in cases {
+            assert_eq!(completed(failed.as_ref()), kept, "{what}");
+        }
+    }
+
+    #[test]
+    fn only_an_error_of_severity_error_leaves_the_session_going() {
+        let cases = [
+            (PgSeverity::Error, true),
+            (PgSeverity::Fatal, false),
+            (PgSeverity::Panic, false),
+        ];
+        for (severity, goes_on) in cases {
+            assert_eq!(ends_only_the_statement(severity), goes_on, "{severity:?}");
+        }
     }
 }
