@@ -18,14 +18,23 @@
 //!   closes it. So the next statement never lands behind a cancelled one.
 //! - A transaction that did not end (its future dropped, an early return) closes its
 //!   connection, and the server rolls the transaction back: a connection never comes
-//!   back from here inside a transaction.
+//!   back from here inside a transaction. A `COMMIT` refused with an `ERROR` (a
+//!   serialization failure, a deferred constraint) has ended it too: the server rolled
+//!   it back, and the connection is kept.
 //! - A connection that sat unused for [`PING_IDLE`] is pinged before its next statement
 //!   (the server, a restart or a proxy may have closed it meanwhile), as sqlx's
 //!   `before_acquire` does for the connections it lends ([`super::Store::open_postgres`]).
-//! - At most [`LEASES`] connections are held here, in use or waiting in the list, each
-//!   with a permit: one fewer than sqlx's pool, whose last connection is the inbox's
-//!   `PgListener`'s (several instances), which sqlx lends directly. A statement that
-//!   finds none free waits for the first one given back, here or to sqlx.
+//! - At most [`LEASES`] connections are in use at once, each with a permit: one fewer
+//!   than sqlx's pool, whose last connection is the inbox's `PgListener`'s (several
+//!   instances), which sqlx lends directly. A statement first waits for a permit —
+//!   first come, first served, as in sqlx's own pool — then takes the most recently
+//!   used free connection, and opens one from sqlx only when none is free, so that the
+//!   store never holds more than [`LEASES`] either. A connection given back releases
+//!   its permit only once it is in the list, so the waiter served next finds it there.
+//!   The wait for a permit, and an idle connection's ping, count against sqlx's acquire
+//!   timeout here; a connection sqlx is opening is waited for under sqlx's own timeout
+//!   only (given up half-way, it is a server backend started for nothing — under a
+//!   burst, a storm of them).
 //! - A connection held for [`RECYCLE`], or left unused in the list that long, goes back
 //!   to sqlx, so that sqlx's idle timeout and maximum lifetime still apply to it.
 //!
@@ -42,7 +51,7 @@ use futures::{FutureExt as _, StreamExt as _};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgQueryResult, PgRow, PgSeverity, PgStatement};
 use sqlx::{Describe, Either, Execute, Executor, Postgres};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{PING_IDLE, POSTGRES_CONNECTIONS};
 
@@ -60,26 +69,34 @@ pub struct PgConns(Arc<Inner>);
 
 struct Inner {
     pool: PgPool,
-    /// Connections whose last statement completed, the most recently used last.
+    /// Connections not in use whose last statement completed, the most recently used
+    /// last.
     free: Mutex<Vec<Idle>>,
-    /// Told when a connection goes back to `free`.
-    returned: Notify,
-    /// One permit per connection held here (in use or in `free`).
+    /// One permit per connection in use. Waiters are served in the order they came
+    /// (tokio's semaphore is fair).
     permits: Arc<Semaphore>,
-    /// How long a statement waits for a connection (sqlx's acquire timeout).
+    /// How long a statement waits for a permit (sqlx's acquire timeout).
     wait: Duration,
 }
 
-/// A connection held here: its permit travels with it.
-struct Held {
+/// A connection taken from sqlx and kept.
+struct Kept {
     conn: PoolConnection<Postgres>,
-    _permit: OwnedSemaphorePermit,
     /// When it was taken from sqlx ([`RECYCLE`]).
     taken: Instant,
 }
 
+/// A connection in use, with the permit it is used under.
+struct Held {
+    kept: Kept,
+    /// Declared last, so released after the connection went wherever it goes: a
+    /// waiter woken by it finds the connection in the list ([`PgConns::give_back`]).
+    permit: OwnedSemaphorePermit,
+}
+
+/// A connection in the list, not in use.
 struct Idle {
-    held: Held,
+    kept: Kept,
     since: Instant,
 }
 
@@ -98,7 +115,6 @@ impl PgConns {
         Self(Arc::new(Inner {
             pool,
             free: Mutex::new(Vec::with_capacity(LEASES)),
-            returned: Notify::new(),
             permits: Arc::new(Semaphore::new(LEASES)),
             wait,
         }))
@@ -116,102 +132,105 @@ impl PgConns {
         self.0.free.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A connection for one or more statements: the most recently used free one, else
-    /// a new one from sqlx. Waits at most sqlx's acquire timeout
-    /// ([`sqlx::Error::PoolTimedOut`], a busy database to the store).
+    /// A connection for one or more statements, once a permit is free (in the order
+    /// asked): the most recently used free connection, else a new one from sqlx. Waits
+    /// for a permit, and for the pings of idle connections, at most sqlx's acquire
+    /// timeout ([`sqlx::Error::PoolTimedOut`], a busy database to the store); a new
+    /// connection under sqlx's own.
     pub async fn acquire(&self) -> Result<PgHold, sqlx::Error> {
         // Boxed: the wait is most of the future, and it sits inside every statement's.
         Box::pin(async {
-            match tokio::time::timeout(self.0.wait, self.take()).await {
-                Ok(taken) => taken.map(|held| {
-                    PgHold(PgConn {
-                        held: Some(held),
-                        state: State::Ready,
-                        home: self.clone(),
-                    })
-                }),
-                Err(_) => Err(sqlx::Error::PoolTimedOut),
-            }
+            let deadline = tokio::time::Instant::now() + self.0.wait;
+            let permit =
+                tokio::time::timeout_at(deadline, Arc::clone(&self.0.permits).acquire_owned())
+                    .await
+                    .map_err(|_| sqlx::Error::PoolTimedOut)?
+                    .map_err(|_| sqlx::Error::PoolClosed)?;
+            let kept = match self.take_free(deadline).await? {
+                Some(kept) => kept,
+                // None free: the store holds at most the permits with this one too
+                // (see the module's rules), and sqlx has a connection for it, or soon
+                // will (one it is pinging).
+                None => Kept {
+                    conn: self.0.pool.acquire().await?,
+                    taken: Instant::now(),
+                },
+            };
+            Ok(PgHold(PgConn {
+                held: Some(Held { kept, permit }),
+                state: State::Ready,
+                home: self.clone(),
+            }))
         })
         .await
     }
 
-    async fn take(&self) -> Result<Held, sqlx::Error> {
-        loop {
-            if let Some(held) = self.take_free().await {
-                return Ok(held);
-            }
-            if self.0.pool.is_closed() {
-                return Err(sqlx::Error::PoolClosed);
-            }
-            // Whichever comes first: a connection given back here, or a permit for one
-            // of sqlx's.
-            let returned = self.0.returned.notified();
-            let permit = tokio::select! {
-                () = returned => continue,
-                permit = Arc::clone(&self.0.permits).acquire_owned() => {
-                    permit.map_err(|_| sqlx::Error::PoolClosed)?
-                }
-            };
-            // With a permit, sqlx has a connection for it (this list and its users hold
-            // at most the permits, the listener one more), or soon will (one it is
-            // pinging): waited for whole, since one given up while sqlx opens it is a
-            // server backend started for nothing — under a burst, a storm of them.
-            let conn = self.0.pool.acquire().await?;
-            return Ok(Held {
-                conn,
-                _permit: permit,
-                taken: Instant::now(),
-            });
-        }
-    }
-
     /// The most recently used free connection that still answers; `None` when the
-    /// list is empty.
-    async fn take_free(&self) -> Option<Held> {
+    /// list is empty. A ping not answered by `deadline` closes its connection and
+    /// times the statement out.
+    async fn take_free(&self, deadline: tokio::time::Instant) -> Result<Option<Kept>, sqlx::Error> {
         loop {
-            let Idle { mut held, since } = self.lock_free().pop()?;
+            let Some(Idle { mut kept, since }) = self.lock_free().pop() else {
+                return Ok(None);
+            };
             if since.elapsed() < PING_IDLE {
-                return Some(held);
+                return Ok(Some(kept));
             }
-            match sqlx::Connection::ping(&mut *held.conn).await {
-                Ok(()) => return Some(held),
-                Err(error) => {
+            let pinged =
+                tokio::time::timeout_at(deadline, sqlx::Connection::ping(&mut *kept.conn)).await;
+            match pinged {
+                Ok(Ok(())) => return Ok(Some(kept)),
+                Ok(Err(error)) => {
                     tracing::debug!(%error, "an idle PostgreSQL connection was gone; closing it");
-                    held.conn.close_on_drop();
+                    kept.conn.close_on_drop();
+                }
+                Err(_) => {
+                    // Its answer half-read: never lent again.
+                    kept.conn.close_on_drop();
+                    return Err(sqlx::Error::PoolTimedOut);
                 }
             }
         }
     }
 
     /// A connection whose statement completed: into the list, or back to sqlx when the
-    /// store is closing or has held it for [`RECYCLE`]. Connections left unused in the
-    /// list for [`RECYCLE`] (after a burst) go back to sqlx too, which closes them once
-    /// they idle past its timeout.
+    /// store is closing or has held it for [`RECYCLE`]; its permit is released after.
+    /// Connections left unused in the list for [`RECYCLE`] (after a burst) go back to
+    /// sqlx too, which closes them once they idle past its timeout.
     fn give_back(&self, held: Held) {
-        if self.0.pool.is_closed() || held.taken.elapsed() >= RECYCLE {
+        let Held { kept, permit } = held;
+        if kept.taken.elapsed() >= RECYCLE {
             return;
         }
-        let unused: Vec<Idle> = {
-            let mut free = self.lock_free();
-            free.push(Idle {
-                held,
-                since: Instant::now(),
-            });
-            let stale = free
-                .iter()
-                .take_while(|idle| idle.since.elapsed() >= RECYCLE)
-                .count();
-            free.drain(..stale).collect()
+        let idle = Idle {
+            kept,
+            since: Instant::now(),
         };
-        self.0.returned.notify_one();
+        let to_sqlx: Vec<Idle> = {
+            let mut free = self.lock_free();
+            // Asked under the lock: `close` marks sqlx's pool closed before it empties
+            // the list under it, so nothing pushed here outlives the emptying.
+            if self.0.pool.is_closed() {
+                vec![idle]
+            } else {
+                free.push(idle);
+                let stale = free
+                    .iter()
+                    .take_while(|idle| idle.since.elapsed() >= RECYCLE)
+                    .count();
+                free.drain(..stale).collect()
+            }
+        };
+        // The connection is in the list: the waiter this permit goes to finds it there.
+        drop(permit);
         // Dropped outside the lock: sqlx pings each before taking it back.
-        drop(unused);
+        drop(to_sqlx);
     }
 
     /// Gives every free connection back to sqlx and closes its pool, waiting for the
     /// connections in use to come back.
     pub(super) async fn close(&self) {
+        // Marks sqlx's pool closed at once, before the list is emptied (`give_back`).
         let closing = self.0.pool.close();
         let free: Vec<Idle> = std::mem::take(&mut *self.lock_free());
         drop(free);
@@ -255,7 +274,7 @@ impl PgHold {
     /// The connection, out of the store's hands for good (a session of its own, like
     /// the polling lock's): sqlx opens another in its place.
     pub(super) fn detach(mut self) -> Option<PgConnection> {
-        self.0.held.take().map(|held| held.conn.detach())
+        self.0.held.take().map(|held| held.kept.conn.detach())
     }
 
     /// Starts a transaction on this connection. A transaction dropped before
@@ -297,7 +316,7 @@ impl Drop for PgConn {
             State::Busy => drop(held),
             // Closing it ends the transaction on the server.
             State::InTransaction => {
-                held.conn.close_on_drop();
+                held.kept.conn.close_on_drop();
                 drop(held);
             }
         }
@@ -312,7 +331,7 @@ impl PgConn {
         if self.state == State::Ready {
             self.state = State::Busy;
         }
-        Ok(&mut held.conn)
+        Ok(&mut held.kept.conn)
     }
 
     /// Records how a statement ended (`failed`: its error, if any): a connection whose
@@ -333,9 +352,14 @@ fn completed(failed: Option<&sqlx::Error>) -> bool {
         None => true,
         Some(sqlx::Error::Database(error)) => error
             .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-            .is_some_and(|error| matches!(error.severity(), PgSeverity::Error)),
+            .is_some_and(|error| ends_only_the_statement(error.severity())),
         Some(_) => false,
     }
+}
+
+/// Whether an error the server sent with this severity leaves the session going.
+fn ends_only_the_statement(severity: PgSeverity) -> bool {
+    matches!(severity, PgSeverity::Error)
 }
 
 /// A transaction on a handed-out connection: `&mut *tx` runs statements in it. Ended by
@@ -346,7 +370,16 @@ pub struct PgTx(PgConn);
 
 impl PgTx {
     pub async fn commit(mut self) -> Result<(), sqlx::Error> {
-        self.end("COMMIT").await
+        let committed = self.end("COMMIT").await;
+        // Refused with an `ERROR` (a serialization failure, a deferred constraint), a
+        // `COMMIT` has ended the transaction too: the server rolled it back, and the
+        // session goes on outside one.
+        if let Err(error) = &committed
+            && completed(Some(error))
+        {
+            self.0.state = State::Ready;
+        }
+        committed
     }
 
     pub async fn rollback(mut self) -> Result<(), sqlx::Error> {
@@ -535,5 +568,94 @@ impl PgConns {
     /// Starts a transaction on a connection of its own ([`PgConn::begin`]).
     pub async fn begin(&self) -> Result<PgTx, sqlx::Error> {
         Box::pin(async { self.acquire().await?.begin().await }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::postgres::PgSeverity;
+
+    use super::{completed, ends_only_the_statement};
+
+    /// A database error that is not PostgreSQL's (sqlx builds `PgDatabaseError` only
+    /// from a server's answer: an `ERROR` the server sent is kept in the `it` tests).
+    #[derive(Debug)]
+    struct Foreign;
+
+    impl std::fmt::Display for Foreign {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("not PostgreSQL's")
+        }
+    }
+
+    impl std::error::Error for Foreign {}
+
+    impl sqlx::error::DatabaseError for Foreign {
+        fn message(&self) -> &str {
+            "not PostgreSQL's"
+        }
+
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    #[test]
+    fn which_ends_of_a_statement_keep_its_connection() {
+        let cases: [(&str, Option<sqlx::Error>, bool); 6] = [
+            ("answered", None, true),
+            (
+                "io",
+                Some(sqlx::Error::Io(std::io::ErrorKind::ConnectionReset.into())),
+                false,
+            ),
+            (
+                "protocol",
+                Some(sqlx::Error::Protocol("unexpected message".into())),
+                false,
+            ),
+            (
+                "encode",
+                Some(sqlx::Error::Encode("too long".into())),
+                false,
+            ),
+            (
+                "decode",
+                Some(sqlx::Error::Decode("not a number".into())),
+                false,
+            ),
+            (
+                "another database's error",
+                Some(sqlx::Error::Database(Box::new(Foreign))),
+                false,
+            ),
+        ];
+        for (what, failed, kept) in cases {
+            assert_eq!(completed(failed.as_ref()), kept, "{what}");
+        }
+    }
+
+    #[test]
+    fn only_an_error_of_severity_error_leaves_the_session_going() {
+        let cases = [
+            (PgSeverity::Error, true),
+            (PgSeverity::Fatal, false),
+            (PgSeverity::Panic, false),
+        ];
+        for (severity, goes_on) in cases {
+            assert_eq!(ends_only_the_statement(severity), goes_on, "{severity:?}");
+        }
     }
 }

@@ -2471,3 +2471,87 @@ async fn on_postgres_a_burst_opens_at_most_seven_connections() {
     );
     watcher.close().await;
 }
+
+/// PostgreSQL: the store hands its connections out first come, first served, as sqlx's
+/// pool did. With all seven in use, one given back goes to the statement that waited
+/// for it, not to the task that gave it back and at once asks again (which, under
+/// steady load, could keep a waiter out until its acquire timeout).
+#[tokio::test] // one thread: each task runs until it waits, in the order woken
+async fn on_postgres_a_connection_given_back_goes_to_the_statement_waiting_for_it() {
+    if !backends().contains(&Backend::Postgres) {
+        return; // said once by `backends()`; CI=true fails there
+    }
+    // Arrange: all of the store's seven connections in use, and a statement waiting.
+    let db = fresh_on(Backend::Postgres).await;
+    let conns = db.store.pg_pool().expect("a PostgreSQL store").clone();
+    let mut in_use = Vec::new();
+    for _ in 0..7 {
+        in_use.push(conns.acquire().await.expect("a connection"));
+    }
+    let waiting = tokio::spawn({
+        let conns = conns.clone();
+        async move { conns.acquire().await.map(drop) }
+    });
+    tokio::task::yield_now().await; // the waiter runs until it waits
+
+    // Act: one connection given back, and asked for again at once by its user.
+    drop(in_use.pop());
+    let again = futures::FutureExt::now_or_never(conns.acquire());
+
+    // Assert: the waiter's turn came first.
+    assert!(
+        again.is_none(),
+        "the connection went back to its user ahead of the statement waiting for it"
+    );
+    tokio::time::timeout(HANG, waiting)
+        .await
+        .expect("the waiter was served")
+        .expect("the waiter ran")
+        .expect("the waiter had a connection");
+}
+
+/// PostgreSQL: a `COMMIT` refused with an `ERROR` (here a key checked at the end of
+/// the transaction) has ended its transaction, rolled back on the server, so the
+/// store keeps its connection for the next statement instead of closing it.
+#[tokio::test]
+async fn on_postgres_a_refused_commit_keeps_its_connection() {
+    if !backends().contains(&Backend::Postgres) {
+        return; // said once by `backends()`; CI=true fails there
+    }
+    // Arrange: a table whose key is checked at COMMIT, and the session of the
+    // connection the transaction will run on.
+    let db = fresh_on(Backend::Postgres).await;
+    let raw = Raw::connect(&db.url).await;
+    raw.exec("CREATE TABLE deferred_keys (id BIGINT PRIMARY KEY DEFERRABLE INITIALLY DEFERRED)")
+        .await;
+    let conns = db.store.pg_pool().expect("a PostgreSQL store");
+    let mut hold = conns.acquire().await.expect("a connection");
+    let session: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *hold)
+        .await
+        .expect("its session");
+
+    // Act: the same key twice, refused at COMMIT; then the next statement.
+    let mut tx = hold.begin().await.expect("begun");
+    sqlx::query("INSERT INTO deferred_keys VALUES (1), (1)")
+        .execute(&mut *tx)
+        .await
+        .expect("checked later");
+    let refused = tx.commit().await;
+    let mut next = conns.acquire().await.expect("a connection");
+    let (next_session, rows): (i32, i64) =
+        sqlx::query_as("SELECT pg_backend_pid(), (SELECT count(*) FROM deferred_keys)")
+            .fetch_one(&mut *next)
+            .await
+            .expect("the next statement");
+
+    // Assert: refused, rolled back, and the session kept.
+    assert!(
+        matches!(&refused, Err(sqlx::Error::Database(error)) if error.is_unique_violation()),
+        "{refused:?}"
+    );
+    assert_eq!(rows, 0);
+    assert_eq!(next_session, session, "the connection was closed");
+    drop(next);
+    raw.close().await;
+}
