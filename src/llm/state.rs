@@ -225,31 +225,31 @@ pub trait SharedLimits: Send + Sync {
     }
     /// [`SharedLimits::admit`] for one request of a budget that counts tokens a minute:
     /// the request's estimate is counted with it (in every window or in none), and the
-    /// corrections `tokens` carries are applied whatever the answer. Without it (a
-    /// store that cannot count tokens) the tokens stay uncounted there.
+    /// corrections `tokens` carries are applied whatever the answer.
     fn admit_tokens<'a>(
         &'a self,
         ask: Admission<'a>,
-        _tokens: TokensAsk,
+        tokens: TokensAsk,
     ) -> BoxFuture<'a, Result<Admitted, String>> {
-        self.admit(ask)
+        Box::pin(async move {
+            self.admit_tokens_block(ask, tokens, 1, Duration::ZERO)
+                .await
+                .map(|(admitted, _)| admitted)
+        })
     }
     /// [`SharedLimits::admit_tokens`] for up to `want` requests of `tokens.tokens`
     /// each, as [`SharedLimits::admit_block`] counts requests: as many as the minute's
     /// tokens and every request window have room for (at least one), with their
-    /// tokens, and how many; those after the first are stamped `hold` later.
+    /// tokens, and how many; those after the first are stamped `hold` later. Without
+    /// it (a store that cannot count tokens) only the requests are counted.
     fn admit_tokens_block<'a>(
         &'a self,
         ask: Admission<'a>,
-        tokens: TokensAsk,
-        _want: u32,
-        _hold: Duration,
+        _tokens: TokensAsk,
+        want: u32,
+        hold: Duration,
     ) -> BoxFuture<'a, Result<(Admitted, u32), String>> {
-        Box::pin(async move {
-            self.admit_tokens(ask, tokens)
-                .await
-                .map(|admitted| (admitted, u32::from(admitted == Admitted::Yes)))
-        })
+        self.admit_block(ask, want, hold)
     }
     /// Records what an answer taught about a budget.
     fn learned(&self, learned: Learned) -> BoxFuture<'static, Result<(), String>>;

@@ -165,6 +165,11 @@ impl PgConns {
         .await
     }
 
+    /// Starts a transaction on a connection of its own ([`PgHold::begin`]).
+    pub async fn begin(&self) -> Result<PgTx, sqlx::Error> {
+        Box::pin(async { self.acquire().await?.begin().await }).await
+    }
+
     /// The most recently used free connection that still answers; `None` when the
     /// list is empty. A ping not answered by `deadline` closes its connection and
     /// times the statement out.
@@ -561,13 +566,6 @@ impl<'p> Executor<'p> for &'_ PgConns {
             (&mut *conn).describe(sql).await
         }
         .boxed()
-    }
-}
-
-impl PgConns {
-    /// Starts a transaction on a connection of its own ([`PgConn::begin`]).
-    pub async fn begin(&self) -> Result<PgTx, sqlx::Error> {
-        Box::pin(async { self.acquire().await?.begin().await }).await
     }
 }
 

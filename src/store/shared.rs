@@ -401,19 +401,6 @@ impl SharedLimits for Store {
         })
     }
 
-    fn admit_tokens<'a>(
-        &'a self,
-        ask: Admission<'a>,
-        tokens: TokensAsk,
-    ) -> BoxFuture<'a, Result<Admitted, String>> {
-        Box::pin(async move {
-            self.admit_tokens_shared(&ask, tokens, 1, Duration::ZERO)
-                .await
-                .map(|(admitted, _)| admitted)
-                .map_err(|e| e.to_string())
-        })
-    }
-
     fn admit_tokens_block<'a>(
         &'a self,
         ask: Admission<'a>,
