@@ -2222,6 +2222,69 @@ async fn on_postgres_an_analysis_does_not_wait_for_the_wal_flush_and_an_entry_do
     );
 }
 
+/// A query PostgreSQL runs in parallel may still read the journal through the
+/// functions that stand in for SQLite's (`daylog_json`, `daylog_moment`,
+/// `daylog_default_day`): each catches a bad text in a subtransaction, which a parallel
+/// plan refuses to start, so they keep such a query in one process. The planner's
+/// costs are set here so that it plans a parallel scan of even a small table, as it
+/// does of a large journal by itself. NULL, a bad text and a good one each read as
+/// they did.
+#[tokio::test]
+async fn on_postgres_the_journal_functions_answer_in_a_query_planned_in_parallel() {
+    use sqlx::Connection as _;
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let db = fresh_on(Backend::Postgres).await;
+    let store = &db.store;
+    user(store, 1).await;
+    for (message, text) in ["first", "second", "third"].into_iter().enumerate() {
+        let Inserted::New(entry) = log(store, 1, message as i64, text).await else {
+            panic!("a new entry");
+        };
+        if message == 0 {
+            let metrics = support::analysed("fine", r#"{"mood": 7, "summary": "a good day"}"#);
+            assert!(store.record(entry.id, text, &metrics).await.expect("recorded"));
+        }
+    }
+    // A hand edit leaves text that is no JSON; the third entry has no metrics (NULL).
+    let raw = Raw::connect(&db.url).await;
+    raw.exec("UPDATE day_logs SET metrics = 'not json' WHERE message_id = 1").await;
+    let mut conn = sqlx::PgConnection::connect(&db.url)
+        .await
+        .expect("a connection");
+    for setting in [
+        "SET parallel_setup_cost = 0",
+        "SET parallel_tuple_cost = 0",
+        "SET min_parallel_table_scan_size = 0",
+        "SET max_parallel_workers_per_gather = 2",
+    ] {
+        sqlx::query(setting)
+            .execute(&mut conn)
+            .await
+            .expect(setting);
+    }
+    // The planner does plan this table's scan in parallel.
+    let plan: Vec<String> = sqlx::query_scalar("EXPLAIN SELECT count(*) FROM day_logs")
+        .fetch_all(&mut conn)
+        .await
+        .expect("a plan");
+    assert!(plan.join("\n").contains("Parallel"), "{plan:?}");
+    let read: (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(daylog_json(metrics)),
+                count(daylog_json(metrics) ->> 'summary'),
+                count(daylog_moment(created_at)) + count(daylog_moment(text)),
+                count(daylog_default_day(created_at))
+         FROM day_logs",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("the functions answer under a parallel plan");
+    // One JSON text of two that are not NULL; three moments, no text a moment; a day
+    // for each entry.
+    assert_eq!(read, (1, 1, 3, 3));
+}
+
 /// PostgreSQL's plan of the hourly limit's count reads the user's recent logs and then
 /// each one's calls through `llm_calls_day_log`, never every call of the hour: on a
 /// journal of 50 users busy in the last hour whose statistics were not gathered yet
