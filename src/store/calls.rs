@@ -30,6 +30,11 @@ impl AttemptSink for CallSink {
 
 /// Most `llm_calls` rows written in one statement.
 const CALL_BATCH: usize = 200;
+/// How long the writer waits after a call arrives for more to write with it (a flush
+/// asked for ends the wait). The records are bookkeeping, read by nothing that needs
+/// them within this: a burst of answers finishes over some milliseconds, and written as
+/// they come it cost a statement for every two or three calls.
+const CALL_LINGER: Duration = Duration::from_millis(20);
 /// How many of the latest calls a restart reads its hedging latencies from: enough for
 /// each step's window (32 answers) at a few steps and tasks.
 pub const LATENCY_LOOKBACK: i64 = 2000;
@@ -52,11 +57,13 @@ impl CallRecorder {
         let (queue, mut incoming) = tokio::sync::mpsc::unbounded_channel::<Recorded>();
         tokio::spawn(async move {
             while let Some(first) = incoming.recv().await {
+                let until = tokio::time::Instant::now() + CALL_LINGER;
                 let mut batch = vec![first];
-                while batch.len() < CALL_BATCH {
-                    match incoming.try_recv() {
-                        Ok(next) => batch.push(next),
-                        Err(_) => break,
+                while batch.len() < CALL_BATCH && !matches!(batch.last(), Some(Recorded::Flush(_)))
+                {
+                    match tokio::time::timeout_at(until, incoming.recv()).await {
+                        Ok(Some(next)) => batch.push(next),
+                        Ok(None) | Err(_) => break,
                     }
                 }
                 let mut calls = Vec::with_capacity(batch.len());
@@ -108,29 +115,64 @@ impl CallRecorder {
     }
 }
 
+/// [`insert_calls`] on PostgreSQL: one text for any number of rows (each column an
+/// array), planned once per connection; a `VALUES` list per row count was a statement
+/// of its own for every size of batch.
+const INSERT_CALLS_POSTGRES: &str = "INSERT INTO llm_calls (day_log_id, digest_id, task,
+         provider, model, key_index, attempt, http_status, outcome, latency_ms, wait_ms, error)
+     SELECT * FROM unnest(CAST($1 AS BIGINT[]), CAST($2 AS BIGINT[]), CAST($3 AS TEXT[]),
+         CAST($4 AS TEXT[]), CAST($5 AS TEXT[]), CAST($6 AS BIGINT[]), CAST($7 AS BIGINT[]),
+         CAST($8 AS BIGINT[]), CAST($9 AS TEXT[]), CAST($10 AS BIGINT[]),
+         CAST($11 AS BIGINT[]), CAST($12 AS TEXT[]))";
+
 async fn insert_calls(db: &Db, calls: &[(Owner, Attempt)]) -> Result<(), StoreError> {
     retry_busy("record_calls", || async {
-        on_db!(@db db, write, |pool| {
-        let mut insert = sqlx::QueryBuilder::new(
-            "INSERT INTO llm_calls (day_log_id, digest_id, task, provider, model, key_index,
-                 attempt, http_status, outcome, latency_ms, wait_ms, error) ",
-        );
-        insert.push_values(calls, |mut row, (owner, attempt)| {
-            row.push_bind(owner.day_log_id)
-                .push_bind(owner.digest_id)
-                .push_bind(attempt.task.as_str())
-                .push_bind(attempt.provider.clone())
-                .push_bind(attempt.model.clone())
-                .push_bind(attempt.key_index.map(|i| i as i64))
-                .push_bind(i64::from(attempt.attempt))
-                .push_bind(attempt.http_status.map(i64::from))
-                .push_bind(attempt.outcome.as_str())
-                .push_bind(attempt.latency_ms as i64)
-                .push_bind(attempt.wait_ms as i64)
-                .push_bind(attempt.error.clone());
-        });
-        insert.build().execute(pool).await?.rows_affected()
-        });
+        match db {
+            Db::Sqlite(sqlite) => {
+                let mut insert = sqlx::QueryBuilder::new(
+                    "INSERT INTO llm_calls (day_log_id, digest_id, task, provider, model, key_index,
+                         attempt, http_status, outcome, latency_ms, wait_ms, error) ",
+                );
+                insert.push_values(calls, |mut row, (owner, attempt)| {
+                    row.push_bind(owner.day_log_id)
+                        .push_bind(owner.digest_id)
+                        .push_bind(attempt.task.as_str())
+                        .push_bind(attempt.provider.clone())
+                        .push_bind(attempt.model.clone())
+                        .push_bind(attempt.key_index.map(|i| i as i64))
+                        .push_bind(i64::from(attempt.attempt))
+                        .push_bind(attempt.http_status.map(i64::from))
+                        .push_bind(attempt.outcome.as_str())
+                        .push_bind(attempt.latency_ms as i64)
+                        .push_bind(attempt.wait_ms as i64)
+                        .push_bind(attempt.error.clone());
+                });
+                insert.build().execute(&sqlite.write).await?;
+            }
+            Db::Postgres(pg) => {
+                fn column<'a, T>(
+                    calls: &'a [(Owner, Attempt)],
+                    of: impl Fn(&'a (Owner, Attempt)) -> T,
+                ) -> Vec<T> {
+                    calls.iter().map(of).collect()
+                }
+                sqlx::query(INSERT_CALLS_POSTGRES)
+                    .bind(column(calls, |(o, _)| o.day_log_id.map(LogId::get)))
+                    .bind(column(calls, |(o, _)| o.digest_id.map(DigestId::get)))
+                    .bind(column(calls, |(_, a)| a.task.as_str()))
+                    .bind(column(calls, |(_, a)| a.provider.as_str()))
+                    .bind(column(calls, |(_, a)| a.model.as_str()))
+                    .bind(column(calls, |(_, a)| a.key_index.map(|i| i as i64)))
+                    .bind(column(calls, |(_, a)| i64::from(a.attempt)))
+                    .bind(column(calls, |(_, a)| a.http_status.map(i64::from)))
+                    .bind(column(calls, |(_, a)| a.outcome.as_str()))
+                    .bind(column(calls, |(_, a)| a.latency_ms as i64))
+                    .bind(column(calls, |(_, a)| a.wait_ms as i64))
+                    .bind(column(calls, |(_, a)| a.error.as_deref()))
+                    .execute(pg)
+                    .await?;
+            }
+        }
         Ok(())
     })
     .await

@@ -495,6 +495,84 @@ fn answered(task: Task) -> Attempt {
 }
 
 on_each_backend! {
+    /// Calls recorded together are written together, each column as it was given:
+    /// NULLs, a digest's call, an error text with quotes and non-Latin letters.
+    async fn calls_recorded_at_once_are_stored_each_as_given(db: TestDb) {
+    user(&db.store, 1).await;
+    let entry = log(&db.store, 1, 1, "a day").await.id();
+    let week: jiff::civil::Date = "2026-11-30".parse().expect("date");
+    let (digest, _) = db
+        .store
+        .insert_digest(UserId(1), ChatId(1), week, FrontEnd::Telegram, None)
+        .await
+        .expect("digest");
+    let timeout = Attempt {
+        key_index: None,
+        attempt: 2,
+        http_status: None,
+        outcome: Outcome::Timeout,
+        latency_ms: 30_000,
+        wait_ms: 1_500,
+        error: Some("нет ответа: 'timed out' \"after\" 30 s".to_owned()),
+        ..answered(Task::Analysis)
+    };
+    db.store.call_sink(Some(entry)).record(timeout);
+    db.store.call_sink(Some(entry)).record(answered(Task::Metrics));
+    db.store.digest_call_sink(digest.id).record(answered(Task::Digest));
+    db.store.call_sink(None).record(answered(Task::Transcription));
+    db.store.flush_calls().await;
+
+    type Row = (
+        Option<i64>,
+        Option<i64>,
+        String,
+        Option<i64>,
+        i64,
+        Option<i64>,
+        String,
+        i64,
+        i64,
+        Option<String>,
+    );
+    let rows: Vec<Row> = Raw::connect(&db.url)
+        .await
+        .rows(
+            "SELECT day_log_id, digest_id, task, key_index, attempt, http_status, outcome,
+                    latency_ms, wait_ms, error
+             FROM llm_calls ORDER BY id",
+        )
+        .await;
+    let (log_id, digest_id) = (Some(entry.get()), Some(digest.id.get()));
+    let ok = |task: &str| (task.to_owned(), Some(0), 1, Some(200), "ok".to_owned(), 5, 0, None);
+    let expected: Vec<Row> = [
+        (
+            log_id,
+            None,
+            (
+                "analysis".to_owned(),
+                None,
+                2,
+                None,
+                "timeout".to_owned(),
+                30_000,
+                1_500,
+                Some("нет ответа: 'timed out' \"after\" 30 s".to_owned()),
+            ),
+        ),
+        (log_id, None, ok("metrics")),
+        (None, digest_id, ok("digest")),
+        (None, None, ok("transcription")),
+    ]
+    .into_iter()
+    .map(|(l, d, (task, key, attempt, status, outcome, latency, wait, error))| {
+        (l, d, task, key, attempt, status, outcome, latency, wait, error)
+    })
+    .collect();
+    assert_eq!(rows, expected);
+    }
+}
+
+on_each_backend! {
     /// A restart learns its hedging from the answers of analyses and metrics only: a
     /// digest's or a transcript's latency is that of its week or its recording.
     async fn restart_latencies_are_those_of_analyses_and_metrics(db: TestDb) {
@@ -2244,12 +2322,18 @@ async fn on_postgres_the_journal_functions_answer_in_a_query_planned_in_parallel
         };
         if message == 0 {
             let metrics = support::analysed("fine", r#"{"mood": 7, "summary": "a good day"}"#);
-            assert!(store.record(entry.id, text, &metrics).await.expect("recorded"));
+            assert!(
+                store
+                    .record(entry.id, text, &metrics)
+                    .await
+                    .expect("recorded")
+            );
         }
     }
     // A hand edit leaves text that is no JSON; the third entry has no metrics (NULL).
     let raw = Raw::connect(&db.url).await;
-    raw.exec("UPDATE day_logs SET metrics = 'not json' WHERE message_id = 1").await;
+    raw.exec("UPDATE day_logs SET metrics = 'not json' WHERE message_id = 1")
+        .await;
     let mut conn = sqlx::PgConnection::connect(&db.url)
         .await
         .expect("a connection");
