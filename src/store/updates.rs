@@ -49,8 +49,11 @@ pub struct InboxUpdate {
     pub update_id: i64,
     pub chat_id: Option<i64>,
     pub user_id: Option<i64>,
-    /// `None` only if a hand edit removed it; such a row is marked handled.
+    /// `None` only if a hand edit removed it; such a row is marked handled — or when
+    /// `held` (the caller holds it, [`Store::unhandled_updates_holding`]).
     pub payload: Option<String>,
+    /// The payload was left out: the caller said it holds it.
+    pub held: bool,
     pub failures: i64,
     /// Not before this may it be tried again (`None`: at once).
     #[sqlx(try_from = "Option<String>")]
@@ -390,16 +393,34 @@ impl Store {
         per_chat: i64,
         limit: i64,
     ) -> Result<Vec<InboxUpdate>, StoreError> {
+        self.unhandled_updates_holding(bot_id, per_chat, limit, &[])
+            .await
+    }
+
+    /// [`Store::unhandled_updates`] without the payloads of the updates in `held`
+    /// (`InboxUpdate::held`): the handling loop holds them already, and under a burst it
+    /// reads the table again and again while most of its rows wait in its memory.
+    pub async fn unhandled_updates_holding(
+        &self,
+        bot_id: i64,
+        per_chat: i64,
+        limit: i64,
+        held: &[i64],
+    ) -> Result<Vec<InboxUpdate>, StoreError> {
         // One text per backend: SQLite's julianday against PostgreSQL's daylog_moment
-        // (NULL for text that is no moment: not waiting), and NULL chats first on both.
+        // (NULL for text that is no moment: not waiting), and NULL chats first on both;
+        // `held` is a JSON array of ids on both.
         const UNHANDLED: Sql = Sql {
-            sqlite: "SELECT update_id, chat_id, user_id, payload, failures, next_try_at FROM (
+            sqlite:
+                "SELECT update_id, chat_id, user_id, payload, held, failures, next_try_at FROM (
                  SELECT * FROM (
-                     SELECT update_id, chat_id, user_id, payload, failures, next_try_at,
+                     SELECT update_id, chat_id, user_id, failures, next_try_at,
+                         CASE WHEN held THEN NULL ELSE payload END AS payload, held,
                          row_number() OVER lane AS nth,
                          coalesce(julianday(first_value(next_try_at) OVER lane)
                                   > julianday('now'), 0) AS waiting
-                     FROM updates WHERE bot_id = $1 AND handled_at IS NULL AND dead = 0
+                     FROM (SELECT *, update_id IN (SELECT value FROM json_each($4)) AS held
+                           FROM updates WHERE bot_id = $1 AND handled_at IS NULL AND dead = 0)
                      WINDOW lane AS (PARTITION BY chat_id IS NULL, coalesce(chat_id, update_id)
                                      ORDER BY update_id)
                  ) AS lanes
@@ -407,13 +428,19 @@ impl Store {
                  ORDER BY nth, chat_id, update_id LIMIT $3
              ) AS fetched
              ORDER BY chat_id, update_id",
-            postgres: "SELECT update_id, chat_id, user_id, payload, failures, next_try_at FROM (
+            postgres:
+                "SELECT update_id, chat_id, user_id, payload, held, failures, next_try_at FROM (
                  SELECT * FROM (
-                     SELECT update_id, chat_id, user_id, payload, failures, next_try_at,
+                     SELECT update_id, chat_id, user_id, failures, next_try_at,
+                         CASE WHEN held THEN NULL ELSE payload END AS payload, held,
                          row_number() OVER lane AS nth,
                          coalesce(daylog_moment(first_value(next_try_at) OVER lane)
                                   > now(), false) AS waiting
-                     FROM updates WHERE bot_id = $1 AND handled_at IS NULL AND dead = 0
+                     FROM (SELECT *, update_id IN (
+                                  SELECT CAST(value AS BIGINT)
+                                  FROM json_array_elements_text(CAST($4 AS json))) AS held
+                           FROM updates WHERE bot_id = $1 AND handled_at IS NULL AND dead = 0)
+                          AS unhandled
                      WINDOW lane AS (PARTITION BY chat_id IS NULL, coalesce(chat_id, update_id)
                                      ORDER BY update_id)
                  ) AS lanes
@@ -422,11 +449,13 @@ impl Store {
              ) AS fetched
              ORDER BY chat_id NULLS FIRST, update_id",
         };
+        let held = serde_json::to_string(held).unwrap_or_else(|_| "[]".to_owned());
         Ok(on_db!(self, write, |pool| {
             sqlx::query_as::<_, InboxUpdate>(UNHANDLED.on(pool))
                 .bind(bot_id)
                 .bind(per_chat)
                 .bind(limit)
+                .bind(&held)
                 // The writer's view: a read connection may see a snapshot from before
                 // the last `handled_at` (on a full disk the WAL index cannot grow for
                 // it), and the loop would hand a handled update over again.

@@ -666,6 +666,63 @@ async fn delete_erases_the_press_and_marks_it_handled_and_leaves_rows_still_wait
     }
 }
 
+/// The handling loop's read leaves out the payloads of the rows it holds in memory (it
+/// reads the table again and again under a burst) and gives every other row whole, in
+/// the same order as a read that leaves nothing out.
+#[tokio::test]
+async fn a_read_leaves_out_only_the_payloads_the_loop_holds() {
+    for backend in support::postgres::backends() {
+        let (_db, store) = store_on(backend).await;
+        let payloads: Vec<String> = (1..=4)
+            .map(|id| format!("{{\"update_id\":{id}}}"))
+            .collect();
+        let updates: Vec<NewUpdate<'_>> = (1..=4)
+            .map(|id| NewUpdate {
+                update_id: id,
+                chat_id: Some(if id % 2 == 0 { 5 } else { 6 }),
+                user_id: Some(5),
+                payload: &payloads[usize::try_from(id - 1).expect("small")],
+            })
+            .collect();
+        store.insert_updates(1, &updates).await.expect("stored");
+        let rows = |held: &'static [i64]| {
+            let store = &store;
+            async move {
+                store
+                    .unhandled_updates_holding(1, 8, 100, held)
+                    .await
+                    .expect("rows")
+                    .into_iter()
+                    .map(|row| (row.update_id, row.payload, row.held))
+                    .collect::<Vec<_>>()
+            }
+        };
+        let whole = rows(&[]).await;
+        let payload = |id: i64| Some(format!("{{\"update_id\":{id}}}"));
+        assert_eq!(
+            whole,
+            [
+                (2, payload(2), false),
+                (4, payload(4), false),
+                (1, payload(1), false),
+                (3, payload(3), false),
+            ],
+            "{backend}"
+        );
+        assert_eq!(
+            rows(&[4, 1, 99]).await,
+            [
+                (2, payload(2), false),
+                (4, None, true),
+                (1, None, true),
+                (3, payload(3), false),
+            ],
+            "{backend}"
+        );
+        store.close().await;
+    }
+}
+
 #[tokio::test]
 async fn a_long_queue_in_one_chat_keeps_no_other_chat_out() {
     for backend in support::postgres::backends() {

@@ -552,7 +552,7 @@ impl Inbox {
     /// Reads the table's waiting rows into the memory, when it may hold some the memory
     /// lacks (the one place rows are fetched). `Some`: the read failed, try again then.
     async fn read_table(&self) -> Option<tokio::time::Instant> {
-        let from = {
+        let (from, held) = {
             let mut lanes = self.lanes();
             if lanes.in_sync() {
                 return None;
@@ -560,12 +560,22 @@ impl Inbox {
             lanes.reading = true;
             lanes.gone.clear();
             lanes.dropped.clear();
-            lanes.missed
+            // The rows whose update the memory holds: the read leaves their payloads
+            // out. A row that leaves the memory meanwhile goes to `gone` or its lane to
+            // `dropped`, so the read brings none of them back without a payload.
+            let held: Vec<i64> = lanes
+                .waiting
+                .values()
+                .flat_map(|queue| queue.iter())
+                .filter(|(_, row)| !matches!(row.body, Body::Unread))
+                .map(|(&update_id, _)| update_id)
+                .collect();
+            (lanes.missed, held)
         };
         let shared = self.leases().is_some_and(crate::cluster::Leases::shared);
         let read = self
             .store()
-            .unhandled_updates(self.bot_id(), FETCH_PER_CHAT, FETCH_MAX)
+            .unhandled_updates_holding(self.bot_id(), FETCH_PER_CHAT, FETCH_MAX, &held)
             .await;
         let mut lanes = self.lanes();
         lanes.reading = false;
@@ -1073,6 +1083,17 @@ fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64, shared: bool) {
         {
             continue;
         }
+        // A row read without its payload (the memory held it when the read began)
+        // that the memory now lacks, or waits to read again, is left to the next read.
+        let missing = |queue: Option<&BTreeMap<i64, Waiting>>| {
+            queue
+                .and_then(|queue| queue.get(&row.update_id))
+                .is_none_or(|known| matches!(known.body, Body::Unread))
+        };
+        if row.held && missing(lanes.waiting.get(&lane)) {
+            whole = false;
+            continue;
+        }
         match lanes.waiting.entry(lane).or_default().entry(row.update_id) {
             Entry::Occupied(mut slot) => {
                 let known = slot.get_mut();
@@ -1497,8 +1518,18 @@ pub(in crate::bot) mod tests {
             chat_id: Some(chat),
             user_id: Some(chat),
             payload: Some("{}".to_owned()),
+            held: false,
             failures: 0,
             next_try_at: NextTry::default(),
+        }
+    }
+
+    /// A row as the table gives it when the read was told the memory holds it.
+    fn held_row(update_id: i64, chat: i64) -> InboxUpdate {
+        InboxUpdate {
+            payload: None,
+            held: true,
+            ..table_row(update_id, chat)
         }
     }
 
@@ -1590,6 +1621,46 @@ pub(in crate::bot) mod tests {
         merge(&mut lanes, vec![table_row(1, 7), table_row(2, 7)], 1, true);
         let queue = lanes.waiting.get(&lane).expect("the lane, whole");
         assert_eq!(queue.keys().copied().collect::<Vec<_>>(), [1, 2]);
+    }
+
+    /// A read leaves out the payloads of the rows the memory held when it began. Such a
+    /// row is not taken for one without an update (which would be marked dead) when, by
+    /// the time the read is merged, its try failed and it waits to be read again, or it
+    /// left the memory: both are left to the next read, and this one does not count as
+    /// having seen every row. One still held is brought up to date as before.
+    #[test]
+    fn a_row_read_without_its_payload_never_stands_in_for_the_update() {
+        let lane = Lane::Chat(7);
+        let mut lanes = Lanes::default();
+        let queue = lanes.waiting.entry(lane).or_default();
+        queue.insert(
+            1,
+            Waiting {
+                body: Body::Unread,
+                ..waiting_row(true)
+            },
+        );
+        queue.insert(3, waiting_row(false));
+        lanes.held = 2;
+        let mut failed_once = held_row(3, 7);
+        failed_once.failures = 1;
+        merge(
+            &mut lanes,
+            vec![held_row(1, 7), held_row(2, 7), failed_once],
+            0,
+            false,
+        );
+        let queue = &lanes.waiting[&lane];
+        assert!(matches!(queue[&1].body, Body::Unread), "still to be read");
+        assert!(
+            !queue.contains_key(&2),
+            "not brought back without its update"
+        );
+        assert!(matches!(queue[&3].body, Body::Stored(Some(_))), "kept");
+        assert_eq!(queue[&3].failures, 1);
+        assert!(queue[&3].vouched);
+        assert_eq!(lanes.held, 2);
+        assert!(!lanes.in_sync(), "the table is read again");
     }
 
     /// Among instances, a row handed over while a read was under way is not vouched for
