@@ -1809,8 +1809,8 @@ impl Database {
         let mut conn = sqlx::postgres::PgConnectOptions::from_str(url)?
             .connect()
             .await?;
-        let rows: Vec<(i64, f64, f64, String)> = sqlx::query_as(
-            "SELECT calls, total_exec_time, total_plan_time, regexp_replace(query, '\\s+', ' ', 'g')
+        let rows: Vec<(i64, i64, f64, f64, String)> = sqlx::query_as(
+            "SELECT calls, plans, total_exec_time, total_plan_time, regexp_replace(query, '\\s+', ' ', 'g')
              FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
              ORDER BY total_exec_time + total_plan_time DESC LIMIT $1",
         )
@@ -1820,15 +1820,17 @@ impl Database {
         sqlx::Connection::close(conn).await?;
         let per = entries.max(1) as f64;
         println!(
-            "server's costliest statements (µs per entry: execution + planning; calls per entry):"
+            "server's costliest statements (µs per entry: execution + planning; calls per entry; \
+             plans per entry, counted with `--pg-setting pg_stat_statements.track_planning=on`):"
         );
-        for (calls, exec, plan, query) in rows {
-            let query: String = query.chars().take(110).collect();
+        for (calls, plans, exec, plan, query) in rows {
+            let query: String = query.chars().take(100).collect();
             println!(
-                "  {:7.1} + {:5.1} µs  {:5.2}×  {query}",
+                "  {:7.1} + {:5.1} µs  {:5.2}×  {:5.2}p  {query}",
                 exec * 1000.0 / per,
                 plan * 1000.0 / per,
-                calls as f64 / per
+                calls as f64 / per,
+                plans as f64 / per
             );
         }
         Ok(())

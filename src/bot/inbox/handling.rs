@@ -57,6 +57,11 @@ const REMARK_MAX: usize = 64;
 /// The longest the loop sleeps without being woken (a retry falls due, a lost wake-up).
 const IDLE: Duration = Duration::from_secs(5);
 
+/// Reads of the table the loop may make at once, and how soon it may make another once
+/// they are spent ([`ReadPace`]).
+const READ_BURST: f64 = 2.0;
+const READ_SPACING: Duration = Duration::from_millis(20);
+
 /// How the loop hands an update to the handler tree.
 pub type Handle =
     Arc<dyn Fn(Update, Taking) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
@@ -102,6 +107,38 @@ pub(in crate::bot) struct Lanes {
     /// fence, or none, was taken by someone else here (the worker) or anew: what the
     /// memory holds of the chat may be stale.
     in_step: HashMap<Lane, Fence>,
+    /// How often the table is read.
+    pace: ReadPace,
+}
+
+/// Among instances each chat's first lease asks for a read of the table (the memory
+/// may be stale), and under a burst of new chats that was a read of every waiting row
+/// for every few chats. Reads come in a burst of [`READ_BURST`] (a chat's first update:
+/// the read that brings it, then the one its new lease asks for — no wait), then one
+/// per [`READ_SPACING`]: every lane that asked meanwhile is served by the same read.
+#[derive(Debug, Default)]
+struct ReadPace {
+    /// Reads that may start now, and when that was counted (`None`: never read).
+    left: f64,
+    counted: Option<tokio::time::Instant>,
+}
+
+impl ReadPace {
+    /// `None`: read now (counted); `Some`: not before then.
+    fn take(&mut self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let left = match self.counted {
+            None => READ_BURST,
+            Some(at) => (self.left
+                + now.saturating_duration_since(at).as_secs_f64() / READ_SPACING.as_secs_f64())
+            .min(READ_BURST),
+        };
+        if left >= 1.0 {
+            self.left = left - 1.0;
+            self.counted = Some(now);
+            return None;
+        }
+        Some(now + READ_SPACING.mul_f64(1.0 - left))
+    }
 }
 
 impl Lanes {
@@ -550,12 +587,16 @@ impl Inbox {
     }
 
     /// Reads the table's waiting rows into the memory, when it may hold some the memory
-    /// lacks (the one place rows are fetched). `Some`: the read failed, try again then.
+    /// lacks (the one place rows are fetched). `Some`: read again then (the read failed,
+    /// or reads are spent for now: [`ReadPace`]).
     async fn read_table(&self) -> Option<tokio::time::Instant> {
         let (from, held) = {
             let mut lanes = self.lanes();
             if lanes.in_sync() {
                 return None;
+            }
+            if let Some(at) = lanes.pace.take(tokio::time::Instant::now()) {
+                return Some(at);
             }
             lanes.reading = true;
             lanes.gone.clear();
@@ -1621,6 +1662,27 @@ pub(in crate::bot) mod tests {
         merge(&mut lanes, vec![table_row(1, 7), table_row(2, 7)], 1, true);
         let queue = lanes.waiting.get(&lane).expect("the lane, whole");
         assert_eq!(queue.keys().copied().collect::<Vec<_>>(), [1, 2]);
+    }
+
+    /// Reads of the table come two at once (a chat's first update, then its new
+    /// lease's), then one per spacing however many are asked for; a quiet spell gives
+    /// back at most the burst.
+    #[test]
+    fn reads_of_the_table_come_in_a_burst_of_two_then_spaced() {
+        let start = tokio::time::Instant::now();
+        let ms = |n: u64| start + Duration::from_millis(n);
+        let mut pace = ReadPace::default();
+        assert_eq!(pace.take(ms(0)), None);
+        assert_eq!(pace.take(ms(1)), None);
+        let next = pace.take(ms(2)).expect("spent");
+        assert!(next > ms(2) && next <= ms(21), "{:?}", next - start);
+        assert_eq!(pace.take(next), None, "one more by then");
+        assert!(pace.take(next).is_some());
+        // A quiet minute: two at once again, not three thousand.
+        let later = ms(60_000);
+        assert_eq!(pace.take(later), None);
+        assert_eq!(pace.take(later), None);
+        assert!(pace.take(later).is_some());
     }
 
     /// A read leaves out the payloads of the rows the memory held when it began. Such a
