@@ -95,7 +95,8 @@ const RENEW_ALL: Sql = Sql {
     postgres: "UPDATE chat_leases
                SET expires_at = daylog_utc_ms(now() + make_interval(secs => $2))
                WHERE holder = $1
-                 AND chat_id IN (SELECT value::bigint FROM json_array_elements_text($3::json))
+                 AND chat_id = ANY(ARRAY(SELECT value::bigint
+                                         FROM json_array_elements_text($3::json)))
                RETURNING chat_id, generation",
 };
 

@@ -646,7 +646,9 @@ pub use logs::{
 pub use pg_conns::{PgConn, PgConns, PgHold, PgTx};
 pub use read_only::{Backup, backup, open_postgres_for_sql, open_read_only, read_only_options};
 pub use reminders::{DUE_REMINDERS_SQL, DueReminder, Reminder};
-pub use unfinished::{DEFER_TO_FREE_SLOT_SQL, UNFINISHED_REPLY, Unfinished};
+pub use unfinished::{
+    DEFER_TO_FREE_SLOT_SQL, MARK_ANSWERED_POSTGRES_SQL, UNFINISHED_REPLY, Unfinished,
+};
 pub use updates::{
     DeadLetter, InboxCounts, InboxUpdate, NewUpdate, NextTry, Pruned, UPDATE_MAX_FAILURES,
     UpdateFailure, UpdateKey,

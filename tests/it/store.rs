@@ -2300,6 +2300,39 @@ async fn on_postgres_an_analysis_does_not_wait_for_the_wal_flush_and_an_entry_do
     );
 }
 
+/// PostgreSQL records answers sent through the primary key of `day_logs`: with the
+/// few answers of a batch taken for 50 (a JSON array's rows are not counted), `IN
+/// (SELECT …)` was planned as a hash join over a scan of every log of a table of a few
+/// thousand.
+#[tokio::test]
+async fn on_postgres_answers_are_recorded_through_the_logs_primary_key() {
+    if !backends().contains(&Backend::Postgres) {
+        return;
+    }
+    let db = fresh_on(Backend::Postgres).await;
+    let raw = Raw::connect(&db.url).await;
+    raw.exec("INSERT INTO users (user_id, chat_id, language) VALUES (1, 1, 'en')")
+        .await;
+    raw.exec(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text, status)
+         SELECT 1, 1, n, 'a day', 'analyzed' FROM generate_series(1, 2000) AS n",
+    )
+    .await;
+    raw.exec("ANALYZE day_logs").await;
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("a connection");
+    let plan: Vec<String> = sqlx::query_scalar(&format!(
+        "EXPLAIN {}",
+        daylog::store::MARK_ANSWERED_POSTGRES_SQL
+    ))
+    .bind(r#"[{"id": 7, "chat": null, "holder": null, "generation": null}]"#)
+    .fetch_all(&pool)
+    .await
+    .expect("a plan");
+    let plan = plan.join("\n");
+    assert!(!plan.contains("Seq Scan on day_logs"), "{plan}");
+    assert!(plan.contains("day_logs_pkey"), "{plan}");
+}
+
 /// A query PostgreSQL runs in parallel may still read the journal through the
 /// functions that stand in for SQLite's (`daylog_json`, `daylog_moment`,
 /// `daylog_default_day`): each catches a bad text in a subtransaction, which a parallel
