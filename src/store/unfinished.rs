@@ -520,13 +520,18 @@ impl Store {
         chat_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
-        const OWN: &str =
-            "source = $2 AND ($3 IS NULL OR user_id = $3) AND ($4 IS NULL OR chat_id = $4)";
+        // One chat's says so outright: PostgreSQL's generic plan of `$4 IS NULL OR
+        // chat_id = $4` cannot use the chat's index, and read every pending log.
+        let own = if chat_id.is_some() {
+            "source = $2 AND ($3 IS NULL OR user_id = $3) AND chat_id = $4"
+        } else {
+            "source = $2 AND ($3 IS NULL OR user_id = $3) AND ($4 IS NULL OR chat_id = $4)"
+        };
         let rows = on_db!(self, read, |pool| {
             sqlx::query_as::<_, DayLog>(&format!(
-                "SELECT {LOG_COLUMNS} FROM day_logs WHERE {pending} AND {OWN}
+                "SELECT {LOG_COLUMNS} FROM day_logs WHERE {pending} AND {own}
                  UNION ALL
-                 SELECT {LOG_COLUMNS} FROM day_logs WHERE {reply} AND {OWN}
+                 SELECT {LOG_COLUMNS} FROM day_logs WHERE {reply} AND {own}
                  ORDER BY id LIMIT $1",
                 pending = at_now(UNFINISHED_PENDING, pool),
                 reply = at_now(UNFINISHED_REPLY_AT, pool),
