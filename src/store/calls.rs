@@ -30,11 +30,6 @@ impl AttemptSink for CallSink {
 
 /// Most `llm_calls` rows written in one statement.
 const CALL_BATCH: usize = 200;
-/// How long the writer waits after a call arrives for more to write with it (a flush
-/// asked for ends the wait). The records are bookkeeping, read by nothing that needs
-/// them within this: a burst of answers finishes over some milliseconds, and written as
-/// they come it cost a statement for every two or three calls.
-const CALL_LINGER: Duration = Duration::from_millis(20);
 /// How many of the latest calls a restart reads its hedging latencies from: enough for
 /// each step's window (32 answers) at a few steps and tasks.
 pub const LATENCY_LOOKBACK: i64 = 2000;
@@ -56,14 +51,15 @@ impl CallRecorder {
     pub(super) fn spawn(write: Db) -> Self {
         let (queue, mut incoming) = tokio::sync::mpsc::unbounded_channel::<Recorded>();
         tokio::spawn(async move {
+            // What queued meanwhile goes with each write, nothing waits for more: the
+            // hourly limit counts the analyses recorded here, and an edit sent the
+            // moment its answer arrives must find the answer's call.
             while let Some(first) = incoming.recv().await {
-                let until = tokio::time::Instant::now() + CALL_LINGER;
                 let mut batch = vec![first];
-                while batch.len() < CALL_BATCH && !matches!(batch.last(), Some(Recorded::Flush(_)))
-                {
-                    match tokio::time::timeout_at(until, incoming.recv()).await {
-                        Ok(Some(next)) => batch.push(next),
-                        Ok(None) | Err(_) => break,
+                while batch.len() < CALL_BATCH {
+                    match incoming.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
                     }
                 }
                 let mut calls = Vec::with_capacity(batch.len());
