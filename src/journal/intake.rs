@@ -306,13 +306,10 @@ impl Journal {
         waited: bool,
     ) -> Result<(), StoreError> {
         let claim = under.claim();
-        // It waited behind an earlier entry: edited meanwhile (the edit could not claim
-        // it, and left word on the claim), it is read again for its new text. Not
-        // edited, it is analysed as stored — deleted meanwhile, or an edit whose word
-        // comes only now, its outcome is not stored (the record names the text
-        // analysed) and nothing is answered: the loop below reads the new text, or the
-        // worker does.
-        if waited && claim.take_edited() {
+        if waited {
+            // It waited behind an earlier entry: it may have been edited (the edit could
+            // not claim it, and this read has its text) or deleted meanwhile.
+            claim.take_edited();
             match self.still_pending(log.id).await? {
                 Some(now) => log = now,
                 None => return Ok(()),
