@@ -59,7 +59,7 @@ const IDLE: Duration = Duration::from_secs(5);
 
 /// Reads of the table the loop may make at once, and how soon it may make another once
 /// they are spent ([`ReadPace`]).
-const READ_BURST: f64 = 2.0;
+const READ_BURST: u32 = 2;
 const READ_SPACING: Duration = Duration::from_millis(20);
 
 /// How the loop hands an update to the handler tree.
@@ -118,26 +118,29 @@ pub(in crate::bot) struct Lanes {
 /// per [`READ_SPACING`]: every lane that asked meanwhile is served by the same read.
 #[derive(Debug, Default)]
 struct ReadPace {
-    /// Reads that may start now, and when that was counted (`None`: never read).
-    left: f64,
+    /// The time banked toward reads, at most [`READ_BURST`] spacings (a read spends
+    /// one), and when it was counted (`None`: never read: the whole burst).
+    banked: Duration,
     counted: Option<tokio::time::Instant>,
 }
 
 impl ReadPace {
     /// `None`: read now (counted); `Some`: not before then.
     fn take(&mut self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
-        let left = match self.counted {
-            None => READ_BURST,
-            Some(at) => (self.left
-                + now.saturating_duration_since(at).as_secs_f64() / READ_SPACING.as_secs_f64())
-            .min(READ_BURST),
+        let full = READ_SPACING * READ_BURST;
+        let banked = match self.counted {
+            None => full,
+            Some(at) => (self.banked + now.saturating_duration_since(at)).min(full),
         };
-        if left >= 1.0 {
-            self.left = left - 1.0;
-            self.counted = Some(now);
-            return None;
+        self.banked = banked;
+        self.counted = Some(now);
+        match banked.checked_sub(READ_SPACING) {
+            Some(left) => {
+                self.banked = left;
+                None
+            }
+            None => Some(now + (READ_SPACING - banked)),
         }
-        Some(now + READ_SPACING.mul_f64(1.0 - left))
     }
 }
 
