@@ -370,25 +370,20 @@ struct BeforeAnalysisRow {
 /// `$3` the first local day of the metrics, `$4` how many summaries, `$5` whether the
 /// hourly count is wanted, `$6` the user's yesterday; `recent_use` is [`RECENT_USE`]'s
 /// text, `summary` the dialect's expression of a stored summary, `day_before` its
-/// expression of the local day before the day `{}` (NULL for text that is no day).
+/// expression of the local day before `days.after` (NULL for text that is no day).
 /// Each read keeps its own plan (the same indexes as alone); the rows of all four come
 /// back together, told apart by `part`. The days walk back one index seek each, from
-/// the newest, while a day is from yesterday on or the day before `after`, the last
-/// day met that is a day — text that is no day (a hand edit) is passed over, as the
-/// streak passes it over (`BeforeAnalysis::streak_days`).
+/// the newest, while a day is from yesterday on or the day before the one after it
+/// (`BeforeAnalysis::streak_days`).
 fn before_analysis_sql(recent_use: &str, summary: &str, day_before: &str) -> String {
-    let before_day = day_before.replace("{}", "days.day");
-    let before_after = day_before.replace("{}", "days.after");
     format!(
         "WITH RECURSIVE days(day, after) AS (
              SELECT max(local_day), max(local_day) FROM day_logs WHERE user_id = $1
              UNION ALL
              SELECT (SELECT max(local_day) FROM day_logs
-                     WHERE user_id = $1 AND local_day < days.day),
-                    CASE WHEN {before_day} IS NULL THEN days.after ELSE days.day END
+                     WHERE user_id = $1 AND local_day < days.day), days.day
              FROM days
-             WHERE days.day IS NOT NULL
-               AND (days.day >= $6 OR days.day = {before_after} OR {before_day} IS NULL)
+             WHERE days.day IS NOT NULL AND (days.day >= $6 OR days.day = {day_before})
          )
          SELECT CAST(1 AS BIGINT) AS part, day, mood, stress, energy, productivity,
                 sleep_hours, logs, CAST(NULL AS TEXT) AS summary
@@ -413,7 +408,7 @@ static BEFORE_ANALYSIS_SQLITE: std::sync::LazyLock<String> = std::sync::LazyLock
     before_analysis_sql(
         RECENT_USE.sqlite,
         "json_extract(metrics, '$.summary')",
-        "date({}, '-1 day')",
+        "date(days.after, '-1 day')",
     )
 });
 
@@ -422,7 +417,7 @@ static BEFORE_ANALYSIS_POSTGRES: std::sync::LazyLock<String> = std::sync::LazyLo
     before_analysis_sql(
         RECENT_USE.postgres,
         "(daylog_json(metrics) ->> 'summary')",
-        "to_char((daylog_moment({}) AT TIME ZONE 'UTC') - interval '1 day', 'YYYY-MM-DD')",
+        "to_char((daylog_moment(days.after) AT TIME ZONE 'UTC') - interval '1 day', 'YYYY-MM-DD')",
     )
 });
 
