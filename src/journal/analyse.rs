@@ -361,19 +361,20 @@ impl Journal {
     /// statement ([`Store::before_analysis`]): the hourly count when `count_use`, the
     /// week of metrics up to the entry's own day (an entry answered days late, after an
     /// outage, is compared with the days before it, not with days written after it),
-    /// the last three summaries and the days with an entry the streak counts.
+    /// the last three summaries and the days with an entry.
     pub(super) async fn before_analysis(
         &self,
         log: &DayLog,
         author: &Author,
         count_use: bool,
     ) -> Result<BeforeAnalysis, StoreError> {
-        let today = self.local_day(&author.zone, self.now());
-        let day = log.local_day.unwrap_or(today);
+        let day = log
+            .local_day
+            .unwrap_or_else(|| self.local_day(&author.zone, self.now()));
         let week_start = day.checked_sub(jiff::Span::new().days(6)).unwrap_or(day);
         let mut before = self
             .store
-            .before_analysis(log.user_id, log.id, week_start, 3, count_use, today)
+            .before_analysis(log.user_id, log.id, week_start, 3, count_use)
             .await?;
         before.days.retain(|metrics| metrics.day <= day);
         Ok(before)

@@ -75,9 +75,8 @@ pub fn analysis_reply(
 /// on the server); `None`: read when needed.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Read<'a> {
-    /// The author's days with an entry that the current streak needs
-    /// ([`crate::store::BeforeAnalysis::streak_days`]), for the streak note.
-    streak_days: Option<&'a [jiff::civil::Date]>,
+    /// The author's days with an entry ([`crate::store::Store::before_analysis`]), for the streak note.
+    entry_days: Option<&'a [jiff::civil::Date]>,
 }
 
 /// The records of answers sent, committed together when they come together (a group
@@ -260,7 +259,7 @@ impl Journal {
         // edit after the outcome was stored is caught by `mark_replied`.
         if let Some(outcome) = outcome {
             let read = Read {
-                streak_days: Some(&before.streak_days),
+                entry_days: Some(&before.entry_days),
             };
             self.answer_outcome_read(messenger, &log, &outcome, author, timing, read, under)
                 .await;
@@ -291,7 +290,7 @@ impl Journal {
                 let notes = Notes {
                     truncated: self.was_truncated(log),
                     streak: self
-                        .streak_for_note(log.user_id, &author.zone, read.streak_days)
+                        .streak_for_note(log.user_id, &author.zone, read.entry_days)
                         .await,
                 };
                 return Some(analysis_reply(
@@ -516,16 +515,15 @@ impl Journal {
     }
 
     /// The current streak for an analysis reply's note, in the author's zone, from the
-    /// `streak_days` read before the analysis or else every day with an entry read now;
-    /// 0 when it cannot be read.
+    /// `entry_days` read before the analysis or else read now; 0 when it cannot be read.
     async fn streak_for_note(
         &self,
         user_id: UserId,
         zone: &UserZone,
-        streak_days: Option<&[jiff::civil::Date]>,
+        entry_days: Option<&[jiff::civil::Date]>,
     ) -> u32 {
         let today = self.local_day(zone, self.now());
-        if let Some(days) = streak_days {
+        if let Some(days) = entry_days {
             return crate::streaks::Streaks::from_days(days, today).current;
         }
         match self.users.streaks_on(user_id, today).await {

@@ -330,8 +330,7 @@ pub const DAILY_METRICS_SQL: &str = "SELECT day, mood, stress, energy, productiv
 
 /// What an analysis reads about its author before it asks, and its answer's streak note
 /// after: [`Store::recent_use`], [`Store::daily_metrics`], [`Store::recent_summaries`]
-/// and the days of [`Store::entry_days`] the current streak needs, read by one
-/// statement ([`Store::before_analysis`]).
+/// and [`Store::entry_days`], read by one statement ([`Store::before_analysis`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BeforeAnalysis {
     /// [`Store::recent_use`]; `None` when it was not asked for.
@@ -340,14 +339,8 @@ pub struct BeforeAnalysis {
     pub days: Vec<DayMetrics>,
     /// [`Store::recent_summaries`], newest first.
     pub summaries: Vec<String>,
-    /// The days of [`Store::entry_days`] that the current streak on the `today` asked
-    /// with counts back through ([`Streaks::from_days`]`(.., today).current`, and of any
-    /// later today): every day from yesterday on and the run of days before it, with the
-    /// day past the run's gap, newest first. Not the longest streak: a journal of years
-    /// is not read whole for each answer.
-    ///
-    /// [`Streaks::from_days`]: crate::streaks::Streaks::from_days
-    pub streak_days: Vec<jiff::civil::Date>,
+    /// [`Store::entry_days`], newest first.
+    pub entry_days: Vec<jiff::civil::Date>,
 }
 
 /// One row of [`Store::before_analysis`]'s statement: `part` says which read it
@@ -368,22 +361,17 @@ struct BeforeAnalysisRow {
 
 /// [`Store::before_analysis`]'s statement for one dialect: `$1` the user, `$2` the log,
 /// `$3` the first local day of the metrics, `$4` how many summaries, `$5` whether the
-/// hourly count is wanted, `$6` the user's yesterday; `recent_use` is [`RECENT_USE`]'s
-/// text, `summary` the dialect's expression of a stored summary, `day_before` its
-/// expression of the local day before `days.after` (NULL for text that is no day).
-/// Each read keeps its own plan (the same indexes as alone); the rows of all four come
-/// back together, told apart by `part`. The days walk back one index seek each, from
-/// the newest, while a day is from yesterday on or the day before the one after it
-/// (`BeforeAnalysis::streak_days`).
-fn before_analysis_sql(recent_use: &str, summary: &str, day_before: &str) -> String {
+/// hourly count is wanted; `recent_use` is [`RECENT_USE`]'s text, `summary` the dialect's
+/// expression of a stored summary. Each read keeps its own plan (the same indexes as
+/// alone); the rows of all four come back together, told apart by `part`.
+fn before_analysis_sql(recent_use: &str, summary: &str) -> String {
     format!(
-        "WITH RECURSIVE days(day, after) AS (
-             SELECT max(local_day), max(local_day) FROM day_logs WHERE user_id = $1
+        "WITH RECURSIVE days(day) AS (
+             SELECT max(local_day) FROM day_logs WHERE user_id = $1
              UNION ALL
              SELECT (SELECT max(local_day) FROM day_logs
-                     WHERE user_id = $1 AND local_day < days.day), days.day
-             FROM days
-             WHERE days.day IS NOT NULL AND (days.day >= $6 OR days.day = {day_before})
+                     WHERE user_id = $1 AND local_day < days.day)
+             FROM days WHERE days.day IS NOT NULL
          )
          SELECT CAST(1 AS BIGINT) AS part, day, mood, stress, energy, productivity,
                 sleep_hours, logs, CAST(NULL AS TEXT) AS summary
@@ -405,20 +393,12 @@ fn before_analysis_sql(recent_use: &str, summary: &str, day_before: &str) -> Str
 
 /// [`before_analysis_sql`] on SQLite.
 static BEFORE_ANALYSIS_SQLITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    before_analysis_sql(
-        RECENT_USE.sqlite,
-        "json_extract(metrics, '$.summary')",
-        "date(days.after, '-1 day')",
-    )
+    before_analysis_sql(RECENT_USE.sqlite, "json_extract(metrics, '$.summary')")
 });
 
 /// [`before_analysis_sql`] on PostgreSQL.
 static BEFORE_ANALYSIS_POSTGRES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    before_analysis_sql(
-        RECENT_USE.postgres,
-        "(daylog_json(metrics) ->> 'summary')",
-        "to_char((daylog_moment(days.after) AT TIME ZONE 'UTC') - interval '1 day', 'YYYY-MM-DD')",
-    )
+    before_analysis_sql(RECENT_USE.postgres, "(daylog_json(metrics) ->> 'summary')")
 });
 
 impl BeforeAnalysis {
@@ -448,7 +428,7 @@ impl BeforeAnalysis {
                     row.logs.unwrap_or(0),
                     row.summary.unwrap_or_default(),
                 )),
-                (3, Some(day)) => read.streak_days.extend(listed_date(
+                (3, Some(day)) => read.entry_days.extend(listed_date(
                     "day_logs",
                     user_id,
                     None,
@@ -461,7 +441,7 @@ impl BeforeAnalysis {
         read.days.sort_by_key(|metrics| metrics.day);
         summaries.sort_by(|a, b| (&b.0, b.1).cmp(&(&a.0, a.1)));
         read.summaries = summaries.into_iter().map(|(_, _, text)| text).collect();
-        read.streak_days.sort_unstable_by(|a, b| b.cmp(a));
+        read.entry_days.sort_unstable_by(|a, b| b.cmp(a));
         read
     }
 }
@@ -1413,8 +1393,7 @@ impl Store {
     /// is most of an entry's cost): the hourly count of [`Store::recent_use`] when
     /// `count_use`, the [`Store::daily_metrics`] from local day `first`, the last
     /// `summaries` of [`Store::recent_summaries`] before the log, and the days of
-    /// [`Store::entry_days`] that the current streak on `today` (the user's local day)
-    /// needs (the answer's streak note: `BeforeAnalysis::streak_days`).
+    /// [`Store::entry_days`] (the answer's streak note).
     pub async fn before_analysis(
         &self,
         user_id: UserId,
@@ -1422,9 +1401,7 @@ impl Store {
         first: jiff::civil::Date,
         summaries: i64,
         count_use: bool,
-        today: jiff::civil::Date,
     ) -> Result<BeforeAnalysis, StoreError> {
-        let yesterday = today.yesterday().unwrap_or(today);
         let text: &str = if self.pg_pool().is_some() {
             &BEFORE_ANALYSIS_POSTGRES
         } else {
@@ -1437,7 +1414,6 @@ impl Store {
                 .bind(first.to_string())
                 .bind(summaries)
                 .bind(count_use)
-                .bind(yesterday.to_string())
                 .fetch_all(pool)
                 .await?
         });

@@ -13,7 +13,6 @@ use daylog::language::Language;
 use daylog::llm::{Attempt, AttemptSink, Outcome, Task};
 use daylog::store::{self, FrontEnd, Inserted, LogStatus, NewLog, NewUser, Store, Unfinished};
 use daylog::store::{ChatId, LogId, MessageId, UserId};
-use daylog::streaks::Streaks;
 
 use crate::support;
 use crate::support::postgres::{Backend, FreshDb, Raw, backends, on_each_backend};
@@ -2114,7 +2113,7 @@ on_each_backend! {
     /// it replaces give alone: the hourly count (only when asked for), the days of
     /// metrics from the first day, the summaries before the log newest first (an
     /// imported entry's older `created_at` orders it, not its higher id), the days with
-    /// an entry the current streak needs newest first; another user's rows stay out.
+    /// an entry newest first; another user's rows stay out.
     async fn the_read_before_an_analysis_is_the_four_reads_it_replaces(db: TestDb) {
         let store = &db.store;
         user(store, 1).await;
@@ -2156,11 +2155,9 @@ on_each_backend! {
         let first = day("2025-03-09");
 
         let before = store
-            .before_analysis(UserId(1), pending, first, 3, true, today())
+            .before_analysis(UserId(1), pending, first, 3, true)
             .await
             .expect("read");
-        let every_day = store.entry_days(UserId(1)).await.expect("entry days");
-        assert_eq!(every_day.len(), 5, "{every_day:?}");
         let alone = daylog::store::BeforeAnalysis {
             recent_use: Some(
                 store
@@ -2173,8 +2170,7 @@ on_each_backend! {
                 .recent_summaries(UserId(1), pending, 3)
                 .await
                 .expect("summaries"),
-            // Today's entry, and the day past the gap before it.
-            streak_days: every_day[..2].to_vec(),
+            entry_days: store.entry_days(UserId(1)).await.expect("entry days"),
         };
         assert_eq!(before, alone);
         assert_eq!(before.summaries, ["fourth", "second", "imported, older"]);
@@ -2188,77 +2184,20 @@ on_each_backend! {
             ]
         );
         assert_eq!(before.days[2].sleep_hours, Some(7.5));
+        assert_eq!(before.entry_days.len(), 5, "{:?}", before.entry_days);
 
         let without = store
-            .before_analysis(UserId(1), pending, first, 3, false, today())
+            .before_analysis(UserId(1), pending, first, 3, false)
             .await
             .expect("read");
         assert_eq!(without.recent_use, None);
         assert_eq!(without.days, alone.days);
 
         let earlier = store
-            .before_analysis(UserId(1), ids[3], first, 3, true, today())
+            .before_analysis(UserId(1), ids[3], first, 3, true)
             .await
             .expect("read");
         assert_eq!(earlier.summaries, ["second", "first"], "only logs before it");
-    }
-}
-
-on_each_backend! {
-    /// The read before an analysis walks the user's days back only as far as the
-    /// current streak needs: every day from yesterday on (a day after today too, as a
-    /// change of zone leaves), then the run of days before it, and the day past its gap
-    /// — not a journal of a year for each answer. The streak it gives is the one every
-    /// day gives, on the today it was read for and on the next.
-    async fn the_read_before_an_analysis_walks_back_only_the_current_streak(db: TestDb) {
-        let store = &db.store;
-        user(store, 1).await;
-        let raw = Raw::connect(&db.url).await;
-        let today = today();
-        let day = |ago: i64| today.checked_sub(jiff::Span::new().days(ago)).expect("day");
-        // Tomorrow (a zone moved east), then the last 30 days, a gap of two, then 300
-        // days more; one entry each, and a second on today.
-        let mut ago: Vec<i64> = vec![-1, 0];
-        ago.extend(0..30);
-        ago.extend(32..332);
-        for (message, ago) in ago.iter().enumerate() {
-            let id = log(store, 1, message as i64, "An entry.").await.id();
-            raw.exec(&format!(
-                "UPDATE day_logs SET local_day = '{}' WHERE id = {}",
-                day(*ago),
-                id.get()
-            ))
-            .await;
-        }
-        let pending = log(store, 1, 10_000, "Today's.").await.id();
-        let every_day = store.entry_days(UserId(1)).await.expect("every day");
-        assert_eq!(every_day.len(), 331);
-        let before = store
-            .before_analysis(UserId(1), pending, day(6), 3, false, today)
-            .await
-            .expect("read");
-        let walked: Vec<jiff::civil::Date> = [-1]
-            .into_iter()
-            .chain(0..30)
-            .chain([32])
-            .map(day)
-            .collect();
-        assert_eq!(before.streak_days, walked);
-        for on in [today, day(-1)] {
-            assert_eq!(
-                Streaks::from_days(&before.streak_days, on).current,
-                Streaks::from_days(&every_day, on).current,
-                "on {on}"
-            );
-        }
-        assert_eq!(Streaks::from_days(&before.streak_days, today).current, 30);
-        // Nothing yesterday or today: the newest day ends the walk.
-        let before = store
-            .before_analysis(UserId(1), pending, day(6), 3, false, day(-5))
-            .await
-            .expect("read");
-        assert_eq!(before.streak_days, [day(-1)]);
-        assert_eq!(Streaks::from_days(&before.streak_days, day(-5)).current, 0);
     }
 }
 
