@@ -741,9 +741,9 @@ impl Inbox {
     /// `None` when the lane may not run now: another instance holds the chat (its rows
     /// leave the memory; that instance is told and handles them from the table), the
     /// lease is new to the loop — just taken, or taken by the worker, or under another
-    /// fence than the one the memory was last read under: what the memory holds of the
-    /// chat may be stale, so it is read from the table again first — or the lease could
-    /// not be asked for.
+    /// fence than the one the memory was last read under — and another instance held
+    /// the chat before: what the memory holds of the chat may be stale, so it is read
+    /// from the table again first — or the lease could not be asked for.
     async fn lane_lease(&self, lane: Lane) -> Option<Option<ChatLease>> {
         let Some(leases) = self.leases() else {
             return Some(None);
@@ -768,6 +768,13 @@ impl Inbox {
         match held {
             // On SQLite the lock file keeps other daemons out: nothing can be stale.
             Ok(Some(lease)) if leases.shared() && !self.in_step(lane, &lease) => {
+                // The chat's first lease: generation 1 is only ever one holder's (another
+                // holder's take raises it), so no other instance has worked on the chat —
+                // nothing the memory holds of it is stale, and no instance died holding it.
+                if lease.fence().generation == 1 {
+                    self.lanes().in_step.insert(lane, lease.fence());
+                    return Some(Some(lease));
+                }
                 // What an instance that died left of the chat goes first: claimed, each
                 // with its turn in the chat, before the chat's next update is handled.
                 if let Some(take_over) = self.take_over() {
@@ -1686,6 +1693,40 @@ pub(in crate::bot) mod tests {
         assert_eq!(pace.take(later), None);
         assert_eq!(pace.take(later), None);
         assert!(pace.take(later).is_some());
+    }
+
+    /// A chat's first lease ever (generation 1) goes to work at once: no other instance
+    /// worked on the chat, so nothing is stale and nothing was left by one that died.
+    /// A chat another instance held before is read again from the table first.
+    #[tokio::test]
+    async fn a_chats_first_lease_needs_no_read_and_one_held_elsewhere_before_does() {
+        let (inbox, leases, b, _dir) = shared_leased_inbox(LEASE).await;
+        let store = inbox.store().clone();
+        stored(&inbox, 1, Some(5)).await;
+        stored(&inbox, 2, Some(6)).await;
+        // Chat 6 was another instance's, given up since.
+        let theirs = store
+            .take_chat_lease(6, b, LEASE)
+            .await
+            .expect("take")
+            .expect("free");
+        store.release_chat_lease(&theirs).await.expect("given up");
+        assert!(inbox.read_table().await.is_none(), "read");
+        let first = inbox.lane_lease(Lane::Chat(5)).await;
+        let first = first.expect("runs at once").expect("a lease");
+        assert_eq!(first.fence().generation, 1);
+        assert!(inbox.lanes().waiting.contains_key(&Lane::Chat(5)), "kept");
+        drop(first);
+        assert!(
+            inbox.lane_lease(Lane::Chat(6)).await.is_none(),
+            "read again first"
+        );
+        assert!(
+            !inbox.lanes().waiting.contains_key(&Lane::Chat(6)),
+            "dropped"
+        );
+        assert!(!inbox.lanes().in_sync(), "the table is read again");
+        drop(leases);
     }
 
     /// A read leaves out the payloads of the rows the memory held when it began. Such a
