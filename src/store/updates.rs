@@ -464,6 +464,29 @@ impl Store {
         }))
     }
 
+    /// The ids of a chat's first `limit` updates not handled and not dead, in order —
+    /// through `updates_unhandled`, a few rows: whether the handling loop's memory of
+    /// one chat is in step with the table, without reading every chat's rows.
+    pub async fn unhandled_update_ids_of_chat(
+        &self,
+        bot_id: i64,
+        chat_id: i64,
+        limit: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        Ok(on_db!(self, write, |pool| {
+            sqlx::query_scalar(
+                "SELECT update_id FROM updates
+                 WHERE bot_id = $1 AND chat_id = $2 AND handled_at IS NULL AND dead = 0
+                 ORDER BY update_id LIMIT $3",
+            )
+            .bind(bot_id)
+            .bind(chat_id)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
     /// Marks an update handled (once: a row handled already keeps its moment).
     pub async fn mark_update_handled(&self, key: UpdateKey) -> Result<(), StoreError> {
         retry_busy("mark_update_handled", || async {

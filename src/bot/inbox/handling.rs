@@ -770,8 +770,11 @@ impl Inbox {
             Ok(Some(lease)) if leases.shared() && !self.in_step(lane, &lease) => {
                 // The chat's first lease: generation 1 is only ever one holder's (another
                 // holder's take raises it), so no other instance has worked on the chat —
-                // nothing the memory holds of it is stale, and no instance died holding it.
-                if lease.fence().generation == 1 {
+                // nothing the memory holds of it is stale, and no instance died holding
+                // it. Another may still have committed an older update of the chat since
+                // the last read: the chat's own rows are read now, under the lease, and
+                // when they are the memory's the lane goes on without a read of the table.
+                if lease.fence().generation == 1 && self.chat_in_step(lane, key).await {
                     self.lanes().in_step.insert(lane, lease.fence());
                     return Some(Some(lease));
                 }
@@ -807,6 +810,35 @@ impl Inbox {
                 None
             }
         }
+    }
+
+    /// Whether the memory of `lane` (the chat `chat`) holds the chat's waiting rows as
+    /// the table has them now — the same ids, none missing, none the table no longer
+    /// has, fewer than [`FETCH_PER_CHAT`]; then they are vouched for (no older row of
+    /// the chat is left in the table). `false` when the table cannot be read.
+    async fn chat_in_step(&self, lane: Lane, chat: i64) -> bool {
+        let Ok(table) = self
+            .store()
+            .unhandled_update_ids_of_chat(self.bot_id(), chat, FETCH_PER_CHAT)
+            .await
+        else {
+            return false;
+        };
+        // As many as asked for: the chat may have more, a read of the table decides.
+        if table.len() >= usize::try_from(FETCH_PER_CHAT).unwrap_or(usize::MAX) {
+            return false;
+        }
+        let mut lanes = self.lanes();
+        let Some(queue) = lanes.waiting.get_mut(&lane) else {
+            return table.is_empty();
+        };
+        if !queue.keys().copied().eq(table.iter().copied()) {
+            return false;
+        }
+        for row in queue.values_mut() {
+            row.vouched = true;
+        }
+        true
     }
 
     /// Whether the memory of `lane` was read under `lease` (see [`Lanes::in_step`]).
@@ -1695,15 +1727,18 @@ pub(in crate::bot) mod tests {
         assert!(pace.take(later).is_some());
     }
 
-    /// A chat's first lease ever (generation 1) goes to work at once: no other instance
-    /// worked on the chat, so nothing is stale and nothing was left by one that died.
-    /// A chat another instance held before is read again from the table first.
+    /// A chat's first lease ever (generation 1) goes to work at once when the chat's
+    /// rows in the table are the memory's: no other instance worked on the chat, so
+    /// nothing is stale and nothing was left by one that died. An older update of the
+    /// chat another instance committed since the last read, or a chat another instance
+    /// held before, sends the lane back for a read of the table first.
     #[tokio::test]
-    async fn a_chats_first_lease_needs_no_read_and_one_held_elsewhere_before_does() {
-        let (inbox, leases, b, _dir) = shared_leased_inbox(LEASE).await;
+    async fn a_chats_first_lease_needs_no_read_unless_the_table_has_more_of_it() {
+        let (inbox, _leases, b, _dir) = shared_leased_inbox(LEASE).await;
         let store = inbox.store().clone();
-        stored(&inbox, 1, Some(5)).await;
-        stored(&inbox, 2, Some(6)).await;
+        stored(&inbox, 3, Some(7)).await;
+        stored(&inbox, 2, Some(5)).await;
+        stored(&inbox, 4, Some(6)).await;
         // Chat 6 was another instance's, given up since.
         let theirs = store
             .take_chat_lease(6, b, LEASE)
@@ -1712,21 +1747,37 @@ pub(in crate::bot) mod tests {
             .expect("free");
         store.release_chat_lease(&theirs).await.expect("given up");
         assert!(inbox.read_table().await.is_none(), "read");
-        let first = inbox.lane_lease(Lane::Chat(5)).await;
+        // Another instance commits an older update of chat 5 after that read.
+        stored(&inbox, 1, Some(5)).await;
+
+        let first = inbox.lane_lease(Lane::Chat(7)).await;
         let first = first.expect("runs at once").expect("a lease");
         assert_eq!(first.fence().generation, 1);
-        assert!(inbox.lanes().waiting.contains_key(&Lane::Chat(5)), "kept");
+        assert!(inbox.lanes().waiting[&Lane::Chat(7)][&3].vouched);
         drop(first);
         assert!(
+            inbox.lane_lease(Lane::Chat(5)).await.is_none(),
+            "the table has an older row of chat 5: read first"
+        );
+        assert!(
+            !inbox.lanes().waiting.contains_key(&Lane::Chat(5)),
+            "dropped"
+        );
+        assert!(
             inbox.lane_lease(Lane::Chat(6)).await.is_none(),
-            "read again first"
+            "held elsewhere before: read first"
         );
         assert!(
             !inbox.lanes().waiting.contains_key(&Lane::Chat(6)),
             "dropped"
         );
         assert!(!inbox.lanes().in_sync(), "the table is read again");
-        drop(leases);
+        assert!(inbox.read_table().await.is_none(), "read");
+        let lane = inbox.lanes().waiting[&Lane::Chat(5)]
+            .keys()
+            .copied()
+            .collect::<Vec<_>>();
+        assert_eq!(lane, [1, 2], "both, in order");
     }
 
     /// A read leaves out the payloads of the rows the memory held when it began. Such a
