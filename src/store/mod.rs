@@ -650,8 +650,8 @@ pub use unfinished::{
     DEFER_TO_FREE_SLOT_SQL, MARK_ANSWERED_POSTGRES_SQL, UNFINISHED_REPLY, Unfinished,
 };
 pub use updates::{
-    DeadLetter, InboxCounts, InboxUpdate, NewUpdate, NextTry, Pruned, UPDATE_MAX_FAILURES,
-    UpdateFailure, UpdateKey,
+    ChatUpdate, DeadLetter, InboxCounts, InboxUpdate, NewUpdate, NextTry, Pruned,
+    UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey,
 };
 pub use users::{NewUser, User};
 

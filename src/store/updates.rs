@@ -77,6 +77,16 @@ impl TryFrom<Option<String>> for NextTry {
     }
 }
 
+/// A waiting row of one chat as [`Store::unhandled_updates_of_chat`] reads it: its
+/// place, failures and retry time, not its payload.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct ChatUpdate {
+    pub update_id: i64,
+    pub failures: i64,
+    #[sqlx(try_from = "Option<String>")]
+    pub next_try_at: NextTry,
+}
+
 /// What a failed try of an update did to its row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpdateFailure {
@@ -464,18 +474,18 @@ impl Store {
         }))
     }
 
-    /// The ids of a chat's first `limit` updates not handled and not dead, in order —
-    /// through `updates_unhandled`, a few rows: whether the handling loop's memory of
-    /// one chat is in step with the table, without reading every chat's rows.
-    pub async fn unhandled_update_ids_of_chat(
+    /// A chat's first `limit` updates not handled and not dead, in order, without their
+    /// payloads — through `updates_unhandled`, a few rows: whether the handling loop's
+    /// memory of one chat is in step with the table, without reading every chat's rows.
+    pub async fn unhandled_updates_of_chat(
         &self,
         bot_id: i64,
         chat_id: i64,
         limit: i64,
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<Vec<ChatUpdate>, StoreError> {
         Ok(on_db!(self, write, |pool| {
-            sqlx::query_scalar(
-                "SELECT update_id FROM updates
+            sqlx::query_as::<_, ChatUpdate>(
+                "SELECT update_id, failures, next_try_at FROM updates
                  WHERE bot_id = $1 AND chat_id = $2 AND handled_at IS NULL AND dead = 0
                  ORDER BY update_id LIMIT $3",
             )

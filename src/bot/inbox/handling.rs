@@ -768,22 +768,23 @@ impl Inbox {
         match held {
             // On SQLite the lock file keeps other daemons out: nothing can be stale.
             Ok(Some(lease)) if leases.shared() && !self.in_step(lane, &lease) => {
-                // The chat's first lease: generation 1 is only ever one holder's (another
-                // holder's take raises it), so no other instance has worked on the chat —
-                // nothing the memory holds of it is stale, and no instance died holding
-                // it. Another may still have committed an older update of the chat since
-                // the last read: the chat's own rows are read now, under the lease, and
-                // when they are the memory's the lane goes on without a read of the table.
-                if lease.fence().generation == 1 && self.chat_in_step(lane, key).await {
-                    self.lanes().in_step.insert(lane, lease.fence());
-                    return Some(Some(lease));
-                }
-                // What an instance that died left of the chat goes first: claimed, each
-                // with its turn in the chat, before the chat's next update is handled.
-                if let Some(take_over) = self.take_over() {
+                // Generation 1 is only ever one holder's (another holder's take raises
+                // it): under the chat's first lease no instance died holding it. Under a
+                // later one, what an instance that died left of the chat goes first:
+                // claimed, each with its turn in the chat, before its next update.
+                if lease.fence().generation > 1
+                    && let Some(take_over) = self.take_over()
+                {
                     take_over(key).await;
                 }
                 self.lanes().in_step.insert(lane, lease.fence());
+                // The chat's own rows read now, under the lease: when they are the
+                // memory's, nothing it holds is stale (a row another instance handled
+                // or let die is gone from them) or missing (an older update another
+                // instance committed since the last read), and the lane goes on.
+                if self.chat_in_step(lane, key).await {
+                    return Some(Some(lease));
+                }
                 self.drop_lane(lane);
                 self.reread();
                 None
@@ -814,12 +815,13 @@ impl Inbox {
 
     /// Whether the memory of `lane` (the chat `chat`) holds the chat's waiting rows as
     /// the table has them now — the same ids, none missing, none the table no longer
-    /// has, fewer than [`FETCH_PER_CHAT`]; then they are vouched for (no older row of
-    /// the chat is left in the table). `false` when the table cannot be read.
+    /// has, fewer than [`FETCH_PER_CHAT`]; then they are brought up to date (failures
+    /// and retry times another instance may have recorded) and vouched for (no older
+    /// row of the chat is left in the table). `false` when the table cannot be read.
     async fn chat_in_step(&self, lane: Lane, chat: i64) -> bool {
         let Ok(table) = self
             .store()
-            .unhandled_update_ids_of_chat(self.bot_id(), chat, FETCH_PER_CHAT)
+            .unhandled_updates_of_chat(self.bot_id(), chat, FETCH_PER_CHAT)
             .await
         else {
             return false;
@@ -832,11 +834,19 @@ impl Inbox {
         let Some(queue) = lanes.waiting.get_mut(&lane) else {
             return table.is_empty();
         };
-        if !queue.keys().copied().eq(table.iter().copied()) {
+        if !queue
+            .keys()
+            .copied()
+            .eq(table.iter().map(|row| row.update_id))
+        {
             return false;
         }
-        for row in queue.values_mut() {
-            row.vouched = true;
+        for (known, row) in queue.values_mut().zip(&table) {
+            if !matches!(known.body, Body::Running) {
+                known.failures = row.failures;
+                known.next_try_at = row.next_try_at;
+                known.vouched = true;
+            }
         }
         true
     }
@@ -1727,27 +1737,39 @@ pub(in crate::bot) mod tests {
         assert!(pace.take(later).is_some());
     }
 
-    /// A chat's first lease ever (generation 1) goes to work at once when the chat's
-    /// rows in the table are the memory's: no other instance worked on the chat, so
-    /// nothing is stale and nothing was left by one that died. An older update of the
-    /// chat another instance committed since the last read, or a chat another instance
-    /// held before, sends the lane back for a read of the table first.
+    /// A lease new to the loop goes to work at once when the chat's rows in the table
+    /// are the memory's — brought up to date with what another instance recorded of them.
+    /// A row another instance handled meanwhile (stale in memory), or an older update it
+    /// committed since the last read (missing), sends the lane back for a read of the
+    /// table first.
     #[tokio::test]
-    async fn a_chats_first_lease_needs_no_read_unless_the_table_has_more_of_it() {
+    async fn a_new_lease_needs_no_read_unless_the_table_differs_from_the_memory() {
         let (inbox, _leases, b, _dir) = shared_leased_inbox(LEASE).await;
         let store = inbox.store().clone();
-        stored(&inbox, 3, Some(7)).await;
-        stored(&inbox, 2, Some(5)).await;
-        stored(&inbox, 4, Some(6)).await;
-        // Chat 6 was another instance's, given up since.
-        let theirs = store
-            .take_chat_lease(6, b, LEASE)
-            .await
-            .expect("take")
-            .expect("free");
-        store.release_chat_lease(&theirs).await.expect("given up");
+        for (update_id, chat) in [(3, 7), (2, 5), (4, 6), (9, 8), (10, 8)] {
+            stored(&inbox, update_id, Some(chat)).await;
+        }
         assert!(inbox.read_table().await.is_none(), "read");
-        // Another instance commits an older update of chat 5 after that read.
+        // Meanwhile another instance held chats 6 and 8, recorded a failed try of 4,
+        // handled 9, and gave them up; and it committed an older update of chat 5.
+        let later = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+        for chat in [6, 8] {
+            let theirs = store
+                .take_chat_lease(chat, b, LEASE)
+                .await
+                .expect("take")
+                .expect("free");
+            store.release_chat_lease(&theirs).await.expect("given up");
+        }
+        let key = |update_id| UpdateKey {
+            bot_id: 1,
+            update_id,
+        };
+        store
+            .record_update_failure(key(4), "handler_failed", later)
+            .await
+            .expect("failure");
+        store.mark_update_handled(key(9)).await.expect("handled");
         stored(&inbox, 1, Some(5)).await;
 
         let first = inbox.lane_lease(Lane::Chat(7)).await;
@@ -1755,29 +1777,33 @@ pub(in crate::bot) mod tests {
         assert_eq!(first.fence().generation, 1);
         assert!(inbox.lanes().waiting[&Lane::Chat(7)][&3].vouched);
         drop(first);
-        assert!(
-            inbox.lane_lease(Lane::Chat(5)).await.is_none(),
-            "the table has an older row of chat 5: read first"
-        );
-        assert!(
-            !inbox.lanes().waiting.contains_key(&Lane::Chat(5)),
-            "dropped"
-        );
-        assert!(
-            inbox.lane_lease(Lane::Chat(6)).await.is_none(),
-            "held elsewhere before: read first"
-        );
-        assert!(
-            !inbox.lanes().waiting.contains_key(&Lane::Chat(6)),
-            "dropped"
-        );
+        let taken = inbox.lane_lease(Lane::Chat(6)).await;
+        let taken = taken.expect("runs at once").expect("a lease");
+        assert_eq!(taken.fence().generation, 2, "taken over");
+        {
+            let lanes = inbox.lanes();
+            let row = &lanes.waiting[&Lane::Chat(6)][&4];
+            assert_eq!((row.failures, row.next_try_at.0.is_some()), (1, true));
+        }
+        drop(taken);
+        for (chat, why) in [(5, "an older row is missing"), (8, "a row is stale")] {
+            assert!(inbox.lane_lease(Lane::Chat(chat)).await.is_none(), "{why}");
+            assert!(
+                !inbox.lanes().waiting.contains_key(&Lane::Chat(chat)),
+                "{why}"
+            );
+        }
         assert!(!inbox.lanes().in_sync(), "the table is read again");
         assert!(inbox.read_table().await.is_none(), "read");
-        let lane = inbox.lanes().waiting[&Lane::Chat(5)]
-            .keys()
-            .copied()
-            .collect::<Vec<_>>();
-        assert_eq!(lane, [1, 2], "both, in order");
+        let lanes = inbox.lanes();
+        let ids = |chat| {
+            lanes.waiting[&Lane::Chat(chat)]
+                .keys()
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(5), [1, 2], "both, in order");
+        assert_eq!(ids(8), [10], "the handled row is gone");
     }
 
     /// A read leaves out the payloads of the rows the memory held when it began. Such a
