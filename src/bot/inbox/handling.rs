@@ -111,9 +111,9 @@ pub(in crate::bot) struct Lanes {
     pace: ReadPace,
 }
 
-/// Among instances each chat's first lease asks for a read of the table (the memory
-/// may be stale), and under a burst of new chats that was a read of every waiting row
-/// for every few chats. Reads come in a burst of [`READ_BURST`] (a chat's first update:
+/// Among instances a chat's lease new to the loop asks for a read of the table when
+/// the chat's own rows differ from the memory's, and updates that arrive ask for one:
+/// under a burst that was a read of every waiting row for every few chats. Reads come in a burst of [`READ_BURST`] (a chat's first update:
 /// the read that brings it, then the one its new lease asks for — no wait), then one
 /// per [`READ_SPACING`]: every lane that asked meanwhile is served by the same read.
 #[derive(Debug, Default)]
@@ -741,9 +741,10 @@ impl Inbox {
     /// `None` when the lane may not run now: another instance holds the chat (its rows
     /// leave the memory; that instance is told and handles them from the table), the
     /// lease is new to the loop — just taken, or taken by the worker, or under another
-    /// fence than the one the memory was last read under — and another instance held
-    /// the chat before: what the memory holds of the chat may be stale, so it is read
-    /// from the table again first — or the lease could not be asked for.
+    /// fence than the one the memory was last read under — and the chat's rows in the
+    /// table are not the memory's ([`Inbox::chat_in_step`]): what the memory holds of the
+    /// chat is stale or incomplete, so it is read from the table again first — or the
+    /// lease could not be asked for.
     async fn lane_lease(&self, lane: Lane) -> Option<Option<ChatLease>> {
         let Some(leases) = self.leases() else {
             return Some(None);
@@ -830,7 +831,8 @@ impl Inbox {
         if table.len() >= usize::try_from(FETCH_PER_CHAT).unwrap_or(usize::MAX) {
             return false;
         }
-        let mut lanes = self.lanes();
+        let mut guard = self.lanes();
+        let lanes = &mut *guard;
         let Some(queue) = lanes.waiting.get_mut(&lane) else {
             return table.is_empty();
         };
@@ -840,6 +842,12 @@ impl Inbox {
             .eq(table.iter().map(|row| row.update_id))
         {
             return false;
+        }
+        // A read of the table under way began before these rows were read: what it saw
+        // of the chat (a row another instance has handled since, an older failure
+        // count) must not come back over them.
+        if lanes.reading {
+            lanes.dropped.insert(lane);
         }
         for (known, row) in queue.values_mut().zip(&table) {
             if !matches!(known.body, Body::Running) {
@@ -1777,13 +1785,25 @@ pub(in crate::bot) mod tests {
         assert_eq!(first.fence().generation, 1);
         assert!(inbox.lanes().waiting[&Lane::Chat(7)][&3].vouched);
         drop(first);
+        // A read under way that began before chat 6's rows were read (it saw 4 with no
+        // failure yet, and a row 5 another instance has handled since) brings none of
+        // that over them.
+        inbox.lanes().reading = true;
         let taken = inbox.lane_lease(Lane::Chat(6)).await;
         let taken = taken.expect("runs at once").expect("a lease");
         assert_eq!(taken.fence().generation, 2, "taken over");
         {
-            let lanes = inbox.lanes();
-            let row = &lanes.waiting[&Lane::Chat(6)][&4];
-            assert_eq!((row.failures, row.next_try_at.0.is_some()), (1, true));
+            let mut guard = inbox.lanes();
+            let lanes = &mut *guard;
+            merge(lanes, vec![table_row(4, 6), table_row(5, 6)], 0, true);
+            lanes.reading = false;
+            lanes.dropped.clear();
+            let queue = &lanes.waiting[&Lane::Chat(6)];
+            assert_eq!(queue.keys().copied().collect::<Vec<_>>(), [4]);
+            assert_eq!(
+                (queue[&4].failures, queue[&4].next_try_at.0.is_some()),
+                (1, true)
+            );
         }
         drop(taken);
         for (chat, why) in [(5, "an older row is missing"), (8, "a row is stale")] {
