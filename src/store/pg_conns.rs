@@ -261,19 +261,27 @@ enum State {
 #[derive(Debug)]
 pub struct PgHold(PgConn);
 
-impl std::ops::Deref for PgHold {
-    type Target = PgConn;
+/// A hold and a transaction each lend their connection to statements (`&mut *hold`).
+macro_rules! lends_its_connection {
+    ($holder:ty) => {
+        impl std::ops::Deref for $holder {
+            type Target = PgConn;
 
-    fn deref(&self) -> &PgConn {
-        &self.0
-    }
+            fn deref(&self) -> &PgConn {
+                &self.0
+            }
+        }
+
+        impl std::ops::DerefMut for $holder {
+            fn deref_mut(&mut self) -> &mut PgConn {
+                &mut self.0
+            }
+        }
+    };
 }
 
-impl std::ops::DerefMut for PgHold {
-    fn deref_mut(&mut self) -> &mut PgConn {
-        &mut self.0
-    }
-}
+lends_its_connection!(PgHold);
+lends_its_connection!(PgTx);
 
 impl PgHold {
     /// The connection, out of the store's hands for good (a session of its own, like
@@ -397,20 +405,6 @@ impl PgTx {
         (&mut self.0).execute(sqlx::raw_sql(how)).await?;
         self.0.state = State::Ready;
         Ok(())
-    }
-}
-
-impl std::ops::Deref for PgTx {
-    type Target = PgConn;
-
-    fn deref(&self) -> &PgConn {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for PgTx {
-    fn deref_mut(&mut self) -> &mut PgConn {
-        &mut self.0
     }
 }
 

@@ -522,11 +522,12 @@ impl Store {
     ) -> Result<Vec<(Unfinished, DayLog)>, StoreError> {
         // One chat's says so outright: PostgreSQL's generic plan of `$4 IS NULL OR
         // chat_id = $4` cannot use the chat's index, and read every pending log.
-        let own = if chat_id.is_some() {
-            "source = $2 AND ($3 IS NULL OR user_id = $3) AND chat_id = $4"
+        let chat = if chat_id.is_some() {
+            "chat_id = $4"
         } else {
-            "source = $2 AND ($3 IS NULL OR user_id = $3) AND ($4 IS NULL OR chat_id = $4)"
+            "($4 IS NULL OR chat_id = $4)"
         };
+        let own = format!("source = $2 AND ($3 IS NULL OR user_id = $3) AND {chat}");
         let rows = on_db!(self, read, |pool| {
             sqlx::query_as::<_, DayLog>(&format!(
                 "SELECT {LOG_COLUMNS} FROM day_logs WHERE {pending} AND {own}

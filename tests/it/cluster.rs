@@ -1218,17 +1218,9 @@ async fn an_instance_stalled_past_its_lease_sends_nothing_once_its_chat_was_take
 async fn postgres_restarted_in_a_burst_loses_nothing_and_answers_everything_after() {
     use crate::support::telegram::text_update;
     use crate::support::{FakeTelegram, Providers};
-    if !backends().contains(&Backend::Postgres) {
-        return;
-    }
-    let Some(pg) = crate::support::cluster::OwnPostgres::start() else {
-        // `backends()` found a server elsewhere (DAYLOG_TEST_POSTGRES_URL): nothing of
-        // this test's own to restart.
-        eprintln!("the PostgreSQL restart test did not run: no server binaries of its own");
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true: it must run"
-        );
+    // A server of its own to restart (the shared one serves every other test).
+    let Some(pg) = crate::support::cluster::OwnPostgres::for_test("the PostgreSQL restart test")
+    else {
         return;
     };
     let dir = tempfile::tempdir().expect("dir");

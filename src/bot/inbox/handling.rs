@@ -111,11 +111,12 @@ pub(in crate::bot) struct Lanes {
     pace: ReadPace,
 }
 
-/// Among instances a chat's lease new to the loop asks for a read of the table when
-/// the chat's own rows differ from the memory's, and updates that arrive ask for one:
-/// under a burst that was a read of every waiting row for every few chats. Reads come in a burst of [`READ_BURST`] (a chat's first update:
-/// the read that brings it, then the one its new lease asks for — no wait), then one
-/// per [`READ_SPACING`]: every lane that asked meanwhile is served by the same read.
+/// How often the loop reads the table. Among instances every batch of updates that
+/// arrives asks for a read, and so does a chat's new lease when the chat's own rows
+/// differ from the memory's: under a burst that was a read of every waiting row for
+/// every few chats. Reads come [`READ_BURST`] at once (a chat's update and its lease's
+/// read need not wait), then one per [`READ_SPACING`]: every lane that asked meanwhile
+/// is served by the same read.
 #[derive(Debug, Default)]
 struct ReadPace {
     /// The time banked toward reads, at most [`READ_BURST`] spacings (a read spends
@@ -199,6 +200,21 @@ struct Waiting {
     ///
     /// [`Leases::hold_arrived`]: crate::cluster::Leases::hold_arrived
     arrived: bool,
+}
+
+impl Waiting {
+    /// A read made under the chat's lease found the row waiting with these failures and
+    /// retry time: they are the row's now, and no older row of its chat is left unseen.
+    /// `false` (nothing changed) while the row runs: its task records what comes of it.
+    fn seen(&mut self, failures: i64, next_try_at: NextTry) -> bool {
+        if matches!(self.body, Body::Running) {
+            return false;
+        }
+        self.failures = failures;
+        self.next_try_at = next_try_at;
+        self.vouched = true;
+        true
+    }
 }
 
 /// What the memory holds of a row's update.
@@ -850,11 +866,7 @@ impl Inbox {
             lanes.dropped.insert(lane);
         }
         for (known, row) in queue.values_mut().zip(&table) {
-            if !matches!(known.body, Body::Running) {
-                known.failures = row.failures;
-                known.next_try_at = row.next_try_at;
-                known.vouched = true;
-            }
+            known.seen(row.failures, row.next_try_at);
         }
         true
     }
@@ -1186,25 +1198,21 @@ fn merge(lanes: &mut Lanes, rows: Vec<InboxUpdate>, from: u64, shared: bool) {
         }
         // A row read without its payload (the memory held it when the read began)
         // that the memory now lacks, or waits to read again, is left to the next read.
-        let missing = |queue: Option<&BTreeMap<i64, Waiting>>| {
-            queue
+        if row.held
+            && lanes
+                .waiting
+                .get(&lane)
                 .and_then(|queue| queue.get(&row.update_id))
                 .is_none_or(|known| matches!(known.body, Body::Unread))
-        };
-        if row.held && missing(lanes.waiting.get(&lane)) {
+        {
             whole = false;
             continue;
         }
         match lanes.waiting.entry(lane).or_default().entry(row.update_id) {
             Entry::Occupied(mut slot) => {
                 let known = slot.get_mut();
-                if !matches!(known.body, Body::Running) {
-                    known.failures = row.failures;
-                    known.next_try_at = row.next_try_at;
-                    known.vouched = true;
-                    if matches!(known.body, Body::Unread) {
-                        known.body = Body::Stored(row.payload);
-                    }
+                if known.seen(row.failures, row.next_try_at) && matches!(known.body, Body::Unread) {
+                    known.body = Body::Stored(row.payload);
                 }
             }
             Entry::Vacant(slot) => {

@@ -293,6 +293,29 @@ pub struct OwnPostgres {
 }
 
 impl OwnPostgres {
+    /// A server of the test `what`'s own when the PostgreSQL suite runs here; `None`
+    /// when it does not (`backends()` said so), or when its server is elsewhere
+    /// (`DAYLOG_TEST_POSTGRES_URL`) and no binaries are installed to start one — said
+    /// in a line, and under `CI=true` a failure: the test must run there.
+    pub fn for_test(what: &str) -> Option<Self> {
+        use super::postgres::{Backend, backends};
+        if !backends().contains(&Backend::Postgres) {
+            return None;
+        }
+        let own = Self::start();
+        if own.is_none() {
+            #[expect(clippy::print_stderr, reason = "the one line saying what did not run")]
+            {
+                eprintln!("{what} did not run: no server binaries of its own");
+            }
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true: it must run"
+            );
+        }
+        own
+    }
+
     /// `None` when no server binaries are installed.
     pub fn start() -> Option<Self> {
         // The newest installed server's binaries.
