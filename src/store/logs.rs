@@ -1496,6 +1496,15 @@ struct PgCandidate {
     text: String,
 }
 
+/// The newest `$3` of user `$1`'s entries whose indexed words match tsquery `$2`.
+/// Public for query plans.
+pub const SEARCH_CANDIDATES_POSTGRES_SQL: &str =
+    "SELECT d.id, d.created_at, coalesce(d.local_day, left(d.created_at, 10), '') AS day,
+         d.text
+     FROM day_logs_fts s JOIN day_logs d ON d.id = s.id
+     WHERE s.user_id = $1 AND d.user_id = $1 AND s.words @@ $2::tsquery
+     ORDER BY s.id DESC LIMIT $3";
+
 /// [`Store::search`] on PostgreSQL (`store/search.rs` says how): the user's entries not
 /// indexed yet get their words first; then the newest [`SEARCH_CANDIDATES`] matches of
 /// the index, ranked and cut into snippets here as FTS5 ranks and cuts them.
@@ -1512,18 +1521,19 @@ async fn search_postgres(
         return Ok(Vec::new());
     }
     index_postgres(pg, user_id).await?;
-    let candidates: Vec<PgCandidate> = sqlx::query_as(
-        "SELECT d.id, d.created_at, coalesce(d.local_day, left(d.created_at, 10), '') AS day,
-             d.text
-         FROM day_logs_fts s JOIN day_logs d ON d.id = s.id
-         WHERE s.user_id = $1 AND d.user_id = $1 AND s.words @@ $2::tsquery
-         ORDER BY s.id DESC LIMIT $3",
-    )
-    .bind(user_id)
-    .bind(search::tsquery(&clauses))
-    .bind(SEARCH_CANDIDATES)
-    .fetch_all(pg)
-    .await?;
+    // Planned for these words: a word in most entries is found newest first along the
+    // index's order, a rare one through the word index; one plan for every word (the
+    // store's connections plan generically, `super::GENERIC_PLANS`) read a common
+    // word's every entry before it kept the newest.
+    let mut tx = pg.begin().await?;
+    sqlx::query(super::CUSTOM_PLAN).execute(&mut *tx).await?;
+    let candidates: Vec<PgCandidate> = sqlx::query_as(SEARCH_CANDIDATES_POSTGRES_SQL)
+        .bind(user_id)
+        .bind(search::tsquery(&clauses))
+        .bind(SEARCH_CANDIDATES)
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
     if candidates.is_empty() {
         return Ok(Vec::new());
     }

@@ -640,8 +640,8 @@ pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DigestClaim, DigestSta
 pub use logs::{
     BeforeAnalysis, DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts, Inserted,
     NewImportLog, NewLog, NewVoiceLog, RECENT_USE_POSTGRES_SQL, RECENT_USE_SQL, SEARCH_CANDIDATES,
-    SEARCH_LIMIT, SEARCH_MAX_FORMS, SEARCH_SQL, SearchHit, SnippetRun, VoiceNote, YEAR_MOODS_SQL,
-    fold_for_search, fts_query, fts_query_with,
+    SEARCH_CANDIDATES_POSTGRES_SQL, SEARCH_LIMIT, SEARCH_MAX_FORMS, SEARCH_SQL, SearchHit,
+    SnippetRun, VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query, fts_query_with,
 };
 pub use pg_conns::{PgConn, PgConns, PgHold, PgTx};
 pub use read_only::{Backup, backup, open_postgres_for_sql, open_read_only, read_only_options};
@@ -860,6 +860,20 @@ fn postgres_options(url: &str) -> Result<(PgConnectOptions, String), StoreError>
     Ok((options, shown))
 }
 
+/// What each of the store's PostgreSQL connections sets first: every statement with
+/// parameters is planned once for all its values (a generic plan) instead of five
+/// times, once per value, before PostgreSQL settles on the generic plan anyway — and
+/// again after each `ANALYZE` of a table it reads (autovacuum's, as a journal grows)
+/// and on every new connection. The store's statements find their rows through
+/// equalities on indexed columns, whose plans do not depend on the values; the one
+/// that does (`/search`'s, how many entries hold a word) asks for a plan of its own
+/// values ([`CUSTOM_PLAN`]). `daylog sql` keeps the server's setting.
+const GENERIC_PLANS: &str = "SET plan_cache_mode = force_generic_plan";
+
+/// Inside a transaction: its statements are planned for their own values (see
+/// [`GENERIC_PLANS`]).
+const CUSTOM_PLAN: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
+
 /// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`).
 pub fn is_postgres_url(url: &str) -> bool {
     crate::config::is_postgres_url(url)
@@ -1034,6 +1048,12 @@ impl Store {
             .max_connections(POSTGRES_CONNECTIONS)
             .acquire_timeout(limits.busy_timeout.max(Duration::from_secs(5)))
             .test_before_acquire(false)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(&mut *conn, GENERIC_PLANS).await?;
+                    Ok(())
+                })
+            })
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
                     if meta.idle_for >= PING_IDLE {

@@ -2300,6 +2300,66 @@ async fn on_postgres_an_analysis_does_not_wait_for_the_wal_flush_and_an_entry_do
     );
 }
 
+/// The plan PostgreSQL runs `sql` with on the store's connections, which plan every
+/// statement once for all its values (a generic plan): `sql` prepared, then explained
+/// for `args` (its parameters' values, as SQL).
+async fn generic_plan(url: &str, sql: &str, args: &str) -> String {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .expect("a connection");
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut conn)
+        .await
+        .expect("the store's plans");
+    sqlx::raw_sql(&format!("PREPARE planned AS {sql}"))
+        .execute(&mut conn)
+        .await
+        .expect("prepared");
+    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE planned({args})"))
+        .fetch_all(&mut conn)
+        .await
+        .expect("a plan");
+    plan.join("\n")
+}
+
+/// The store's PostgreSQL connections plan each statement once for all its values,
+/// rather than five times for five values before settling on that plan, and again
+/// after each `ANALYZE`; `/search`, whose best plan depends on how many entries hold
+/// the words, asks for a plan of its own values in its transaction, and finds.
+#[tokio::test]
+async fn on_postgres_the_stores_statements_are_planned_once_for_all_their_values() {
+    let Some(db) = fresh_postgres().await else {
+        return; // said once by `backends()`; CI=true fails there
+    };
+    // The search's words: planned for them, in the search's own transaction.
+    user(&db.store, 1).await;
+    let raw = Raw::connect(&db.url).await;
+    raw.exec(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text, status)
+         SELECT 1, 1, n, 'worked today, number ' || n, 'analyzed'
+           FROM generate_series(1, 3000) AS n",
+    )
+    .await;
+    assert_eq!(
+        db.store
+            .search(UserId(1), "worked")
+            .await
+            .expect("a search")
+            .len(),
+        5
+    );
+    // Every connection, the search's too, plans generically.
+    let conns = db.store.pg_pool().expect("a PostgreSQL store");
+    for _ in 0..3 {
+        let mode: String = sqlx::query_scalar("SHOW plan_cache_mode")
+            .fetch_one(conns)
+            .await
+            .expect("the setting");
+        assert_eq!(mode, "force_generic_plan");
+    }
+}
+
 /// PostgreSQL records answers sent through the primary key of `day_logs`: with the
 /// few answers of a batch taken for 50 (a JSON array's rows are not counted), `IN
 /// (SELECT …)` was planned as a hash join over a scan of every log of a table of a few
@@ -2318,16 +2378,12 @@ async fn on_postgres_answers_are_recorded_through_the_logs_primary_key() {
     )
     .await;
     raw.exec("ANALYZE day_logs").await;
-    let pool = sqlx::PgPool::connect(&db.url).await.expect("a connection");
-    let plan: Vec<String> = sqlx::query_scalar(&format!(
-        "EXPLAIN {}",
-        daylog::store::MARK_ANSWERED_POSTGRES_SQL
-    ))
-    .bind(r#"[{"id": 7, "chat": null, "holder": null, "generation": null}]"#)
-    .fetch_all(&pool)
-    .await
-    .expect("a plan");
-    let plan = plan.join("\n");
+    let plan = generic_plan(
+        &db.url,
+        daylog::store::MARK_ANSWERED_POSTGRES_SQL,
+        r#"'[{"id": 7, "chat": null, "holder": null, "generation": null}]'"#,
+    )
+    .await;
     assert!(!plan.contains("Seq Scan on day_logs"), "{plan}");
     assert!(plan.contains("day_logs_pkey"), "{plan}");
 }
@@ -2433,17 +2489,12 @@ async fn on_postgres_the_hourly_count_reads_the_users_calls_through_their_logs()
     .await;
     // The user's logs are known to the planner (ANALYZE), the calls not yet.
     raw.exec("ANALYZE day_logs").await;
-    let pool = sqlx::PgPool::connect(&db.url).await.expect("a connection");
-    let plan: Vec<String> = sqlx::query_scalar(&format!(
-        "EXPLAIN {}",
-        daylog::store::RECENT_USE_POSTGRES_SQL
-    ))
-    .bind(7_i64)
-    .bind(i64::MAX)
-    .fetch_all(&pool)
-    .await
-    .expect("a plan");
-    let plan = plan.join("\n");
+    let plan = generic_plan(
+        &db.url,
+        daylog::store::RECENT_USE_POSTGRES_SQL,
+        "7, 9223372036854775807",
+    )
+    .await;
     assert!(!plan.contains("Seq Scan on llm_calls"), "{plan}");
     assert!(plan.contains("llm_calls_day_log"), "{plan}");
 }
