@@ -2360,6 +2360,41 @@ async fn on_postgres_the_stores_statements_are_planned_once_for_all_their_values
     }
 }
 
+/// PostgreSQL's word index holds only entries that have words (a new entry has none
+/// until its author's next search), and the search's reads of it still find it: a
+/// `words @@ …` can only match a row that has words.
+#[tokio::test]
+async fn on_postgres_the_word_index_leaves_out_entries_without_words() {
+    use sqlx::Connection as _;
+    let Some(db) = fresh_postgres().await else {
+        return; // said once by `backends()`; CI=true fails there
+    };
+    let raw = Raw::connect(&db.url).await;
+    let definition: String = raw
+        .value("SELECT indexdef FROM pg_indexes WHERE indexname = 'day_logs_fts_words'")
+        .await;
+    assert!(
+        definition.ends_with("WHERE (words IS NOT NULL)"),
+        "{definition}"
+    );
+    // The only index that can serve the search's `words @@ …` is this one.
+    let mut conn = sqlx::PgConnection::connect(&db.url)
+        .await
+        .expect("a connection");
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&mut conn)
+        .await
+        .expect("no table scans");
+    let plan: Vec<String> =
+        sqlx::query_scalar("EXPLAIN SELECT count(*) FROM day_logs_fts WHERE words @@ $1::tsquery")
+            .bind("worked")
+            .fetch_all(&mut conn)
+            .await
+            .expect("a plan");
+    let plan = plan.join("\n");
+    assert!(plan.contains("day_logs_fts_words"), "{plan}");
+}
+
 /// PostgreSQL records answers sent through the primary key of `day_logs`: with the
 /// few answers of a batch taken for 50 (a JSON array's rows are not counted), `IN
 /// (SELECT …)` was planned as a hash join over a scan of every log of a table of a few
