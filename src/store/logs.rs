@@ -1521,10 +1521,8 @@ async fn search_postgres(
         return Ok(Vec::new());
     }
     index_postgres(pg, user_id).await?;
-    // Planned for these words: a word in most entries is found newest first along the
-    // index's order, a rare one through the word index; one plan for every word (the
-    // store's connections plan generically, `super::GENERIC_PLANS`) read a common
-    // word's every entry before it kept the newest.
+    // Planned for these words (`super::CUSTOM_PLAN`): a word in most entries is found
+    // newest first along the index's order, a rare one through the word index.
     let mut tx = pg.begin().await?;
     sqlx::query(super::CUSTOM_PLAN).execute(&mut *tx).await?;
     let candidates: Vec<PgCandidate> = sqlx::query_as(SEARCH_CANDIDATES_POSTGRES_SQL)
