@@ -396,8 +396,8 @@ static BEFORE_ANALYSIS_SQLITE: std::sync::LazyLock<String> = std::sync::LazyLock
     before_analysis_sql(RECENT_USE.sqlite, "json_extract(metrics, '$.summary')")
 });
 
-/// [`before_analysis_sql`] on PostgreSQL.
-static BEFORE_ANALYSIS_POSTGRES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+/// [`before_analysis_sql`] on PostgreSQL. Public for query plans.
+pub static BEFORE_ANALYSIS_POSTGRES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     before_analysis_sql(RECENT_USE.postgres, "(daylog_json(metrics) ->> 'summary')")
 });
 

@@ -638,10 +638,11 @@ pub use calls::CallSink;
 pub use cluster::{Fence, InstanceId, InstanceRow, NewInstance, PollingLock};
 pub use digests::{DUE_DIGESTS_SQL, Digest, DigestAdvance, DigestClaim, DigestStatus, DueDigest};
 pub use logs::{
-    BeforeAnalysis, DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL, ImportCounts, Inserted,
-    NewImportLog, NewLog, NewVoiceLog, RECENT_USE_POSTGRES_SQL, RECENT_USE_SQL, SEARCH_CANDIDATES,
-    SEARCH_CANDIDATES_POSTGRES_SQL, SEARCH_LIMIT, SEARCH_MAX_FORMS, SEARCH_SQL, SearchHit,
-    SnippetRun, VoiceNote, YEAR_MOODS_SQL, fold_for_search, fts_query, fts_query_with,
+    BEFORE_ANALYSIS_POSTGRES, BeforeAnalysis, DAILY_METRICS_SQL, DayMetrics, DayMood, HISTORY_SQL,
+    ImportCounts, Inserted, NewImportLog, NewLog, NewVoiceLog, RECENT_USE_POSTGRES_SQL,
+    RECENT_USE_SQL, SEARCH_CANDIDATES, SEARCH_CANDIDATES_POSTGRES_SQL, SEARCH_LIMIT,
+    SEARCH_MAX_FORMS, SEARCH_SQL, SearchHit, SnippetRun, VoiceNote, YEAR_MOODS_SQL,
+    fold_for_search, fts_query, fts_query_with,
 };
 pub use pg_conns::{PgConn, PgConns, PgHold, PgTx};
 pub use read_only::{Backup, backup, open_postgres_for_sql, open_read_only, read_only_options};

@@ -2393,6 +2393,53 @@ async fn on_postgres_a_search_is_planned_for_its_words_every_time() {
     assert_eq!((custom, generic), (8, 0));
 }
 
+/// What an analysis reads on PostgreSQL takes the user's last summaries in the order
+/// of `day_logs_user_created`, which ends with the id as the read's order does: it
+/// stops at the last summary it keeps. Ending at `created_at`, it read every entry of
+/// the latest second (a busy chat writes several in one), parsing each one's metrics,
+/// and sorted them.
+#[tokio::test]
+async fn on_postgres_the_last_summaries_are_read_in_the_indexs_order() {
+    let Some(db) = fresh_postgres().await else {
+        return; // said once by `backends()`; CI=true fails there
+    };
+    let raw = Raw::connect(&db.url).await;
+    raw.exec(
+        "INSERT INTO users (user_id, chat_id, language)
+         SELECT u, u, 'en' FROM generate_series(1, 20) AS u",
+    )
+    .await;
+    raw.exec(
+        "INSERT INTO day_logs (user_id, chat_id, message_id, text, status, metrics, created_at)
+         SELECT 1 + n % 20, 1 + n % 20, n, 'a day', 'analyzed', '{\"summary\": \"fine\"}',
+                '2026-12-01 20:00:' || lpad((n / 100)::text, 2, '0')
+           FROM generate_series(1, 2000) AS n",
+    )
+    .await;
+    raw.exec("ANALYZE").await;
+    let plan = generic_plan(
+        &db.url,
+        &daylog::store::BEFORE_ANALYSIS_POSTGRES,
+        "7, 9223372036854775807, '2026-11-30', 3, true",
+    )
+    .await;
+    // The summaries' part: its node and the nodes under it (indented deeper).
+    let mut lines = plan
+        .lines()
+        .skip_while(|line| !line.contains("Subquery Scan on recent"));
+    let head = lines.next().unwrap_or_default();
+    let depth = |line: &str| line.len() - line.trim_start().len();
+    let summaries: Vec<&str> = std::iter::once(head)
+        .chain(lines.take_while(|line| depth(line) > depth(head)))
+        .collect();
+    let summaries = summaries.join("\n");
+    assert!(summaries.contains("day_logs_user_created"), "{plan}");
+    assert!(!summaries.contains("Sort"), "{summaries}");
+    let history = generic_plan(&db.url, daylog::store::HISTORY_SQL, "7, 10").await;
+    assert!(history.contains("day_logs_user_created"), "{history}");
+    assert!(!history.contains("Sort"), "{history}");
+}
+
 /// PostgreSQL's word index holds only entries that have words (a new entry has none
 /// until its author's next search), and the search's reads of it still find it: a
 /// `words @@ …` can only match a row that has words.
