@@ -1233,6 +1233,50 @@ on_each_backend! {
     }
 }
 
+on_each_backend! {
+    /// Metrics written by hand, by a statement over several entries at once and
+    /// without a "defaulted" list (daylog always writes one), still make the metric
+    /// columns and the day's activities, as on either backend.
+    async fn metrics_written_by_hand_make_the_columns_and_activities(db: TestDb) {
+    user(&db.store, 1).await;
+    log(&db.store, 1, 1, "ran").await;
+    log(&db.store, 1, 2, "worked").await;
+    let raw = Raw::connect(&db.url).await;
+    raw.exec(
+        r#"UPDATE day_logs SET metrics = CASE message_id
+               WHEN 1 THEN '{"mood": 4, "activities": ["run"]}'
+               ELSE '{"mood": 2, "stress": 5, "activities": ["work", "run"]}' END
+           WHERE user_id = 1"#,
+    )
+    .await;
+    let day = today();
+    let days = db.store.daily_metrics(UserId(1), day).await.expect("read");
+    assert_eq!(days.len(), 1, "{days:?}");
+    assert_eq!((days[0].mood, days[0].stress), (Some(3.0), Some(5.0)));
+    let activities = |rows: Vec<(jiff::civil::Date, String)>| {
+        rows.into_iter().map(|r| r.1).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        activities(db.store.day_activities(UserId(1), day).await.expect("read")),
+        ["run", "work"]
+    );
+    // Both again at once, one of them without its activities now.
+    raw.exec(
+        r#"UPDATE day_logs SET metrics = CASE message_id
+               WHEN 1 THEN '{"mood": 5, "activities": ["swim"]}'
+               ELSE '{"mood": 1}' END
+           WHERE user_id = 1"#,
+    )
+    .await;
+    let days = db.store.daily_metrics(UserId(1), day).await.expect("read");
+    assert_eq!((days[0].mood, days[0].stress), (Some(3.0), None));
+    assert_eq!(
+        activities(db.store.day_activities(UserId(1), day).await.expect("read")),
+        ["swim"]
+    );
+    }
+}
+
 /// `/lang` and `/delete` wait out a lock held longer than `busy_timeout` (a `sqlite3`
 /// shell left in a transaction) like every other write, instead of failing at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,73 @@
+-- What follows a change of an entry's metrics, in one trigger. Until now two did it:
+-- `day_logs_before_update` set the metric columns and `day_activities_follow_update`,
+-- after the row, kept the day's activities; each was a call of a PL/pgSQL function
+-- and each parsed the metrics' JSON, for every analysis recorded. One BEFORE trigger
+-- now does both with one parse. Its rebuild of a day whose metrics changed or went
+-- away reads the day's other entries as stored and this entry's new metrics, which
+-- is what the AFTER trigger read with the row in place. The results are the same, so
+-- an instance of the previous release runs beside this unchanged.
+--
+-- And a correction: a metrics object without a "defaulted" list (a hand edit, or
+-- metrics written by something else than daylog, which always writes the list) gave
+-- every metric column NULL, as if each were defaulted; SQLite's columns read such
+-- metrics as given. `daylog_metric` now does too, and the rows it read wrong are
+-- read again.
+
+CREATE OR REPLACE FUNCTION daylog_metric(m jsonb, name text) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT CASE
+    WHEN jsonb_typeof(m -> name) = 'number'
+         AND NOT coalesce(jsonb_typeof(m -> 'defaulted') = 'array' AND (m -> 'defaulted') ? name,
+                          false)
+    THEN (m ->> name)::double precision
+END $$;
+
+UPDATE day_logs AS l
+   SET mood = daylog_metric(j.m, 'mood'),
+       stress = daylog_metric(j.m, 'stress'),
+       energy = daylog_metric(j.m, 'energy'),
+       productivity = daylog_metric(j.m, 'productivity'),
+       sleep_hours = daylog_metric(j.m, 'sleep_hours')
+  FROM (SELECT id, daylog_json(metrics) AS m FROM day_logs WHERE metrics IS NOT NULL) AS j
+ WHERE l.id = j.id AND jsonb_typeof(j.m) = 'object' AND NOT j.m ? 'defaulted';
+
+CREATE FUNCTION day_logs_metrics_follow() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+DECLARE
+    m jsonb := daylog_json(NEW.metrics);
+    day text := coalesce(NEW.local_day, daylog_default_day(NEW.created_at));
+BEGIN
+    NEW.mood := daylog_metric(m, 'mood');
+    NEW.stress := daylog_metric(m, 'stress');
+    NEW.energy := daylog_metric(m, 'energy');
+    NEW.productivity := daylog_metric(m, 'productivity');
+    NEW.sleep_hours := daylog_metric(m, 'sleep_hours');
+    IF OLD.metrics IS NOT NULL THEN
+        -- Metrics that changed or went away: the day's activities are built again.
+        DELETE FROM day_activities WHERE user_id = NEW.user_id AND local_day = day;
+        INSERT INTO day_activities (user_id, local_day, activity)
+        SELECT NEW.user_id, day, a.value #>> '{}'
+        FROM (SELECT daylog_json(l.metrics) AS m FROM day_logs l
+               WHERE l.user_id = NEW.user_id AND l.local_day = day AND l.id <> NEW.id
+              UNION ALL
+              SELECT m) AS e,
+             jsonb_array_elements(CASE WHEN jsonb_typeof(e.m -> 'activities') = 'array'
+                                       THEN e.m -> 'activities' ELSE '[]'::jsonb END) a
+        WHERE jsonb_typeof(a.value) = 'string'
+        ON CONFLICT DO NOTHING;
+    ELSIF jsonb_typeof(m -> 'activities') = 'array' THEN
+        INSERT INTO day_activities (user_id, local_day, activity)
+        SELECT NEW.user_id, day, a.value #>> '{}'
+        FROM jsonb_array_elements(m -> 'activities') a
+        WHERE jsonb_typeof(a.value) = 'string'
+        ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN NEW;
+END $$;
+
+DROP TRIGGER day_logs_before_update ON day_logs;
+DROP TRIGGER day_activities_follow_update ON day_logs;
+CREATE TRIGGER day_logs_metrics_follow BEFORE UPDATE ON day_logs
+    FOR EACH ROW WHEN (NEW.metrics IS DISTINCT FROM OLD.metrics)
+    EXECUTE FUNCTION day_logs_metrics_follow();
