@@ -861,14 +861,22 @@ fn postgres_options(url: &str) -> Result<(PgConnectOptions, String), StoreError>
     Ok((options, shown))
 }
 
+/// What each of the store's PostgreSQL connections sets first: a statement with
+/// parameters is planned once for all its values (a generic plan). PostgreSQL plans a
+/// prepared statement for its values five times before it settles on that one plan,
+/// on every connection and again after each `ANALYZE` of a table it reads (autovacuum
+/// runs one as a table grows); the read before an analysis took 1–3 ms to plan, more
+/// than it takes to run. The store's statements find their rows through equalities
+/// on indexed columns, and their generic plans are the ones PostgreSQL settles on by
+/// itself (the tests read them: `generic_plan` in tests/it/store.rs). The exception
+/// asks for its own ([`CUSTOM_PLAN`]). `daylog sql` keeps the server's setting.
+const GENERIC_PLANS: &str = "SET plan_cache_mode = force_generic_plan";
+
 /// Inside a transaction: its statements are planned for the values they are given.
-/// PostgreSQL plans a prepared statement for its values five times, then settles on
-/// one plan for all values when that plan's estimate is no worse; the store's
-/// statements find their rows through equalities on indexed columns and are best
-/// served so. `/search`'s read of the word index is not: whether a user's entries are
-/// best read newest first or through the word index depends on how many hold the
-/// words, and the one plan, estimated cheaper, read every entry with a common word
-/// (130 ms against 0.1 ms on 100 000 entries) — after a connection's fifth search.
+/// `/search`'s read of the word index needs it: whether a user's entries are best read
+/// newest first or through the word index depends on how many hold the words, and the
+/// one plan for all words read every entry with a common word (130 ms against 0.1 ms
+/// on 100 000 entries); PostgreSQL itself settles on that plan after five searches.
 const CUSTOM_PLAN: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 
 /// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`).
@@ -1045,6 +1053,12 @@ impl Store {
             .max_connections(POSTGRES_CONNECTIONS)
             .acquire_timeout(limits.busy_timeout.max(Duration::from_secs(5)))
             .test_before_acquire(false)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(&mut *conn, GENERIC_PLANS).await?;
+                    Ok(())
+                })
+            })
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
                     if meta.idle_for >= PING_IDLE {

@@ -2344,10 +2344,9 @@ async fn on_postgres_an_analysis_does_not_wait_for_the_wal_flush_and_an_entry_do
     );
 }
 
-/// The plan PostgreSQL settles on for `sql` on a connection that has run it five
-/// times, when that plan's estimate is no worse than the five before (the store's
-/// statements do): one plan for all values, a generic plan. `sql` prepared, then
-/// explained for `args` (its parameters' values, as SQL).
+/// The plan the store's PostgreSQL connections run `sql` with: one plan for all
+/// values, a generic plan (`plan_cache_mode = force_generic_plan`). `sql` prepared,
+/// then explained for `args` (its parameters' values, as SQL).
 async fn generic_plan(url: &str, sql: &str, args: &str) -> String {
     use sqlx::Connection as _;
     let mut conn = sqlx::PgConnection::connect(url)
@@ -2368,12 +2367,12 @@ async fn generic_plan(url: &str, sql: &str, args: &str) -> String {
     plan.join("\n")
 }
 
-/// `/search` on PostgreSQL plans its read of the word index for each search's words,
-/// however often a connection ran it (after five runs PostgreSQL may settle on one
-/// plan for every word, which read all of a common word's entries), and only there:
-/// the connection's other statements keep the server's setting.
+/// The store's PostgreSQL connections plan each statement once for all its values,
+/// and `/search` plans its read of the word index for each search's words, however
+/// often a connection ran it (after five runs PostgreSQL settles on one plan for every
+/// word, which read all of a common word's entries), and only there.
 #[tokio::test]
-async fn on_postgres_a_search_is_planned_for_its_words_every_time() {
+async fn on_postgres_statements_are_planned_once_and_searches_for_their_words() {
     let Some(db) = fresh_postgres().await else {
         return; // said once by `backends()`; CI=true fails there
     };
@@ -2418,7 +2417,7 @@ async fn on_postgres_a_search_is_planned_for_its_words_every_time() {
             .await
             .expect("the setting");
         assert_eq!(
-            mode, "auto",
+            mode, "force_generic_plan",
             "the search's setting stays in its transaction"
         );
         let plans: Option<(i64, i64)> = sqlx::query_as(
