@@ -6,6 +6,8 @@
 -- it finds what it found; rows waiting for their words stay in
 -- `day_logs_fts_unindexed`. Built again before it replaces the old one: a search during
 -- the migration reads one or the other.
+-- The build holds back writes to `day_logs_fts` until it is done (seconds for years of
+-- entries), an instance of the previous release beside this one's too.
 CREATE INDEX day_logs_fts_words_filled ON day_logs_fts USING gin (words)
     WHERE words IS NOT NULL;
 DROP INDEX day_logs_fts_words;

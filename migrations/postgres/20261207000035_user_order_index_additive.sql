@@ -7,6 +7,8 @@
 -- the metrics of each. Now the index hands them over in order and the read stops at
 -- the last one it keeps. Built before the old one goes: a read during the migration
 -- uses one or the other.
+-- The build holds back writes to `day_logs` until it is done (seconds for years of
+-- entries), an instance of the previous release beside this one's too.
 CREATE INDEX day_logs_user_created_id ON day_logs (user_id, created_at, id);
 DROP INDEX day_logs_user_created;
 ALTER INDEX day_logs_user_created_id RENAME TO day_logs_user_created;

@@ -4,8 +4,13 @@
 -- and each parsed the metrics' JSON, for every analysis recorded. One BEFORE trigger
 -- now does both with one parse. Its rebuild of a day whose metrics changed or went
 -- away reads the day's other entries as stored and this entry's new metrics, which
--- is what the AFTER trigger read with the row in place. The results are the same, so
--- an instance of the previous release runs beside this unchanged.
+-- is what the AFTER trigger read with the row in place. The tables and every write
+-- daylog makes come out the same, so an instance of the previous release runs beside
+-- this unchanged. Only hand-written statements can tell: one that changes several
+-- entries of a day at once, some their day and others their metrics, rebuilds the day
+-- from the entries as each row reaches the trigger (as SQLite's row triggers do); a
+-- row without a local day files its own activities under its default day; a row with
+-- no day at all keeps none (it made the update fail).
 --
 -- And a correction: a metrics object without a "defaulted" list (a hand edit, or
 -- metrics written by something else than daylog, which always writes the list) gave
@@ -20,7 +25,11 @@ SELECT CASE
     WHEN jsonb_typeof(m -> name) = 'number'
          AND NOT coalesce(jsonb_typeof(m -> 'defaulted') = 'array' AND (m -> 'defaulted') ? name,
                           false)
-    THEN (m ->> name)::double precision
+    -- A number no double holds (1e400) is no metric, rather than an error that would
+    -- refuse the row's write.
+    THEN CASE WHEN abs((m -> name)::numeric) BETWEEN 1e-300 AND 1e300
+                   OR (m -> name)::numeric = 0
+              THEN (m ->> name)::double precision END
 END $$;
 
 UPDATE day_logs AS l
@@ -43,7 +52,11 @@ BEGIN
     NEW.energy := daylog_metric(m, 'energy');
     NEW.productivity := daylog_metric(m, 'productivity');
     NEW.sleep_hours := daylog_metric(m, 'sleep_hours');
-    IF OLD.metrics IS NOT NULL THEN
+    IF day IS NULL THEN
+        -- No day to file activities under (a hand-written row with neither a local day
+        -- nor a moment): SQLite's insert of such a row is ignored too.
+        RETURN NEW;
+    ELSIF OLD.metrics IS NOT NULL THEN
         -- Metrics that changed or went away: the day's activities are built again.
         DELETE FROM day_activities WHERE user_id = NEW.user_id AND local_day = day;
         INSERT INTO day_activities (user_id, local_day, activity)

@@ -655,6 +655,7 @@ pub use updates::{
     UPDATE_MAX_FAILURES, UpdateFailure, UpdateKey,
 };
 pub use users::{NewUser, User};
+pub use webapp::NEXT_PAGE_SQL as ENTRIES_NEXT_PAGE_SQL;
 
 /// The shared handle on the database. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -863,13 +864,16 @@ fn postgres_options(url: &str) -> Result<(PgConnectOptions, String), StoreError>
 
 /// What each of the store's PostgreSQL connections sets first: a statement with
 /// parameters is planned once for all its values (a generic plan). PostgreSQL plans a
-/// prepared statement for its values five times before it settles on that one plan,
-/// on every connection and again after each `ANALYZE` of a table it reads (autovacuum
-/// runs one as a table grows); the read before an analysis took 1–3 ms to plan, more
-/// than it takes to run. The store's statements find their rows through equalities
-/// on indexed columns, and their generic plans are the ones PostgreSQL settles on by
-/// itself (the tests read them: `generic_plan` in tests/it/store.rs). The exception
-/// asks for its own ([`CUSTOM_PLAN`]). `daylog sql` keeps the server's setting.
+/// prepared statement for its values five times on every connection before it
+/// settles on that one plan (and keeps planning at every run a statement whose one
+/// plan it estimates costlier); the read before an analysis takes 1–3 ms to plan,
+/// more than it takes to run. The store's statements are written for one plan (no
+/// `$n IS NULL OR …` where the value picks the index, orders an index has), and these
+/// are the plans PostgreSQL settles
+/// on by itself (the tests read them: `generic_plan` in tests/it/store.rs). The
+/// exception asks for its own ([`CUSTOM_PLAN`]). Sent after connecting, not as a
+/// startup option, which connection poolers such as PgBouncer refuse. `daylog sql`
+/// keeps the server's setting.
 const GENERIC_PLANS: &str = "SET plan_cache_mode = force_generic_plan";
 
 /// Inside a transaction: its statements are planned for the values they are given.
