@@ -56,20 +56,22 @@ BEGIN
         -- No day to file activities under (a hand-written row with neither a local day
         -- nor a moment): SQLite's insert of such a row is ignored too.
         RETURN NEW;
-    ELSIF OLD.metrics IS NOT NULL THEN
-        -- Metrics that changed or went away: the day's activities are built again.
+    END IF;
+    IF OLD.metrics IS NOT NULL THEN
+        -- Metrics that changed or went away: the day is built again from its other
+        -- entries as stored, then this one's new activities are added as for new metrics.
         DELETE FROM day_activities WHERE user_id = NEW.user_id AND local_day = day;
         INSERT INTO day_activities (user_id, local_day, activity)
         SELECT NEW.user_id, day, a.value #>> '{}'
-        FROM (SELECT daylog_json(l.metrics) AS m FROM day_logs l
-               WHERE l.user_id = NEW.user_id AND l.local_day = day AND l.id <> NEW.id
-              UNION ALL
-              SELECT m) AS e,
-             jsonb_array_elements(CASE WHEN jsonb_typeof(e.m -> 'activities') = 'array'
-                                       THEN e.m -> 'activities' ELSE '[]'::jsonb END) a
-        WHERE jsonb_typeof(a.value) = 'string'
+        FROM day_logs l,
+             jsonb_array_elements(CASE WHEN jsonb_typeof(daylog_json(l.metrics) -> 'activities') = 'array'
+                                       THEN daylog_json(l.metrics) -> 'activities'
+                                       ELSE '[]'::jsonb END) a
+        WHERE l.user_id = NEW.user_id AND l.local_day = day AND l.id <> NEW.id
+          AND jsonb_typeof(a.value) = 'string'
         ON CONFLICT DO NOTHING;
-    ELSIF jsonb_typeof(m -> 'activities') = 'array' THEN
+    END IF;
+    IF jsonb_typeof(m -> 'activities') = 'array' THEN
         INSERT INTO day_activities (user_id, local_day, activity)
         SELECT NEW.user_id, day, a.value #>> '{}'
         FROM jsonb_array_elements(m -> 'activities') a

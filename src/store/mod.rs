@@ -869,11 +869,10 @@ fn postgres_options(url: &str) -> Result<(PgConnectOptions, String), StoreError>
 /// plan it estimates costlier); the read before an analysis takes 1–3 ms to plan,
 /// more than it takes to run. The store's statements are written for one plan (no
 /// `$n IS NULL OR …` where the value picks the index, orders an index has), and these
-/// are the plans PostgreSQL settles
-/// on by itself (the tests read them: `generic_plan` in tests/it/store.rs). The
-/// exception asks for its own ([`CUSTOM_PLAN`]). Sent after connecting, not as a
-/// startup option, which connection poolers such as PgBouncer refuse. `daylog sql`
-/// keeps the server's setting.
+/// are the plans PostgreSQL settles on by itself (the tests read them: `generic_plan`
+/// in tests/it/store.rs). The exception asks for its own ([`CUSTOM_PLAN`]). Sent after
+/// connecting, not as a startup option, which connection poolers such as PgBouncer
+/// refuse. `daylog sql` keeps the server's setting.
 const GENERIC_PLANS: &str = "SET plan_cache_mode = force_generic_plan";
 
 /// Inside a transaction: its statements are planned for the values they are given.

@@ -5,52 +5,41 @@
 
 use super::{DayLog, LOG_COLUMNS, LogId, Store, StoreError, UserId, on_db};
 
-/// A page of the journal: the user's newest entries, newest first.
-const FIRST_PAGE_SQL: &str = "SELECT {LOG_COLUMNS} FROM day_logs WHERE user_id = $1
-     ORDER BY created_at DESC, id DESC LIMIT $2";
-
-/// A page of the journal: the user's entries older than entry `$2` (one of their own;
-/// an id that is not the user's finds nothing, so it says nothing about another
-/// user's journal), newest first. A text of its own rather than `$2 IS NULL OR …` in
-/// one: the order `(created_at, id)` is where `day_logs_user_created` starts reading,
-/// which one plan for both pages (PostgreSQL's, for all values) could not use, and
-/// read every newer entry first. Public for query plans (`{LOG_COLUMNS}` is the
-/// columns read).
-pub const NEXT_PAGE_SQL: &str = "SELECT {LOG_COLUMNS} FROM day_logs
+/// A page of the journal after the first ([`Store::history`]'s): the user's entries
+/// older than entry `$2` (one of their own; an id that is not the user's finds nothing,
+/// so it says nothing about another user's journal), newest first. A text of its own
+/// rather than `$2 IS NULL OR …` in `/history`'s: the order `(created_at, id)` is where
+/// `day_logs_user_created` starts reading, which one plan for both pages (PostgreSQL's,
+/// for all values) could not use, and read every newer entry first. Public for query
+/// plans.
+pub const NEXT_PAGE_SQL: &str = concat!(
+    "SELECT ",
+    log_columns!(),
+    " FROM day_logs
      WHERE user_id = $1
        AND (created_at, id) < (SELECT created_at, id FROM day_logs WHERE id = $2 AND user_id = $1)
-     ORDER BY created_at DESC, id DESC LIMIT $3";
+     ORDER BY created_at DESC, id DESC LIMIT $3"
+);
 
 impl Store {
-    /// Up to `limit` of the user's entries older than `before`, newest first.
+    /// Up to `limit` of the user's entries older than `before` (none: the newest),
+    /// newest first.
     pub async fn entries_page(
         &self,
         user_id: UserId,
         before: Option<LogId>,
         limit: i64,
     ) -> Result<Vec<DayLog>, StoreError> {
+        let Some(before) = before else {
+            return self.history(user_id, limit).await;
+        };
         Ok(on_db!(self, read, |pool| {
-            match before {
-                None => {
-                    sqlx::query_as::<_, DayLog>(
-                        &FIRST_PAGE_SQL.replace("{LOG_COLUMNS}", LOG_COLUMNS),
-                    )
-                    .bind(user_id)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await?
-                }
-                Some(before) => {
-                    sqlx::query_as::<_, DayLog>(
-                        &NEXT_PAGE_SQL.replace("{LOG_COLUMNS}", LOG_COLUMNS),
-                    )
-                    .bind(user_id)
-                    .bind(before)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await?
-                }
-            }
+            sqlx::query_as::<_, DayLog>(NEXT_PAGE_SQL)
+                .bind(user_id)
+                .bind(before)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
         }))
     }
 

@@ -2482,12 +2482,7 @@ async fn on_postgres_the_last_summaries_are_read_in_the_indexs_order() {
     assert!(history.contains("day_logs_user_created"), "{history}");
     assert!(!history.contains("Sort"), "{history}");
     // The Mini App's next page starts reading where the last one ended.
-    let page = generic_plan(
-        &db.url,
-        &daylog::store::ENTRIES_NEXT_PAGE_SQL.replace("{LOG_COLUMNS}", "id"),
-        "7, 1007, 20",
-    )
-    .await;
+    let page = generic_plan(&db.url, daylog::store::ENTRIES_NEXT_PAGE_SQL, "7, 1007, 20").await;
     assert!(
         page.lines()
             .any(|line| line.contains("Index Cond") && line.contains("ROW(created_at, id) < ROW(")),
